@@ -1,0 +1,35 @@
+# `make dev`  : set up everything, then run a local 3-node cluster with demo jobs.
+# `make test` : set up everything, then run the whole suite.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+STAMP  := $(VENV)/.installed
+
+.PHONY: dev test setup venv system-deps services unit clean
+
+dev: setup
+	$(VENV)/bin/shardcron dev
+
+test: setup services
+	$(PY) -m pytest -ra $(PYTEST_ARGS)
+
+unit: setup
+	$(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)
+
+setup: system-deps $(STAMP)
+
+system-deps:
+	@bash scripts/install-system-deps.sh
+
+services:
+	@bash scripts/ensure-services.sh
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: install python3-venv (apt-get install python3-venv)"; exit 1; }
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -e '.[dev,bench]'
+	@touch $(STAMP)
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache

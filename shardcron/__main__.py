@@ -1,0 +1,3 @@
+from shardcron.cli import main
+
+raise SystemExit(main())

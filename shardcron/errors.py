@@ -1,0 +1,69 @@
+"""Every error shardcron raises on purpose, each with its own name.
+
+The CLI turns any ``ShardcronError`` into a one-line message and a non-zero
+exit; anything else is a bug.
+"""
+
+
+class ShardcronError(Exception):
+    """Base class: an expected failure with a message fit for a user."""
+
+
+class InvalidJob(ShardcronError):
+    """A job definition is malformed. ``field`` names the offending field."""
+
+    def __init__(self, field: str, reason: str):
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class ConfigError(ShardcronError):
+    """A node setting is wrong or disagrees with the cluster's configuration."""
+
+
+class EtcdUnavailable(ShardcronError):
+    """etcd did not answer at the configured endpoints."""
+
+
+class StoreUnavailable(ShardcronError):
+    """The SQL store did not answer or failed a statement for a transient reason."""
+
+
+class FencedOut(ShardcronError):
+    """A write carried a fence older than the shard's current one and was rejected.
+
+    The writer is a stale leader: it must stop working on the shard.
+    """
+
+    def __init__(self, shard: int, fence: int, current: int | None):
+        super().__init__(f"shard {shard}: write under fence {fence} rejected (current fence {current})")
+        self.shard = shard
+        self.fence = fence
+        self.current = current
+
+
+class SessionLost(ShardcronError):
+    """The node's etcd lease expired or could not be renewed."""
+
+
+class NotLeader(ShardcronError):
+    """This node does not lead the shard the request concerns."""
+
+    def __init__(self, shard: int):
+        super().__init__(f"this node does not lead shard {shard}")
+        self.shard = shard
+
+
+class JobNotFound(ShardcronError):
+    def __init__(self, job_id: str):
+        super().__init__(f"job {job_id!r} not found")
+        self.job_id = job_id
+
+
+class VersionConflict(ShardcronError):
+    def __init__(self, job_id: str, expected: int, actual: int):
+        super().__init__(f"job {job_id!r}: expected version {expected}, found {actual}")
+        self.job_id = job_id
+        self.expected = expected
+        self.actual = actual

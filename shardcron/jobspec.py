@@ -1,0 +1,332 @@
+"""Job definitions as plain data: parsing, validation and serialisation.
+
+One place decides what a valid job is, whichever way it arrives (a TOML or
+YAML file, the gRPC API, the CLI). Every rejection is an ``InvalidJob`` that
+names the field and says why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import zoneinfo
+from collections.abc import Mapping
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+from croniter import croniter
+
+from shardcron.errors import InvalidJob
+from shardcron.model import (
+    CatchUp,
+    ExecutorKind,
+    ExecutorSpec,
+    HttpSpec,
+    Job,
+    Overlap,
+    RetryPolicy,
+    Schedule,
+    ScheduleKind,
+    ShellSpec,
+)
+
+MAX_JOB_ID_BYTES = 256
+MAX_PAYLOAD_BYTES = 1024 * 1024
+MAX_LABELS = 64
+HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_duration_ms(text: str | int | float, field: str = "duration") -> int:
+    """``"90s"``, ``"1m30s"``, ``"250ms"``, ``"2h"`` or a number of seconds."""
+    if isinstance(text, bool):
+        raise InvalidJob(field, f"expected a duration such as 30s or 5m, got {text!r}")
+    if isinstance(text, int | float):
+        return int(round(text * 1000))
+    s = str(text).strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", s):
+        return int(round(float(s) * 1000))
+    pos, total = 0, 0.0
+    for m in _DURATION_PART.finditer(s):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT_MS[m.group(2)]
+        pos = m.end()
+    if pos != len(s) or not s:
+        raise InvalidJob(field, f"expected a duration such as 30s, 5m or 1h30m, got {text!r}")
+    return int(round(total))
+
+
+def parse_time_ms(text: str | int | float | datetime, timezone: str = "UTC", field: str = "at") -> int:
+    """An ISO-8601 time (naive times are read in ``timezone``) or epoch milliseconds."""
+    if isinstance(text, bool):
+        raise InvalidJob(field, f"expected an ISO-8601 time, got {text!r}")
+    if isinstance(text, int | float):
+        return int(text)
+    if isinstance(text, datetime):
+        dt = text
+    else:
+        try:
+            dt = datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise InvalidJob(field, f"expected an ISO-8601 time such as 2030-01-01T09:00:00+01:00, got {text!r}") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=load_timezone(timezone))
+    return int(dt.timestamp() * 1000)
+
+
+def load_timezone(name: str, field: str = "timezone") -> zoneinfo.ZoneInfo:
+    if not isinstance(name, str) or not name:
+        raise InvalidJob(field, "must be an IANA zone name such as UTC or Europe/Lisbon")
+    try:
+        return zoneinfo.ZoneInfo(name)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        raise InvalidJob(field, f"unknown timezone {name!r}; use an IANA name such as Europe/Lisbon") from None
+
+
+def validate_cron(expr: str, field: str = "schedule.cron") -> str:
+    if not isinstance(expr, str) or not expr.strip():
+        raise InvalidJob(field, "must be a cron expression of 5 fields, or 6 with seconds first")
+    expr = " ".join(expr.split())
+    n = len(expr.split(" "))
+    if n not in (5, 6):
+        raise InvalidJob(field, f"{expr!r} has {n} fields; expected 5, or 6 with seconds first")
+    if not croniter.is_valid(expr, second_at_beginning=True):
+        raise InvalidJob(field, f"{expr!r} is not a valid cron expression")
+    return expr
+
+
+def validate_job_id(job_id: Any, field: str = "id") -> str:
+    if not isinstance(job_id, str) or not job_id:
+        raise InvalidJob(field, "must be a non-empty string")
+    if len(job_id.encode("utf-8")) > MAX_JOB_ID_BYTES:
+        raise InvalidJob(field, f"is {len(job_id.encode('utf-8'))} bytes long; the limit is {MAX_JOB_ID_BYTES}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in job_id):
+        raise InvalidJob(field, "must not contain control characters")
+    return job_id
+
+
+def _enum(cls, value, field):
+    try:
+        return cls(str(value).lower())
+    except ValueError:
+        allowed = ", ".join(m.value for m in cls)
+        raise InvalidJob(field, f"{value!r} is not one of: {allowed}") from None
+
+
+def _int(value, field, minimum=None):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidJob(field, f"must be a whole number, got {value!r}")
+    if minimum is not None and value < minimum:
+        raise InvalidJob(field, f"must be at least {minimum}, got {value}")
+    return value
+
+
+def _duration(d: Mapping, key: str, field: str, default: int, minimum: int = 1) -> int:
+    if key not in d or d[key] is None:
+        return default
+    ms = parse_duration_ms(d[key], field)
+    if ms < minimum:
+        raise InvalidJob(field, f"must be at least {minimum} ms, got {d[key]!r}")
+    return ms
+
+
+def _parse_schedule(d: Mapping) -> Schedule:
+    tz = d.get("timezone", d.get("tz", "UTC")) or "UTC"
+    load_timezone(tz)
+    given = [k for k in ("cron", "every", "interval_ms", "at", "at_ms") if d.get(k) not in (None, "")]
+    if len(given) != 1:
+        raise InvalidJob("schedule", "give exactly one of cron, every (interval) or at (single run)")
+    key = given[0]
+    if key == "cron":
+        return Schedule(ScheduleKind.CRON, cron=validate_cron(d["cron"]), timezone=tz)
+    if key in ("every", "interval_ms"):
+        raw = d[key]
+        ms = _int(raw, "schedule.interval_ms") if key == "interval_ms" else parse_duration_ms(raw, "schedule.every")
+        if ms <= 0:
+            raise InvalidJob("schedule.every", f"the interval must be positive, got {raw!r}")
+        return Schedule(ScheduleKind.INTERVAL, interval_ms=ms, timezone=tz)
+    at = d["at_ms"] if key == "at_ms" else d["at"]
+    return Schedule(ScheduleKind.ONCE, at_ms=parse_time_ms(at, tz, "schedule.at"), timezone=tz)
+
+
+def _parse_headers(raw, field) -> tuple[tuple[str, str], ...]:
+    if raw is None:
+        return ()
+    items = raw.items() if isinstance(raw, Mapping) else raw
+    out = []
+    try:
+        for k, v in items:
+            if not isinstance(k, str) or not k or any(c in k for c in ":\r\n "):
+                raise InvalidJob(field, f"bad header name {k!r}")
+            if not isinstance(v, str) or any(c in v for c in "\r\n"):
+                raise InvalidJob(field, f"header {k!r} has a bad value")
+            out.append((k, v))
+    except (TypeError, ValueError):
+        raise InvalidJob(field, "must be a table of name = value") from None
+    return tuple(out)
+
+
+def _parse_executor(d: Mapping) -> ExecutorSpec:
+    if not isinstance(d, Mapping):
+        raise InvalidJob("executor", "must be a table with a kind (http, shell or noop)")
+    kind = _enum(ExecutorKind, d.get("kind", ""), "executor.kind")
+    if kind is ExecutorKind.NOOP:
+        return ExecutorSpec(kind)
+    if kind is ExecutorKind.SHELL:
+        cmd = d.get("command")
+        if not isinstance(cmd, str) or not cmd.strip():
+            raise InvalidJob("executor.command", "a shell job needs a non-empty command")
+        if len(cmd.encode()) > MAX_PAYLOAD_BYTES:
+            raise InvalidJob("executor.command", f"is larger than {MAX_PAYLOAD_BYTES} bytes")
+        return ExecutorSpec(kind, shell=ShellSpec(cmd))
+    url = d.get("url")
+    if not isinstance(url, str) or not url:
+        raise InvalidJob("executor.url", "an http job needs a url")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InvalidJob("executor.url", f"{url!r} is not an http:// or https:// URL")
+    method = str(d.get("method", "POST")).upper()
+    if method not in HTTP_METHODS:
+        raise InvalidJob("executor.method", f"{method!r} is not one of {', '.join(sorted(HTTP_METHODS))}")
+    body = d.get("body", "") or ""
+    if not isinstance(body, str):
+        raise InvalidJob("executor.body", "must be a string")
+    if len(body.encode()) > MAX_PAYLOAD_BYTES:
+        raise InvalidJob("executor.body", f"is {len(body.encode())} bytes; the limit is {MAX_PAYLOAD_BYTES}")
+    headers = _parse_headers(d.get("headers"), "executor.headers")
+    secret = d.get("secret_headers", ()) or ()
+    if isinstance(secret, str) or not all(isinstance(h, str) for h in secret):
+        raise InvalidJob("executor.secret_headers", "must be a list of header names")
+    return ExecutorSpec(kind, http=HttpSpec(url, method, headers, body, tuple(secret)))
+
+
+def job_from_dict(d: Mapping, job_id: str | None = None) -> Job:
+    """Parse and validate a job given as plain data (a TOML/YAML table or JSON)."""
+    if not isinstance(d, Mapping):
+        raise InvalidJob("job", "must be a table")
+    jid = validate_job_id(job_id if job_id is not None else d.get("id"))
+    sched = d.get("schedule", d)
+    if not isinstance(sched, Mapping):
+        raise InvalidJob("schedule", "must be a table")
+    schedule = _parse_schedule(sched)
+    executor = _parse_executor(d.get("executor", {"kind": "noop"}))
+    retry_d = d.get("retry", {}) or {}
+    if not isinstance(retry_d, Mapping):
+        raise InvalidJob("retry", "must be a table with max_attempts, backoff and backoff_max")
+    retry = RetryPolicy(
+        max_attempts=_int(retry_d.get("max_attempts", 1), "retry.max_attempts", 1),
+        backoff_initial_ms=_duration(retry_d, "backoff", "retry.backoff", 1000),
+        backoff_max_ms=_duration(retry_d, "backoff_max", "retry.backoff_max", 60_000),
+    )
+    if retry.max_attempts > 100:
+        raise InvalidJob("retry.max_attempts", f"at most 100, got {retry.max_attempts}")
+    labels = d.get("labels", {}) or {}
+    if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise InvalidJob("labels", "must be a table of string = string")
+    if len(labels) > MAX_LABELS:
+        raise InvalidJob("labels", f"at most {MAX_LABELS} labels, got {len(labels)}")
+    paused = d.get("paused", False)
+    if not isinstance(paused, bool):
+        raise InvalidJob("paused", f"must be true or false, got {paused!r}")
+    return Job(
+        id=jid,
+        schedule=schedule,
+        executor=executor,
+        catchup=_enum(CatchUp, d.get("catchup", "all"), "catchup"),
+        catchup_window_ms=_duration(d, "catchup_window", "catchup_window", 3_600_000, minimum=0),
+        overlap=_enum(Overlap, d.get("overlap", "skip"), "overlap"),
+        timeout_ms=_duration(d, "timeout", "timeout", 60_000),
+        retry=retry,
+        paused=paused,
+        labels=dict(labels),
+        version=_int(d.get("version", 0), "version", 0),
+    )
+
+
+def check_admissible(job: Job, *, allow_shell: bool, now_ms: int) -> None:
+    """The checks that depend on the cluster and the clock, not on the job alone."""
+    if job.executor.kind is ExecutorKind.SHELL and not allow_shell:
+        raise InvalidJob(
+            "executor.kind", "shell jobs are refused: the nodes run without --allow-shell (remote code execution guard)"
+        )
+    sched = job.schedule
+    if sched.kind is ScheduleKind.ONCE and sched.at_ms is not None and sched.at_ms < now_ms - job.catchup_window_ms:
+        raise InvalidJob("schedule.at", "is in the past, beyond the job's catch-up window; it would never run")
+
+
+def job_to_dict(job: Job) -> dict[str, Any]:
+    """The stored and exported form; ``job_from_dict(job_to_dict(j)) == j``."""
+    s = job.schedule
+    sched: dict[str, Any] = {"timezone": s.timezone}
+    if s.kind is ScheduleKind.CRON:
+        sched["cron"] = s.cron
+    elif s.kind is ScheduleKind.INTERVAL:
+        sched["interval_ms"] = s.interval_ms
+    else:
+        sched["at_ms"] = s.at_ms
+    ex: dict[str, Any] = {"kind": job.executor.kind.value}
+    if job.executor.http:
+        h = job.executor.http
+        ex.update(url=h.url, method=h.method, headers=[list(p) for p in h.headers], body=h.body,
+                  secret_headers=list(h.secret_headers))
+    if job.executor.shell:
+        ex["command"] = job.executor.shell.command
+    return {
+        "id": job.id,
+        "schedule": sched,
+        "executor": ex,
+        "catchup": job.catchup.value,
+        "catchup_window": f"{job.catchup_window_ms}ms",
+        "overlap": job.overlap.value,
+        "timeout": f"{job.timeout_ms}ms",
+        "retry": {
+            "max_attempts": job.retry.max_attempts,
+            "backoff": f"{job.retry.backoff_initial_ms}ms",
+            "backoff_max": f"{job.retry.backoff_max_ms}ms",
+        },
+        "paused": job.paused,
+        "labels": dict(job.labels),
+        "version": job.version,
+    }
+
+
+def job_to_json(job: Job) -> str:
+    return json.dumps(job_to_dict(job), sort_keys=True, separators=(",", ":"))
+
+
+def job_from_json(text: str) -> Job:
+    return job_from_dict(json.loads(text))
+
+
+def redacted(job: Job) -> dict[str, Any]:
+    """``job_to_dict`` with secret header values masked, for logs and API answers."""
+    d = job_to_dict(job)
+    if job.executor.http and job.executor.http.secret_headers:
+        secret = {h.lower() for h in job.executor.http.secret_headers}
+        d["executor"]["headers"] = [[k, "***" if k.lower() in secret else v] for k, v in d["executor"]["headers"]]
+    return d
+
+
+def with_version(job: Job, version: int) -> Job:
+    return replace(job, version=version)
+
+
+__all__ = [
+    "check_admissible",
+    "job_from_dict",
+    "job_from_json",
+    "job_to_dict",
+    "job_to_json",
+    "load_timezone",
+    "parse_duration_ms",
+    "parse_time_ms",
+    "redacted",
+    "validate_cron",
+    "validate_job_id",
+    "with_version",
+]
