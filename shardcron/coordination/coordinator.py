@@ -1,0 +1,372 @@
+"""The node's control loop: session lifecycle, the cluster mirror, and every shard's state.
+
+One thread runs it. Events arrive on a queue (watch changes, session loss,
+shards drained, fenced writes, stop); after each batch the loop asks the pure
+``ownership.decide`` what to do for every shard and does it. The only thing
+that does not wait for this thread is session loss: its callback sets every
+shard's stop event directly, so work stops at once even if the loop is busy.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from shardcron import clock
+from shardcron.coordination import balancer, membership
+from shardcron.coordination.election import Election
+from shardcron.coordination.etcd import Etcd
+from shardcron.coordination.keys import KeyLayout
+from shardcron.coordination.ownership import Action, Role, ShardSlot, ShardState, decide, role_of
+from shardcron.coordination.session import Session
+from shardcron.coordination.view import ClusterView
+from shardcron.errors import ConfigError, EtcdUnavailable, FencedOut, SessionLost, StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+
+class ShardWork(Protocol):
+    """What the coordinator needs from the scheduling side."""
+
+    def acquire(self, shard: int, fence: int, stop: threading.Event, session: Session) -> None:
+        """Raise the fence in the store and start running the shard's jobs. Raises FencedOut when stale."""
+
+    def release(self, shard: int, grace_s: float, on_done: Callable[[], None]) -> None:
+        """Stop claiming, wait up to ``grace_s`` for running ticks, then call ``on_done`` (from any thread)."""
+
+    def job_count(self, shard: int) -> int: ...
+
+
+@dataclass
+class CoordinatorSettings:
+    node_id: str
+    address: str
+    shard_count: int
+    ttl_s: int = 10
+    settle_s: float = 1.0  # membership changes inside this window are handled as one
+    resign_grace_s: float = 5.0  # how long a resigning leader waits for running ticks
+    started_at_ms: int = 0
+
+
+class Coordinator:
+    def __init__(self, etcd: Etcd, layout: KeyLayout, settings: CoordinatorSettings, work: ShardWork):
+        self.etcd = etcd
+        self.layout = layout
+        self.s = settings
+        self.work = work
+        self.view = ClusterView(layout)
+        self.slots = {k: ShardSlot(k) for k in range(settings.shard_count)}
+        self.session: Session | None = None
+        self.joined = threading.Event()  # set once registered and watching; cleared on session loss
+        self.stopped = threading.Event()  # set when run() has returned
+        self._events: queue.Queue = queue.Queue()
+        self._stopping = False
+        self._cancel_watch: Callable[[], None] | None = None
+        self._members_seen: tuple[str, ...] = ()
+        self._members_changed_at = 0.0
+        self._placements: dict[int, balancer.Placement] = {}
+        self._last_proclaim: dict[int, int] = {}
+
+    # -- public -----------------------------------------------------------------
+
+    def request_stop(self) -> None:
+        self._events.put(("stop",))
+
+    def report_fenced(self, shard: int, fence: int) -> None:
+        """Called by the scheduling side when a write under ``fence`` was rejected."""
+        self._events.put(("fenced", shard, fence))
+
+    def led_shards(self) -> list[int]:
+        return [k for k, s in self.slots.items() if s.state is ShardState.LEADER]
+
+    def run(self) -> None:
+        """Until stopped: open a session, join, keep shards; after a session loss, start over."""
+        backoff = 0.5
+        try:
+            while not self._stopping:
+                try:
+                    self._open_session()
+                    backoff = 0.5
+                    self._serve()
+                except (EtcdUnavailable, SessionLost) as e:
+                    log.warning("coordination interrupted: %s; retrying in %.1fs", e, backoff)
+                    self._drop_session(str(e))
+                    if self._wait_stop(backoff):
+                        break
+                    backoff = min(backoff * 2, 5.0)
+        finally:
+            self._drop_session("node stopping")
+            self.stopped.set()
+
+    # -- session ------------------------------------------------------------------
+
+    def _open_session(self) -> None:
+        session = Session(self.etcd, self.s.ttl_s, name=self.s.node_id)
+        self.session = session
+        for slot in self.slots.values():
+            slot.stop = threading.Event()
+            slot.set_state(ShardState.IDLE, "new session")
+            slot.election = None
+        session.on_lost(self._on_session_lost)
+        deadline = clock.monotonic() + self.s.ttl_s + 2
+        while True:
+            try:
+                membership.register(self.etcd, self.layout, session, self.s.node_id, self.s.address,
+                                    self.s.started_at_ms)
+                break
+            except ConfigError:
+                # A previous incarnation of this node id (killed, restarted fast) holds
+                # the key until its lease expires; wait for that, no longer.
+                if clock.monotonic() > deadline or self._wait_stop(0.5):
+                    raise
+        self._resync()
+        self.joined.set()
+        log.info("joined the cluster as %s (lease %x)", self.s.node_id, session.lease_id)
+
+    def _on_session_lost(self, reason: str) -> None:
+        # Runs on the keepalive thread: stop all work now, not when the loop gets to it.
+        for slot in self.slots.values():
+            slot.stop.set()
+        self.joined.clear()
+        self._events.put(("lost", reason))
+
+    def _drop_session(self, reason: str) -> None:
+        self.joined.clear()
+        if self._cancel_watch:
+            self._cancel_watch()
+            self._cancel_watch = None
+        for slot in self.slots.values():
+            if slot.state in (ShardState.LEADER, ShardState.RESIGNING):
+                slot.stop.set()
+                self.work.release(slot.shard, 0.0, lambda: None)
+            slot.set_state(ShardState.LOST, reason)
+            slot.election = None
+        if self.session:
+            session, self.session = self.session, None
+            if self._stopping and not session.done.is_set():
+                session.close()
+            else:
+                session.orphan()
+
+    def _resync(self) -> None:
+        if self._cancel_watch:
+            self._cancel_watch()
+        rev, kvs = self.etcd.get_prefix(self.layout.root)
+        self.view.load(rev, kvs)
+        self._cancel_watch = self.etcd.watch_prefix(
+            self.layout.root, rev + 1,
+            lambda r, evs: self._events.put(("watch", r, evs)),
+            lambda why: self._events.put(("watch_error", why)),
+        )
+
+    # -- the loop -----------------------------------------------------------------
+
+    def _serve(self) -> None:
+        self._reconcile()
+        while True:
+            timeout = self._next_wakeup()
+            try:
+                ev = self._events.get(timeout=timeout)
+            except queue.Empty:
+                ev = ("tick",)
+            batch = [ev]
+            while True:
+                try:
+                    batch.append(self._events.get_nowait())
+                except queue.Empty:
+                    break
+            for ev in batch:
+                self._handle(ev)
+            if self._stopping and self._all_idle():
+                self._leave()
+                return
+            self._reconcile()
+
+    def _handle(self, ev: tuple) -> None:
+        kind = ev[0]
+        if kind == "lost":
+            raise SessionLost(ev[1])
+        if kind == "stop":
+            if not self._stopping:
+                log.info("stopping: handing every shard over")
+            self._stopping = True
+        elif kind == "watch":
+            self.view.apply(ev[1], ev[2])
+        elif kind == "watch_error":
+            log.warning("watch on %s broke (%s); re-reading", self.layout.root, ev[1])
+            self._resync()
+        elif kind == "drained":
+            self._finish_resign(self.slots[ev[1]])
+        elif kind == "fenced":
+            slot = self.slots[ev[1]]
+            if slot.state is ShardState.LEADER and slot.fence == ev[2]:
+                log.error("shard %d: a write under fence %d was rejected; a newer leader exists, giving the shard up",
+                          slot.shard, slot.fence, extra={"shard": slot.shard, "fence": slot.fence})
+                self._resign(slot, grace_s=0.0, why="fenced out")
+
+    def _next_wakeup(self) -> float:
+        wait = 1.0
+        if self._members_changed_at:
+            wait = min(wait, max(0.05, self._members_changed_at + self.s.settle_s - clock.monotonic()))
+        return wait
+
+    def _wait_stop(self, seconds: float) -> bool:
+        end = clock.monotonic() + seconds
+        while (left := end - clock.monotonic()) > 0:
+            try:
+                ev = self._events.get(timeout=left)
+            except queue.Empty:
+                break
+            if ev[0] == "stop":
+                self._stopping = True
+                return True
+        return self._stopping
+
+    def _all_idle(self) -> bool:
+        return all(s.state in (ShardState.IDLE, ShardState.LOST) for s in self.slots.values())
+
+    def _leave(self) -> None:
+        try:
+            membership.deregister(self.etcd, self.layout, self.s.node_id)
+        except EtcdUnavailable as e:
+            log.warning("could not remove the membership key: %s", e)
+
+    # -- decisions ------------------------------------------------------------------
+
+    def _current_placements(self) -> dict[int, balancer.Placement]:
+        members = tuple(self.view.active_members())
+        now = clock.monotonic()
+        if members != self._members_seen:
+            self._members_seen = members
+            self._members_changed_at = now
+        if self._members_changed_at and now - self._members_changed_at < self.s.settle_s and self._placements:
+            return self._placements  # batch changes inside the settle window
+        self._members_changed_at = 0.0
+        self._placements = balancer.assign(self.s.shard_count, members)
+        return self._placements
+
+    def _reconcile(self) -> None:
+        if self.session is None or self.session.done.is_set():
+            return
+        placements = self._current_placements()
+        me = self.s.node_id
+        for shard, slot in self.slots.items():
+            queue_nodes = [c.node_id for c in self.view.queue(shard)]
+            self._check_key_present(slot)
+            p = placements.get(shard)
+            role = role_of(me, p.primary, p.standby) if p else Role.NONE
+            action = decide(slot.state, role, me, queue_nodes, p.primary if p else None, self._stopping)
+            if action is not Action.NOTHING:
+                self._do(slot, action, role)
+        self._proclaim_job_counts()
+
+    def _check_key_present(self, slot: ShardSlot) -> None:
+        el = slot.election
+        if slot.state not in (ShardState.CANDIDATE, ShardState.LEADER) or el is None:
+            return
+        if self.view.revision >= el.rev and el.key not in self.view.candidates.get(slot.shard, {}):
+            if slot.state is ShardState.LEADER:
+                slot.stop.set()
+                self.work.release(slot.shard, 0.0, lambda: None)
+            slot.election = None
+            slot.set_state(ShardState.IDLE, f"our key {el.key} disappeared from etcd")
+
+    def _do(self, slot: ShardSlot, action: Action, role: Role) -> None:
+        try:
+            if action is Action.CAMPAIGN:
+                slot.election = Election(self.etcd, self.session, self.layout, slot.shard)
+                slot.election.campaign(self._key_value())
+                slot.set_state(ShardState.CANDIDATE, f"campaigning as {role.value} (rev {slot.election.rev})")
+            elif action is Action.WITHDRAW:
+                slot.election.resign()
+                slot.election = None
+                slot.set_state(ShardState.IDLE, "withdrawn: no longer primary or standby")
+            elif action is Action.REQUEUE:
+                slot.election.resign()
+                slot.election.campaign(self._key_value())
+                log.info("shard %d: re-queued behind the preferred owner (rev %d)", slot.shard, slot.election.rev)
+            elif action is Action.ACQUIRE:
+                self._acquire(slot)
+            elif action is Action.RESIGN:
+                why = "node stopping" if self._stopping else "handing over to the preferred owner"
+                self._resign(slot, self.s.resign_grace_s, why)
+        except FencedOut as e:
+            log.error("shard %d: %s; our key is stale, stepping back", slot.shard, e)
+            self._abandon_candidacy(slot)
+        except StoreUnavailable as e:
+            log.error("shard %d: store unavailable while taking the shard (%s); stepping back", slot.shard, e)
+            self._abandon_candidacy(slot)
+        except EtcdUnavailable as e:
+            log.warning("shard %d: %s failed: %s", slot.shard, action.value, e)
+
+    def _acquire(self, slot: ShardSlot) -> None:
+        el = slot.election
+        if not el.is_leader_now():
+            return  # the mirror ran ahead of etcd; the deletion event will come
+        slot.fence = el.rev
+        slot.stop = threading.Event()
+        self.work.acquire(slot.shard, el.rev, slot.stop, self.session)
+        slot.set_state(ShardState.LEADER, f"elected, fence {el.rev}")
+        el.proclaim(self._key_value(since_ms=clock.wall_ms(), jobs=self.work.job_count(slot.shard)))
+        self._last_proclaim[slot.shard] = self.work.job_count(slot.shard)
+
+    def _abandon_candidacy(self, slot: ShardSlot) -> None:
+        slot.stop.set()
+        if slot.election:
+            try:
+                slot.election.resign()
+            except EtcdUnavailable:
+                pass
+        slot.election = None
+        slot.set_state(ShardState.IDLE, "stepped back")
+
+    def _resign(self, slot: ShardSlot, grace_s: float, why: str) -> None:
+        slot.set_state(ShardState.RESIGNING, why)
+        shard = slot.shard
+        self.work.release(shard, grace_s, lambda: self._events.put(("drained", shard)))
+
+    def _finish_resign(self, slot: ShardSlot) -> None:
+        if slot.state is not ShardState.RESIGNING:
+            return
+        slot.stop.set()
+        try:
+            if slot.election:
+                slot.election.resign()
+        except EtcdUnavailable as e:
+            log.warning("shard %d: could not delete our key (%s); it goes with the lease", slot.shard, e)
+        slot.election = None
+        slot.set_state(ShardState.IDLE, "resigned")
+
+    def _key_value(self, since_ms: int | None = None, jobs: int | None = None) -> dict:
+        v = {"node": self.s.node_id, "address": self.s.address}
+        if since_ms is not None:
+            v.update(since_ms=since_ms, jobs=jobs)
+        return v
+
+    def _proclaim_job_counts(self) -> None:
+        """Keep the job count in the leader key fresh, so `shardcron shards` needs etcd alone."""
+        for shard in self.led_shards():
+            n = self.work.job_count(shard)
+            if self._last_proclaim.get(shard) != n:
+                slot = self.slots[shard]
+                cand = self.view.candidates.get(shard, {}).get(slot.election.key) if slot.election else None
+                since = cand.leader_since_ms if cand and cand.leader_since_ms else clock.wall_ms()
+                try:
+                    slot.election.proclaim(self._key_value(since_ms=since, jobs=n))
+                    self._last_proclaim[shard] = n
+                except EtcdUnavailable:
+                    pass
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.05) -> bool:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(interval_s)
+    return predicate()

@@ -1,0 +1,271 @@
+"""A thin adapter over etcd-sdk-python (``pyetcd``): the only module that imports it.
+
+Why a wrapper at all:
+- every call gets an explicit timeout; the library's default is none;
+- endpoints are built with ``time_retry=0``, else one error quarantines an
+  endpoint for 300 s and a single-endpoint client goes dark for five minutes;
+- the library's range request maps ``max_create_revision`` onto the wrong
+  protobuf field, so ranges are built here;
+- gRPC errors become ``EtcdUnavailable`` naming the endpoints, never a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+import pyetcd
+from pyetcd import etcdrpc
+from pyetcd.utils import prefix_range_end
+
+from shardcron.errors import ConfigError, EtcdUnavailable
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class KV:
+    key: str
+    value: bytes
+    create_revision: int
+    mod_revision: int
+    lease: int
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    kind: str  # "put" or "delete"
+    kv: KV
+
+
+@dataclass(frozen=True)
+class EtcdSecurity:
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    user: str | None = None
+    password: str | None = None
+
+
+def parse_endpoints(text: str) -> list[tuple[str, int, bool]]:
+    """``"127.0.0.1:2379,https://etcd-2:2379"`` -> [(host, port, secure), ...]."""
+    out = []
+    for raw in (p.strip() for p in text.split(",")):
+        if not raw:
+            continue
+        secure = raw.startswith("https://")
+        hostport = raw.split("://", 1)[-1].rstrip("/")
+        host, sep, port = hostport.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ConfigError(f"--etcd: {raw!r} is not host:port (for example 127.0.0.1:2379)")
+        out.append((host.strip("[]"), int(port), secure))
+    if not out:
+        raise ConfigError("--etcd: no endpoint given (for example 127.0.0.1:2379)")
+    return out
+
+
+def _kv(m) -> KV:
+    return KV(m.key.decode(), bytes(m.value), m.create_revision, m.mod_revision, m.lease)
+
+
+class Etcd:
+    """The etcd operations shardcron needs, each with a deadline."""
+
+    def __init__(self, endpoints: str, *, timeout_s: float = 5.0, security: EtcdSecurity | None = None):
+        self.endpoints = endpoints
+        self.timeout_s = timeout_s
+        sec = security or EtcdSecurity()
+        creds = None
+        parsed = parse_endpoints(endpoints)
+        if sec.ca_file or any(s for _, _, s in parsed):
+            if not sec.ca_file:
+                raise ConfigError("--etcd uses https:// but no --etcd-ca was given")
+            creds = pyetcd.MultiEndpointEtcd3Client.get_secure_creds(sec.ca_file, sec.key_file, sec.cert_file)
+        eps = [
+            pyetcd.Endpoint(h, p, secure=creds is not None, creds=creds, time_retry=0,
+                            opts=[("grpc.keepalive_time_ms", 5000), ("grpc.keepalive_timeout_ms", 3000)])
+            for h, p, _ in parsed
+        ]
+        try:
+            self._client = pyetcd.MultiEndpointEtcd3Client(
+                eps, timeout=timeout_s, user=sec.user, password=sec.password, failover=True
+            )
+        except Exception as e:  # authentication happens in the constructor
+            raise EtcdUnavailable(f"etcd at {endpoints}: {_reason(e)}") from None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- plumbing -----------------------------------------------------------
+
+    def _call(self, what: str, fn, *args, timeout: float | None = None):
+        stub_timeout = self.timeout_s if timeout is None else timeout
+        try:
+            return fn(*args, stub_timeout, credentials=self._client.call_credentials, metadata=self._client.metadata)
+        except grpc.RpcError as e:
+            self._failover(e)
+            raise EtcdUnavailable(f"etcd {what} at {self.endpoints}: {_reason(e)}") from None
+        except ValueError as e:  # pyetcd raises this when every endpoint is marked failed
+            raise EtcdUnavailable(f"etcd {what} at {self.endpoints}: {e}") from None
+
+    def _failover(self, err: grpc.RpcError) -> None:
+        # Move to another endpoint on connection-level errors; time_retry=0 keeps
+        # the failed one usable, so a single-endpoint client retries at once.
+        if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL):
+            try:
+                self._client.endpoint_in_use.fail()
+                self._client._clear_old_stubs()
+            except Exception:  # noqa: BLE001 - best effort, the next call reconnects anyway
+                pass
+
+    @property
+    def _kv_stub(self):
+        return self._client.kvstub
+
+    # -- key-value ------------------------------------------------------------
+
+    def status(self):
+        """Header of a cheap linearizable read: proves a quorum answers. Returns (cluster_id, revision)."""
+        req = etcdrpc.RangeRequest(key=b"\0", count_only=True)
+        resp = self._call("status", self._kv_stub.Range, req)
+        return resp.header.cluster_id, resp.header.revision
+
+    def get(self, key: str) -> KV | None:
+        resp = self._call("get", self._kv_stub.Range, etcdrpc.RangeRequest(key=key.encode()))
+        return _kv(resp.kvs[0]) if resp.kvs else None
+
+    def get_prefix(self, prefix: str, *, sort_by_create: bool = False) -> tuple[int, list[KV]]:
+        """All keys under ``prefix`` and the revision they were read at."""
+        req = etcdrpc.RangeRequest(key=prefix.encode(), range_end=prefix_range_end(prefix.encode()))
+        if sort_by_create:
+            req.sort_target = etcdrpc.RangeRequest.CREATE
+            req.sort_order = etcdrpc.RangeRequest.ASCEND
+        resp = self._call("range", self._kv_stub.Range, req)
+        return resp.header.revision, [_kv(m) for m in resp.kvs]
+
+    def newest_created_before(self, prefix: str, create_revision: int) -> KV | None:
+        """The key under ``prefix`` created last before ``create_revision``, if any (linearizable).
+
+        Like Go's ``waitDeletes``: sort by create revision, newest first, limit 1.
+        (etcd's ``count`` ignores revision filters, so the key itself is fetched.)
+        """
+        req = etcdrpc.RangeRequest(
+            key=prefix.encode(), range_end=prefix_range_end(prefix.encode()), keys_only=True, limit=1,
+            sort_target=etcdrpc.RangeRequest.CREATE, sort_order=etcdrpc.RangeRequest.DESCEND,
+            max_create_revision=create_revision - 1,
+        )
+        resp = self._call("range", self._kv_stub.Range, req)
+        return _kv(resp.kvs[0]) if resp.kvs else None
+
+    def put(self, key: str, value: bytes, lease: int = 0) -> int:
+        req = etcdrpc.PutRequest(key=key.encode(), value=value, lease=lease)
+        return self._call("put", self._kv_stub.Put, req).header.revision
+
+    def delete(self, key: str) -> bool:
+        req = etcdrpc.DeleteRangeRequest(key=key.encode())
+        return self._call("delete", self._kv_stub.DeleteRange, req).deleted > 0
+
+    def _txn(self, compare, success, failure=()):
+        req = etcdrpc.TxnRequest(compare=compare, success=success, failure=list(failure))
+        return self._call("txn", self._kv_stub.Txn, req)
+
+    @staticmethod
+    def _cmp_create(key: str, rev: int):
+        return etcdrpc.Compare(
+            key=key.encode(), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.CREATE, create_revision=rev
+        )
+
+    def put_if_absent(self, key: str, value: bytes, lease: int = 0) -> tuple[bool, KV | None]:
+        """Create ``key`` only if it does not exist. Returns (created, the key as it now stands)."""
+        put = etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=key.encode(), value=value, lease=lease))
+        get = etcdrpc.RequestOp(request_range=etcdrpc.RangeRequest(key=key.encode()))
+        resp = self._txn([self._cmp_create(key, 0)], [put, get], [get])
+        kvs = resp.responses[-1].response_range.kvs
+        return resp.succeeded, (_kv(kvs[0]) if kvs else None)
+
+    def put_if_created_at(self, key: str, value: bytes, create_revision: int, lease: int = 0) -> bool:
+        """Overwrite ``key`` only while it is the same incarnation (etcd's ``Proclaim``)."""
+        put = etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=key.encode(), value=value, lease=lease))
+        return self._txn([self._cmp_create(key, create_revision)], [put]).succeeded
+
+    def delete_if_created_at(self, key: str, create_revision: int) -> bool:
+        """Delete ``key`` only while it is the same incarnation (etcd's ``Resign``)."""
+        rm = etcdrpc.RequestOp(request_delete_range=etcdrpc.DeleteRangeRequest(key=key.encode()))
+        return self._txn([self._cmp_create(key, create_revision)], [rm]).succeeded
+
+    # -- leases ---------------------------------------------------------------
+
+    def grant(self, ttl_s: int) -> tuple[int, int]:
+        resp = self._call("lease grant", self._client.leasestub.LeaseGrant, etcdrpc.LeaseGrantRequest(TTL=ttl_s))
+        if resp.error:
+            raise EtcdUnavailable(f"etcd lease grant at {self.endpoints}: {resp.error}")
+        return resp.ID, resp.TTL
+
+    def keepalive_once(self, lease_id: int, timeout_s: float) -> int:
+        """Renew the lease once. Returns the remaining TTL; <= 0 means the lease is gone."""
+        def call(req_iter, timeout, **kw):
+            for resp in self._client.leasestub.LeaseKeepAlive(req_iter, timeout, **kw):
+                return resp.TTL
+            return 0
+
+        return self._call("lease keepalive", call, iter([etcdrpc.LeaseKeepAliveRequest(ID=lease_id)]),
+                          timeout=timeout_s)
+
+    def revoke(self, lease_id: int, timeout_s: float = 2.0) -> None:
+        self._call("lease revoke", self._client.leasestub.LeaseRevoke,
+                   etcdrpc.LeaseRevokeRequest(ID=lease_id), timeout=timeout_s)
+
+    # -- watches ----------------------------------------------------------------
+
+    def watch_prefix(
+        self, prefix: str, start_revision: int, on_events: Callable[[int, list[WatchEvent]], None],
+        on_error: Callable[[str], None],
+    ) -> Callable[[], None]:
+        """Deliver every change under ``prefix`` from ``start_revision`` on.
+
+        ``on_events(revision, events)`` runs on the library's watch thread, so it
+        must not block. After any stream error ``on_error`` is called once and the
+        watch is dead: the caller re-reads and re-watches from the revision it read.
+        """
+        def callback(resp):
+            if isinstance(resp, Exception):
+                on_error(_reason(resp))
+                return
+            evs = []
+            for ev in resp.events:
+                kind = "delete" if isinstance(ev, pyetcd.events.DeleteEvent) else "put"
+                evs.append(WatchEvent(kind, KV(ev.key.decode(), bytes(ev.value or b""), ev.create_revision,
+                                               ev.mod_revision, getattr(ev._event.kv, "lease", 0))))
+            on_events(resp.header.revision, evs)
+
+        try:
+            watch_id = self._client.add_watch_prefix_callback(prefix, callback, start_revision=start_revision)
+        except Exception as e:  # noqa: BLE001 - grpc, timeout or compaction: all mean "re-read"
+            raise EtcdUnavailable(f"etcd watch at {self.endpoints}: {_reason(e)}") from None
+
+        def cancel():
+            try:
+                self._client.cancel_watch(watch_id)
+            except Exception:  # noqa: BLE001 - the stream may already be gone
+                pass
+
+        return cancel
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._client.close()
+        except Exception:  # noqa: BLE001 - closing a broken channel may fail; nothing to do
+            pass
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, grpc.RpcError) and hasattr(e, "code"):
+        details = e.details() if hasattr(e, "details") else ""
+        return f"{e.code().name}: {details}".strip()
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__

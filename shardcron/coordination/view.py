@@ -1,0 +1,126 @@
+"""A local mirror of everything under ``<prefix>/``: configuration, members, drains, candidates.
+
+The mirror is fed by one prefix watch and read by pure decisions (who leads
+which shard, who is queued, who should move). It is never the proof of
+leadership: before a node acts as leader it re-checks etcd (see election.py).
+Not thread-safe: the coordinator's control thread owns it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from shardcron.coordination.etcd import KV, Etcd, WatchEvent
+from shardcron.coordination.keys import KeyLayout
+
+
+@dataclass(frozen=True)
+class Candidate:
+    shard: int
+    key: str
+    create_revision: int
+    lease: int
+    node_id: str
+    address: str
+    leader_since_ms: int | None = None
+    jobs: int | None = None
+
+
+@dataclass(frozen=True)
+class Member:
+    node_id: str
+    address: str
+    started_at_ms: int
+    lease: int
+
+
+def _json(value: bytes) -> dict:
+    try:
+        d = json.loads(value or b"{}")
+        return d if isinstance(d, dict) else {}
+    except ValueError:
+        return {}
+
+
+@dataclass
+class ClusterView:
+    layout: KeyLayout
+    revision: int = 0
+    config: dict | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    drains: set[str] = field(default_factory=set)
+    candidates: dict[int, dict[str, Candidate]] = field(default_factory=dict)
+
+    def load(self, revision: int, kvs: list[KV]) -> None:
+        self.revision, self.config = revision, None
+        self.members, self.drains, self.candidates = {}, set(), {}
+        for kv in kvs:
+            self._put(kv)
+
+    def apply(self, revision: int, events: list[WatchEvent]) -> set[int]:
+        """Apply watch events; returns the shards whose candidates changed."""
+        touched: set[int] = set()
+        for ev in events:
+            parsed = self.layout.parse_candidate(ev.kv.key)
+            if parsed:
+                touched.add(parsed[0])
+            if ev.kind == "put":
+                self._put(ev.kv)
+            else:
+                self._delete(ev.kv.key)
+        self.revision = max(self.revision, revision)
+        return touched
+
+    def _put(self, kv: KV) -> None:
+        lay = self.layout
+        if kv.key == lay.config:
+            self.config = _json(kv.value)
+        elif (shard_lease := lay.parse_candidate(kv.key)) is not None:
+            d = _json(kv.value)
+            self.candidates.setdefault(shard_lease[0], {})[kv.key] = Candidate(
+                shard_lease[0], kv.key, kv.create_revision, kv.lease, str(d.get("node", "?")),
+                str(d.get("address", "")), d.get("since_ms"), d.get("jobs"),
+            )
+        elif (node := lay.parse_node(kv.key)) is not None:
+            d = _json(kv.value)
+            self.members[node] = Member(node, str(d.get("address", "")), int(d.get("started_at_ms", 0)), kv.lease)
+        elif (node := lay.parse_drain(kv.key)) is not None:
+            self.drains.add(node)
+
+    def _delete(self, key: str) -> None:
+        lay = self.layout
+        if key == lay.config:
+            self.config = None
+        elif (shard_lease := lay.parse_candidate(key)) is not None:
+            self.candidates.get(shard_lease[0], {}).pop(key, None)
+        elif (node := lay.parse_node(key)) is not None:
+            self.members.pop(node, None)
+        elif (node := lay.parse_drain(key)) is not None:
+            self.drains.discard(node)
+
+    # -- reads ------------------------------------------------------------------
+
+    def queue(self, shard: int) -> list[Candidate]:
+        """The shard's candidates in election order: the first one leads."""
+        return sorted(self.candidates.get(shard, {}).values(), key=lambda c: c.create_revision)
+
+    def leader(self, shard: int) -> Candidate | None:
+        q = self.queue(shard)
+        return q[0] if q else None
+
+    @property
+    def shard_count(self) -> int | None:
+        n = (self.config or {}).get("shards")
+        return n if isinstance(n, int) and n > 0 else None
+
+    def active_members(self) -> list[str]:
+        """Members that may lead shards: live and not draining."""
+        return sorted(n for n in self.members if n not in self.drains)
+
+
+def read_view(etcd: Etcd, layout: KeyLayout) -> ClusterView:
+    rev, kvs = etcd.get_prefix(layout.root)
+    view = ClusterView(layout)
+    view.load(rev, kvs)
+    return view

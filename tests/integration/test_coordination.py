@@ -1,0 +1,138 @@
+"""Session, election and membership against a real etcd."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from shardcron.coordination.election import Election
+from shardcron.coordination.etcd import Etcd
+from shardcron.coordination.keys import KeyLayout
+from shardcron.coordination.membership import ensure_config, register
+from shardcron.coordination.session import Session
+from shardcron.errors import ConfigError, EtcdUnavailable
+
+
+@pytest.fixture
+def etcd(etcd_server):
+    client = Etcd(etcd_server.endpoints, timeout_s=3.0)
+    yield client
+    client.close()
+
+
+def wait_for(predicate, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return predicate()
+
+
+def test_session_keeps_its_lease_alive_past_the_ttl(etcd, etcd_prefix):
+    s = Session(etcd, 2)
+    try:
+        etcd.put(etcd_prefix + "/k", b"v", lease=s.lease_id)
+        # Three TTLs later the key is still there: renewals at TTL/3 kept it.
+        assert not s.done.wait(6.0)
+        assert etcd.get(etcd_prefix + "/k") is not None
+        assert s.can_act()
+        assert s.seconds_since_renewal() < 2.0
+    finally:
+        s.close()
+    assert etcd.get(etcd_prefix + "/k") is None, "close() revokes the lease and its keys"
+
+
+def test_losing_the_lease_is_an_event(etcd, etcd_prefix):
+    s = Session(etcd, 3)
+    lost = threading.Event()
+    reasons = []
+    s.on_lost(lambda r: (reasons.append(r), lost.set()))
+    etcd.revoke(s.lease_id)  # someone else revokes it: the next renewal reports TTL<=0
+    assert lost.wait(5.0), "the session-lost callback must fire"
+    assert s.done.is_set() and not s.can_act()
+    assert "TTL<=0" in reasons[0]
+    late = []
+    s.on_lost(late.append)  # a listener added after the loss hears about it at once
+    assert late == [reasons[0]]
+    s.orphan()
+
+
+def test_an_orphaned_session_stops_acting_before_its_lease_can_expire(etcd, etcd_prefix):
+    s = Session(etcd, 2)
+    etcd.put(etcd_prefix + "/k", b"v", lease=s.lease_id)
+    s.orphan()  # as if the process stalled: no more renewals
+    assert wait_for(lambda: not s.can_act(), 3.0)
+    # The node stopped acting no later than etcd expires the key.
+    assert etcd.get(etcd_prefix + "/k") is not None or not s.can_act()
+    assert wait_for(lambda: etcd.get(etcd_prefix + "/k") is None, 5.0)
+
+
+def test_election_lowest_create_revision_leads_and_resign_hands_over(etcd, etcd_prefix):
+    layout = KeyLayout(etcd_prefix)
+    a, b = Session(etcd, 5), Session(etcd, 5)
+    try:
+        ea, eb = Election(etcd, a, layout, 3), Election(etcd, b, layout, 3)
+        rev_a = ea.campaign({"node": "a"})
+        rev_b = eb.campaign({"node": "b"})
+        assert rev_b > rev_a
+        assert ea.campaign({"node": "a"}) == rev_a, "campaign is idempotent for one session"
+        assert ea.is_leader_now() and not eb.is_leader_now()
+        assert ea.proclaim({"node": "a", "since_ms": 1})
+        ea.resign()
+        assert eb.is_leader_now(), "the next candidate leads once the older key is gone"
+        assert not ea.proclaim({"node": "a"}), "a resigned candidate cannot proclaim"
+        # A new campaign goes to the back of the queue with a higher fence.
+        rev_a2 = ea.campaign({"node": "a"})
+        assert rev_a2 > rev_b and not ea.is_leader_now()
+    finally:
+        a.close()
+        b.close()
+
+
+def test_leader_key_expires_with_its_session(etcd, etcd_prefix):
+    layout = KeyLayout(etcd_prefix)
+    a, b = Session(etcd, 2), Session(etcd, 5)
+    try:
+        ea, eb = Election(etcd, a, layout, 0), Election(etcd, b, layout, 0)
+        ea.campaign({})
+        eb.campaign({})
+        a.orphan()  # the leader stalls
+        assert wait_for(eb.is_leader_now, 6.0), "the runner-up leads once the stalled lease expires"
+    finally:
+        b.close()
+
+
+def test_config_is_written_once_and_a_different_shard_count_is_refused(etcd, etcd_prefix):
+    layout = KeyLayout(etcd_prefix)
+    assert ensure_config(etcd, layout, 16, 0) == 16
+    assert ensure_config(etcd, layout, 16, 0) == 16
+    with pytest.raises(ConfigError) as e:
+        ensure_config(etcd, layout, 32, 0)
+    assert "16" in str(e.value) and "32" in str(e.value)
+
+
+def test_a_live_node_id_cannot_register_twice(etcd, etcd_prefix):
+    layout = KeyLayout(etcd_prefix)
+    a, b = Session(etcd, 5), Session(etcd, 5)
+    try:
+        register(etcd, layout, a, "n1", "127.0.0.1:1", 0)
+        register(etcd, layout, a, "n1", "127.0.0.1:1", 0)  # same session: fine
+        with pytest.raises(ConfigError, match="n1"):
+            register(etcd, layout, b, "n1", "127.0.0.1:2", 0)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_unreachable_etcd_is_a_clear_error():
+    from shardcron.testing.etcd_server import free_port
+
+    port = free_port()
+    client = Etcd(f"127.0.0.1:{port}", timeout_s=1.0)
+    with pytest.raises(EtcdUnavailable) as e:
+        client.status()
+    assert f"127.0.0.1:{port}" in str(e.value)
+    client.close()
