@@ -1,0 +1,226 @@
+"""A tiny HTTP sink that records what it receives: the target of the demo jobs
+of ``make dev`` and of the executor tests.
+
+    python -m shardcron.devsink --port 8089
+
+Any method on any path answers 200 ``ok``, except:
+    /status/<code>   answers with that status code
+    /slow/<ms>       waits that long, then answers 200 (for timeout and cancel tests)
+    /echo            answers 200 with the request's body
+
+A request is recorded as soon as its body has arrived, before any /slow wait,
+so a test can wait for it to be in flight.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_STATUS = re.compile(r"/status/(\d{3})/?")
+_SLOW = re.compile(r"/slow/(\d+)/?")
+_print_lock = threading.Lock()  # handler threads print whole lines, never interleaved
+
+
+@dataclass(frozen=True)
+class Received:
+    method: str
+    path: str  # with the query string, as sent
+    headers: dict[str, str]  # names in lower case; values decoded as UTF-8 where they are valid UTF-8
+    body: bytes
+    received_at_ms: int
+
+    def header(self, name: str) -> str | None:
+        return self.headers.get(name.lower())
+
+
+class Sink:
+    """Start it, point jobs at ``url``, then look at ``requests()`` or ``wait_for()`` one."""
+
+    def __init__(self, on_request: Callable[[Received], None] | None = None):
+        self._on_request = on_request
+        self._received: list[Received] = []
+        self._changed = threading.Condition()
+        self._stopping = threading.Event()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self._scheme = "http"
+
+    def start(self, host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None) -> tuple[str, int]:
+        """Listen (on a free port if ``port`` is 0); with ``ssl_context``, speak HTTPS."""
+        if self._server is not None:
+            raise RuntimeError("sink already started")
+        self._stopping.clear()
+        self._server = _Server((host, port), _Handler, self)
+        self._scheme = "https" if ssl_context else "http"
+        if ssl_context is not None:
+            self._server.socket = ssl_context.wrap_socket(self._server.socket, server_side=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="devsink", daemon=True
+        )
+        self._thread.start()
+        return self.address
+
+    def stop(self) -> None:
+        server, self._server = self._server, None
+        if server is None:
+            return
+        self._stopping.set()  # wakes handlers waiting in /slow
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> Sink:
+        if self._server is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        if self._server is None:
+            raise RuntimeError("sink not started")
+        host, port = self._server.server_address[:2]
+        return host, port
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"{self._scheme}://[{host}]:{port}" if ":" in host else f"{self._scheme}://{host}:{port}"
+
+    def requests(self) -> list[Received]:
+        with self._changed:
+            return list(self._received)
+
+    def wait_for(self, predicate: Callable[[list[Received]], bool], timeout: float) -> bool:
+        """Wait until ``predicate(requests so far)`` is true; False if ``timeout`` passes first."""
+        with self._changed:
+            return self._changed.wait_for(lambda: predicate(list(self._received)), timeout)
+
+    def clear(self) -> None:
+        with self._changed:
+            self._received.clear()
+
+    def _record(self, request: Received) -> None:
+        with self._changed:
+            self._received.append(request)
+            self._changed.notify_all()
+        if self._on_request is not None:
+            self._on_request(request)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, address, handler, sink: Sink):
+        self.sink = sink
+        super().__init__(address, handler)
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return  # the client gave up (a timed-out or cancelled request): expected
+        super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def log_message(self, format, *args) -> None:
+        pass  # one line per request comes from on_request, not from here
+
+    def _handle(self) -> None:
+        body = self._read_body()
+        sink = self.server.sink
+        sink._record(Received(
+            method=self.command,
+            path=self.path,
+            headers={name.lower(): _utf8(value) for name, value in self.headers.items()},
+            body=body,
+            received_at_ms=int(time.time() * 1000),
+        ))
+        route = self.path.split("?", 1)[0]
+        status, answer = 200, b"ok"
+        if m := _STATUS.fullmatch(route):
+            status, answer = int(m.group(1)), m.group(1).encode()
+        elif m := _SLOW.fullmatch(route):
+            sink._stopping.wait(int(m.group(1)) / 1000)
+        elif route.rstrip("/") == "/echo":
+            answer = body
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(answer)
+
+    do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _handle
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            chunks = []
+            while size := int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16):
+                chunks.append(self.rfile.read(size))
+                self.rfile.readline()  # the CRLF after each chunk
+            while self.rfile.readline().strip():  # trailers, up to the blank line
+                pass
+            return b"".join(chunks)
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length > 0 else b""
+
+
+def _utf8(value: str) -> str:
+    # http.server reads header bytes as latin-1; shardcron sends UTF-8.
+    try:
+        return value.encode("latin-1").decode("utf-8")
+    except UnicodeError:
+        return value
+
+
+def _print_request(r: Received) -> None:
+    when = time.strftime("%H:%M:%S", time.localtime(r.received_at_ms / 1000)) + f".{r.received_at_ms % 1000:03d}"
+    if r.header("x-shardcron-job-id") is None:
+        tick = "(no shardcron headers)"
+    else:
+        tick = (
+            f"job={r.header('x-shardcron-job-id')} scheduled_at={r.header('x-shardcron-scheduled-at')} "
+            f"fence={r.header('x-shardcron-fence')} attempt={r.header('x-shardcron-attempt')} "
+            f"node={r.header('x-shardcron-node')}"
+        )
+    with _print_lock:
+        print(f"{when} {r.method} {r.path} {tick}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m shardcron.devsink",
+                                     description="Receive and print the HTTP calls of shardcron jobs.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8089)
+    args = parser.parse_args(argv)
+    sink = Sink(on_request=_print_request)
+    try:
+        sink.start(args.host, args.port)
+    except OSError as e:
+        print(f"devsink: cannot listen on {args.host}:{args.port}: {e.strerror or e}", file=sys.stderr)
+        return 1
+    print(f"devsink listening on {sink.url}", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        sink.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,63 @@
+"""The executor interface, and the few helpers every executor shares.
+
+An executor runs one attempt of one tick, called by the scheduling loop from a
+worker thread. It never raises for a job failure: connection refused, a DNS
+error, a timeout, a non-zero exit, a non-2xx answer all come back as
+``ExecutionResult(ok=False, error=...)``. When ``cancel`` is set (the node lost
+the shard, or is stopping) it stops as soon as it can and reports an error that
+starts with ``"cancelled: "``.
+"""
+
+from __future__ import annotations
+
+import codecs
+import threading
+import time
+from datetime import UTC, datetime
+from typing import Protocol, runtime_checkable
+
+from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutionResult, ExecutorSpec, TickContext
+
+# How often an executor that waits for something else looks at ``cancel``.
+# It bounds how late a cancelled attempt notices, not how late a finished one does.
+CANCEL_POLL_S = 0.05
+
+
+@runtime_checkable
+class Executor(Protocol):
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event) -> ExecutionResult: ...
+
+
+def now_ms() -> int:
+    """Wall-clock epoch milliseconds, the unit of ``started_at_ms`` and ``finished_at_ms``."""
+    return int(time.time() * 1000)
+
+
+def rfc3339_ms(epoch_ms: int) -> str:
+    """``1767225605000`` -> ``"2026-01-01T00:00:05.000Z"`` (exact: no float rounding)."""
+    seconds, millis = divmod(epoch_ms, 1000)
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{millis:03d}Z"
+
+
+def truncate_output(data: bytes | bytearray, limit: int = OUTPUT_LIMIT_BYTES) -> str:
+    """At most ``limit`` bytes of UTF-8, cut on a character boundary, with nothing added.
+
+    Invalid bytes become U+FFFD. Since that takes 3 bytes where the bad byte
+    took 1, the decoded text is measured again and cut again if it grew past
+    the limit.
+    """
+    if len(data) <= limit:
+        text = bytes(data).decode("utf-8", "replace")
+        if len(text.encode("utf-8")) <= limit:
+            return text
+    text = _decode_whole_chars(bytes(data[:limit]))
+    encoded = text.encode("utf-8")
+    if len(encoded) > limit:
+        text = _decode_whole_chars(encoded[:limit])
+    return text
+
+
+def _decode_whole_chars(data: bytes) -> str:
+    # final=False leaves an incomplete trailing sequence in the decoder's
+    # buffer instead of replacing it: exactly "cut on a character boundary".
+    return codecs.getincrementaldecoder("utf-8")("replace").decode(data, final=False)

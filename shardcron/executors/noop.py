@@ -1,0 +1,14 @@
+"""The executor that does nothing and succeeds: for benchmarks and smoke tests."""
+
+from __future__ import annotations
+
+import threading
+
+from shardcron.executors.base import now_ms
+from shardcron.model import ExecutionResult, ExecutorSpec, TickContext
+
+
+class NoopExecutor:
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event) -> ExecutionResult:
+        t = now_ms()
+        return ExecutionResult(ok=True, started_at_ms=t, finished_at_ms=t)

@@ -1,0 +1,203 @@
+"""Runs a tick as ``/bin/sh -c <command>`` in a process group of its own.
+
+One thread does everything, with no reader thread: a selector watches the
+output pipe and (where the kernel has pidfds) the shell's exit, and the loop
+looks at the deadline and ``cancel`` at least every ``CANCEL_POLL_S``. Output
+(stdout and stderr merged) is read as it comes, so the command can never block
+on a full pipe: the first 64 KiB are kept, the rest is read and dropped.
+
+Stopping (timeout or cancel): SIGTERM to the whole group, up to
+``KILL_GRACE_S`` for the shell to exit and the output to close, then SIGKILL to
+the group. The shell is not reaped until the group has had its SIGKILL: an
+unreaped shell keeps its pid, which is the group id, from being reused, so the
+signals can never reach an unrelated group.
+
+When the shell exits on its own, the attempt is over. Background processes it
+left behind are not waited for nor killed (as with cron); if they still hold
+the output pipe, reading stops ``EXIT_DRAIN_S`` after the shell exited.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import threading
+import time
+
+from shardcron.executors.base import CANCEL_POLL_S, now_ms, rfc3339_ms, truncate_output
+from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutionResult, ExecutorSpec, TickContext
+
+SHELL = "/bin/sh"
+KILL_GRACE_S = 2.0  # between SIGTERM and SIGKILL
+EXIT_DRAIN_S = 1.0  # how long to keep reading output after the shell exited
+_READ_CHUNK = 64 * 1024
+
+
+def tick_environment(ctx: TickContext) -> dict[str, str]:
+    """The variables that tell the command which tick, attempt and fence it serves."""
+    return {
+        "SHARDCRON_JOB_ID": ctx.job_id,
+        "SHARDCRON_SCHEDULED_AT": rfc3339_ms(ctx.scheduled_at_ms),
+        "SHARDCRON_SCHEDULED_AT_MS": str(ctx.scheduled_at_ms),
+        "SHARDCRON_FENCE": str(ctx.fence),
+        "SHARDCRON_ATTEMPT": str(ctx.attempt),
+        "SHARDCRON_SHARD": str(ctx.shard),
+        "SHARDCRON_NODE_ID": ctx.node_id,
+        "SHARDCRON_IDEMPOTENCY_KEY": ctx.idempotency_key,
+    }
+
+
+class ShellExecutor:
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event) -> ExecutionResult:
+        started = now_ms()
+        if spec.shell is None:
+            return ExecutionResult(ok=False, started_at_ms=started, finished_at_ms=now_ms(),
+                                   error="invalid job: a shell executor needs a command")
+        if cancel.is_set():
+            return ExecutionResult(ok=False, started_at_ms=started, finished_at_ms=now_ms(),
+                                   error="cancelled: before the command started")
+        deadline = time.monotonic() + timeout_s
+        try:
+            proc = subprocess.Popen(
+                [SHELL, "-c", spec.shell.command],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env={**os.environ, **tick_environment(ctx)},
+                start_new_session=True,
+            )
+        except OSError as e:
+            return ExecutionResult(ok=False, started_at_ms=started, finished_at_ms=now_ms(),
+                                   error=f"could not start {SHELL}: {e}")
+
+        watch = _Watch(proc)
+        stopped_by = None
+        try:
+            if not watch.until_done(deadline, cancel):
+                if not watch.exited:
+                    stopped_by = "cancel" if cancel.is_set() else "timeout"
+                # else the shell exited in time; only the drain of the output was cut short
+            if stopped_by:
+                _signal_group(proc.pid, signal.SIGTERM)
+                watch.until_done(time.monotonic() + KILL_GRACE_S, cancel=None)
+                _signal_group(proc.pid, signal.SIGKILL)
+        except BaseException:  # a bug here must not leave the command running
+            _signal_group(proc.pid, signal.SIGKILL)
+            raise
+        finally:
+            watch.close()
+            try:
+                code = proc.wait(timeout=KILL_GRACE_S)
+            except subprocess.TimeoutExpired:  # only if the SIGKILL itself is stuck (uninterruptible sleep)
+                code = None
+
+        result = dict(started_at_ms=started, finished_at_ms=now_ms(), exit_code=code,
+                      output=truncate_output(watch.output))
+        if stopped_by == "cancel":
+            return ExecutionResult(ok=False, **result,
+                                   error="cancelled: killed the process group (this node lost the shard or is stopping)")
+        if stopped_by == "timeout":
+            return ExecutionResult(ok=False, **result,
+                                   error=f"timed out after {timeout_s:g}s: killed the process group")
+        if code == 0:
+            return ExecutionResult(ok=True, **result)
+        return ExecutionResult(ok=False, **result, error=_describe_exit(code))
+
+
+class _Watch:
+    """Waits for a shell to exit and its output to close, reading the output meanwhile."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self._proc = proc
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(proc.stdout, selectors.EVENT_READ, "output")
+        self._pidfd: int | None = None
+        try:
+            self._pidfd = os.pidfd_open(proc.pid)
+            self._selector.register(self._pidfd, selectors.EVENT_READ, "exit")
+        except (AttributeError, OSError):  # no pidfds: poll for the exit instead
+            pass
+        self.output = bytearray()
+        self.output_closed = False
+        self.exited = False
+        self._drain_until = 0.0
+
+    def until_done(self, until: float, cancel: threading.Event | None) -> bool:
+        """True once the shell exited and its output closed (or EXIT_DRAIN_S passed
+        since the exit); False at ``until`` or when ``cancel`` is set."""
+        while True:
+            if not self.exited and _has_exited(self._proc.pid):
+                self._note_exit()
+            if self.exited and (self.output_closed or time.monotonic() >= self._drain_until):
+                return True
+            if cancel is not None and cancel.is_set():
+                return False
+            now = time.monotonic()
+            if now >= until:
+                return False
+            remaining = max(0.0, (min(until, self._drain_until) if self.exited else until) - now)
+            # Without a pidfd an exit is noticed by polling: every CANCEL_POLL_S
+            # while there is output to wait on, briefly once it has closed
+            # (the exit follows at once).
+            slice_s = min(remaining, CANCEL_POLL_S if self._pidfd is not None or not self.output_closed else 0.005)
+            if not self._selector.get_map():
+                if cancel is not None:
+                    cancel.wait(slice_s)
+                else:
+                    time.sleep(slice_s)
+                continue
+            for key, _ in self._selector.select(slice_s):
+                if key.data == "output":
+                    self._read()
+                else:
+                    self._note_exit()
+
+    def _note_exit(self) -> None:
+        if not self.exited:
+            self.exited = True
+            self._drain_until = time.monotonic() + EXIT_DRAIN_S
+        if self._pidfd is not None and self._pidfd in self._selector.get_map():
+            self._selector.unregister(self._pidfd)  # stays readable: would wake every select
+
+    def _read(self) -> None:
+        chunk = os.read(self._proc.stdout.fileno(), _READ_CHUNK)
+        if not chunk:
+            self.output_closed = True
+            self._selector.unregister(self._proc.stdout)
+        elif len(self.output) < OUTPUT_LIMIT_BYTES:
+            self.output += chunk[: OUTPUT_LIMIT_BYTES - len(self.output)]
+
+    def close(self) -> None:
+        self._selector.close()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+        self._proc.stdout.close()
+
+
+def _has_exited(pid: int) -> bool:
+    # WNOWAIT: look without reaping, so the pid (the group id) stays reserved.
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is already gone
+
+
+def _describe_exit(code: int | None) -> str:
+    if code is None:
+        return "the shell did not exit"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"killed by {name}"
+    return f"exited with code {code}"
