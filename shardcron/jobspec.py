@@ -8,6 +8,7 @@ names the field and says why.
 from __future__ import annotations
 
 import json
+import math
 import re
 import zoneinfo
 from collections.abc import Mapping
@@ -45,6 +46,8 @@ def parse_duration_ms(text: str | int | float, field: str = "duration") -> int:
     """``"90s"``, ``"1m30s"``, ``"250ms"``, ``"2h"`` or a number of seconds."""
     if isinstance(text, bool):
         raise InvalidJob(field, f"expected a duration such as 30s or 5m, got {text!r}")
+    if isinstance(text, float) and not math.isfinite(text):
+        raise InvalidJob(field, f"expected a duration such as 30s or 5m, got {text!r}")
     if isinstance(text, int | float):
         return int(round(text * 1000))
     s = str(text).strip().lower()
@@ -64,6 +67,8 @@ def parse_duration_ms(text: str | int | float, field: str = "duration") -> int:
 def parse_time_ms(text: str | int | float | datetime, timezone: str = "UTC", field: str = "at") -> int:
     """An ISO-8601 time (naive times are read in ``timezone``) or epoch milliseconds."""
     if isinstance(text, bool):
+        raise InvalidJob(field, f"expected an ISO-8601 time, got {text!r}")
+    if isinstance(text, float) and not math.isfinite(text):
         raise InvalidJob(field, f"expected an ISO-8601 time, got {text!r}")
     if isinstance(text, int | float):
         return int(text)
@@ -103,6 +108,10 @@ def validate_cron(expr: str, field: str = "schedule.cron") -> str:
 def validate_job_id(job_id: Any, field: str = "id") -> str:
     if not isinstance(job_id, str) or not job_id:
         raise InvalidJob(field, "must be a non-empty string")
+    try:
+        job_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidJob(field, "must be valid Unicode (no lone surrogates)") from None
     if len(job_id.encode("utf-8")) > MAX_JOB_ID_BYTES:
         raise InvalidJob(field, f"is {len(job_id.encode('utf-8'))} bytes long; the limit is {MAX_JOB_ID_BYTES}")
     if any(ord(c) < 32 or ord(c) == 127 for c in job_id):
@@ -111,10 +120,12 @@ def validate_job_id(job_id: Any, field: str = "id") -> str:
 
 
 def _enum(cls, value, field):
+    allowed = ", ".join(m.value for m in cls)
+    if not isinstance(value, str):
+        raise InvalidJob(field, f"{value!r} is not one of: {allowed}")
     try:
         return cls(str(value).lower())
     except ValueError:
-        allowed = ", ".join(m.value for m in cls)
         raise InvalidJob(field, f"{value!r} is not one of: {allowed}") from None
 
 
@@ -148,7 +159,7 @@ def _parse_schedule(d: Mapping) -> Schedule:
         raw = d[key]
         ms = _int(raw, "schedule.interval_ms") if key == "interval_ms" else parse_duration_ms(raw, "schedule.every")
         if ms <= 0:
-            raise InvalidJob("schedule.every", f"the interval must be positive, got {raw!r}")
+            raise InvalidJob(f"schedule.{key}", f"the interval must be positive, got {raw!r}")
         return Schedule(ScheduleKind.INTERVAL, interval_ms=ms, timezone=tz)
     at = d["at_ms"] if key == "at_ms" else d["at"]
     return Schedule(ScheduleKind.ONCE, at_ms=parse_time_ms(at, tz, "schedule.at"), timezone=tz)
@@ -187,7 +198,10 @@ def _parse_executor(d: Mapping) -> ExecutorSpec:
     url = d.get("url")
     if not isinstance(url, str) or not url:
         raise InvalidJob("executor.url", "an http job needs a url")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise InvalidJob("executor.url", f"{url!r} is not a valid URL") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise InvalidJob("executor.url", f"{url!r} is not an http:// or https:// URL")
     method = str(d.get("method", "POST")).upper()
@@ -200,7 +214,7 @@ def _parse_executor(d: Mapping) -> ExecutorSpec:
         raise InvalidJob("executor.body", f"is {len(body.encode())} bytes; the limit is {MAX_PAYLOAD_BYTES}")
     headers = _parse_headers(d.get("headers"), "executor.headers")
     secret = d.get("secret_headers", ()) or ()
-    if isinstance(secret, str) or not all(isinstance(h, str) for h in secret):
+    if not isinstance(secret, list | tuple) or not all(isinstance(h, str) for h in secret):
         raise InvalidJob("executor.secret_headers", "must be a list of header names")
     return ExecutorSpec(kind, http=HttpSpec(url, method, headers, body, tuple(secret)))
 
