@@ -1,0 +1,263 @@
+"""Job definitions in the store: fenced writes, plain reads.
+
+A row holds the definition as JSON (``jobspec.job_to_json`` with version 0)
+plus the store-assigned ``version`` and ``active_since_ms`` and the ``paused``
+flag as columns; a Job read back is the JSON with those columns applied.
+``job_labels`` indexes the labels for filtering and is rewritten with the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from sqlalchemy import Connection, Engine, bindparam, func, select
+
+from shardcron.errors import InvalidJob, JobNotFound, VersionConflict
+from shardcron.jobspec import job_from_json, job_to_json
+from shardcron.model import Job
+from shardcron.store.engine import reading
+from shardcron.store.fences import run_fenced
+from shardcron.store.schema import LABEL_KEY_LENGTH, LABEL_VALUE_LENGTH, job_labels, jobs
+from shardcron.store.sql import chunks
+
+_READ_COLUMNS = (jobs.c.id, jobs.c.shard, jobs.c.spec, jobs.c.version, jobs.c.paused, jobs.c.active_since_ms)
+# What every write sets (see _row); created_at_ms only on insert.
+_WRITE_COLUMNS = ("shard", "spec", "version", "paused", "fence", "node_id", "updated_at_ms", "active_since_ms")
+# Many jobs' updates as one executemany; parameters are the columns prefixed b_.
+_UPDATE_BY_ID = (
+    jobs.update().where(jobs.c.id == bindparam("b_id")).values({c: bindparam(f"b_{c}") for c in _WRITE_COLUMNS})
+)
+
+
+def put_job(
+    engine: Engine,
+    job: Job,
+    *,
+    shard: int,
+    fence: int,
+    node_id: str,
+    now_ms: int,
+    expected_version: int | None = None,
+) -> Job:
+    """Insert or replace ``job``; returns it with its new version and active_since_ms.
+
+    ``expected_version``: 0 means the job must not exist yet, N that it must
+    be at version N (``VersionConflict`` otherwise); None accepts any.
+    A new definition takes effect now: slots before ``now_ms`` are not owed.
+    """
+    _check_labels(job)
+
+    def work(conn: Connection) -> Job:
+        # FOR UPDATE: two writes of one leader to one job (two API calls) must
+        # not both read version N and both write N+1.
+        row = conn.execute(select(jobs.c.version).where(jobs.c.id == job.id).with_for_update()).first()
+        actual = row.version if row else 0
+        if expected_version is not None and expected_version != actual:
+            raise VersionConflict(job.id, expected_version, actual)
+        stored = replace(job, version=actual + 1, active_since_ms=now_ms)
+        values = _row(stored, shard=shard, fence=fence, node_id=node_id, now_ms=now_ms)
+        if row is None:
+            conn.execute(jobs.insert().values(id=job.id, created_at_ms=now_ms, **values))
+        else:
+            conn.execute(jobs.update().where(jobs.c.id == job.id).values(**values))
+        _rewrite_labels(conn, [stored], existed=row is not None)
+        return stored
+
+    return run_fenced(engine, shard, fence, work)
+
+
+def import_jobs(engine: Engine, jobs_: Iterable[Job], *, shard: int, fence: int, node_id: str, now_ms: int) -> int:
+    """Write the jobs whose stored definition differs (or that are missing); returns how many.
+
+    Version and active_since_ms are ignored in the comparison, so re-importing
+    an unchanged jobs file writes nothing and resets no one's backlog. One
+    fenced transaction, a few statements per 500 jobs.
+    """
+    wanted = {j.id: j for j in jobs_}
+    for j in wanted.values():
+        _check_labels(j)
+    if not wanted:
+        return 0
+
+    def work(conn: Connection) -> int:
+        stored = {}
+        for part in chunks(list(wanted)):
+            q = select(jobs.c.id, jobs.c.shard, jobs.c.spec, jobs.c.version).where(jobs.c.id.in_(part))
+            stored.update({r.id: r for r in conn.execute(q)})
+        inserts, updates = [], []
+        for job in wanted.values():
+            row = stored.get(job.id)
+            if row is None:
+                inserts.append(replace(job, version=1, active_since_ms=now_ms))
+            elif row.shard != shard or _spec(job) != _normalised_spec(row.spec):
+                updates.append(replace(job, version=row.version + 1, active_since_ms=now_ms))
+        def values(j: Job) -> dict:
+            return _row(j, shard=shard, fence=fence, node_id=node_id, now_ms=now_ms)
+
+        if inserts:
+            conn.execute(jobs.insert(), [{"id": j.id, "created_at_ms": now_ms, **values(j)} for j in inserts])
+        if updates:
+            conn.execute(
+                _UPDATE_BY_ID, [{"b_id": j.id, **{f"b_{c}": v for c, v in values(j).items()}} for j in updates]
+            )
+        _rewrite_labels(conn, updates, existed=True)
+        _rewrite_labels(conn, inserts, existed=False)
+        return len(inserts) + len(updates)
+
+    return run_fenced(engine, shard, fence, work)
+
+
+def delete_job(engine: Engine, job_id: str, *, shard: int, fence: int) -> None:
+    """Delete the job and its labels; its ticks stay, as history. ``JobNotFound`` if absent."""
+
+    def work(conn: Connection) -> None:
+        conn.execute(job_labels.delete().where(job_labels.c.job_id == job_id))
+        gone = conn.execute(jobs.delete().where(jobs.c.id == job_id, jobs.c.shard == shard)).rowcount
+        if gone == 0:
+            raise JobNotFound(job_id)  # rolls the label delete back
+
+    run_fenced(engine, shard, fence, work)
+
+
+def set_paused(engine: Engine, job_id: str, paused: bool, *, shard: int, fence: int, node_id: str, now_ms: int) -> Job:
+    """Pause or resume; a resumed job is active from ``now_ms``, so the paused
+    time is not owed as backlog. Setting the state the job already has changes
+    nothing (and in particular does not reset active_since_ms)."""
+
+    def work(conn: Connection) -> Job:
+        q = select(*_READ_COLUMNS).where(jobs.c.id == job_id, jobs.c.shard == shard).with_for_update()
+        row = conn.execute(q).first()
+        if row is None:
+            raise JobNotFound(job_id)
+        job = _from_row(row)
+        if job.paused == paused:
+            return job
+        new = replace(
+            job,
+            paused=paused,
+            version=job.version + 1,
+            active_since_ms=job.active_since_ms if paused else now_ms,
+        )
+        conn.execute(
+            jobs.update()
+            .where(jobs.c.id == job_id)
+            .values(_row(new, shard=shard, fence=fence, node_id=node_id, now_ms=now_ms))
+        )
+        return new
+
+    return run_fenced(engine, shard, fence, work)
+
+
+def get_job(engine: Engine, job_id: str) -> Job:
+    with reading(engine) as conn:
+        row = conn.execute(select(*_READ_COLUMNS).where(jobs.c.id == job_id)).first()
+    if row is None:
+        raise JobNotFound(job_id)
+    return _from_row(row)
+
+
+def load_shard_jobs(engine: Engine, shard: int) -> list[Job]:
+    """Every job of the shard, by id: what a new leader schedules."""
+    with reading(engine) as conn:
+        rows = conn.execute(select(*_READ_COLUMNS).where(jobs.c.shard == shard).order_by(jobs.c.id)).all()
+    return [_from_row(r) for r in rows]
+
+
+def list_jobs(
+    engine: Engine,
+    *,
+    shard: int | None = None,
+    labels: dict[str, str] | None = None,
+    limit: int = 100,
+    after_id: str | None = None,
+) -> list[Job]:
+    """A page of jobs ordered by id; pass the last id seen as ``after_id`` for the next page.
+
+    ``labels``: every given key must be present with exactly the given value.
+    """
+    q = select(*_READ_COLUMNS).order_by(jobs.c.id).limit(limit)
+    if shard is not None:
+        q = q.where(jobs.c.shard == shard)
+    if after_id is not None:
+        q = q.where(jobs.c.id > after_id)
+    for key, value in (labels or {}).items():
+        has = select(job_labels.c.job_id).where(
+            job_labels.c.job_id == jobs.c.id, job_labels.c.key == key, job_labels.c.value == value
+        )
+        q = q.where(has.exists())
+    with reading(engine) as conn:
+        rows = conn.execute(q).all()
+    return [_from_row(r) for r in rows]
+
+
+def count_jobs_by_shard(engine: Engine) -> dict[int, int]:
+    with reading(engine) as conn:
+        rows = conn.execute(select(jobs.c.shard, func.count()).group_by(jobs.c.shard)).all()
+    return {shard: n for shard, n in rows}
+
+
+def _spec(job: Job) -> str:
+    """The definition alone: what the ``spec`` column holds."""
+    return job_to_json(replace(job, version=0, active_since_ms=0))
+
+
+def _normalised_spec(text: str) -> str | None:
+    # Re-serialised rather than compared as stored, so that a change in how
+    # jobspec writes JSON (a new field with a default) does not look like a
+    # change of every job. A spec this jobspec no longer accepts is "different".
+    try:
+        return _spec(job_from_json(text))
+    except InvalidJob:
+        return None
+
+
+def _row(job: Job, *, shard: int, fence: int, node_id: str, now_ms: int) -> dict:
+    """Column values for a write of ``job`` (all but created_at_ms)."""
+    return {
+        "shard": shard,
+        "spec": _spec(job),
+        "version": job.version,
+        "paused": job.paused,
+        "fence": fence,
+        "node_id": node_id,
+        "updated_at_ms": now_ms,
+        "active_since_ms": job.active_since_ms,
+    }
+
+
+def _from_row(row) -> Job:
+    job = job_from_json(row.spec)
+    return replace(job, version=row.version, paused=bool(row.paused), active_since_ms=row.active_since_ms)
+
+
+def _rewrite_labels(conn: Connection, written: Sequence[Job], *, existed: bool) -> None:
+    if existed:
+        for part in chunks([j.id for j in written]):
+            conn.execute(job_labels.delete().where(job_labels.c.job_id.in_(part)))
+    rows = [{"job_id": j.id, "key": k, "value": v} for j in written for k, v in j.labels.items()]
+    if rows:
+        conn.execute(job_labels.insert(), rows)
+
+
+def _check_labels(job: Job) -> None:
+    # The label index columns are bounded (see schema.py); refuse clearly here
+    # rather than fail (PostgreSQL, MariaDB) or not (SQLite) in the database.
+    for k, v in job.labels.items():
+        if len(k) > LABEL_KEY_LENGTH:
+            raise InvalidJob("labels", f"key {k[:40]!r}... is longer than {LABEL_KEY_LENGTH} characters")
+        if len(v) > LABEL_VALUE_LENGTH:
+            raise InvalidJob("labels", f"value of {k!r} is longer than {LABEL_VALUE_LENGTH} characters")
+
+
+__all__ = [
+    "count_jobs_by_shard",
+    "delete_job",
+    "get_job",
+    "import_jobs",
+    "list_jobs",
+    "load_shard_jobs",
+    "put_job",
+    "set_paused",
+]
+

@@ -1,0 +1,194 @@
+"""The store's tables, as SQLAlchemy Core.
+
+``migrations/versions`` creates exactly these tables; a test compares the two on
+every database, so a change here needs a new migration.
+
+Portable choices, because one table definition serves PostgreSQL, MariaDB and
+SQLite alike:
+
+* Times are BIGINT epoch milliseconds (see ``shardcron.model``).
+* Identifier columns (job ids, label keys and values) compare byte for byte on
+  every database. MariaDB's default collation is case- and accent-insensitive
+  and ignores trailing spaces, which would make ``Nightly``, ``nightly`` and
+  ``nightly `` one primary key there and three everywhere else; so those
+  columns are ``utf8mb4_nopad_bin`` on MariaDB (binary, and NO PAD: plain
+  ``utf8mb4_bin`` still ignores trailing spaces) and ``"C"`` on PostgreSQL,
+  which also makes keyset paging order by code point everywhere, like SQLite.
+  (MySQL proper has no ``utf8mb4_nopad_bin``; shardcron supports MariaDB.)
+* Key length on MariaDB: a job id is at most 256 bytes of UTF-8 (jobspec), so
+  ``VARCHAR(256)`` in characters always holds it. In utf8mb4 that is at most
+  1024 bytes of index key; the widest indexes below (job_labels' two, of two
+  such columns) take about 2 KiB, under InnoDB's 3072-byte limit for the
+  DYNAMIC row format, which every table sets explicitly. So no hashed keys are
+  needed, and ids stay readable in the database.
+* Large text is ``MEDIUMTEXT``/``LONGTEXT`` on MariaDB, whose ``TEXT`` stops
+  at 65535 bytes: one byte short of a full 64 KiB output.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
+from sqlalchemy.dialects import mysql
+
+# Sizes shared with the migrations and the code that validates before writing.
+ID_LENGTH = 256  # characters; jobspec caps job ids at 256 bytes
+NODE_ID_LENGTH = 256
+LABEL_KEY_LENGTH = 256
+LABEL_VALUE_LENGTH = 256
+STATUS_LENGTH = 16
+META_KEY_LENGTH = 128
+
+# Alembic's bookkeeping table, named for shardcron so that a database shared
+# with another Alembic-managed application keeps both histories apart.
+VERSION_TABLE = "shardcron_schema_version"
+
+# Deterministic constraint and index names on every database, so a later
+# migration can drop or alter them by name.
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# InnoDB and DYNAMIC explicitly: the 3072-byte key limit above depends on it.
+_TABLE_OPTS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_row_format": "DYNAMIC"}
+
+
+def exact_string(length: int) -> String:
+    """A VARCHAR that compares byte for byte on every database (see above)."""
+    return (
+        String(length)
+        .with_variant(String(length, collation="C"), "postgresql")
+        .with_variant(mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_nopad_bin"), "mysql", "mariadb")
+    )
+
+
+def long_text() -> Text:
+    """Text up to 16 MiB on MariaDB (tick output and errors, capped at 64 KiB)."""
+    return Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+
+
+def huge_text() -> Text:
+    """Text up to 4 GiB on MariaDB (job specs: two 1 MiB payloads plus headers)."""
+    return Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
+
+
+metadata = MetaData(naming_convention=NAMING)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", exact_string(ID_LENGTH), primary_key=True),
+    Column("shard", Integer, nullable=False),
+    Column("spec", huge_text(), nullable=False),  # jobspec.job_to_json, version 0
+    Column("version", Integer, nullable=False),
+    Column("paused", Boolean, nullable=False),
+    Column("fence", BigInteger, nullable=False),  # the fence of the last write
+    Column("node_id", String(NODE_ID_LENGTH), nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+    Column("active_since_ms", BigInteger, nullable=False),
+    # (shard, id): one shard's jobs, and keyset paging by id within a shard.
+    Index(None, "shard", "id"),
+    **_TABLE_OPTS,
+)
+
+job_labels = Table(
+    "job_labels",
+    metadata,
+    Column("job_id", exact_string(ID_LENGTH), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("key", exact_string(LABEL_KEY_LENGTH), nullable=False),
+    Column("value", exact_string(LABEL_VALUE_LENGTH), nullable=False),
+    PrimaryKeyConstraint("job_id", "key"),
+    Index(None, "key", "value"),
+    **_TABLE_OPTS,
+)
+
+ticks = Table(
+    "ticks",
+    metadata,
+    # No foreign key to jobs: ticks outlive their job, as history.
+    Column("job_id", exact_string(ID_LENGTH), nullable=False),
+    Column("scheduled_at_ms", BigInteger, nullable=False),
+    Column("shard", Integer, nullable=False),
+    Column("fence", BigInteger, nullable=False),
+    Column("node_id", String(NODE_ID_LENGTH), nullable=False),
+    Column("status", String(STATUS_LENGTH), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("manual", Boolean, nullable=False),
+    Column("claimed_at_ms", BigInteger, nullable=True),
+    Column("started_at_ms", BigInteger, nullable=True),
+    Column("finished_at_ms", BigInteger, nullable=True),
+    Column("exit_code", Integer, nullable=True),
+    Column("http_status", Integer, nullable=True),
+    Column("output", long_text(), nullable=True),
+    Column("error", long_text(), nullable=True),
+    # The slot's identity: at most one row per (job, scheduled time), ever. It
+    # also serves a job's history newest first (a backward scan), so no
+    # separate descending index is needed.
+    PrimaryKeyConstraint("job_id", "scheduled_at_ms"),
+    # A new leader's unresolved ticks.
+    Index(None, "shard", "status"),
+    # last_ticks: MAX(scheduled_at_ms) per job over a shard's scheduled ticks,
+    # answered from the index alone.
+    Index(None, "shard", "manual", "job_id", "scheduled_at_ms"),
+    # The audit's time window across all jobs.
+    Index(None, "scheduled_at_ms"),
+    **_TABLE_OPTS,
+)
+
+shard_fences = Table(
+    "shard_fences",
+    metadata,
+    Column("shard", Integer, primary_key=True, autoincrement=False),
+    Column("fence", BigInteger, nullable=False),
+    Column("node_id", String(NODE_ID_LENGTH), nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+    **_TABLE_OPTS,
+)
+
+fence_log = Table(
+    "fence_log",
+    metadata,
+    Column("shard", Integer, nullable=False),
+    Column("fence", BigInteger, nullable=False),
+    Column("node_id", String(NODE_ID_LENGTH), nullable=False),
+    Column("raised_at_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("shard", "fence"),
+    **_TABLE_OPTS,
+)
+
+cluster_meta = Table(
+    "cluster_meta",
+    metadata,
+    Column("key", exact_string(META_KEY_LENGTH), primary_key=True),
+    Column("value", Text, nullable=False),
+    **_TABLE_OPTS,
+)
+
+__all__ = [
+    "ID_LENGTH",
+    "LABEL_KEY_LENGTH",
+    "LABEL_VALUE_LENGTH",
+    "VERSION_TABLE",
+    "cluster_meta",
+    "fence_log",
+    "job_labels",
+    "jobs",
+    "metadata",
+    "shard_fences",
+    "ticks",
+]

@@ -1,0 +1,329 @@
+"""Ticks: one row per (job, scheduled time) slot, written only under the shard's fence.
+
+The primary key (job_id, scheduled_at_ms) is what makes a slot run at most
+once: whichever leader inserts the row owns the slot, and a second claim of it
+inserts nothing. Status changes (see ``model.TickStatus``) are made only by the
+leader whose fence the row carries, and never move a final status.
+
+Every write also names the shard, so a leader can touch only its own shard's
+ticks, whose fence it holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select, tuple_
+
+from shardcron.model import ExecutionResult, SlotRef, Tick, TickStatus
+from shardcron.store.engine import reading
+from shardcron.store.fences import run_fenced
+from shardcron.store.schema import ticks
+from shardcron.store.sql import chunks
+from shardcron.store.text import clip
+
+_UNRESOLVED = (TickStatus.CLAIMED.value, TickStatus.RUNNING.value)
+
+
+@dataclass(frozen=True)
+class SlotClaim:
+    job_id: str
+    scheduled_at_ms: int
+    manual: bool = False  # an extra run asked for with TriggerJob
+
+
+def last_ticks(engine: Engine, shard: int) -> dict[str, int]:
+    """job_id -> latest scheduled slot with a tick (manual runs excluded): where
+    a new leader resumes each job's schedule."""
+    q = (
+        select(ticks.c.job_id, func.max(ticks.c.scheduled_at_ms))
+        .where(ticks.c.shard == shard, ticks.c.manual == False)  # noqa: E712 (SQL, not Python)
+        .group_by(ticks.c.job_id)
+    )
+    with reading(engine) as conn:
+        return {job_id: at for job_id, at in conn.execute(q)}
+
+
+def unresolved_ticks(engine: Engine, shard: int) -> list[Tick]:
+    """The shard's claimed or running ticks, oldest first: a new leader's orphans."""
+    q = (
+        select(ticks)
+        .where(ticks.c.shard == shard, ticks.c.status.in_(_UNRESOLVED))
+        .order_by(ticks.c.scheduled_at_ms, ticks.c.job_id)
+    )
+    with reading(engine) as conn:
+        return [_tick(r) for r in conn.execute(q)]
+
+
+def claim_ticks(
+    engine: Engine, claims: Sequence[SlotClaim], *, shard: int, fence: int, node_id: str, now_ms: int
+) -> list[SlotRef]:
+    """Insert a ``claimed`` tick for each slot that has none; returns the slots
+    actually claimed, in the order given. Slots that already have a tick (from
+    any leader) are left alone and not returned: they are someone else's."""
+    status = {"status": TickStatus.CLAIMED.value, "finished_at_ms": None, "error": None}
+    return _insert_new(engine, claims, shard=shard, fence=fence, node_id=node_id, now_ms=now_ms, **status)
+
+
+def skip_ticks(
+    engine: Engine, claims: Sequence[SlotClaim], *, shard: int, fence: int, node_id: str, now_ms: int, reason: str
+) -> list[SlotRef]:
+    """Like ``claim_ticks``, but each new tick is recorded as ``skipped`` with ``reason``."""
+    status = {"status": TickStatus.SKIPPED.value, "finished_at_ms": now_ms, "error": clip(reason)}
+    return _insert_new(engine, claims, shard=shard, fence=fence, node_id=node_id, now_ms=now_ms, **status)
+
+
+def mark_running(engine: Engine, updates: Sequence[tuple[SlotRef, int, int]], *, shard: int, fence: int) -> None:
+    """(slot, attempt, started_at_ms) -> ``running``, for unresolved ticks under this fence."""
+    if not updates:
+        return
+    stmt = (
+        ticks.update()
+        .where(_own_unresolved(shard, fence))
+        .values(status=TickStatus.RUNNING.value, attempt=bindparam("b_attempt"), started_at_ms=bindparam("b_started"))
+    )
+    rows = _in_key_order(
+        {"b_job": s.job_id, "b_at": s.scheduled_at_ms, "b_attempt": attempt, "b_started": started}
+        for s, attempt, started in updates
+    )
+    run_fenced(engine, shard, fence, lambda conn: conn.execute(stmt, rows))
+
+
+def record_results(
+    engine: Engine,
+    results: Sequence[tuple[SlotRef, int, ExecutionResult, TickStatus]],
+    *,
+    shard: int,
+    fence: int,
+) -> None:
+    """Record each attempt's outcome: (slot, attempt, result, new status).
+
+    The new status is normally final (succeeded, failed); ``running`` records a
+    failed attempt that will be retried, and leaves finished_at_ms unset.
+    Output and error are cut to ``model.OUTPUT_LIMIT_BYTES``.
+    """
+    if not results:
+        return
+    stmt = (
+        ticks.update()
+        .where(_own_unresolved(shard, fence))
+        .values(
+            status=bindparam("b_status"),
+            attempt=bindparam("b_attempt"),
+            started_at_ms=bindparam("b_started"),
+            finished_at_ms=bindparam("b_finished"),
+            exit_code=bindparam("b_exit"),
+            http_status=bindparam("b_http"),
+            output=bindparam("b_output"),
+            error=bindparam("b_error"),
+        )
+    )
+    rows = _in_key_order(
+        {
+            "b_job": s.job_id,
+            "b_at": s.scheduled_at_ms,
+            "b_status": TickStatus(status).value,
+            "b_attempt": attempt,
+            "b_started": r.started_at_ms,
+            "b_finished": r.finished_at_ms if TickStatus(status).is_final else None,
+            "b_exit": r.exit_code,
+            "b_http": r.http_status,
+            "b_output": clip(r.output),
+            "b_error": clip(r.error),
+        }
+        for s, attempt, r, status in results
+    )
+    run_fenced(engine, shard, fence, lambda conn: conn.execute(stmt, rows))
+
+
+def take_over(engine: Engine, slots: Sequence[SlotRef], *, shard: int, fence: int, node_id: str) -> list[SlotRef]:
+    """Adopt orphans: unresolved ticks of older fences become this leader's
+    (fence and node_id; status unchanged). Returns the slots that moved.
+
+    Final ticks are never adopted: their fence and node record who ran them.
+    """
+    keys = _unique_keys(slots)
+    if not keys:
+        return []
+
+    def work(conn: Connection) -> list[SlotRef]:
+        moved: list[SlotRef] = []
+        for part in chunks(keys):
+            orphan = and_(
+                ticks.c.shard == shard,
+                ticks.c.fence < fence,
+                ticks.c.status.in_(_UNRESOLVED),
+                tuple_(ticks.c.job_id, ticks.c.scheduled_at_ms).in_(part),
+            )
+            # Two transactions of this leader are not kept apart by the shared
+            # fence lock, but they would make the same change: at worst a slot
+            # is reported by both.
+            found = conn.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms).where(orphan)).all()
+            if found:
+                conn.execute(ticks.update().where(orphan).values(fence=fence, node_id=node_id))
+                moved += [SlotRef(j, at) for j, at in found]
+        return moved
+
+    return run_fenced(engine, shard, fence, work)
+
+
+def abandon_ticks(
+    engine: Engine, slots: Sequence[SlotRef], *, shard: int, fence: int, now_ms: int, reason: str
+) -> None:
+    """Give up on unresolved ticks (their leader died and the retry budget is
+    spent): ``abandoned`` with ``reason``. Applies to this fence's ticks and to
+    older fences' orphans alike."""
+    keys = _unique_keys(slots)
+    if not keys:
+        return
+    def work(conn: Connection) -> None:
+        for part in chunks(keys):
+            conn.execute(
+                ticks.update()
+                .where(
+                    ticks.c.shard == shard,
+                    ticks.c.fence <= fence,
+                    ticks.c.status.in_(_UNRESOLVED),
+                    tuple_(ticks.c.job_id, ticks.c.scheduled_at_ms).in_(part),
+                )
+                .values(status=TickStatus.ABANDONED.value, error=clip(reason), finished_at_ms=now_ms)
+            )
+
+    run_fenced(engine, shard, fence, work)
+
+
+def list_ticks(engine: Engine, job_id: str, *, limit: int = 50, before_ms: int | None = None) -> list[Tick]:
+    """A job's ticks, newest first; pass the oldest slot seen as ``before_ms`` for the next page."""
+    q = select(ticks).where(ticks.c.job_id == job_id)
+    if before_ms is not None:
+        q = q.where(ticks.c.scheduled_at_ms < before_ms)
+    q = q.order_by(ticks.c.scheduled_at_ms.desc()).limit(limit)
+    with reading(engine) as conn:
+        return [_tick(r) for r in conn.execute(q)]
+
+
+def ticks_between(engine: Engine, from_ms: int, to_ms: int, job_id: str | None = None) -> list[Tick]:
+    """Ticks with from_ms <= scheduled_at_ms < to_ms, oldest first (for the audit)."""
+    q = select(ticks).where(ticks.c.scheduled_at_ms >= from_ms, ticks.c.scheduled_at_ms < to_ms)
+    if job_id is not None:
+        q = q.where(ticks.c.job_id == job_id)
+    q = q.order_by(ticks.c.scheduled_at_ms, ticks.c.job_id)
+    with reading(engine) as conn:
+        return [_tick(r) for r in conn.execute(q)]
+
+
+def _insert_new(
+    engine: Engine,
+    claims: Sequence[SlotClaim],
+    *,
+    shard: int,
+    fence: int,
+    node_id: str,
+    now_ms: int,
+    status: str,
+    finished_at_ms: int | None,
+    error: str | None,
+) -> list[SlotRef]:
+    first: dict[tuple[str, int], SlotClaim] = {}
+    for c in claims:
+        first.setdefault((c.job_id, c.scheduled_at_ms), c)
+    if not first:
+        return []
+
+    def work(conn: Connection) -> list[SlotRef]:
+        # One SELECT per 500 slots finds the slots that already have a tick;
+        # the rest go in as one executemany. Sorted by key, so two
+        # transactions inserting overlapping batches lock keys in one order.
+        taken: set[tuple[str, int]] = set()
+        for part in chunks(sorted(first)):
+            q = select(ticks.c.job_id, ticks.c.scheduled_at_ms).where(
+                tuple_(ticks.c.job_id, ticks.c.scheduled_at_ms).in_(part)
+            )
+            taken.update((job_id, at) for job_id, at in conn.execute(q))
+        new = [first[k] for k in sorted(first) if k not in taken]
+        if new:
+            # A plain INSERT, not one that ignores duplicates: if another
+            # transaction of this leader inserted one of these slots since the
+            # SELECT, the INSERT fails and run_fenced re-runs the whole unit,
+            # whose SELECT then sees that row. So a slot is returned to exactly
+            # one claimant, ever.
+            conn.execute(
+                ticks.insert(),
+                [
+                    {
+                        "job_id": c.job_id,
+                        "scheduled_at_ms": c.scheduled_at_ms,
+                        "shard": shard,
+                        "fence": fence,
+                        "node_id": node_id,
+                        "status": status,
+                        "attempt": 0,
+                        "manual": c.manual,
+                        "claimed_at_ms": now_ms,
+                        "finished_at_ms": finished_at_ms,
+                        "error": error,
+                    }
+                    for c in new
+                ],
+            )
+        inserted = {(c.job_id, c.scheduled_at_ms) for c in new}
+        return [SlotRef(*k) for k in first if k in inserted]
+
+    return run_fenced(engine, shard, fence, work)
+
+
+def _own_unresolved(shard: int, fence: int):
+    """WHERE clause of the batched status updates (slot given per row)."""
+    return and_(
+        ticks.c.job_id == bindparam("b_job"),
+        ticks.c.scheduled_at_ms == bindparam("b_at"),
+        ticks.c.shard == shard,
+        ticks.c.fence == fence,
+        # Spelt out: an IN list cannot be used in an executemany.
+        or_(*(ticks.c.status == s for s in _UNRESOLVED)),
+    )
+
+
+def _in_key_order(rows: Iterable[dict]) -> list[dict]:
+    # Row locks taken in one order by every writer cannot deadlock each other.
+    return sorted(rows, key=lambda r: (r["b_job"], r["b_at"]))
+
+
+def _unique_keys(slots: Sequence[SlotRef]) -> list[tuple[str, int]]:
+    return sorted({(s.job_id, s.scheduled_at_ms) for s in slots})
+
+
+def _tick(r) -> Tick:
+    return Tick(
+        job_id=r.job_id,
+        scheduled_at_ms=r.scheduled_at_ms,
+        shard=r.shard,
+        fence=r.fence,
+        node_id=r.node_id,
+        status=TickStatus(r.status),
+        attempt=r.attempt,
+        manual=bool(r.manual),
+        claimed_at_ms=r.claimed_at_ms,
+        started_at_ms=r.started_at_ms,
+        finished_at_ms=r.finished_at_ms,
+        exit_code=r.exit_code,
+        http_status=r.http_status,
+        output=r.output,
+        error=r.error,
+    )
+
+
+__all__ = [
+    "SlotClaim",
+    "abandon_ticks",
+    "claim_ticks",
+    "last_ticks",
+    "list_ticks",
+    "mark_running",
+    "record_results",
+    "skip_ticks",
+    "take_over",
+    "ticks_between",
+    "unresolved_ticks",
+]
