@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -60,10 +59,12 @@ class Coordinator:
         self.s = settings
         self.work = work
         self.view = ClusterView(layout)
+        self.view_lock = threading.Lock()  # the control thread writes the mirror; API threads read it
         self.slots = {k: ShardSlot(k) for k in range(settings.shard_count)}
         self.session: Session | None = None
         self.joined = threading.Event()  # set once registered and watching; cleared on session loss
         self.stopped = threading.Event()  # set when run() has returned
+        self.crashed = False
         self._events: queue.Queue = queue.Queue()
         self._stopping = False
         self._cancel_watch: Callable[[], None] | None = None
@@ -99,6 +100,11 @@ class Coordinator:
                     if self._wait_stop(backoff):
                         break
                     backoff = min(backoff * 2, 5.0)
+        except Exception:
+            # A bug, not a fault we can ride out: stop leading everything and let the
+            # node exit non-zero so a supervisor restarts it clean.
+            log.exception("coordinator crashed; the node stops")
+            self.crashed = True
         finally:
             self._drop_session("node stopping")
             self.stopped.set()
@@ -157,7 +163,8 @@ class Coordinator:
         if self._cancel_watch:
             self._cancel_watch()
         rev, kvs = self.etcd.get_prefix(self.layout.root)
-        self.view.load(rev, kvs)
+        with self.view_lock:
+            self.view.load(rev, kvs)
         self._cancel_watch = self.etcd.watch_prefix(
             self.layout.root, rev + 1,
             lambda r, evs: self._events.put(("watch", r, evs)),
@@ -196,7 +203,8 @@ class Coordinator:
                 log.info("stopping: handing every shard over")
             self._stopping = True
         elif kind == "watch":
-            self.view.apply(ev[1], ev[2])
+            with self.view_lock:
+                self.view.apply(ev[1], ev[2])
         elif kind == "watch_error":
             log.warning("watch on %s broke (%s); re-reading", self.layout.root, ev[1])
             self._resync()
@@ -362,11 +370,3 @@ class Coordinator:
                 except EtcdUnavailable:
                     pass
 
-
-def wait_until(predicate: Callable[[], bool], timeout_s: float, interval_s: float = 0.05) -> bool:
-    end = time.monotonic() + timeout_s
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(interval_s)
-    return predicate()

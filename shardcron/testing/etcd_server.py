@@ -61,6 +61,7 @@ class EtcdCluster:
             raise ConfigError("etcd is not on PATH: run `make setup` (Debian: apt-get install etcd-server)")
         self._own_dir = base_dir is None
         self.base_dir = base_dir or tempfile.mkdtemp(prefix="shardcron-etcd-")
+        os.makedirs(self.base_dir, exist_ok=True)
         self.scheme = scheme
         self.members = [
             EtcdMember(f"m{i}", free_port(), free_port(), os.path.join(self.base_dir, f"m{i}"),

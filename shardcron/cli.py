@@ -1,0 +1,144 @@
+"""The ``shardcron`` command.
+
+Every expected failure is a ``ShardcronError`` and becomes one line on stderr
+and exit status 1; a traceback in front of a user is a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+
+from tabulate import tabulate
+
+from shardcron import __version__
+from shardcron.config import add_common_etcd_flags, add_node_flags, node_config_from_args
+from shardcron.errors import ShardcronError
+
+
+def _fmt_ms(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+# -- shardcron node ------------------------------------------------------------------
+
+
+def cmd_node(a: argparse.Namespace) -> int:
+    from shardcron import logs
+    from shardcron.node import run_node
+
+    cfg = node_config_from_args(a)
+    logs.setup(cfg.node_id, cfg.log_format, cfg.log_level)
+    return run_node(cfg)
+
+
+# -- shardcron shards ----------------------------------------------------------------
+
+
+def shard_map(etcd_endpoints: str, prefix: str) -> dict:
+    """The shard-to-leader map, from etcd alone."""
+    from shardcron.coordination.etcd import Etcd
+    from shardcron.coordination.keys import KeyLayout
+    from shardcron.coordination.view import read_view
+
+    etcd = Etcd(etcd_endpoints, timeout_s=3.0)
+    try:
+        view = read_view(etcd, KeyLayout(prefix))
+    finally:
+        etcd.close()
+    return shard_map_from_view(view, prefix)
+
+
+def shard_map_from_view(view, prefix: str) -> dict:
+    from shardcron.coordination.balancer import fair_share
+
+    n = view.shard_count
+    rows = []
+    led: dict[str, int] = {}
+    for shard in range(n or 0):
+        q = view.queue(shard)
+        leader = q[0] if q else None
+        leading = bool(leader and leader.leader_since_ms)
+        if leading:
+            led[leader.node_id] = led.get(leader.node_id, 0) + 1
+        rows.append({
+            "shard": shard,
+            "leader": leader.node_id if leading else None,
+            "address": leader.address if leading else None,
+            "fence": leader.create_revision if leader else None,
+            "leader_since_ms": leader.leader_since_ms if leader else None,
+            "candidates": len(q),
+            "jobs": leader.jobs if leading and leader.jobs is not None else None,
+            "state": "leading" if leading else "electing" if leader else "no leader",
+        })
+    lo, hi = fair_share(n or 0, len(view.active_members()))
+    nodes = [
+        {"node": m.node_id, "address": m.address, "started_at_ms": m.started_at_ms, "leads": led.get(m.node_id, 0),
+         "fair_share": f"{lo}-{hi}" if lo != hi else str(lo), "draining": m.node_id in view.drains}
+        for m in sorted(view.members.values(), key=lambda m: m.node_id)
+    ]
+    return {"prefix": prefix, "shard_count": n, "revision": view.revision, "shards": rows, "nodes": nodes}
+
+
+def cmd_shards(a: argparse.Namespace) -> int:
+    m = shard_map(a.etcd, a.prefix)
+    if a.json:
+        print(json.dumps(m, indent=2))
+        return 0
+    if m["shard_count"] is None:
+        print(f"no cluster under {a.prefix} in etcd at {a.etcd} (no node has started yet)")
+        return 0
+    print(tabulate(
+        [[r["shard"], r["leader"] or "-", r["address"] or "-", r["fence"] or "-", _fmt_ms(r["leader_since_ms"]),
+          r["candidates"], "-" if r["jobs"] is None else r["jobs"]] for r in m["shards"]],
+        headers=["SHARD", "LEADER", "ADDRESS", "FENCE", "LEADER SINCE", "CANDIDATES", "JOBS"], tablefmt="plain",
+    ))
+    print()
+    print(tabulate(
+        [[n["node"], n["address"], n["leads"], n["fair_share"], "draining" if n["draining"] else "active"]
+         for n in m["nodes"]],
+        headers=["NODE", "ADDRESS", "LEADS", "FAIR SHARE", "STATE"], tablefmt="plain",
+    ))
+    return 0
+
+
+# -- the parser ------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="shardcron", description="A sharded multi-leader cron cluster.")
+    p.add_argument("--version", action="version", version=f"shardcron {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    node = sub.add_parser("node", help="run a node")
+    add_node_flags(node)
+    node.set_defaults(func=cmd_node)
+
+    shards = sub.add_parser("shards", help="print the shard-to-leader map (from etcd alone)")
+    add_common_etcd_flags(shards)
+    shards.add_argument("--json", action="store_true", help="print JSON")
+    shards.set_defaults(func=cmd_shards)
+
+    from shardcron import devcluster
+
+    dev = sub.add_parser("dev", help="run a local 3-node cluster with demo jobs (what `make dev` runs)")
+    devcluster.add_flags(dev)
+    dev.set_defaults(func=devcluster.main)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    a = parser.parse_args(argv)
+    try:
+        return a.func(a)
+    except ShardcronError as e:
+        print(f"shardcron: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

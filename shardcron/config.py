@@ -1,0 +1,125 @@
+"""Node settings: every flag of ``shardcron node`` also reads ``SHARDCRON_<NAME>``.
+
+Precedence: command-line flag, then environment variable, then default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+from dataclasses import dataclass
+
+from shardcron.errors import ConfigError
+
+ENV_PREFIX = "SHARDCRON_"
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    node_id: str
+    etcd: str
+    db: str
+    listen: str
+    advertise: str
+    shards: int
+    ttl: int
+    prefix: str
+    allow_shell: bool
+    jobs: str | None
+    settle: float
+    shutdown_grace: float
+    lookahead_ms: int
+    log_format: str
+    log_level: str
+
+
+def env_default(name: str, default):
+    """The default for flag ``--name``: ``SHARDCRON_NAME`` if set, else ``default``."""
+    raw = os.environ.get(ENV_PREFIX + name.upper().replace("-", "_"))
+    if raw is None:
+        return default
+    if isinstance(default, bool):
+        return raw.strip().lower() in ("1", "true", "yes", "on")
+    return raw
+
+
+def add_common_etcd_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--etcd", default=env_default("etcd", "127.0.0.1:2379"),
+                   help="comma-separated etcd endpoints [SHARDCRON_ETCD] (default %(default)s)")
+    p.add_argument("--prefix", default=env_default("prefix", "/cron"),
+                   help="etcd key prefix of the cluster [SHARDCRON_PREFIX] (default %(default)s)")
+
+
+def add_node_flags(p: argparse.ArgumentParser) -> None:
+    add_common_etcd_flags(p)
+    p.add_argument("--node-id", default=env_default("node-id", None),
+                   help="unique node name [SHARDCRON_NODE_ID] (default: hostname-pid)")
+    p.add_argument("--db", default=env_default("db", "sqlite:///shardcron.db"),
+                   help="SQLAlchemy URL of the tick store [SHARDCRON_DB] (default %(default)s)")
+    p.add_argument("--listen", default=env_default("listen", "127.0.0.1:7070"),
+                   help="gRPC listen address [SHARDCRON_LISTEN] (default %(default)s)")
+    p.add_argument("--advertise", default=env_default("advertise", None),
+                   help="address other nodes reach this one at [SHARDCRON_ADVERTISE] (default: --listen)")
+    p.add_argument("--shards", default=env_default("shards", 64),
+                   help="shard count; must match the cluster's [SHARDCRON_SHARDS] (default %(default)s)")
+    p.add_argument("--ttl", default=env_default("ttl", 10),
+                   help="session lease TTL in seconds [SHARDCRON_TTL] (default %(default)s)")
+    p.add_argument("--allow-shell", action="store_true", default=env_default("allow-shell", False),
+                   help="allow shell jobs (remote code execution: only on trusted clusters) [SHARDCRON_ALLOW_SHELL]")
+    p.add_argument("--jobs", default=env_default("jobs", None),
+                   help="TOML or YAML file of jobs to import when leading their shards [SHARDCRON_JOBS]")
+    p.add_argument("--settle", default=env_default("settle", 1.0),
+                   help="seconds of membership quiet before rebalancing [SHARDCRON_SETTLE] (default %(default)s)")
+    p.add_argument("--shutdown-grace", default=env_default("shutdown-grace", 5.0),
+                   help="seconds to wait for running ticks on stop or hand-over [SHARDCRON_SHUTDOWN_GRACE]")
+    p.add_argument("--lookahead-ms", default=env_default("lookahead-ms", 1000),
+                   help="claim slots this far ahead, in one transaction per shard [SHARDCRON_LOOKAHEAD_MS]")
+    p.add_argument("--log-format", default=env_default("log-format", "text"), choices=["text", "json"],
+                   help="log line format [SHARDCRON_LOG_FORMAT]")
+    p.add_argument("--log-level", default=env_default("log-level", "info"),
+                   choices=["debug", "info", "warning", "error"], help="[SHARDCRON_LOG_LEVEL]")
+
+
+def _number(name: str, raw, kind, minimum):
+    try:
+        value = kind(raw)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--{name}: expected a number, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"--{name}: must be at least {minimum}, got {value}")
+    return value
+
+
+def _hostport(name: str, value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError(f"--{name}: expected host:port, got {value!r}")
+    return value
+
+
+def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
+    listen = _hostport("listen", a.listen)
+    advertise = _hostport("advertise", a.advertise) if a.advertise else listen
+    if advertise.rpartition(":")[0] in ("0.0.0.0", "[::]", "::", ""):
+        raise ConfigError(f"--advertise: {advertise!r} is not reachable by other nodes; give a routable host:port")
+    node_id = a.node_id or f"{socket.gethostname()}-{os.getpid()}"
+    if not node_id or "/" in node_id or len(node_id) > 128:
+        raise ConfigError(f"--node-id: {node_id!r} must be 1-128 characters without '/'")
+    return NodeConfig(
+        node_id=node_id,
+        etcd=a.etcd,
+        db=a.db,
+        listen=listen,
+        advertise=advertise,
+        shards=_number("shards", a.shards, int, 1),
+        ttl=_number("ttl", a.ttl, int, 2),
+        prefix=a.prefix,
+        allow_shell=bool(a.allow_shell),
+        jobs=a.jobs,
+        settle=_number("settle", a.settle, float, 0.0),
+        shutdown_grace=_number("shutdown-grace", a.shutdown_grace, float, 0.0),
+        lookahead_ms=_number("lookahead-ms", a.lookahead_ms, int, 0),
+        log_format=a.log_format,
+        log_level=a.log_level,
+    )

@@ -1,0 +1,60 @@
+"""Job files (TOML or YAML): a list of jobs, or a table of them keyed by id.
+
+    [[jobs]]                         jobs:
+    id = "heartbeat"                   heartbeat:
+    every = "1s"                         every: 1s
+    executor = { kind = "noop" }         executor: {kind: noop}
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+
+from shardcron.errors import InvalidJob, ShardcronError
+from shardcron.jobspec import job_from_dict
+from shardcron.model import Job
+
+
+class JobFileError(ShardcronError):
+    pass
+
+
+def load_job_file(path: str) -> list[Job]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise JobFileError(f"{path}: cannot read: {e.strerror or e}") from None
+    try:
+        if p.suffix.lower() in (".yaml", ".yml"):
+            data = yaml.safe_load(text) or {}
+        else:
+            data = tomllib.loads(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
+        raise JobFileError(f"{path}: not valid {'YAML' if p.suffix.lower() in ('.yaml', '.yml') else 'TOML'}: {e}") from None
+    if not isinstance(data, Mapping) or "jobs" not in data:
+        raise JobFileError(f"{path}: expected a top-level 'jobs' list or table")
+    raw = data["jobs"]
+    if isinstance(raw, Mapping):
+        entries = [(str(k), v) for k, v in raw.items()]
+    elif isinstance(raw, list):
+        entries = [(None, v) for v in raw]
+    else:
+        raise JobFileError(f"{path}: 'jobs' must be a list or a table")
+    jobs: list[Job] = []
+    seen: set[str] = set()
+    for i, (job_id, body) in enumerate(entries):
+        where = f"job {job_id!r}" if job_id else f"jobs[{i}]"
+        try:
+            job = job_from_dict(body, job_id=job_id) if job_id else job_from_dict(body)
+        except InvalidJob as e:
+            raise JobFileError(f"{path}: {where}: {e}") from None
+        if job.id in seen:
+            raise JobFileError(f"{path}: job id {job.id!r} appears twice")
+        seen.add(job.id)
+        jobs.append(job)
+    return jobs

@@ -1,0 +1,64 @@
+"""Structured logs: text or JSON, with node, shard, job, fence and tick on the lines that concern them.
+
+Callers pass the context as ``extra={"shard": 3, "fence": 17, "job": "a"}``;
+the node id is added to every line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+CONTEXT_FIELDS = ("shard", "job", "fence", "tick")
+
+
+class _NodeFilter(logging.Filter):
+    def __init__(self, node_id: str):
+        super().__init__()
+        self.node_id = node_id
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.node = self.node_id
+        return True
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
+        ctx = " ".join(f"{k}={getattr(record, k)}" for k in CONTEXT_FIELDS if hasattr(record, k))
+        line = f"{ts} {record.levelname:<7} node={getattr(record, 'node', '-')} {record.name}: {record.getMessage()}"
+        if ctx:
+            line += f"  [{ctx}]"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        d = {
+            "ts": record.created,
+            "level": record.levelname.lower(),
+            "node": getattr(record, "node", None),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for k in CONTEXT_FIELDS:
+            if hasattr(record, k):
+                d[k] = getattr(record, k)
+        if record.exc_info:
+            d["exc"] = self.formatException(record.exc_info)
+        return json.dumps(d, default=str)
+
+
+def setup(node_id: str, fmt: str = "text", level: str = "info") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(_NodeFilter(node_id))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    for noisy in ("sqlalchemy", "alembic", "pyetcd"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -1,0 +1,185 @@
+"""The composition root: wires store, etcd, coordinator and scheduler; owns start and stop."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+from shardcron import clock
+from shardcron.config import NodeConfig
+from shardcron.coordination.coordinator import Coordinator, CoordinatorSettings
+from shardcron.coordination.etcd import Etcd
+from shardcron.coordination.keys import KeyLayout
+from shardcron.coordination.membership import ensure_config
+from shardcron.coordination.ownership import ShardState
+from shardcron.jobfile import load_job_file
+from shardcron.jobspec import check_admissible
+from shardcron.scheduling.loop import Scheduler
+from shardcron.store.engine import check_connection, describe_url, make_engine
+from shardcron.store.fences import ensure_shards
+from shardcron.store.migrate import ensure_schema
+
+log = logging.getLogger(__name__)
+
+
+class NodeBackend:
+    """The API's view of this node (``api.backend.Backend``)."""
+
+    def __init__(self, node: Node):
+        self._node = node
+        self.node_id = node.cfg.node_id
+        self.allow_shell = node.cfg.allow_shell
+        self.shard_count = node.shard_count
+        self.engine = node.engine
+        self.joined = node.coordinator.joined
+        self._listeners: list = []
+        self._lock = threading.Lock()
+        node.scheduler.recorder.listeners.append(self._fan_out)
+
+    def fence_if_leader(self, shard: int) -> int | None:
+        slot = self._node.coordinator.slots.get(shard)
+        if slot is None or slot.state is not ShardState.LEADER or shard not in self._node.scheduler.led_shards():
+            return None
+        return slot.fence
+
+    def leader_address(self, shard: int) -> str | None:
+        with self._node.coordinator.view_lock:
+            leader = self._node.coordinator.view.leader(shard)
+        return leader.address if leader and leader.leader_since_ms else None
+
+    def job_written(self, shard: int, job) -> None:
+        self._node.scheduler.upsert_job(shard, job)
+
+    def job_deleted(self, shard: int, job_id: str) -> None:
+        self._node.scheduler.remove_job(shard, job_id)
+
+    def trigger_now(self, shard: int, job_id: str):
+        return self._node.scheduler.trigger_now(shard, job_id)
+
+    def shard_map(self) -> dict:
+        from shardcron.cli import shard_map_from_view
+
+        with self._node.coordinator.view_lock:
+            return shard_map_from_view(self._node.coordinator.view, self._node.cfg.prefix)
+
+    def subscribe_ticks(self, callback):
+        with self._lock:
+            self._listeners.append(callback)
+
+        def unsubscribe():
+            with self._lock:
+                if callback in self._listeners:
+                    self._listeners.remove(callback)
+        return unsubscribe
+
+    def _fan_out(self, write) -> None:
+        from shardcron.api.backend import TickEvent
+
+        ev = TickEvent(write.slot.job_id, write.slot.scheduled_at_ms, write.shard, write.fence, self.node_id,
+                       write.status, write.attempt, write.result.started_at_ms, write.result.finished_at_ms,
+                       write.result.error)
+        with self._lock:
+            listeners = list(self._listeners)
+        for cb in listeners:
+            try:
+                cb(ev)
+            except Exception:  # noqa: BLE001 - a slow or broken watcher must not hurt the recorder
+                log.exception("tick listener failed")
+
+
+class Node:
+    def __init__(self, cfg: NodeConfig):
+        self.cfg = cfg
+        self.layout = KeyLayout(cfg.prefix)
+        self.stopping = threading.Event()
+        self.engine = None
+        self.etcd: Etcd | None = None
+        self.scheduler: Scheduler | None = None
+        self.coordinator: Coordinator | None = None
+        self.api = None
+
+    def start(self) -> None:
+        """Connect to everything and join. Raises a ShardcronError with a clear message on bad set-up."""
+        cfg = self.cfg
+        imports = load_job_file(cfg.jobs) if cfg.jobs else []
+        now = clock.wall_ms()
+        for job in imports:
+            check_admissible(job, allow_shell=cfg.allow_shell, now_ms=now)
+
+        self.engine = make_engine(cfg.db)
+        check_connection(self.engine)
+        ensure_schema(self.engine, auto_upgrade=True)
+        log.info("store ready at %s", describe_url(cfg.db))
+
+        self.etcd = Etcd(cfg.etcd, timeout_s=min(5.0, cfg.ttl / 3.0))
+        self.etcd.status()
+        shard_count = ensure_config(self.etcd, self.layout, cfg.shards, now)
+        ensure_shards(self.engine, shard_count)
+
+        self.scheduler = Scheduler(
+            self.engine, cfg.node_id, shard_count, allow_shell=cfg.allow_shell, lookahead_ms=cfg.lookahead_ms,
+            on_fenced=lambda shard, fence: self.coordinator.report_fenced(shard, fence), imports=imports,
+        )
+        settings = CoordinatorSettings(
+            node_id=cfg.node_id, address=cfg.advertise, shard_count=shard_count, ttl_s=cfg.ttl,
+            settle_s=cfg.settle, resign_grace_s=cfg.shutdown_grace, started_at_ms=now,
+        )
+        self.coordinator = Coordinator(self.etcd, self.layout, settings, self.scheduler)
+        self.shard_count = shard_count
+        self.backend = NodeBackend(self)
+        self.api = _start_api(self)
+        self.scheduler.start()
+        self._coord_thread = threading.Thread(target=self.coordinator.run, name="coordinator", daemon=True)
+        self._coord_thread.start()
+        log.info("node %s started: %d shards, ttl %ss, etcd %s", cfg.node_id, shard_count, cfg.ttl, cfg.etcd)
+
+    def request_stop(self, *_args) -> None:
+        if not self.stopping.is_set():
+            log.info("stop requested: handing shards over (grace %.1fs)", self.cfg.shutdown_grace)
+            self.stopping.set()
+            if self.coordinator:
+                self.coordinator.request_stop()
+
+    def wait(self) -> None:
+        """Block until stopped; then shut down in order: shards handed over, lease revoked, store closed."""
+        while not self.stopping.wait(0.5):
+            if self.coordinator and self.coordinator.stopped.is_set():
+                break
+        if self.coordinator:
+            # Shards resign (bounded by the grace), then the lease is revoked.
+            self.coordinator.stopped.wait(self.cfg.shutdown_grace + self.cfg.ttl + 5)
+        self.close()
+
+    def close(self) -> None:
+        if self.api:
+            self.api.stop()
+        if self.scheduler:
+            self.scheduler.close()
+        if self.etcd:
+            self.etcd.close()
+        if self.engine is not None:
+            self.engine.dispose()
+        log.info("node %s stopped", self.cfg.node_id)
+
+
+def _start_api(node: Node):
+    """The gRPC API, when this build has it (it arrives with the API issue)."""
+    try:
+        from shardcron.api.server import start_server
+    except ImportError:
+        return None
+    return start_server(node.backend, node.cfg)
+
+
+def run_node(cfg: NodeConfig) -> int:
+    node = Node(cfg)
+    signal.signal(signal.SIGTERM, node.request_stop)
+    signal.signal(signal.SIGINT, node.request_stop)
+    try:
+        node.start()
+    except BaseException:
+        node.close()
+        raise
+    node.wait()
+    return 1 if node.coordinator and node.coordinator.crashed else 0

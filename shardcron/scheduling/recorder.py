@@ -1,0 +1,127 @@
+"""Batched, fenced writes of tick results.
+
+Executors finish on many threads; their results are written by this one
+thread, a batch per (shard, fence) per transaction, so the database sees a
+few large commits instead of thousands of small ones. A batch rejected by
+the fence is dropped and reported (a newer leader owns those rows now); a
+batch that fails because the store is down is kept and retried, so no result
+is lost to an outage.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Engine
+
+from shardcron.errors import FencedOut, StoreUnavailable
+from shardcron.model import ExecutionResult, SlotRef, TickStatus
+from shardcron.store import ticks as tick_store
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ResultWrite:
+    shard: int
+    fence: int
+    slot: SlotRef
+    attempt: int
+    result: ExecutionResult
+    status: TickStatus
+
+
+class Recorder:
+    def __init__(self, engine: Engine, on_fenced: Callable[[int, int, int], None], *, max_batch: int = 5000):
+        self._engine = engine
+        self._on_fenced = on_fenced  # (shard, fence, rejected writes)
+        self._max_batch = max_batch
+        self._cond = threading.Condition()
+        self._pending: list[ResultWrite] = []
+        self._unwritten: dict[int, int] = defaultdict(int)  # shard -> writes queued or in flight
+        self._closing = False
+        self._thread = threading.Thread(target=self._run, name="recorder", daemon=True)
+        self.written = 0
+        self.rejected = 0
+        self.listeners: list[Callable[[ResultWrite], None]] = []  # told of every write that landed
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, write: ResultWrite) -> None:
+        with self._cond:
+            self._pending.append(write)
+            self._unwritten[write.shard] += 1
+            self._cond.notify_all()
+
+    def flush(self, shard: int, timeout_s: float) -> bool:
+        """Wait until every write queued for ``shard`` is written or rejected."""
+        end = time.monotonic() + timeout_s
+        with self._cond:
+            while self._unwritten.get(shard, 0) > 0:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(left)
+        return True
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while True:
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                if not self._pending and self._closing:
+                    return
+                batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch:]
+            retry = self._write(batch)
+            with self._cond:
+                for w in batch:
+                    if w not in retry:
+                        self._unwritten[w.shard] -= 1
+                if retry:
+                    self._pending[:0] = list(retry)
+                self._cond.notify_all()
+            if retry:
+                if self._closing and backoff > 5:
+                    log.error("store still unavailable at shutdown; %d tick results not written", len(retry))
+                    return
+                time.sleep(backoff)  # the store is down: back off before trying again
+                backoff = min(backoff * 2, 5.0)
+            else:
+                backoff = 0.1
+
+    def _write(self, batch: list[ResultWrite]) -> set[ResultWrite]:
+        groups: dict[tuple[int, int], list[ResultWrite]] = defaultdict(list)
+        for w in batch:
+            groups[(w.shard, w.fence)].append(w)
+        retry: set[ResultWrite] = set()
+        for (shard, fence), writes in groups.items():
+            try:
+                tick_store.record_results(
+                    self._engine, [(w.slot, w.attempt, w.result, w.status) for w in writes], shard=shard, fence=fence
+                )
+                self.written += len(writes)
+                for listener in self.listeners:
+                    for w in writes:
+                        listener(w)
+            except FencedOut as e:
+                self.rejected += len(writes)
+                log.error("shard %d: %d tick results rejected by the fence: %s", shard, len(writes), e,
+                          extra={"shard": shard, "fence": fence})
+                self._on_fenced(shard, fence, len(writes))
+            except StoreUnavailable as e:
+                log.warning("shard %d: store unavailable, %d results kept for retry: %s", shard, len(writes), e)
+                retry.update(writes)
+        return retry

@@ -1,0 +1,97 @@
+"""Runs one tick on a worker thread: guard, mark running (fenced), execute, retry.
+
+The order is the promise. Before every attempt:
+1. the shard must still be ours (its stop event is not set);
+2. the session must provably still hold its lease on the monotonic clock
+   (``Session.can_act``), which a stop-the-world pause cannot fool;
+3. the row is marked ``running`` in a fenced transaction; a stale leader's
+   mark is rejected and its executor never starts.
+Only then does the executor run. Retries are driven by tenacity, with the
+backoff from ``policies.backoff_ms`` and a sleep that a lost shard cuts short.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.engine import Engine
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt
+
+from shardcron import clock
+from shardcron.coordination.session import Session
+from shardcron.errors import FencedOut, StoreUnavailable
+from shardcron.executors import executor_for
+from shardcron.model import ExecutionResult, Job, SlotRef, TickContext, TickStatus
+from shardcron.scheduling.policies import backoff_ms
+from shardcron.scheduling.recorder import Recorder, ResultWrite
+from shardcron.store import ticks as tick_store
+
+log = logging.getLogger(__name__)
+
+
+class _Abort(Exception):
+    """The guard failed: this node must not start the attempt."""
+
+
+@dataclass
+class TickRun:
+    job: Job
+    slot: SlotRef
+    attempt: int
+    shard: int
+    fence: int
+    node_id: str
+    stop: threading.Event
+    session: Session
+
+
+def run_tick(run: TickRun, engine: Engine, recorder: Recorder, allow_shell: bool,
+             on_fenced: Callable[[int, int, int], None], on_started: Callable[[int], None]) -> TickStatus | None:
+    """Run every attempt the retry policy allows. Returns the final status, or None when aborted."""
+    executor = executor_for(run.job.executor.kind, allow_shell=allow_shell)
+    first = run.attempt
+    remaining = max(1, run.job.retry.max_attempts - first + 1)
+    state = {"attempt": first - 1}
+
+    def attempt_once() -> ExecutionResult:
+        state["attempt"] += 1
+        n = state["attempt"]
+        if run.stop.is_set() or not run.session.can_act():
+            raise _Abort("shard lost or lease not provably held")
+        started = clock.wall_ms()
+        try:
+            tick_store.mark_running(engine, [(run.slot, n, started)], shard=run.shard, fence=run.fence)
+        except FencedOut as e:
+            log.error("shard %d: not starting %s@%d: %s", run.shard, run.slot.job_id, run.slot.scheduled_at_ms, e,
+                      extra={"shard": run.shard, "job": run.slot.job_id, "fence": run.fence})
+            on_fenced(run.shard, run.fence, 1)
+            raise _Abort(str(e)) from None
+        except StoreUnavailable as e:
+            raise _Abort(f"store unavailable, attempt not started: {e}") from None
+        on_started(started - run.slot.scheduled_at_ms)
+        ctx = TickContext(run.slot.job_id, run.slot.scheduled_at_ms, n, run.fence, run.shard, run.node_id)
+        return executor.run(run.job.executor, ctx, run.job.timeout_ms / 1000.0, run.stop)
+
+    def wait(rs: RetryCallState) -> float:
+        return backoff_ms(run.job.retry, state["attempt"]) / 1000.0
+
+    retrying = Retrying(
+        stop=stop_after_attempt(remaining),
+        wait=wait,
+        retry=retry_if_result(lambda r: not r.ok),
+        sleep=lambda seconds: run.stop.wait(seconds),
+        retry_error_callback=lambda rs: rs.outcome.result(),  # out of attempts: keep the last result
+        reraise=True,
+    )
+    try:
+        result = retrying(attempt_once)
+    except _Abort as e:
+        log.warning("tick %s@%d attempt %d not started: %s", run.slot.job_id, run.slot.scheduled_at_ms,
+                    state["attempt"], e, extra={"shard": run.shard, "job": run.slot.job_id, "fence": run.fence})
+        return None
+    status = TickStatus.SUCCEEDED if result.ok else TickStatus.FAILED
+    recorder.put(ResultWrite(run.shard, run.fence, run.slot, state["attempt"], result, status))
+    return status

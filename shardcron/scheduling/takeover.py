@@ -1,0 +1,91 @@
+"""What a new leader owes when it takes a shard: a pure plan, applied by the loop.
+
+Inputs are what three queries return (the shard's jobs, each job's last
+recorded slot, the ticks left claimed or running) plus the time. Output says
+which orphans to re-claim, retry or abandon, which missed slots to run or to
+record as skipped, and where each job's schedule continues.
+
+Orphans are rows an older leader left unfinished:
+- ``claimed``: written ahead of time, but no executor with side effects starts
+  before its row is marked ``running`` (a fenced write), so it provably never
+  ran: re-claim it and run it at its slot.
+- ``running``: its executor may have run; the retry policy decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from shardcron.model import Job, SlotRef, Tick, TickStatus
+from shardcron.scheduling.policies import OrphanAction, plan_catch_up, settle_orphan
+from shardcron.scheduling.triggers import Trigger, slots_between
+
+# A backlog larger than this is not worth a row per slot: it is counted and logged.
+MAX_CATCH_UP_SLOTS = 10_000
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    slot: SlotRef
+    attempt: int  # the attempt about to run (1 for a first run)
+    manual: bool = False
+
+
+@dataclass
+class TakeoverPlan:
+    reclaim: list[Dispatch] = field(default_factory=list)  # orphans to take over and run
+    abandon: list[SlotRef] = field(default_factory=list)  # orphans whose retry budget is spent
+    run: list[SlotRef] = field(default_factory=list)  # missed slots to claim and run now
+    skip: list[SlotRef] = field(default_factory=list)  # missed slots to record as skipped
+    beyond_window: dict[str, int] = field(default_factory=dict)  # missed, older than the window
+    resume_after: dict[str, int] = field(default_factory=dict)  # job -> schedule continues after this
+
+
+def plan_takeover(
+    jobs: Iterable[Job],
+    triggers: Mapping[str, Trigger],
+    last_recorded: Mapping[str, int],
+    orphans: Iterable[Tick],
+    fence: int,
+    now_ms: int,
+) -> TakeoverPlan:
+    plan = TakeoverPlan()
+    by_id = {j.id: j for j in jobs}
+    orphan_slots: dict[str, int] = {}
+    for t in orphans:
+        if t.fence >= fence:
+            continue  # ours already (cannot happen for a fresh fence, but harmless)
+        job = by_id.get(t.job_id)
+        if job is None:
+            plan.abandon.append(t.slot)  # its job was deleted meanwhile
+            continue
+        if t.status is TickStatus.CLAIMED:
+            action = OrphanAction.RECLAIM
+        else:
+            action = settle_orphan(t.status, t.attempt, job.retry, could_have_started=True)
+        if action is OrphanAction.ABANDON:
+            plan.abandon.append(t.slot)
+        else:
+            next_attempt = max(1, t.attempt) if action is OrphanAction.RECLAIM else t.attempt + 1
+            plan.reclaim.append(Dispatch(t.slot, next_attempt, t.manual))
+        if not t.manual:
+            orphan_slots[t.job_id] = max(orphan_slots.get(t.job_id, 0), t.scheduled_at_ms)
+
+    for job in by_id.values():
+        if job.paused:
+            continue
+        after = max(last_recorded.get(job.id, 0), orphan_slots.get(job.id, 0), job.active_since_ms)
+        missed = slots_between(triggers[job.id], after, now_ms, limit=MAX_CATCH_UP_SLOTS + 1)
+        if len(missed) > MAX_CATCH_UP_SLOTS:
+            # Too far behind to enumerate: only the window matters, so start there.
+            window_start = max(after, now_ms - job.catchup_window_ms - 1)
+            missed = slots_between(triggers[job.id], window_start, now_ms, limit=MAX_CATCH_UP_SLOTS)
+            plan.beyond_window[job.id] = -1  # unknown, but more than MAX_CATCH_UP_SLOTS
+        cu = plan_catch_up(job.catchup, job.catchup_window_ms, missed, now_ms)
+        plan.run += [SlotRef(job.id, s) for s in cu.run]
+        plan.skip += [SlotRef(job.id, s) for s in cu.skip]
+        if cu.beyond_window and job.id not in plan.beyond_window:
+            plan.beyond_window[job.id] = cu.beyond_window
+        plan.resume_after[job.id] = max(after, now_ms)
+    return plan
