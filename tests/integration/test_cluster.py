@@ -293,3 +293,19 @@ def test_sigint_and_sigterm_both_stop_cleanly(etcd_server, etcd_prefix, tmp_path
         wait_until(lambda: all(v is None for v in c.leaders().values()), 10, what="the leader keys to go")
     finally:
         c.stop_all()
+
+
+def test_shards_says_clearly_when_etcd_is_unreachable():
+    from shardcron.testing.etcd_server import free_port
+
+    port = free_port()
+    out = subprocess.run([sys.executable, "-m", "shardcron", "shards", "--etcd", f"127.0.0.1:{port}"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert f"127.0.0.1:{port}" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_shards_works_with_no_node_running(etcd_server, etcd_prefix):
+    out = subprocess.run([sys.executable, "-m", "shardcron", "shards", "--etcd", etcd_server.endpoints,
+                          "--prefix", etcd_prefix], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "no cluster under" in out.stdout
