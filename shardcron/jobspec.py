@@ -36,10 +36,18 @@ from shardcron.model import (
 MAX_JOB_ID_BYTES = 256
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_LABELS = 64
+MAX_LABEL_CHARS = 256
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def _utf8_size(text: str, field: str) -> int:
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidJob(field, "is not valid Unicode text (it holds a lone surrogate)") from None
 
 
 def parse_duration_ms(text: str | int | float, field: str = "duration") -> int:
@@ -172,9 +180,9 @@ def _parse_headers(raw, field) -> tuple[tuple[str, str], ...]:
     out = []
     try:
         for k, v in items:
-            if not isinstance(k, str) or not k or any(c in k for c in ":\r\n "):
+            if not isinstance(k, str) or not k or any(c in k for c in ":\r\n \t") or not k.isascii():
                 raise InvalidJob(field, f"bad header name {k!r}")
-            if not isinstance(v, str) or any(c in v for c in "\r\n"):
+            if not isinstance(v, str) or any(c in v for c in "\r\n") or _utf8_size(v, field) > 8192:
                 raise InvalidJob(field, f"header {k!r} has a bad value")
             out.append((k, v))
     except (TypeError, ValueError):
@@ -192,7 +200,7 @@ def _parse_executor(d: Mapping) -> ExecutorSpec:
         cmd = d.get("command")
         if not isinstance(cmd, str) or not cmd.strip():
             raise InvalidJob("executor.command", "a shell job needs a non-empty command")
-        if len(cmd.encode()) > MAX_PAYLOAD_BYTES:
+        if _utf8_size(cmd, "executor.command") > MAX_PAYLOAD_BYTES:
             raise InvalidJob("executor.command", f"is larger than {MAX_PAYLOAD_BYTES} bytes")
         return ExecutorSpec(kind, shell=ShellSpec(cmd))
     url = d.get("url")
@@ -210,8 +218,8 @@ def _parse_executor(d: Mapping) -> ExecutorSpec:
     body = d.get("body", "") or ""
     if not isinstance(body, str):
         raise InvalidJob("executor.body", "must be a string")
-    if len(body.encode()) > MAX_PAYLOAD_BYTES:
-        raise InvalidJob("executor.body", f"is {len(body.encode())} bytes; the limit is {MAX_PAYLOAD_BYTES}")
+    if (size := _utf8_size(body, "executor.body")) > MAX_PAYLOAD_BYTES:
+        raise InvalidJob("executor.body", f"is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}")
     headers = _parse_headers(d.get("headers"), "executor.headers")
     secret = d.get("secret_headers", ()) or ()
     if not isinstance(secret, list | tuple) or not all(isinstance(h, str) for h in secret):
@@ -244,6 +252,11 @@ def job_from_dict(d: Mapping, job_id: str | None = None) -> Job:
         raise InvalidJob("labels", "must be a table of string = string")
     if len(labels) > MAX_LABELS:
         raise InvalidJob("labels", f"at most {MAX_LABELS} labels, got {len(labels)}")
+    for k, v in labels.items():
+        if not k or len(k) > MAX_LABEL_CHARS or len(v) > MAX_LABEL_CHARS:
+            raise InvalidJob("labels", f"label {k[:40]!r}: keys must be 1-{MAX_LABEL_CHARS} and values at most "
+                                       f"{MAX_LABEL_CHARS} characters")
+        _utf8_size(k + v, "labels")
     paused = d.get("paused", False)
     if not isinstance(paused, bool):
         raise InvalidJob("paused", f"must be true or false, got {paused!r}")

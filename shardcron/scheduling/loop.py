@@ -254,12 +254,15 @@ class Scheduler:
         if run is None or job_id not in run.jobs:
             raise KeyError(job_id)
         now = clock.wall_ms()
-        got = tick_store.claim_ticks(self.engine, [SlotClaim(job_id, now, manual=True)], shard=shard,
-                                     fence=run.fence, node_id=self.node_id, now_ms=now)
-        if not got:
-            raise FencedOut(shard, run.fence, None)
-        self._push_dispatch(run, Dispatch(got[0], 1, manual=True))
-        return got[0]
+        # A manual tick takes the current millisecond; if a slot already sits
+        # there (a scheduled one, or another trigger), the next free one.
+        for at in range(now, now + 50):
+            got = tick_store.claim_ticks(self.engine, [SlotClaim(job_id, at, manual=True)], shard=shard,
+                                         fence=run.fence, node_id=self.node_id, now_ms=now)
+            if got:
+                self._push_dispatch(run, Dispatch(got[0], 1, manual=True))
+                return got[0]
+        raise RuntimeError(f"no free millisecond for a manual tick of {job_id} near {now}")
 
     # -- heaps --------------------------------------------------------------------------
 

@@ -71,8 +71,10 @@ def import_jobs(engine: Engine, jobs_: Iterable[Job], *, shard: int, fence: int,
     """Write the jobs whose stored definition differs (or that are missing); returns how many.
 
     Version and active_since_ms are ignored in the comparison, so re-importing
-    an unchanged jobs file writes nothing and resets no one's backlog. One
-    fenced transaction, a few statements per 500 jobs.
+    an unchanged jobs file writes nothing and resets no one's backlog. An
+    existing job keeps its paused state: a pause made through the API must not
+    be undone because a new leader re-reads the file. One fenced transaction,
+    a few statements per 500 jobs.
     """
     wanted = {j.id: j for j in jobs_}
     for j in wanted.values():
@@ -83,14 +85,16 @@ def import_jobs(engine: Engine, jobs_: Iterable[Job], *, shard: int, fence: int,
     def work(conn: Connection) -> int:
         stored = {}
         for part in chunks(list(wanted)):
-            q = select(jobs.c.id, jobs.c.shard, jobs.c.spec, jobs.c.version).where(jobs.c.id.in_(part))
+            q = select(jobs.c.id, jobs.c.shard, jobs.c.spec, jobs.c.version, jobs.c.paused).where(jobs.c.id.in_(part))
             stored.update({r.id: r for r in conn.execute(q)})
         inserts, updates = [], []
         for job in wanted.values():
             row = stored.get(job.id)
             if row is None:
                 inserts.append(replace(job, version=1, active_since_ms=now_ms))
-            elif row.shard != shard or _spec(job) != _normalised_spec(row.spec):
+                continue
+            job = replace(job, paused=bool(row.paused))  # the API's pause outlives a re-import
+            if row.shard != shard or _spec(job) != _normalised_spec(row.spec):
                 updates.append(replace(job, version=row.version + 1, active_since_ms=now_ms))
         def values(j: Job) -> dict:
             return _row(j, shard=shard, fence=fence, node_id=node_id, now_ms=now_ms)
@@ -198,8 +202,8 @@ def count_jobs_by_shard(engine: Engine) -> dict[int, int]:
 
 
 def _spec(job: Job) -> str:
-    """The definition alone: what the ``spec`` column holds."""
-    return job_to_json(replace(job, version=0, active_since_ms=0))
+    """The definition alone: what the ``spec`` column holds (state such as paused lives in columns)."""
+    return job_to_json(replace(job, version=0, active_since_ms=0, paused=False))
 
 
 def _normalised_spec(text: str) -> str | None:

@@ -403,6 +403,16 @@ def test_import_jobs_writes_only_what_changed(led):
     assert list_jobs(led, labels={"n": "1"}) == []
 
 
+def test_a_reimport_does_not_undo_a_pause_made_through_the_api(led):
+    jobs = [make_job("j")]
+    import_jobs(led, jobs, now_ms=1_000, **A)
+    set_paused(led, "j", True, now_ms=2_000, **A)
+    assert import_jobs(led, jobs, now_ms=3_000, **A) == 0  # the file says paused = false; the pause stands
+    assert get_job(led, "j").paused is True
+    assert import_jobs(led, [replace(jobs[0], timeout_ms=7_000)], now_ms=4_000, **A) == 1
+    assert (get_job(led, "j").paused, get_job(led, "j").timeout_ms) == (True, 7_000)
+
+
 def test_delete_job_keeps_ticks(led):
     put_job(led, make_job("j", labels={"a": "b"}), now_ms=1_000, **A)
     claim_ticks(led, [SlotClaim("j", 60_000)], now_ms=1_000, **A)
