@@ -32,6 +32,7 @@ class NodeConfig:
     lookahead_ms: int
     log_format: str
     log_level: str
+    metrics_listen: str | None = None
 
 
 def env_default(name: str, default):
@@ -75,6 +76,8 @@ def add_node_flags(p: argparse.ArgumentParser) -> None:
                    help="seconds to wait for running ticks on stop or hand-over [SHARDCRON_SHUTDOWN_GRACE]")
     p.add_argument("--lookahead-ms", default=env_default("lookahead-ms", 1000),
                    help="claim slots this far ahead, in one transaction per shard [SHARDCRON_LOOKAHEAD_MS]")
+    p.add_argument("--metrics-listen", default=env_default("metrics-listen", None),
+                   help="serve Prometheus metrics on host:port [SHARDCRON_METRICS_LISTEN] (default: off)")
     p.add_argument("--log-format", default=env_default("log-format", "text"), choices=["text", "json"],
                    help="log line format [SHARDCRON_LOG_FORMAT]")
     p.add_argument("--log-level", default=env_default("log-level", "info"),
@@ -122,4 +125,5 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         lookahead_ms=_number("lookahead-ms", a.lookahead_ms, int, 0),
         log_format=a.log_format,
         log_level=a.log_level,
+        metrics_listen=_hostport("metrics-listen", a.metrics_listen) if a.metrics_listen else None,
     )

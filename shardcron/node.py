@@ -6,7 +6,7 @@ import logging
 import signal
 import threading
 
-from shardcron import clock
+from shardcron import clock, metrics
 from shardcron.config import NodeConfig
 from shardcron.coordination.coordinator import Coordinator, CoordinatorSettings
 from shardcron.coordination.etcd import Etcd
@@ -107,7 +107,10 @@ class Node:
         for job in imports:
             check_admissible(job, allow_shell=cfg.allow_shell, now_ms=now)
 
+        if cfg.metrics_listen:
+            metrics.serve(cfg.metrics_listen)
         self.engine = make_engine(cfg.db)
+        metrics.instrument_engine(self.engine)
         check_connection(self.engine)
         ensure_schema(self.engine, auto_upgrade=True)
         log.info("store ready at %s", describe_url(cfg.db))
@@ -129,6 +132,9 @@ class Node:
         self.shard_count = shard_count
         self.backend = NodeBackend(self)
         self.api = _start_api(self)
+        metrics.watch_gauge(metrics.oldest_overdue, self.scheduler.oldest_overdue_s)
+        metrics.watch_gauge(metrics.lease_renewal_age,
+                            lambda: self.coordinator.session.seconds_since_renewal() if self.coordinator.session else 0)
         self.scheduler.start()
         self._coord_thread = threading.Thread(target=self.coordinator.run, name="coordinator", daemon=True)
         self._coord_thread.start()

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from shardcron import clock
+from shardcron import clock, metrics
 from shardcron.coordination import balancer, membership
 from shardcron.coordination.election import Election
 from shardcron.coordination.etcd import Etcd
@@ -119,6 +119,7 @@ class Coordinator:
             slot.set_state(ShardState.IDLE, "new session")
             slot.election = None
         session.on_lost(self._on_session_lost)
+        metrics.session_alive.set(1)
         deadline = clock.monotonic() + self.s.ttl_s + 2
         while True:
             try:
@@ -139,6 +140,7 @@ class Coordinator:
         for slot in self.slots.values():
             slot.stop.set()
         self.joined.clear()
+        metrics.session_alive.set(0)
         self._events.put(("lost", reason))
 
     def _drop_session(self, reason: str) -> None:
@@ -150,8 +152,12 @@ class Coordinator:
             if slot.state in (ShardState.LEADER, ShardState.RESIGNING):
                 slot.stop.set()
                 self.work.release(slot.shard, 0.0, lambda: None)
+            if slot.state is ShardState.LEADER:
+                metrics.leader_changes.labels("lost").inc()
             slot.set_state(ShardState.LOST, reason)
             slot.election = None
+        metrics.shards_led.set(0)
+        metrics.session_alive.set(0)
         if self.session:
             session, self.session = self.session, None
             if self._stopping and not session.done.is_set():
@@ -320,6 +326,8 @@ class Coordinator:
         slot.stop = threading.Event()
         self.work.acquire(slot.shard, el.rev, slot.stop, self.session)
         slot.set_state(ShardState.LEADER, f"elected, fence {el.rev}")
+        metrics.leader_changes.labels("gained").inc()
+        metrics.shards_led.set(len(self.led_shards()))
         el.proclaim(self._key_value(since_ms=clock.wall_ms(), jobs=self.work.job_count(slot.shard)))
         self._last_proclaim[slot.shard] = self.work.job_count(slot.shard)
 
@@ -335,6 +343,8 @@ class Coordinator:
 
     def _resign(self, slot: ShardSlot, grace_s: float, why: str) -> None:
         slot.set_state(ShardState.RESIGNING, why)
+        metrics.leader_changes.labels("given up").inc()
+        metrics.shards_led.set(len(self.led_shards()))
         shard = slot.shard
         self.work.release(shard, grace_s, lambda: self._events.put(("drained", shard)))
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ import pyetcd
 from pyetcd import etcdrpc
 from pyetcd.utils import prefix_range_end
 
+from shardcron import metrics
 from shardcron.errors import ConfigError, EtcdUnavailable
 
 log = logging.getLogger(__name__)
@@ -102,6 +104,7 @@ class Etcd:
 
     def _call(self, what: str, fn, *args, timeout: float | None = None):
         stub_timeout = self.timeout_s if timeout is None else timeout
+        t0 = time.perf_counter()
         try:
             return fn(*args, stub_timeout, credentials=self._client.call_credentials, metadata=self._client.metadata)
         except grpc.RpcError as e:
@@ -109,6 +112,8 @@ class Etcd:
             raise EtcdUnavailable(f"etcd {what} at {self.endpoints}: {_reason(e)}") from None
         except ValueError as e:  # pyetcd raises this when every endpoint is marked failed
             raise EtcdUnavailable(f"etcd {what} at {self.endpoints}: {e}") from None
+        finally:
+            metrics.etcd_call.labels(what).observe(time.perf_counter() - t0)
 
     def _failover(self, err: grpc.RpcError) -> None:
         # Move to another endpoint on connection-level errors; time_retry=0 keeps

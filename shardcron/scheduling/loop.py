@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 
-from shardcron import clock
+from shardcron import clock, metrics
 from shardcron.coordination.session import Session
 from shardcron.errors import FencedOut, StoreUnavailable
 from shardcron.model import ExecutionResult, ExecutorKind, Job, SlotRef, TickStatus
@@ -184,6 +184,7 @@ class Scheduler:
             claimed = tick_store.claim_ticks(self.engine, [SlotClaim(s.job_id, s.scheduled_at_ms) for s in plan.run],
                                              node_id=self.node_id, now_ms=now, **kw)
             self.stats.caught_up += len(claimed)
+            metrics.caught_up.inc(len(claimed))
         for job_id, count in plan.beyond_window.items():
             log.warning("shard %d: job %s missed %s slots older than its catch-up window; not run",
                         shard, job_id, "many" if count < 0 else count, extra={"shard": shard, "job": job_id})
@@ -263,6 +264,17 @@ class Scheduler:
                 self._push_dispatch(run, Dispatch(got[0], 1, manual=True))
                 return got[0]
         raise RuntimeError(f"no free millisecond for a manual tick of {job_id} near {now}")
+
+    def oldest_overdue_s(self) -> float:
+        """Seconds since the oldest slot that is due but not started (the next-fire watchdog)."""
+        now = clock.wall_ms()
+        with self._claim_cond:
+            claim_top = self._claims[0][6] if self._claims else None
+        with self._dispatch_cond:
+            dispatch_top = self._dispatch[0][0] if self._dispatch else None
+        due = [s for s in (claim_top, dispatch_top) if s is not None and s < now]
+        # A second of slack: claims are taken a lookahead early and started on time.
+        return max(0.0, (now - min(due)) / 1000.0 - 1.0) if due else 0.0
 
     # -- heaps --------------------------------------------------------------------------
 
@@ -367,6 +379,7 @@ class Scheduler:
         with run.lock:
             if not run.active or not run.session.can_act():
                 self.stats.not_started += 1
+                metrics.not_started.inc()
                 return  # the row stays claimed: whoever leads next re-claims it
             if entry is None:
                 self._record(run, d, ExecutionResult(False, clock.wall_ms(), clock.wall_ms(),
@@ -379,10 +392,11 @@ class Scheduler:
                 return
             run.in_flight += 1
             entry.running += 1
+            metrics.running_executors.inc()
         if entry.job.executor.kind is ExecutorKind.NOOP:
             # No side effect to guard: complete inline and let the recorder write it.
             t = clock.wall_ms()
-            self._started(t - d.slot.scheduled_at_ms)
+            self._started(shard, t - d.slot.scheduled_at_ms)
             self._record(run, d, ExecutionResult(True, t, t), TickStatus.SUCCEEDED)
             self._done(run, entry)
             return
@@ -391,9 +405,10 @@ class Scheduler:
         def work():
             try:
                 status = run_tick(tick, self.engine, self.recorder, self.allow_shell,
-                                  self._fenced, self._started)
+                                  self._fenced, lambda late: self._started(shard, late))
                 if status is None:
                     self.stats.not_started += 1
+                    metrics.not_started.inc()
                 else:
                     self.stats.by_status[status.value] += 1
             except Exception:  # noqa: BLE001 - a bug in one tick must not kill the pool
@@ -408,8 +423,9 @@ class Scheduler:
         self.recorder.put(w)
         self.stats.by_status[status.value] += 1
 
-    def _started(self, lateness_ms: int) -> None:
+    def _started(self, shard: int, lateness_ms: int) -> None:
         self.stats.started += 1
+        metrics.tick_lateness.labels(str(shard)).observe(max(0, lateness_ms) / 1000.0)
         if len(self.stats.lateness_ms) < 1_000_000:
             self.stats.lateness_ms.append(lateness_ms)
 
@@ -417,8 +433,10 @@ class Scheduler:
         with run.lock:
             run.in_flight -= 1
             entry.running -= 1
+            metrics.running_executors.dec()
             run.idle.notify_all()
 
     def _fenced(self, shard: int, fence: int, count: int = 1) -> None:
         self.stats.fenced_rejections += count
+        metrics.fenced_writes.inc(count)
         self._report_fenced(shard, fence)

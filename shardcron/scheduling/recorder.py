@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 
+from shardcron import metrics
 from shardcron.errors import FencedOut, StoreUnavailable
 from shardcron.model import ExecutionResult, SlotRef, TickStatus
 from shardcron.store import ticks as tick_store
@@ -113,6 +114,8 @@ class Recorder:
                     self._engine, [(w.slot, w.attempt, w.result, w.status) for w in writes], shard=shard, fence=fence
                 )
                 self.written += len(writes)
+                for w in writes:
+                    metrics.ticks.labels(w.status.value).inc()
                 for listener in self.listeners:
                     for w in writes:
                         listener(w)

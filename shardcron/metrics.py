@@ -1,0 +1,71 @@
+"""Prometheus metrics of a node, served by ``--metrics-listen host:port``.
+
+Names follow Prometheus conventions (base units, ``_total`` counters). The
+metric objects live here, once; the code that observes them imports them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from shardcron.errors import ConfigError
+
+# Lateness buckets from sub-millisecond to a minute: the interesting part is below 100 ms.
+_LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_CALL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+tick_lateness = Histogram("shardcron_tick_lateness_seconds", "Executor start minus scheduled time.",
+                          ["shard"], buckets=_LATENESS_BUCKETS)
+ticks = Counter("shardcron_ticks_total", "Ticks recorded by this node, by final status.", ["status"])
+caught_up = Counter("shardcron_caught_up_slots_total", "Missed slots claimed and run on taking a shard over.")
+fenced_writes = Counter("shardcron_fenced_writes_total", "Writes rejected because a newer fence exists.")
+not_started = Counter("shardcron_ticks_not_started_total",
+                      "Claimed ticks this node did not start (shard lost or lease not provably held).")
+leader_changes = Counter("shardcron_leader_changes_total", "Shards this node started or stopped leading.",
+                         ["change"])
+shards_led = Gauge("shardcron_shards_led", "Shards this node leads now.")
+session_alive = Gauge("shardcron_session_alive", "1 while the node holds its etcd lease, else 0.")
+lease_renewal_age = Gauge("shardcron_lease_renewal_age_seconds", "Seconds since the last confirmed lease renewal.")
+etcd_call = Histogram("shardcron_etcd_call_seconds", "etcd call latency.", ["op"], buckets=_CALL_BUCKETS)
+db_call = Histogram("shardcron_db_call_seconds", "Database statement latency.", ["op"], buckets=_CALL_BUCKETS)
+running_executors = Gauge("shardcron_running_executors", "Executors running now.")
+oldest_overdue = Gauge("shardcron_oldest_overdue_slot_seconds",
+                       "Age of the oldest slot that is due but not started; 0 when none. "
+                       "Alert on it to catch a schedule that silently stopped.")
+
+
+def watch_gauge(gauge: Gauge, fn: Callable[[], float]) -> None:
+    """Compute ``gauge`` at scrape time; a failing probe reads as 0 rather than breaking the scrape."""
+    def safe() -> float:
+        try:
+            return float(fn())
+        except Exception:  # noqa: BLE001 - a scrape must never fail because of one gauge
+            return 0.0
+    gauge.set_function(safe)
+
+
+def serve(listen: str) -> None:
+    host, _, port = listen.rpartition(":")
+    try:
+        start_http_server(int(port), addr=host or "0.0.0.0")
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"--metrics-listen {listen}: cannot serve metrics there: {e}") from None
+
+
+def instrument_engine(engine) -> None:
+    """Time every statement the engine runs, labelled by its first keyword."""
+    from sqlalchemy import event
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _before(conn, cursor, statement, parameters, context, executemany):
+        conn.info.setdefault("shardcron_t0", []).append(time.perf_counter())
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def _after(conn, cursor, statement, parameters, context, executemany):
+        starts = conn.info.get("shardcron_t0")
+        if starts:
+            op = statement.lstrip().split(None, 1)[0].lower() if statement.strip() else "other"
+            db_call.labels(op).observe(time.perf_counter() - starts.pop())
