@@ -106,6 +106,45 @@ def cmd_shards(a: argparse.Namespace) -> int:
     return 0
 
 
+# -- shardcron nodes / drain -----------------------------------------------------------
+
+
+def cmd_nodes(a: argparse.Namespace) -> int:
+    m = shard_map(a.etcd, a.prefix)
+    if a.json:
+        print(json.dumps(m["nodes"], indent=2))
+        return 0
+    print(tabulate(
+        [[n["node"], n["address"], _fmt_ms(n["started_at_ms"]), n["leads"], n["fair_share"],
+          "draining" if n["draining"] else "active"] for n in m["nodes"]],
+        headers=["NODE", "ADDRESS", "STARTED", "LEADS", "FAIR SHARE", "STATE"], tablefmt="plain",
+    ))
+    return 0
+
+
+def cmd_drain(a: argparse.Namespace) -> int:
+    """Ask a node to hand every shard over and stay up as a non-candidate (or undo that)."""
+    from shardcron.coordination.etcd import Etcd
+    from shardcron.coordination.keys import KeyLayout
+
+    layout = KeyLayout(a.prefix)
+    etcd = Etcd(a.etcd, timeout_s=3.0)
+    try:
+        if a.undo:
+            etcd.delete(layout.drain(a.node_id))
+            print(f"node {a.node_id} is no longer draining: it takes its share of shards again")
+            return 0
+        if etcd.get(layout.node(a.node_id)) is None:
+            print(f"note: no live node {a.node_id!r} under {a.prefix}; it will start drained", file=sys.stderr)
+        etcd.put(layout.drain(a.node_id), json.dumps({"requested_at_ms": int(datetime.now(UTC).timestamp() * 1000)})
+                 .encode())
+        print(f"node {a.node_id} is draining: it hands its shards over and stays up as a non-candidate "
+              f"(undo with `shardcron drain --undo {a.node_id}`)")
+        return 0
+    finally:
+        etcd.close()
+
+
 # -- the parser ------------------------------------------------------------------------
 
 
@@ -123,6 +162,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_etcd_flags(shards)
     shards.add_argument("--json", action="store_true", help="print JSON")
     shards.set_defaults(func=cmd_shards)
+
+    nodes = sub.add_parser("nodes", help="list the cluster's members (from etcd alone)")
+    add_common_etcd_flags(nodes)
+    nodes.add_argument("--json", action="store_true", help="print JSON")
+    nodes.set_defaults(func=cmd_nodes)
+
+    drain = sub.add_parser("drain", help="make a node hand its shards over and stay up as a non-candidate")
+    add_common_etcd_flags(drain)
+    drain.add_argument("node_id", metavar="NODE_ID")
+    drain.add_argument("--undo", action="store_true", help="stop draining: the node takes shards again")
+    drain.set_defaults(func=cmd_drain)
 
     from shardcron import devcluster
 

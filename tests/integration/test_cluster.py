@@ -309,3 +309,24 @@ def test_shards_works_with_no_node_running(etcd_server, etcd_prefix):
     out = subprocess.run([sys.executable, "-m", "shardcron", "shards", "--etcd", etcd_server.endpoints,
                           "--prefix", etcd_prefix], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "no cluster under" in out.stdout
+
+
+def _shardcron(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shardcron", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_drain_hands_every_shard_over_then_undo_takes_them_back(make_cluster, fresh_db_url, etcd_server):
+    c = make_cluster(fresh_db_url("sqlite"), shards=8)
+    c.add("n0")
+    c.add("n1")
+    c.wait_balanced({"n0", "n1"}, 60)
+    out = _shardcron("drain", "n0", "--etcd", etcd_server.endpoints, "--prefix", c.prefix)
+    assert out.returncode == 0, out.stderr
+    c.wait_all_led(2 * TTL + 30, by={"n1"})
+    nodes = json.loads(_shardcron("nodes", "--etcd", etcd_server.endpoints, "--prefix", c.prefix, "--json").stdout)
+    assert {n["node"]: n["draining"] for n in nodes} == {"n0": True, "n1": False}
+    assert c.nodes["n0"].alive(), "a drained node stays up as a non-candidate"
+    view = c.shard_map()
+    assert all(r["candidates"] == 1 for r in view["shards"]), "a drained node is no standby either"
+    assert _shardcron("drain", "--undo", "n0", "--etcd", etcd_server.endpoints, "--prefix", c.prefix).returncode == 0
+    c.wait_balanced({"n0", "n1"}, 2 * TTL + 30)
