@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the system packages shardcron's dev cluster and test suite need:
-# the etcd server, iptables and iproute2 (fault tests), python3-venv.
+# the etcd server, iptables and iproute2 (fault tests), docker-compose (to
+# validate compose/docker-compose.yml; no engine is needed), python3-venv.
 # As root it uses apt-get; otherwise it says what to install and stops.
 set -euo pipefail
 
@@ -9,6 +10,7 @@ command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v etcdctl >/dev/null 2>&1 || missing+=(etcd-client)
 command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
 
 [ ${#missing[@]} -eq 0 ] && exit 0
