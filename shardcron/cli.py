@@ -174,6 +174,10 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("--undo", action="store_true", help="stop draining: the node takes shards again")
     drain.set_defaults(func=cmd_drain)
 
+    from shardcron import bench
+
+    bench.register(sub)
+
     from shardcron import devcluster
 
     dev = sub.add_parser("dev", help="run a local 3-node cluster with demo jobs (what `make dev` runs)")

@@ -1,4 +1,4 @@
-"""Job files (TOML or YAML): a list of jobs, or a table of them keyed by id.
+"""Job files (TOML, YAML or JSON): a list of jobs, or a table of them keyed by id.
 
     [[jobs]]                         jobs:
     id = "heartbeat"                   heartbeat:
@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,13 +30,16 @@ def load_job_file(path: str) -> list[Job]:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise JobFileError(f"{path}: cannot read: {e.strerror or e}") from None
+    kind = {".yaml": "YAML", ".yml": "YAML", ".json": "JSON"}.get(p.suffix.lower(), "TOML")
     try:
-        if p.suffix.lower() in (".yaml", ".yml"):
+        if kind == "YAML":
             data = yaml.safe_load(text) or {}
+        elif kind == "JSON":
+            data = json.loads(text)
         else:
             data = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as e:
-        raise JobFileError(f"{path}: not valid {'YAML' if p.suffix.lower() in ('.yaml', '.yml') else 'TOML'}: {e}") from None
+    except (tomllib.TOMLDecodeError, yaml.YAMLError, ValueError) as e:
+        raise JobFileError(f"{path}: not valid {kind}: {e}") from None
     if not isinstance(data, Mapping) or "jobs" not in data:
         raise JobFileError(f"{path}: expected a top-level 'jobs' list or table")
     raw = data["jobs"]

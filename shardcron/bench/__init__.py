@@ -1,0 +1,122 @@
+"""``shardcron bench``: precision, throughput, failover and submission figures, on this machine.
+
+It starts what it needs (an etcd unless ``--etcd``, a SQLite store in a
+temporary directory unless ``--db``, ``--nodes`` node processes), runs one
+scenario and prints a table; ``--json FILE`` writes the same figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from tabulate import tabulate
+
+from shardcron.errors import ConfigError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bench", help="measure tick precision, throughput, failover and submission speed")
+    p.add_argument("scenario", choices=["precision", "throughput", "failover", "submit"])
+    p.add_argument("--jobs", type=int, default=1000, help="jobs firing every second (default %(default)s)")
+    p.add_argument("--seconds", type=int, default=60, help="measured window (default %(default)s)")
+    p.add_argument("--nodes", type=int, default=None, help="node processes (default 1; 3 for failover)")
+    p.add_argument("--shards", type=int, default=64)
+    p.add_argument("--ttl", type=int, default=10, help="session TTL (default %(default)s)")
+    p.add_argument("--db", default=None, help="store URL (default: SQLite in a temporary directory)")
+    p.add_argument("--etcd", default=None, help="use this etcd instead of starting one")
+    p.add_argument("--rates", default="1000,2000,5000,10000", help="throughput: ticks/s steps")
+    p.add_argument("--trials", type=int, default=10, help="failover: kill -9 trials (default %(default)s)")
+    p.add_argument("--graceful-trials", type=int, default=3, help="failover: SIGTERM trials")
+    p.add_argument("--peer", choices=["apscheduler"], default=None, help="run the same workload on a peer")
+    p.add_argument("--peer-store", choices=["memory", "sqlite"], default="memory")
+    p.add_argument("--json", dest="json_file", default=None, metavar="FILE", help="write the figures as JSON")
+    p.set_defaults(func=main)
+
+
+def main(a: argparse.Namespace) -> int:
+    from shardcron.bench import scenarios
+    from shardcron.bench.harness import BenchEnv
+
+    if a.jobs <= 0 or a.seconds <= 0:
+        raise ConfigError("--jobs and --seconds must be positive")
+    nodes = a.nodes or (3 if a.scenario == "failover" else 1)
+
+    def env(n: int = nodes, ttl: int = a.ttl) -> BenchEnv:
+        return BenchEnv(nodes=n, shards=a.shards, ttl=ttl, db=a.db, etcd=a.etcd)
+
+    figures: dict
+    if a.scenario == "precision":
+        with env() as e:
+            figures = scenarios.precision(e, a.jobs, a.seconds)
+    elif a.scenario == "throughput":
+        try:
+            rates = [int(r) for r in a.rates.split(",") if r.strip()]
+        except ValueError:
+            raise ConfigError(f"--rates: expected numbers such as 1000,2000, got {a.rates!r}") from None
+        figures = scenarios.throughput(env, rates, a.seconds)
+    elif a.scenario == "failover":
+        with env() as e:
+            figures = scenarios.failover(e, a.jobs, a.trials, a.graceful_trials)
+    else:
+        from shardcron.bench import submit
+
+        with env(n=max(2, nodes)) as e:
+            figures = submit.run(e, a.jobs, a.seconds)
+    out = {"shardcron": figures}
+    if a.peer and a.scenario in ("precision", "throughput"):
+        from shardcron.bench import peer_apscheduler
+
+        jobs = a.jobs if a.scenario == "precision" else figures["highest_sustained_rate"] or a.jobs
+        peer = peer_apscheduler.run(jobs, a.seconds, a.peer_store)
+        out["peer"] = peer
+    print(render(out))
+    if a.json_file:
+        with open(a.json_file, "w") as f:
+            json.dump(out, f, indent=2)
+    return 0
+
+
+def _lat(m: dict) -> list:
+    lat = m.get("lateness_ms", {})
+    return [lat.get("p50"), lat.get("p99"), lat.get("p99.9"), lat.get("max")]
+
+
+def render(out: dict) -> str:
+    f = out["shardcron"]
+    lines = []
+    if f["scenario"] == "precision":
+        rows = [["shardcron", f["db"], f["jobs"], f["expected"], f["recorded"], f["missed"], f["duplicated"],
+                 *_lat(f), f["cpu_ms_per_1000_ticks"], f["peak_rss_mb"]]]
+        if "peer" in out:
+            p = out["peer"]
+            rows.append([p["peer"], "-", p["jobs"], p["expected"], p["recorded"], p["missed"], "-", *_lat(p), "-", "-"])
+        lines.append(tabulate(rows, headers=["scheduler", "store", "jobs/s", "expected", "recorded", "missed",
+                                             "duplicated", "p50 ms", "p99 ms", "p99.9 ms", "max ms",
+                                             "CPU ms/1k ticks", "peak RSS MB"], tablefmt="github"))
+        if "peer" in out and f["lateness_ms"]["p99"] and out["peer"]["lateness_ms"]["p99"]:
+            ratio = out["peer"]["lateness_ms"]["p99"] / max(f["lateness_ms"]["p99"], 0.5)
+            lines.append(f"\np99 lateness: APScheduler / shardcron = {ratio:.1f}x")
+    elif f["scenario"] == "throughput":
+        rows = [[s["rate"], s["expected"], s["recorded"], s["missed"], s["duplicated"], *_lat(s),
+                 s["cpu_ms_per_1000_ticks"]] for s in f["steps"]]
+        lines.append(tabulate(rows, headers=["ticks/s", "expected", "recorded", "missed", "duplicated", "p50 ms",
+                                             "p99 ms", "p99.9 ms", "max ms", "CPU ms/1k ticks"], tablefmt="github"))
+        lines.append(f"\nhighest rate sustained (p99 <= {f['p99_limit_ms']} ms, nothing missed): "
+                     f"{f['highest_sustained_rate']} ticks/s on {f['db']}")
+        if "peer" in out:
+            p = out["peer"]
+            lines.append(f"APScheduler at {p['jobs']}/s: missed {p['missed']} of {p['expected']}, "
+                         f"p99 {p['lateness_ms']['p99']} ms")
+    elif f["scenario"] == "failover":
+        rows = [[t["trial"], t["kind"], t["shard"], t["victim"], t["seconds_to_first_claim"], t["slots_caught_up"]]
+                for t in f["trials"]]
+        lines.append(tabulate(rows, headers=["trial", "stop", "shard", "stopped leader", "s to first claim",
+                                             "slots caught up"], tablefmt="github"))
+        lines.append(f"\nTTL {f['ttl']} s: kill -9 worst {f['kill9_max_s']} s; SIGTERM worst {f['sigterm_max_s']} s")
+    else:
+        rows = [[k, v["calls_per_s"], v["jobs_per_s"], v["p50_ms"], v["p99_ms"], v["errors"]]
+                for k, v in f["modes"].items()]
+        lines.append(tabulate(rows, headers=["mode", "calls/s", "jobs/s", "p50 ms", "p99 ms", "errors"],
+                              tablefmt="github"))
+    return "\n".join(lines)

@@ -1,0 +1,114 @@
+"""What every benchmark scenario needs: an etcd, a store, node processes, and the tick rows they write."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from sqlalchemy import func, select
+
+from shardcron.store.engine import make_engine
+from shardcron.store.schema import jobs as jobs_table
+from shardcron.store.schema import ticks
+from shardcron.testing.cluster import Cluster, wait_until
+from shardcron.testing.etcd_server import EtcdCluster
+
+
+def percentile(sorted_values: list[float], p: float) -> float | None:
+    if not sorted_values:
+        return None
+    k = min(len(sorted_values) - 1, max(0, int(round(p / 100.0 * (len(sorted_values) - 1)))))
+    return sorted_values[k]
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process, from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def proc_peak_rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+@dataclass
+class BenchEnv:
+    """An etcd (ours or the user's), a store and N node processes."""
+
+    nodes: int = 1
+    shards: int = 64
+    ttl: int = 10
+    db: str | None = None
+    etcd: str | None = None
+    extra_args: list[str] = field(default_factory=list)
+    workdir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="shardcron-bench-"))
+    _etcd: EtcdCluster | None = None
+    cluster: Cluster | None = None
+
+    def __enter__(self) -> BenchEnv:
+        if self.etcd is None:
+            self._etcd = EtcdCluster(1, base_dir=os.path.join(self.workdir, "etcd")).start()
+            self.etcd = self._etcd.endpoints
+        if self.db is None:
+            self.db = f"sqlite:///{self.workdir}/bench.db"
+        prefix = f"/bench{int(time.time() * 1000)}"
+        self.cluster = Cluster(self.etcd, self.db, prefix, self.shards, self.ttl, self.workdir,
+                               extra_args=list(self.extra_args))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.cluster:
+            self.cluster.stop_all()
+        if self._etcd:
+            self._etcd.stop()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def write_noop_jobs(self, count: int, every: str = "1s", prefix: str = "bench") -> str:
+        path = os.path.join(self.workdir, f"jobs-{prefix}-{count}.json")
+        with open(path, "w") as f:
+            json.dump({"jobs": [{"id": f"{prefix}-{i:06d}", "every": every, "executor": {"kind": "noop"}}
+                                for i in range(count)]}, f)
+        return path
+
+    def start_nodes(self, jobs_file: str | None = None, count: int | None = None) -> list[str]:
+        ids = []
+        for i in range(count or self.nodes):
+            node_id = f"bench-{len(self.cluster.nodes)}"
+            self.cluster.add(node_id, extra_args=(["--jobs", jobs_file] if jobs_file else []))
+            ids.append(node_id)
+        members = set(self.cluster.nodes)
+        self.cluster.wait_balanced(members, timeout_s=120 + 2 * self.ttl)
+        return ids
+
+    def wait_jobs_loaded(self, count: int, timeout_s: float = 180) -> None:
+        engine = make_engine(self.db)
+        try:
+            def loaded():
+                with engine.connect() as c:
+                    return c.execute(select(func.count()).select_from(jobs_table)).scalar() >= count
+            wait_until(loaded, timeout_s, 0.25, f"{count} jobs to be imported")
+        finally:
+            engine.dispose()
+
+    def tick_rows(self, from_ms: int, to_ms: int) -> list:
+        engine = make_engine(self.db)
+        try:
+            with engine.connect() as c:
+                return c.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.started_at_ms,
+                                        ticks.c.claimed_at_ms, ticks.c.status, ticks.c.node_id, ticks.c.fence,
+                                        ticks.c.shard, ticks.c.manual)
+                                 .where(ticks.c.scheduled_at_ms >= from_ms, ticks.c.scheduled_at_ms < to_ms)).all()
+        finally:
+            engine.dispose()
+
+    def pids(self) -> dict[str, int]:
+        return {n: p.pid for n, p in self.cluster.nodes.items() if p.alive()}

@@ -1,0 +1,132 @@
+"""The benchmark scenarios. Each returns a dict of figures; ``report.py`` prints them.
+
+Lateness is executor start minus scheduled time, read from the tick rows the
+nodes wrote, so the figures are what the store can prove, not what a node says.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+
+from shardcron.bench.harness import BenchEnv, percentile, proc_cpu_seconds, proc_peak_rss_mb
+from shardcron.testing.cluster import wait_until
+
+WARMUP_S = 3.0
+
+
+def _window_start(after_s: float) -> int:
+    """The next whole second at least ``after_s`` from now, in ms."""
+    return (int(time.time() + after_s) + 1) * 1000
+
+
+def measure_ticks(env: BenchEnv, jobs: int, from_ms: int, seconds: int, prefix: str) -> dict:
+    to_ms = from_ms + seconds * 1000
+    # Results are written in batches: wait until the window's last slot is recorded or 10 s pass.
+    deadline = time.time() + 10
+    rows = []
+    while time.time() < deadline:
+        rows = [r for r in env.tick_rows(from_ms, to_ms) if r.job_id.startswith(prefix) and not r.manual]
+        if len(rows) >= jobs * seconds and all(r.started_at_ms for r in rows):
+            break
+        time.sleep(0.5)
+    per_slot = Counter((r.job_id, r.scheduled_at_ms) for r in rows)
+    lateness = sorted(r.started_at_ms - r.scheduled_at_ms for r in rows if r.started_at_ms)
+    expected = jobs * seconds
+    return {
+        "expected": expected,
+        "recorded": len(per_slot),
+        "missed": expected - len(per_slot),
+        "duplicated": sum(c - 1 for c in per_slot.values() if c > 1),
+        "not_succeeded": sum(1 for r in rows if r.status != "succeeded"),
+        "lateness_ms": {
+            "p50": percentile(lateness, 50), "p99": percentile(lateness, 99),
+            "p99.9": percentile(lateness, 99.9), "max": lateness[-1] if lateness else None,
+        },
+    }
+
+
+def precision(env: BenchEnv, jobs: int, seconds: int, prefix: str = "prec") -> dict:
+    jobs_file = env.write_noop_jobs(jobs, prefix=prefix)
+    env.start_nodes(jobs_file)
+    env.wait_jobs_loaded(jobs)
+    pids = env.pids()
+    from_ms = _window_start(WARMUP_S)
+    wait_until(lambda: time.time() * 1000 >= from_ms, WARMUP_S + 5, 0.05, "the window to open")
+    cpu0 = {n: proc_cpu_seconds(p) for n, p in pids.items()}
+    wait_until(lambda: time.time() * 1000 >= from_ms + seconds * 1000, seconds + 5, 0.1, "the window to close")
+    cpu = sum(proc_cpu_seconds(p) - cpu0[n] for n, p in pids.items())
+    out = measure_ticks(env, jobs, from_ms, seconds, prefix)
+    out.update(
+        scenario="precision", jobs=jobs, seconds=seconds, nodes=len(pids), db=_db_kind(env.db),
+        cpu_ms_per_1000_ticks=round(1000 * cpu / max(1, out["recorded"]) * 1000, 1),
+        peak_rss_mb=round(max(proc_peak_rss_mb(p) for p in pids.values()), 1),
+    )
+    return out
+
+
+def throughput(make_env, rates: list[int], seconds: int, p99_limit_ms: float = 100.0) -> dict:
+    """Raise the rate until p99 lateness passes the limit or a tick is missed; each step on a fresh cluster."""
+    steps = []
+    sustained = 0
+    db = None
+    for rate in rates:
+        with make_env() as env:
+            m = precision(env, rate, seconds, prefix=f"tp{rate}")
+            db = m["db"]
+        m["rate"] = rate
+        steps.append(m)
+        if m["missed"] or m["duplicated"] or (m["lateness_ms"]["p99"] or 0) > p99_limit_ms:
+            break
+        sustained = rate
+    return {"scenario": "throughput", "db": db, "seconds": seconds, "p99_limit_ms": p99_limit_ms,
+            "highest_sustained_rate": sustained, "steps": steps}
+
+
+def failover(env: BenchEnv, jobs: int, trials: int, graceful_trials: int) -> dict:
+    """kill -9 (then SIGTERM) the leader of a busy shard; time until the successor claims a tick."""
+    jobs_file = env.write_noop_jobs(jobs, prefix="fo")
+    env.start_nodes(jobs_file)
+    env.wait_jobs_loaded(jobs)
+    results = []
+    for i in range(trials + graceful_trials):
+        graceful = i >= trials
+        shard = i % env.shards
+        leaders = env.cluster.wait_all_led(120)
+        victim = leaders[shard]
+        wait_until(lambda: any(r.shard == shard for r in env.tick_rows(int(time.time() * 1000) - 3000,
+                                                                         int(time.time() * 1000))),
+                   30, 0.2, "the shard to tick")
+        node = env.cluster.nodes[victim]
+        t_kill_ms = int(time.time() * 1000)
+        node.signal(signal.SIGTERM if graceful else signal.SIGKILL)
+
+        def successor_claimed():
+            now = int(time.time() * 1000)
+            rows = [r for r in env.tick_rows(t_kill_ms - 60_000, now + 5000)
+                    if r.shard == shard and r.node_id != victim and r.claimed_at_ms and r.claimed_at_ms >= t_kill_ms]
+            return rows or None
+
+        rows = wait_until(successor_claimed, 3 * env.ttl + 30, 0.05, "the successor to claim a tick")
+        first_claim = min(r.claimed_at_ms for r in rows)
+        new_fence = max(r.fence for r in rows)
+        caught_up = sum(1 for r in rows if r.fence == new_fence and r.scheduled_at_ms < first_claim - 500)
+        results.append({"trial": i + 1, "kind": "SIGTERM" if graceful else "SIGKILL", "shard": shard,
+                        "victim": victim, "seconds_to_first_claim": round((first_claim - t_kill_ms) / 1000, 3),
+                        "slots_caught_up": caught_up})
+        if node.proc:
+            node.proc.wait(30)
+        # Bring the node back so the next trial starts from a full cluster.
+        env.cluster.nodes.pop(victim)
+        env.cluster.add(victim, extra_args=["--jobs", jobs_file])
+        env.cluster.wait_balanced(set(env.cluster.nodes), 120 + 2 * env.ttl)
+    crash = [r["seconds_to_first_claim"] for r in results if r["kind"] == "SIGKILL"]
+    soft = [r["seconds_to_first_claim"] for r in results if r["kind"] == "SIGTERM"]
+    return {"scenario": "failover", "ttl": env.ttl, "nodes": env.nodes, "jobs": jobs, "trials": results,
+            "kill9_max_s": max(crash) if crash else None, "sigterm_max_s": max(soft) if soft else None,
+            "db": _db_kind(env.db)}
+
+
+def _db_kind(url: str | None) -> str:
+    return (url or "sqlite").split(":", 1)[0].split("+", 1)[0]
