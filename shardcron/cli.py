@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from tabulate import tabulate
 
 from shardcron import __version__
-from shardcron.config import add_common_etcd_flags, add_node_flags, node_config_from_args
+from shardcron.config import add_common_etcd_flags, add_node_flags, etcd_security, node_config_from_args
 from shardcron.errors import ShardcronError
 
 
@@ -39,13 +39,13 @@ def cmd_node(a: argparse.Namespace) -> int:
 # -- shardcron shards ----------------------------------------------------------------
 
 
-def shard_map(etcd_endpoints: str, prefix: str) -> dict:
+def shard_map(etcd_endpoints: str, prefix: str, security=None) -> dict:
     """The shard-to-leader map, from etcd alone."""
     from shardcron.coordination.etcd import Etcd
     from shardcron.coordination.keys import KeyLayout
     from shardcron.coordination.view import read_view
 
-    etcd = Etcd(etcd_endpoints, timeout_s=3.0)
+    etcd = Etcd(etcd_endpoints, timeout_s=3.0, security=security)
     try:
         view = read_view(etcd, KeyLayout(prefix))
     finally:
@@ -85,7 +85,7 @@ def shard_map_from_view(view, prefix: str) -> dict:
 
 
 def cmd_shards(a: argparse.Namespace) -> int:
-    m = shard_map(a.etcd, a.prefix)
+    m = shard_map(a.etcd, a.prefix, etcd_security(a))
     if a.json:
         print(json.dumps(m, indent=2))
         return 0
@@ -110,7 +110,7 @@ def cmd_shards(a: argparse.Namespace) -> int:
 
 
 def cmd_nodes(a: argparse.Namespace) -> int:
-    m = shard_map(a.etcd, a.prefix)
+    m = shard_map(a.etcd, a.prefix, etcd_security(a))
     if a.json:
         print(json.dumps(m["nodes"], indent=2))
         return 0
@@ -128,7 +128,7 @@ def cmd_drain(a: argparse.Namespace) -> int:
     from shardcron.coordination.keys import KeyLayout
 
     layout = KeyLayout(a.prefix)
-    etcd = Etcd(a.etcd, timeout_s=3.0)
+    etcd = Etcd(a.etcd, timeout_s=3.0, security=etcd_security(a))
     try:
         if a.undo:
             etcd.delete(layout.drain(a.node_id))

@@ -33,6 +33,7 @@ class NodeConfig:
     log_format: str
     log_level: str
     metrics_listen: str | None = None
+    etcd_security: object = None  # coordination.etcd.EtcdSecurity
 
 
 def env_default(name: str, default):
@@ -47,9 +48,44 @@ def env_default(name: str, default):
 
 def add_common_etcd_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--etcd", default=env_default("etcd", "127.0.0.1:2379"),
-                   help="comma-separated etcd endpoints [SHARDCRON_ETCD] (default %(default)s)")
+                   help="comma-separated etcd endpoints, https:// for TLS [SHARDCRON_ETCD] (default %(default)s)")
     p.add_argument("--prefix", default=env_default("prefix", "/cron"),
                    help="etcd key prefix of the cluster [SHARDCRON_PREFIX] (default %(default)s)")
+    p.add_argument("--etcd-ca", default=env_default("etcd-ca", None),
+                   help="CA certificate that signed etcd's server certificate (enables TLS) [SHARDCRON_ETCD_CA]")
+    p.add_argument("--etcd-cert", default=env_default("etcd-cert", None),
+                   help="client certificate for etcd mTLS [SHARDCRON_ETCD_CERT]")
+    p.add_argument("--etcd-key", default=env_default("etcd-key", None),
+                   help="client key for etcd mTLS [SHARDCRON_ETCD_KEY]")
+    p.add_argument("--etcd-user", default=env_default("etcd-user", None),
+                   help="etcd user name (auth enabled) [SHARDCRON_ETCD_USER]")
+    p.add_argument("--etcd-password-file", default=env_default("etcd-password-file", None),
+                   help="file holding the etcd password; or set SHARDCRON_ETCD_PASSWORD "
+                        "(never a flag: it would show in ps) [SHARDCRON_ETCD_PASSWORD_FILE]")
+
+
+def etcd_security(a: argparse.Namespace):
+    """TLS and auth settings for etcd from the common flags; the password never comes from argv."""
+    from shardcron.coordination.etcd import EtcdSecurity
+
+    password = os.environ.get(ENV_PREFIX + "ETCD_PASSWORD")
+    if getattr(a, "etcd_password_file", None):
+        try:
+            with open(a.etcd_password_file, encoding="utf-8") as f:
+                password = f.read().strip()
+        except OSError as e:
+            raise ConfigError(f"--etcd-password-file: cannot read {a.etcd_password_file}: {e.strerror}") from None
+    user = getattr(a, "etcd_user", None)
+    if user and password is None:
+        raise ConfigError("--etcd-user needs a password: set SHARDCRON_ETCD_PASSWORD or --etcd-password-file")
+    for flag in ("etcd_ca", "etcd_cert", "etcd_key"):
+        path = getattr(a, flag, None)
+        if path and not os.path.isfile(path):
+            raise ConfigError(f"--{flag.replace('_', '-')}: no such file {path}")
+    if bool(getattr(a, "etcd_cert", None)) != bool(getattr(a, "etcd_key", None)):
+        raise ConfigError("--etcd-cert and --etcd-key go together")
+    return EtcdSecurity(ca_file=getattr(a, "etcd_ca", None), cert_file=getattr(a, "etcd_cert", None),
+                        key_file=getattr(a, "etcd_key", None), user=user, password=password if user else None)
 
 
 def add_node_flags(p: argparse.ArgumentParser) -> None:
@@ -126,4 +162,5 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         log_format=a.log_format,
         log_level=a.log_level,
         metrics_listen=_hostport("metrics-listen", a.metrics_listen) if a.metrics_listen else None,
+        etcd_security=etcd_security(a),
     )

@@ -115,7 +115,7 @@ class Node:
         ensure_schema(self.engine, auto_upgrade=True)
         log.info("store ready at %s", describe_url(cfg.db))
 
-        self.etcd = Etcd(cfg.etcd, timeout_s=min(5.0, cfg.ttl / 3.0))
+        self.etcd = Etcd(cfg.etcd, timeout_s=min(5.0, cfg.ttl / 3.0), security=cfg.etcd_security)
         self.etcd.status()
         shard_count = ensure_config(self.etcd, self.layout, cfg.shards, now)
         ensure_shards(self.engine, shard_count)

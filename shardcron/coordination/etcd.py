@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import grpc
 import pyetcd
 from pyetcd import etcdrpc
+from pyetcd.client import EtcdTokenCallCredentials
 from pyetcd.utils import prefix_range_end
 
 from shardcron import metrics
@@ -97,6 +98,7 @@ class Etcd:
             )
         except Exception as e:  # authentication happens in the constructor
             raise EtcdUnavailable(f"etcd at {endpoints}: {_reason(e)}") from None
+        self._security = sec
         self._lock = threading.Lock()
         self._closed = False
 
@@ -106,7 +108,16 @@ class Etcd:
         stub_timeout = self.timeout_s if timeout is None else timeout
         t0 = time.perf_counter()
         try:
-            return fn(*args, stub_timeout, credentials=self._client.call_credentials, metadata=self._client.metadata)
+            try:
+                return fn(*args, stub_timeout, credentials=self._client.call_credentials,
+                          metadata=self._client.metadata)
+            except grpc.RpcError as e:
+                # etcd's simple auth tokens expire (5 minutes by default): log in again, once.
+                if not (self._security.user and _is_auth_expired(e)):
+                    raise
+                self._reauthenticate()
+                return fn(*args, stub_timeout, credentials=self._client.call_credentials,
+                          metadata=self._client.metadata)
         except grpc.RpcError as e:
             self._failover(e)
             raise EtcdUnavailable(f"etcd {what} at {self.endpoints}: {_reason(e)}") from None
@@ -114,6 +125,13 @@ class Etcd:
             raise EtcdUnavailable(f"etcd {what} at {self.endpoints}: {e}") from None
         finally:
             metrics.etcd_call.labels(what).observe(time.perf_counter() - t0)
+
+    def _reauthenticate(self) -> None:
+        req = etcdrpc.AuthenticateRequest(name=self._security.user, password=self._security.password)
+        resp = self._client.authstub.Authenticate(req, self.timeout_s)
+        self._client.metadata = (("token", resp.token),)
+        self._client.call_credentials = grpc.metadata_call_credentials(EtcdTokenCallCredentials(resp.token))
+        self._client._clear_old_stubs()
 
     def _failover(self, err: grpc.RpcError) -> None:
         # Move to another endpoint on connection-level errors; time_retry=0 keeps
@@ -267,6 +285,12 @@ class Etcd:
             self._client.close()
         except Exception:  # noqa: BLE001 - closing a broken channel may fail; nothing to do
             pass
+
+
+def _is_auth_expired(e: grpc.RpcError) -> bool:
+    code = e.code() if hasattr(e, "code") else None
+    details = (e.details() or "") if hasattr(e, "details") else ""
+    return code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT) and "token" in details
 
 
 def _reason(e: BaseException) -> str:

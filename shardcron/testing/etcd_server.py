@@ -56,13 +56,14 @@ class EtcdCluster:
     """``size`` etcd members on loopback with a temporary data directory each."""
 
     def __init__(self, size: int = 1, *, base_dir: str | None = None, host: str = "127.0.0.1",
-                 extra_args: list[str] | None = None, scheme: str = "http"):
+                 extra_args: list[str] | None = None, scheme: str = "http", client_security=None):
         if shutil.which("etcd") is None:
             raise ConfigError("etcd is not on PATH: run `make setup` (Debian: apt-get install etcd-server)")
         self._own_dir = base_dir is None
         self.base_dir = base_dir or tempfile.mkdtemp(prefix="shardcron-etcd-")
         os.makedirs(self.base_dir, exist_ok=True)
         self.scheme = scheme
+        self.client_security = client_security  # how wait_ready talks to a TLS etcd
         self.members = [
             EtcdMember(f"m{i}", free_port(), free_port(), os.path.join(self.base_dir, f"m{i}"),
                        os.path.join(self.base_dir, f"m{i}.log"), extra_args=list(extra_args or []), host=host)
@@ -72,7 +73,8 @@ class EtcdCluster:
 
     @property
     def endpoints(self) -> str:
-        return ",".join(m.endpoint for m in self.members)
+        prefix = "https://" if self.scheme == "https" else ""
+        return ",".join(prefix + m.endpoint for m in self.members)
 
     def _initial_cluster(self) -> str:
         return ",".join(f"{m.name}={m.peer_url}" for m in self.members)
@@ -111,7 +113,7 @@ class EtcdCluster:
         # A quorum must answer a linearizable read before we hand the cluster out.
         from shardcron.coordination.etcd import Etcd
 
-        client = Etcd(self.endpoints, timeout_s=2.0)
+        client = Etcd(self.endpoints, timeout_s=2.0, security=self.client_security)
         try:
             while True:
                 try:
