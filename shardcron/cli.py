@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from tabulate import tabulate
 
 from shardcron import __version__
-from shardcron.config import add_common_etcd_flags, add_node_flags, etcd_security, node_config_from_args
+from shardcron.config import add_common_etcd_flags, add_node_flags, env_default, etcd_security, node_config_from_args
 from shardcron.errors import ShardcronError
 
 
@@ -69,7 +69,7 @@ def shard_map_from_view(view, prefix: str) -> dict:
             "shard": shard,
             "leader": leader.node_id if leading else None,
             "address": leader.address if leading else None,
-            "fence": leader.create_revision if leader else None,
+            "fence": (leader.fence or leader.create_revision) if leader else None,
             "leader_since_ms": leader.leader_since_ms if leader else None,
             "candidates": len(q),
             "jobs": leader.jobs if leading and leader.jobs is not None else None,
@@ -145,6 +145,47 @@ def cmd_drain(a: argparse.Namespace) -> int:
         etcd.close()
 
 
+# -- shardcron fences -------------------------------------------------------------------
+
+
+def cmd_fences(a: argparse.Namespace) -> int:
+    from shardcron.coordination.etcd import Etcd
+    from shardcron.store.engine import make_engine
+    from shardcron.store.epoch import highest_fence, read_epoch, rebase
+    from shardcron.store.fences import read_fences
+
+    engine = make_engine(a.db)
+    try:
+        if a.action == "show":
+            epoch = read_epoch(engine)
+            rows = read_fences(engine)
+            if a.json:
+                print(json.dumps({"etcd_cluster_id": epoch.cluster_id, "offset": epoch.offset,
+                                  "fences": {k: r.fence for k, r in sorted(rows.items())}}))
+                return 0
+            cid = f"{epoch.cluster_id:x}" if epoch.cluster_id else "none recorded yet"
+            print(f"etcd cluster: {cid}   fence offset: {epoch.offset}")
+            print(tabulate([[k, r.fence, r.node_id or "-", _fmt_ms(r.updated_at_ms)] for k, r in sorted(rows.items())],
+                           headers=["SHARD", "FENCE", "NODE", "UPDATED"], tablefmt="plain"))
+            return 0
+        etcd = Etcd(a.etcd, timeout_s=3.0, security=etcd_security(a))
+        try:
+            cluster_id, revision = etcd.status()
+        finally:
+            etcd.close()
+        before = read_epoch(engine)
+        if before.cluster_id == cluster_id and not a.force:
+            print(f"the fences already belong to etcd cluster {cluster_id:x}; nothing to do")
+            return 0
+        epoch = rebase(engine, cluster_id)
+        print(f"fences rebased onto etcd cluster {cluster_id:x} (was "
+              f"{before.cluster_id and format(before.cluster_id, 'x')}): new fences are etcd revisions + "
+              f"{epoch.offset}, above every stored fence (highest {highest_fence(engine)}). Nodes may start now.")
+        return 0
+    finally:
+        engine.dispose()
+
+
 # -- the parser ------------------------------------------------------------------------
 
 
@@ -173,6 +214,14 @@ def build_parser() -> argparse.ArgumentParser:
     drain.add_argument("node_id", metavar="NODE_ID")
     drain.add_argument("--undo", action="store_true", help="stop draining: the node takes shards again")
     drain.set_defaults(func=cmd_drain)
+
+    fences = sub.add_parser("fences", help="show the stored fences, or rebase them onto a rebuilt etcd")
+    fences.add_argument("action", choices=["show", "rebase"])
+    add_common_etcd_flags(fences)
+    fences.add_argument("--db", default=env_default("db", "sqlite:///shardcron.db"), help="store URL [SHARDCRON_DB]")
+    fences.add_argument("--force", action="store_true", help="rebase even if the cluster id did not change")
+    fences.add_argument("--json", action="store_true")
+    fences.set_defaults(func=cmd_fences)
 
     from shardcron import bench
 

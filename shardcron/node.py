@@ -17,6 +17,8 @@ from shardcron.jobfile import load_job_file
 from shardcron.jobspec import check_admissible
 from shardcron.scheduling.loop import Scheduler
 from shardcron.store.engine import check_connection, describe_url, make_engine
+from shardcron.errors import ConfigError
+from shardcron.store.epoch import FenceEpoch, claim_epoch, highest_fence
 from shardcron.store.fences import ensure_shards
 from shardcron.store.migrate import ensure_schema
 
@@ -116,7 +118,7 @@ class Node:
         log.info("store ready at %s", describe_url(cfg.db))
 
         self.etcd = Etcd(cfg.etcd, timeout_s=min(5.0, cfg.ttl / 3.0), security=cfg.etcd_security)
-        self.etcd.status()
+        self.epoch = self._check_etcd_identity()
         shard_count = ensure_config(self.etcd, self.layout, cfg.shards, now)
         ensure_shards(self.engine, shard_count)
 
@@ -127,8 +129,10 @@ class Node:
         settings = CoordinatorSettings(
             node_id=cfg.node_id, address=cfg.advertise, shard_count=shard_count, ttl_s=cfg.ttl,
             settle_s=cfg.settle, resign_grace_s=cfg.shutdown_grace, started_at_ms=now,
+            fence_offset=self.epoch.offset,
         )
-        self.coordinator = Coordinator(self.etcd, self.layout, settings, self.scheduler)
+        self.coordinator = Coordinator(self.etcd, self.layout, settings, self.scheduler,
+                                       verify_etcd=self._check_etcd_identity)
         self.shard_count = shard_count
         self.backend = NodeBackend(self)
         self.api = _start_api(self)
@@ -139,6 +143,19 @@ class Node:
         self._coord_thread = threading.Thread(target=self.coordinator.run, name="coordinator", daemon=True)
         self._coord_thread.start()
         log.info("node %s started: %d shards, ttl %ss, etcd %s", cfg.node_id, shard_count, cfg.ttl, cfg.etcd)
+
+    def _check_etcd_identity(self) -> FenceEpoch:
+        """Refuse to claim under an etcd cluster other than the one the stored fences came from."""
+        cluster_id, revision = self.etcd.status()
+        epoch = claim_epoch(self.engine, cluster_id)
+        if epoch.cluster_id != cluster_id:
+            raise ConfigError(
+                f"etcd has forgotten: its cluster id is {cluster_id:x} (revision {revision}), but the store's fences "
+                f"were recorded under cluster {epoch.cluster_id:x} (highest fence {highest_fence(self.engine)}). "
+                "It was rebuilt or restored from a snapshot, so its revisions cannot fence writes. Make sure no node "
+                "of the old cluster still runs, then run `shardcron fences rebase --db ... --etcd ...`"
+            )
+        return epoch
 
     def request_stop(self, *_args) -> None:
         if not self.stopping.is_set():
@@ -188,4 +205,6 @@ def run_node(cfg: NodeConfig) -> int:
         node.close()
         raise
     node.wait()
+    if node.coordinator and node.coordinator.fatal:
+        raise ConfigError(node.coordinator.fatal)
     return 1 if node.coordinator and node.coordinator.crashed else 0

@@ -50,14 +50,17 @@ class CoordinatorSettings:
     settle_s: float = 1.0  # membership changes inside this window are handled as one
     resign_grace_s: float = 5.0  # how long a resigning leader waits for running ticks
     started_at_ms: int = 0
+    fence_offset: int = 0  # added to election revisions (see store/epoch.py)
 
 
 class Coordinator:
-    def __init__(self, etcd: Etcd, layout: KeyLayout, settings: CoordinatorSettings, work: ShardWork):
+    def __init__(self, etcd: Etcd, layout: KeyLayout, settings: CoordinatorSettings, work: ShardWork,
+                 verify_etcd: Callable[[], None] = lambda: None):
         self.etcd = etcd
         self.layout = layout
         self.s = settings
         self.work = work
+        self._verify_etcd = verify_etcd  # raises ConfigError if etcd is not the cluster the fences came from
         self.view = ClusterView(layout)
         self.view_lock = threading.Lock()  # the control thread writes the mirror; API threads read it
         self.slots = {k: ShardSlot(k) for k in range(settings.shard_count)}
@@ -65,6 +68,7 @@ class Coordinator:
         self.joined = threading.Event()  # set once registered and watching; cleared on session loss
         self.stopped = threading.Event()  # set when run() has returned
         self.crashed = False
+        self.fatal: str | None = None
         self._events: queue.Queue = queue.Queue()
         self._stopping = False
         self._cancel_watch: Callable[[], None] | None = None
@@ -100,6 +104,10 @@ class Coordinator:
                     if self._wait_stop(backoff):
                         break
                     backoff = min(backoff * 2, 5.0)
+        except ConfigError as e:
+            log.error("refusing to lead any shard: %s", e)
+            self.crashed = True
+            self.fatal = str(e)
         except Exception:
             # A bug, not a fault we can ride out: stop leading everything and let the
             # node exit non-zero so a supervisor restarts it clean.
@@ -112,6 +120,7 @@ class Coordinator:
     # -- session ------------------------------------------------------------------
 
     def _open_session(self) -> None:
+        self._verify_etcd()
         session = Session(self.etcd, self.s.ttl_s, name=self.s.node_id)
         self.session = session
         for slot in self.slots.values():
@@ -322,13 +331,13 @@ class Coordinator:
         el = slot.election
         if not el.is_leader_now():
             return  # the mirror ran ahead of etcd; the deletion event will come
-        slot.fence = el.rev
+        slot.fence = el.rev + self.s.fence_offset
         slot.stop = threading.Event()
-        self.work.acquire(slot.shard, el.rev, slot.stop, self.session)
-        slot.set_state(ShardState.LEADER, f"elected, fence {el.rev}")
+        self.work.acquire(slot.shard, slot.fence, slot.stop, self.session)
+        slot.set_state(ShardState.LEADER, f"elected, fence {slot.fence}")
         metrics.leader_changes.labels("gained").inc()
         metrics.shards_led.set(len(self.led_shards()))
-        el.proclaim(self._key_value(since_ms=clock.wall_ms(), jobs=self.work.job_count(slot.shard)))
+        el.proclaim(self._key_value(since_ms=clock.wall_ms(), jobs=self.work.job_count(slot.shard), fence=slot.fence))
         self._last_proclaim[slot.shard] = self.work.job_count(slot.shard)
 
     def _abandon_candidacy(self, slot: ShardSlot) -> None:
@@ -360,10 +369,10 @@ class Coordinator:
         slot.election = None
         slot.set_state(ShardState.IDLE, "resigned")
 
-    def _key_value(self, since_ms: int | None = None, jobs: int | None = None) -> dict:
+    def _key_value(self, since_ms: int | None = None, jobs: int | None = None, fence: int | None = None) -> dict:
         v = {"node": self.s.node_id, "address": self.s.address}
         if since_ms is not None:
-            v.update(since_ms=since_ms, jobs=jobs)
+            v.update(since_ms=since_ms, jobs=jobs, fence=fence)
         return v
 
     def _proclaim_job_counts(self) -> None:
@@ -375,7 +384,7 @@ class Coordinator:
                 cand = self.view.candidates.get(shard, {}).get(slot.election.key) if slot.election else None
                 since = cand.leader_since_ms if cand and cand.leader_since_ms else clock.wall_ms()
                 try:
-                    slot.election.proclaim(self._key_value(since_ms=since, jobs=n))
+                    slot.election.proclaim(self._key_value(since_ms=since, jobs=n, fence=slot.fence))
                     self._last_proclaim[shard] = n
                 except EtcdUnavailable:
                     pass

@@ -25,6 +25,7 @@ class Candidate:
     address: str
     leader_since_ms: int | None = None
     jobs: int | None = None
+    fence: int | None = None  # the effective fence the leader proclaimed (revision + offset)
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ class ClusterView:
             d = _json(kv.value)
             self.candidates.setdefault(shard_lease[0], {})[kv.key] = Candidate(
                 shard_lease[0], kv.key, kv.create_revision, kv.lease, str(d.get("node", "?")),
-                str(d.get("address", "")), d.get("since_ms"), d.get("jobs"),
+                str(d.get("address", "")), d.get("since_ms"), d.get("jobs"), d.get("fence"),
             )
         elif (node := lay.parse_node(kv.key)) is not None:
             d = _json(kv.value)
