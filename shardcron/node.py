@@ -114,7 +114,9 @@ class Node:
         self.engine = make_engine(cfg.db)
         metrics.instrument_engine(self.engine)
         check_connection(self.engine)
-        ensure_schema(self.engine, auto_upgrade=True)
+        # An empty database gets the schema; an older or newer one is refused, naming both
+        # versions: upgrades are an operator's step (`shardcron db upgrade`).
+        ensure_schema(self.engine, auto_upgrade=False)
         log.info("store ready at %s", describe_url(cfg.db))
 
         self.etcd = Etcd(cfg.etcd, timeout_s=min(5.0, cfg.ttl / 3.0), security=cfg.etcd_security)

@@ -330,3 +330,20 @@ def test_drain_hands_every_shard_over_then_undo_takes_them_back(make_cluster, fr
     assert all(r["candidates"] == 1 for r in view["shards"]), "a drained node is no standby either"
     assert _shardcron("drain", "--undo", "n0", "--etcd", etcd_server.endpoints, "--prefix", c.prefix).returncode == 0
     c.wait_balanced({"n0", "n1"}, 2 * TTL + 30)
+
+
+def test_a_node_refuses_a_database_schema_newer_than_it_understands(etcd_server, tmp_path):
+    from sqlalchemy import text
+
+    from shardcron.store.migrate import ensure_schema, head_revision
+    from shardcron.store.schema import VERSION_TABLE
+
+    db = f"sqlite:///{tmp_path}/future.db"
+    engine = make_engine(db)
+    ensure_schema(engine, auto_upgrade=True)
+    with engine.begin() as conn:
+        conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '9999_from_the_future'"))
+    engine.dispose()
+    out = run_node_cli(["--etcd", etcd_server.endpoints, "--db", db])
+    assert out.returncode == 1
+    assert "9999_from_the_future" in out.stderr and head_revision() in out.stderr and "Traceback" not in out.stderr
