@@ -223,8 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
     fences.add_argument("--json", action="store_true")
     fences.set_defaults(func=cmd_fences)
 
-    from shardcron import bench
+    from shardcron import admin_cli, bench
 
+    admin_cli.register(sub)
     bench.register(sub)
 
     from shardcron import devcluster

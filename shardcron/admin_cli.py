@@ -1,0 +1,350 @@
+"""``shardcron audit`` and ``shardcron db upgrade|current``: commands that read or migrate the store.
+
+``register(subparsers)`` adds them to the ``shardcron`` parser (cli.build_parser).
+Expected failures are ``ShardcronError``s, which ``cli.main`` prints as one line
+with exit status 1. ``audit`` exits 0 when the store is clean and 2 when it
+finds anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import Engine
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
+from tabulate import tabulate
+
+from shardcron import audit, clock
+from shardcron.config import env_default, etcd_security
+from shardcron.errors import ConfigError, ShardcronError
+from shardcron.store.engine import describe_url, make_engine
+from shardcron.store.migrate import alembic_config, current_revision, head_revision, upgrade
+
+EXIT_CLEAN = 0
+EXIT_FINDINGS = 2
+
+DEFAULT_WINDOW_MS = 3_600_000
+# Slots this close to now may not be recorded yet (a shard changing leader
+# catches up within its lease TTL): the default window ends this long ago.
+DEFAULT_MARGIN_S = 30.0
+DEFAULT_SHOWN = 20  # findings of each kind in the text report
+_JOB_ROWS = 50  # per-job lines in the text report
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MS = timedelta(milliseconds=1)
+
+
+class StoreCommandFailed(ShardcronError):
+    """The database refused a statement for a reason other than being unreachable (permissions, …)."""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``audit`` and ``db`` to the ``shardcron`` command."""
+    p = subparsers.add_parser(
+        "audit", help="check the tick store: one row per owed slot, current fences, nothing left unresolved",
+        description="Check every job's slots in a time window against the tick store. "
+                    "Exit status: 0 clean, 2 findings, 1 error.",
+    )
+    _add_db_flag(p)
+    p.add_argument("--from", dest="from_", metavar="TIME",
+                   help="window start, exclusive: ISO-8601 or epoch ms (default: one hour before --to)")
+    p.add_argument("--to", metavar="TIME",
+                   help="window end, inclusive: ISO-8601 or epoch ms (default: now minus --margin)")
+    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN_S, metavar="SECONDS",
+                   help="default --to is this long before now (default %(default)s)")
+    p.add_argument("--job", metavar="ID", help="audit this job only")
+    p.add_argument("--grace", type=float, default=audit.DEFAULT_GRACE_MS / 1000, metavar="SECONDS",
+                   help="a tick still claimed/running this long after its slot is unresolved (default %(default)s)")
+    p.add_argument("--clock-tolerance-ms", type=int, default=audit.DEFAULT_CLOCK_TOLERANCE_MS, metavar="MS",
+                   help="allowed wall-clock skew between nodes when comparing claim/start times with "
+                        "fence raises (default %(default)s)")
+    _add_etcd_flags(p)
+    p.add_argument("--limit", type=int, default=DEFAULT_SHOWN, metavar="N",
+                   help="findings of each kind to print (default %(default)s; --json prints all)")
+    p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.set_defaults(func=cmd_audit)
+
+    db = subparsers.add_parser("db", help="the store's schema: upgrade, current")
+    db_sub = db.add_subparsers(dest="db_command", metavar="COMMAND")
+    db_sub.required = True
+    up = db_sub.add_parser("upgrade", help="bring the database's schema to this shardcron's (creates it if empty)")
+    _add_db_flag(up)
+    up.set_defaults(func=cmd_db_upgrade)
+    cur = db_sub.add_parser("current", help="print the database's schema revision")
+    _add_db_flag(cur)
+    cur.set_defaults(func=cmd_db_current)
+
+
+def _add_etcd_flags(p: argparse.ArgumentParser) -> None:
+    # Not config.add_common_etcd_flags: there --etcd always has a value, and the
+    # audit must not need etcd unless asked to consult it.
+    g = p.add_argument_group("leaders", "consult etcd so that unresolved ticks on led shards are left to their leader")
+    g.add_argument("--etcd", default=None, metavar="ENDPOINTS",
+                   help="comma-separated etcd endpoints, https:// for TLS (default: do not consult etcd, "
+                        "and report every old unresolved tick)")
+    g.add_argument("--prefix", default=env_default("prefix", "/cron"),
+                   help="etcd key prefix of the cluster [SHARDCRON_PREFIX] (default %(default)s)")
+    g.add_argument("--etcd-ca", default=env_default("etcd-ca", None),
+                   help="CA certificate that signed etcd's server certificate (enables TLS) [SHARDCRON_ETCD_CA]")
+    g.add_argument("--etcd-cert", default=env_default("etcd-cert", None),
+                   help="client certificate for etcd mTLS [SHARDCRON_ETCD_CERT]")
+    g.add_argument("--etcd-key", default=env_default("etcd-key", None),
+                   help="client key for etcd mTLS [SHARDCRON_ETCD_KEY]")
+    g.add_argument("--etcd-user", default=env_default("etcd-user", None),
+                   help="etcd user name (auth enabled) [SHARDCRON_ETCD_USER]")
+    g.add_argument("--etcd-password-file", default=env_default("etcd-password-file", None),
+                   help="file holding the etcd password; or set SHARDCRON_ETCD_PASSWORD [SHARDCRON_ETCD_PASSWORD_FILE]")
+
+
+def _add_db_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--db", default=env_default("db", "sqlite:///shardcron.db"),
+                   help="SQLAlchemy URL of the tick store [SHARDCRON_DB] (default %(default)s)")
+
+
+# -- shardcron audit ---------------------------------------------------------------------
+
+
+def cmd_audit(a: argparse.Namespace) -> int:
+    now = clock.wall_ms()
+    if a.margin < 0 or a.grace < 0 or a.clock_tolerance_ms < 0 or a.limit < 0:
+        raise ConfigError("--margin, --grace, --clock-tolerance-ms and --limit must not be negative")
+    to_ms = parse_time_ms(a.to, "--to") if a.to else now - round(a.margin * 1000)
+    from_ms = parse_time_ms(a.from_, "--from") if a.from_ else to_ms - DEFAULT_WINDOW_MS
+    if from_ms >= to_ms:
+        raise ConfigError(
+            f"the audit window is empty: --from {audit.iso_ms(from_ms)} is not before --to {audit.iso_ms(to_ms)}"
+        )
+    live = etcd_live_leaders(a.etcd, a.prefix, etcd_security(a)) if a.etcd else None
+    engine = open_store(a.db, create=False)
+    try:
+        require_head(engine, describe_url(a.db))
+        report = audit.run_audit(
+            engine, from_ms=from_ms, to_ms=to_ms, job_id=a.job, now_ms=now, live_leaders=live,
+            grace_ms=round(a.grace * 1000), clock_tolerance_ms=a.clock_tolerance_ms,
+        )
+    finally:
+        engine.dispose()
+    if a.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(format_report(report, shown=a.limit))
+    return EXIT_CLEAN if report.clean() else EXIT_FINDINGS
+
+
+def parse_time_ms(text: str, flag: str) -> int:
+    """ISO-8601 (a time without an offset is UTC) or integer epoch milliseconds."""
+    s = text.strip()
+    if re.fullmatch(r"-?\d+", s):
+        return int(s)
+    try:
+        dt = datetime.fromisoformat(s)
+    except ValueError:
+        raise ConfigError(
+            f"{flag}: expected ISO-8601 (2026-03-08T07:00:00Z) or epoch milliseconds, got {text!r}"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return (dt - _EPOCH) // _MS
+
+
+def etcd_live_leaders(endpoints: str, prefix: str, security=None) -> Callable[[int], bool]:
+    """shard -> whether a leader holds it now, from one read of etcd (what ``shardcron shards`` shows)."""
+    from shardcron.coordination.etcd import Etcd
+    from shardcron.coordination.keys import KeyLayout
+    from shardcron.coordination.view import read_view
+
+    try:
+        layout = KeyLayout(prefix)
+    except ValueError as e:
+        raise ConfigError(f"--prefix: {e}") from None
+    etcd = Etcd(endpoints, timeout_s=3.0, security=security)
+    try:
+        view = read_view(etcd, layout)
+    finally:
+        etcd.close()
+    led = frozenset(
+        shard for shard in view.candidates
+        if (leader := view.leader(shard)) is not None and leader.leader_since_ms
+    )
+    return led.__contains__
+
+
+def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
+    lines = [
+        f"audit of slots after {audit.iso_ms(r.from_ms)} up to {audit.iso_ms(r.to_ms)}: "
+        f"{_n(len(r.per_job), 'job')}, {_n(r.slots_checked, 'slot')}, {_n(r.ticks_checked, 'tick')}"
+        + (f", {r.excused} missed beyond their catch-up window (excused)" if r.excused else "")
+    ]
+    jobs = sorted(r.per_job.values(), key=lambda s: (s.findings == 0, s.job_id))
+    if jobs:
+        table = [
+            [s.job_id, s.state, s.slots_checked, s.ticks, s.missing, s.excused, s.duplicates, s.stale_fence,
+             s.unresolved]
+            for s in jobs[:_JOB_ROWS]
+        ]
+        lines += ["", tabulate(table, headers=["JOB", "STATE", "SLOTS", "TICKS", "MISSING", "EXCUSED", "DUPLICATES",
+                                               "STALE FENCE", "UNRESOLVED"], tablefmt="plain")]
+        if len(jobs) > _JOB_ROWS:
+            rest = jobs[_JOB_ROWS:]
+            bad = sum(1 for s in rest if s.findings)
+            lines.append(f"…and {len(rest)} more jobs" + (f" ({bad} with findings)" if bad else ", all clean"))
+    titles = {
+        audit.FindingKind.MISSING: "missing slots (no tick row)",
+        audit.FindingKind.DUPLICATE: "duplicate slots (more than one row: the schema is broken)",
+        audit.FindingKind.STALE_FENCE: "stale fences (written by a deposed leader)",
+        audit.FindingKind.UNRESOLVED: "unresolved ticks",
+    }
+    for kind, title in titles.items():
+        found = r.findings()[kind]
+        if not found:
+            continue
+        lines += ["", f"{title}: {len(found)}"]
+        if shown and kind is audit.FindingKind.MISSING:  # no row: nothing to show but the slot
+            table = [["", f.job_id, audit.iso_ms(f.scheduled_at_ms)] for f in found[:shown]]
+            lines.append(tabulate(table, headers=["", "JOB", "SLOT"], tablefmt="plain", disable_numparse=True))
+        elif shown:
+            table = [
+                ["", f.job_id, audit.iso_ms(f.scheduled_at_ms), f.shard, f.fence, f.node_id, f.status, f.detail]
+                for f in found[:shown]
+            ]
+            lines.append(tabulate(table, headers=["", "JOB", "SLOT", "SHARD", "FENCE", "NODE", "STATUS", "DETAIL"],
+                                  tablefmt="plain", disable_numparse=True))
+        if len(found) > shown:
+            lines.append(f"    …and {len(found) - shown} more")
+    lines.append("")
+    if r.clean():
+        lines.append("clean")
+    else:
+        counts = [f"{len(v)} {k.value.replace('_', ' ')}" for k, v in r.findings().items() if v]
+        lines.append("FOUND: " + ", ".join(counts))
+    return "\n".join(lines)
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+# -- shardcron db ------------------------------------------------------------------------
+
+
+def cmd_db_upgrade(a: argparse.Namespace) -> int:
+    engine = open_store(a.db, create=True)
+    try:
+        with _statement_errors(engine):
+            before = current_revision(engine)
+            upgrade(engine)
+            after = current_revision(engine)
+    finally:
+        engine.dispose()
+    where = describe_url(a.db)
+    if before == after:
+        print(f"{where}: already at {describe_revision(after)}; nothing to do")
+    else:
+        print(f"{where}: upgraded from {describe_revision(before)} to {describe_revision(after)}")
+    return 0
+
+
+def cmd_db_current(a: argparse.Namespace) -> int:
+    engine = open_store(a.db, create=False)
+    try:
+        with _statement_errors(engine):
+            rev = current_revision(engine)
+    finally:
+        engine.dispose()
+    print(describe_revision(rev))
+    return 0
+
+
+def describe_revision(rev: str | None) -> str:
+    """``0001_initial (head)``, ``none (empty database)``, or what to do about any other revision.
+
+    A known revision is named by its migration file (``0001_initial`` for
+    revision ``0001``); an unknown one by its id, as stored.
+    """
+    head = head_revision()
+    if rev is None:
+        return "none (empty database)"
+    name = _revision_name(rev)
+    if name is None:
+        return f"{rev} (unknown to this shardcron, whose head is {_revision_name(head)}: upgrade shardcron)"
+    if rev == head:
+        return f"{name} (head)"
+    return f"{name} (behind head {_revision_name(head)}: run `shardcron db upgrade`)"
+
+
+def _revision_name(rev: str) -> str | None:
+    """The revision's migration file name without ``.py``; None for a revision this shardcron lacks."""
+    from alembic.script import ScriptDirectory
+    from alembic.util import CommandError
+
+    try:
+        script = ScriptDirectory.from_config(alembic_config()).get_revision(rev)
+    except CommandError:
+        return None
+    if script is None or script.revision != rev:  # Alembic also resolves unique prefixes
+        return None
+    stem = Path(script.path).stem
+    return stem if stem.startswith(rev) else rev
+
+
+def require_head(engine: Engine, where: str) -> None:
+    """Refuse to read a database whose schema this shardcron does not know (as ``audit`` reads its tables)."""
+    with _statement_errors(engine):
+        rev = current_revision(engine)
+    if rev is None:
+        raise ConfigError(f"{where} has no shardcron schema (empty database): run `shardcron db upgrade`")
+    if rev != head_revision():
+        raise ConfigError(f"{where}: schema is {describe_revision(rev)}")
+
+
+def open_store(url: str, *, create: bool) -> Engine:
+    """An engine on ``url``, checked to answer. Unless ``create``, an SQLite file that does
+    not exist is an error rather than a new empty database."""
+    if not create:
+        try:
+            u = make_url(url)
+        except sa_exc.ArgumentError:
+            u = None  # make_engine says why
+        if u is not None and u.get_backend_name() == "sqlite":
+            path = u.database or ""
+            if path and path != ":memory:" and not path.startswith("file:") and not Path(path).exists():
+                raise ConfigError(f"no SQLite database at {path} ({describe_url(url)})")
+    return make_engine(url)
+
+
+@contextmanager
+def _statement_errors(engine: Engine) -> Iterator[None]:
+    """A statement the database refused (permissions, a broken schema) becomes one line.
+
+    (Unreachable databases and timeouts are already ``StoreUnavailable``.)
+    """
+    try:
+        yield
+    except sa_exc.DBAPIError as e:
+        orig = getattr(e, "orig", None) or e
+        reason = " ".join(str(orig).split()) or type(orig).__name__
+        if engine.url.password:
+            reason = reason.replace(str(engine.url.password), "***")
+        raise StoreCommandFailed(f"store {describe_url(engine.url)}: {reason}") from None
+
+
+__all__ = [
+    "EXIT_CLEAN",
+    "EXIT_FINDINGS",
+    "StoreCommandFailed",
+    "cmd_audit",
+    "cmd_db_current",
+    "cmd_db_upgrade",
+    "describe_revision",
+    "etcd_live_leaders",
+    "format_report",
+    "parse_time_ms",
+    "register",
+]

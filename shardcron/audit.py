@@ -1,0 +1,451 @@
+"""The audit: does the tick store hold exactly one row per owed slot, written under a current fence?
+
+``run_audit`` reads the jobs, the ticks of a time window and the fence log,
+and hands them to four pure rules (one table-driven unit test each):
+
+duplicates
+    More than one row for one (job, scheduled time). The primary key makes
+    this impossible, so a finding means the schema itself is broken.
+missing
+    A slot the job's trigger produced in the window, owed, and without a row.
+    A slot is owed when it falls after the job's ``active_since_ms`` (a new,
+    changed or resumed job owes no backlog) and, for a paused job, no later than
+    its last row (a paused job is owed nothing from the pause on, and a leader
+    does not catch up a paused job's backlog). A slot is *excused*, counted
+    but not a finding, when it was already older than the job's catch-up
+    window when the first row after it was written: that is the one kind of
+    slot catch-up leaves without a row (``policies.plan_catch_up``), whatever
+    the policy, since ``latest`` and ``none`` record skipped rows inside the
+    window. The "when" is that row's ``claimed_at_ms``, the catching-up
+    leader's own clock, the same reading it planned with; with no row after
+    the slot yet, it is the audit's ``now``: such a slot is still owed if a
+    leader came back now.
+stale fence
+    A row whose (current) fence is lower than a fence its shard had already
+    raised when the row was claimed or its run started: a deposed leader's
+    write got through. A new leader that adopts an orphan rewrites its fence
+    (``ticks.take_over``), so only the row's current fence is compared, and an
+    adopted row's old claim time, which precedes the raise, is no finding.
+    Claim and start times are the writer's wall clock and raise times the
+    raiser's: ``clock_tolerance_ms`` absorbs the skew between them.
+unresolved
+    A row still ``claimed`` or ``running`` more than ``grace_ms`` after its
+    slot whose shard has no live leader to settle it (``live_leaders``; when
+    not given, every such row is reported).
+
+Manual runs (TriggerJob) are extra rows, never owed: they are ignored by the
+missing and duplicate rules and checked by the other two. Rows of a deleted
+job are checked for fences and resolution and summarised as ``deleted``.
+
+The window is ``(from_ms, to_ms]``, like ``triggers.slots_between``.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Protocol
+
+from sqlalchemy import Engine, select
+
+from shardcron import clock
+from shardcron.errors import ConfigError, JobNotFound
+from shardcron.model import Job, TickStatus
+from shardcron.scheduling.triggers import Trigger, slots_between, trigger_for
+from shardcron.store.engine import reading
+from shardcron.store.jobs import get_job, list_jobs
+from shardcron.store.schema import fence_log, ticks
+from shardcron.store.ticks import ticks_between
+
+DEFAULT_GRACE_MS = 60_000
+DEFAULT_CLOCK_TOLERANCE_MS = 0
+_JOB_PAGE = 1000
+_UNRESOLVED = frozenset({TickStatus.CLAIMED, TickStatus.RUNNING})
+
+
+class FindingKind(StrEnum):
+    DUPLICATE = "duplicate"
+    MISSING = "missing"
+    STALE_FENCE = "stale_fence"
+    UNRESOLVED = "unresolved"
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: FindingKind
+    job_id: str
+    scheduled_at_ms: int
+    detail: str
+    shard: int | None = None  # None for a missing slot: there is no row to read it from
+    fence: int | None = None
+    node_id: str | None = None
+    status: str | None = None
+
+
+@dataclass
+class JobSummary:
+    job_id: str
+    state: str = "active"  # active | paused | deleted (ticks without a job row)
+    slots_checked: int = 0
+    ticks: int = 0  # rows in the window, manual ones included
+    duplicates: int = 0
+    missing: int = 0
+    excused: int = 0  # missing, but beyond the catch-up window: not a finding
+    stale_fence: int = 0
+    unresolved: int = 0
+
+    @property
+    def findings(self) -> int:
+        return self.duplicates + self.missing + self.stale_fence + self.unresolved
+
+
+@dataclass
+class AuditReport:
+    slots_checked: int
+    duplicates: list[Finding]
+    missing: list[Finding]
+    stale_fence: list[Finding]
+    unresolved: list[Finding]
+    per_job: dict[str, JobSummary]
+    excused: int = 0
+    ticks_checked: int = 0
+    from_ms: int = 0
+    to_ms: int = 0
+    now_ms: int = 0
+
+    def clean(self) -> bool:
+        return not (self.duplicates or self.missing or self.stale_fence or self.unresolved)
+
+    def findings(self) -> dict[FindingKind, list[Finding]]:
+        return {
+            FindingKind.DUPLICATE: self.duplicates,
+            FindingKind.MISSING: self.missing,
+            FindingKind.STALE_FENCE: self.stale_fence,
+            FindingKind.UNRESOLVED: self.unresolved,
+        }
+
+    def to_dict(self) -> dict:
+        return {
+            "clean": self.clean(),
+            "from_ms": self.from_ms,
+            "to_ms": self.to_ms,
+            "now_ms": self.now_ms,
+            "slots_checked": self.slots_checked,
+            "ticks_checked": self.ticks_checked,
+            "excused": self.excused,
+            "duplicates": [_finding_dict(f) for f in self.duplicates],
+            "missing": [_finding_dict(f) for f in self.missing],
+            "stale_fence": [_finding_dict(f) for f in self.stale_fence],
+            "unresolved": [_finding_dict(f) for f in self.unresolved],
+            "per_job": {job_id: asdict(s) for job_id, s in sorted(self.per_job.items())},
+        }
+
+
+def _finding_dict(f: Finding) -> dict:
+    d = asdict(f)
+    d["kind"] = f.kind.value
+    return d
+
+
+# -- the rules: pure ---------------------------------------------------------------------
+
+
+class TickRow(Protocol):
+    """What the rules read of a tick (``model.Tick`` has it all)."""
+
+    job_id: str
+    scheduled_at_ms: int
+    shard: int
+    fence: int
+    node_id: str
+    status: TickStatus
+    manual: bool
+    claimed_at_ms: int | None
+    started_at_ms: int | None
+
+
+@dataclass(frozen=True)
+class FenceRaise:
+    """A ``fence_log`` row: ``fence`` became shard ``shard``'s fence at ``raised_at_ms`` (raiser's clock)."""
+
+    shard: int
+    fence: int
+    node_id: str
+    raised_at_ms: int
+
+
+@dataclass(frozen=True)
+class MissingSlots:
+    slots_checked: int
+    missing: tuple[int, ...]
+    excused: tuple[int, ...]
+
+
+def find_duplicates(rows: Iterable[TickRow]) -> list[Finding]:
+    """One finding per (job, slot) that has more than one scheduled (non-manual) row."""
+    by_slot: dict[tuple[str, int], list[TickRow]] = defaultdict(list)
+    for r in rows:
+        if not r.manual:
+            by_slot[(r.job_id, r.scheduled_at_ms)].append(r)
+    out = []
+    for (job_id, at), same in by_slot.items():
+        if len(same) > 1:
+            fences = ", ".join(f"fence {r.fence} on {r.node_id} ({TickStatus(r.status).value})" for r in same)
+            out.append(Finding(FindingKind.DUPLICATE, job_id, at, f"{len(same)} rows for one slot: {fences}",
+                               shard=same[0].shard))
+    return sorted(out, key=_order)
+
+
+def find_missing(
+    job: Job,
+    present: Mapping[int, int | None],
+    from_ms: int,
+    to_ms: int,
+    *,
+    now_ms: int,
+    trigger: Trigger | None = None,
+) -> MissingSlots:
+    """The owed slots of ``job`` in ``(from_ms, to_ms]`` with no row, and those excused (see the module doc).
+
+    ``present``: scheduled slot -> ``claimed_at_ms`` of the job's scheduled
+    (non-manual) rows; it may also hold rows after ``to_ms``, which are not
+    checked but tell when the slots before them were caught up. A row without
+    a claim time counts as claimed at its slot.
+    """
+    start = max(from_ms, job.active_since_ms)
+    until = min(to_ms, now_ms)
+    if job.paused:
+        until = min(until, max(present, default=start))
+    if until <= start:
+        return MissingSlots(0, (), ())
+    slots = slots_between(trigger or trigger_for(job.schedule), start, until)
+    have = sorted(present)
+    missing, excused = [], []
+    for s in slots:
+        if s in present:
+            continue
+        i = bisect_right(have, s)
+        if i < len(have):
+            after = have[i]
+            written_at = present[after] if present[after] is not None else after
+        else:
+            written_at = now_ms
+        (excused if s < written_at - job.catchup_window_ms else missing).append(s)
+    return MissingSlots(len(slots), tuple(missing), tuple(excused))
+
+
+def find_stale(rows: Iterable[TickRow], raises: Iterable[FenceRaise], tolerance_ms: int = 0) -> list[Finding]:
+    """Rows claimed or started after a higher fence than their own was raised for their shard.
+
+    A row is stale when, for some raise of its shard with ``fence`` above the
+    row's, ``raised_at_ms < claimed_at_ms - tolerance_ms`` (or the same with
+    ``started_at_ms``). The earliest such raise is named.
+    """
+    # Per shard: fences ascending, and for each position the earliest raise of
+    # that fence or any higher one.
+    by_shard: dict[int, list[FenceRaise]] = defaultdict(list)
+    for r in raises:
+        by_shard[r.shard].append(r)
+    index: dict[int, tuple[list[int], list[FenceRaise]]] = {}
+    for shard, rs in by_shard.items():
+        rs.sort(key=lambda r: r.fence)
+        earliest: list[FenceRaise] = [rs[-1]] * len(rs)
+        for i in range(len(rs) - 2, -1, -1):
+            earliest[i] = rs[i] if rs[i].raised_at_ms <= earliest[i + 1].raised_at_ms else earliest[i + 1]
+        index[shard] = ([r.fence for r in rs], earliest)
+
+    out = []
+    for t in rows:
+        if t.shard not in index:
+            continue
+        fences, earliest = index[t.shard]
+        i = bisect_right(fences, t.fence)
+        if i == len(fences):
+            continue  # no higher fence was ever raised
+        newer = earliest[i]
+        late = [
+            f"{what} at {iso_ms(at)}"
+            for what, at in (("claimed", t.claimed_at_ms), ("started", t.started_at_ms))
+            if at is not None and newer.raised_at_ms < at - tolerance_ms
+        ]
+        if late:
+            out.append(Finding(
+                FindingKind.STALE_FENCE, t.job_id, t.scheduled_at_ms,
+                f"{' and '.join(late)} under fence {t.fence}, after fence {newer.fence} was raised at "
+                f"{iso_ms(newer.raised_at_ms)} by {newer.node_id}",
+                shard=t.shard, fence=t.fence, node_id=t.node_id, status=TickStatus(t.status).value,
+            ))
+    return sorted(out, key=_order)
+
+
+def find_unresolved(
+    rows: Iterable[TickRow],
+    *,
+    now_ms: int,
+    grace_ms: int = DEFAULT_GRACE_MS,
+    live_leaders: Callable[[int], bool] | None = None,
+) -> list[Finding]:
+    """Rows still claimed or running more than ``grace_ms`` after their slot, on a shard no leader
+    will settle them on (every shard, when ``live_leaders`` is not given)."""
+    out = []
+    for t in rows:
+        status = TickStatus(t.status)
+        if status not in _UNRESOLVED or t.scheduled_at_ms >= now_ms - grace_ms:
+            continue
+        if live_leaders is not None and live_leaders(t.shard):
+            continue
+        why = "its shard has no live leader" if live_leaders is not None else "leaders not checked"
+        out.append(Finding(
+            FindingKind.UNRESOLVED, t.job_id, t.scheduled_at_ms,
+            f"still {status.value} {(now_ms - t.scheduled_at_ms) / 1000:.0f}s after its slot; {why}",
+            shard=t.shard, fence=t.fence, node_id=t.node_id, status=status.value,
+        ))
+    return sorted(out, key=_order)
+
+
+def _order(f: Finding) -> tuple[int, str]:
+    return (f.scheduled_at_ms, f.job_id)
+
+
+# -- the audit: reads, then the rules ------------------------------------------------------
+
+
+def run_audit(
+    engine: Engine,
+    *,
+    from_ms: int,
+    to_ms: int,
+    job_id: str | None = None,
+    now_ms: int | None = None,
+    live_leaders: Callable[[int], bool] | None = None,
+    grace_ms: int = DEFAULT_GRACE_MS,
+    clock_tolerance_ms: int = DEFAULT_CLOCK_TOLERANCE_MS,
+) -> AuditReport:
+    """Audit the slots in ``(from_ms, to_ms]`` of every job (or of ``job_id``).
+
+    Reads: the jobs (pages of 1000), the window's ticks (one query), the fence
+    log (one query), and, only for a job whose last slots in the window have no
+    row, its first row after the window (one query each).
+    """
+    if from_ms >= to_ms:
+        raise ConfigError(f"the audit window is empty: from {iso_ms(from_ms)} is not before to {iso_ms(to_ms)}")
+    if grace_ms < 0 or clock_tolerance_ms < 0:
+        raise ConfigError("grace and clock tolerance must not be negative")
+    now = clock.wall_ms() if now_ms is None else now_ms
+    jobs = _jobs(engine, job_id)
+    rows = ticks_between(engine, from_ms + 1, to_ms + 1, job_id)
+    raises = _fence_raises(engine, {t.shard for t in rows})
+
+    per_job: dict[str, JobSummary] = {}
+    rows_by_job: dict[str, list] = defaultdict(list)
+    for t in rows:
+        rows_by_job[t.job_id].append(t)
+    missing: list[Finding] = []
+    for job in jobs:
+        summary = per_job[job.id] = JobSummary(job.id, state="paused" if job.paused else "active")
+        mine = rows_by_job.get(job.id, [])
+        summary.ticks = len(mine)
+        present = {t.scheduled_at_ms: t.claimed_at_ms for t in mine if not t.manual}
+        trigger = trigger_for(job.schedule)
+        if _tail_unwritten(job, trigger, present, from_ms, min(to_ms, now)):
+            nxt = _first_row_after(engine, job.id, to_ms)
+            if nxt is not None:
+                present[nxt[0]] = nxt[1]
+        result = find_missing(job, present, from_ms, to_ms, now_ms=now, trigger=trigger)
+        summary.slots_checked = result.slots_checked
+        summary.missing, summary.excused = len(result.missing), len(result.excused)
+        missing += [Finding(FindingKind.MISSING, job.id, s, "no tick row") for s in result.missing]
+    for job_id_, mine in rows_by_job.items():
+        if job_id_ not in per_job:
+            per_job[job_id_] = JobSummary(job_id_, state="deleted", ticks=len(mine))
+
+    report = AuditReport(
+        slots_checked=sum(s.slots_checked for s in per_job.values()),
+        duplicates=find_duplicates(rows),
+        missing=sorted(missing, key=_order),
+        stale_fence=find_stale(rows, raises, clock_tolerance_ms),
+        unresolved=find_unresolved(rows, now_ms=now, grace_ms=grace_ms, live_leaders=live_leaders),
+        per_job=per_job,
+        excused=sum(s.excused for s in per_job.values()),
+        ticks_checked=len(rows),
+        from_ms=from_ms,
+        to_ms=to_ms,
+        now_ms=now,
+    )
+    for f in report.duplicates:
+        per_job[f.job_id].duplicates += 1
+    for f in report.stale_fence:
+        per_job[f.job_id].stale_fence += 1
+    for f in report.unresolved:
+        per_job[f.job_id].unresolved += 1
+    return report
+
+
+def _jobs(engine: Engine, job_id: str | None) -> list[Job]:
+    if job_id is not None:
+        try:
+            return [get_job(engine, job_id)]
+        except JobNotFound:
+            return []  # deleted: its ticks are still audited
+    out: list[Job] = []
+    while True:
+        page = list_jobs(engine, limit=_JOB_PAGE, after_id=out[-1].id if out else None)
+        out += page
+        if len(page) < _JOB_PAGE:
+            return out
+
+
+def _tail_unwritten(job: Job, trigger: Trigger, present: Mapping[int, int | None], from_ms: int, until: int) -> bool:
+    """Whether an owed-looking slot follows the job's last row in the window: then the
+    first row after the window is needed to tell whether those slots were caught up."""
+    after = max(from_ms, job.active_since_ms, max(present, default=from_ms))
+    nxt = trigger.next_after(after)
+    return nxt is not None and nxt <= until
+
+
+def _first_row_after(engine: Engine, job_id: str, after_ms: int) -> tuple[int, int | None] | None:
+    q = (
+        select(ticks.c.scheduled_at_ms, ticks.c.claimed_at_ms)
+        .where(ticks.c.job_id == job_id, ticks.c.scheduled_at_ms > after_ms, ticks.c.manual == False)  # noqa: E712
+        .order_by(ticks.c.scheduled_at_ms)
+        .limit(1)
+    )
+    with reading(engine) as conn:
+        row = conn.execute(q).first()
+    return (row.scheduled_at_ms, row.claimed_at_ms) if row else None
+
+
+def _fence_raises(engine: Engine, shards: Iterable[int]) -> list[FenceRaise]:
+    shards = sorted(set(shards))
+    if not shards:
+        return []
+    q = select(fence_log).where(fence_log.c.shard.in_(shards))
+    with reading(engine) as conn:
+        return [FenceRaise(r.shard, r.fence, r.node_id, r.raised_at_ms) for r in conn.execute(q)]
+
+
+def iso_ms(ms: int) -> str:
+    """Epoch ms as RFC 3339 UTC with milliseconds, as the reports print times."""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+__all__ = [
+    "DEFAULT_CLOCK_TOLERANCE_MS",
+    "DEFAULT_GRACE_MS",
+    "AuditReport",
+    "FenceRaise",
+    "Finding",
+    "JobSummary",
+    "FindingKind",
+    "MissingSlots",
+    "find_duplicates",
+    "find_missing",
+    "find_stale",
+    "find_unresolved",
+    "iso_ms",
+    "run_audit",
+]
