@@ -110,8 +110,9 @@ def add_node_flags(p: argparse.ArgumentParser) -> None:
                    help="seconds of membership quiet before rebalancing [SHARDCRON_SETTLE] (default %(default)s)")
     p.add_argument("--shutdown-grace", default=env_default("shutdown-grace", 5.0),
                    help="seconds to wait for running ticks on stop or hand-over [SHARDCRON_SHUTDOWN_GRACE]")
-    p.add_argument("--lookahead-ms", default=env_default("lookahead-ms", 1000),
-                   help="claim slots this far ahead, in one transaction per shard [SHARDCRON_LOOKAHEAD_MS]")
+    p.add_argument("--lookahead-ms", default=env_default("lookahead-ms", 600),
+                   help="claim slots this far ahead, in one transaction [SHARDCRON_LOOKAHEAD_MS] (default "
+                        "%(default)s: not a whole second, so claiming never coincides with whole-second starts)")
     p.add_argument("--metrics-listen", default=env_default("metrics-listen", None),
                    help="serve Prometheus metrics on host:port [SHARDCRON_METRICS_LISTEN] (default: off)")
     p.add_argument("--log-format", default=env_default("log-format", "text"), choices=["text", "json"],

@@ -29,12 +29,12 @@ from sqlalchemy.engine import Engine
 
 from shardcron import clock, metrics
 from shardcron.coordination.session import Session
-from shardcron.errors import FencedOut, StoreUnavailable
+from shardcron.errors import StoreUnavailable
 from shardcron.model import ExecutionResult, ExecutorKind, Job, SlotRef, TickStatus
 from shardcron.scheduling.policies import overlap_allows
 from shardcron.scheduling.recorder import Recorder, ResultWrite
 from shardcron.scheduling.runner import TickRun, run_tick
-from shardcron.scheduling.takeover import Dispatch, plan_takeover
+from shardcron.scheduling.takeover import MAX_CATCH_UP_SLOTS, Dispatch, plan_takeover
 from shardcron.scheduling.triggers import Trigger, trigger_for
 from shardcron.sharding import shard_for
 from shardcron.store import fences as fence_store
@@ -88,7 +88,6 @@ class Stats:
     fenced_rejections: int = 0
     not_started: int = 0
     by_status: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    lateness_ms: list[int] = field(default_factory=list)
 
 
 class Scheduler:
@@ -111,6 +110,7 @@ class Scheduler:
         self.lookahead_ms = lookahead_ms
         self._report_fenced = on_fenced
         self.stats = Stats()
+        self._lateness_by_shard: dict[int, object] = {}
         self._imports: dict[int, list[Job]] = defaultdict(list)
         for job in imports:
             self._imports[shard_for(job.id, shard_count)].append(job)
@@ -186,8 +186,9 @@ class Scheduler:
             self.stats.caught_up += len(claimed)
             metrics.caught_up.inc(len(claimed))
         for job_id, count in plan.beyond_window.items():
-            log.warning("shard %d: job %s missed %s slots older than its catch-up window; not run",
-                        shard, job_id, "many" if count < 0 else count, extra={"shard": shard, "job": job_id})
+            log.warning("shard %d: job %s missed %d slots it will not run (older than its catch-up window, or "
+                        "past the %d-slot catch-up cap)", shard, job_id, count, MAX_CATCH_UP_SLOTS,
+                        extra={"shard": shard, "job": job_id})
         run = ShardRun(shard, fence, stop, session)
         for i, job in enumerate(jobs):
             run.jobs[job.id] = JobEntry(job, triggers[job.id], gen=next(self._seq),
@@ -238,9 +239,10 @@ class Scheduler:
         if run is None:
             return
         old = run.jobs.get(job.id)
+        # The new definition owes every slot of its own schedule after it took
+        # effect; a slot the old one already claimed is simply not claimed again.
         entry = JobEntry(job, trigger_for(job.schedule), gen=next(self._seq),
-                         running=old.running if old else 0,
-                         claimed_through=max(old.claimed_through if old else 0, job.active_since_ms))
+                         running=old.running if old else 0, claimed_through=job.active_since_ms)
         run.jobs[job.id] = entry
         self._push_next_claim(run, entry)
 
@@ -326,52 +328,63 @@ class Scheduler:
                 if entry is None or entry.gen != gen:
                     continue  # the shard moved, or the job changed: a fresher entry exists
                 by_shard[(shard, fence)].append(item)
-            for (shard, fence), items in by_shard.items():
-                self._claim_batch(shard, fence, items)
+            if by_shard:
+                self._claim_all(by_shard)
 
-    def _claim_batch(self, shard: int, fence: int, items: list[tuple]) -> None:
-        run = self._current(shard, fence)
-        if run is None:
-            return
-        claims = [SlotClaim(job_id, slot) for _, _, _, _, job_id, _, slot in items]
+    def _claim_all(self, by_shard: dict[tuple[int, int], list[tuple]]) -> None:
+        """Claim the due slots of every led shard in one fenced transaction."""
+        batches = {key: [SlotClaim(job_id, slot) for _, _, _, _, job_id, _, slot in items]
+                   for key, items in by_shard.items()}
         try:
-            got = tick_store.claim_ticks(self.engine, claims, shard=shard, fence=fence, node_id=self.node_id,
-                                         now_ms=clock.wall_ms())
-        except FencedOut:
-            self._fenced(shard, fence, len(claims))
-            return
+            out = tick_store.claim_ticks_many(self.engine, batches, node_id=self.node_id, now_ms=clock.wall_ms())
         except StoreUnavailable as e:
-            log.warning("shard %d: claiming %d slots failed (%s); retrying", shard, len(claims), e,
-                        extra={"shard": shard, "fence": fence})
+            log.warning("claiming %d slots failed (%s); retrying", sum(map(len, batches.values())), e)
             retry_at = clock.wall_ms() + CLAIM_RETRY_MS
             with self._claim_cond:
-                for it in items:
-                    heapq.heappush(self._claims, (retry_at,) + it[1:])
+                for items in by_shard.values():
+                    for it in items:
+                        heapq.heappush(self._claims, (retry_at,) + it[1:])
             return
-        got_set = set(got)
-        self.stats.claimed += len(got)
-        for it in items:
-            _, _, _, _, job_id, gen, slot = it
-            ref = SlotRef(job_id, slot)
-            entry = run.jobs.get(job_id)
-            if entry is None or entry.gen != gen:
+        for (shard, fence), items in by_shard.items():
+            if shard in out.fenced_out:
+                self._fenced(shard, fence, len(items))
                 continue
-            entry.claimed_through = max(entry.claimed_through, slot)
-            if ref in got_set:
-                self._push_dispatch(run, Dispatch(ref, 1))
-            else:
-                log.warning("shard %d: slot %s@%d was already recorded; not claimed again", shard, job_id, slot,
-                            extra={"shard": shard, "job": job_id, "fence": fence})
-            self._push_next_claim(run, entry)
+            run = self._runs.get(shard)
+            if run is None or run.fence != fence:
+                continue
+            got = set(out.written.get(shard, ()))
+            self.stats.claimed += len(got)
+            for it in items:
+                _, _, _, _, job_id, gen, slot = it
+                ref = SlotRef(job_id, slot)
+                entry = run.jobs.get(job_id)
+                if entry is None or entry.gen != gen:
+                    continue
+                entry.claimed_through = max(entry.claimed_through, slot)
+                if ref in got:
+                    self._push_dispatch(run, Dispatch(ref, 1))
+                else:
+                    log.warning("shard %d: slot %s@%d was already recorded; not claimed again", shard, job_id, slot,
+                                extra={"shard": shard, "job": job_id, "fence": fence})
+                self._push_next_claim(run, entry)
 
     # -- dispatch loop ------------------------------------------------------------------------
 
     def _dispatch_loop(self) -> None:
         while not self._closing:
-            for _, _, shard, fence, d in self._pop_due(self._dispatch, self._dispatch_cond, 0, lambda: self._closing):
-                self._start(shard, fence, d)
+            due = self._pop_due(self._dispatch, self._dispatch_cond, 0, lambda: self._closing)
+            inline: list[tuple[ResultWrite, int]] = []
+            for _, _, shard, fence, d in due:
+                self._start(shard, fence, d, inline)
+            # Book-keeping for the ticks that completed inline comes after the whole
+            # burst has started, so the last start of a burst waits for no one's metrics.
+            if inline:
+                self.recorder.put_many([w for w, _ in inline])
+                for w, late in inline:
+                    self._started(w.shard, late)
+                self.stats.by_status[TickStatus.SUCCEEDED.value] += len(inline)
 
-    def _start(self, shard: int, fence: int, d: Dispatch) -> None:
+    def _start(self, shard: int, fence: int, d: Dispatch, inline: list) -> None:
         run = self._runs.get(shard)
         if run is None or run.fence != fence:
             return
@@ -390,16 +403,15 @@ class Scheduler:
                                                      error="overlap policy: the previous run is still going"),
                              TickStatus.SKIPPED)
                 return
+            if entry.job.executor.kind is ExecutorKind.NOOP:
+                # No side effect to guard: it completes here, and the recorder writes it.
+                t = clock.wall_ms()
+                inline.append((ResultWrite(shard, fence, d.slot, d.attempt, ExecutionResult(True, t, t),
+                                           TickStatus.SUCCEEDED), t - d.slot.scheduled_at_ms))
+                return
             run.in_flight += 1
             entry.running += 1
             metrics.running_executors.inc()
-        if entry.job.executor.kind is ExecutorKind.NOOP:
-            # No side effect to guard: complete inline and let the recorder write it.
-            t = clock.wall_ms()
-            self._started(shard, t - d.slot.scheduled_at_ms)
-            self._record(run, d, ExecutionResult(True, t, t), TickStatus.SUCCEEDED)
-            self._done(run, entry)
-            return
         tick = TickRun(entry.job, d.slot, d.attempt, shard, fence, self.node_id, run.stop, run.session)
 
         def work():
@@ -425,9 +437,10 @@ class Scheduler:
 
     def _started(self, shard: int, lateness_ms: int) -> None:
         self.stats.started += 1
-        metrics.tick_lateness.labels(str(shard)).observe(max(0, lateness_ms) / 1000.0)
-        if len(self.stats.lateness_ms) < 1_000_000:
-            self.stats.lateness_ms.append(lateness_ms)
+        child = self._lateness_by_shard.get(shard)
+        if child is None:  # labels() is costly on the hot path: one child per shard, looked up once
+            child = self._lateness_by_shard[shard] = metrics.tick_lateness.labels(str(shard))
+        child.observe(max(0, lateness_ms) / 1000.0)
 
     def _done(self, run: ShardRun, entry: JobEntry) -> None:
         with run.lock:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 
 from shardcron import metrics
-from shardcron.errors import FencedOut, StoreUnavailable
+from shardcron.errors import StoreUnavailable
 from shardcron.model import ExecutionResult, SlotRef, TickStatus
 from shardcron.store import ticks as tick_store
 
@@ -38,10 +38,14 @@ class ResultWrite:
 
 
 class Recorder:
-    def __init__(self, engine: Engine, on_fenced: Callable[[int, int, int], None], *, max_batch: int = 5000):
+    def __init__(self, engine: Engine, on_fenced: Callable[[int, int, int], None], *, max_batch: int = 5000,
+                 linger_s: float = 0.1):
         self._engine = engine
         self._on_fenced = on_fenced  # (shard, fence, rejected writes)
         self._max_batch = max_batch
+        # Results of one slot time arrive in a burst: gathering them for a moment
+        # makes one commit of them, and keeps the database work off the burst itself.
+        self._linger_s = linger_s
         self._cond = threading.Condition()
         self._pending: list[ResultWrite] = []
         self._unwritten: dict[int, int] = defaultdict(int)  # shard -> writes queued or in flight
@@ -58,6 +62,13 @@ class Recorder:
         with self._cond:
             self._pending.append(write)
             self._unwritten[write.shard] += 1
+            self._cond.notify_all()
+
+    def put_many(self, writes: list[ResultWrite]) -> None:
+        with self._cond:
+            self._pending.extend(writes)
+            for w in writes:
+                self._unwritten[w.shard] += 1
             self._cond.notify_all()
 
     def flush(self, shard: int, timeout_s: float) -> bool:
@@ -85,6 +96,8 @@ class Recorder:
                     self._cond.wait()
                 if not self._pending and self._closing:
                     return
+                if not self._closing and len(self._pending) < self._max_batch:
+                    self._cond.wait(self._linger_s)
                 batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch:]
             retry = self._write(batch)
             with self._cond:
@@ -104,27 +117,28 @@ class Recorder:
                 backoff = 0.1
 
     def _write(self, batch: list[ResultWrite]) -> set[ResultWrite]:
+        """One transaction for the whole batch, every shard in it; returns the writes to retry."""
         groups: dict[tuple[int, int], list[ResultWrite]] = defaultdict(list)
         for w in batch:
             groups[(w.shard, w.fence)].append(w)
-        retry: set[ResultWrite] = set()
+        try:
+            out = tick_store.record_results_many(
+                self._engine, {k: [(w.slot, w.attempt, w.result, w.status) for w in ws] for k, ws in groups.items()}
+            )
+        except StoreUnavailable as e:
+            log.warning("store unavailable, %d tick results kept for retry: %s", len(batch), e)
+            return set(batch)
         for (shard, fence), writes in groups.items():
-            try:
-                tick_store.record_results(
-                    self._engine, [(w.slot, w.attempt, w.result, w.status) for w in writes], shard=shard, fence=fence
-                )
-                self.written += len(writes)
-                for w in writes:
-                    metrics.ticks.labels(w.status.value).inc()
-                for listener in self.listeners:
-                    for w in writes:
-                        listener(w)
-            except FencedOut as e:
+            if shard in out.fenced_out:
                 self.rejected += len(writes)
-                log.error("shard %d: %d tick results rejected by the fence: %s", shard, len(writes), e,
-                          extra={"shard": shard, "fence": fence})
+                log.error("shard %d: %d tick results rejected by the fence (fence %d, store has %s)", shard,
+                          len(writes), fence, out.fenced_out[shard], extra={"shard": shard, "fence": fence})
                 self._on_fenced(shard, fence, len(writes))
-            except StoreUnavailable as e:
-                log.warning("shard %d: store unavailable, %d results kept for retry: %s", shard, len(writes), e)
-                retry.update(writes)
-        return retry
+                continue
+            self.written += len(writes)
+            for w in writes:
+                metrics.ticks.labels(w.status.value).inc()
+            for listener in self.listeners:
+                for w in writes:
+                    listener(w)
+        return set()

@@ -21,8 +21,10 @@ from shardcron.model import Job, SlotRef, Tick, TickStatus
 from shardcron.scheduling.policies import OrphanAction, plan_catch_up, settle_orphan
 from shardcron.scheduling.triggers import Trigger, slots_between
 
-# A backlog larger than this is not worth a row per slot: it is counted and logged.
+# At most this many missed slots of one job are caught up (the newest ones); older
+# ones in its window are counted and logged. Enumerating stops at SCAN_LIMIT.
 MAX_CATCH_UP_SLOTS = 10_000
+SCAN_LIMIT = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -76,16 +78,16 @@ def plan_takeover(
         if job.paused:
             continue
         after = max(last_recorded.get(job.id, 0), orphan_slots.get(job.id, 0), job.active_since_ms)
-        missed = slots_between(triggers[job.id], after, now_ms, limit=MAX_CATCH_UP_SLOTS + 1)
+        # Only the window matters, so enumerate from its start, not from a months-old tick.
+        window_start = max(after, now_ms - job.catchup_window_ms - 1)
+        missed = slots_between(triggers[job.id], window_start, now_ms, limit=SCAN_LIMIT)
         if len(missed) > MAX_CATCH_UP_SLOTS:
-            # Too far behind to enumerate: only the window matters, so start there.
-            window_start = max(after, now_ms - job.catchup_window_ms - 1)
-            missed = slots_between(triggers[job.id], window_start, now_ms, limit=MAX_CATCH_UP_SLOTS)
-            plan.beyond_window[job.id] = -1  # unknown, but more than MAX_CATCH_UP_SLOTS
+            plan.beyond_window[job.id] = len(missed) - MAX_CATCH_UP_SLOTS
+            missed = missed[-MAX_CATCH_UP_SLOTS:]  # the newest ones matter most
         cu = plan_catch_up(job.catchup, job.catchup_window_ms, missed, now_ms)
         plan.run += [SlotRef(job.id, s) for s in cu.run]
         plan.skip += [SlotRef(job.id, s) for s in cu.skip]
-        if cu.beyond_window and job.id not in plan.beyond_window:
-            plan.beyond_window[job.id] = cu.beyond_window
+        if cu.beyond_window:
+            plan.beyond_window[job.id] = plan.beyond_window.get(job.id, 0) + cu.beyond_window
         plan.resume_after[job.id] = max(after, now_ms)
     return plan

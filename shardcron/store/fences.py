@@ -9,7 +9,7 @@ can no longer change anything.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
@@ -104,13 +104,30 @@ def fenced(engine: Engine, shard: int, fence: int) -> Iterator[Connection]:
     ignores FOR SHARE; there BEGIN IMMEDIATE (engine.py) serialises all
     writers to the file, which gives the same guarantee.
     """
-    with store_errors(engine), engine.connect() as conn, conn.begin():
-        current = conn.execute(
-            select(shard_fences.c.fence).where(shard_fences.c.shard == shard).with_for_update(read=True)
-        ).scalar()
-        if current != fence:
-            raise FencedOut(shard, fence, current)
+    with fenced_many(engine, {shard: fence}) as (conn, stale):
+        if stale:
+            raise FencedOut(shard, fence, stale[shard])
         yield conn
+
+
+@contextmanager
+def fenced_many(engine: Engine, fences: Mapping[int, int]) -> Iterator[tuple[Connection, dict[int, int | None]]]:
+    """One transaction for several shards: yields ``(conn, stale)``.
+
+    ``stale`` maps every shard whose stored fence is not the one given to the
+    stored fence; the caller must write only for the other shards. The fence
+    rows are read under the same share lock as in ``fenced``, in shard order so
+    that two such transactions cannot deadlock. A leader's loop claims the
+    slots of all its shards this way, one commit instead of one per shard.
+    """
+    with store_errors(engine), engine.connect() as conn, conn.begin():
+        current = dict(conn.execute(
+            select(shard_fences.c.shard, shard_fences.c.fence)
+            .where(shard_fences.c.shard.in_(sorted(fences)))
+            .order_by(shard_fences.c.shard)
+            .with_for_update(read=True)
+        ).all())
+        yield conn, {s: current.get(s) for s, f in fences.items() if current.get(s) != f}
 
 
 def run_fenced(engine: Engine, shard: int, fence: int, work: Callable[[Connection], T]) -> T:
@@ -120,10 +137,21 @@ def run_fenced(engine: Engine, shard: int, fence: int, work: Callable[[Connectio
 
     ``work`` must be safe to re-run: everything it did is rolled back first.
     """
+    def checked(conn: Connection, stale: dict[int, int | None]) -> T:
+        if stale:
+            raise FencedOut(shard, fence, stale[shard])
+        return work(conn)
+
+    return run_fenced_many(engine, {shard: fence}, checked)
+
+
+def run_fenced_many(engine: Engine, fences: Mapping[int, int],
+                    work: Callable[[Connection, dict[int, int | None]], T]) -> T:
+    """``work(conn, stale)`` in a ``fenced_many`` transaction, re-run like ``run_fenced``."""
     for attempt in range(1, CONFLICT_ATTEMPTS + 1):
         try:
-            with fenced(engine, shard, fence) as conn:
-                return work(conn)
+            with fenced_many(engine, fences) as (conn, stale):
+                return work(conn, stale)
         except sa_exc.IntegrityError:
             if attempt == CONFLICT_ATTEMPTS:
                 raise
@@ -133,4 +161,5 @@ def run_fenced(engine: Engine, shard: int, fence: int, work: Callable[[Connectio
     raise AssertionError("unreachable")
 
 
-__all__ = ["FenceRow", "ensure_shards", "fenced", "raise_fence", "read_fences", "run_fenced"]
+__all__ = ["FenceRow", "ensure_shards", "fenced", "fenced_many", "raise_fence", "read_fences", "run_fenced",
+           "run_fenced_many"]

@@ -11,14 +11,15 @@ ticks, whose fence it holds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select, tuple_
 
 from shardcron.model import ExecutionResult, SlotRef, Tick, TickStatus
 from shardcron.store.engine import reading
-from shardcron.store.fences import run_fenced
+from shardcron.errors import FencedOut
+from shardcron.store.fences import run_fenced, run_fenced_many
 from shardcron.store.schema import ticks
 from shardcron.store.sql import chunks
 from shardcron.store.text import clip
@@ -56,14 +57,33 @@ def unresolved_ticks(engine: Engine, shard: int) -> list[Tick]:
         return [_tick(r) for r in conn.execute(q)]
 
 
+@dataclass(frozen=True)
+class ManyOutcome:
+    """What a write over several shards did: the slots written per shard, and the shards fenced out."""
+
+    written: dict[int, list[SlotRef]]
+    fenced_out: dict[int, int | None]  # shard -> its stored fence, for the shards whose fence moved
+
+
 def claim_ticks(
     engine: Engine, claims: Sequence[SlotClaim], *, shard: int, fence: int, node_id: str, now_ms: int
 ) -> list[SlotRef]:
     """Insert a ``claimed`` tick for each slot that has none; returns the slots
     actually claimed, in the order given. Slots that already have a tick (from
     any leader) are left alone and not returned: they are someone else's."""
+    return _single(claim_ticks_many(engine, {(shard, fence): claims}, node_id=node_id, now_ms=now_ms), shard, fence)
+
+
+def claim_ticks_many(
+    engine: Engine, batches: Mapping[tuple[int, int], Sequence[SlotClaim]], *, node_id: str, now_ms: int
+) -> ManyOutcome:
+    """``claim_ticks`` for several shards in one transaction: ``{(shard, fence): claims}``.
+
+    A shard whose fence moved is reported in ``fenced_out`` and nothing is
+    written for it; the other shards' claims commit together.
+    """
     status = {"status": TickStatus.CLAIMED.value, "finished_at_ms": None, "error": None}
-    return _insert_new(engine, claims, shard=shard, fence=fence, node_id=node_id, now_ms=now_ms, **status)
+    return _insert_new(engine, batches, node_id=node_id, now_ms=now_ms, **status)
 
 
 def skip_ticks(
@@ -71,7 +91,14 @@ def skip_ticks(
 ) -> list[SlotRef]:
     """Like ``claim_ticks``, but each new tick is recorded as ``skipped`` with ``reason``."""
     status = {"status": TickStatus.SKIPPED.value, "finished_at_ms": now_ms, "error": clip(reason)}
-    return _insert_new(engine, claims, shard=shard, fence=fence, node_id=node_id, now_ms=now_ms, **status)
+    return _single(_insert_new(engine, {(shard, fence): claims}, node_id=node_id, now_ms=now_ms, **status),
+                   shard, fence)
+
+
+def _single(outcome: ManyOutcome, shard: int, fence: int) -> list[SlotRef]:
+    if shard in outcome.fenced_out:
+        raise FencedOut(shard, fence, outcome.fenced_out[shard])
+    return outcome.written.get(shard, [])
 
 
 def mark_running(engine: Engine, updates: Sequence[tuple[SlotRef, int, int]], *, shard: int, fence: int) -> None:
@@ -80,11 +107,12 @@ def mark_running(engine: Engine, updates: Sequence[tuple[SlotRef, int, int]], *,
         return
     stmt = (
         ticks.update()
-        .where(_own_unresolved(shard, fence))
+        .where(_OWN_UNRESOLVED)
         .values(status=TickStatus.RUNNING.value, attempt=bindparam("b_attempt"), started_at_ms=bindparam("b_started"))
     )
     rows = _in_key_order(
-        {"b_job": s.job_id, "b_at": s.scheduled_at_ms, "b_attempt": attempt, "b_started": started}
+        {"b_job": s.job_id, "b_at": s.scheduled_at_ms, "b_shard": shard, "b_fence": fence, "b_attempt": attempt,
+         "b_started": started}
         for s, attempt, started in updates
     )
     run_fenced(engine, shard, fence, lambda conn: conn.execute(stmt, rows))
@@ -103,11 +131,19 @@ def record_results(
     failed attempt that will be retried, and leaves finished_at_ms unset.
     Output and error are cut to ``model.OUTPUT_LIMIT_BYTES``.
     """
-    if not results:
-        return
+    _single(record_results_many(engine, {(shard, fence): results}), shard, fence)
+
+
+def record_results_many(
+    engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple[SlotRef, int, ExecutionResult, TickStatus]]]
+) -> ManyOutcome:
+    """``record_results`` for several shards in one transaction: ``{(shard, fence): results}``."""
+    groups = {k: v for k, v in groups.items() if v}
+    if not groups:
+        return ManyOutcome({}, {})
     stmt = (
         ticks.update()
-        .where(_own_unresolved(shard, fence))
+        .where(_OWN_UNRESOLVED)
         .values(
             status=bindparam("b_status"),
             attempt=bindparam("b_attempt"),
@@ -119,22 +155,32 @@ def record_results(
             error=bindparam("b_error"),
         )
     )
-    rows = _in_key_order(
-        {
-            "b_job": s.job_id,
-            "b_at": s.scheduled_at_ms,
-            "b_status": TickStatus(status).value,
-            "b_attempt": attempt,
-            "b_started": r.started_at_ms,
-            "b_finished": r.finished_at_ms if TickStatus(status).is_final else None,
-            "b_exit": r.exit_code,
-            "b_http": r.http_status,
-            "b_output": clip(r.output),
-            "b_error": clip(r.error),
-        }
-        for s, attempt, r, status in results
-    )
-    run_fenced(engine, shard, fence, lambda conn: conn.execute(stmt, rows))
+
+    def work(conn: Connection, stale: dict[int, int | None]) -> ManyOutcome:
+        rows = _in_key_order(
+            {
+                "b_job": s.job_id,
+                "b_at": s.scheduled_at_ms,
+                "b_shard": shard,
+                "b_fence": fence,
+                "b_status": TickStatus(status).value,
+                "b_attempt": attempt,
+                "b_started": r.started_at_ms,
+                "b_finished": r.finished_at_ms if TickStatus(status).is_final else None,
+                "b_exit": r.exit_code,
+                "b_http": r.http_status,
+                "b_output": clip(r.output),
+                "b_error": clip(r.error),
+            }
+            for (shard, fence), results in groups.items() if shard not in stale
+            for s, attempt, r, status in results
+        )
+        if rows:
+            conn.execute(stmt, rows)
+        written = {shard: [s for s, *_ in results] for (shard, _), results in groups.items() if shard not in stale}
+        return ManyOutcome(written, stale)
+
+    return run_fenced_many(engine, {shard: fence for shard, fence in groups}, work)
 
 
 def take_over(engine: Engine, slots: Sequence[SlotRef], *, shard: int, fence: int, node_id: str) -> list[SlotRef]:
@@ -215,39 +261,39 @@ def ticks_between(engine: Engine, from_ms: int, to_ms: int, job_id: str | None =
 
 def _insert_new(
     engine: Engine,
-    claims: Sequence[SlotClaim],
+    batches: Mapping[tuple[int, int], Sequence[SlotClaim]],
     *,
-    shard: int,
-    fence: int,
     node_id: str,
     now_ms: int,
     status: str,
     finished_at_ms: int | None,
     error: str | None,
-) -> list[SlotRef]:
-    first: dict[tuple[str, int], SlotClaim] = {}
-    for c in claims:
-        first.setdefault((c.job_id, c.scheduled_at_ms), c)
+) -> ManyOutcome:
+    first: dict[tuple[str, int], tuple[SlotClaim, int, int]] = {}
+    for (shard, fence), claims in batches.items():
+        for c in claims:
+            first.setdefault((c.job_id, c.scheduled_at_ms), (c, shard, fence))
     if not first:
-        return []
+        return ManyOutcome({}, {})
 
-    def work(conn: Connection) -> list[SlotRef]:
+    def work(conn: Connection, stale: dict[int, int | None]) -> ManyOutcome:
+        wanted = {k: v for k, v in first.items() if v[1] not in stale}
         # One SELECT per 500 slots finds the slots that already have a tick;
         # the rest go in as one executemany. Sorted by key, so two
         # transactions inserting overlapping batches lock keys in one order.
         taken: set[tuple[str, int]] = set()
-        for part in chunks(sorted(first)):
+        for part in chunks(sorted(wanted)):
             q = select(ticks.c.job_id, ticks.c.scheduled_at_ms).where(
                 tuple_(ticks.c.job_id, ticks.c.scheduled_at_ms).in_(part)
             )
             taken.update((job_id, at) for job_id, at in conn.execute(q))
-        new = [first[k] for k in sorted(first) if k not in taken]
+        new = [wanted[k] for k in sorted(wanted) if k not in taken]
         if new:
             # A plain INSERT, not one that ignores duplicates: if another
             # transaction of this leader inserted one of these slots since the
-            # SELECT, the INSERT fails and run_fenced re-runs the whole unit,
-            # whose SELECT then sees that row. So a slot is returned to exactly
-            # one claimant, ever.
+            # SELECT, the INSERT fails and run_fenced_many re-runs the whole
+            # unit, whose SELECT then sees that row. So a slot is returned to
+            # exactly one claimant, ever.
             conn.execute(
                 ticks.insert(),
                 [
@@ -264,25 +310,28 @@ def _insert_new(
                         "finished_at_ms": finished_at_ms,
                         "error": error,
                     }
-                    for c in new
+                    for c, shard, fence in new
                 ],
             )
-        inserted = {(c.job_id, c.scheduled_at_ms) for c in new}
-        return [SlotRef(*k) for k in first if k in inserted]
+        inserted = {(c.job_id, c.scheduled_at_ms) for c, _, _ in new}
+        written: dict[int, list[SlotRef]] = {}
+        for k, (_, shard, _) in first.items():  # in the order given
+            if k in inserted:
+                written.setdefault(shard, []).append(SlotRef(*k))
+        return ManyOutcome(written, stale)
 
-    return run_fenced(engine, shard, fence, work)
+    return run_fenced_many(engine, {shard: fence for shard, fence in batches}, work)
 
 
-def _own_unresolved(shard: int, fence: int):
-    """WHERE clause of the batched status updates (slot given per row)."""
-    return and_(
-        ticks.c.job_id == bindparam("b_job"),
-        ticks.c.scheduled_at_ms == bindparam("b_at"),
-        ticks.c.shard == shard,
-        ticks.c.fence == fence,
-        # Spelt out: an IN list cannot be used in an executemany.
-        or_(*(ticks.c.status == s for s in _UNRESOLVED)),
-    )
+# The WHERE clause of the batched status updates: slot, shard and fence given per row.
+_OWN_UNRESOLVED = and_(
+    ticks.c.job_id == bindparam("b_job"),
+    ticks.c.scheduled_at_ms == bindparam("b_at"),
+    ticks.c.shard == bindparam("b_shard"),
+    ticks.c.fence == bindparam("b_fence"),
+    # Spelt out: an IN list cannot be used in an executemany.
+    or_(*(ticks.c.status == s for s in _UNRESOLVED)),
+)
 
 
 def _in_key_order(rows: Iterable[dict]) -> list[dict]:
@@ -315,13 +364,16 @@ def _tick(r) -> Tick:
 
 
 __all__ = [
+    "ManyOutcome",
     "SlotClaim",
     "abandon_ticks",
     "claim_ticks",
+    "claim_ticks_many",
     "last_ticks",
     "list_ticks",
     "mark_running",
     "record_results",
+    "record_results_many",
     "skip_ticks",
     "take_over",
     "ticks_between",

@@ -675,3 +675,31 @@ def test_foreign_drivers_and_backends_are_refused():
     with pytest.raises(ConfigError, match="unsupported"):
         normalise_url("oracle://u:pw@h/db")
     assert describe_url("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
+
+
+def test_claims_and_results_for_several_shards_commit_together_except_a_fenced_out_shard(store_engine):
+    from shardcron.store.ticks import claim_ticks_many, record_results_many
+
+    ensure_shards(store_engine, 3)
+    for shard in range(3):
+        raise_fence(store_engine, shard, F1, NODE_A, 1)
+    raise_fence(store_engine, 2, F2, NODE_B, 2)  # shard 2 moved on to another leader
+    batches = {(s, F1): [SlotClaim(f"j{s}", 60_000), SlotClaim(f"j{s}", 61_000)] for s in range(3)}
+    out = claim_ticks_many(store_engine, batches, node_id=NODE_A, now_ms=10)
+    assert out.fenced_out == {2: F2}
+    assert out.written == {0: [SlotRef("j0", 60_000), SlotRef("j0", 61_000)],
+                           1: [SlotRef("j1", 60_000), SlotRef("j1", 61_000)]}
+    assert [t.job_id for t in ticks_between(store_engine, 0, 10**6)] == ["j0", "j1", "j0", "j1"]
+    again = claim_ticks_many(store_engine, {(0, F1): [SlotClaim("j0", 60_000)]}, node_id=NODE_A, now_ms=11)
+    assert again.written == {} and again.fenced_out == {}, "an existing slot is never claimed twice"
+
+    ok = ExecutionResult(True, 60_001, 60_002)
+    res = record_results_many(store_engine, {
+        (0, F1): [(SlotRef("j0", 60_000), 1, ok, TickStatus.SUCCEEDED)],
+        (1, F1): [(SlotRef("j1", 60_000), 1, ok, TickStatus.SUCCEEDED)],
+        (2, F1): [(SlotRef("j2", 60_000), 1, ok, TickStatus.SUCCEEDED)],
+    })
+    assert res.fenced_out == {2: F2}
+    done = {(t.job_id, t.scheduled_at_ms): t.status for t in ticks_between(store_engine, 0, 10**6)}
+    assert done[("j0", 60_000)] is TickStatus.SUCCEEDED and done[("j1", 60_000)] is TickStatus.SUCCEEDED
+    assert done[("j0", 61_000)] is TickStatus.CLAIMED
