@@ -75,13 +75,15 @@ def shard_map_from_view(view, prefix: str) -> dict:
             "jobs": leader.jobs if leading and leader.jobs is not None else None,
             "state": "leading" if leading else "electing" if leader else "no leader",
         })
+    reshard = view.reshard
     lo, hi = fair_share(n or 0, len(view.active_members()))
     nodes = [
         {"node": m.node_id, "address": m.address, "started_at_ms": m.started_at_ms, "leads": led.get(m.node_id, 0),
          "fair_share": f"{lo}-{hi}" if lo != hi else str(lo), "draining": m.node_id in view.drains}
         for m in sorted(view.members.values(), key=lambda m: m.node_id)
     ]
-    return {"prefix": prefix, "shard_count": n, "revision": view.revision, "shards": rows, "nodes": nodes}
+    return {"prefix": prefix, "shard_count": n, "revision": view.revision, "shards": rows, "nodes": nodes,
+            "reshard": reshard}
 
 
 def cmd_shards(a: argparse.Namespace) -> int:
@@ -92,6 +94,10 @@ def cmd_shards(a: argparse.Namespace) -> int:
     if m["shard_count"] is None:
         print(f"no cluster under {a.prefix} in etcd at {a.etcd} (no node has started yet)")
         return 0
+    if m.get("reshard"):
+        r = m["reshard"]
+        print(f"RESHARD IN PROGRESS: {r.get('from')} -> {r.get('to')} shards ({r.get('state')}); "
+              "shards are handed over, then the cluster cuts over\n")
     print(tabulate(
         [[r["shard"], r["leader"] or "-", r["address"] or "-", r["fence"] or "-", _fmt_ms(r["leader_since_ms"]),
           r["candidates"], "-" if r["jobs"] is None else r["jobs"]] for r in m["shards"]],
@@ -186,6 +192,34 @@ def cmd_fences(a: argparse.Namespace) -> int:
         engine.dispose()
 
 
+# -- shardcron reshard ------------------------------------------------------------------
+
+
+def cmd_reshard(a: argparse.Namespace) -> int:
+    from shardcron import reshard
+    from shardcron.coordination.etcd import Etcd
+    from shardcron.coordination.keys import KeyLayout
+    from shardcron.errors import ConfigError
+    from shardcron.store.engine import make_engine
+
+    layout = KeyLayout(a.prefix)
+    etcd = Etcd(a.etcd, timeout_s=3.0, security=etcd_security(a))
+    try:
+        if a.abort:
+            print("reshard request cancelled" if reshard.abort(etcd, layout) else "no reshard in progress")
+            return 0
+        if a.shards is None:
+            raise ConfigError("--shards N is required (or --abort)")
+        engine = make_engine(a.db)
+        try:
+            reshard.reshard(etcd, layout, engine, a.shards, timeout_s=a.timeout)
+        finally:
+            engine.dispose()
+        return 0
+    finally:
+        etcd.close()
+
+
 # -- the parser ------------------------------------------------------------------------
 
 
@@ -222,6 +256,14 @@ def build_parser() -> argparse.ArgumentParser:
     fences.add_argument("--force", action="store_true", help="rebase even if the cluster id did not change")
     fences.add_argument("--json", action="store_true")
     fences.set_defaults(func=cmd_fences)
+
+    rs = sub.add_parser("reshard", help="change the shard count of the running cluster")
+    add_common_etcd_flags(rs)
+    rs.add_argument("--db", default=env_default("db", "sqlite:///shardcron.db"), help="store URL [SHARDCRON_DB]")
+    rs.add_argument("--shards", type=int, required=False, help="the new shard count")
+    rs.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the hand-over")
+    rs.add_argument("--abort", action="store_true", help="cancel a reshard that has not cut over yet")
+    rs.set_defaults(func=cmd_reshard)
 
     from shardcron import admin_cli, bench
 

@@ -32,12 +32,15 @@ class NodeBackend:
         self._node = node
         self.node_id = node.cfg.node_id
         self.allow_shell = node.cfg.allow_shell
-        self.shard_count = node.shard_count
         self.engine = node.engine
         self.joined = node.coordinator.joined
         self._listeners: list = []
         self._lock = threading.Lock()
         node.scheduler.recorder.listeners.append(self._fan_out)
+
+    @property
+    def shard_count(self) -> int:
+        return self._node.coordinator.s.shard_count  # changes when the cluster is resharded
 
     def fence_if_leader(self, shard: int) -> int | None:
         slot = self._node.coordinator.slots.get(shard)

@@ -40,6 +40,9 @@ class ShardWork(Protocol):
 
     def job_count(self, shard: int) -> int: ...
 
+    def set_shard_count(self, shard_count: int) -> None:
+        """The cluster was resharded: jobs now map to ``shard_count`` shards."""
+
 
 @dataclass
 class CoordinatorSettings:
@@ -273,9 +276,28 @@ class Coordinator:
         self._placements = balancer.assign(self.s.shard_count, members)
         return self._placements
 
+    def _resharding(self) -> bool:
+        """A reshard request is out: hand every shard over, as on shutdown, but stay."""
+        return self.view.reshard is not None
+
+    def _adopt_shard_count(self) -> None:
+        """After a reshard's cut-over, rebuild the shard table for the new count."""
+        n = self.view.shard_count
+        if not n or n == self.s.shard_count or self._resharding():
+            return
+        if any(s.state not in (ShardState.IDLE, ShardState.LOST) for s in self.slots.values()):
+            return  # still handing over; the next event comes back here
+        log.info("the cluster now has %d shards (was %d): campaigning in the new layout", n, self.s.shard_count)
+        self.s.shard_count = n
+        self.slots = {k: ShardSlot(k) for k in range(n)}
+        self._placements = {}
+        self._members_seen = ()
+        self.work.set_shard_count(n)
+
     def _reconcile(self) -> None:
         if self.session is None or self.session.done.is_set():
             return
+        self._adopt_shard_count()
         placements = self._current_placements()
         me = self.s.node_id
         for shard, slot in self.slots.items():
@@ -283,7 +305,8 @@ class Coordinator:
             self._check_key_present(slot)
             p = placements.get(shard)
             role = role_of(me, p.primary, p.standby) if p else Role.NONE
-            action = decide(slot.state, role, me, queue_nodes, p.primary if p else None, self._stopping)
+            action = decide(slot.state, role, me, queue_nodes, p.primary if p else None,
+                            self._stopping or self._resharding())
             if action is not Action.NOTHING:
                 self._do(slot, action, role)
         self._proclaim_job_counts()
@@ -316,7 +339,8 @@ class Coordinator:
             elif action is Action.ACQUIRE:
                 self._acquire(slot)
             elif action is Action.RESIGN:
-                why = "node stopping" if self._stopping else "handing over to the preferred owner"
+                why = ("node stopping" if self._stopping else "resharding" if self._resharding()
+                       else "handing over to the preferred owner")
                 self._resign(slot, self.s.resign_grace_s, why)
         except FencedOut as e:
             log.error("shard %d: %s; our key is stale, stepping back", slot.shard, e)

@@ -3,6 +3,7 @@
     <prefix>/config                  cluster configuration (shard count), written once
     <prefix>/nodes/<node id>         membership, bound to the node's session lease
     <prefix>/drain/<node id>         an operator's request that a node hand its shards over
+    <prefix>/reshard                 a reshard in progress: every node hands every shard over
     <prefix>/shard/<k>/<lease hex>   a candidate for shard k, bound to the candidate's lease;
                                      the lowest create revision leads, and that revision is
                                      the shard's fencing token
@@ -28,6 +29,10 @@ class KeyLayout:
     @property
     def config(self) -> str:
         return f"{self.prefix}/config"
+
+    @property
+    def reshard(self) -> str:
+        return f"{self.prefix}/reshard"
 
     @property
     def nodes(self) -> str:

@@ -51,11 +51,12 @@ class ClusterView:
     config: dict | None = None
     members: dict[str, Member] = field(default_factory=dict)
     drains: set[str] = field(default_factory=set)
+    reshard: dict | None = None  # a reshard request in progress, see shardcron/reshard.py
     candidates: dict[int, dict[str, Candidate]] = field(default_factory=dict)
 
     def load(self, revision: int, kvs: list[KV]) -> None:
         self.revision, self.config = revision, None
-        self.members, self.drains, self.candidates = {}, set(), {}
+        self.members, self.drains, self.candidates, self.reshard = {}, set(), {}, None
         for kv in kvs:
             self._put(kv)
 
@@ -77,6 +78,8 @@ class ClusterView:
         lay = self.layout
         if kv.key == lay.config:
             self.config = _json(kv.value)
+        elif kv.key == lay.reshard:
+            self.reshard = _json(kv.value)
         elif (shard_lease := lay.parse_candidate(kv.key)) is not None:
             d = _json(kv.value)
             self.candidates.setdefault(shard_lease[0], {})[kv.key] = Candidate(
@@ -93,6 +96,8 @@ class ClusterView:
         lay = self.layout
         if key == lay.config:
             self.config = None
+        elif key == lay.reshard:
+            self.reshard = None
         elif (shard_lease := lay.parse_candidate(key)) is not None:
             self.candidates.get(shard_lease[0], {}).pop(key, None)
         elif (node := lay.parse_node(key)) is not None:

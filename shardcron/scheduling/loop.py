@@ -151,6 +151,13 @@ class Scheduler:
         run = self._runs.get(shard)
         return len(run.jobs) if run else 0
 
+    def set_shard_count(self, shard_count: int) -> None:
+        imports = [j for jobs in self._imports.values() for j in jobs]
+        self.shard_count = shard_count
+        self._imports = defaultdict(list)
+        for job in imports:
+            self._imports[shard_for(job.id, shard_count)].append(job)
+
     def led_shards(self) -> list[int]:
         return sorted(self._runs)
 

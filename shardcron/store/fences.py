@@ -46,11 +46,13 @@ def ensure_shards(engine: Engine, shard_count: int) -> None:
     process inserted first is left as it is.
     """
     with store_errors(engine), engine.begin() as conn:
-        have = set(conn.execute(select(shard_fences.c.shard)).scalars())
-        missing = [
-            {"shard": k, "fence": 0, "node_id": "", "updated_at_ms": 0} for k in range(shard_count) if k not in have
-        ]
-        insert_ignoring_duplicates(conn, shard_fences, missing)
+        insert_missing_shards(conn, shard_count)
+
+
+def insert_missing_shards(conn: Connection, shard_count: int) -> None:
+    have = set(conn.execute(select(shard_fences.c.shard)).scalars())
+    missing = [{"shard": k, "fence": 0, "node_id": "", "updated_at_ms": 0} for k in range(shard_count) if k not in have]
+    insert_ignoring_duplicates(conn, shard_fences, missing)
 
 
 def raise_fence(engine: Engine, shard: int, fence: int, node_id: str, now_ms: int) -> None:

@@ -20,7 +20,7 @@ from shardcron.model import ExecutionResult, SlotRef, Tick, TickStatus
 from shardcron.store.engine import reading
 from shardcron.errors import FencedOut
 from shardcron.store.fences import run_fenced, run_fenced_many
-from shardcron.store.schema import ticks
+from shardcron.store.schema import jobs, ticks
 from shardcron.store.sql import chunks
 from shardcron.store.text import clip
 
@@ -35,11 +35,16 @@ class SlotClaim:
 
 
 def last_ticks(engine: Engine, shard: int) -> dict[str, int]:
-    """job_id -> latest scheduled slot with a tick (manual runs excluded): where
-    a new leader resumes each job's schedule."""
+    """job_id -> latest scheduled slot with a tick (manual runs excluded), for
+    the jobs that belong to ``shard`` now: where a new leader resumes each job.
+
+    By the job's current shard, not the tick's: after a reshard a job's older
+    ticks carry its old shard number, and they still say where it left off.
+    """
+    shard_jobs = select(jobs.c.id).where(jobs.c.shard == shard)
     q = (
         select(ticks.c.job_id, func.max(ticks.c.scheduled_at_ms))
-        .where(ticks.c.shard == shard, ticks.c.manual == False)  # noqa: E712 (SQL, not Python)
+        .where(ticks.c.job_id.in_(shard_jobs), ticks.c.manual == False)  # noqa: E712 (SQL, not Python)
         .group_by(ticks.c.job_id)
     )
     with reading(engine) as conn:

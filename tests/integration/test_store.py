@@ -486,11 +486,15 @@ def test_skip_ticks(led):
 
 
 def test_last_ticks_ignores_manual_runs(led):
+    for j in ("a", "b", "c"):
+        put_job(led, make_job(j), now_ms=1, **A)
     claim_ticks(led, [SlotClaim("a", 60_000), SlotClaim("a", 120_000), SlotClaim("b", 60_000)], now_ms=1, **A)
     claim_ticks(led, [SlotClaim("a", 150_000, manual=True), SlotClaim("c", 90_000, manual=True)], now_ms=2, **A)
     raise_fence(led, 1, F1, NODE_A, 1)
+    put_job(led, make_job("other-shard"), shard=1, fence=F1, node_id=NODE_A, now_ms=3)
     claim_ticks(led, [SlotClaim("other-shard", 600_000)], shard=1, fence=F1, node_id=NODE_A, now_ms=3)
     assert last_ticks(led, 0) == {"a": 120_000, "b": 60_000}
+    assert last_ticks(led, 1) == {"other-shard": 600_000}
     assert [t.manual for t in list_ticks(led, "a")] == [True, False, False]  # newest first
 
 
