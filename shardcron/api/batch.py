@@ -1,0 +1,237 @@
+"""PutJobs: many jobs in one call, each written by its shard's leader, with one result per job.
+
+The receiving node validates every job, groups the valid ones by shard, writes
+the groups of the shards it leads (one fenced transaction per shard), and
+forwards the rest as one PutJobs per leader, in parallel. Jobs whose shard
+has no reachable leader are retried until the deadline, like single calls.
+
+This is ``store.jobs.import_jobs``'s semantics: a job whose stored
+definition is unchanged keeps its version and its schedule position, so
+applying one file twice changes nothing; and an existing job keeps its paused
+state (PauseJob and ResumeJob change it, a file re-applied does not).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from concurrent.futures import Executor
+from dataclasses import dataclass, replace
+
+import grpc
+from sqlalchemy import exc as sa_exc
+
+from shardcron import clock
+from shardcron.api.backend import Backend
+from shardcron.api.convert import job_from_proto, job_to_proto
+from shardcron.api.routing import (
+    BACKOFF_FIRST_S,
+    BACKOFF_MAX_S,
+    FORWARDED_METADATA,
+    Deadline,
+    Router,
+    is_forwarded,
+    leader_moved,
+    unavailable_message,
+    why_not_served,
+)
+from shardcron.api.status import clip, retry_hint, status_for
+from shardcron.errors import FencedOut, InvalidJob, JobNotFound, NotLeader
+from shardcron.jobspec import check_admissible
+from shardcron.model import Job
+from shardcron.sharding import shard_for
+from shardcron.store import jobs as job_store
+from shardcron.v1 import scheduler_pb2 as pb
+
+MAX_JOBS_PER_CALL = 10_000
+
+
+@dataclass
+class _Item:
+    index: int
+    job: Job
+    shard: int
+    proto: pb.Job
+
+
+def _result(job_id: str, code: grpc.StatusCode, message: str, *, retryable: bool = False) -> pb.PutJobResult:
+    return pb.PutJobResult(id=job_id, code=code.value[0], message=clip(message), retryable=retryable)
+
+
+def _ok(job: Job, *, unchanged: bool) -> pb.PutJobResult:
+    return pb.PutJobResult(id=job.id, code=grpc.StatusCode.OK.value[0], job=job_to_proto(job, redact=True),
+                           unchanged=unchanged)
+
+
+def _same_definition(a: Job, b: Job) -> bool:
+    """What ``store.jobs.import_jobs`` compares: the definition, not the version nor the paused state."""
+    def bare(j: Job) -> Job:
+        return replace(j, version=0, active_since_ms=0, paused=False)
+    return bare(a) == bare(b)
+
+
+class BatchWriter:
+    def __init__(self, backend: Backend, router: Router, pool: Executor):
+        self.backend = backend
+        self.router = router
+        self.pool = pool
+
+    def put_jobs(self, request: pb.PutJobsRequest, context: grpc.ServicerContext) -> pb.PutJobsResponse:
+        if len(request.jobs) > MAX_JOBS_PER_CALL:
+            raise InvalidJob("jobs", f"{len(request.jobs)} jobs in one call; the limit is {MAX_JOBS_PER_CALL}")
+        results: list[pb.PutJobResult | None] = [None] * len(request.jobs)
+        pending = self._validate(request, results)
+        deadline = Deadline.of(context)
+        forwarded = is_forwarded(context)
+        why: dict[int, str | None] = {}
+        backoff = BACKOFF_FIRST_S
+        while pending:
+            retry: list[_Item] = []
+            remote: dict[str, list[_Item]] = defaultdict(list)
+            by_shard: dict[int, list[_Item]] = defaultdict(list)
+            for it in pending:
+                by_shard[it.shard].append(it)
+            for shard, items in sorted(by_shard.items()):
+                fence = self.backend.fence_if_leader(shard)
+                if fence is not None:
+                    retry += self._write_here(shard, fence, items, results, why, forwarded)
+                elif forwarded:
+                    for it in items:
+                        results[it.index] = _result(
+                            it.job.id, grpc.StatusCode.UNAVAILABLE,
+                            f"node {self.backend.node_id} does not lead shard {shard} (leadership moved)",
+                            retryable=True)
+                elif addr := self.router.leader_elsewhere(shard):
+                    remote[addr] += items
+                else:
+                    why[shard] = None if not self.backend.leader_address(shard) else "this node is taking it over"
+                    retry += items
+            futures = [(addr, items, self.pool.submit(self._forward, addr, items, deadline.remaining()))
+                       for addr, items in remote.items()]
+            for addr, items, fut in futures:
+                retry += self._forwarded_results(addr, items, fut, results, why)
+            pending = retry
+            if not pending or deadline.remaining() <= 0 or not context.is_active():
+                break
+            time.sleep(min(backoff, deadline.remaining()))
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+        for it in pending:
+            results[it.index] = _result(it.job.id, grpc.StatusCode.UNAVAILABLE,
+                                        unavailable_message(it.shard, why.get(it.shard), deadline.elapsed()),
+                                        retryable=True)
+        return pb.PutJobsResponse(results=results)
+
+    def _validate(self, request: pb.PutJobsRequest, results: list) -> list[_Item]:
+        now = clock.wall_ms()
+        first: dict[str, int] = {}
+        items = []
+        for i, p in enumerate(request.jobs):
+            try:
+                job = job_from_proto(p)
+                check_admissible(job, allow_shell=self.backend.allow_shell, now_ms=now)
+            except InvalidJob as e:
+                results[i] = _result(p.id, grpc.StatusCode.INVALID_ARGUMENT, str(e))
+                continue
+            if job.id in first:
+                results[i] = _result(job.id, grpc.StatusCode.INVALID_ARGUMENT,
+                                     f"id: {job.id!r} appears more than once in this call "
+                                     f"(first as jobs[{first[job.id]}])")
+                continue
+            first[job.id] = i
+            items.append(_Item(i, job, shard_for(job.id, self.backend.shard_count), p))
+        return items
+
+    # -- on the leader ---------------------------------------------------------------
+
+    def _write_here(self, shard: int, fence: int, items: list[_Item], results: list, why: dict,
+                    forwarded: bool) -> list[_Item]:
+        """Write one shard's jobs under its fence; returns the items to retry elsewhere."""
+        try:
+            self._write_group(shard, fence, items, results)
+            return []
+        except (FencedOut, NotLeader) as e:
+            if not forwarded:
+                why[shard] = f"leadership moved during the call ({e})"
+                return items
+            code, message, retryable = grpc.StatusCode.UNAVAILABLE, f"leadership moved: {e}", True
+        except Exception as e:  # noqa: BLE001 - mapped per job, like a single call's status
+            code, message = status_for(e)
+            retryable = retry_hint(e)
+            if code is grpc.StatusCode.INTERNAL:
+                raise
+        for it in items:
+            if results[it.index] is None:
+                results[it.index] = _result(it.job.id, code, message, retryable=retryable)
+        return []
+
+    def _write_group(self, shard: int, fence: int, items: list[_Item], results: list) -> None:
+        b = self.backend
+        now = clock.wall_ms()
+        valid = []
+        for it in items:
+            try:
+                check_admissible(it.job, allow_shell=b.allow_shell, now_ms=now)  # this leader's flag decides
+                valid.append(it)
+            except InvalidJob as e:
+                results[it.index] = _result(it.job.id, grpc.StatusCode.INVALID_ARGUMENT, str(e))
+        before: dict[str, Job | None] = {}
+        for it in valid:
+            try:
+                before[it.job.id] = job_store.get_job(b.engine, it.job.id)
+            except JobNotFound:
+                before[it.job.id] = None
+        try:
+            job_store.import_jobs(b.engine, [it.job for it in valid], shard=shard, fence=fence, node_id=b.node_id,
+                                  now_ms=now)
+            written = valid
+        except (InvalidJob, sa_exc.DataError):
+            # A job the store refuses (a value the database cannot hold): one
+            # transaction per job instead, so that each gets its own answer.
+            written = []
+            for it in valid:
+                try:
+                    job_store.import_jobs(b.engine, [it.job], shard=shard, fence=fence, node_id=b.node_id, now_ms=now)
+                    written.append(it)
+                except (InvalidJob, sa_exc.DataError) as e:
+                    results[it.index] = _result(it.job.id, *status_for(e))
+        for it in written:
+            old = before[it.job.id]
+            unchanged = old is not None and _same_definition(old, it.job)
+            if unchanged:
+                stored = old
+            elif old is None:
+                stored = replace(it.job, version=1, active_since_ms=now)
+            else:  # like the store, an existing job keeps its paused state (PauseJob/ResumeJob change it)
+                stored = replace(it.job, paused=old.paused, version=old.version + 1, active_since_ms=now)
+            if not unchanged:
+                b.job_written(shard, stored)
+            results[it.index] = _ok(stored, unchanged=unchanged)
+
+    # -- elsewhere ---------------------------------------------------------------------
+
+    def _forward(self, addr: str, items: list[_Item], timeout_s: float) -> pb.PutJobsResponse:
+        request = pb.PutJobsRequest(jobs=[it.proto for it in items])
+        return self.router.stub(addr).PutJobs(request, timeout=max(timeout_s, 0.001), metadata=FORWARDED_METADATA)
+
+    def _forwarded_results(self, addr: str, items: list[_Item], fut, results: list, why: dict) -> list[_Item]:
+        try:
+            response = fut.result()
+        except grpc.RpcError as e:
+            if leader_moved(e) or e.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
+                for it in items:
+                    why[it.shard] = why_not_served(addr, e)
+                return items
+            for it in items:
+                results[it.index] = _result(it.job.id, e.code(), e.details() or "")
+            return []
+        retry = []
+        for it, r in zip(items, response.results, strict=False):
+            if r.code == grpc.StatusCode.UNAVAILABLE.value[0] and r.retryable:
+                why[it.shard] = f"its leader at {addr} answered: {r.message}"
+                retry.append(it)
+            else:
+                results[it.index] = r
+        if len(response.results) != len(items):
+            for it in items[len(response.results):]:
+                results[it.index] = _result(it.job.id, grpc.StatusCode.INTERNAL, f"{addr} returned too few results")
+        return retry

@@ -1,0 +1,414 @@
+"""``shardcron jobs ...`` and ``shardcron ticks ...``: the API from the command line.
+
+Every command takes ``--server host:port`` (repeatable; default
+``$SHARDCRON_SERVER`` or 127.0.0.1:7070) and ``--json``. Human output is a
+plain table; ``--json`` is for scripts. Failures are ``ShardcronError``s,
+which ``cli.main`` prints as one line before exiting with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from datetime import UTC, datetime
+
+from tabulate import tabulate
+
+from shardcron.errors import InvalidJob, ShardcronError
+from shardcron.model import Job, ScheduleKind, Tick
+
+DEFAULT_SERVER = "127.0.0.1:7070"
+
+
+class ApplyFailed(ShardcronError):
+    """Some jobs of a file were refused (each is listed above the error line)."""
+
+
+# -- formatting ------------------------------------------------------------------------
+
+
+def _fmt_ms(ms: int | None) -> str:
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _fmt_duration(ms: int | None) -> str:
+    """1500 -> 1.5s, 90000 -> 1m30s, 86400000 -> 1d."""
+    if ms is None:
+        return "-"
+    if ms < 1000 or ms % 1000 and ms < 60_000:
+        return f"{ms}ms" if ms < 1000 else f"{ms / 1000:g}s"
+    out, rest = "", ms // 1000
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            out += f"{rest // size}{unit}"
+            rest %= size
+    return out
+
+
+def _schedule(job: Job) -> str:
+    s = job.schedule
+    tz = "" if s.timezone == "UTC" else f" ({s.timezone})"
+    if s.kind is ScheduleKind.CRON:
+        return f"cron {s.cron}{tz}"
+    if s.kind is ScheduleKind.INTERVAL:
+        return f"every {_fmt_duration(s.interval_ms)}"
+    return f"at {_fmt_ms(s.at_ms)}"
+
+
+def _executor(job: Job) -> str:
+    ex = job.executor
+    if ex.http:
+        return f"http {ex.http.method} {ex.http.url}"
+    if ex.shell:
+        cmd = ex.shell.command
+        return "shell " + (cmd if len(cmd) <= 40 else cmd[:37] + "...")
+    return "noop"
+
+
+def _labels(job: Job) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(job.labels.items())) or "-"
+
+
+def job_json(job: Job, shard: int | None = None) -> dict:
+    from shardcron.jobspec import job_to_dict
+
+    d = job_to_dict(job)
+    d["active_since_ms"] = job.active_since_ms
+    if shard is not None:
+        d["shard"] = shard
+    return d
+
+
+def tick_json(t: Tick) -> dict:
+    return {
+        "job_id": t.job_id, "scheduled_at_ms": t.scheduled_at_ms, "shard": t.shard, "fence": t.fence,
+        "node_id": t.node_id, "status": t.status.value, "attempt": t.attempt, "manual": t.manual,
+        "claimed_at_ms": t.claimed_at_ms, "started_at_ms": t.started_at_ms, "finished_at_ms": t.finished_at_ms,
+        "exit_code": t.exit_code, "http_status": t.http_status, "output": t.output, "error": t.error,
+    }
+
+
+JOB_HEADERS = ["ID", "SHARD", "SCHEDULE", "EXECUTOR", "STATE", "VERSION", "LABELS"]
+TICK_HEADERS = ["SCHEDULED", "STATUS", "ATTEMPT", "NODE", "FENCE", "DURATION", "RESULT"]
+
+
+def _job_row(job: Job, shard: int | None) -> list:
+    return [job.id, "-" if shard is None else shard, _schedule(job), _executor(job),
+            "paused" if job.paused else "active", job.version, _labels(job)]
+
+
+def _tick_row(t: Tick) -> list:
+    took = t.finished_at_ms - t.started_at_ms if t.finished_at_ms and t.started_at_ms else None
+    if t.error:
+        result = t.error.splitlines()[0][:60]
+    elif t.http_status is not None:
+        result = f"http {t.http_status}"
+    elif t.exit_code is not None:
+        result = f"exit {t.exit_code}"
+    else:
+        result = "-"
+    return [_fmt_ms(t.scheduled_at_ms) + (" (manual)" if t.manual else ""), t.status.value, t.attempt, t.node_id,
+            t.fence, _fmt_duration(took), result]
+
+
+def _table(rows: list[list], headers: list[str]) -> str:
+    return tabulate(rows, headers=headers, tablefmt="plain", disable_numparse=True)
+
+
+def _print_json(value) -> None:
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+# -- the client and shard numbers -------------------------------------------------------
+
+
+def _client(a: argparse.Namespace):
+    from shardcron.client import Client
+
+    servers = a.server or [os.environ.get("SHARDCRON_SERVER") or DEFAULT_SERVER]
+    return Client(servers, timeout_s=a.request_timeout)
+
+
+def _shard_of(client, job_ids: list[str]):
+    """job id -> shard, from the cluster's shard count (one GetShards call)."""
+    from shardcron.sharding import shard_for
+
+    n = client.shards().get("shard_count")
+    return {j: shard_for(j, n) for j in job_ids} if n else {}
+
+
+# -- building a job from flags ------------------------------------------------------------
+
+
+def _pairs(values: list[str] | None, sep: str, flag: str) -> list[tuple[str, str]]:
+    out = []
+    for v in values or []:
+        k, found, rest = v.partition(sep)
+        if not found or not k.strip():
+            raise InvalidJob(flag.lstrip("-"), f"expected KEY{sep}VALUE, got {v!r}")
+        out.append((k.strip(), rest.strip() if sep == ":" else rest))
+    return out
+
+
+def job_from_flags(a: argparse.Namespace) -> Job:
+    """The job ``jobs put`` describes, validated by jobspec like any other."""
+    from shardcron.jobspec import job_from_dict
+
+    d: dict = {"id": a.id}
+    sched: dict = {}
+    if a.cron is not None:
+        sched["cron"] = a.cron
+    elif a.every is not None:
+        sched["every"] = a.every
+    else:
+        sched["at"] = a.at
+    if a.tz:
+        sched["timezone"] = a.tz
+    d["schedule"] = sched
+    if a.http is not None:
+        ex = {"kind": "http", "url": a.http, "method": a.method, "body": a.body or "",
+              "headers": _pairs(a.header, ":", "--header")}
+        if a.secret_header:
+            ex["secret_headers"] = list(a.secret_header)
+        d["executor"] = ex
+    elif a.shell is not None:
+        d["executor"] = {"kind": "shell", "command": a.shell}
+    else:
+        d["executor"] = {"kind": "noop"}
+    for key, value in (("catchup", a.catchup), ("catchup_window", a.catchup_window), ("overlap", a.overlap),
+                       ("timeout", a.timeout_job)):
+        if value is not None:
+            d[key] = value
+    if a.retries is not None:
+        d["retry"] = {"max_attempts": a.retries + 1}
+        if a.retry_backoff is not None:
+            d["retry"]["backoff"] = a.retry_backoff
+    d["paused"] = bool(a.paused)
+    d["labels"] = dict(_pairs(a.label, "=", "--label"))
+    return job_from_dict(d)
+
+
+# -- commands ---------------------------------------------------------------------------
+
+
+def cmd_put(a: argparse.Namespace) -> int:
+    job = job_from_flags(a)
+    with _client(a) as c:
+        stored = c.put_job(job, expected_version=a.expected_version)
+        shard = _shard_of(c, [stored.id]).get(stored.id)
+    if a.json:
+        _print_json(job_json(stored, shard))
+    else:
+        verb = "created" if stored.version == 1 else "updated"
+        print(f"job {stored.id} {verb} (version {stored.version}, shard {shard})")
+    return 0
+
+
+def cmd_get(a: argparse.Namespace) -> int:
+    with _client(a) as c:
+        job = c.get_job(a.id)
+        shard = _shard_of(c, [job.id]).get(job.id)
+    if a.json:
+        _print_json(job_json(job, shard))
+    else:
+        print(_table([_job_row(job, shard)], JOB_HEADERS))
+    return 0
+
+
+def cmd_delete(a: argparse.Namespace) -> int:
+    with _client(a) as c:
+        c.delete_job(a.id)
+    if a.json:
+        _print_json({"id": a.id, "deleted": True})
+    else:
+        print(f"job {a.id} deleted")
+    return 0
+
+
+def _cmd_pause(a: argparse.Namespace, paused: bool) -> int:
+    with _client(a) as c:
+        job = c.pause_job(a.id) if paused else c.resume_job(a.id)
+    if a.json:
+        _print_json(job_json(job))
+    else:
+        print(f"job {job.id} {'paused' if paused else 'resumed'} (version {job.version})")
+    return 0
+
+
+def cmd_pause(a: argparse.Namespace) -> int:
+    return _cmd_pause(a, True)
+
+
+def cmd_resume(a: argparse.Namespace) -> int:
+    return _cmd_pause(a, False)
+
+
+def cmd_trigger(a: argparse.Namespace) -> int:
+    with _client(a) as c:
+        slot = c.trigger_job(a.id)
+    if a.json:
+        _print_json({"id": slot.job_id, "scheduled_at_ms": slot.scheduled_at_ms})
+    else:
+        print(f"job {slot.job_id} triggered: tick {_fmt_ms(slot.scheduled_at_ms)}")
+    return 0
+
+
+def cmd_list(a: argparse.Namespace) -> int:
+    labels = dict(_pairs(a.label, "=", "--label"))
+    with _client(a) as c:
+        jobs = list(c.list_jobs(labels=labels, shard=a.shard))
+        shards = _shard_of(c, [j.id for j in jobs]) if jobs else {}
+    if a.json:
+        _print_json([job_json(j, shards.get(j.id)) for j in jobs])
+    elif jobs:
+        print(_table([_job_row(j, shards.get(j.id)) for j in jobs], JOB_HEADERS))
+    else:
+        print("no jobs", file=sys.stderr)
+    return 0
+
+
+def cmd_apply(a: argparse.Namespace) -> int:
+    from shardcron.jobfile import load_job_file
+
+    jobs = load_job_file(a.file)
+    with _client(a) as c:
+        results = c.put_jobs(jobs)
+    failed = [r for r in results if not r.ok]
+    if a.json:
+        _print_json([
+            {"id": r.id, "ok": r.ok, "code": r.code, "message": r.message,
+             "version": r.job.version if r.job else None, "unchanged": r.unchanged}
+            for r in results
+        ])
+    else:
+        rows = []
+        for r in results:
+            if r.ok:
+                state = "unchanged" if r.unchanged else "created" if r.job.version == 1 else "updated"
+                rows.append([r.id, "ok", r.job.version, state])
+            else:
+                rows.append([r.id, r.code, "-", r.message])
+        print(_table(rows, ["ID", "RESULT", "VERSION", "DETAIL"]))
+    if failed:
+        raise ApplyFailed(f"{len(failed)} of {len(results)} jobs in {a.file} were not applied")
+    return 0
+
+
+def cmd_ticks(a: argparse.Namespace) -> int:
+    with _client(a) as c:
+        ticks = c.list_ticks(a.id, limit=a.limit)
+        if not a.follow:
+            if a.json:
+                _print_json([tick_json(t) for t in ticks])
+            elif ticks:
+                print(_table([_tick_row(t) for t in ticks], TICK_HEADERS))
+            else:
+                print(f"no ticks recorded for {a.id}", file=sys.stderr)
+            return 0
+        return _follow(c, a, ticks)
+
+
+def _follow(c, a: argparse.Namespace, ticks: list[Tick]) -> int:
+    """Oldest first, then each result as it is written; one line each (JSON lines with --json)."""
+    watch = c.watch_ticks(a.id)
+    seen = set()
+    widths = [26, 10, 7, 14, 6, 9]
+
+    def emit(t: Tick) -> None:
+        if a.json:
+            print(json.dumps(tick_json(t), sort_keys=True), flush=True)
+        else:
+            cells = [str(x) for x in _tick_row(t)]
+            print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=False)) + "  " + cells[-1],
+                  flush=True)
+
+    if not a.json:
+        print("  ".join(h.ljust(w) for h, w in zip(TICK_HEADERS, widths, strict=False)) + "  " + TICK_HEADERS[-1],
+              flush=True)
+    for t in reversed(ticks):
+        seen.add((t.scheduled_at_ms, t.attempt, t.status))
+        emit(t)
+    try:
+        for t in watch:
+            key = (t.scheduled_at_ms, t.attempt, t.status)
+            if key not in seen:
+                emit(t)
+    finally:
+        watch.cancel()
+    return 0
+
+
+# -- the parser ---------------------------------------------------------------------------
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--server", action="append", metavar="HOST:PORT",
+                   help=f"a node's API address; repeat to give others to try [SHARDCRON_SERVER] "
+                        f"(default {DEFAULT_SERVER})")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="give up on the call after this long (default %(default)s)")
+
+
+def _add(sub, name: str, func, help_: str, *, with_id: bool = True) -> argparse.ArgumentParser:
+    p = sub.add_parser(name, help=help_, description=help_)
+    if with_id:
+        p.add_argument("id", metavar="ID", help="the job's id")
+    _common(p)
+    p.set_defaults(func=func)
+    return p
+
+
+def register(subparsers) -> None:
+    """Add ``jobs`` and ``ticks`` to the ``shardcron`` command (called by ``cli.build_parser``)."""
+    jobs = subparsers.add_parser("jobs", help="create, inspect and change jobs through the API")
+    sub = jobs.add_subparsers(dest="jobs_command", metavar="COMMAND")
+    sub.required = True
+
+    put = _add(sub, "put", cmd_put, "create or replace a job")
+    when = put.add_mutually_exclusive_group(required=True)
+    when.add_argument("--cron", metavar="EXPR", help='cron expression, e.g. "*/5 * * * *" (6 fields: seconds first)')
+    when.add_argument("--every", metavar="DURATION", help="a fixed interval, e.g. 30s, 5m, 1h30m")
+    when.add_argument("--at", metavar="TIME", help="run once, at an ISO-8601 time")
+    put.add_argument("--tz", metavar="ZONE", help="IANA zone the schedule is read in (default UTC)")
+    what = put.add_mutually_exclusive_group(required=True)
+    what.add_argument("--http", metavar="URL", help="call this http:// or https:// URL")
+    what.add_argument("--shell", metavar="CMD", help="run this shell command (needs nodes with --allow-shell)")
+    what.add_argument("--noop", action="store_true", help="do nothing (records ticks only)")
+    put.add_argument("--method", default="POST", help="HTTP method (default %(default)s)")
+    put.add_argument("--header", action="append", metavar="K:V", help="HTTP header; repeatable")
+    put.add_argument("--secret-header", action="append", metavar="NAME",
+                     help="a header whose value is never logged nor shown; repeatable")
+    put.add_argument("--body", metavar="B", help="HTTP request body")
+    put.add_argument("--catchup", choices=["all", "latest", "none"], help="missed slots policy (default all)")
+    put.add_argument("--catchup-window", metavar="D", help="how far back missed slots are owed (default 1h)")
+    put.add_argument("--overlap", choices=["skip", "allow"], help="when the previous run is still going (default skip)")
+    put.add_argument("--timeout", dest="timeout_job", metavar="D", help="the job's run timeout (default 60s)")
+    put.add_argument("--retries", type=int, metavar="N",
+                     help="retries after a failed attempt, so N+1 attempts at most (default 0)")
+    put.add_argument("--retry-backoff", metavar="D", help="first retry delay (default 1s)")
+    put.add_argument("--label", action="append", metavar="K=V", help="label; repeatable")
+    put.add_argument("--paused", action="store_true", help="create it paused")
+    put.add_argument("--expected-version", type=int, metavar="N",
+                     help="only if the stored job is at version N (0: only create)")
+
+    _add(sub, "get", cmd_get, "show a job")
+    _add(sub, "delete", cmd_delete, "delete a job (its ticks stay, as history)")
+    _add(sub, "pause", cmd_pause, "pause a job")
+    _add(sub, "resume", cmd_resume, "resume a paused job (the paused time is not owed)")
+    _add(sub, "trigger", cmd_trigger, "run a job now, as an extra tick")
+
+    ls = _add(sub, "list", cmd_list, "list jobs", with_id=False)
+    ls.add_argument("--label", action="append", metavar="K=V", help="only jobs with this label; repeatable")
+    ls.add_argument("--shard", type=int, metavar="K", help="only shard K's jobs")
+
+    apply = _add(sub, "apply", cmd_apply, "create or replace every job of a TOML, YAML or JSON file", with_id=False)
+    apply.add_argument("-f", "--file", required=True, metavar="FILE", help="the jobs file")
+
+    ticks = _add(subparsers, "ticks", cmd_ticks, "a job's ticks, newest first")
+    ticks.add_argument("--limit", type=int, default=20, metavar="N", help="how many (default %(default)s)")
+    ticks.add_argument("--follow", "-f", action="store_true", help="then print each new result as it is written")

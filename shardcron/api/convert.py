@@ -1,0 +1,275 @@
+"""Protobuf messages <-> shardcron's own dataclasses: the only module that touches message fields.
+
+A job arriving over the API becomes the same plain dict a TOML or YAML file
+gives (``job_dict_from_proto``) and goes through ``jobspec.job_from_dict``, so
+the API accepts and refuses exactly what a jobs file does, with the same field
+names in its messages ("schedule.cron", "executor.url", ...). Unset proto
+fields are left out of the dict, so jobspec's defaults apply.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import replace
+from typing import Any
+
+from shardcron.api.backend import TickEvent
+from shardcron.errors import InvalidJob
+from shardcron.jobspec import job_from_dict
+from shardcron.model import CatchUp, ExecutorKind, Job, Overlap, ScheduleKind, Tick, TickStatus
+from shardcron.v1 import scheduler_pb2 as pb
+
+_CATCHUP_TO_PB = {CatchUp.ALL: pb.CATCH_UP_ALL, CatchUp.LATEST: pb.CATCH_UP_LATEST, CatchUp.NONE: pb.CATCH_UP_NONE}
+_CATCHUP_FROM_PB = {v: k for k, v in _CATCHUP_TO_PB.items()}
+_OVERLAP_TO_PB = {Overlap.SKIP: pb.OVERLAP_SKIP, Overlap.ALLOW: pb.OVERLAP_ALLOW}
+_OVERLAP_FROM_PB = {v: k for k, v in _OVERLAP_TO_PB.items()}
+_STATUS_TO_PB = {
+    TickStatus.CLAIMED: pb.TICK_STATUS_CLAIMED,
+    TickStatus.RUNNING: pb.TICK_STATUS_RUNNING,
+    TickStatus.SUCCEEDED: pb.TICK_STATUS_SUCCEEDED,
+    TickStatus.FAILED: pb.TICK_STATUS_FAILED,
+    TickStatus.SKIPPED: pb.TICK_STATUS_SKIPPED,
+    TickStatus.ABANDONED: pb.TICK_STATUS_ABANDONED,
+}
+_STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
+
+SECRET_MASK = "***"
+INT64_MAX = 2**63 - 1
+
+
+class BadRequest(InvalidJob):
+    """A request field outside the job definition is malformed (a page token, a page size, ...).
+
+    An ``InvalidJob`` too, so it takes the same road: INVALID_ARGUMENT naming the field.
+    """
+
+
+# -- jobs: proto -> model -----------------------------------------------------------
+
+
+def job_dict_from_proto(p: pb.Job) -> dict[str, Any]:
+    """The job as jobspec's plain-data input, with only the fields the caller set."""
+    d: dict[str, Any] = {"id": p.id}
+    sched: dict[str, Any] = {}
+    if p.HasField("schedule"):
+        s = p.schedule
+        if s.timezone:
+            sched["timezone"] = s.timezone
+        kind = s.WhichOneof("kind")
+        if kind is not None:
+            sched[kind] = getattr(s, kind)
+    d["schedule"] = sched
+
+    kind = p.WhichOneof("executor")
+    if kind == "http":
+        h = p.http
+        ex: dict[str, Any] = {"kind": "http", "url": h.url, "body": h.body,
+                              "headers": [(x.name, x.value) for x in h.headers],
+                              "secret_headers": list(h.secret_headers)}
+        if h.method:
+            ex["method"] = h.method
+        d["executor"] = ex
+    elif kind == "shell":
+        d["executor"] = {"kind": "shell", "command": p.shell.command}
+    elif kind == "noop":
+        d["executor"] = {"kind": "noop"}
+    else:
+        # Unset, or a kind added to the proto after this server was built (it
+        # arrives as an unknown field): never guess, refuse.
+        d["executor"] = {"kind": ""}
+
+    if p.catchup != pb.CATCH_UP_UNSPECIFIED:
+        d["catchup"] = _CATCHUP_FROM_PB[p.catchup].value if p.catchup in _CATCHUP_FROM_PB else str(p.catchup)
+    if p.overlap != pb.OVERLAP_UNSPECIFIED:
+        d["overlap"] = _OVERLAP_FROM_PB[p.overlap].value if p.overlap in _OVERLAP_FROM_PB else str(p.overlap)
+    # Durations go to jobspec as "<n>ms" strings: a bare number would be read as seconds.
+    if p.HasField("catchup_window_ms"):
+        d["catchup_window"] = f"{p.catchup_window_ms}ms"
+    if p.HasField("timeout_ms"):
+        d["timeout"] = f"{p.timeout_ms}ms"
+    if p.HasField("retry"):
+        r = p.retry
+        retry: dict[str, Any] = {}
+        if r.HasField("max_attempts"):
+            retry["max_attempts"] = r.max_attempts
+        if r.HasField("backoff_initial_ms"):
+            retry["backoff"] = f"{r.backoff_initial_ms}ms"
+        if r.HasField("backoff_max_ms"):
+            retry["backoff_max"] = f"{r.backoff_max_ms}ms"
+        d["retry"] = retry
+    if p.paused:
+        d["paused"] = True
+    if p.labels:
+        d["labels"] = dict(p.labels)
+    return d
+
+
+def job_from_proto(p: pb.Job) -> Job:
+    """A job as the caller defined it, validated by jobspec; version and active_since_ms are ignored."""
+    job = job_from_dict(job_dict_from_proto(p))
+    # jobspec reads durations through floats, so an int64 that is near the top of
+    # the range can come back just past it: the job could then not be answered.
+    for field, ms in (("timeout", job.timeout_ms), ("catchup_window", job.catchup_window_ms),
+                      ("retry.backoff", job.retry.backoff_initial_ms), ("retry.backoff_max", job.retry.backoff_max_ms)):
+        if ms > INT64_MAX:
+            raise InvalidJob(field, f"is too long: at most {INT64_MAX} ms")
+    return job
+
+
+def stored_job_from_proto(p: pb.Job) -> Job:
+    """A job as the server returned it, with its store-assigned version and active_since_ms."""
+    return replace(job_from_proto(p), version=p.version, active_since_ms=p.active_since_ms)
+
+
+# -- jobs: model -> proto -------------------------------------------------------------
+
+
+def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
+    """``redact``: mask the values of secret headers (every API answer does)."""
+    s = job.schedule
+    sched = pb.Schedule(timezone=s.timezone)
+    if s.kind is ScheduleKind.CRON:
+        sched.cron = s.cron or ""
+    elif s.kind is ScheduleKind.INTERVAL:
+        sched.interval_ms = s.interval_ms or 0
+    else:
+        sched.at_ms = s.at_ms or 0
+    p = pb.Job(
+        id=job.id,
+        schedule=sched,
+        catchup=_CATCHUP_TO_PB[job.catchup],
+        catchup_window_ms=_ms(job.catchup_window_ms),
+        overlap=_OVERLAP_TO_PB[job.overlap],
+        timeout_ms=_ms(job.timeout_ms),
+        retry=pb.RetryPolicy(
+            max_attempts=job.retry.max_attempts,
+            backoff_initial_ms=_ms(job.retry.backoff_initial_ms),
+            backoff_max_ms=_ms(job.retry.backoff_max_ms),
+        ),
+        paused=job.paused,
+        labels=job.labels,
+        version=job.version,
+        active_since_ms=job.active_since_ms,
+    )
+    ex = job.executor
+    if ex.kind is ExecutorKind.HTTP and ex.http is not None:
+        h = ex.http
+        secret = {n.lower() for n in h.secret_headers} if redact else set()
+        p.http.CopyFrom(pb.HttpExecutor(
+            url=h.url, method=h.method, body=h.body, secret_headers=list(h.secret_headers),
+            headers=[pb.Header(name=k, value=SECRET_MASK if k.lower() in secret else v) for k, v in h.headers],
+        ))
+    elif ex.kind is ExecutorKind.SHELL and ex.shell is not None:
+        p.shell.command = ex.shell.command
+    else:
+        p.noop.SetInParent()
+    return p
+
+
+def _ms(value: int) -> int:
+    # A jobs file may hold a duration past int64 milliseconds (292 million years):
+    # answered as the largest one, which means the same.
+    return min(value, INT64_MAX)
+
+
+# -- ticks ------------------------------------------------------------------------------
+
+
+def _opt(p, name: str):
+    return getattr(p, name) if p.HasField(name) else None
+
+
+def tick_to_proto(t: Tick) -> pb.Tick:
+    p = pb.Tick(job_id=t.job_id, scheduled_at_ms=t.scheduled_at_ms, shard=t.shard, fence=t.fence,
+                node_id=t.node_id, status=_STATUS_TO_PB[t.status], attempt=t.attempt, manual=t.manual)
+    for name in ("claimed_at_ms", "started_at_ms", "finished_at_ms", "exit_code", "http_status", "output", "error"):
+        value = getattr(t, name)
+        if value is not None:
+            setattr(p, name, value)
+    return p
+
+
+def tick_from_proto(p: pb.Tick) -> Tick:
+    return Tick(
+        job_id=p.job_id, scheduled_at_ms=p.scheduled_at_ms, shard=p.shard, fence=p.fence, node_id=p.node_id,
+        status=_STATUS_FROM_PB.get(p.status, TickStatus.CLAIMED), attempt=p.attempt, manual=p.manual,
+        claimed_at_ms=_opt(p, "claimed_at_ms"), started_at_ms=_opt(p, "started_at_ms"),
+        finished_at_ms=_opt(p, "finished_at_ms"), exit_code=_opt(p, "exit_code"),
+        http_status=_opt(p, "http_status"), output=_opt(p, "output"), error=_opt(p, "error"),
+    )
+
+
+def tick_event_to_proto(ev: TickEvent, dropped: int = 0) -> pb.TickEvent:
+    t = pb.Tick(job_id=ev.job_id, scheduled_at_ms=ev.scheduled_at_ms, shard=ev.shard, fence=ev.fence,
+                node_id=ev.node_id, status=_STATUS_TO_PB[TickStatus(ev.status)], attempt=ev.attempt)
+    if ev.started_at_ms is not None:
+        t.started_at_ms = ev.started_at_ms
+    if ev.finished_at_ms is not None:
+        t.finished_at_ms = ev.finished_at_ms
+    if ev.error is not None:
+        t.error = ev.error
+    return pb.TickEvent(tick=t, dropped=dropped)
+
+
+# -- shard map ----------------------------------------------------------------------------
+
+
+def shard_map_to_proto(m: dict) -> pb.GetShardsResponse:
+    p = pb.GetShardsResponse(prefix=m.get("prefix") or "", revision=m.get("revision") or 0)
+    if m.get("shard_count") is not None:
+        p.shard_count = m["shard_count"]
+    for r in m.get("shards", []):
+        s = p.shards.add(shard=r["shard"], candidates=r.get("candidates") or 0, state=r.get("state") or "")
+        for name in ("leader", "address", "fence", "leader_since_ms", "jobs"):
+            if r.get(name) is not None:
+                setattr(s, name, r[name])
+    r = m.get("reshard")
+    if r:
+        p.reshard.CopyFrom(pb.Reshard(from_shards=int(r.get("from") or 0), to_shards=int(r.get("to") or 0),
+                                      state=str(r.get("state") or ""),
+                                      requested_at_ms=int(r.get("requested_at_ms") or 0)))
+    for n in m.get("nodes", []):
+        p.nodes.add(node=n["node"], address=n.get("address") or "", started_at_ms=n.get("started_at_ms") or 0,
+                    leads=n.get("leads") or 0, fair_share=str(n.get("fair_share") or ""),
+                    draining=bool(n.get("draining")))
+    return p
+
+
+def shard_map_from_proto(p: pb.GetShardsResponse) -> dict:
+    """The same dict ``shardcron shards --json`` prints."""
+    return {
+        "prefix": p.prefix,
+        "shard_count": _opt(p, "shard_count"),
+        "revision": p.revision,
+        "shards": [
+            {"shard": s.shard, "leader": _opt(s, "leader"), "address": _opt(s, "address"), "fence": _opt(s, "fence"),
+             "leader_since_ms": _opt(s, "leader_since_ms"), "candidates": s.candidates, "jobs": _opt(s, "jobs"),
+             "state": s.state}
+            for s in p.shards
+        ],
+        "nodes": [
+            {"node": n.node, "address": n.address, "started_at_ms": n.started_at_ms, "leads": n.leads,
+             "fair_share": n.fair_share, "draining": n.draining}
+            for n in p.nodes
+        ],
+        "reshard": ({"from": p.reshard.from_shards, "to": p.reshard.to_shards, "state": p.reshard.state,
+                     "requested_at_ms": p.reshard.requested_at_ms} if p.HasField("reshard") else None),
+    }
+
+
+# -- page tokens ------------------------------------------------------------------------
+
+
+def encode_page_token(value: str) -> str:
+    """Opaque to callers: the last job id (or tick time) of a page."""
+    return base64.urlsafe_b64encode(value.encode("utf-8")).decode("ascii")
+
+
+def decode_page_token(token: str, field: str = "page_token") -> str | None:
+    if not token:
+        return None
+    try:
+        return base64.b64decode(token.encode("ascii"), altchars=b"-_", validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeError, ValueError):
+        raise BadRequest(field, "is not a token this API returned; pass next_page_token unchanged") from None

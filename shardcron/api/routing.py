@@ -1,0 +1,213 @@
+"""Shard -> leader: serve a call here if this node leads the job's shard, else forward it there.
+
+A call about one job runs on the leader of the job's shard. The node that
+receives it either is that leader (the call runs here, under the shard's
+fence) or forwards it, once, to the leader's advertised address, passing the
+caller's remaining time and returning the leader's status as it is.
+
+A forwarded call carries ``x-shardcron-forwarded``, and is never forwarded
+again: a node that no longer leads the shard answers UNAVAILABLE with
+``x-shardcron-retry``, and the node that forwarded it asks the new leader.
+While the shard has no leader (failover), the receiving node retries with a
+short backoff, re-reading the leader each time, until the caller's deadline
+(30 s when the caller set none); then UNAVAILABLE names the shard.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+
+from shardcron.api.backend import Backend
+from shardcron.api.status import NODE_HEADER, RETRY_HEADER, CallFailed
+from shardcron.errors import FencedOut, NotLeader
+from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
+
+T = TypeVar("T")
+
+FORWARDED_HEADER = "x-shardcron-forwarded"
+FORWARDED_METADATA = ((FORWARDED_HEADER, "1"),)
+
+DEFAULT_DEADLINE_S = 30.0  # for callers that set none
+_NO_DEADLINE_S = 10**6  # grpc reports "no deadline" as a far-away one
+BACKOFF_FIRST_S = 0.05
+BACKOFF_MAX_S = 0.5
+
+# Big enough for a job with a 1 MiB payload plus headers, so that an oversized
+# payload is refused by validation (INVALID_ARGUMENT naming the field), not by
+# the transport; and for PutJobs batches of a few such jobs.
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+
+CHANNEL_OPTIONS = (
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # A restarted node must be reachable again within a failover, not after
+    # grpc's default reconnect backoff (up to two minutes).
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+
+
+@dataclass
+class Deadline:
+    """The time a call may take on this node, ending a little before the caller's own deadline
+    so that our answer (UNAVAILABLE naming the shard) still reaches the caller."""
+
+    started: float
+    ends: float
+
+    @classmethod
+    def of(cls, context: grpc.ServicerContext) -> Deadline:
+        now = time.monotonic()
+        remaining = context.time_remaining()
+        if remaining is None or remaining > _NO_DEADLINE_S:
+            remaining = DEFAULT_DEADLINE_S
+        margin = min(0.2, remaining * 0.1)
+        return cls(now, now + max(0.0, remaining - margin))
+
+    def remaining(self) -> float:
+        return max(0.0, self.ends - time.monotonic())
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+def is_forwarded(context: grpc.ServicerContext) -> bool:
+    return any(k == FORWARDED_HEADER for k, _ in (context.invocation_metadata() or ()))
+
+
+def answered_by_a_node(e: grpc.RpcError) -> bool:
+    """Whether a shardcron node gave this status (rather than the transport, for a node that is down)."""
+    return any(k == NODE_HEADER for k, _ in (_trailing(e) or ()))
+
+
+def leader_moved(e: grpc.RpcError) -> bool:
+    """An UNAVAILABLE that is worth sending to the shard's current leader: the node we asked
+    was not its leader any more, or nothing answered at the address."""
+    if e.code() is not grpc.StatusCode.UNAVAILABLE:
+        return False
+    return not answered_by_a_node(e) or any(k == RETRY_HEADER for k, _ in (_trailing(e) or ()))
+
+
+def _trailing(e: grpc.RpcError):
+    try:
+        return e.trailing_metadata()
+    except Exception:  # noqa: BLE001 - an RpcError that is not a Call has none
+        return None
+
+
+def not_leader_here(node_id: str, shard: int) -> CallFailed:
+    return CallFailed(grpc.StatusCode.UNAVAILABLE,
+                      f"node {node_id} does not lead shard {shard} (leadership moved); retry with its new leader",
+                      retry=True)
+
+
+class Router:
+    """Finds a shard's leader and talks to it; one cached channel per leader address."""
+
+    def __init__(self, backend: Backend, own_address: str):
+        self.backend = backend
+        self.own_address = own_address
+        self._channels: dict[str, grpc.Channel] = {}
+        self._stubs: dict[str, pb_grpc.SchedulerStub] = {}
+        self._lock = threading.Lock()
+        self.closed = threading.Event()
+
+    def stub(self, address: str) -> pb_grpc.SchedulerStub:
+        with self._lock:
+            if self.closed.is_set():
+                raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"node {self.backend.node_id} is stopping")
+            stub = self._stubs.get(address)
+            if stub is None:
+                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                self._channels[address] = channel
+                stub = self._stubs[address] = pb_grpc.SchedulerStub(channel)
+            return stub
+
+    def close(self) -> None:
+        self.closed.set()
+        with self._lock:
+            channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
+        for ch in channels:
+            ch.close()
+
+    def leader_elsewhere(self, shard: int) -> str | None:
+        """The shard leader's address if it is another node, else None (no leader, or it is us)."""
+        addr = self.backend.leader_address(shard)
+        return addr if addr and addr != self.own_address else None
+
+    def call(
+        self,
+        shard: int,
+        context: grpc.ServicerContext,
+        local: Callable[[int], T],
+        remote: Callable[[pb_grpc.SchedulerStub, float, tuple], T],
+    ) -> T:
+        """``local(fence)`` here if this node leads ``shard``, else ``remote(stub, timeout, metadata)``
+        on its leader; retried while the shard has no reachable leader, within the deadline."""
+        deadline = Deadline.of(context)
+        forwarded = is_forwarded(context)
+        node_id = self.backend.node_id
+        backoff = BACKOFF_FIRST_S
+        why = None  # the last reason the call could not be served, for the final message
+        while True:
+            fence = self.backend.fence_if_leader(shard)
+            if fence is not None:
+                try:
+                    return local(fence)
+                except (FencedOut, NotLeader) as e:
+                    if forwarded:
+                        raise not_leader_here(node_id, shard) from e
+                    why = f"leadership moved during the call ({e})"
+            elif forwarded:
+                raise not_leader_here(node_id, shard)
+            else:
+                addr = self.backend.leader_address(shard)
+                if not addr:
+                    why = None
+                elif addr == self.own_address:
+                    why = "this node is taking the shard over"
+                else:
+                    try:
+                        return remote(self.stub(addr), max(deadline.remaining(), 0.001), FORWARDED_METADATA)
+                    except grpc.RpcError as e:
+                        code = e.code()
+                        if leader_moved(e):
+                            why = why_not_served(addr, e)
+                        elif code is grpc.StatusCode.DEADLINE_EXCEEDED and deadline.remaining() <= 0.01:
+                            why = f"its leader at {addr} did not answer in time"
+                        elif code is grpc.StatusCode.CANCELLED and not context.is_active():
+                            raise CallFailed(code, "cancelled by the caller") from None
+                        else:
+                            raise CallFailed(code, e.details() or "") from None
+                    except ValueError:
+                        if not self.closed.is_set():
+                            raise
+                        raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"node {node_id} is stopping") from None
+            if not context.is_active() or self.closed.is_set() or deadline.remaining() <= 0.0:
+                break
+            time.sleep(min(backoff, deadline.remaining()))
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+        raise CallFailed(grpc.StatusCode.UNAVAILABLE, unavailable_message(shard, why, deadline.elapsed()), retry=True)
+
+
+def why_not_served(addr: str, e: grpc.RpcError) -> str:
+    """A forwarded call's retryable failure, for the final UNAVAILABLE message."""
+    details = (e.details() or "").strip()
+    if len(details) > 160:
+        details = details[:157] + "..."
+    if answered_by_a_node(e):
+        return f"its leader at {addr} answered: {details}"
+    return f"its leader at {addr} does not answer (failover in progress?): {details}"
+
+
+def unavailable_message(shard: int, why: str | None, elapsed_s: float) -> str:
+    if why is None:
+        return f"shard {shard} has no leader (failover in progress); retried for {elapsed_s:.1f}s"
+    return f"shard {shard}: {why}; retried for {elapsed_s:.1f}s"

@@ -1,0 +1,214 @@
+"""The Scheduler servicer: every RPC of ``protos/shardcron/v1/scheduler.proto``.
+
+Reads (GetJob, ListJobs, ListTicks, GetShards) are served by whichever node
+receives them, from the store or the node's view of etcd. Writes and
+TriggerJob run on the leader of the job's shard, under its fence
+(``routing.Router.call``). Each handler returns a response or raises; the
+server (``server.py``) turns what it raises into a status (``status.py``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+
+from shardcron import clock
+from shardcron.api.backend import Backend
+from shardcron.api.batch import BatchWriter
+from shardcron.api.convert import (
+    INT64_MAX,
+    BadRequest,
+    decode_page_token,
+    encode_page_token,
+    job_from_proto,
+    job_to_proto,
+    shard_map_to_proto,
+    tick_to_proto,
+)
+from shardcron.api.routing import Router, is_forwarded
+from shardcron.api.watch import Watches
+from shardcron.errors import JobNotFound, NotLeader
+from shardcron.jobspec import MAX_LABELS, check_admissible, validate_job_id
+from shardcron.model import Job
+from shardcron.sharding import shard_for
+from shardcron.store import jobs as job_store
+from shardcron.store import ticks as tick_store
+from shardcron.v1 import scheduler_pb2 as pb
+
+JOBS_PAGE_DEFAULT = 100
+TICKS_PAGE_DEFAULT = 50
+PAGE_MAX = 1000
+
+
+def _page_size(value: int, default: int, field: str = "page_size") -> int:
+    if value < 0:
+        raise BadRequest(field, f"must not be negative, got {value}")
+    return min(value or default, PAGE_MAX)
+
+
+class SchedulerService:
+    def __init__(self, backend: Backend, router: Router, stopping: threading.Event):
+        self.backend = backend
+        self.router = router
+        self.stopping = stopping
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="api-forward")
+        self.batch = BatchWriter(backend, router, self._pool)
+        self.watches = Watches(backend, router, stopping)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _shard(self, job_id: str) -> int:
+        return shard_for(job_id, self.backend.shard_count)
+
+    def _admissible(self, job: Job) -> None:
+        check_admissible(job, allow_shell=self.backend.allow_shell, now_ms=clock.wall_ms())
+
+    def _job_answer(self, job: Job) -> pb.Job:
+        return job_to_proto(job, redact=True)
+
+    # -- jobs ------------------------------------------------------------------------
+
+    def PutJob(self, request: pb.PutJobRequest, context: grpc.ServicerContext) -> pb.PutJobResponse:
+        job = job_from_proto(request.job)
+        expected = request.expected_version if request.HasField("expected_version") else None
+        if expected is not None and expected < 0:
+            raise BadRequest("expected_version", f"must be at least 0 (0: create only), got {expected}")
+        self._admissible(job)  # here for a quick answer; the leader checks again with its own flag and clock
+        shard = self._shard(job.id)
+        b = self.backend
+
+        def here(fence: int) -> pb.PutJobResponse:
+            self._admissible(job)
+            stored = job_store.put_job(b.engine, job, shard=shard, fence=fence, node_id=b.node_id,
+                                       now_ms=clock.wall_ms(), expected_version=expected)
+            b.job_written(shard, stored)
+            return pb.PutJobResponse(job=self._job_answer(stored))
+
+        return self.router.call(shard, context, here,
+                                lambda stub, timeout, md: stub.PutJob(request, timeout=timeout, metadata=md))
+
+    def PutJobs(self, request: pb.PutJobsRequest, context: grpc.ServicerContext) -> pb.PutJobsResponse:
+        return self.batch.put_jobs(request, context)
+
+    def GetJob(self, request: pb.GetJobRequest, context: grpc.ServicerContext) -> pb.GetJobResponse:
+        job_id = validate_job_id(request.id)
+        return pb.GetJobResponse(job=self._job_answer(job_store.get_job(self.backend.engine, job_id)))
+
+    def DeleteJob(self, request: pb.DeleteJobRequest, context: grpc.ServicerContext) -> pb.DeleteJobResponse:
+        job_id = validate_job_id(request.id)
+        shard = self._shard(job_id)
+        b = self.backend
+
+        def here(fence: int) -> pb.DeleteJobResponse:
+            job_store.delete_job(b.engine, job_id, shard=shard, fence=fence)
+            b.job_deleted(shard, job_id)
+            return pb.DeleteJobResponse()
+
+        return self.router.call(shard, context, here,
+                                lambda stub, timeout, md: stub.DeleteJob(request, timeout=timeout, metadata=md))
+
+    def _set_paused(self, job_id: str, paused: bool, context, forward):
+        shard = self._shard(job_id)
+        b = self.backend
+
+        def here(fence: int) -> pb.Job:
+            job = job_store.set_paused(b.engine, job_id, paused, shard=shard, fence=fence, node_id=b.node_id,
+                                       now_ms=clock.wall_ms())
+            b.job_written(shard, job)
+            return self._job_answer(job)
+
+        return self.router.call(shard, context, here, forward)
+
+    def PauseJob(self, request: pb.PauseJobRequest, context: grpc.ServicerContext) -> pb.PauseJobResponse:
+        job_id = validate_job_id(request.id)
+        answer = self._set_paused(job_id, True, context,
+                                  lambda stub, timeout, md: stub.PauseJob(request, timeout=timeout, metadata=md).job)
+        return pb.PauseJobResponse(job=answer)
+
+    def ResumeJob(self, request: pb.ResumeJobRequest, context: grpc.ServicerContext) -> pb.ResumeJobResponse:
+        job_id = validate_job_id(request.id)
+        answer = self._set_paused(job_id, False, context,
+                                  lambda stub, timeout, md: stub.ResumeJob(request, timeout=timeout, metadata=md).job)
+        return pb.ResumeJobResponse(job=answer)
+
+    def TriggerJob(self, request: pb.TriggerJobRequest, context: grpc.ServicerContext) -> pb.TriggerJobResponse:
+        job_id = validate_job_id(request.id)
+        shard = self._shard(job_id)
+        b = self.backend
+
+        def here(fence: int) -> pb.TriggerJobResponse:
+            job_store.get_job(b.engine, job_id)  # NOT_FOUND for a job that does not exist
+            try:
+                slot = b.trigger_now(shard, job_id)
+            except KeyError:
+                if b.fence_if_leader(shard) is None:  # the shard moved away since: its new leader will answer
+                    raise NotLeader(shard) from None
+                raise JobNotFound(job_id) from None
+            return pb.TriggerJobResponse(id=slot.job_id, scheduled_at_ms=slot.scheduled_at_ms, shard=shard)
+
+        return self.router.call(shard, context, here,
+                                lambda stub, timeout, md: stub.TriggerJob(request, timeout=timeout, metadata=md))
+
+    def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsResponse:
+        size = _page_size(request.page_size, JOBS_PAGE_DEFAULT)
+        shard = None
+        if request.HasField("shard"):
+            shard = request.shard
+            if not 0 <= shard < self.backend.shard_count:
+                raise BadRequest("shard", f"must be between 0 and {self.backend.shard_count - 1}, got {shard}")
+        if len(request.labels) > MAX_LABELS:
+            raise BadRequest("labels", f"at most {MAX_LABELS} labels to match, got {len(request.labels)}")
+        if any("\x00" in k + v for k, v in request.labels.items()):
+            raise BadRequest("labels", "must not contain NUL characters")  # no stored label can hold one
+        after = decode_page_token(request.page_token)
+        if after is not None:
+            validate_job_id(after, "page_token")  # a token is the last id of a page
+        jobs = job_store.list_jobs(self.backend.engine, shard=shard, labels=dict(request.labels) or None,
+                                   limit=size + 1, after_id=after)
+        more = len(jobs) > size
+        jobs = jobs[:size]
+        return pb.ListJobsResponse(jobs=[self._job_answer(j) for j in jobs],
+                                   next_page_token=encode_page_token(jobs[-1].id) if more else "")
+
+    # -- ticks --------------------------------------------------------------------------
+
+    def ListTicks(self, request: pb.ListTicksRequest, context: grpc.ServicerContext) -> pb.ListTicksResponse:
+        job_id = validate_job_id(request.job_id, "job_id")
+        size = _page_size(request.page_size, TICKS_PAGE_DEFAULT)
+        before = decode_page_token(request.page_token)
+        if before is not None:
+            try:
+                before_ms = int(before)
+            except ValueError:
+                before_ms = None
+            if before_ms is None or not -INT64_MAX <= before_ms <= INT64_MAX:
+                raise BadRequest("page_token", "is not a token this API returned")
+        else:
+            before_ms = None
+        ticks = tick_store.list_ticks(self.backend.engine, job_id, limit=size + 1, before_ms=before_ms)
+        more = len(ticks) > size
+        ticks = ticks[:size]
+        token = encode_page_token(str(ticks[-1].scheduled_at_ms)) if more else ""
+        return pb.ListTicksResponse(ticks=[tick_to_proto(t) for t in ticks], next_page_token=token)
+
+    def WatchTicks(self, request: pb.WatchTicksRequest, context: grpc.ServicerContext) -> Iterator[pb.TickEvent]:
+        if request.job_id:
+            validate_job_id(request.job_id, "job_id")
+        if request.local_only:
+            return self.watches.local(context, request.job_id)
+        if request.job_id:
+            if is_forwarded(context):
+                return self.watches.forwarded_job(context, request.job_id)
+            return self.watches.job(context, request)
+        return self.watches.all(context)
+
+    # -- shards -----------------------------------------------------------------------
+
+    def GetShards(self, request: pb.GetShardsRequest, context: grpc.ServicerContext) -> pb.GetShardsResponse:
+        return shard_map_to_proto(self.backend.shard_map())

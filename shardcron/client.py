@@ -1,0 +1,299 @@
+"""``shardcron.Client``: the Python client of the Scheduler API.
+
+    from shardcron import Client
+    from shardcron.jobspec import job_from_dict
+
+    with Client(["10.0.0.1:7070", "10.0.0.2:7070"]) as c:
+        c.put_job(job_from_dict({"id": "nightly", "cron": "0 3 * * *", "executor": {"kind": "noop"}}))
+        for tick in c.list_ticks("nightly", limit=10):
+            print(tick.scheduled_at_ms, tick.status)
+
+It speaks shardcron's own dataclasses (``model.Job``, ``model.Tick``); protobuf
+stops here. Any node serves any call, so the client uses one target and moves
+to the next when nothing answers there. Failures are ``ApiError`` subclasses
+(``ShardcronError``s) carrying the server's one-line message.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from shardcron.api.convert import (
+    job_to_proto,
+    shard_map_from_proto,
+    stored_job_from_proto,
+    tick_from_proto,
+)
+from shardcron.api.routing import CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, answered_by_a_node
+from shardcron.errors import ShardcronError
+from shardcron.model import Job, SlotRef, Tick
+from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
+
+DEFAULT_TIMEOUT_S = 30.0
+# PutJobs calls are cut to stay well inside the servers' message limit.
+BATCH_JOBS = 1000
+BATCH_BYTES = MAX_MESSAGE_BYTES // 2
+
+
+class ApiError(ShardcronError):
+    """The cluster refused or could not serve a call. ``code`` is the gRPC status."""
+
+    def __init__(self, code: grpc.StatusCode, details: str):
+        super().__init__(details or code.name.lower().replace("_", " "))
+        self.code = code
+        self.details = details
+
+
+class InvalidRequest(ApiError):
+    """INVALID_ARGUMENT: the message names the field and says why."""
+
+
+class NotFound(ApiError):
+    """NOT_FOUND: no such job."""
+
+
+class Conflict(ApiError):
+    """ABORTED: the job is not at the expected version."""
+
+
+class Unavailable(ApiError):
+    """UNAVAILABLE: no node answered, or the job's shard had no leader before the deadline."""
+
+
+_ERRORS = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidRequest,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ABORTED: Conflict,
+    grpc.StatusCode.UNAVAILABLE: Unavailable,
+}
+
+
+def api_error(code: grpc.StatusCode, details: str) -> ApiError:
+    return _ERRORS.get(code, ApiError)(code, details)
+
+
+@dataclass(frozen=True)
+class PutResult:
+    """One job's outcome in ``put_jobs``."""
+
+    id: str
+    ok: bool
+    job: Job | None = None  # the stored job, when ok
+    code: str = "OK"  # the gRPC status name
+    message: str = ""
+    retryable: bool = False  # UNAVAILABLE: the shard had no leader in time; sending it again may succeed
+    unchanged: bool = False  # ok, and the stored job was already this one: nothing was written
+
+
+def parse_targets(targets: str | Sequence[str]) -> list[str]:
+    """``"a:1,b:2"`` or ``["a:1", "b:2"]`` -> ``["a:1", "b:2"]``."""
+    raw = [targets] if isinstance(targets, str) else list(targets)
+    out = [t.strip() for item in raw for t in item.split(",") if t.strip()]
+    if not out:
+        raise ShardcronError("no server address given: pass host:port (or set SHARDCRON_SERVER)")
+    return out
+
+
+class Client:
+    def __init__(self, targets: str | Sequence[str], *, timeout_s: float = DEFAULT_TIMEOUT_S):
+        self.targets = parse_targets(targets)
+        self.timeout_s = timeout_s
+        self._channels: list[grpc.Channel | None] = [None] * len(self.targets)
+        self._stubs: list[pb_grpc.SchedulerStub | None] = [None] * len(self.targets)
+        self._preferred = 0
+        self._lock = threading.Lock()
+
+    # -- plumbing ------------------------------------------------------------------
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            channels = [c for c in self._channels if c is not None]
+            self._channels = [None] * len(self.targets)
+            self._stubs = [None] * len(self.targets)
+        for c in channels:
+            c.close()
+
+    def _stub(self, i: int) -> pb_grpc.SchedulerStub:
+        with self._lock:
+            if self._stubs[i] is None:
+                self._channels[i] = grpc.insecure_channel(self.targets[i], options=CHANNEL_OPTIONS)
+                self._stubs[i] = pb_grpc.SchedulerStub(self._channels[i])
+            return self._stubs[i]
+
+    def _order(self) -> list[int]:
+        n = len(self.targets)
+        return [(self._preferred + k) % n for k in range(n)]
+
+    def _call(self, method: str, request, timeout_s: float | None = None):
+        """Call ``method`` on the first target that answers; the time budget is shared by all tries."""
+        ends = time.monotonic() + (timeout_s or self.timeout_s)
+        unreachable = []
+        for i in self._order():
+            left = ends - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                response = getattr(self._stub(i), method)(request, timeout=left)
+            except grpc.RpcError as e:
+                if e.code() is grpc.StatusCode.UNAVAILABLE and not answered_by_a_node(e):
+                    unreachable.append(f"{self.targets[i]} ({e.details()})")
+                    continue
+                raise api_error(e.code(), e.details() or "") from None
+            self._preferred = i
+            return response
+        if not unreachable:
+            raise ApiError(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {timeout_s or self.timeout_s:.1f}s")
+        raise Unavailable(grpc.StatusCode.UNAVAILABLE, "no shardcron node answers at " + "; ".join(unreachable))
+
+    # -- jobs ------------------------------------------------------------------------
+
+    def put_job(self, job: Job, *, expected_version: int | None = None, timeout_s: float | None = None) -> Job:
+        """Create or replace ``job``; with ``expected_version``, only if the stored one is at that
+        version (0: only if it does not exist), else ``Conflict``. Returns the stored job."""
+        req = pb.PutJobRequest(job=job_to_proto(job, redact=False))
+        if expected_version is not None:
+            req.expected_version = expected_version
+        return stored_job_from_proto(self._call("PutJob", req, timeout_s).job)
+
+    def put_jobs(self, jobs: Iterable[Job], *, timeout_s: float | None = None) -> list[PutResult]:
+        """Create or replace many jobs (unchanged ones are left alone); one result per job, in order."""
+        results: list[PutResult] = []
+        for batch in _batches(job_to_proto(j, redact=False) for j in jobs):
+            response = self._call("PutJobs", pb.PutJobsRequest(jobs=batch), timeout_s)
+            for r in response.results:
+                ok = r.code == 0
+                results.append(PutResult(
+                    id=r.id, ok=ok, job=stored_job_from_proto(r.job) if ok else None,
+                    code=grpc.StatusCode.OK.name if ok else _code_name(r.code), message=r.message,
+                    retryable=r.retryable, unchanged=r.unchanged,
+                ))
+        return results
+
+    def get_job(self, job_id: str, *, timeout_s: float | None = None) -> Job:
+        return stored_job_from_proto(self._call("GetJob", pb.GetJobRequest(id=job_id), timeout_s).job)
+
+    def delete_job(self, job_id: str, *, timeout_s: float | None = None) -> None:
+        self._call("DeleteJob", pb.DeleteJobRequest(id=job_id), timeout_s)
+
+    def pause_job(self, job_id: str, *, timeout_s: float | None = None) -> Job:
+        return stored_job_from_proto(self._call("PauseJob", pb.PauseJobRequest(id=job_id), timeout_s).job)
+
+    def resume_job(self, job_id: str, *, timeout_s: float | None = None) -> Job:
+        return stored_job_from_proto(self._call("ResumeJob", pb.ResumeJobRequest(id=job_id), timeout_s).job)
+
+    def trigger_job(self, job_id: str, *, timeout_s: float | None = None) -> SlotRef:
+        """Run the job now, as an extra tick; returns that tick's identity."""
+        r = self._call("TriggerJob", pb.TriggerJobRequest(id=job_id), timeout_s)
+        return SlotRef(r.id, r.scheduled_at_ms)
+
+    def list_jobs(self, *, labels: dict[str, str] | None = None, shard: int | None = None,
+                  page_size: int = 500) -> Iterator[Job]:
+        """Every matching job, by id (fetched a page at a time)."""
+        token = ""
+        while True:
+            req = pb.ListJobsRequest(page_size=page_size, page_token=token, labels=labels or {})
+            if shard is not None:
+                req.shard = shard
+            r = self._call("ListJobs", req)
+            for p in r.jobs:
+                yield stored_job_from_proto(p)
+            token = r.next_page_token
+            if not token:
+                return
+
+    # -- ticks ----------------------------------------------------------------------
+
+    def list_ticks(self, job_id: str, *, limit: int = 50) -> list[Tick]:
+        """The job's ``limit`` latest ticks, newest first."""
+        out: list[Tick] = []
+        token = ""
+        while len(out) < limit:
+            r = self._call("ListTicks", pb.ListTicksRequest(job_id=job_id, page_size=min(limit - len(out), 1000),
+                                                            page_token=token))
+            out += [tick_from_proto(t) for t in r.ticks]
+            token = r.next_page_token
+            if not token:
+                break
+        return out[:limit]
+
+    def watch_ticks(self, job_id: str | None = None) -> TickWatch:
+        """Tick results as they are written (of one job, or all), until ``cancel()``."""
+        return TickWatch(self, job_id or "")
+
+    # -- cluster ----------------------------------------------------------------------
+
+    def shards(self, *, timeout_s: float | None = None) -> dict:
+        """The shard-to-leader map, as ``shardcron shards --json`` prints it."""
+        return shard_map_from_proto(self._call("GetShards", pb.GetShardsRequest(), timeout_s))
+
+
+class TickWatch:
+    """An iterator of ``Tick``s from WatchTicks that follows the cluster: when the node it
+    listens to goes away, it reconnects to the next target. ``dropped`` counts the events
+    the servers dropped because this watcher was too slow."""
+
+    def __init__(self, client: Client, job_id: str):
+        self._client = client
+        self._job_id = job_id
+        self._cancelled = threading.Event()
+        self._call = None
+        self.dropped = 0
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        call = self._call
+        if call is not None:
+            call.cancel()
+
+    def __iter__(self) -> Iterator[Tick]:
+        c = self._client
+        failures = 0
+        while not self._cancelled.is_set():
+            i = c._order()[failures % len(c.targets)]
+            call = self._call = c._stub(i).WatchTicks(pb.WatchTicksRequest(job_id=self._job_id))
+            try:
+                for ev in call:
+                    failures = 0
+                    c._preferred = i
+                    self.dropped += ev.dropped
+                    yield tick_from_proto(ev.tick)
+            except grpc.RpcError as e:
+                if self._cancelled.is_set() or e.code() is grpc.StatusCode.CANCELLED:
+                    return
+                if e.code() is not grpc.StatusCode.UNAVAILABLE:
+                    raise api_error(e.code(), e.details() or "") from None
+            failures += 1
+            self._cancelled.wait(min(0.1 * failures, 2.0))
+
+
+def _code_name(value: int) -> str:
+    for code in grpc.StatusCode:
+        if code.value[0] == value:
+            return code.name
+    return str(value)
+
+
+def _batches(protos: Iterable[pb.Job]) -> Iterator[list[pb.Job]]:
+    batch: list[pb.Job] = []
+    size = 0
+    for p in protos:
+        n = p.ByteSize()
+        if batch and (len(batch) >= BATCH_JOBS or size + n > BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(p)
+        size += n
+    if batch:
+        yield batch

@@ -1,0 +1,405 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CatchUp(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CATCH_UP_UNSPECIFIED: _ClassVar[CatchUp]
+    CATCH_UP_ALL: _ClassVar[CatchUp]
+    CATCH_UP_LATEST: _ClassVar[CatchUp]
+    CATCH_UP_NONE: _ClassVar[CatchUp]
+
+class Overlap(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OVERLAP_UNSPECIFIED: _ClassVar[Overlap]
+    OVERLAP_SKIP: _ClassVar[Overlap]
+    OVERLAP_ALLOW: _ClassVar[Overlap]
+
+class TickStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    TICK_STATUS_UNSPECIFIED: _ClassVar[TickStatus]
+    TICK_STATUS_CLAIMED: _ClassVar[TickStatus]
+    TICK_STATUS_RUNNING: _ClassVar[TickStatus]
+    TICK_STATUS_SUCCEEDED: _ClassVar[TickStatus]
+    TICK_STATUS_FAILED: _ClassVar[TickStatus]
+    TICK_STATUS_SKIPPED: _ClassVar[TickStatus]
+    TICK_STATUS_ABANDONED: _ClassVar[TickStatus]
+CATCH_UP_UNSPECIFIED: CatchUp
+CATCH_UP_ALL: CatchUp
+CATCH_UP_LATEST: CatchUp
+CATCH_UP_NONE: CatchUp
+OVERLAP_UNSPECIFIED: Overlap
+OVERLAP_SKIP: Overlap
+OVERLAP_ALLOW: Overlap
+TICK_STATUS_UNSPECIFIED: TickStatus
+TICK_STATUS_CLAIMED: TickStatus
+TICK_STATUS_RUNNING: TickStatus
+TICK_STATUS_SUCCEEDED: TickStatus
+TICK_STATUS_FAILED: TickStatus
+TICK_STATUS_SKIPPED: TickStatus
+TICK_STATUS_ABANDONED: TickStatus
+
+class Schedule(_message.Message):
+    __slots__ = ("cron", "interval_ms", "at_ms", "timezone")
+    CRON_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    cron: str
+    interval_ms: int
+    at_ms: int
+    timezone: str
+    def __init__(self, cron: _Optional[str] = ..., interval_ms: _Optional[int] = ..., at_ms: _Optional[int] = ..., timezone: _Optional[str] = ...) -> None: ...
+
+class Header(_message.Message):
+    __slots__ = ("name", "value")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: str
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+
+class HttpExecutor(_message.Message):
+    __slots__ = ("url", "method", "headers", "body", "secret_headers")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    SECRET_HEADERS_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    method: str
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    body: str
+    secret_headers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, url: _Optional[str] = ..., method: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., body: _Optional[str] = ..., secret_headers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ShellExecutor(_message.Message):
+    __slots__ = ("command",)
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    command: str
+    def __init__(self, command: _Optional[str] = ...) -> None: ...
+
+class NoopExecutor(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RetryPolicy(_message.Message):
+    __slots__ = ("max_attempts", "backoff_initial_ms", "backoff_max_ms")
+    MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_INITIAL_MS_FIELD_NUMBER: _ClassVar[int]
+    BACKOFF_MAX_MS_FIELD_NUMBER: _ClassVar[int]
+    max_attempts: int
+    backoff_initial_ms: int
+    backoff_max_ms: int
+    def __init__(self, max_attempts: _Optional[int] = ..., backoff_initial_ms: _Optional[int] = ..., backoff_max_ms: _Optional[int] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("id", "schedule", "http", "shell", "noop", "catchup", "catchup_window_ms", "overlap", "timeout_ms", "retry", "paused", "labels", "version", "active_since_ms")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_FIELD_NUMBER: _ClassVar[int]
+    HTTP_FIELD_NUMBER: _ClassVar[int]
+    SHELL_FIELD_NUMBER: _ClassVar[int]
+    NOOP_FIELD_NUMBER: _ClassVar[int]
+    CATCHUP_FIELD_NUMBER: _ClassVar[int]
+    CATCHUP_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    schedule: Schedule
+    http: HttpExecutor
+    shell: ShellExecutor
+    noop: NoopExecutor
+    catchup: CatchUp
+    catchup_window_ms: int
+    overlap: Overlap
+    timeout_ms: int
+    retry: RetryPolicy
+    paused: bool
+    labels: _containers.ScalarMap[str, str]
+    version: int
+    active_since_ms: int
+    def __init__(self, id: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., http: _Optional[_Union[HttpExecutor, _Mapping]] = ..., shell: _Optional[_Union[ShellExecutor, _Mapping]] = ..., noop: _Optional[_Union[NoopExecutor, _Mapping]] = ..., catchup: _Optional[_Union[CatchUp, str]] = ..., catchup_window_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., timeout_ms: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., paused: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[int] = ..., active_since_ms: _Optional[int] = ...) -> None: ...
+
+class PutJobRequest(_message.Message):
+    __slots__ = ("job", "expected_version")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    expected_version: int
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., expected_version: _Optional[int] = ...) -> None: ...
+
+class PutJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class PutJobsRequest(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+
+class PutJobResult(_message.Message):
+    __slots__ = ("id", "code", "message", "job", "retryable", "unchanged")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    UNCHANGED_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    code: int
+    message: str
+    job: Job
+    retryable: bool
+    unchanged: bool
+    def __init__(self, id: _Optional[str] = ..., code: _Optional[int] = ..., message: _Optional[str] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., retryable: _Optional[bool] = ..., unchanged: _Optional[bool] = ...) -> None: ...
+
+class PutJobsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[PutJobResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[PutJobResult, _Mapping]]] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class GetJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class DeleteJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class DeleteJobResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("page_size", "page_token", "labels", "shard")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    page_size: int
+    page_token: str
+    labels: _containers.ScalarMap[str, str]
+    shard: int
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., shard: _Optional[int] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs", "next_page_token")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class PauseJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class PauseJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class ResumeJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class ResumeJobResponse(_message.Message):
+    __slots__ = ("job",)
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    job: Job
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
+
+class TriggerJobRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class TriggerJobResponse(_message.Message):
+    __slots__ = ("id", "scheduled_at_ms", "shard")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    scheduled_at_ms: int
+    shard: int
+    def __init__(self, id: _Optional[str] = ..., scheduled_at_ms: _Optional[int] = ..., shard: _Optional[int] = ...) -> None: ...
+
+class Tick(_message.Message):
+    __slots__ = ("job_id", "scheduled_at_ms", "shard", "fence", "node_id", "status", "attempt", "manual", "claimed_at_ms", "started_at_ms", "finished_at_ms", "exit_code", "http_status", "output", "error")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MANUAL_FIELD_NUMBER: _ClassVar[int]
+    CLAIMED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    HTTP_STATUS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    scheduled_at_ms: int
+    shard: int
+    fence: int
+    node_id: str
+    status: TickStatus
+    attempt: int
+    manual: bool
+    claimed_at_ms: int
+    started_at_ms: int
+    finished_at_ms: int
+    exit_code: int
+    http_status: int
+    output: str
+    error: str
+    def __init__(self, job_id: _Optional[str] = ..., scheduled_at_ms: _Optional[int] = ..., shard: _Optional[int] = ..., fence: _Optional[int] = ..., node_id: _Optional[str] = ..., status: _Optional[_Union[TickStatus, str]] = ..., attempt: _Optional[int] = ..., manual: _Optional[bool] = ..., claimed_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., exit_code: _Optional[int] = ..., http_status: _Optional[int] = ..., output: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ListTicksRequest(_message.Message):
+    __slots__ = ("job_id", "page_size", "page_token")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, job_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListTicksResponse(_message.Message):
+    __slots__ = ("ticks", "next_page_token")
+    TICKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    ticks: _containers.RepeatedCompositeFieldContainer[Tick]
+    next_page_token: str
+    def __init__(self, ticks: _Optional[_Iterable[_Union[Tick, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class WatchTicksRequest(_message.Message):
+    __slots__ = ("job_id", "local_only")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_ONLY_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    local_only: bool
+    def __init__(self, job_id: _Optional[str] = ..., local_only: _Optional[bool] = ...) -> None: ...
+
+class TickEvent(_message.Message):
+    __slots__ = ("tick", "dropped")
+    TICK_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    tick: Tick
+    dropped: int
+    def __init__(self, tick: _Optional[_Union[Tick, _Mapping]] = ..., dropped: _Optional[int] = ...) -> None: ...
+
+class GetShardsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ShardInfo(_message.Message):
+    __slots__ = ("shard", "leader", "address", "fence", "leader_since_ms", "candidates", "jobs", "state")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    leader: str
+    address: str
+    fence: int
+    leader_since_ms: int
+    candidates: int
+    jobs: int
+    state: str
+    def __init__(self, shard: _Optional[int] = ..., leader: _Optional[str] = ..., address: _Optional[str] = ..., fence: _Optional[int] = ..., leader_since_ms: _Optional[int] = ..., candidates: _Optional[int] = ..., jobs: _Optional[int] = ..., state: _Optional[str] = ...) -> None: ...
+
+class NodeInfo(_message.Message):
+    __slots__ = ("node", "address", "started_at_ms", "leads", "fair_share", "draining")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    LEADS_FIELD_NUMBER: _ClassVar[int]
+    FAIR_SHARE_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    address: str
+    started_at_ms: int
+    leads: int
+    fair_share: str
+    draining: bool
+    def __init__(self, node: _Optional[str] = ..., address: _Optional[str] = ..., started_at_ms: _Optional[int] = ..., leads: _Optional[int] = ..., fair_share: _Optional[str] = ..., draining: _Optional[bool] = ...) -> None: ...
+
+class Reshard(_message.Message):
+    __slots__ = ("from_shards", "to_shards", "state", "requested_at_ms")
+    FROM_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    TO_SHARDS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    from_shards: int
+    to_shards: int
+    state: str
+    requested_at_ms: int
+    def __init__(self, from_shards: _Optional[int] = ..., to_shards: _Optional[int] = ..., state: _Optional[str] = ..., requested_at_ms: _Optional[int] = ...) -> None: ...
+
+class GetShardsResponse(_message.Message):
+    __slots__ = ("prefix", "shard_count", "revision", "shards", "nodes", "reshard")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    SHARD_COUNT_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    RESHARD_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    shard_count: int
+    revision: int
+    shards: _containers.RepeatedCompositeFieldContainer[ShardInfo]
+    nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
+    reshard: Reshard
+    def __init__(self, prefix: _Optional[str] = ..., shard_count: _Optional[int] = ..., revision: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardInfo, _Mapping]]] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., reshard: _Optional[_Union[Reshard, _Mapping]] = ...) -> None: ...

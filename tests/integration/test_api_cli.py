@@ -1,0 +1,163 @@
+"""`shardcron jobs ...` and `shardcron ticks ...` as a user runs them, against a real node."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from shardcron.testing.cluster import Cluster, wait_until
+from shardcron.testing.etcd_server import free_port
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(scope="module")
+def node(etcd_server, tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli-node")
+    c = Cluster(etcd_server.endpoints, f"sqlite:///{d}/store.db", f"/t{uuid.uuid4().hex[:12]}", 2, 4, str(d))
+    n = c.add("n0")
+    try:
+        c.wait_all_led(60)
+        yield n
+    finally:
+        c.stop_all()
+    assert "Traceback" not in n.log_text()
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "SHARDCRON_SERVER"}
+    return {**env, **extra}
+
+
+def run(node, *args: str, server: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "shardcron", *args]
+    if server:
+        cmd += ["--server", node.address]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env or _env())
+
+
+def ok_json(node, *args: str):
+    out = run(node, *args, "--json")
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stderr
+    return json.loads(out.stdout)
+
+
+def fails_with(node, *args: str, server: bool = True, env: dict | None = None) -> str:
+    out = run(node, *args, server=server, env=env)
+    assert out.returncode == 1, (out.stdout, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("shardcron: error: "), out.stderr
+    return lines[0]
+
+
+def test_put_get_list_pause_resume_trigger_ticks_delete(node, tmp_path):
+    a = ok_json(node, "jobs", "put", "cli-a", "--every", "1s", "--noop", "--label", "team=a")
+    assert (a["id"], a["version"], a["schedule"], a["executor"]) == \
+        ("cli-a", 1, {"interval_ms": 1000, "timezone": "UTC"}, {"kind": "noop"})
+
+    b = ok_json(node, "jobs", "put", "cli-b", "--cron", "*/5 * * * *", "--tz", "Europe/Lisbon",
+                "--http", "http://127.0.0.1:9/x", "--method", "GET", "--header", "X-A: 1", "--body", "{}",
+                "--catchup", "latest", "--catchup-window", "10m", "--overlap", "allow", "--timeout", "30s",
+                "--retries", "2", "--label", "team=b", "--label", "tier=1", "--paused")
+    assert b["schedule"] == {"cron": "*/5 * * * *", "timezone": "Europe/Lisbon"}
+    assert (b["executor"]["url"], b["executor"]["method"], b["executor"]["headers"], b["executor"]["body"]) == \
+        ("http://127.0.0.1:9/x", "GET", [["X-A", "1"]], "{}")
+    assert (b["catchup"], b["catchup_window"], b["overlap"], b["timeout"], b["retry"]["max_attempts"]) == \
+        ("latest", "600000ms", "allow", "30000ms", 3)
+    assert b["paused"] is True and b["labels"] == {"team": "b", "tier": "1"}
+    assert ok_json(node, "jobs", "get", "cli-b") == b
+
+    assert [j["id"] for j in ok_json(node, "jobs", "list", "--label", "team=a")] == ["cli-a"]
+    assert {j["id"] for j in ok_json(node, "jobs", "list")} >= {"cli-a", "cli-b"}
+    shard = ok_json(node, "jobs", "get", "cli-a")["shard"]
+    assert "cli-a" in [j["id"] for j in ok_json(node, "jobs", "list", "--shard", str(shard))]
+
+    table = run(node, "jobs", "list")
+    assert table.returncode == 0
+    header, *rows = table.stdout.splitlines()
+    assert header.split() == ["ID", "SHARD", "SCHEDULE", "EXECUTOR", "STATE", "VERSION", "LABELS"]
+    row_b = next(r for r in rows if r.startswith("cli-b "))
+    assert "cron */5 * * * * (Europe/Lisbon)" in row_b and "http GET http://127.0.0.1:9/x" in row_b
+    assert "paused" in row_b and "team=b,tier=1" in row_b
+
+    assert ok_json(node, "jobs", "pause", "cli-a")["paused"] is True
+    resumed = ok_json(node, "jobs", "resume", "cli-a")
+    assert resumed["paused"] is False and resumed["version"] == 3
+    slot = ok_json(node, "jobs", "trigger", "cli-a")
+    assert slot["id"] == "cli-a" and slot["scheduled_at_ms"] > 0
+
+    ticks = wait_until(lambda: [t for t in ok_json(node, "ticks", "cli-a", "--limit", "50")
+                                if t["manual"] and t["status"] == "succeeded"], 20, 0.5, what="the manual tick")
+    assert ticks[0]["scheduled_at_ms"] == slot["scheduled_at_ms"] and ticks[0]["node_id"] == "n0"
+    human = run(node, "ticks", "cli-a", "--limit", "3")
+    assert human.returncode == 0 and human.stdout.split()[:7] == \
+        ["SCHEDULED", "STATUS", "ATTEMPT", "NODE", "FENCE", "DURATION", "RESULT"]
+
+    follow = subprocess.Popen([sys.executable, "-m", "shardcron", "ticks", "cli-a", "--follow", "--json",
+                               "--limit", "1", "--server", node.address], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        lines = [follow.stdout.readline() for _ in range(3)]  # the latest, then new ones as they land
+        events = [json.loads(line) for line in lines]
+        assert all(e["job_id"] == "cli-a" for e in events)
+        assert len({(e["scheduled_at_ms"], e["status"]) for e in events}) == 3
+    finally:
+        follow.send_signal(signal.SIGINT)
+        assert follow.wait(20) == 130
+    assert "Traceback" not in follow.stderr.read()
+
+    assert ok_json(node, "jobs", "delete", "cli-a") == {"id": "cli-a", "deleted": True}
+    assert fails_with(node, "jobs", "get", "cli-a") == "shardcron: error: job 'cli-a' not found"
+    assert fails_with(node, "jobs", "delete", "cli-a") == "shardcron: error: job 'cli-a' not found"
+
+
+def test_apply_a_file_then_apply_it_again(node, tmp_path):
+    path = tmp_path / "jobs.yaml"
+    path.write_text("jobs:\n"
+                    "  apply-a: {every: 1h}\n"
+                    "  apply-b: {cron: '0 3 * * *', executor: {kind: http, url: 'https://example.invalid/b'}}\n")
+    first = ok_json(node, "jobs", "apply", "-f", str(path))
+    assert [(r["id"], r["ok"], r["version"], r["unchanged"]) for r in first] == \
+        [("apply-a", True, 1, False), ("apply-b", True, 1, False)]
+    again = ok_json(node, "jobs", "apply", "-f", str(path))
+    assert [(r["id"], r["ok"], r["version"], r["unchanged"]) for r in again] == \
+        [("apply-a", True, 1, True), ("apply-b", True, 1, True)]
+    table = run(node, "jobs", "apply", "-f", str(path))
+    assert table.returncode == 0 and "unchanged" in table.stdout
+
+    shelly = tmp_path / "shell.toml"
+    shelly.write_text('[[jobs]]\nid = "apply-c"\nevery = "1h"\n\n'
+                      '[[jobs]]\nid = "apply-sh"\nevery = "1h"\nexecutor = { kind = "shell", command = "true" }\n')
+    out = run(node, "jobs", "apply", "-f", str(shelly))
+    assert out.returncode == 1
+    assert "apply-sh" in out.stdout and "--allow-shell" in out.stdout
+    assert out.stderr.strip() == f"shardcron: error: 1 of 2 jobs in {shelly} were not applied"
+
+
+def test_errors_are_one_line_and_exit_1(node, tmp_path):
+    assert "schedule.cron" in fails_with(node, "jobs", "put", "bad", "--cron", "61 * * * *", "--noop")
+    assert "--allow-shell" in fails_with(node, "jobs", "put", "sh", "--every", "1s", "--shell", "true")
+    assert "executor.url" in fails_with(node, "jobs", "put", "u", "--every", "1s", "--http", "ftp://x/")
+    assert "label" in fails_with(node, "jobs", "put", "l", "--every", "1s", "--noop", "--label", "novalue")
+    dead = f"127.0.0.1:{free_port()}"
+    line = fails_with(node, "jobs", "list", "--server", dead, server=False)
+    assert f"no shardcron node answers at {dead}" in line
+    missing = tmp_path / "missing.toml"
+    assert "cannot read" in fails_with(node, "jobs", "apply", "-f", str(missing))
+
+
+def test_the_server_comes_from_the_environment_by_default(node):
+    out = run(node, "jobs", "list", "--json", server=False, env=_env(SHARDCRON_SERVER=node.address))
+    assert out.returncode == 0, out.stderr
+    assert isinstance(json.loads(out.stdout), list)
+    dead = f"127.0.0.1:{free_port()}"
+    # Several servers: the first that answers serves.
+    out = run(node, "jobs", "list", "--json", "--server", dead, "--server", node.address, server=False)
+    assert out.returncode == 0, out.stderr
