@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test setup venv system-deps services unit clean
+.PHONY: dev test setup venv system-deps services unit proto clean
 
 dev: setup
 	$(VENV)/bin/shardcron dev
@@ -30,6 +30,9 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -e '.[dev,bench]'
 	@touch $(STAMP)
+
+proto: setup
+	bash scripts/gen-proto.sh
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

@@ -266,7 +266,9 @@ def build_parser() -> argparse.ArgumentParser:
     rs.set_defaults(func=cmd_reshard)
 
     from shardcron import admin_cli, bench
+    from shardcron.api import cli_jobs
 
+    cli_jobs.register(sub)
     admin_cli.register(sub)
     bench.register(sub)
 

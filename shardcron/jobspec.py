@@ -8,6 +8,7 @@ names the field and says why.
 from __future__ import annotations
 
 import json
+from decimal import Decimal
 import math
 import re
 import zoneinfo
@@ -37,6 +38,7 @@ MAX_JOB_ID_BYTES = 256
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_LABELS = 64
 MAX_LABEL_CHARS = 256
+MAX_DURATION_MS = 10 * 365 * 86_400_000
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -51,25 +53,31 @@ def _utf8_size(text: str, field: str) -> int:
 
 
 def parse_duration_ms(text: str | int | float, field: str = "duration") -> int:
-    """``"90s"``, ``"1m30s"``, ``"250ms"``, ``"2h"`` or a number of seconds."""
-    if isinstance(text, bool):
-        raise InvalidJob(field, f"expected a duration such as 30s or 5m, got {text!r}")
-    if isinstance(text, float) and not math.isfinite(text):
-        raise InvalidJob(field, f"expected a duration such as 30s or 5m, got {text!r}")
+    """``"90s"``, ``"1m30s"``, ``"250ms"``, ``"2h"`` or a number of seconds; at most ten years.
+
+    Decimal arithmetic, so a value near the limit is judged exactly, not after float rounding.
+    """
+    bad = InvalidJob(field, f"expected a duration such as 30s, 5m or 1h30m, got {text!r}")
+    if isinstance(text, bool) or (isinstance(text, float) and not math.isfinite(text)):
+        raise bad
     if isinstance(text, int | float):
-        return int(round(text * 1000))
-    s = str(text).strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", s):
-        return int(round(float(s) * 1000))
-    pos, total = 0, 0.0
-    for m in _DURATION_PART.finditer(s):
-        if m.start() != pos:
-            break
-        total += float(m.group(1)) * _UNIT_MS[m.group(2)]
-        pos = m.end()
-    if pos != len(s) or not s:
-        raise InvalidJob(field, f"expected a duration such as 30s, 5m or 1h30m, got {text!r}")
-    return int(round(total))
+        total = Decimal(str(text)) * 1000
+    else:
+        s = str(text).strip().lower()
+        if re.fullmatch(r"\d+(\.\d+)?", s):
+            total = Decimal(s) * 1000
+        else:
+            pos, total = 0, Decimal(0)
+            for m in _DURATION_PART.finditer(s):
+                if m.start() != pos:
+                    break
+                total += Decimal(m.group(1)) * _UNIT_MS[m.group(2)]
+                pos = m.end()
+            if pos != len(s) or not s:
+                raise bad
+    if abs(total) > MAX_DURATION_MS:
+        raise InvalidJob(field, f"{text!r} is longer than the limit of ten years")
+    return int(total.to_integral_value())
 
 
 def parse_time_ms(text: str | int | float | datetime, timezone: str = "UTC", field: str = "at") -> int:
@@ -253,6 +261,8 @@ def job_from_dict(d: Mapping, job_id: str | None = None) -> Job:
     if len(labels) > MAX_LABELS:
         raise InvalidJob("labels", f"at most {MAX_LABELS} labels, got {len(labels)}")
     for k, v in labels.items():
+        if any(ord(c) < 32 or ord(c) == 127 for c in k + v):
+            raise InvalidJob("labels", f"label {k[:40]!r}: keys and values must not contain control characters")
         if not k or len(k) > MAX_LABEL_CHARS or len(v) > MAX_LABEL_CHARS:
             raise InvalidJob("labels", f"label {k[:40]!r}: keys must be 1-{MAX_LABEL_CHARS} and values at most "
                                        f"{MAX_LABEL_CHARS} characters")

@@ -141,7 +141,8 @@ class Scheduler:
             with cond:
                 cond.notify_all()
         for t in self._threads:
-            t.join(5)
+            if t.is_alive():  # close() also runs when start-up failed before start()
+                t.join(5)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.recorder.close()
 

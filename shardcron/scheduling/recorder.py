@@ -86,7 +86,8 @@ class Recorder:
         with self._cond:
             self._closing = True
             self._cond.notify_all()
-        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
 
     def _run(self) -> None:
         backoff = 0.1
