@@ -15,29 +15,19 @@ import signal
 import sys
 import tempfile
 import threading
-import time
 from datetime import UTC, datetime
 
 from shardcron.errors import ShardcronError
 
-DEMO_JOBS = """\
-# Demo jobs for `shardcron dev`.
-[[jobs]]
-id = "heartbeat"
-every = "1s"
-executor = {{ kind = "noop" }}
-
-[[jobs]]
-id = "ping-sink"
-every = "5s"
-executor = {{ kind = "http", url = "{sink}/ping", method = "POST", body = "hello from shardcron" }}
-
-[[jobs]]
-id = "tokyo-quarter-minute"
-cron = "*/15 * * * * *"
-timezone = "Asia/Tokyo"
-executor = {{ kind = "noop" }}
-"""
+def demo_jobs(sink_url: str) -> list[dict]:
+    """What `make dev` submits through the API: a noop every second, an HTTP call, a cron job in Tokyo."""
+    return [
+        {"id": "heartbeat", "every": "1s", "executor": {"kind": "noop"}, "labels": {"demo": "yes"}},
+        {"id": "ping-sink", "every": "5s", "labels": {"demo": "yes"},
+         "executor": {"kind": "http", "url": f"{sink_url}/ping", "method": "POST", "body": "hello from shardcron"}},
+        {"id": "tokyo-quarter-minute", "cron": "*/15 * * * * *", "timezone": "Asia/Tokyo",
+         "executor": {"kind": "noop"}, "labels": {"demo": "yes"}},
+    ]
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
@@ -81,25 +71,37 @@ def main(a: argparse.Namespace) -> int:
             if os.path.exists(db_path + suffix):
                 os.remove(db_path + suffix)
         db = f"sqlite:///{db_path}"
-        jobs_path = os.path.join(workdir, "jobs.toml")
-        with open(jobs_path, "w") as f:
-            f.write(DEMO_JOBS.format(sink=sink.url.rstrip("/")))
-        cluster = Cluster(etcd.endpoints, db, "/cron", a.shards, a.ttl, workdir, extra_args=["--jobs", jobs_path])
+        cluster = Cluster(etcd.endpoints, db, "/cron", a.shards, a.ttl, workdir)
         for i in range(a.nodes):
             cluster.add(f"node-{i + 1}", port=a.base_port + i)
         print(f"shardcron dev: etcd at {etcd.endpoints}, store {db}, sink {sink.url}, logs in {workdir}")
         members = {f"node-{i + 1}" for i in range(a.nodes)}
-        leaders = wait_until(lambda: stop.is_set() or cluster.wait_balanced(members, 0.5), 90, 0.2,
+        wait_until(lambda: stop.is_set() or cluster.wait_balanced(members, 0.5), 90, 0.2,
                              "the shards to be balanced over the nodes")
         if stop.is_set():
             return 0
+        from shardcron.client import Client
+        from shardcron.jobspec import job_from_dict
+
+        servers = [f"127.0.0.1:{a.base_port + i}" for i in range(a.nodes)]
+        client = Client(servers)
+        for d in demo_jobs(sink.url.rstrip("/")):
+            job = client.put_job(job_from_dict(d))
+            print(f"submitted {job.id} (version {job.version}) through {servers[0]}")
         from shardcron.cli import cmd_shards
 
-        cmd_shards(argparse.Namespace(etcd=etcd.endpoints, prefix="/cron", json=False))
-        first = f"127.0.0.1:{a.base_port}"
-        print(f"\nTry, from another terminal:\n  shardcron shards --etcd {etcd.endpoints}\n"
-              f"  grpcurl -plaintext {first} list\n\nStreaming ticks (Ctrl-C stops everything):")
-        _stream_ticks(db, stop, a.for_seconds, leaders)
+        cmd_shards(argparse.Namespace(etcd=etcd.endpoints, prefix="/cron", json=False, etcd_ca=None,
+                                      etcd_cert=None, etcd_key=None, etcd_user=None, etcd_password_file=None))
+        print(f"\nTry, from another terminal (.venv/bin is on PATH after `. .venv/bin/activate`):\n"
+              f"  export SHARDCRON_SERVER={servers[0]}\n"
+              f"  shardcron jobs put hello --every 10s --http {sink.url.rstrip('/')}/hello\n"
+              f"  shardcron jobs list\n"
+              f"  shardcron ticks heartbeat --limit 5\n"
+              f"  shardcron shards --etcd {etcd.endpoints}\n"
+              f"  grpcurl -plaintext {servers[0]} list\n"
+              f"\nStreaming ticks (Ctrl-C stops everything):", flush=True)
+        _stream_ticks(client, stop, a.for_seconds)
+        client.close()
         return 0
     finally:
         print("\nstopping the nodes, the sink and etcd ...", file=sys.stderr)
@@ -111,28 +113,16 @@ def main(a: argparse.Namespace) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _stream_ticks(db: str, stop: threading.Event, for_seconds: float | None, leaders) -> None:
-    from sqlalchemy import select
-
-    from shardcron.store.engine import make_engine
-    from shardcron.store.schema import ticks
-
-    engine = make_engine(db)
-    deadline = time.monotonic() + for_seconds if for_seconds else None
-    seen_through = 0
-    try:
-        while not stop.wait(0.5):
-            if deadline and time.monotonic() > deadline:
-                break
-            with engine.connect() as conn:
-                rows = conn.execute(
-                    select(ticks).where(ticks.c.finished_at_ms > seen_through).order_by(ticks.c.finished_at_ms)
-                ).mappings().all()
-            for r in rows:
-                seen_through = max(seen_through, r["finished_at_ms"])
-                late = (r["started_at_ms"] - r["scheduled_at_ms"]) if r["started_at_ms"] else None
-                print(f"{_fmt(r['scheduled_at_ms'])}  {r['job_id']:<22} shard={r['shard']:<3} node={r['node_id']:<8} "
-                      f"fence={r['fence']:<5} {r['status']:<9} late={late if late is not None else '-'}ms"
-                      + (f" http={r['http_status']}" if r["http_status"] else ""), flush=True)
-    finally:
-        engine.dispose()
+def _stream_ticks(client, stop: threading.Event, for_seconds: float | None) -> None:
+    """Print every tick result as WatchTicks delivers it, until Ctrl-C or ``for_seconds``."""
+    watch = client.watch_ticks()
+    deadline = threading.Timer(for_seconds, stop.set) if for_seconds else None
+    if deadline:
+        deadline.daemon = True
+        deadline.start()
+    threading.Thread(target=lambda: (stop.wait(), watch.cancel()), daemon=True).start()
+    for t in watch:
+        late = (t.started_at_ms - t.scheduled_at_ms) if t.started_at_ms else None
+        print(f"{_fmt(t.scheduled_at_ms)}  {t.job_id:<22} shard={t.shard:<3} node={t.node_id:<8} "
+              f"fence={t.fence:<5} {t.status.value:<9} late={'-' if late is None else late}ms"
+              + (f" http={t.http_status}" if t.http_status else ""), flush=True)
