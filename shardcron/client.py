@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from shardcron.api.security import ChannelSecurity, open_channel
 from shardcron.api.convert import (
     job_to_proto,
     shard_map_from_proto,
@@ -101,8 +102,11 @@ def parse_targets(targets: str | Sequence[str]) -> list[str]:
 
 
 class Client:
-    def __init__(self, targets: str | Sequence[str], *, timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(self, targets: str | Sequence[str], *, timeout_s: float = DEFAULT_TIMEOUT_S,
+                 security: ChannelSecurity | None = None):
+        """``security``: TLS trust, client certificate and bearer token (``ChannelSecurity``)."""
         self.targets = parse_targets(targets)
+        self.security = security
         self.timeout_s = timeout_s
         self._channels: list[grpc.Channel | None] = [None] * len(self.targets)
         self._stubs: list[pb_grpc.SchedulerStub | None] = [None] * len(self.targets)
@@ -128,7 +132,7 @@ class Client:
     def _stub(self, i: int) -> pb_grpc.SchedulerStub:
         with self._lock:
             if self._stubs[i] is None:
-                self._channels[i] = grpc.insecure_channel(self.targets[i], options=CHANNEL_OPTIONS)
+                self._channels[i] = open_channel(self.targets[i], self.security, CHANNEL_OPTIONS)
                 self._stubs[i] = pb_grpc.SchedulerStub(self._channels[i])
             return self._stubs[i]
 

@@ -33,7 +33,10 @@ class NodeConfig:
     log_format: str
     log_level: str
     metrics_listen: str | None = None
+    shell_allow: object = None  # re.Pattern every shell command must fully match, when set
     etcd_security: object = None  # coordination.etcd.EtcdSecurity
+    api_security: object = None  # api.security.ServerSecurity
+    forward_security: object = None  # api.security.ChannelSecurity: how this node calls other nodes
 
 
 def env_default(name: str, default):
@@ -113,6 +116,19 @@ def add_node_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lookahead-ms", default=env_default("lookahead-ms", 600),
                    help="claim slots this far ahead, in one transaction [SHARDCRON_LOOKAHEAD_MS] (default "
                         "%(default)s: not a whole second, so claiming never coincides with whole-second starts)")
+    p.add_argument("--tls-cert", default=env_default("tls-cert", None),
+                   help="serve the API over TLS with this certificate [SHARDCRON_TLS_CERT]")
+    p.add_argument("--tls-key", default=env_default("tls-key", None), help="its key [SHARDCRON_TLS_KEY]")
+    p.add_argument("--tls-client-ca", default=env_default("tls-client-ca", None),
+                   help="require client certificates signed by this CA (mTLS) [SHARDCRON_TLS_CLIENT_CA]")
+    p.add_argument("--tls-ca", default=env_default("tls-ca", None),
+                   help="CA to verify other nodes when forwarding (default: --tls-client-ca) [SHARDCRON_TLS_CA]")
+    p.add_argument("--auth-token-file", default=env_default("auth-token-file", None),
+                   help="require a bearer token from this file (one per line) on every call "
+                        "[SHARDCRON_AUTH_TOKEN_FILE]")
+    p.add_argument("--shell-allow", default=env_default("shell-allow", None),
+                   help="with --allow-shell: a regular expression every shell command must match in full "
+                        "[SHARDCRON_SHELL_ALLOW]")
     p.add_argument("--metrics-listen", default=env_default("metrics-listen", None),
                    help="serve Prometheus metrics on host:port [SHARDCRON_METRICS_LISTEN] (default: off)")
     p.add_argument("--log-format", default=env_default("log-format", "text"), choices=["text", "json"],
@@ -164,4 +180,37 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         log_level=a.log_level,
         metrics_listen=_hostport("metrics-listen", a.metrics_listen) if a.metrics_listen else None,
         etcd_security=etcd_security(a),
+        **_api_security(a),
+        shell_allow=_shell_allow(a.shell_allow, bool(a.allow_shell)),
     )
+
+
+def _shell_allow(pattern: str | None, allow_shell: bool):
+    if not pattern:
+        return None
+    if not allow_shell:
+        raise ConfigError("--shell-allow only makes sense with --allow-shell")
+    import re
+
+    try:
+        return re.compile(pattern)
+    except re.error as e:
+        raise ConfigError(f"--shell-allow: not a regular expression: {e}") from None
+
+
+def _api_security(a: argparse.Namespace) -> dict:
+    from shardcron.api.security import ChannelSecurity, ServerSecurity, load_tokens, server_credentials
+
+    tokens = load_tokens(a.auth_token_file)
+    server = ServerSecurity(a.tls_cert, a.tls_key, a.tls_client_ca, tokens)
+    tls = server_credentials(server) is not None  # validates the flags and the files now
+    forward = ChannelSecurity(
+        ca_file=(a.tls_ca or a.tls_client_ca) if tls else None,
+        cert_file=a.tls_cert if tls and a.tls_client_ca else None,
+        key_file=a.tls_key if tls and a.tls_client_ca else None,
+        token=min(tokens) if tokens else None,
+    )
+    if tls and not forward.ca_file:
+        raise ConfigError("with --tls-cert, give --tls-ca (the CA of the nodes' certificates) so this node can "
+                          "verify the others when it forwards a call")
+    return {"api_security": server, "forward_security": forward}

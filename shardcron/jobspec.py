@@ -285,12 +285,18 @@ def job_from_dict(d: Mapping, job_id: str | None = None) -> Job:
     )
 
 
-def check_admissible(job: Job, *, allow_shell: bool, now_ms: int) -> None:
-    """The checks that depend on the cluster and the clock, not on the job alone."""
+def check_admissible(job: Job, *, allow_shell: bool, now_ms: int, shell_allow=None) -> None:
+    """The checks that depend on the cluster and the clock, not on the job alone.
+
+    ``shell_allow``: a compiled pattern every shell command must match in full (``--shell-allow``).
+    """
     if job.executor.kind is ExecutorKind.SHELL and not allow_shell:
         raise InvalidJob(
             "executor.kind", "shell jobs are refused: the nodes run without --allow-shell (remote code execution guard)"
         )
+    if job.executor.kind is ExecutorKind.SHELL and shell_allow is not None \
+            and not shell_allow.fullmatch(job.executor.shell.command):
+        raise InvalidJob("executor.command", "does not match this cluster's --shell-allow list")
     sched = job.schedule
     if sched.kind is ScheduleKind.ONCE and sched.at_ms is not None and sched.at_ms < now_ms - job.catchup_window_ms:
         raise InvalidJob("schedule.at", "is in the past, beyond the job's catch-up window; it would never run")

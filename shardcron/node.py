@@ -32,6 +32,7 @@ class NodeBackend:
         self._node = node
         self.node_id = node.cfg.node_id
         self.allow_shell = node.cfg.allow_shell
+        self.shell_allow = node.cfg.shell_allow
         self.engine = node.engine
         self.joined = node.coordinator.joined
         self._listeners: list = []
@@ -110,7 +111,7 @@ class Node:
         imports = load_job_file(cfg.jobs) if cfg.jobs else []
         now = clock.wall_ms()
         for job in imports:
-            check_admissible(job, allow_shell=cfg.allow_shell, now_ms=now)
+            check_admissible(job, allow_shell=cfg.allow_shell, now_ms=now, shell_allow=cfg.shell_allow)
 
         if cfg.metrics_listen:
             metrics.serve(cfg.metrics_listen)

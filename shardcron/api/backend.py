@@ -36,6 +36,7 @@ class Backend(Protocol):
     node_id: str
     shard_count: int
     allow_shell: bool
+    shell_allow: object  # re.Pattern a shell command must fully match, or None
     engine: Engine
     joined: threading.Event  # set while the node is a live member of the cluster (health: SERVING)
 

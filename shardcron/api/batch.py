@@ -128,7 +128,8 @@ class BatchWriter:
         for i, p in enumerate(request.jobs):
             try:
                 job = job_from_proto(p)
-                check_admissible(job, allow_shell=self.backend.allow_shell, now_ms=now)
+                check_admissible(job, allow_shell=self.backend.allow_shell, now_ms=now,
+                                 shell_allow=getattr(self.backend, "shell_allow", None))
             except InvalidJob as e:
                 results[i] = _result(p.id, grpc.StatusCode.INVALID_ARGUMENT, str(e))
                 continue
@@ -170,7 +171,8 @@ class BatchWriter:
         valid = []
         for it in items:
             try:
-                check_admissible(it.job, allow_shell=b.allow_shell, now_ms=now)  # this leader's flag decides
+                # this leader's flags decide
+                check_admissible(it.job, allow_shell=b.allow_shell, now_ms=now, shell_allow=getattr(b, "shell_allow", None))
                 valid.append(it)
             except InvalidJob as e:
                 results[it.index] = _result(it.job.id, grpc.StatusCode.INVALID_ARGUMENT, str(e))

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 
 from tabulate import tabulate
 
+from shardcron.api.security import add_client_flags, channel_security_from_args
 from shardcron.errors import InvalidJob, ShardcronError
 from shardcron.model import Job, ScheduleKind, Tick
 
@@ -130,7 +131,7 @@ def _client(a: argparse.Namespace):
     from shardcron.client import Client
 
     servers = a.server or [os.environ.get("SHARDCRON_SERVER") or DEFAULT_SERVER]
-    return Client(servers, timeout_s=a.request_timeout)
+    return Client(servers, timeout_s=a.request_timeout, security=channel_security_from_args(a))
 
 
 def _shard_of(client, job_ids: list[str]):
@@ -352,6 +353,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="give up on the call after this long (default %(default)s)")
+    add_client_flags(p)
 
 
 def _add(sub, name: str, func, help_: str, *, with_id: bool = True) -> argparse.ArgumentParser:

@@ -23,6 +23,7 @@ from typing import TypeVar
 
 import grpc
 
+from shardcron.api.security import ChannelSecurity, open_channel
 from shardcron.api.backend import Backend
 from shardcron.api.status import NODE_HEADER, RETRY_HEADER, CallFailed
 from shardcron.errors import FencedOut, NotLeader
@@ -111,8 +112,9 @@ def not_leader_here(node_id: str, shard: int) -> CallFailed:
 class Router:
     """Finds a shard's leader and talks to it; one cached channel per leader address."""
 
-    def __init__(self, backend: Backend, own_address: str):
+    def __init__(self, backend: Backend, own_address: str, security: ChannelSecurity | None = None):
         self.backend = backend
+        self.security = security  # forwarding presents the same credentials as any caller
         self.own_address = own_address
         self._channels: dict[str, grpc.Channel] = {}
         self._stubs: dict[str, pb_grpc.SchedulerStub] = {}
@@ -125,7 +127,7 @@ class Router:
                 raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"node {self.backend.node_id} is stopping")
             stub = self._stubs.get(address)
             if stub is None:
-                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                channel = open_channel(address, self.security, CHANNEL_OPTIONS)
                 self._channels[address] = channel
                 stub = self._stubs[address] = pb_grpc.SchedulerStub(channel)
             return stub

@@ -17,6 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from shardcron.api.security import ChannelSecurity, ServerSecurity, TokenCheck, server_credentials
 from shardcron.api.backend import Backend
 from shardcron.api.routing import MAX_MESSAGE_BYTES, Router
 from shardcron.api.service import SchedulerService
@@ -121,15 +122,18 @@ def scheduler_handler(service: SchedulerService, node_id: str) -> grpc.GenericRp
 class ApiServer:
     """A running API server; ``stop()`` ends it (Node.close calls it)."""
 
-    def __init__(self, backend: Backend, listen: str, advertise: str):
+    def __init__(self, backend: Backend, listen: str, advertise: str, security: ServerSecurity | None = None,
+                 forward: ChannelSecurity | None = None):
         self.backend = backend
         self.listen = listen
         self.stopping = threading.Event()
-        self.router = Router(backend, advertise)
+        self.security = security or ServerSecurity()
+        self.router = Router(backend, advertise, forward)
         self.service = SchedulerService(backend, self.router, self.stopping)
         self.health = health.HealthServicer()
+        interceptors = [TokenCheck(self.security.tokens)] if self.security.tokens else []
         self._server = grpc.server(ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="api"),
-                                   options=SERVER_OPTIONS)
+                                   options=SERVER_OPTIONS, interceptors=interceptors)
         self._server.add_generic_rpc_handlers((scheduler_handler(self.service, backend.node_id),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
@@ -139,8 +143,9 @@ class ApiServer:
         self._health_thread = threading.Thread(target=self._watch_membership, name="api-health", daemon=True)
 
     def _bind(self, listen: str) -> int:
+        creds = server_credentials(self.security)
         try:
-            port = self._server.add_insecure_port(listen)
+            port = (self._server.add_secure_port(listen, creds) if creds else self._server.add_insecure_port(listen))
         except RuntimeError:
             port = 0
         if not port:
@@ -181,4 +186,4 @@ class ApiServer:
 
 def start_server(backend: Backend, cfg: NodeConfig) -> ApiServer:
     """Bind ``cfg.listen`` and serve; ``ConfigError`` naming the address if it cannot be bound."""
-    return ApiServer(backend, cfg.listen, cfg.advertise).start()
+    return ApiServer(backend, cfg.listen, cfg.advertise, cfg.api_security, cfg.forward_security).start()

@@ -67,7 +67,8 @@ class SchedulerService:
         return shard_for(job_id, self.backend.shard_count)
 
     def _admissible(self, job: Job) -> None:
-        check_admissible(job, allow_shell=self.backend.allow_shell, now_ms=clock.wall_ms())
+        check_admissible(job, allow_shell=self.backend.allow_shell, now_ms=clock.wall_ms(),
+                         shell_allow=getattr(self.backend, "shell_allow", None))
 
     def _job_answer(self, job: Job) -> pb.Job:
         return job_to_proto(job, redact=True)

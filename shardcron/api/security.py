@@ -1,0 +1,162 @@
+"""TLS, mutual TLS and bearer tokens for the gRPC API: the server side, and every channel that calls it.
+
+One ``ChannelSecurity`` describes how to call a node (CA to trust, client
+certificate, token); the CLI, the Python client and node-to-node forwarding
+all build their channels with ``open_channel``, so forwarding uses the same
+credentials as any caller. Tokens travel as ``authorization: Bearer <token>``
+metadata and are compared in constant time. The health service stays open,
+so load balancers and orchestrators can probe a node without a token.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import grpc
+
+from shardcron.errors import ConfigError
+
+OPEN_METHODS_PREFIX = "/grpc.health.v1.Health/"
+
+
+def _read(path: str | None, flag: str) -> bytes | None:
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise ConfigError(f"{flag}: cannot read {path}: {e.strerror}") from None
+
+
+@dataclass(frozen=True)
+class ChannelSecurity:
+    """How a caller reaches a node: TLS trust, an optional client certificate, an optional token."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    token: str | None = None
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.ca_file or self.cert_file)
+
+
+@dataclass(frozen=True)
+class ServerSecurity:
+    cert_file: str | None = None
+    key_file: str | None = None
+    client_ca_file: str | None = None  # set: clients must present a certificate it signed (mTLS)
+    tokens: frozenset[str] = frozenset()  # set: every call but health checks needs one of them
+
+
+def load_tokens(path: str | None) -> frozenset[str]:
+    """One token per line; blank lines and # comments are ignored."""
+    raw = _read(path, "--auth-token-file")
+    if raw is None:
+        return frozenset()
+    tokens = frozenset(t.strip() for t in raw.decode("utf-8", "replace").splitlines()
+                       if t.strip() and not t.strip().startswith("#"))
+    if not tokens:
+        raise ConfigError(f"--auth-token-file: {path} holds no token")
+    return tokens
+
+
+def server_credentials(sec: ServerSecurity) -> grpc.ServerCredentials | None:
+    if not (sec.cert_file or sec.key_file):
+        if sec.client_ca_file:
+            raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key")
+        return None
+    if not (sec.cert_file and sec.key_file):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    cert, key = _read(sec.cert_file, "--tls-cert"), _read(sec.key_file, "--tls-key")
+    ca = _read(sec.client_ca_file, "--tls-client-ca")
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
+
+
+class TokenCheck(grpc.ServerInterceptor):
+    """Refuses calls without a valid bearer token with UNAUTHENTICATED (health checks excepted)."""
+
+    def __init__(self, tokens: frozenset[str]):
+        self._tokens = [t.encode() for t in tokens]
+
+        def deny(request, context):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                          "a valid bearer token is required: pass --token or set SHARDCRON_TOKEN")
+
+        self._deny_unary = grpc.unary_unary_rpc_method_handler(deny)
+        self._deny_stream = grpc.unary_stream_rpc_method_handler(deny)
+
+    def _valid(self, metadata: Sequence[tuple[str, str]]) -> bool:
+        for k, v in metadata or ():
+            if k == "authorization" and v.startswith("Bearer "):
+                given = v[len("Bearer "):].encode()
+                return any(hmac.compare_digest(given, t) for t in self._tokens)
+        return False
+
+    def intercept_service(self, continuation, details):
+        if details.method.startswith(OPEN_METHODS_PREFIX) or self._valid(details.invocation_metadata):
+            return continuation(details)
+        handler = continuation(details)
+        if handler is not None and handler.response_streaming:
+            return self._deny_stream
+        return self._deny_unary
+
+
+class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Adds the token to every call, over TLS or not (gRPC's call credentials demand TLS)."""
+
+    def __init__(self, token: str):
+        self._header = ("authorization", f"Bearer {token}")
+
+    def _with_token(self, details):
+        md = list(details.metadata or []) + [self._header]
+        return details._replace(metadata=md) if hasattr(details, "_replace") else _Details(details, md)
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._with_token(details), request)
+
+
+class _Details(grpc.ClientCallDetails):
+    def __init__(self, d, metadata):
+        self.method, self.timeout, self.metadata = d.method, d.timeout, metadata
+        self.credentials = d.credentials
+        self.wait_for_ready = getattr(d, "wait_for_ready", None)
+        self.compression = getattr(d, "compression", None)
+
+
+def open_channel(target: str, sec: ChannelSecurity | None, options: Sequence[tuple] = ()) -> grpc.Channel:
+    sec = sec or ChannelSecurity()
+    if sec.tls:
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=_read(sec.ca_file, "--tls-ca"), private_key=_read(sec.key_file, "--tls-key"),
+            certificate_chain=_read(sec.cert_file, "--tls-cert"))
+        channel = grpc.secure_channel(target, creds, options=list(options))
+    else:
+        channel = grpc.insecure_channel(target, options=list(options))
+    return grpc.intercept_channel(channel, _BearerToken(sec.token)) if sec.token else channel
+
+
+def channel_security_from_args(a) -> ChannelSecurity:
+    """The CLI's --tls-ca/--tls-cert/--tls-key/--token (token also from SHARDCRON_TOKEN)."""
+    token = getattr(a, "token", None) or os.environ.get("SHARDCRON_TOKEN") or None
+    if bool(getattr(a, "tls_cert", None)) != bool(getattr(a, "tls_key", None)):
+        raise ConfigError("--tls-cert and --tls-key go together")
+    return ChannelSecurity(getattr(a, "tls_ca", None), getattr(a, "tls_cert", None), getattr(a, "tls_key", None),
+                           token)
+
+
+def add_client_flags(p) -> None:
+    p.add_argument("--tls-ca", default=os.environ.get("SHARDCRON_TLS_CA"),
+                   help="CA that signed the nodes' certificates (enables TLS) [SHARDCRON_TLS_CA]")
+    p.add_argument("--tls-cert", default=os.environ.get("SHARDCRON_TLS_CERT"),
+                   help="client certificate, for nodes that require mTLS [SHARDCRON_TLS_CERT]")
+    p.add_argument("--tls-key", default=os.environ.get("SHARDCRON_TLS_KEY"), help="client key [SHARDCRON_TLS_KEY]")
+    p.add_argument("--token", default=None, help="bearer token (prefer SHARDCRON_TOKEN: argv is visible in ps)")
