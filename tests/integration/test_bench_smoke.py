@@ -1,0 +1,59 @@
+"""Short runs of every `shardcron bench` scenario: they complete and report sane figures (no speed asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.cluster
+
+
+def bench(tmp_path, *args: str) -> dict:
+    out_file = tmp_path / "figures.json"
+    out = subprocess.run([sys.executable, "-m", "shardcron", "bench", *args, "--json", str(out_file)],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
+    assert "Traceback" not in out.stderr
+    return json.loads(out_file.read_text())
+
+
+def sane_ticks(f: dict) -> None:
+    assert f["expected"] > 0 and 0 <= f["recorded"] <= f["expected"]
+    assert f["missed"] == f["expected"] - f["recorded"] and f.get("duplicated", 0) >= 0
+    lat = f["lateness_ms"]
+    if f["recorded"]:
+        assert lat["p50"] <= lat["p99"] <= lat["p99.9"] <= lat["max"]
+
+
+def test_precision_with_the_apscheduler_peer(tmp_path):
+    f = bench(tmp_path, "precision", "--jobs", "50", "--seconds", "3", "--shards", "8", "--peer", "apscheduler")
+    sane_ticks(f["shardcron"])
+    sane_ticks(f["peer"])
+    assert f["shardcron"]["cpu_ms_per_1000_ticks"] > 0 and f["shardcron"]["peak_rss_mb"] > 10
+
+
+def test_throughput_steps(tmp_path):
+    f = bench(tmp_path, "throughput", "--rates", "20,40", "--seconds", "3", "--shards", "8")["shardcron"]
+    assert 1 <= len(f["steps"]) <= 2
+    for step in f["steps"]:
+        sane_ticks(step)
+    assert f["highest_sustained_rate"] in (0, 20, 40)
+
+
+def test_failover_kill_and_sigterm(tmp_path):
+    f = bench(tmp_path, "failover", "--jobs", "20", "--trials", "1", "--graceful-trials", "1", "--ttl", "3",
+              "--shards", "4")["shardcron"]
+    kinds = [t["kind"] for t in f["trials"]]
+    assert kinds == ["SIGKILL", "SIGTERM"]
+    assert all(t["seconds_to_first_claim"] >= 0 for t in f["trials"])
+    assert f["kill9_max_s"] >= 0 and f["sigterm_max_s"] >= 0
+
+
+def test_submit_through_a_forwarding_node(tmp_path):
+    f = bench(tmp_path, "submit", "--jobs", "40", "--seconds", "20", "--shards", "8")["shardcron"]
+    assert f["forwarded"]
+    for mode in f["modes"].values():
+        assert mode["jobs_per_s"] > 0 and mode["errors"] == 0
