@@ -134,14 +134,24 @@ class Etcd:
         self._client._clear_old_stubs()
 
     def _failover(self, err: grpc.RpcError) -> None:
-        # Move to another endpoint on connection-level errors; time_retry=0 keeps
-        # the failed one usable, so a single-endpoint client retries at once.
-        if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL):
-            try:
-                self._client.endpoint_in_use.fail()
-                self._client._clear_old_stubs()
-            except Exception:  # noqa: BLE001 - best effort, the next call reconnects anyway
-                pass
+        """After a connection-level error, move to the next endpoint, round robin.
+
+        pyetcd's own failover skips endpoints marked failed within ``time_retry``;
+        with ``time_retry=0`` (needed so a single endpoint is never quarantined)
+        nothing ever counts as failed and it would stay on a dead member. So the
+        rotation is done here; the next call reconnects on the next member.
+        """
+        if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                              grpc.StatusCode.INTERNAL):
+            return
+        with self._lock:
+            labels = list(self._client.endpoints)
+            if len(labels) < 2:
+                return
+            current = self._client._current_endpoint_label
+            nxt = labels[(labels.index(current) + 1) % len(labels)] if current in labels else labels[0]
+            log.warning("etcd endpoint %s failed (%s); switching to %s", current, err.code().name, nxt)
+            self._client._current_endpoint_label = nxt  # also drops the old stubs and watcher
 
     @property
     def _kv_stub(self):

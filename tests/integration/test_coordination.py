@@ -136,3 +136,23 @@ def test_unreachable_etcd_is_a_clear_error():
         client.status()
     assert f"127.0.0.1:{port}" in str(e.value)
     client.close()
+
+
+def test_the_client_moves_to_another_member_when_its_etcd_member_dies(etcd_cluster3):
+    e = Etcd(etcd_cluster3.endpoints, timeout_s=1.0)
+    try:
+        e.put("/failover/a", b"1")
+        in_use = e._client._current_endpoint_label
+        etcd_cluster3.kill(next(m for m in etcd_cluster3.members if m.endpoint == in_use))
+        failures = 0
+        for _ in range(len(etcd_cluster3.members)):
+            try:
+                e.put("/failover/a", b"2")
+                break
+            except EtcdUnavailable:
+                failures += 1
+        assert failures < len(etcd_cluster3.members), "the client never left the dead member"
+        assert e._client._current_endpoint_label != in_use
+        assert e.get("/failover/a").value == b"2"
+    finally:
+        e.close()
