@@ -22,7 +22,7 @@ from sqlalchemy.engine import make_url
 from tabulate import tabulate
 
 from shardcron import audit, clock
-from shardcron.config import env_default, etcd_security
+from shardcron.config import add_etcd_security_flags, env_default, etcd_security
 from shardcron.errors import ConfigError, ShardcronError
 from shardcron.store.engine import describe_url, make_engine
 from shardcron.store.migrate import alembic_config, current_revision, head_revision, upgrade
@@ -91,16 +91,7 @@ def _add_etcd_flags(p: argparse.ArgumentParser) -> None:
                         "and report every old unresolved tick)")
     g.add_argument("--prefix", default=env_default("prefix", "/cron"),
                    help="etcd key prefix of the cluster [SHARDCRON_PREFIX] (default %(default)s)")
-    g.add_argument("--etcd-ca", default=env_default("etcd-ca", None),
-                   help="CA certificate that signed etcd's server certificate (enables TLS) [SHARDCRON_ETCD_CA]")
-    g.add_argument("--etcd-cert", default=env_default("etcd-cert", None),
-                   help="client certificate for etcd mTLS [SHARDCRON_ETCD_CERT]")
-    g.add_argument("--etcd-key", default=env_default("etcd-key", None),
-                   help="client key for etcd mTLS [SHARDCRON_ETCD_KEY]")
-    g.add_argument("--etcd-user", default=env_default("etcd-user", None),
-                   help="etcd user name (auth enabled) [SHARDCRON_ETCD_USER]")
-    g.add_argument("--etcd-password-file", default=env_default("etcd-password-file", None),
-                   help="file holding the etcd password; or set SHARDCRON_ETCD_PASSWORD [SHARDCRON_ETCD_PASSWORD_FILE]")
+    add_etcd_security_flags(g)
 
 
 def _add_db_flag(p: argparse.ArgumentParser) -> None:

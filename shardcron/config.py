@@ -54,6 +54,11 @@ def add_common_etcd_flags(p: argparse.ArgumentParser) -> None:
                    help="comma-separated etcd endpoints, https:// for TLS [SHARDCRON_ETCD] (default %(default)s)")
     p.add_argument("--prefix", default=env_default("prefix", "/cron"),
                    help="etcd key prefix of the cluster [SHARDCRON_PREFIX] (default %(default)s)")
+    add_etcd_security_flags(p)
+
+
+def add_etcd_security_flags(p) -> None:
+    """TLS and auth for etcd; ``p`` may be a parser or an argument group."""
     p.add_argument("--etcd-ca", default=env_default("etcd-ca", None),
                    help="CA certificate that signed etcd's server certificate (enables TLS) [SHARDCRON_ETCD_CA]")
     p.add_argument("--etcd-cert", default=env_default("etcd-cert", None),

@@ -9,7 +9,6 @@ import sys
 
 import grpc
 import pytest
-import trustme
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from shardcron.api.security import ChannelSecurity, open_channel
@@ -17,21 +16,15 @@ from shardcron.client import ApiError, Client, InvalidRequest
 from shardcron.jobspec import job_from_dict
 from shardcron.sharding import shard_for
 from shardcron.testing.cluster import Cluster
+from tests.support.pki import make_pki
 
 pytestmark = pytest.mark.cluster
 
 
 @pytest.fixture
 def pki(tmp_path):
-    ca = trustme.CA()
-    node = ca.issue_cert("127.0.0.1", "localhost")
-    client = ca.issue_cert("operator")
-    out = {}
-    for name, blob in (("ca.pem", ca.cert_pem), ("node.pem", node.cert_chain_pems[0]),
-                       ("node-key.pem", node.private_key_pem), ("client.pem", client.cert_chain_pems[0]),
-                       ("client-key.pem", client.private_key_pem)):
-        blob.write_to_path(str(tmp_path / name))
-        out[name] = str(tmp_path / name)
+    out = make_pki(tmp_path, client_name="operator")
+    out["node.pem"], out["node-key.pem"] = out["server.pem"], out["server-key.pem"]
     (tmp_path / "tokens").write_text("# API tokens\nalpha-token\nbeta-token\n")
     out["tokens"] = str(tmp_path / "tokens")
     return out

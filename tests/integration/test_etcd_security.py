@@ -7,7 +7,8 @@ import subprocess
 import sys
 
 import pytest
-import trustme
+
+from tests.support.pki import make_pki
 
 from shardcron.coordination.etcd import EtcdSecurity
 from shardcron.testing.cluster import Cluster
@@ -18,16 +19,7 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture
 def secured_etcd(tmp_path):
-    ca = trustme.CA()
-    server = ca.issue_cert("127.0.0.1", "localhost")
-    client = ca.issue_cert("shardcron-client")
-    paths = {}
-    for name, blob in (("ca.pem", ca.cert_pem), ("server.pem", server.cert_chain_pems[0]),
-                       ("server-key.pem", server.private_key_pem), ("client.pem", client.cert_chain_pems[0]),
-                       ("client-key.pem", client.private_key_pem)):
-        p = tmp_path / name
-        blob.write_to_path(str(p))
-        paths[name] = str(p)
+    paths = make_pki(tmp_path)
     sec = EtcdSecurity(ca_file=paths["ca.pem"], cert_file=paths["client.pem"], key_file=paths["client-key.pem"])
     cluster = EtcdCluster(1, scheme="https", client_security=sec, extra_args=[
         "--cert-file", paths["server.pem"], "--key-file", paths["server-key.pem"],
