@@ -163,6 +163,16 @@ def _postgresql_engine(u: URL, connect_timeout_s: float, statement_timeout_s: fl
             "connect_timeout": max(2, math.ceil(connect_timeout_s)),
             "options": options,
             "application_name": "shardcron",
+            # statement_timeout is enforced by the server, so it cannot help when
+            # the network drops packets: the client would wait on TCP for many
+            # minutes. These make the kernel give up on the connection instead:
+            # unacknowledged data for longer than the statement timeout, or an
+            # idle connection whose peer stops answering keep-alive probes.
+            "tcp_user_timeout": stmt_ms,
+            "keepalives": 1,
+            "keepalives_idle": 5,
+            "keepalives_interval": 2,
+            "keepalives_count": 3,
         },
     )
 
