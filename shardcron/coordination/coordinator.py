@@ -75,6 +75,7 @@ class Coordinator:
         self._events: queue.Queue = queue.Queue()
         self._stopping = False
         self._cancel_watch: Callable[[], None] | None = None
+        self._resync_due = 0.0  # when a failed re-read of the mirror is tried again
         self._members_seen: tuple[str, ...] = ()
         self._members_changed_at = 0.0
         self._placements: dict[int, balancer.Placement] = {}
@@ -207,6 +208,8 @@ class Coordinator:
                     break
             for ev in batch:
                 self._handle(ev)
+            if self._resync_due and clock.monotonic() >= self._resync_due:
+                self._try_resync()
             if self._stopping and self._all_idle():
                 self._leave()
                 return
@@ -225,7 +228,7 @@ class Coordinator:
                 self.view.apply(ev[1], ev[2])
         elif kind == "watch_error":
             log.warning("watch on %s broke (%s); re-reading", self.layout.root, ev[1])
-            self._resync()
+            self._try_resync()
         elif kind == "drained":
             self._finish_resign(self.slots[ev[1]])
         elif kind == "fenced":
@@ -235,8 +238,23 @@ class Coordinator:
                           slot.shard, slot.fence, extra={"shard": slot.shard, "fence": slot.fence})
                 self._resign(slot, grace_s=0.0, why="fenced out")
 
+    def _try_resync(self) -> None:
+        """Re-read and re-watch; if etcd does not answer (a member just died), try again shortly.
+
+        A broken watch is not a lost session: the lease is judged by the session
+        alone, so shards keep running while the mirror catches up.
+        """
+        try:
+            self._resync()
+            self._resync_due = 0.0
+        except EtcdUnavailable as e:
+            log.warning("re-reading %s failed (%s); retrying", self.layout.root, e)
+            self._resync_due = clock.monotonic() + 0.5
+
     def _next_wakeup(self) -> float:
         wait = 1.0
+        if self._resync_due:
+            wait = min(wait, max(0.05, self._resync_due - clock.monotonic()))
         if self._members_changed_at:
             wait = min(wait, max(0.05, self._members_changed_at + self.s.settle_s - clock.monotonic()))
         return wait

@@ -168,7 +168,7 @@ def _postgresql_engine(u: URL, connect_timeout_s: float, statement_timeout_s: fl
             # minutes. These make the kernel give up on the connection instead:
             # unacknowledged data for longer than the statement timeout, or an
             # idle connection whose peer stops answering keep-alive probes.
-            "tcp_user_timeout": stmt_ms,
+            "tcp_user_timeout": max(2000, stmt_ms // 2),
             "keepalives": 1,
             "keepalives_idle": 5,
             "keepalives_interval": 2,
