@@ -30,6 +30,15 @@ def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: fl
         time.sleep(interval_s)
 
 
+def eventually(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.02) -> bool:
+    """True as soon as ``predicate`` holds, False if it still does not after ``timeout_s``."""
+    try:
+        wait_until(predicate, timeout_s, interval_s)
+        return True
+    except TimeoutError:
+        return False
+
+
 @dataclass
 class NodeProcess:
     node_id: str

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 
@@ -13,6 +12,7 @@ from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.membership import ensure_config, register
 from shardcron.coordination.session import Session
 from shardcron.errors import ConfigError, EtcdUnavailable
+from shardcron.testing.cluster import eventually
 
 
 @pytest.fixture
@@ -22,13 +22,7 @@ def etcd(etcd_server):
     client.close()
 
 
-def wait_for(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.02)
-    return predicate()
+wait_for = eventually
 
 
 def test_session_keeps_its_lease_alive_past_the_ttl(etcd, etcd_prefix):

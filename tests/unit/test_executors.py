@@ -16,6 +16,7 @@ from dataclasses import replace
 import pytest
 import trustme
 
+from shardcron.testing.cluster import eventually
 from shardcron.devsink import Sink
 from shardcron.errors import InvalidJob
 from shardcron.executors import HttpExecutor, NoopExecutor, ShellExecutor, describe, executor_for
@@ -54,13 +55,7 @@ def run(executor, spec, timeout_s=10.0, cancel=None):
 
 
 def wait_until(condition, timeout: float) -> bool:
-    """Poll ``condition`` until it holds; False once ``timeout`` has passed."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+    return eventually(condition, timeout, 0.01)
 
 
 def unused_port() -> int:
