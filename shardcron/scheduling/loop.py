@@ -23,7 +23,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy.engine import Engine
 
@@ -33,7 +33,7 @@ from shardcron.errors import StoreUnavailable
 from shardcron.model import ExecutionResult, ExecutorKind, Job, SlotRef, TickStatus
 from shardcron.scheduling.policies import overlap_allows
 from shardcron.scheduling.recorder import Recorder, ResultWrite
-from shardcron.scheduling.runner import TickRun, run_tick
+from shardcron.scheduling.runner import StoreDownBeforeStart, TickRun, run_tick
 from shardcron.scheduling.takeover import MAX_CATCH_UP_SLOTS, Dispatch, plan_takeover
 from shardcron.scheduling.triggers import Trigger, trigger_for
 from shardcron.sharding import shard_for
@@ -44,7 +44,8 @@ from shardcron.store.ticks import SlotClaim
 
 log = logging.getLogger(__name__)
 
-CLAIM_RETRY_MS = 500  # after a store error, claims are retried this soon (slots stay owed)
+CLAIM_RETRY_MS = 500  # after a store error, claims and starts are retried this soon (slots stay owed)
+CATCH_UP_WAIT_MS = 100  # a missed slot waiting for the job's previous run looks again this soon
 
 
 @dataclass
@@ -205,7 +206,7 @@ class Scheduler:
         for d in plan.reclaim:
             self._push_dispatch(run, d)
         for s in claimed:
-            self._push_dispatch(run, Dispatch(s, 1))
+            self._push_dispatch(run, Dispatch(s, 1, catch_up=True))
         for entry in run.jobs.values():
             self._push_next_claim(run, entry)
         log.info("shard %d: leading with fence %d: %d jobs, %d caught up, %d re-claimed, %d skipped, %d abandoned",
@@ -299,9 +300,10 @@ class Scheduler:
                                           entry.job.id, entry.gen, nxt))
             self._claim_cond.notify()
 
-    def _push_dispatch(self, run: ShardRun, d: Dispatch) -> None:
+    def _push_dispatch(self, run: ShardRun, d: Dispatch, not_before_ms: int = 0) -> None:
         with self._dispatch_cond:
-            heapq.heappush(self._dispatch, (d.slot.scheduled_at_ms, next(self._seq), run.shard, run.fence, d))
+            heapq.heappush(self._dispatch, (max(d.slot.scheduled_at_ms, not_before_ms), next(self._seq), run.shard,
+                                            run.fence, d))
             self._dispatch_cond.notify()
 
     @staticmethod
@@ -407,6 +409,9 @@ class Scheduler:
                                                      error="job deleted before its slot"), TickStatus.SKIPPED)
                 return
             if not d.manual and not overlap_allows(entry.job.overlap, entry.running):
+                if d.catch_up:
+                    self._push_dispatch(run, d, not_before_ms=clock.wall_ms() + CATCH_UP_WAIT_MS)
+                    return
                 self._record(run, d, ExecutionResult(False, clock.wall_ms(), clock.wall_ms(),
                                                      error="overlap policy: the previous run is still going"),
                              TickStatus.SKIPPED)
@@ -431,6 +436,12 @@ class Scheduler:
                     metrics.not_started.inc()
                 else:
                     self.stats.by_status[status.value] += 1
+            except StoreDownBeforeStart as e:
+                log.warning("tick %s@%d: %s; trying again in %d ms", d.slot.job_id, d.slot.scheduled_at_ms, e,
+                            CLAIM_RETRY_MS, extra={"shard": shard, "job": d.slot.job_id, "fence": fence})
+                if run.active:
+                    self._push_dispatch(run, replace(d, attempt=e.attempt),
+                                        not_before_ms=clock.wall_ms() + CLAIM_RETRY_MS)
             except Exception:  # noqa: BLE001 - a bug in one tick must not kill the pool
                 log.exception("tick %s@%d crashed", d.slot.job_id, d.slot.scheduled_at_ms)
             finally:

@@ -36,6 +36,17 @@ class _Abort(Exception):
     """The guard failed: this node must not start the attempt."""
 
 
+class StoreDownBeforeStart(Exception):
+    """The running mark could not be written: the attempt did not start and should be tried again.
+
+    Safe to retry: a row that was never marked running provably never ran.
+    """
+
+    def __init__(self, attempt: int, reason: str):
+        super().__init__(reason)
+        self.attempt = attempt
+
+
 @dataclass
 class TickRun:
     job: Job
@@ -70,7 +81,7 @@ def run_tick(run: TickRun, engine: Engine, recorder: Recorder, allow_shell: bool
             on_fenced(run.shard, run.fence, 1)
             raise _Abort(str(e)) from None
         except StoreUnavailable as e:
-            raise _Abort(f"store unavailable, attempt not started: {e}") from None
+            raise StoreDownBeforeStart(n, f"store unavailable, attempt {n} not started: {e}") from None
         on_started(started - run.slot.scheduled_at_ms)
         ctx = TickContext(run.slot.job_id, run.slot.scheduled_at_ms, n, run.fence, run.shard, run.node_id)
         return executor.run(run.job.executor, ctx, run.job.timeout_ms / 1000.0, run.stop)

@@ -32,6 +32,9 @@ class Dispatch:
     slot: SlotRef
     attempt: int  # the attempt about to run (1 for a first run)
     manual: bool = False
+    # A missed slot run late. With overlap "skip", it waits for the previous run
+    # instead of being skipped, so catch-up "all" runs every missed slot, in turn.
+    catch_up: bool = False
 
 
 @dataclass
@@ -70,7 +73,7 @@ def plan_takeover(
             plan.abandon.append(t.slot)
         else:
             next_attempt = max(1, t.attempt) if action is OrphanAction.RECLAIM else t.attempt + 1
-            plan.reclaim.append(Dispatch(t.slot, next_attempt, t.manual))
+            plan.reclaim.append(Dispatch(t.slot, next_attempt, t.manual, catch_up=True))
         if not t.manual:
             orphan_slots[t.job_id] = max(orphan_slots.get(t.job_id, 0), t.scheduled_at_ms)
 

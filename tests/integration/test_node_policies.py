@@ -151,3 +151,25 @@ def test_catch_up_latest_runs_only_the_newest_missed_slot(node_cluster, etcd_ser
     assert any(r.status == "skipped" and "catch-up" in r.error for r in by["latest"])
     assert any(r.status == "skipped" for r in by["none"])
     assert shard_for("all", 1) == 0
+
+
+def test_catch_up_all_runs_every_missed_slot_in_turn_even_with_overlap_skip(node_cluster, tmp_path):
+    c = node_cluster([{"id": "quick", "every": "1s", "catchup": "all", "overlap": "skip",
+                       "executor": {"kind": "shell", "command": "sleep 0.2"}}], nodes=1, shards=1)
+    c.wait_all_led(60)
+    wait_until(lambda: len([r for r in rows(c.db, "quick") if r.status == "succeeded"]) >= 2, 30, what="ticks")
+    c.nodes["n0"].terminate()
+    stopped_at = time.time()
+    wait_until(lambda: time.time() > stopped_at + 4, 10, 0.1, "a few slots to be missed")
+    restarted_ms = time.time() * 1000
+    c.add("n0b")
+    wait_until(lambda: rows(c.db, "quick")[-1].scheduled_at_ms > time.time() * 1000 - 1500
+               and all(r.status == "succeeded" for r in rows(c.db, "quick")[:-2]), 60, what="the backlog to run")
+    got = rows(c.db, "quick")
+    slots = [r.scheduled_at_ms for r in got]
+    assert all(b - a == 1000 for a, b in zip(slots, slots[1:], strict=False)), "no slot is missing"
+    missed = [r for r in got if stopped_at * 1000 < r.scheduled_at_ms < restarted_ms]
+    assert len(missed) >= 3 and all(r.status == "succeeded" for r in missed), \
+        f"catch-up all must run every missed slot, in turn: {[(r.scheduled_at_ms, r.status) for r in missed]}"
+    # A slot that comes due on time while the backlog runs follows the overlap policy as usual.
+    assert all(r.status == "succeeded" or "overlap" in (r.error or "") for r in got)

@@ -49,7 +49,7 @@ def test_orphans_are_settled_by_policy(orphan, retry, expected):
     p = plan([job(retry=retry)], last={"j": NOW - 1000}, orphans=[orphan])
     kind, attempt = expected
     if kind == "reclaim":
-        assert p.reclaim == [Dispatch(orphan.slot, attempt)] and p.abandon == []
+        assert p.reclaim == [Dispatch(orphan.slot, attempt, catch_up=True)] and p.abandon == []
     else:
         assert p.abandon == [orphan.slot] and p.reclaim == []
 
@@ -103,5 +103,5 @@ def test_a_backlog_over_the_cap_runs_the_newest_slots_and_counts_the_rest(monkey
 def test_manual_orphans_do_not_move_the_schedule():
     orphan = tick("claimed", NOW + 5000, manual=True)
     p = plan([job()], last={"j": NOW}, orphans=[orphan])
-    assert p.reclaim == [Dispatch(orphan.slot, 1, manual=True)] and p.resume_after == {"j": NOW}
+    assert p.reclaim == [Dispatch(orphan.slot, 1, manual=True, catch_up=True)] and p.resume_after == {"j": NOW}
 
