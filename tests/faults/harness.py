@@ -367,7 +367,6 @@ class FaultCluster:
         self.figures = figures if figures is not None else {}
         self.t_ready = 0.0  # when every shard was led and every job had run: faults start after this
         self.first_slot_ms = 0
-        self.retired: list[NodeProcess] = []  # earlier incarnations of restarted nodes
 
     # -- nodes --------------------------------------------------------------------------
 
@@ -379,9 +378,6 @@ class FaultCluster:
         net = self.lab.add(node_id)
         if env is not None:
             self.node_env[node_id] = env
-        old = self.cluster.nodes.get(node_id)
-        if old is not None:
-            self.retired.append(old)
         # No proxy: every http call goes to the sink on the bridge.
         base_env = {"http_proxy": "", "https_proxy": "", "HTTP_PROXY": "", "HTTPS_PROXY": ""}
         return self.cluster.add(node_id, env={**base_env, **self.node_env.get(node_id, {})},
@@ -391,15 +387,7 @@ class FaultCluster:
         for n in node_ids:
             self.add_node(n, (env or {}).get(n))
         self.monitor.start()
-        members = set(node_ids)
-        lo, hi = self.cluster.shards // len(members), -(-self.cluster.shards // len(members))
-
-        def balanced(m):
-            if len(m) != self.cluster.shards or any(v not in members for v in m.values()):
-                return False
-            c = Counter(m.values())
-            return all(lo <= c[n] <= hi for n in members)
-        self.monitor.wait(balanced, 90, f"shards balanced over {sorted(members)}")
+        self.wait_balanced(set(node_ids), 90)
         wait_until(lambda: self._every_job_ran(), 30, 0.2, "every job to run once")
         self.t_ready = time.time()
 
@@ -428,7 +416,13 @@ class FaultCluster:
                 return False
             c = Counter(m.values())
             return all(lo <= c[n] <= hi for n in members)
-        return self.monitor.wait(ok, timeout_s, f"shards balanced over {sorted(members)}")
+        try:
+            return self.monitor.wait(ok, timeout_s, f"shards balanced over {sorted(members)}")
+        except TimeoutError as e:
+            dead = {n: self.nodes[n].log_text()[-1500:] for n in members if not self.nodes[n].alive()}
+            if dead:
+                raise TimeoutError(f"{e}; nodes exited: " + "; ".join(f"{n}: {t}" for n, t in dead.items())) from None
+            raise
 
     def log(self, node_id: str) -> NodeLog:
         return NodeLog(self.nodes[node_id].log_text())
