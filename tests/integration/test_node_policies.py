@@ -171,5 +171,8 @@ def test_catch_up_all_runs_every_missed_slot_in_turn_even_with_overlap_skip(node
     missed = [r for r in got if stopped_at * 1000 < r.scheduled_at_ms < restarted_ms]
     assert len(missed) >= 3 and all(r.status == "succeeded" for r in missed), \
         f"catch-up all must run every missed slot, in turn: {[(r.scheduled_at_ms, r.status) for r in missed]}"
-    # A slot that comes due on time while the backlog runs follows the overlap policy as usual.
-    assert all(r.status == "succeeded" or "overlap" in (r.error or "") for r in got)
+    # A slot that comes due on time while the backlog runs follows the overlap policy as usual;
+    # the newest rows may still be claimed or running when this looks.
+    settled = [r for r in got if r.status not in ("claimed", "running")]
+    assert all(r.status == "succeeded" or "overlap" in (r.error or "") for r in settled), \
+        [(r.scheduled_at_ms, r.status, r.error) for r in settled if r.status != "succeeded"]
