@@ -1,7 +1,7 @@
 """PutJobs: many jobs in one call, each written by its shard's leader, with one result per job.
 
 The receiving node validates every job, groups the valid ones by shard, writes
-the groups of the shards it leads (one fenced transaction per shard), and
+the groups of the shards it leads (one fenced transaction for all of them), and
 forwards the rest as one PutJobs per leader, in parallel. Jobs whose shard
 has no reachable leader are retried until the deadline, like single calls.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from concurrent.futures import Executor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import grpc
 from sqlalchemy import exc as sa_exc
@@ -36,7 +36,7 @@ from shardcron.api.routing import (
     why_not_served,
 )
 from shardcron.api.status import clip, retry_hint, status_for
-from shardcron.errors import FencedOut, InvalidJob, JobNotFound, NotLeader
+from shardcron.errors import FencedOut, InvalidJob
 from shardcron.jobspec import check_admissible
 from shardcron.model import Job
 from shardcron.sharding import shard_for
@@ -63,13 +63,6 @@ def _ok(job: Job, *, unchanged: bool) -> pb.PutJobResult:
                            unchanged=unchanged)
 
 
-def _same_definition(a: Job, b: Job) -> bool:
-    """What ``store.jobs.import_jobs`` compares: the definition, not the version nor the paused state."""
-    def bare(j: Job) -> Job:
-        return replace(j, version=0, active_since_ms=0, paused=False)
-    return bare(a) == bare(b)
-
-
 class BatchWriter:
     def __init__(self, backend: Backend, router: Router, pool: Executor):
         self.backend = backend
@@ -91,10 +84,11 @@ class BatchWriter:
             by_shard: dict[int, list[_Item]] = defaultdict(list)
             for it in pending:
                 by_shard[it.shard].append(it)
+            local: dict[int, tuple[int, list[_Item]]] = {}
             for shard, items in sorted(by_shard.items()):
                 fence = self.backend.fence_if_leader(shard)
                 if fence is not None:
-                    retry += self._write_here(shard, fence, items, results, why, forwarded)
+                    local[shard] = (fence, items)
                 elif forwarded:
                     for it in items:
                         results[it.index] = _result(
@@ -108,6 +102,8 @@ class BatchWriter:
                     retry += items
             futures = [(addr, items, self.pool.submit(self._forward, addr, items, deadline.remaining()))
                        for addr, items in remote.items()]
+            if local:
+                retry += self._write_here(local, results, why, forwarded)
             for addr, items, fut in futures:
                 retry += self._forwarded_results(addr, items, fut, results, why)
             pending = retry
@@ -144,70 +140,68 @@ class BatchWriter:
 
     # -- on the leader ---------------------------------------------------------------
 
-    def _write_here(self, shard: int, fence: int, items: list[_Item], results: list, why: dict,
+    def _write_here(self, local: dict[int, tuple[int, list[_Item]]], results: list, why: dict,
                     forwarded: bool) -> list[_Item]:
-        """Write one shard's jobs under its fence; returns the items to retry elsewhere."""
-        try:
-            self._write_group(shard, fence, items, results)
-            return []
-        except (FencedOut, NotLeader) as e:
-            if not forwarded:
-                why[shard] = f"leadership moved during the call ({e})"
-                return items
-            code, message, retryable = grpc.StatusCode.UNAVAILABLE, f"leadership moved: {e}", True
-        except Exception as e:  # noqa: BLE001 - mapped per job, like a single call's status
-            code, message = status_for(e)
-            retryable = retry_hint(e)
-            if code is grpc.StatusCode.INTERNAL:
-                raise
-        for it in items:
-            if results[it.index] is None:
-                results[it.index] = _result(it.job.id, code, message, retryable=retryable)
-        return []
-
-    def _write_group(self, shard: int, fence: int, items: list[_Item], results: list) -> None:
+        """Write the jobs of the shards this node leads, under their fences, in one transaction;
+        returns the items to retry elsewhere (their shard's leadership moved)."""
         b = self.backend
         now = clock.wall_ms()
-        valid = []
-        for it in items:
-            try:
-                # this leader's flags decide
-                check_admissible(it.job, allow_shell=b.allow_shell, now_ms=now, shell_allow=getattr(b, "shell_allow", None))
-                valid.append(it)
-            except InvalidJob as e:
-                results[it.index] = _result(it.job.id, grpc.StatusCode.INVALID_ARGUMENT, str(e))
-        before: dict[str, Job | None] = {}
-        for it in valid:
-            try:
-                before[it.job.id] = job_store.get_job(b.engine, it.job.id)
-            except JobNotFound:
-                before[it.job.id] = None
         try:
-            job_store.import_jobs(b.engine, [it.job for it in valid], shard=shard, fence=fence, node_id=b.node_id,
-                                  now_ms=now)
-            written = valid
-        except (InvalidJob, sa_exc.DataError):
-            # A job the store refuses (a value the database cannot hold): one
-            # transaction per job instead, so that each gets its own answer.
-            written = []
-            for it in valid:
+            try:
+                outcome = job_store.import_jobs_many(
+                    b.engine, {shard: (fence, [it.job for it in items]) for shard, (fence, items) in local.items()},
+                    node_id=b.node_id, now_ms=now)
+                written, fenced_out = outcome.written, outcome.fenced_out
+            except (InvalidJob, sa_exc.DataError):
+                written, fenced_out = self._write_one_by_one(local, results, now)
+        except Exception as e:  # noqa: BLE001 - mapped per job, like a single call's status
+            code, message = status_for(e)
+            if code is grpc.StatusCode.INTERNAL:
+                raise
+            for _, items in local.values():
+                for it in items:
+                    results[it.index] = _result(it.job.id, code, message, retryable=retry_hint(e))
+            return []
+        retry: list[_Item] = []
+        for shard, (fence, items) in local.items():
+            if shard in fenced_out:
+                moved = f"leadership moved during the call ({FencedOut(shard, fence, fenced_out[shard])})"
+                if forwarded:
+                    for it in items:
+                        results[it.index] = _result(it.job.id, grpc.StatusCode.UNAVAILABLE, moved, retryable=True)
+                else:
+                    why[shard] = moved
+                    retry += items
+                continue
+            for it in items:
+                done = written.get(it.job.id)
+                if done is None:
+                    continue  # refused on its own (a result is set)
+                if not done.unchanged:
+                    b.job_written(shard, done.job)
+                results[it.index] = _ok(done.job, unchanged=done.unchanged)
+        return retry
+
+    def _write_one_by_one(self, local: dict[int, tuple[int, list[_Item]]], results: list,
+                          now: int) -> tuple[dict[str, job_store.Imported], dict[int, int | None]]:
+        """A job the store refuses (a value the database cannot hold) failed the whole
+        transaction: one per job instead, so that each gets its own answer."""
+        b = self.backend
+        written: dict[str, job_store.Imported] = {}
+        fenced_out: dict[int, int | None] = {}
+        for shard, (fence, items) in local.items():
+            for it in items:
+                if shard in fenced_out:
+                    break
                 try:
-                    job_store.import_jobs(b.engine, [it.job], shard=shard, fence=fence, node_id=b.node_id, now_ms=now)
-                    written.append(it)
+                    outcome = job_store.import_jobs_many(b.engine, {shard: (fence, [it.job])}, node_id=b.node_id,
+                                                         now_ms=now)
                 except (InvalidJob, sa_exc.DataError) as e:
                     results[it.index] = _result(it.job.id, *status_for(e))
-        for it in written:
-            old = before[it.job.id]
-            unchanged = old is not None and _same_definition(old, it.job)
-            if unchanged:
-                stored = old
-            elif old is None:
-                stored = replace(it.job, version=1, active_since_ms=now)
-            else:  # like the store, an existing job keeps its paused state (PauseJob/ResumeJob change it)
-                stored = replace(it.job, paused=old.paused, version=old.version + 1, active_since_ms=now)
-            if not unchanged:
-                b.job_written(shard, stored)
-            results[it.index] = _ok(stored, unchanged=unchanged)
+                    continue
+                written.update(outcome.written)
+                fenced_out.update(outcome.fenced_out)
+        return written, fenced_out
 
     # -- elsewhere ---------------------------------------------------------------------
 
