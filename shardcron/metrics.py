@@ -26,6 +26,9 @@ not_started = Counter("shardcron_ticks_not_started_total",
                       "Claimed ticks this node did not start (shard lost or lease not provably held).")
 leader_changes = Counter("shardcron_leader_changes_total", "Shards this node started or stopped leading.",
                          ["change"])
+takeover = Histogram("shardcron_shard_takeover_seconds",
+                     "From winning a shard's election to its jobs, last ticks and orphans loaded: ready to tick.",
+                     buckets=_CALL_BUCKETS)
 shards_led = Gauge("shardcron_shards_led", "Shards this node leads now.")
 session_alive = Gauge("shardcron_session_alive", "1 while the node holds its etcd lease, else 0.")
 lease_renewal_age = Gauge("shardcron_lease_renewal_age_seconds", "Seconds since the last confirmed lease renewal.")

@@ -28,6 +28,8 @@ from shardcron.errors import ConfigError, EtcdUnavailable, FencedOut, SessionLos
 
 log = logging.getLogger(__name__)
 
+JOB_COUNT_PROCLAIM_S = 2.0  # how stale the job counts that `shardcron shards` shows may be
+
 
 class ShardWork(Protocol):
     """What the coordinator needs from the scheduling side."""
@@ -79,7 +81,11 @@ class Coordinator:
         self._members_seen: tuple[str, ...] = ()
         self._members_changed_at = 0.0
         self._placements: dict[int, balancer.Placement] = {}
+        self._placed_for: tuple | None = None  # (shard count, members) that _placements was computed for
         self._last_proclaim: dict[int, int] = {}
+        self._next_count_proclaim = 0.0
+        self._undecided = True  # an event since the last _reconcile may change what a shard should do
+        self._decide_by = 0.0  # re-decide by then even without such events (settle windows, proclaims)
 
     # -- public -----------------------------------------------------------------
 
@@ -179,6 +185,7 @@ class Coordinator:
                 session.orphan()
 
     def _resync(self) -> None:
+        self._undecided = True
         if self._cancel_watch:
             self._cancel_watch()
         rev, kvs = self.etcd.get_prefix(self.layout.root)
@@ -213,19 +220,23 @@ class Coordinator:
             if self._stopping and self._all_idle():
                 self._leave()
                 return
-            self._reconcile()
+            if self._undecided or clock.monotonic() >= self._decide_by:
+                self._reconcile()
 
     def _handle(self, ev: tuple) -> None:
         kind = ev[0]
+        if kind == "watch":
+            with self.view_lock:
+                decisive = self.view.apply(ev[1], ev[2])
+            self._undecided |= decisive  # a mere re-proclaim changes no decision
+            return
+        self._undecided = True
         if kind == "lost":
             raise SessionLost(ev[1])
         if kind == "stop":
             if not self._stopping:
                 log.info("stopping: handing every shard over")
             self._stopping = True
-        elif kind == "watch":
-            with self.view_lock:
-                self.view.apply(ev[1], ev[2])
         elif kind == "watch_error":
             log.warning("watch on %s broke (%s); re-reading", self.layout.root, ev[1])
             self._try_resync()
@@ -291,7 +302,9 @@ class Coordinator:
         if self._members_changed_at and now - self._members_changed_at < self.s.settle_s and self._placements:
             return self._placements  # batch changes inside the settle window
         self._members_changed_at = 0.0
-        self._placements = balancer.assign(self.s.shard_count, members)
+        if self._placed_for != (self.s.shard_count, members):  # otherwise the same inputs, the same answer
+            self._placements = balancer.assign(self.s.shard_count, members)
+            self._placed_for = (self.s.shard_count, members)
         return self._placements
 
     def _resharding(self) -> bool:
@@ -313,6 +326,8 @@ class Coordinator:
         self.work.set_shard_count(n)
 
     def _reconcile(self) -> None:
+        self._undecided = False
+        self._decide_by = clock.monotonic() + self._next_wakeup()
         if self.session is None or self.session.done.is_set():
             return
         self._adopt_shard_count()
@@ -327,6 +342,8 @@ class Coordinator:
                             self._stopping or self._resharding())
             if action is not Action.NOTHING:
                 self._do(slot, action, role)
+                # What an action leads to may call for the next one before any event says so.
+                self._undecided = True
         self._proclaim_job_counts()
 
     def _check_key_present(self, slot: ShardSlot) -> None:
@@ -370,12 +387,17 @@ class Coordinator:
             log.warning("shard %d: %s failed: %s", slot.shard, action.value, e)
 
     def _acquire(self, slot: ShardSlot) -> None:
+        won_at = clock.monotonic()
         el = slot.election
         if not el.is_leader_now():
             return  # the mirror ran ahead of etcd; the deletion event will come
         slot.fence = el.rev + self.s.fence_offset
         slot.stop = threading.Event()
         self.work.acquire(slot.shard, slot.fence, slot.stop, self.session)
+        took = clock.monotonic() - won_at
+        metrics.takeover.observe(took)
+        log.info("shard %d: ready to tick %.0f ms after winning it (%d jobs)", slot.shard, took * 1000,
+                 self.work.job_count(slot.shard), extra={"shard": slot.shard, "fence": slot.fence})
         slot.set_state(ShardState.LEADER, f"elected, fence {slot.fence}")
         metrics.leader_changes.labels("gained").inc()
         metrics.shards_led.set(len(self.led_shards()))
@@ -418,7 +440,16 @@ class Coordinator:
         return v
 
     def _proclaim_job_counts(self) -> None:
-        """Keep the job count in the leader key fresh, so `shardcron shards` needs etcd alone."""
+        """Keep the job count in the leader key fresh, so `shardcron shards` needs etcd alone.
+
+        At most every JOB_COUNT_PROCLAIM_S: each proclaim is an etcd write that
+        every node's watch delivers and reconciles, so during a burst of
+        submissions counts proclaimed per change would keep all nodes busy.
+        """
+        now = clock.monotonic()
+        if now < self._next_count_proclaim:
+            return
+        self._next_count_proclaim = now + JOB_COUNT_PROCLAIM_S
         for shard in self.led_shards():
             n = self.work.job_count(shard)
             if self._last_proclaim.get(shard) != n:

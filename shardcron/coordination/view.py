@@ -60,19 +60,30 @@ class ClusterView:
         for kv in kvs:
             self._put(kv)
 
-    def apply(self, revision: int, events: list[WatchEvent]) -> set[int]:
-        """Apply watch events; returns the shards whose candidates changed."""
-        touched: set[int] = set()
+    def apply(self, revision: int, events: list[WatchEvent]) -> bool:
+        """Apply watch events; returns whether any can change a decision.
+
+        A leader re-proclaiming its key (new job count) changes neither who is
+        queued nor in what order, so those events alone return False: the
+        coordinator need not re-decide every shard for them.
+        """
+        decisive = False
         for ev in events:
-            parsed = self.layout.parse_candidate(ev.kv.key)
-            if parsed:
-                touched.add(parsed[0])
             if ev.kind == "put":
+                decisive |= not self._is_proclaim(ev.kv)
                 self._put(ev.kv)
             else:
+                decisive = True
                 self._delete(ev.kv.key)
         self.revision = max(self.revision, revision)
-        return touched
+        return decisive
+
+    def _is_proclaim(self, kv: KV) -> bool:
+        """A put over a candidate key we hold, same create revision and node: only its value changed."""
+        parsed = self.layout.parse_candidate(kv.key)
+        old = self.candidates.get(parsed[0], {}).get(kv.key) if parsed else None
+        return (old is not None and old.create_revision == kv.create_revision
+                and old.node_id == str(_json(kv.value).get("node", "?")))
 
     def _put(self, kv: KV) -> None:
         lay = self.layout
