@@ -2,4 +2,12 @@
 
 __version__ = "0.1.0"
 
-from shardcron.client import Client  # noqa: E402,F401 (after __version__, which cli.py imports)
+
+def __getattr__(name: str):
+    # `from shardcron import Client` works, but importing shardcron (every CLI
+    # command does) does not load grpc and the generated code until it is used.
+    if name == "Client":
+        from shardcron.client import Client
+
+        return Client
+    raise AttributeError(f"module 'shardcron' has no attribute {name!r}")

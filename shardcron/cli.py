@@ -223,7 +223,8 @@ def cmd_reshard(a: argparse.Namespace) -> int:
 # -- the parser ------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``command``, only that one of the lazily registered commands."""
     p = argparse.ArgumentParser(prog="shardcron", description="A sharded multi-leader cron cluster.")
     p.add_argument("--version", action="version", version=f"shardcron {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -265,23 +266,43 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--abort", action="store_true", help="cancel a reshard that has not cut over yet")
     rs.set_defaults(func=cmd_reshard)
 
-    from shardcron import admin_cli, bench
-    from shardcron.api import cli_jobs
+    # These commands' modules import grpc, SQLAlchemy or alembic; a command that
+    # needs none of them (`shards`, `nodes`) must not pay for them on every run.
+    if command in (None, "jobs", "ticks"):
+        from shardcron.api import cli_jobs
 
-    cli_jobs.register(sub)
-    admin_cli.register(sub)
-    bench.register(sub)
+        cli_jobs.register(sub)
+    if command in (None, "audit", "db"):
+        from shardcron import admin_cli
 
-    from shardcron import devcluster
+        admin_cli.register(sub)
+    if command in (None, "bench"):
+        from shardcron import bench
 
-    dev = sub.add_parser("dev", help="run a local 3-node cluster with demo jobs (what `make dev` runs)")
-    devcluster.add_flags(dev)
-    dev.set_defaults(func=devcluster.main)
+        bench.register(sub)
+    if command in (None, "dev"):
+        from shardcron import devcluster
+
+        dev = sub.add_parser("dev", help="run a local 3-node cluster with demo jobs (what `make dev` runs)")
+        devcluster.add_flags(dev)
+        dev.set_defaults(func=devcluster.main)
     return p
 
 
+def _named_command(argv: list[str]) -> str | None:
+    """The subcommand ``argv`` names; None when it names none we know (no command, a typo),
+    so that the parser gets every command and can list them."""
+    first = next((x for x in argv if not x.startswith("-")), None)
+    return first if first in _COMMANDS else None
+
+
+_COMMANDS = frozenset({"node", "shards", "nodes", "drain", "fences", "reshard",
+                       "jobs", "ticks", "audit", "db", "bench", "dev"})
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_named_command(argv))
     a = parser.parse_args(argv)
     try:
         return a.func(a)
