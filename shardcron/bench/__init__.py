@@ -17,11 +17,12 @@ from shardcron.errors import ConfigError
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="measure tick precision, throughput, failover and submission speed")
-    p.add_argument("scenario", choices=["precision", "throughput", "failover", "submit"])
-    p.add_argument("--jobs", type=int, default=1000, help="jobs firing every second (default %(default)s)")
+    p.add_argument("scenario", choices=["precision", "throughput", "failover", "submit", "at-size"])
+    p.add_argument("--jobs", type=int, default=None,
+                   help="jobs firing every second (default 1000); at-size: jobs held (default 100000)")
     p.add_argument("--seconds", type=int, default=60, help="measured window (default %(default)s)")
     p.add_argument("--nodes", type=int, default=None, help="node processes (default 1; 3 for failover)")
-    p.add_argument("--shards", type=int, default=64)
+    p.add_argument("--shards", type=int, default=None, help="shard count (default 64; at-size 256)")
     p.add_argument("--ttl", type=int, default=10, help="session TTL (default %(default)s)")
     p.add_argument("--db", default=None, help="store URL (default: SQLite in a temporary directory)")
     p.add_argument("--etcd", default=None, help="use this etcd instead of starting one")
@@ -38,9 +39,13 @@ def main(a: argparse.Namespace) -> int:
     from shardcron.bench import scenarios
     from shardcron.bench.harness import BenchEnv
 
+    if a.jobs is None:
+        a.jobs = 100_000 if a.scenario == "at-size" else 1000
     if a.jobs <= 0 or a.seconds <= 0:
         raise ConfigError("--jobs and --seconds must be positive")
-    nodes = a.nodes or (3 if a.scenario == "failover" else 1)
+    nodes = a.nodes or (3 if a.scenario in ("failover", "at-size") else 1)
+
+    a.shards = a.shards or (256 if a.scenario == "at-size" else 64)
 
     def env(n: int = nodes, ttl: int = a.ttl) -> BenchEnv:
         return BenchEnv(nodes=n, shards=a.shards, ttl=ttl, db=a.db, etcd=a.etcd)
@@ -58,6 +63,11 @@ def main(a: argparse.Namespace) -> int:
     elif a.scenario == "failover":
         with env() as e:
             figures = scenarios.failover(e, a.jobs, a.trials, a.graceful_trials)
+    elif a.scenario == "at-size":
+        from shardcron.bench import at_size
+
+        with env() as e:
+            figures = at_size.run(e, a.jobs)
     else:
         from shardcron.bench import submit
 
@@ -114,6 +124,10 @@ def render(out: dict) -> str:
         lines.append(tabulate(rows, headers=["trial", "stop", "shard", "stopped leader", "s to first claim",
                                              "slots caught up"], tablefmt="github"))
         lines.append(f"\nTTL {f['ttl']} s: kill -9 worst {f['kill9_max_s']} s; SIGTERM worst {f['sigterm_max_s']} s")
+    elif f["scenario"] == "at-size":
+        from shardcron.bench import at_size
+
+        lines.append(tabulate(at_size.render(f), headers=["at size", "measured", "target"], tablefmt="github"))
     else:
         rows = [[k, v["calls_per_s"], v["jobs_per_s"], v["p50_ms"], v["p99_ms"], v["errors"]]
                 for k, v in f["modes"].items()]

@@ -55,6 +55,7 @@ class BenchEnv:
     cluster: Cluster | None = None
 
     def __enter__(self) -> BenchEnv:
+        os.makedirs(self.workdir, exist_ok=True)
         if self.etcd is None:
             self._etcd = EtcdCluster(1, base_dir=os.path.join(self.workdir, "etcd")).start()
             self.etcd = self._etcd.endpoints

@@ -11,19 +11,13 @@ import time
 import pytest
 
 from shardcron.testing.cluster import Cluster, wait_until
+from tests.support.commands import audit
 
 pytestmark = pytest.mark.cluster
 
 TTL = 4
 SHARDS = 64
 JOBS = 300
-
-
-def audit(db: str, from_ms: int, to_ms: int) -> dict:
-    out = subprocess.run([sys.executable, "-m", "shardcron", "audit", "--db", db, "--from", str(from_ms),
-                          "--to", str(to_ms), "--json"], capture_output=True, text=True, timeout=300)
-    assert out.returncode in (0, 2), out.stderr
-    return json.loads(out.stdout)
 
 
 def test_join_crash_drain_under_load_moves_few_shards_and_keeps_every_slot(tmp_path, etcd_server, etcd_prefix,
