@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine, func, select
 
-from shardcron.store.engine import reading, store_errors
+from shardcron.store.engine import reading, writing
 from shardcron.store.schema import cluster_meta, shard_fences
 from shardcron.store.sql import insert_ignoring_duplicates
 
@@ -38,7 +38,7 @@ def read_epoch(engine: Engine) -> FenceEpoch:
 
 def claim_epoch(engine: Engine, cluster_id: int) -> FenceEpoch:
     """Record ``cluster_id`` if no cluster is recorded yet (the first node); return what is recorded."""
-    with store_errors(engine), engine.begin() as conn:
+    with writing(engine) as conn:
         insert_ignoring_duplicates(conn, cluster_meta, [{"key": CLUSTER_ID_KEY, "value": str(cluster_id)}])
     return read_epoch(engine)
 
@@ -50,7 +50,7 @@ def highest_fence(engine: Engine) -> int:
 
 def rebase(engine: Engine, new_cluster_id: int) -> FenceEpoch:
     """Move the stored fences onto a new etcd cluster: every new fence will exceed every stored one."""
-    with store_errors(engine), engine.begin() as conn:
+    with writing(engine) as conn:
         # Lock the fence rows so no fenced write interleaves with the rebase.
         rows = conn.execute(select(shard_fences.c.fence).with_for_update()).scalars().all()
         offset = max(rows, default=0)

@@ -14,11 +14,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TypeVar
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, bindparam, select
 from sqlalchemy import exc as sa_exc
 
 from shardcron.errors import FencedOut, StoreUnavailable
-from shardcron.store.engine import reading, store_errors
+from shardcron.store.engine import reading, writing
 from shardcron.store.schema import fence_log, shard_fences
 from shardcron.store.sql import insert_ignoring_duplicates, is_deadlock
 
@@ -45,7 +45,7 @@ def ensure_shards(engine: Engine, shard_count: int) -> None:
     Idempotent, and safe when several nodes start at once: a row another
     process inserted first is left as it is.
     """
-    with store_errors(engine), engine.begin() as conn:
+    with writing(engine) as conn:
         insert_missing_shards(conn, shard_count)
 
 
@@ -62,7 +62,7 @@ def raise_fence(engine: Engine, shard: int, fence: int, node_id: str, now_ms: in
     retry after a lost reply). A stored fence above ``fence`` means a newer
     leader exists: ``FencedOut``.
     """
-    with store_errors(engine), engine.begin() as conn:
+    with writing(engine) as conn:
         # The UPDATE waits for every open fenced transaction of the shard (they
         # hold the row's share lock) and then keeps newer ones out until commit.
         moved = conn.execute(
@@ -122,14 +122,18 @@ def fenced_many(engine: Engine, fences: Mapping[int, int]) -> Iterator[tuple[Con
     that two such transactions cannot deadlock. A leader's loop claims the
     slots of all its shards this way, one commit instead of one per shard.
     """
-    with store_errors(engine), engine.connect() as conn, conn.begin():
-        current = dict(conn.execute(
-            select(shard_fences.c.shard, shard_fences.c.fence)
-            .where(shard_fences.c.shard.in_(sorted(fences)))
-            .order_by(shard_fences.c.shard)
-            .with_for_update(read=True)
-        ).all())
+    with writing(engine) as conn:
+        current = dict(conn.execute(_FENCES_FOR_SHARE, {"shards": sorted(fences)}).all())
         yield conn, {s: current.get(s) for s, f in fences.items() if current.get(s) != f}
+
+
+# Built once: constructing a statement costs several times what running it does.
+_FENCES_FOR_SHARE = (
+    select(shard_fences.c.shard, shard_fences.c.fence)
+    .where(shard_fences.c.shard.in_(bindparam("shards", expanding=True)))
+    .order_by(shard_fences.c.shard)
+    .with_for_update(read=True)
+)
 
 
 def run_fenced(engine: Engine, shard: int, fence: int, work: Callable[[Connection], T]) -> T:

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, bindparam, select
 from shardcron.errors import ConfigError
 from shardcron.model import TickStatus
 from shardcron.sharding import shard_for
-from shardcron.store.engine import store_errors
+from shardcron.store.engine import writing
 from shardcron.store.schema import fence_log, jobs, shard_fences, ticks
 from shardcron.store.fences import insert_missing_shards
 from shardcron.store.sql import chunks
@@ -30,7 +30,7 @@ class CutOver:
 
 
 def cut_over(engine: Engine, *, new_count: int, fence: int, now_ms: int) -> CutOver:
-    with store_errors(engine), engine.begin() as conn:
+    with writing(engine) as conn:
         insert_missing_shards(conn, new_count)
         rows = conn.execute(select(shard_fences.c.shard, shard_fences.c.fence).with_for_update()).all()
         ahead = [(k, f) for k, f in rows if f > fence]
