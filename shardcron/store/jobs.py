@@ -24,6 +24,8 @@ from shardcron.store.sql import chunks
 _READ_COLUMNS = (jobs.c.id, jobs.c.shard, jobs.c.spec, jobs.c.version, jobs.c.paused, jobs.c.active_since_ms)
 # What every write sets (see _row); created_at_ms only on insert.
 _WRITE_COLUMNS = ("shard", "spec", "version", "paused", "fence", "node_id", "updated_at_ms", "active_since_ms")
+_JOBS_BY_IDS = select(*_READ_COLUMNS).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
+_VERSION_FOR_UPDATE = select(jobs.c.version).where(jobs.c.id == bindparam("id")).with_for_update()
 # Many jobs' updates as one executemany; parameters are the columns prefixed b_.
 _UPDATE_BY_ID = (
     jobs.update().where(jobs.c.id == bindparam("b_id")).values({c: bindparam(f"b_{c}") for c in _WRITE_COLUMNS})
@@ -51,16 +53,16 @@ def put_job(
     def work(conn: Connection) -> Job:
         # FOR UPDATE: two writes of one leader to one job (two API calls) must
         # not both read version N and both write N+1.
-        row = conn.execute(select(jobs.c.version).where(jobs.c.id == job.id).with_for_update()).first()
+        row = conn.execute(_VERSION_FOR_UPDATE, {"id": job.id}).first()
         actual = row.version if row else 0
         if expected_version is not None and expected_version != actual:
             raise VersionConflict(job.id, expected_version, actual)
         stored = replace(job, version=actual + 1, active_since_ms=now_ms)
         values = _row(stored, shard=shard, fence=fence, node_id=node_id, now_ms=now_ms)
         if row is None:
-            conn.execute(jobs.insert().values(id=job.id, created_at_ms=now_ms, **values))
+            conn.execute(jobs.insert(), {"id": job.id, "created_at_ms": now_ms, **values})
         else:
-            conn.execute(jobs.update().where(jobs.c.id == job.id).values(**values))
+            conn.execute(_UPDATE_BY_ID, {"b_id": job.id, **{f"b_{c}": v for c, v in values.items()}})
         _rewrite_labels(conn, [stored], existed=row is not None)
         return stored
 
@@ -114,7 +116,7 @@ def import_jobs_many(engine: Engine, by_shard: Mapping[int, tuple[int, Sequence[
                   for j in shard_jobs}
         stored = {}
         for part in chunks(list(wanted)):
-            stored.update({r.id: r for r in conn.execute(select(*_READ_COLUMNS).where(jobs.c.id.in_(part)))})
+            stored.update({r.id: r for r in conn.execute(_JOBS_BY_IDS, {"ids": list(part)})})
         written: dict[str, Imported] = {}
         inserts, updates = [], []
         for job_id, (shard, fence, job) in wanted.items():
@@ -269,10 +271,13 @@ def _from_row(row) -> Job:
 def _rewrite_labels(conn: Connection, written: Sequence[Job], *, existed: bool) -> None:
     if existed:
         for part in chunks([j.id for j in written]):
-            conn.execute(job_labels.delete().where(job_labels.c.job_id.in_(part)))
+            conn.execute(_DELETE_LABELS, {"ids": list(part)})
     rows = [{"job_id": j.id, "key": k, "value": v} for j in written for k, v in j.labels.items()]
     if rows:
         conn.execute(job_labels.insert(), rows)
+
+
+_DELETE_LABELS = job_labels.delete().where(job_labels.c.job_id.in_(bindparam("ids", expanding=True)))
 
 
 def _check_labels(job: Job) -> None:
