@@ -383,48 +383,60 @@ class Scheduler:
     def _dispatch_loop(self) -> None:
         while not self._closing:
             due = self._pop_due(self._dispatch, self._dispatch_cond, 0, lambda: self._closing)
-            inline: list[tuple[ResultWrite, int]] = []
+            groups: dict[tuple[int, int], list[Dispatch]] = defaultdict(list)  # in slot order of first appearance
             for _, _, shard, fence, d in due:
-                self._start(shard, fence, d, inline)
+                groups[(shard, fence)].append(d)
+            inline: list[tuple[int, int, Dispatch, int]] = []
+            for (shard, fence), ds in groups.items():
+                self._start_group(shard, fence, ds, inline)
             # Book-keeping for the ticks that completed inline comes after the whole
-            # burst has started, so the last start of a burst waits for no one's metrics.
+            # burst has started, so the last start of a burst waits for no one's records.
             if inline:
-                self.recorder.put_many([w for w, _ in inline])
-                for w, late in inline:
-                    self._started(w.shard, late)
-                self.stats.by_status[TickStatus.SUCCEEDED.value] += len(inline)
+                ok = TickStatus.SUCCEEDED
+                self.recorder.put_many([ResultWrite(shard, fence, d.slot, d.attempt, ExecutionResult(True, t, t), ok)
+                                        for shard, fence, d, t in inline])
+                for shard, _, d, t in inline:
+                    self._started(shard, t - d.slot.scheduled_at_ms)
+                self.stats.by_status[ok.value] += len(inline)
 
-    def _start(self, shard: int, fence: int, d: Dispatch, inline: list) -> None:
+    def _start_group(self, shard: int, fence: int, ds: list[Dispatch], inline: list) -> None:
+        """Start one shard's due ticks. The shard's lock is taken and its session checked
+        once for the group: a burst of a thousand slots starts in a few ms, far inside
+        the session's safety margin, and no stop can slip in while the lock is held."""
         run = self._runs.get(shard)
         if run is None or run.fence != fence:
             return
-        entry = run.jobs.get(d.slot.job_id)
         with run.lock:
             if not run.active or not run.session.can_act():
-                self.stats.not_started += 1
-                metrics.not_started.inc()
-                return  # the row stays claimed: whoever leads next re-claims it
-            if entry is None:
-                self._record(run, d, ExecutionResult(False, clock.wall_ms(), clock.wall_ms(),
-                                                     error="job deleted before its slot"), TickStatus.SKIPPED)
+                self.stats.not_started += len(ds)
+                metrics.not_started.inc(len(ds))
+                return  # the rows stay claimed: whoever leads next re-claims them
+            for d in ds:
+                self._start(run, d, inline)
+
+    def _start(self, run: ShardRun, d: Dispatch, inline: list) -> None:
+        """One tick, with ``run.lock`` held."""
+        entry = run.jobs.get(d.slot.job_id)
+        if entry is None:
+            self._record(run, d, ExecutionResult(False, clock.wall_ms(), clock.wall_ms(),
+                                                 error="job deleted before its slot"), TickStatus.SKIPPED)
+            return
+        if not d.manual and not overlap_allows(entry.job.overlap, entry.running):
+            if d.catch_up:
+                self._push_dispatch(run, d, not_before_ms=clock.wall_ms() + CATCH_UP_WAIT_MS)
                 return
-            if not d.manual and not overlap_allows(entry.job.overlap, entry.running):
-                if d.catch_up:
-                    self._push_dispatch(run, d, not_before_ms=clock.wall_ms() + CATCH_UP_WAIT_MS)
-                    return
-                self._record(run, d, ExecutionResult(False, clock.wall_ms(), clock.wall_ms(),
-                                                     error="overlap policy: the previous run is still going"),
-                             TickStatus.SKIPPED)
-                return
-            if entry.job.executor.kind is ExecutorKind.NOOP:
-                # No side effect to guard: it completes here, and the recorder writes it.
-                t = clock.wall_ms()
-                inline.append((ResultWrite(shard, fence, d.slot, d.attempt, ExecutionResult(True, t, t),
-                                           TickStatus.SUCCEEDED), t - d.slot.scheduled_at_ms))
-                return
-            run.in_flight += 1
-            entry.running += 1
-            metrics.running_executors.inc()
+            self._record(run, d, ExecutionResult(False, clock.wall_ms(), clock.wall_ms(),
+                                                 error="overlap policy: the previous run is still going"),
+                         TickStatus.SKIPPED)
+            return
+        if entry.job.executor.kind is ExecutorKind.NOOP:
+            # No side effect to guard: it completes here, and the recorder writes it.
+            inline.append((run.shard, run.fence, d, clock.wall_ms()))
+            return
+        run.in_flight += 1
+        entry.running += 1
+        metrics.running_executors.inc()
+        shard, fence = run.shard, run.fence
         tick = TickRun(entry.job, d.slot, d.attempt, shard, fence, self.node_id, run.stop, run.session)
 
         def work():
