@@ -38,6 +38,7 @@ def register(sub) -> None:
 def main(a: argparse.Namespace) -> int:
     from shardcron.bench import scenarios
     from shardcron.bench.harness import BenchEnv
+    from shardcron.testing.etcd_server import EtcdCluster
 
     if a.jobs is None:
         a.jobs = 100_000 if a.scenario == "at-size" else 1000
@@ -59,7 +60,15 @@ def main(a: argparse.Namespace) -> int:
             rates = [int(r) for r in a.rates.split(",") if r.strip()]
         except ValueError:
             raise ConfigError(f"--rates: expected numbers such as 1000,2000, got {a.rates!r}") from None
-        figures = scenarios.throughput(env, rates, a.seconds)
+        # One etcd for every step: a store remembers the etcd cluster its fences came from.
+        shared = None if a.etcd else EtcdCluster(1).start()
+        try:
+            figures = scenarios.throughput(
+                lambda: BenchEnv(nodes=nodes, shards=a.shards, ttl=a.ttl, db=a.db,
+                                 etcd=a.etcd or shared.endpoints), rates, a.seconds)
+        finally:
+            if shared:
+                shared.stop()
     elif a.scenario == "failover":
         with env() as e:
             figures = scenarios.failover(e, a.jobs, a.trials, a.graceful_trials)

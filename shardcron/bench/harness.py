@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 
 from shardcron.store.engine import make_engine
+from shardcron.store.schema import job_labels
 from shardcron.store.schema import jobs as jobs_table
 from shardcron.store.schema import ticks
 from shardcron.testing.cluster import Cluster, wait_until
@@ -97,6 +98,17 @@ class BenchEnv:
                 with engine.connect() as c:
                     return c.execute(select(func.count()).select_from(jobs_table)).scalar() >= count
             wait_until(loaded, timeout_s, 0.25, f"{count} jobs to be imported")
+        finally:
+            engine.dispose()
+
+    def forget_jobs(self, prefix: str) -> None:
+        """Delete the jobs this benchmark wrote under ``prefix`` (nodes stopped), so that the
+        next step on the same store does not run them too. Their ticks stay, as history."""
+        engine = make_engine(self.db)
+        try:
+            with engine.begin() as c:
+                c.execute(job_labels.delete().where(job_labels.c.job_id.like(f"{prefix}-%")))
+                c.execute(jobs_table.delete().where(jobs_table.c.id.like(f"{prefix}-%")))
         finally:
             engine.dispose()
 

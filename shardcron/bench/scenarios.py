@@ -73,7 +73,11 @@ def throughput(make_env, rates: list[int], seconds: int, p99_limit_ms: float = 1
     db = None
     for rate in rates:
         with make_env() as env:
-            m = precision(env, rate, seconds, prefix=f"tp{rate}")
+            try:
+                m = precision(env, rate, seconds, prefix=f"tp{rate}")
+            finally:
+                env.cluster.stop_all()
+                env.forget_jobs(f"tp{rate}")
             db = m["db"]
         m["rate"] = rate
         steps.append(m)

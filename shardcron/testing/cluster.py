@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from shardcron.testing.etcd_server import free_port
 
 
+class GaveUp(Exception):
+    """Raised by a ``wait_until`` predicate that knows the condition can no longer come true."""
+
+
 def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05, what: str = "") -> object:
     """Poll ``predicate`` until it returns something truthy; raise TimeoutError naming ``what``."""
     deadline = time.monotonic() + timeout_s
@@ -22,6 +26,8 @@ def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: fl
             value = predicate()
             if value:
                 return value
+        except GaveUp:
+            raise
         except Exception as e:  # noqa: BLE001 - keep polling; report the last error on timeout
             last_error = e
         if time.monotonic() > deadline:
@@ -167,6 +173,10 @@ class Cluster:
         hi = -(-self.shards // len(members))
 
         def ok():
+            for n in members & set(self.nodes):
+                if not self.nodes[n].alive():
+                    tail = self.nodes[n].log_text().strip().splitlines()[-3:]
+                    raise GaveUp(f"node {n} exited: " + " | ".join(tail))
             m = self.leaders()
             if any(v is None or v not in members for v in m.values()) or len(m) != self.shards:
                 return None
