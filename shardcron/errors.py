@@ -67,3 +67,12 @@ class VersionConflict(ShardcronError):
         self.job_id = job_id
         self.expected = expected
         self.actual = actual
+
+
+class TriggerBusy(ShardcronError):
+    """Every millisecond near now already holds a tick of the job: too many manual runs at once."""
+
+    def __init__(self, job_id: str, at_ms: int):
+        super().__init__(f"job {job_id!r}: no free millisecond for a manual tick near {at_ms}; "
+                         "too many triggers at once, retry")
+        self.job_id = job_id

@@ -22,6 +22,7 @@ from shardcron.errors import (
     SessionLost,
     ShardcronError,
     StoreUnavailable,
+    TriggerBusy,
     VersionConflict,
 )
 
@@ -69,7 +70,7 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         # PostgreSQL, a number out of its range): the caller's, not a bug.
         reason = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         return grpc.StatusCode.INVALID_ARGUMENT, f"request: the store cannot hold one of its values: {reason}"
-    if isinstance(exc, StoreUnavailable | EtcdUnavailable):
+    if isinstance(exc, StoreUnavailable | EtcdUnavailable | TriggerBusy):
         return grpc.StatusCode.UNAVAILABLE, str(exc)
     if isinstance(exc, ConfigError):
         return grpc.StatusCode.FAILED_PRECONDITION, str(exc)

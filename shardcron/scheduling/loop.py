@@ -29,7 +29,7 @@ from sqlalchemy.engine import Engine
 
 from shardcron import clock, metrics
 from shardcron.coordination.session import Session
-from shardcron.errors import StoreUnavailable
+from shardcron.errors import StoreUnavailable, TriggerBusy
 from shardcron.model import ExecutionResult, ExecutorKind, Job, SlotRef, TickStatus
 from shardcron.scheduling.policies import overlap_allows
 from shardcron.scheduling.recorder import Recorder, ResultWrite
@@ -274,7 +274,7 @@ class Scheduler:
             if got:
                 self._push_dispatch(run, Dispatch(got[0], 1, manual=True))
                 return got[0]
-        raise RuntimeError(f"no free millisecond for a manual tick of {job_id} near {now}")
+        raise TriggerBusy(job_id, now)
 
     def oldest_overdue_s(self) -> float:
         """Seconds since the oldest slot that is due but not started (the next-fire watchdog)."""

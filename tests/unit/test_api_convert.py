@@ -29,6 +29,7 @@ from shardcron.errors import (
     InvalidJob,
     JobNotFound,
     StoreUnavailable,
+    TriggerBusy,
     VersionConflict,
 )
 from shardcron.jobspec import job_from_dict
@@ -138,6 +139,7 @@ def test_page_tokens_round_trip_and_garbage_is_a_bad_request():
     (VersionConflict("a", 1, 2), grpc.StatusCode.ABORTED),
     (FencedOut(3, 4, 5), grpc.StatusCode.UNAVAILABLE),
     (StoreUnavailable("db down"), grpc.StatusCode.UNAVAILABLE),
+    (TriggerBusy("a", 1), grpc.StatusCode.UNAVAILABLE),
     (CallFailed(grpc.StatusCode.PERMISSION_DENIED, "no"), grpc.StatusCode.PERMISSION_DENIED),
     (KeyError("bug"), grpc.StatusCode.INTERNAL),
     (DataError("INSERT", {}, ValueError("PostgreSQL text fields cannot contain NUL (0x00) bytes")),
