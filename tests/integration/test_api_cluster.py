@@ -17,30 +17,12 @@ from shardcron.model import TickStatus
 from shardcron.sharding import shard_for
 from shardcron.store.engine import make_engine
 from shardcron.store.schema import fence_log, jobs, ticks
-from shardcron.testing.cluster import Cluster, wait_until
+from shardcron.testing.cluster import wait_until
+from tests.support.clusters import TTL
 
 pytestmark = pytest.mark.cluster
 
-TTL = 4
 CLUSTER_DBS = [k for k in ("sqlite", "postgresql") if k in os.environ.get("SHARDCRON_TEST_DBS", "sqlite,postgresql")]
-
-
-@pytest.fixture
-def make_cluster(etcd_server, etcd_prefix, tmp_path):
-    made: list[Cluster] = []
-
-    def make(db: str, shards: int) -> Cluster:
-        c = Cluster(etcd_server.endpoints, db, etcd_prefix, shards, TTL, str(tmp_path))
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.stop_all()
-    for c in made:
-        for n in c.nodes.values():
-            text = n.log_text()
-            assert "Traceback" not in text, f"{n.node_id} logged a traceback:\n{text[-4000:]}"
 
 
 def _comparable(m: dict) -> dict:

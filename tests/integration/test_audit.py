@@ -7,13 +7,10 @@ chosen times, so each test knows exactly what the audit must find.
 
 from __future__ import annotations
 
-import argparse
-import io
 import json
 import subprocess
 import sys
 import time
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -21,7 +18,6 @@ import pytest
 from shardcron import admin_cli, clock
 from shardcron.audit import FindingKind, run_audit
 from shardcron.coordination.etcd import Etcd
-from shardcron.errors import ShardcronError
 from shardcron.jobspec import job_from_dict
 from shardcron.model import CatchUp, ExecutionResult, SlotRef, TickStatus
 from shardcron.scheduling.policies import plan_catch_up
@@ -40,6 +36,7 @@ from shardcron.store import (
     take_over,
 )
 from shardcron.store.engine import make_engine
+from tests.support.commands import admin_command as shardcron
 
 S = 1000
 F1, F2 = 100, 200
@@ -51,22 +48,6 @@ LATER = T0 + 120 * S  # "now" for run_audit: every slot of the first minute is o
 
 def at(*seconds: int) -> list[int]:
     return [T0 + s * S for s in seconds]
-
-
-def shardcron(*argv: str) -> tuple[int, str, str]:
-    """Run a command as ``cli.main`` does (ShardcronError -> one line, exit 1), in process."""
-    parser = argparse.ArgumentParser(prog="shardcron")
-    sub = parser.add_subparsers(dest="command", required=True)
-    admin_cli.register(sub)
-    a = parser.parse_args(list(argv))
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            rc = a.func(a)
-        except ShardcronError as e:
-            print(f"shardcron: error: {e}", file=sys.stderr)
-            rc = 1
-    return rc, out.getvalue(), err.getvalue()
 
 
 def window(start_s: int = 0, end_s: int = 60) -> list[str]:

@@ -20,10 +20,10 @@ from shardcron.sharding import shard_for
 from shardcron.store.engine import make_engine
 from shardcron.store.schema import fence_log, ticks
 from shardcron.testing.cluster import Cluster, wait_until
+from tests.support.clusters import TTL
 
 pytestmark = pytest.mark.cluster
 
-TTL = 4
 CLUSTER_DBS = [k for k in ("sqlite", "postgresql") if k in os.environ.get("SHARDCRON_TEST_DBS", "sqlite,postgresql")]
 
 
@@ -45,24 +45,6 @@ def _inline(d: dict) -> str:
 @pytest.fixture(params=CLUSTER_DBS)
 def cluster_db(request, fresh_db_url):
     return fresh_db_url(request.param)
-
-
-@pytest.fixture
-def make_cluster(etcd_server, etcd_prefix, tmp_path):
-    made = []
-
-    def make(db: str, shards: int = 16, extra_args: list[str] | None = None) -> Cluster:
-        c = Cluster(etcd_server.endpoints, db, etcd_prefix, shards, TTL, str(tmp_path), extra_args=extra_args or [])
-        made.append(c)
-        return c
-
-    yield make
-    for c in made:
-        c.stop_all()
-    for c in made:
-        for n in c.nodes.values():
-            text = n.log_text()
-            assert "Traceback" not in text, f"{n.node_id} logged a traceback:\n{text[-4000:]}"
 
 
 def count_by_node(leaders: dict[int, str]) -> dict[str, int]:

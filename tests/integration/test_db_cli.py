@@ -2,38 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
-import io
 import subprocess
 import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
 from sqlalchemy import inspect, text
 
 from shardcron import admin_cli
-from shardcron.errors import ShardcronError
 from shardcron.store import current_revision, head_revision, make_engine
 from shardcron.store.schema import VERSION_TABLE, metadata
+from tests.support.commands import admin_command as shardcron
 
 HEAD = "0001_initial (head)"
-
-
-def shardcron(*argv: str) -> tuple[int, str, str]:
-    """Run a command as ``cli.main`` does (ShardcronError -> one line, exit 1), in process."""
-    parser = argparse.ArgumentParser(prog="shardcron")
-    sub = parser.add_subparsers(dest="command", required=True)
-    admin_cli.register(sub)
-    a = parser.parse_args(list(argv))
-    out, err = io.StringIO(), io.StringIO()
-    with redirect_stdout(out), redirect_stderr(err):
-        try:
-            rc = a.func(a)
-        except ShardcronError as e:
-            print(f"shardcron: error: {e}", file=sys.stderr)
-            rc = 1
-    return rc, out.getvalue(), err.getvalue()
 
 
 def masked(url: str) -> str:

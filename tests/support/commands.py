@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 import json
 import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
+
+from shardcron import admin_cli
+from shardcron.errors import ShardcronError
 
 
 def shardcron(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
@@ -17,3 +23,20 @@ def audit(db: str, from_ms: int, to_ms: int) -> dict:
     out = shardcron("audit", "--db", db, "--from", str(from_ms), "--to", str(to_ms), "--json", timeout_s=300)
     assert out.returncode in (0, 2), out.stderr
     return json.loads(out.stdout)
+
+
+def admin_command(*argv: str) -> tuple[int, str, str]:
+    """Run ``shardcron audit|db ...`` as ``cli.main`` does (ShardcronError -> one line, exit 1), in process:
+    (exit status, stdout, stderr)."""
+    parser = argparse.ArgumentParser(prog="shardcron")
+    sub = parser.add_subparsers(dest="command", required=True)
+    admin_cli.register(sub)
+    a = parser.parse_args(list(argv))
+    out, err = io.StringIO(), io.StringIO()
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            rc = a.func(a)
+        except ShardcronError as e:
+            print(f"shardcron: error: {e}", file=sys.stderr)
+            rc = 1
+    return rc, out.getvalue(), err.getvalue()

@@ -1,0 +1,28 @@
+"""pytest fixture: clusters of real node processes, stopped after the test, whose logs must hold no traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardcron.testing.cluster import Cluster
+
+TTL = 4  # short, so that failovers in tests take seconds
+
+
+@pytest.fixture
+def make_cluster(etcd_server, etcd_prefix, tmp_path):
+    """``make_cluster(db, shards=16, extra_args=None)``: a Cluster over the session's etcd."""
+    made: list[Cluster] = []
+
+    def make(db: str, shards: int = 16, extra_args: list[str] | None = None) -> Cluster:
+        c = Cluster(etcd_server.endpoints, db, etcd_prefix, shards, TTL, str(tmp_path), extra_args=extra_args or [])
+        made.append(c)
+        return c
+
+    yield make
+    for c in made:
+        c.stop_all()
+    for c in made:
+        for n in c.nodes.values():
+            text = n.log_text()
+            assert "Traceback" not in text, f"{n.node_id} logged a traceback:\n{text[-4000:]}"
