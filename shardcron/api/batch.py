@@ -1,9 +1,11 @@
 """PutJobs: many jobs in one call, each written by its shard's leader, with one result per job.
 
-The receiving node validates every job, groups the valid ones by shard, writes
-the groups of the shards it leads (one fenced transaction for all of them), and
-forwards the rest as one PutJobs per leader, in parallel. Jobs whose shard
-has no reachable leader are retried until the deadline, like single calls.
+The receiving node checks every job's id and groups the jobs by shard; it
+parses, checks and writes the jobs of the shards it leads (one fenced
+transaction for all of them), and forwards the rest as one PutJobs per
+leader, in parallel, whose node checks them in turn. Jobs whose shard has no
+reachable leader are checked at once, then retried until the deadline, like
+single calls.
 
 This is ``store.jobs.import_jobs``'s semantics: a job whose stored
 definition is unchanged keeps its version and its schedule position, so
@@ -37,7 +39,7 @@ from shardcron.api.routing import (
 )
 from shardcron.api.status import clip, retry_hint, status_for
 from shardcron.errors import FencedOut, InvalidJob
-from shardcron.jobspec import check_admissible
+from shardcron.jobspec import check_admissible, validate_job_id
 from shardcron.model import Job
 from shardcron.sharding import shard_for
 from shardcron.store import jobs as job_store
@@ -49,9 +51,10 @@ MAX_JOBS_PER_CALL = 10_000
 @dataclass
 class _Item:
     index: int
-    job: Job
+    id: str
     shard: int
     proto: pb.Job
+    job: Job | None = None  # parsed and checked only where it is needed: see BatchWriter._parsed
 
 
 def _result(job_id: str, code: grpc.StatusCode, message: str, *, retryable: bool = False) -> pb.PutJobResult:
@@ -88,18 +91,19 @@ class BatchWriter:
             for shard, items in sorted(by_shard.items()):
                 fence = self.backend.fence_if_leader(shard)
                 if fence is not None:
-                    local[shard] = (fence, items)
+                    if items := self._parsed(items, results):
+                        local[shard] = (fence, items)
                 elif forwarded:
                     for it in items:
                         results[it.index] = _result(
-                            it.job.id, grpc.StatusCode.UNAVAILABLE,
+                            it.id, grpc.StatusCode.UNAVAILABLE,
                             f"node {self.backend.node_id} does not lead shard {shard} (leadership moved)",
                             retryable=True)
                 elif addr := self.router.leader_elsewhere(shard):
                     remote[addr] += items
                 else:
                     why[shard] = None if not self.backend.leader_address(shard) else "this node is taking it over"
-                    retry += items
+                    retry += self._parsed(items, results)  # a bad job is answered now, not after the wait
             futures = [(addr, items, self.pool.submit(self._forward, addr, items, deadline.remaining()))
                        for addr, items in remote.items()]
             if local:
@@ -112,31 +116,48 @@ class BatchWriter:
             time.sleep(min(backoff, deadline.remaining()))
             backoff = min(backoff * 2, BACKOFF_MAX_S)
         for it in pending:
-            results[it.index] = _result(it.job.id, grpc.StatusCode.UNAVAILABLE,
+            results[it.index] = _result(it.id, grpc.StatusCode.UNAVAILABLE,
                                         unavailable_message(it.shard, why.get(it.shard), deadline.elapsed()),
                                         retryable=True)
         return pb.PutJobsResponse(results=results)
 
     def _validate(self, request: pb.PutJobsRequest, results: list) -> list[_Item]:
-        now = clock.wall_ms()
+        """The call's items by id and shard. Only the id is checked here: a job is parsed
+        where it is written (its leader checks it with its own flags and clock), so a
+        node that forwards most of a batch does not parse it twice."""
         first: dict[str, int] = {}
         items = []
         for i, p in enumerate(request.jobs):
             try:
-                job = job_from_proto(p)
-                check_admissible(job, allow_shell=self.backend.allow_shell, now_ms=now,
-                                 shell_allow=getattr(self.backend, "shell_allow", None))
+                job_id = validate_job_id(p.id)
             except InvalidJob as e:
                 results[i] = _result(p.id, grpc.StatusCode.INVALID_ARGUMENT, str(e))
                 continue
-            if job.id in first:
-                results[i] = _result(job.id, grpc.StatusCode.INVALID_ARGUMENT,
-                                     f"id: {job.id!r} appears more than once in this call "
-                                     f"(first as jobs[{first[job.id]}])")
+            if job_id in first:
+                results[i] = _result(job_id, grpc.StatusCode.INVALID_ARGUMENT,
+                                     f"id: {job_id!r} appears more than once in this call "
+                                     f"(first as jobs[{first[job_id]}])")
                 continue
-            first[job.id] = i
-            items.append(_Item(i, job, shard_for(job.id, self.backend.shard_count), p))
+            first[job_id] = i
+            items.append(_Item(i, job_id, shard_for(job_id, self.backend.shard_count), p))
         return items
+
+    def _parsed(self, items: list[_Item], results: list) -> list[_Item]:
+        """The items whose job parses and is admissible here; the others get INVALID_ARGUMENT."""
+        now = clock.wall_ms()
+        ok = []
+        for it in items:
+            if it.job is None:
+                try:
+                    job = job_from_proto(it.proto)
+                    check_admissible(job, allow_shell=self.backend.allow_shell, now_ms=now,
+                                     shell_allow=getattr(self.backend, "shell_allow", None))
+                except InvalidJob as e:
+                    results[it.index] = _result(it.id, grpc.StatusCode.INVALID_ARGUMENT, str(e))
+                    continue
+                it.job = job
+            ok.append(it)
+        return ok
 
     # -- on the leader ---------------------------------------------------------------
 
@@ -160,7 +181,7 @@ class BatchWriter:
                 raise
             for _, items in local.values():
                 for it in items:
-                    results[it.index] = _result(it.job.id, code, message, retryable=retry_hint(e))
+                    results[it.index] = _result(it.id, code, message, retryable=retry_hint(e))
             return []
         retry: list[_Item] = []
         for shard, (fence, items) in local.items():
@@ -168,13 +189,13 @@ class BatchWriter:
                 moved = f"leadership moved during the call ({FencedOut(shard, fence, fenced_out[shard])})"
                 if forwarded:
                     for it in items:
-                        results[it.index] = _result(it.job.id, grpc.StatusCode.UNAVAILABLE, moved, retryable=True)
+                        results[it.index] = _result(it.id, grpc.StatusCode.UNAVAILABLE, moved, retryable=True)
                 else:
                     why[shard] = moved
                     retry += items
                 continue
             for it in items:
-                done = written.get(it.job.id)
+                done = written.get(it.id)
                 if done is None:
                     continue  # refused on its own (a result is set)
                 if not done.unchanged:
@@ -197,7 +218,7 @@ class BatchWriter:
                     outcome = job_store.import_jobs_many(b.engine, {shard: (fence, [it.job])}, node_id=b.node_id,
                                                          now_ms=now)
                 except (InvalidJob, sa_exc.DataError) as e:
-                    results[it.index] = _result(it.job.id, *status_for(e))
+                    results[it.index] = _result(it.id, *status_for(e))
                     continue
                 written.update(outcome.written)
                 fenced_out.update(outcome.fenced_out)
@@ -218,7 +239,7 @@ class BatchWriter:
                     why[it.shard] = why_not_served(addr, e)
                 return items
             for it in items:
-                results[it.index] = _result(it.job.id, e.code(), e.details() or "")
+                results[it.index] = _result(it.id, e.code(), e.details() or "")
             return []
         retry = []
         for it, r in zip(items, response.results, strict=False):
@@ -229,5 +250,5 @@ class BatchWriter:
                 results[it.index] = r
         if len(response.results) != len(items):
             for it in items[len(response.results):]:
-                results[it.index] = _result(it.job.id, grpc.StatusCode.INTERNAL, f"{addr} returned too few results")
+                results[it.index] = _result(it.id, grpc.StatusCode.INTERNAL, f"{addr} returned too few results")
         return retry
