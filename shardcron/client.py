@@ -16,10 +16,13 @@ to the next when nothing answers there. Failures are ``ApiError`` subclasses
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 
 import grpc
 
@@ -39,6 +42,7 @@ from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
 DEFAULT_TIMEOUT_S = 30.0
 # PutJobs calls are cut to stay well inside the servers' message limit.
 BATCH_JOBS = 1000
+IN_FLIGHT_BATCHES = 4  # PutJobs calls of one put_jobs in flight at once
 BATCH_BYTES = MAX_MESSAGE_BYTES // 2
 
 
@@ -85,11 +89,16 @@ class PutResult:
 
     id: str
     ok: bool
-    job: Job | None = None  # the stored job, when ok
     code: str = "OK"  # the gRPC status name
     message: str = ""
     retryable: bool = False  # UNAVAILABLE: the shard had no leader in time; sending it again may succeed
     unchanged: bool = False  # ok, and the stored job was already this one: nothing was written
+    stored: pb.Job | None = field(default=None, repr=False, compare=False)  # as the server answered
+
+    @functools.cached_property
+    def job(self) -> Job | None:
+        """The stored job, when ok; decoded on first use, so a batch of thousands costs nothing for it."""
+        return stored_job_from_proto(self.stored) if self.stored is not None else None
 
 
 def parse_targets(targets: str | Sequence[str]) -> list[str]:
@@ -171,18 +180,32 @@ class Client:
             req.expected_version = expected_version
         return stored_job_from_proto(self._call("PutJob", req, timeout_s).job)
 
-    def put_jobs(self, jobs: Iterable[Job], *, timeout_s: float | None = None) -> list[PutResult]:
-        """Create or replace many jobs (unchanged ones are left alone); one result per job, in order."""
+    def put_jobs(self, jobs: Iterable[Job], *, timeout_s: float | None = None,
+                 in_flight: int = IN_FLIGHT_BATCHES) -> list[PutResult]:
+        """Create or replace many jobs (unchanged ones are left alone); one result per job, in order.
+
+        The jobs go in batches of up to 1,000, ``in_flight`` of them at a time, so
+        that the nodes' cores work on one batch while the next is on the wire.
+        """
         results: list[PutResult] = []
-        for batch in _batches(job_to_proto(j, redact=False) for j in jobs):
-            response = self._call("PutJobs", pb.PutJobsRequest(jobs=batch), timeout_s)
+        pending: deque[Future] = deque()
+
+        def collect(response: pb.PutJobsResponse) -> None:
             for r in response.results:
                 ok = r.code == 0
                 results.append(PutResult(
-                    id=r.id, ok=ok, job=stored_job_from_proto(r.job) if ok else None,
+                    id=r.id, ok=ok, stored=r.job if ok else None,
                     code=grpc.StatusCode.OK.name if ok else _code_name(r.code), message=r.message,
                     retryable=r.retryable, unchanged=r.unchanged,
                 ))
+
+        with ThreadPoolExecutor(max(1, in_flight), thread_name_prefix="put-jobs") as pool:
+            for batch in _batches(job_to_proto(j, redact=False) for j in jobs):
+                pending.append(pool.submit(self._call, "PutJobs", pb.PutJobsRequest(jobs=batch), timeout_s))
+                if len(pending) >= in_flight:
+                    collect(pending.popleft().result())
+            while pending:
+                collect(pending.popleft().result())
         return results
 
     def get_job(self, job_id: str, *, timeout_s: float | None = None) -> Job:
