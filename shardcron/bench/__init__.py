@@ -128,11 +128,14 @@ def render(out: dict) -> str:
             lines.append(f"APScheduler at {p['jobs']}/s: missed {p['missed']} of {p['expected']}, "
                          f"p99 {p['lateness_ms']['p99']} ms")
     elif f["scenario"] == "failover":
-        rows = [[t["trial"], t["kind"], t["shard"], t["victim"], t["seconds_to_first_claim"], t["slots_caught_up"]]
+        rows = [[t["trial"], t["kind"], t["shard"], t["victim"], t["seconds_to_new_leader"],
+                 t["seconds_to_first_claim"], t["slots_caught_up"], t["max_lateness_s"], t["slots_not_run"]]
                 for t in f["trials"]]
-        lines.append(tabulate(rows, headers=["trial", "stop", "shard", "stopped leader", "s to first claim",
-                                             "slots caught up"], tablefmt="github"))
-        lines.append(f"\nTTL {f['ttl']} s: kill -9 worst {f['kill9_max_s']} s; SIGTERM worst {f['sigterm_max_s']} s")
+        lines.append(tabulate(rows, headers=["trial", "stop", "shard", "stopped leader", "s to new leader",
+                                             "s to first claim", "slots caught up", "max lateness s",
+                                             "slots not run"], tablefmt="github"))
+        lines.append(f"\nTTL {f['ttl']} s: kill -9 worst {f['kill9_max_s']} s to the successor's first claim; "
+                     f"SIGTERM worst {f['sigterm_max_s']} s to the new leader")
     elif f["scenario"] == "at-size":
         from shardcron.bench import at_size
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from sqlalchemy import func, select
 
 from shardcron.store.engine import make_engine
-from shardcron.store.schema import job_labels
+from shardcron.store.schema import fence_log, job_labels
 from shardcron.store.schema import jobs as jobs_table
 from shardcron.store.schema import ticks
 from shardcron.testing.cluster import Cluster, wait_until
@@ -120,6 +120,17 @@ class BenchEnv:
                                         ticks.c.claimed_at_ms, ticks.c.status, ticks.c.node_id, ticks.c.fence,
                                         ticks.c.shard, ticks.c.manual)
                                  .where(ticks.c.scheduled_at_ms >= from_ms, ticks.c.scheduled_at_ms < to_ms)).all()
+        finally:
+            engine.dispose()
+
+    def fence_raises(self, shard: int, since_ms: int) -> list:
+        """(fence, node_id, raised_at_ms) of the shard's fence raises at or after ``since_ms``, oldest first."""
+        engine = make_engine(self.db)
+        try:
+            with engine.connect() as c:
+                return c.execute(select(fence_log.c.fence, fence_log.c.node_id, fence_log.c.raised_at_ms)
+                                 .where(fence_log.c.shard == shard, fence_log.c.raised_at_ms >= since_ms)
+                                 .order_by(fence_log.c.raised_at_ms)).all()
         finally:
             engine.dispose()
 

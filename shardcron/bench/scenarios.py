@@ -116,9 +116,18 @@ def failover(env: BenchEnv, jobs: int, trials: int, graceful_trials: int) -> dic
         first_claim = min(r.claimed_at_ms for r in rows)
         new_fence = max(r.fence for r in rows)
         caught_up = sum(1 for r in rows if r.fence == new_fence and r.scheduled_at_ms < first_claim - 500)
+        raised = [r for r in env.fence_raises(shard, t_kill_ms) if r.node_id != victim]
+        # Every slot from the stop until the successor's first claim must have run once, catch-up included.
+        window = wait_until(lambda: _settled(env, shard, t_kill_ms - 1000, first_claim + 2000), 30, 0.2,
+                            "the hand-over's slots to be recorded")
         results.append({"trial": i + 1, "kind": "SIGTERM" if graceful else "SIGKILL", "shard": shard,
                         "victim": victim, "seconds_to_first_claim": round((first_claim - t_kill_ms) / 1000, 3),
-                        "slots_caught_up": caught_up})
+                        "seconds_to_new_leader": round((raised[0].raised_at_ms - t_kill_ms) / 1000, 3)
+                        if raised else None,
+                        "slots_caught_up": caught_up,
+                        "max_lateness_s": round(max(r.started_at_ms - r.scheduled_at_ms for r in window) / 1000, 3)
+                        if window else None,
+                        "slots_not_run": sum(1 for r in window if r.status != "succeeded")})
         if node.proc:
             node.proc.wait(30)
         # Bring the node back so the next trial starts from a full cluster.
@@ -126,10 +135,16 @@ def failover(env: BenchEnv, jobs: int, trials: int, graceful_trials: int) -> dic
         env.cluster.add(victim, extra_args=["--jobs", jobs_file])
         env.cluster.wait_balanced(set(env.cluster.nodes), 120 + 2 * env.ttl)
     crash = [r["seconds_to_first_claim"] for r in results if r["kind"] == "SIGKILL"]
-    soft = [r["seconds_to_first_claim"] for r in results if r["kind"] == "SIGTERM"]
+    soft = [r["seconds_to_new_leader"] or r["seconds_to_first_claim"] for r in results if r["kind"] == "SIGTERM"]
     return {"scenario": "failover", "ttl": env.ttl, "nodes": env.nodes, "jobs": jobs, "trials": results,
             "kill9_max_s": max(crash) if crash else None, "sigterm_max_s": max(soft) if soft else None,
             "db": _db_kind(env.db)}
+
+
+def _settled(env: BenchEnv, shard: int, from_ms: int, to_ms: int) -> list | None:
+    """The shard's rows in the window once every one has started and finished, else None."""
+    rows = [r for r in env.tick_rows(from_ms, to_ms) if r.shard == shard]
+    return rows if rows and all(r.started_at_ms and r.status not in ("claimed", "running") for r in rows) else None
 
 
 def _db_kind(url: str | None) -> str:
