@@ -12,7 +12,7 @@ import json
 
 from tabulate import tabulate
 
-from shardcron.errors import ConfigError
+from shardcron.errors import ConfigError, ShardcronError
 
 
 def register(sub) -> None:
@@ -36,6 +36,16 @@ def register(sub) -> None:
 
 
 def main(a: argparse.Namespace) -> int:
+    from shardcron.testing.cluster import GaveUp
+
+    try:
+        return _run(a)
+    except (TimeoutError, GaveUp, RuntimeError) as e:
+        # A cluster that would not come up or a node that died: say which, without a traceback.
+        raise ShardcronError(f"bench {a.scenario}: {e}") from None
+
+
+def _run(a: argparse.Namespace) -> int:
     from shardcron.bench import scenarios
     from shardcron.bench.harness import BenchEnv
     from shardcron.testing.etcd_server import EtcdCluster

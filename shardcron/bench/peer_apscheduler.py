@@ -15,6 +15,10 @@ from shardcron.bench.harness import percentile
 from shardcron.errors import ShardcronError
 
 
+def noop() -> None:
+    """The job every peer run executes."""
+
+
 def run(jobs: int, seconds: int, store: str = "memory", workdir: str = "/tmp") -> dict:
     try:
         from apscheduler.executors.pool import ThreadPoolExecutor
@@ -27,9 +31,6 @@ def run(jobs: int, seconds: int, store: str = "memory", workdir: str = "/tmp") -
     lock = threading.Lock()
     start = datetime.fromtimestamp(int(time.time()) + 3, UTC)
     window_end = start + timedelta(seconds=seconds)
-
-    def tick(scheduled_ts: float) -> None:
-        pass
 
     if store == "sqlite":
         from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
@@ -56,7 +57,8 @@ def run(jobs: int, seconds: int, store: str = "memory", workdir: str = "/tmp") -
 
     sched.add_listener(listener, EVENT_JOB_EXECUTED | EVENT_JOB_MISSED)
     for i in range(jobs):
-        sched.add_job(tick, "interval", seconds=1, start_date=start, args=[0.0], id=f"j{i}")
+        # By textual reference: a persistent job store pickles the job, and a closure cannot be.
+        sched.add_job(f"{__name__}:noop", "interval", seconds=1, start_date=start, id=f"j{i}")
     sched.start()
     try:
         while datetime.now(UTC) < window_end + timedelta(seconds=3):

@@ -28,15 +28,22 @@ def sane_ticks(f: dict) -> None:
         assert lat["p50"] <= lat["p99"] <= lat["p99.9"] <= lat["max"]
 
 
-def test_precision_with_the_apscheduler_peer(tmp_path):
-    f = bench(tmp_path, "precision", "--jobs", "50", "--seconds", "3", "--shards", "8", "--peer", "apscheduler")
+@pytest.mark.parametrize("peer_store", ["memory", "sqlite"])
+def test_precision_with_the_apscheduler_peer(tmp_path, peer_store):
+    f = bench(tmp_path, "precision", "--jobs", "50", "--seconds", "3", "--shards", "8", "--peer", "apscheduler",
+              "--peer-store", peer_store)
     sane_ticks(f["shardcron"])
     sane_ticks(f["peer"])
+    assert f["peer"]["peer"] == f"apscheduler ({peer_store} store)"
     assert f["shardcron"]["cpu_ms_per_1000_ticks"] > 0 and f["shardcron"]["peak_rss_mb"] > 10
 
 
-def test_throughput_steps(tmp_path):
-    f = bench(tmp_path, "throughput", "--rates", "20,40", "--seconds", "3", "--shards", "8")["shardcron"]
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_throughput_steps(tmp_path, fresh_db_url, kind):
+    # On a server database every step shares one store: each must start clean and agree with it.
+    db = ["--db", fresh_db_url(kind)] if kind != "sqlite" else []
+    f = bench(tmp_path, "throughput", "--rates", "20,40", "--seconds", "3", "--shards", "8", *db)["shardcron"]
+    assert f["db"] == kind
     assert 1 <= len(f["steps"]) <= 2
     for step in f["steps"]:
         sane_ticks(step)
@@ -49,6 +56,7 @@ def test_failover_kill_and_sigterm(tmp_path):
     kinds = [t["kind"] for t in f["trials"]]
     assert kinds == ["SIGKILL", "SIGTERM"]
     assert all(t["seconds_to_first_claim"] >= 0 for t in f["trials"])
+    assert all(t["slots_not_run"] == 0 and t["seconds_to_new_leader"] is not None for t in f["trials"])
     assert f["kill9_max_s"] >= 0 and f["sigterm_max_s"] >= 0
 
 
