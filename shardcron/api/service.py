@@ -18,6 +18,7 @@ import grpc
 from shardcron import clock
 from shardcron.api.backend import Backend
 from shardcron.api.batch import BatchWriter
+from shardcron.api.group_commit import GroupCommit
 from shardcron.api.convert import (
     INT64_MAX,
     BadRequest,
@@ -56,6 +57,7 @@ class SchedulerService:
         self.stopping = stopping
         self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="api-forward")
         self.batch = BatchWriter(backend, router, self._pool)
+        self.group_commit = GroupCommit(backend.engine, backend.node_id)
         self.watches = Watches(backend, router, stopping)
 
     def close(self) -> None:
@@ -86,8 +88,7 @@ class SchedulerService:
 
         def here(fence: int) -> pb.PutJobResponse:
             self._admissible(job)
-            stored = job_store.put_job(b.engine, job, shard=shard, fence=fence, node_id=b.node_id,
-                                       now_ms=clock.wall_ms(), expected_version=expected)
+            stored = self.group_commit.put(job_store.Put(job, shard, fence, expected))
             b.job_written(shard, stored)
             return pb.PutJobResponse(job=self._job_answer(stored))
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy import Connection, Engine, bindparam, func, select
 
-from shardcron.errors import FencedOut, InvalidJob, JobNotFound, VersionConflict
+from shardcron.errors import FencedOut, InvalidJob, JobNotFound, ShardcronError, VersionConflict
 from shardcron.jobspec import job_from_json, job_to_json
 from shardcron.model import Job
 from shardcron.store.engine import reading
@@ -25,11 +25,24 @@ _READ_COLUMNS = (jobs.c.id, jobs.c.shard, jobs.c.spec, jobs.c.version, jobs.c.pa
 # What every write sets (see _row); created_at_ms only on insert.
 _WRITE_COLUMNS = ("shard", "spec", "version", "paused", "fence", "node_id", "updated_at_ms", "active_since_ms")
 _JOBS_BY_IDS = select(*_READ_COLUMNS).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
-_VERSION_FOR_UPDATE = select(jobs.c.version).where(jobs.c.id == bindparam("id")).with_for_update()
+_VERSIONS_FOR_UPDATE = (
+    select(jobs.c.id, jobs.c.version).where(jobs.c.id.in_(bindparam("ids", expanding=True))).with_for_update()
+)
 # Many jobs' updates as one executemany; parameters are the columns prefixed b_.
 _UPDATE_BY_ID = (
     jobs.update().where(jobs.c.id == bindparam("b_id")).values({c: bindparam(f"b_{c}") for c in _WRITE_COLUMNS})
 )
+
+
+@dataclass(frozen=True)
+class Put:
+    """One PutJob: ``expected_version`` 0 means the job must not exist yet, N that it must be
+    at version N (``VersionConflict`` otherwise), None accepts any."""
+
+    job: Job
+    shard: int
+    fence: int
+    expected_version: int | None = None
 
 
 def put_job(
@@ -44,29 +57,69 @@ def put_job(
 ) -> Job:
     """Insert or replace ``job``; returns it with its new version and active_since_ms.
 
-    ``expected_version``: 0 means the job must not exist yet, N that it must
-    be at version N (``VersionConflict`` otherwise); None accepts any.
     A new definition takes effect now: slots before ``now_ms`` are not owed.
     """
-    _check_labels(job)
+    answer = put_each(engine, [Put(job, shard, fence, expected_version)], node_id=node_id, now_ms=now_ms)[0]
+    if isinstance(answer, Exception):
+        raise answer
+    return answer
 
-    def work(conn: Connection) -> Job:
-        # FOR UPDATE: two writes of one leader to one job (two API calls) must
-        # not both read version N and both write N+1.
-        row = conn.execute(_VERSION_FOR_UPDATE, {"id": job.id}).first()
-        actual = row.version if row else 0
-        if expected_version is not None and expected_version != actual:
-            raise VersionConflict(job.id, expected_version, actual)
-        stored = replace(job, version=actual + 1, active_since_ms=now_ms)
-        values = _row(stored, shard=shard, fence=fence, node_id=node_id, now_ms=now_ms)
-        if row is None:
-            conn.execute(jobs.insert(), {"id": job.id, "created_at_ms": now_ms, **values})
-        else:
-            conn.execute(_UPDATE_BY_ID, {"b_id": job.id, **{f"b_{c}": v for c, v in values.items()}})
-        _rewrite_labels(conn, [stored], existed=row is not None)
-        return stored
 
-    return run_fenced(engine, shard, fence, work)
+def put_each(engine: Engine, puts: Sequence[Put], *, node_id: str, now_ms: int) -> list[Job | ShardcronError]:
+    """Many puts, each as ``put_job`` would do it, in one fenced transaction: one answer per
+    put, in order, the stored job or the error that put alone would have raised
+    (``VersionConflict``, ``FencedOut``, ``InvalidJob``). Puts of one job apply in turn,
+    so the second sees the version the first wrote. What lets a leader commit
+    concurrent API calls together (see api/group_commit.py).
+    """
+    answers: list[Job | ShardcronError | None] = [None] * len(puts)
+    for i, p in enumerate(puts):
+        try:
+            _check_labels(p.job)
+        except InvalidJob as e:
+            answers[i] = e
+    live = [i for i, a in enumerate(answers) if a is None]
+    newest: dict[int, int] = {}  # shard -> the newest fence among the puts (an older one is stale anyway)
+    for i in live:
+        newest[puts[i].shard] = max(newest.get(puts[i].shard, 0), puts[i].fence)
+    if not live:
+        return answers  # type: ignore[return-value]
+
+    def work(conn: Connection, stale: dict[int, int | None]) -> list:
+        out = list(answers)
+        ids = sorted({puts[i].job.id for i in live})
+        # FOR UPDATE, in id order: two transactions of one leader writing one job
+        # must not both read version N and both write N+1, nor deadlock.
+        versions: dict[str, int] = {}
+        for part in chunks(ids):
+            versions.update({r.id: r.version for r in conn.execute(_VERSIONS_FOR_UPDATE, {"ids": list(part)})})
+        existed = set(versions)
+        staged: dict[str, tuple[Job, int, int]] = {}
+        for i in live:
+            p = puts[i]
+            if p.shard in stale or p.fence != newest[p.shard]:
+                out[i] = FencedOut(p.shard, p.fence, stale[p.shard] if p.shard in stale else newest[p.shard])
+                continue
+            actual = versions.get(p.job.id, 0)
+            if p.expected_version is not None and p.expected_version != actual:
+                out[i] = VersionConflict(p.job.id, p.expected_version, actual)
+                continue
+            out[i] = stored = replace(p.job, version=actual + 1, active_since_ms=now_ms)
+            versions[p.job.id] = stored.version
+            staged[p.job.id] = (stored, p.shard, p.fence)
+        inserts = [{"id": j.id, "created_at_ms": now_ms, **_row(j, s, f, node_id, now_ms)}
+                   for j, s, f in staged.values() if j.id not in existed]
+        updates = [{"b_id": j.id, **{f"b_{c}": v for c, v in _row(j, s, f, node_id, now_ms).items()}}
+                   for j, s, f in staged.values() if j.id in existed]
+        if inserts:
+            conn.execute(jobs.insert(), inserts)
+        if updates:
+            conn.execute(_UPDATE_BY_ID, updates)
+        _rewrite_labels(conn, [j for j, _, _ in staged.values() if j.id in existed], existed=True)
+        _rewrite_labels(conn, [j for j, _, _ in staged.values() if j.id not in existed], existed=False)
+        return out
+
+    return run_fenced_many(engine, newest, work)
 
 
 @dataclass(frozen=True)
@@ -295,11 +348,13 @@ __all__ = [
     "delete_job",
     "get_job",
     "ImportOutcome",
+    "Put",
     "Imported",
     "import_jobs",
     "import_jobs_many",
     "list_jobs",
     "load_shard_jobs",
+    "put_each",
     "put_job",
     "set_paused",
 ]
