@@ -400,18 +400,21 @@ class Scheduler:
                 self.stats.by_status[ok.value] += len(inline)
 
     def _start_group(self, shard: int, fence: int, ds: list[Dispatch], inline: list) -> None:
-        """Start one shard's due ticks. The shard's lock is taken and its session checked
-        once for the group: a burst of a thousand slots starts in a few ms, far inside
-        the session's safety margin, and no stop can slip in while the lock is held."""
+        """Start one shard's due ticks under one acquisition of the shard's lock.
+
+        The stop event and the session are still checked before every tick: a
+        session loss sets the stop event from the keepalive thread, without the
+        lock, and must stop a burst half-way.
+        """
         run = self._runs.get(shard)
         if run is None or run.fence != fence:
             return
         with run.lock:
-            if not run.active or not run.session.can_act():
-                self.stats.not_started += len(ds)
-                metrics.not_started.inc(len(ds))
-                return  # the rows stay claimed: whoever leads next re-claims them
-            for d in ds:
+            for k, d in enumerate(ds):
+                if not run.active or not run.session.can_act():
+                    self.stats.not_started += len(ds) - k
+                    metrics.not_started.inc(len(ds) - k)
+                    return  # the rows stay claimed: whoever leads next re-claims them
                 self._start(run, d, inline)
 
     def _start(self, run: ShardRun, d: Dispatch, inline: list) -> None:
