@@ -107,16 +107,8 @@ def put_each(engine: Engine, puts: Sequence[Put], *, node_id: str, now_ms: int) 
             out[i] = stored = replace(p.job, version=actual + 1, active_since_ms=now_ms)
             versions[p.job.id] = stored.version
             staged[p.job.id] = (stored, p.shard, p.fence)
-        inserts = [{"id": j.id, "created_at_ms": now_ms, **_row(j, s, f, node_id, now_ms)}
-                   for j, s, f in staged.values() if j.id not in existed]
-        updates = [{"b_id": j.id, **{f"b_{c}": v for c, v in _row(j, s, f, node_id, now_ms).items()}}
-                   for j, s, f in staged.values() if j.id in existed]
-        if inserts:
-            conn.execute(jobs.insert(), inserts)
-        if updates:
-            conn.execute(_UPDATE_BY_ID, updates)
-        _rewrite_labels(conn, [j for j, _, _ in staged.values() if j.id in existed], existed=True)
-        _rewrite_labels(conn, [j for j, _, _ in staged.values() if j.id not in existed], existed=False)
+        _write(conn, [w for w in staged.values() if w[0].id not in existed],
+               [w for w in staged.values() if w[0].id in existed], node_id=node_id, now_ms=now_ms)
         return out
 
     return run_fenced_many(engine, newest, work)
@@ -176,7 +168,7 @@ def import_jobs_many(engine: Engine, by_shard: Mapping[int, tuple[int, Sequence[
             row = stored.get(job_id)
             if row is None:
                 new = replace(job, version=1, active_since_ms=now_ms)
-                inserts.append({"id": job_id, "created_at_ms": now_ms, **_row(new, shard, fence, node_id, now_ms)})
+                inserts.append((new, shard, fence))
                 written[job_id] = Imported(new, unchanged=False)
                 continue
             job = replace(job, paused=bool(row.paused))  # the API's pause outlives a re-import
@@ -184,18 +176,26 @@ def import_jobs_many(engine: Engine, by_shard: Mapping[int, tuple[int, Sequence[
                 written[job_id] = Imported(replace(job, version=row.version, active_since_ms=row.active_since_ms), True)
                 continue
             new = replace(job, version=row.version + 1, active_since_ms=now_ms)
-            updates.append({"b_id": job_id, **{f"b_{c}": v for c, v in _row(new, shard, fence, node_id,
-                                                                             now_ms).items()}})
+            updates.append((new, shard, fence))
             written[job_id] = Imported(new, unchanged=False)
-        if inserts:
-            conn.execute(jobs.insert(), inserts)
-        if updates:
-            conn.execute(_UPDATE_BY_ID, updates)
-        _rewrite_labels(conn, [written[u["b_id"]].job for u in updates], existed=True)
-        _rewrite_labels(conn, [written[i["id"]].job for i in inserts], existed=False)
+        _write(conn, inserts, updates, node_id=node_id, now_ms=now_ms)
         return ImportOutcome(written, stale)
 
     return run_fenced_many(engine, {shard: fence for shard, (fence, _) in by_shard.items()}, work)
+
+
+def _write(conn: Connection, inserts: Sequence[tuple[Job, int, int]], updates: Sequence[tuple[Job, int, int]], *,
+           node_id: str, now_ms: int) -> None:
+    """Write new and existing jobs, each given as (job as stored, shard, fence): one executemany
+    each, and their labels rewritten."""
+    if inserts:
+        conn.execute(jobs.insert(), [{"id": j.id, "created_at_ms": now_ms, **_row(j, s, f, node_id, now_ms)}
+                                     for j, s, f in inserts])
+    if updates:
+        conn.execute(_UPDATE_BY_ID, [{"b_id": j.id, **{f"b_{c}": v for c, v in _row(j, s, f, node_id, now_ms).items()}}
+                                     for j, s, f in updates])
+    _rewrite_labels(conn, [j for j, _, _ in updates], existed=True)
+    _rewrite_labels(conn, [j for j, _, _ in inserts], existed=False)
 
 
 def delete_job(engine: Engine, job_id: str, *, shard: int, fence: int) -> None:
