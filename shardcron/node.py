@@ -65,7 +65,7 @@ class NodeBackend:
         return self._node.scheduler.trigger_now(shard, job_id)
 
     def shard_map(self) -> dict:
-        from shardcron.cli import shard_map_from_view
+        from shardcron.coordination.view import shard_map_from_view
 
         with self._node.coordinator.view_lock:
             return shard_map_from_view(self._node.coordinator.view, self._node.cfg.prefix)
@@ -81,7 +81,7 @@ class NodeBackend:
         return unsubscribe
 
     def _fan_out(self, write) -> None:
-        from shardcron.api.backend import TickEvent
+        from shardcron.model import TickEvent
 
         ev = TickEvent(write.slot.job_id, write.slot.scheduled_at_ms, write.shard, write.fence, self.node_id,
                        write.status, write.attempt, write.result.started_at_ms, write.result.finished_at_ms,

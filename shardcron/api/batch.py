@@ -24,7 +24,7 @@ import grpc
 from sqlalchemy import exc as sa_exc
 
 from shardcron import clock
-from shardcron.api.backend import Backend
+from shardcron.abc import Backend
 from shardcron.api.convert import job_from_proto, job_to_proto
 from shardcron.api.routing import (
     BACKOFF_FIRST_S,

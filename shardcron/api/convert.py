@@ -14,7 +14,7 @@ import binascii
 from dataclasses import replace
 from typing import Any
 
-from shardcron.api.backend import TickEvent
+from shardcron.model import TickEvent
 from shardcron.errors import InvalidJob
 from shardcron.jobspec import job_from_dict
 from shardcron.model import CatchUp, ExecutorKind, Job, Overlap, ScheduleKind, Tick, TickStatus

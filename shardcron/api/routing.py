@@ -24,7 +24,7 @@ from typing import TypeVar
 import grpc
 
 from shardcron.api.security import ChannelSecurity, open_channel
-from shardcron.api.backend import Backend
+from shardcron.abc import Backend
 from shardcron.api.status import NODE_HEADER, RETRY_HEADER, CallFailed
 from shardcron.errors import FencedOut, NotLeader
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc

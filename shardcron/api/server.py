@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from shardcron.api.security import ChannelSecurity, ServerSecurity, TokenCheck, server_credentials
-from shardcron.api.backend import Backend
+from shardcron.abc import Backend
 from shardcron.api.routing import MAX_MESSAGE_BYTES, Router
 from shardcron.api.service import SchedulerService
 from shardcron.api.status import NODE_HEADER, RETRY_HEADER, clip, log_if_bug, retry_hint, status_for

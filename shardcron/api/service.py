@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 
 from shardcron import clock
-from shardcron.api.backend import Backend
+from shardcron.abc import Backend
 from shardcron.api.batch import BatchWriter
 from shardcron.api.group_commit import GroupCommit
 from shardcron.api.convert import (

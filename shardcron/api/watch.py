@@ -21,7 +21,8 @@ from collections.abc import Iterator
 import grpc
 
 from shardcron import clock
-from shardcron.api.backend import Backend, TickEvent
+from shardcron.abc import Backend
+from shardcron.model import TickEvent
 from shardcron.api.convert import tick_event_to_proto
 from shardcron.api.routing import FORWARDED_METADATA, Router, not_leader_here
 from shardcron.api.status import CallFailed

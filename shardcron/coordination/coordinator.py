@@ -14,9 +14,9 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from shardcron import clock, metrics
+from shardcron.abc import ShardWork
 from shardcron.coordination import balancer, membership
 from shardcron.coordination.election import Election
 from shardcron.coordination.etcd import Etcd
@@ -29,21 +29,6 @@ from shardcron.errors import ConfigError, EtcdUnavailable, FencedOut, SessionLos
 log = logging.getLogger(__name__)
 
 JOB_COUNT_PROCLAIM_S = 2.0  # how stale the job counts that `shardcron shards` shows may be
-
-
-class ShardWork(Protocol):
-    """What the coordinator needs from the scheduling side."""
-
-    def acquire(self, shard: int, fence: int, stop: threading.Event, session: Session) -> None:
-        """Raise the fence in the store and start running the shard's jobs. Raises FencedOut when stale."""
-
-    def release(self, shard: int, grace_s: float, on_done: Callable[[], None]) -> None:
-        """Stop claiming, wait up to ``grace_s`` for running ticks, then call ``on_done`` (from any thread)."""
-
-    def job_count(self, shard: int) -> int: ...
-
-    def set_shard_count(self, shard_count: int) -> None:
-        """The cluster was resharded: jobs now map to ``shard_count`` shards."""
 
 
 @dataclass

@@ -141,3 +141,37 @@ def read_view(etcd: Etcd, layout: KeyLayout) -> ClusterView:
     view = ClusterView(layout)
     view.load(rev, kvs)
     return view
+
+
+def shard_map_from_view(view: ClusterView, prefix: str) -> dict:
+    """The shard-to-leader map that ``shardcron shards --json`` prints and GetShards serves."""
+    from shardcron.coordination.balancer import fair_share
+
+    n = view.shard_count
+    rows = []
+    led: dict[str, int] = {}
+    for shard in range(n or 0):
+        q = view.queue(shard)
+        leader = q[0] if q else None
+        leading = bool(leader and leader.leader_since_ms)
+        if leading:
+            led[leader.node_id] = led.get(leader.node_id, 0) + 1
+        rows.append({
+            "shard": shard,
+            "leader": leader.node_id if leading else None,
+            "address": leader.address if leading else None,
+            "fence": (leader.fence or leader.create_revision) if leader else None,
+            "leader_since_ms": leader.leader_since_ms if leader else None,
+            "candidates": len(q),
+            "jobs": leader.jobs if leading and leader.jobs is not None else None,
+            "state": "leading" if leading else "electing" if leader else "no leader",
+        })
+    reshard = view.reshard
+    lo, hi = fair_share(n or 0, len(view.active_members()))
+    nodes = [
+        {"node": m.node_id, "address": m.address, "started_at_ms": m.started_at_ms, "leads": led.get(m.node_id, 0),
+         "fair_share": f"{lo}-{hi}" if lo != hi else str(lo), "draining": m.node_id in view.drains}
+        for m in sorted(view.members.values(), key=lambda m: m.node_id)
+    ]
+    return {"prefix": prefix, "shard_count": n, "revision": view.revision, "shards": rows, "nodes": nodes,
+            "reshard": reshard}

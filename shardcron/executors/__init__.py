@@ -7,7 +7,7 @@ that any number of worker threads may call at once.
 from __future__ import annotations
 
 from shardcron.errors import InvalidJob
-from shardcron.executors.base import Executor
+from shardcron.abc import Executor
 from shardcron.executors.describe import describe
 from shardcron.executors.http import HttpExecutor
 from shardcron.executors.noop import NoopExecutor

@@ -1,4 +1,4 @@
-"""The executor interface, and the few helpers every executor shares.
+"""The few helpers every executor shares (the interface is ``shardcron.abc.Executor``).
 
 An executor runs one attempt of one tick, called by the scheduling loop from a
 worker thread. It never raises for a job failure: connection refused, a DNS
@@ -11,21 +11,14 @@ starts with ``"cancelled: "``.
 from __future__ import annotations
 
 import codecs
-import threading
 import time
 from datetime import UTC, datetime
-from typing import Protocol, runtime_checkable
 
-from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutionResult, ExecutorSpec, TickContext
+from shardcron.model import OUTPUT_LIMIT_BYTES
 
 # How often an executor that waits for something else looks at ``cancel``.
 # It bounds how late a cancelled attempt notices, not how late a finished one does.
 CANCEL_POLL_S = 0.05
-
-
-@runtime_checkable
-class Executor(Protocol):
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event) -> ExecutionResult: ...
 
 
 def now_ms() -> int:

@@ -41,22 +41,16 @@ import functools
 import threading
 import zoneinfo
 from datetime import datetime, timedelta, timezone
-from typing import Protocol
 
 from croniter import CroniterBadDateError, croniter
 
+from shardcron.abc import Trigger
 from shardcron.model import Schedule, ScheduleKind
 
 _EPOCH = datetime(1970, 1, 1)
 _EPOCH_UTC = _EPOCH.replace(tzinfo=timezone.utc)
 _MS = timedelta(milliseconds=1)
 _SECOND = timedelta(seconds=1)
-
-
-class Trigger(Protocol):
-    def next_after(self, after_ms: int) -> int | None:
-        """The first slot strictly after ``after_ms``; ``None`` when there are no more."""
-        ...
 
 
 class IntervalTrigger:

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy.engine import make_url
 
-from shardcron.devsink import Sink
-from shardcron.testing.etcd_server import EtcdCluster
-from shardcron.testing.netns import NetError, NetLab, TcpForwarder, cleanup_stale
+from shardcron.dev.sink import Sink
+from shardcron.dev.testing.etcd_server import EtcdCluster
+from tests.faults.netns import NetError, NetLab, TcpForwarder, cleanup_stale
 from tests.faults import harness
 from tests.support.databases import SERVER_URLS
 

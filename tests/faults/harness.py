@@ -47,12 +47,12 @@ from sqlalchemy.engine import Engine, make_url
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.view import read_view
-from shardcron.devsink import Sink
+from shardcron.dev.sink import Sink
 from shardcron.store.engine import make_engine
 from shardcron.store.schema import fence_log, jobs, ticks
-from shardcron.testing.cluster import Cluster, NodeProcess, wait_until
-from shardcron.testing.etcd_server import EtcdCluster, EtcdMember
-from shardcron.testing.netns import NetLab, TcpForwarder
+from shardcron.dev.testing.cluster import Cluster, NodeProcess, wait_until
+from shardcron.dev.testing.etcd_server import EtcdCluster, EtcdMember
+from tests.faults.netns import NetLab, TcpForwarder
 
 FINAL = {"succeeded", "failed", "skipped", "abandoned"}
 WINDOW_S = 60  # every scenario checks at least this much schedule

@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import select
 
 from shardcron.store.schema import ticks
-from shardcron.testing.cluster import wait_until
+from shardcron.dev.testing.cluster import wait_until
 from tests.faults.harness import sleep_until
 
 pytestmark = pytest.mark.faults
@@ -20,7 +20,7 @@ def test_the_etcd_client_moves_to_a_live_member_when_its_member_dies(figures):
     (Quick, no namespaces: the root cause behind scenario 4's dropped shards, if it fails.)
     """
     from shardcron.coordination.etcd import Etcd
-    from shardcron.testing.etcd_server import EtcdCluster
+    from shardcron.dev.testing.etcd_server import EtcdCluster
 
     figures["scenario"] = "4a. etcd client failover (no network faults)"
     with EtcdCluster(3) as cluster:

@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from shardcron.sharding import shard_for
 from shardcron.store.schema import ticks
-from shardcron.testing.cluster import wait_until
+from shardcron.dev.testing.cluster import wait_until
 from tests.faults.harness import sleep_until
 
 pytestmark = pytest.mark.faults

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from shardcron.store.schema import ticks
-from shardcron.testing.cluster import wait_until
+from shardcron.dev.testing.cluster import wait_until
 from tests.faults.harness import pg_ctl, sleep_until
 from tests.support.databases import server_problem
 

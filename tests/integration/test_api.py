@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from shardcron import Client
-from shardcron.client import InvalidRequest, NotFound, Unavailable
+from shardcron.api.client import InvalidRequest, NotFound, Unavailable
 from shardcron.jobspec import MAX_PAYLOAD_BYTES, job_from_dict
-from shardcron.testing.cluster import Cluster, wait_until
-from shardcron.testing.etcd_server import free_port
+from shardcron.dev.testing.cluster import Cluster, wait_until
+from shardcron.dev.testing.etcd_server import free_port
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
 from tests.support.databases import create_database

@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from shardcron.testing.cluster import Cluster, wait_until
-from shardcron.testing.etcd_server import free_port
+from shardcron.dev.testing.cluster import Cluster, wait_until
+from shardcron.dev.testing.etcd_server import free_port
 
 pytestmark = pytest.mark.cluster
 

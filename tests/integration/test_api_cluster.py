@@ -11,13 +11,13 @@ import pytest
 from sqlalchemy import select
 
 from shardcron import Client
-from shardcron.client import Conflict, InvalidRequest, NotFound, Unavailable
+from shardcron.api.client import Conflict, InvalidRequest, NotFound, Unavailable
 from shardcron.jobspec import job_from_dict
 from shardcron.model import TickStatus
 from shardcron.sharding import shard_for
 from shardcron.store.engine import make_engine
 from shardcron.store.schema import fence_log, jobs, ticks
-from shardcron.testing.cluster import wait_until
+from shardcron.dev.testing.cluster import wait_until
 from tests.support.clusters import TTL
 
 pytestmark = pytest.mark.cluster

@@ -12,10 +12,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from shardcron.api.security import ChannelSecurity, open_channel
-from shardcron.client import ApiError, Client, InvalidRequest
+from shardcron.api.client import ApiError, Client, InvalidRequest
 from shardcron.jobspec import job_from_dict
 from shardcron.sharding import shard_for
-from shardcron.testing.cluster import Cluster, eventually
+from shardcron.dev.testing.cluster import Cluster, eventually
 from tests.support.pki import make_pki
 
 pytestmark = pytest.mark.cluster

@@ -1,6 +1,6 @@
 """At size: 3 nodes hold 100,000 jobs over 256 shards on PostgreSQL, submitted through the API.
 
-This is ``shardcron bench at-size`` (shardcron/bench/at_size.py) with its figures
+This is ``shardcron bench at-size`` (shardcron/dev/bench/at_size.py) with its figures
 checked for what can be asserted without a stopwatch: every job accepted and
 stored once in its shard, the CLI's answers complete, the drained node's
 shards taken over with all their jobs loaded, every slot of the ticking jobs
@@ -19,13 +19,13 @@ import pytest
 from sqlalchemy import func, select
 from tabulate import tabulate
 
-from shardcron.bench import at_size
-from shardcron.bench.harness import BenchEnv
+from shardcron.dev.bench import at_size
+from shardcron.dev.bench.harness import BenchEnv
 from shardcron.sharding import shard_for
 from shardcron.store import jobs as job_store
 from shardcron.store.engine import make_engine
 from shardcron.store.schema import jobs as jobs_table
-from shardcron.testing.cluster import wait_until
+from shardcron.dev.testing.cluster import wait_until
 from tests.support.commands import audit, shardcron
 
 pytestmark = [pytest.mark.cluster, pytest.mark.at_size]

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from shardcron import admin_cli, clock
+from shardcron import clock
+from shardcron.cli import admin as admin_cli
 from shardcron.audit import FindingKind, run_audit
 from shardcron.coordination.etcd import Etcd
 from shardcron.jobspec import job_from_dict

@@ -15,11 +15,11 @@ from sqlalchemy import func, select
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.view import read_view
-from shardcron.devsink import Sink
+from shardcron.dev.sink import Sink
 from shardcron.sharding import shard_for
 from shardcron.store.engine import make_engine
 from shardcron.store.schema import fence_log, ticks
-from shardcron.testing.cluster import Cluster, wait_until
+from shardcron.dev.testing.cluster import Cluster, wait_until
 from tests.support.clusters import TTL
 
 pytestmark = pytest.mark.cluster
@@ -237,7 +237,7 @@ def test_bad_jobs_file_is_refused_with_a_clear_error(tmp_path, jobs_toml, expect
 
 
 def test_unreachable_etcd_at_start_up_names_the_endpoint(tmp_path):
-    from shardcron.testing.etcd_server import free_port
+    from shardcron.dev.testing.etcd_server import free_port
 
     port = free_port()
     out = run_node_cli(["--etcd", f"127.0.0.1:{port}", "--db", f"sqlite:///{tmp_path}/x.db", "--ttl", "3"])
@@ -278,7 +278,7 @@ def test_sigint_and_sigterm_both_stop_cleanly(etcd_server, etcd_prefix, tmp_path
 
 
 def test_shards_says_clearly_when_etcd_is_unreachable():
-    from shardcron.testing.etcd_server import free_port
+    from shardcron.dev.testing.etcd_server import free_port
 
     port = free_port()
     out = subprocess.run([sys.executable, "-m", "shardcron", "shards", "--etcd", f"127.0.0.1:{port}"],

@@ -12,7 +12,7 @@ from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.membership import ensure_config, register
 from shardcron.coordination.session import Session
 from shardcron.errors import ConfigError, EtcdUnavailable
-from shardcron.testing.cluster import eventually, wait_until
+from shardcron.dev.testing.cluster import eventually, wait_until
 
 
 @pytest.fixture
@@ -122,7 +122,7 @@ def test_a_live_node_id_cannot_register_twice(etcd, etcd_prefix):
 
 
 def test_unreachable_etcd_is_a_clear_error():
-    from shardcron.testing.etcd_server import free_port
+    from shardcron.dev.testing.etcd_server import free_port
 
     port = free_port()
     client = Etcd(f"127.0.0.1:{port}", timeout_s=1.0)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
-from shardcron import admin_cli
+from shardcron.cli import admin as admin_cli
 from shardcron.store import current_revision, head_revision, make_engine
 from shardcron.store.schema import VERSION_TABLE, metadata
 from tests.support.commands import admin_command as shardcron

@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from shardcron.testing.etcd_server import free_port
+from shardcron.dev.testing.etcd_server import free_port
 
 pytestmark = pytest.mark.cluster
 

@@ -11,8 +11,8 @@ import pytest
 from tests.support.pki import make_pki
 
 from shardcron.coordination.etcd import EtcdSecurity
-from shardcron.testing.cluster import Cluster
-from shardcron.testing.etcd_server import EtcdCluster
+from shardcron.dev.testing.cluster import Cluster
+from shardcron.dev.testing.etcd_server import EtcdCluster
 
 pytestmark = pytest.mark.cluster
 
@@ -45,7 +45,7 @@ def test_a_node_works_against_etcd_with_tls_and_auth(secured_etcd, tmp_path, etc
     try:
         c.add("n0", env=env)
         from shardcron.cli import shard_map
-        from shardcron.testing.cluster import wait_until
+        from shardcron.dev.testing.cluster import wait_until
 
         sec = EtcdSecurity(paths["ca.pem"], paths["client.pem"], paths["client-key.pem"], "root", "s3cret-pw")
         wait_until(lambda: (m := shard_map(cluster.endpoints, etcd_prefix, sec)["shards"]) and all(r["leader"] == "n0" for r in m),

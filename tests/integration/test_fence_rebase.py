@@ -11,8 +11,8 @@ from sqlalchemy import func, select
 
 from shardcron.store.engine import make_engine
 from shardcron.store.schema import ticks
-from shardcron.testing.cluster import Cluster, wait_until
-from shardcron.testing.etcd_server import EtcdCluster
+from shardcron.dev.testing.cluster import Cluster, wait_until
+from shardcron.dev.testing.etcd_server import EtcdCluster
 from tests.integration.test_cluster import assert_every_slot_once, write_jobs
 
 pytestmark = pytest.mark.cluster

@@ -16,7 +16,7 @@ from shardcron.store import ensure_shards, get_job, list_jobs, raise_fence
 from shardcron.store import jobs as job_store
 from shardcron.store.jobs import Put, put_each
 from shardcron.store.schema import shard_fences
-from shardcron.testing.cluster import wait_until
+from shardcron.dev.testing.cluster import wait_until
 
 F_OLD, F0, F1 = 50, 100, 300
 

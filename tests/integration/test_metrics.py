@@ -7,8 +7,8 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from shardcron.testing.cluster import Cluster, wait_until
-from shardcron.testing.etcd_server import free_port
+from shardcron.dev.testing.cluster import Cluster, wait_until
+from shardcron.dev.testing.etcd_server import free_port
 from tests.integration.test_cluster import write_jobs
 
 pytestmark = pytest.mark.cluster

@@ -11,11 +11,11 @@ import time
 import pytest
 from sqlalchemy import select
 
-from shardcron.devsink import Sink
+from shardcron.dev.sink import Sink
 from shardcron.sharding import shard_for
 from shardcron.store.engine import make_engine
 from shardcron.store.schema import ticks
-from shardcron.testing.cluster import Cluster, wait_until
+from shardcron.dev.testing.cluster import Cluster, wait_until
 from tests.integration.test_cluster import write_jobs
 
 pytestmark = pytest.mark.cluster

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from shardcron.testing.cluster import Cluster, wait_until
+from shardcron.dev.testing.cluster import Cluster, wait_until
 from tests.integration.test_scale_out import audit
 
 pytestmark = pytest.mark.cluster

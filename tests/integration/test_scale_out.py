@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from shardcron.testing.cluster import Cluster, wait_until
+from shardcron.dev.testing.cluster import Cluster, wait_until
 from tests.support.commands import audit
 
 pytestmark = pytest.mark.cluster

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardcron.testing.cluster import Cluster
+from shardcron.dev.testing.cluster import Cluster
 
 TTL = 4  # short, so that failovers in tests take seconds
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 
-from shardcron import admin_cli
+from shardcron.cli import admin as admin_cli
 from shardcron.errors import ShardcronError
 
 

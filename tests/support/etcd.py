@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from shardcron.testing.etcd_server import EtcdCluster
+from shardcron.dev.testing.etcd_server import EtcdCluster
 
 
 @pytest.fixture(scope="session")

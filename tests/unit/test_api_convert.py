@@ -6,7 +6,7 @@ import grpc
 import pytest
 from sqlalchemy.exc import DataError
 
-from shardcron.api.backend import TickEvent
+from shardcron.model import TickEvent
 from shardcron.api.convert import (
     BadRequest,
     decode_page_token,

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from shardcron.admin_cli import format_report, parse_time_ms
+from shardcron.cli.admin import format_report, parse_time_ms
 from shardcron.audit import (
     AuditReport,
     FenceRaise,

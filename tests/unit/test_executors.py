@@ -16,11 +16,12 @@ from dataclasses import replace
 import pytest
 import trustme
 
-from shardcron.testing.cluster import eventually
-from shardcron.devsink import Sink
+from shardcron.dev.testing.cluster import eventually
+from shardcron.dev.sink import Sink
 from shardcron.errors import InvalidJob
 from shardcron.executors import HttpExecutor, NoopExecutor, ShellExecutor, describe, executor_for
-from shardcron.executors.base import Executor, rfc3339_ms, truncate_output
+from shardcron.abc import Executor
+from shardcron.executors.base import rfc3339_ms, truncate_output
 from shardcron.executors.http import REQUEST_THREAD_NAME
 from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutorKind, ExecutorSpec, HttpSpec, ShellSpec, TickContext
 
@@ -402,7 +403,7 @@ def test_describe_masks_secrets():
 
 def test_devsink_main_prints_one_line_per_request():
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shardcron.devsink", "--port", "0"],
+        [sys.executable, "-m", "shardcron.dev.sink", "--port", "0"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:

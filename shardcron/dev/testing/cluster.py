@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from shardcron.testing.etcd_server import free_port
+from shardcron.dev.testing.etcd_server import free_port
 
 
 class GaveUp(Exception):

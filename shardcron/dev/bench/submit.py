@@ -9,8 +9,8 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from shardcron.bench.harness import BenchEnv, percentile
-from shardcron.client import ApiError, Client
+from shardcron.dev.bench.harness import BenchEnv, percentile
+from shardcron.api.client import ApiError, Client
 from shardcron.jobspec import job_from_dict
 from shardcron.sharding import shard_for
 

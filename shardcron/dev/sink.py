@@ -1,7 +1,7 @@
 """A tiny HTTP sink that records what it receives: the target of the demo jobs
 of ``make dev`` and of the executor tests.
 
-    python -m shardcron.devsink --port 8089
+    python -m shardcron.dev.sink --port 8089
 
 Any method on any path answers 200 ``ok``, except:
     /status/<code>   answers with that status code
@@ -201,7 +201,7 @@ def _print_request(r: Received) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shardcron.devsink",
+    parser = argparse.ArgumentParser(prog="python -m shardcron.dev.sink",
                                      description="Receive and print the HTTP calls of shardcron jobs.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8089)

@@ -36,7 +36,7 @@ def register(sub) -> None:
 
 
 def main(a: argparse.Namespace) -> int:
-    from shardcron.testing.cluster import GaveUp
+    from shardcron.dev.testing.cluster import GaveUp
 
     try:
         return _run(a)
@@ -46,9 +46,9 @@ def main(a: argparse.Namespace) -> int:
 
 
 def _run(a: argparse.Namespace) -> int:
-    from shardcron.bench import scenarios
-    from shardcron.bench.harness import BenchEnv
-    from shardcron.testing.etcd_server import EtcdCluster
+    from shardcron.dev.bench import scenarios
+    from shardcron.dev.bench.harness import BenchEnv
+    from shardcron.dev.testing.etcd_server import EtcdCluster
 
     if a.jobs is None:
         a.jobs = 100_000 if a.scenario == "at-size" else 1000
@@ -83,18 +83,18 @@ def _run(a: argparse.Namespace) -> int:
         with env() as e:
             figures = scenarios.failover(e, a.jobs, a.trials, a.graceful_trials)
     elif a.scenario == "at-size":
-        from shardcron.bench import at_size
+        from shardcron.dev.bench import at_size
 
         with env() as e:
             figures = at_size.run(e, a.jobs)
     else:
-        from shardcron.bench import submit
+        from shardcron.dev.bench import submit
 
         with env(n=max(2, nodes)) as e:
             figures = submit.run(e, a.jobs, a.seconds)
     out = {"shardcron": figures}
     if a.peer and a.scenario in ("precision", "throughput"):
-        from shardcron.bench import peer_apscheduler
+        from shardcron.dev.bench import peer_apscheduler
 
         jobs = a.jobs if a.scenario == "precision" else figures["highest_sustained_rate"] or a.jobs
         peer = peer_apscheduler.run(jobs, a.seconds, a.peer_store)
@@ -147,7 +147,7 @@ def render(out: dict) -> str:
         lines.append(f"\nTTL {f['ttl']} s: kill -9 worst {f['kill9_max_s']} s to the successor's first claim; "
                      f"SIGTERM worst {f['sigterm_max_s']} s to the new leader")
     elif f["scenario"] == "at-size":
-        from shardcron.bench import at_size
+        from shardcron.dev.bench import at_size
 
         lines.append(tabulate(at_size.render(f), headers=["at size", "measured", "target"], tablefmt="github"))
     else:

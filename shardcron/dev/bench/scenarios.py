@@ -10,8 +10,8 @@ import signal
 import time
 from collections import Counter
 
-from shardcron.bench.harness import BenchEnv, percentile, proc_cpu_seconds, proc_peak_rss_mb
-from shardcron.testing.cluster import wait_until
+from shardcron.dev.bench.harness import BenchEnv, percentile, proc_cpu_seconds, proc_peak_rss_mb
+from shardcron.dev.testing.cluster import wait_until
 
 WARMUP_S = 3.0
 

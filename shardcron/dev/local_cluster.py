@@ -47,9 +47,9 @@ def _fmt(ms: int | None) -> str:
 
 
 def main(a: argparse.Namespace) -> int:
-    from shardcron.devsink import Sink
-    from shardcron.testing.cluster import Cluster, wait_until
-    from shardcron.testing.etcd_server import EtcdCluster, port_open
+    from shardcron.dev.sink import Sink
+    from shardcron.dev.testing.cluster import Cluster, wait_until
+    from shardcron.dev.testing.etcd_server import EtcdCluster, port_open
 
     workdir = a.dir or tempfile.mkdtemp(prefix="shardcron-dev-")
     os.makedirs(workdir, exist_ok=True)
@@ -80,7 +80,7 @@ def main(a: argparse.Namespace) -> int:
                              "the shards to be balanced over the nodes")
         if stop.is_set():
             return 0
-        from shardcron.client import Client
+        from shardcron.api.client import Client
         from shardcron.jobspec import job_from_dict
 
         servers = [f"127.0.0.1:{a.base_port + i}" for i in range(a.nodes)]

@@ -128,7 +128,7 @@ def _print_json(value) -> None:
 
 
 def _client(a: argparse.Namespace):
-    from shardcron.client import Client
+    from shardcron.api.client import Client
 
     servers = a.server or [os.environ.get("SHARDCRON_SERVER") or DEFAULT_SERVER]
     return Client(servers, timeout_s=a.request_timeout, security=channel_security_from_args(a))

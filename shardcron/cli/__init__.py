@@ -43,7 +43,7 @@ def shard_map(etcd_endpoints: str, prefix: str, security=None) -> dict:
     """The shard-to-leader map, from etcd alone."""
     from shardcron.coordination.etcd import Etcd
     from shardcron.coordination.keys import KeyLayout
-    from shardcron.coordination.view import read_view
+    from shardcron.coordination.view import read_view, shard_map_from_view
 
     etcd = Etcd(etcd_endpoints, timeout_s=3.0, security=security)
     try:
@@ -51,39 +51,6 @@ def shard_map(etcd_endpoints: str, prefix: str, security=None) -> dict:
     finally:
         etcd.close()
     return shard_map_from_view(view, prefix)
-
-
-def shard_map_from_view(view, prefix: str) -> dict:
-    from shardcron.coordination.balancer import fair_share
-
-    n = view.shard_count
-    rows = []
-    led: dict[str, int] = {}
-    for shard in range(n or 0):
-        q = view.queue(shard)
-        leader = q[0] if q else None
-        leading = bool(leader and leader.leader_since_ms)
-        if leading:
-            led[leader.node_id] = led.get(leader.node_id, 0) + 1
-        rows.append({
-            "shard": shard,
-            "leader": leader.node_id if leading else None,
-            "address": leader.address if leading else None,
-            "fence": (leader.fence or leader.create_revision) if leader else None,
-            "leader_since_ms": leader.leader_since_ms if leader else None,
-            "candidates": len(q),
-            "jobs": leader.jobs if leading and leader.jobs is not None else None,
-            "state": "leading" if leading else "electing" if leader else "no leader",
-        })
-    reshard = view.reshard
-    lo, hi = fair_share(n or 0, len(view.active_members()))
-    nodes = [
-        {"node": m.node_id, "address": m.address, "started_at_ms": m.started_at_ms, "leads": led.get(m.node_id, 0),
-         "fair_share": f"{lo}-{hi}" if lo != hi else str(lo), "draining": m.node_id in view.drains}
-        for m in sorted(view.members.values(), key=lambda m: m.node_id)
-    ]
-    return {"prefix": prefix, "shard_count": n, "revision": view.revision, "shards": rows, "nodes": nodes,
-            "reshard": reshard}
 
 
 def cmd_shards(a: argparse.Namespace) -> int:
@@ -269,23 +236,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     # These commands' modules import grpc, SQLAlchemy or alembic; a command that
     # needs none of them (`shards`, `nodes`) must not pay for them on every run.
     if command in (None, "jobs", "ticks"):
-        from shardcron.api import cli_jobs
+        from shardcron.cli import jobs
 
-        cli_jobs.register(sub)
+        jobs.register(sub)
     if command in (None, "audit", "db"):
-        from shardcron import admin_cli
+        from shardcron.cli import admin
 
-        admin_cli.register(sub)
+        admin.register(sub)
     if command in (None, "bench"):
-        from shardcron import bench
+        from shardcron.dev import bench
 
         bench.register(sub)
     if command in (None, "dev"):
-        from shardcron import devcluster
+        from shardcron.dev import local_cluster
 
         dev = sub.add_parser("dev", help="run a local 3-node cluster with demo jobs (what `make dev` runs)")
-        devcluster.add_flags(dev)
-        dev.set_defaults(func=devcluster.main)
+        local_cluster.add_flags(dev)
+        dev.set_defaults(func=local_cluster.main)
     return p
 
 

@@ -15,8 +15,8 @@ from shardcron.store.engine import make_engine
 from shardcron.store.schema import fence_log, job_labels
 from shardcron.store.schema import jobs as jobs_table
 from shardcron.store.schema import ticks
-from shardcron.testing.cluster import Cluster, wait_until
-from shardcron.testing.etcd_server import EtcdCluster
+from shardcron.dev.testing.cluster import Cluster, wait_until
+from shardcron.dev.testing.etcd_server import EtcdCluster
 
 
 def percentile(sorted_values: list[float], p: float) -> float | None:

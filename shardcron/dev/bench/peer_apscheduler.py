@@ -11,7 +11,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
-from shardcron.bench.harness import percentile
+from shardcron.dev.bench.harness import percentile
 from shardcron.errors import ShardcronError
 
 

@@ -27,13 +27,13 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from shardcron.bench.harness import BenchEnv, proc_peak_rss_mb
-from shardcron.client import Client
+from shardcron.dev.bench.harness import BenchEnv, proc_peak_rss_mb
+from shardcron.api.client import Client
 from shardcron.jobspec import job_from_dict
 from shardcron.model import Job
 from shardcron.store import jobs as job_store
 from shardcron.store.engine import make_engine
-from shardcron.testing.cluster import wait_until
+from shardcron.dev.testing.cluster import wait_until
 
 TARGETS = {"submit_s": 60.0, "command_s": 1.0, "takeover_s": 1.0, "rss_mb": 300.0}
 ZONES = ("UTC", "Europe/Lisbon", "America/New_York", "Asia/Tokyo", "America/Sao_Paulo")

@@ -1,0 +1,89 @@
+"""The interfaces between shardcron's parts, in one place (as APScheduler 4's ``abc.py``).
+
+- ``Trigger``: when a job's slots fall (``scheduling/triggers.py`` implements it);
+- ``Executor``: runs one attempt of one tick (``executors/``, one file per kind);
+- ``ShardWork``: what the coordinator needs from the scheduling side (``scheduling/loop.py``);
+- ``Backend``: what the API layer needs from a running node (``node.py``).
+
+Each side speaks only to the protocol, so the parts can be tested and reasoned
+about without each other's internals.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
+    from shardcron.coordination.session import Session
+    from shardcron.model import ExecutionResult, ExecutorSpec, Job, SlotRef, TickContext, TickEvent
+
+
+class Trigger(Protocol):
+    def next_after(self, after_ms: int) -> int | None:
+        """The first slot strictly after ``after_ms``; ``None`` when there are no more."""
+        ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs one attempt of one tick, from a worker thread.
+
+    It never raises for a job failure: connection refused, a DNS error, a
+    timeout, a non-zero exit, a non-2xx answer all come back as
+    ``ExecutionResult(ok=False, error=...)``. When ``cancel`` is set (the node
+    lost the shard, or is stopping) it stops as soon as it can and reports an
+    error that starts with ``"cancelled: "``.
+    """
+
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float,
+            cancel: threading.Event) -> ExecutionResult: ...
+
+
+class ShardWork(Protocol):
+    """What the coordinator needs from the scheduling side."""
+
+    def acquire(self, shard: int, fence: int, stop: threading.Event, session: Session) -> None:
+        """Raise the fence in the store and start running the shard's jobs. Raises FencedOut when stale."""
+
+    def release(self, shard: int, grace_s: float, on_done: Callable[[], None]) -> None:
+        """Stop claiming, wait up to ``grace_s`` for running ticks, then call ``on_done`` (from any thread)."""
+
+    def job_count(self, shard: int) -> int: ...
+
+    def set_shard_count(self, shard_count: int) -> None:
+        """The cluster was resharded: jobs now map to ``shard_count`` shards."""
+
+
+class Backend(Protocol):
+    """What the API layer needs from a running node. ``node.py`` implements it."""
+
+    node_id: str
+    shard_count: int
+    allow_shell: bool
+    shell_allow: object  # re.Pattern a shell command must fully match, or None
+    engine: Engine
+    joined: threading.Event  # set while the node is a live member of the cluster (health: SERVING)
+
+    def fence_if_leader(self, shard: int) -> int | None:
+        """This node's fence for ``shard`` if it leads it right now, else None."""
+
+    def leader_address(self, shard: int) -> str | None:
+        """The advertised gRPC address of the shard's current leader (from the election key), if any."""
+
+    def job_written(self, shard: int, job: Job) -> None:
+        """Tell the scheduler a job of a led shard was created, replaced, paused or resumed."""
+
+    def job_deleted(self, shard: int, job_id: str) -> None: ...
+
+    def trigger_now(self, shard: int, job_id: str) -> SlotRef:
+        """Claim and start an extra, manual tick now (on the shard's leader). KeyError if the job is unknown."""
+
+    def shard_map(self) -> dict:
+        """The same map ``shardcron shards --json`` prints (shards, nodes, shard_count)."""
+
+    def subscribe_ticks(self, callback: Callable[[TickEvent], None]) -> Callable[[], None]:
+        """Call ``callback`` for every tick result this node writes; returns an unsubscribe function."""
