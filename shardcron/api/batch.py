@@ -15,7 +15,6 @@ state (PauseJob and ResumeJob change it, a file re-applied does not).
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -27,8 +26,6 @@ from shardcron import clock
 from shardcron.abc import Backend
 from shardcron.api.convert import job_from_proto, job_to_proto
 from shardcron.api.routing import (
-    BACKOFF_FIRST_S,
-    BACKOFF_MAX_S,
     FORWARDED_METADATA,
     Deadline,
     Router,
@@ -80,7 +77,6 @@ class BatchWriter:
         deadline = Deadline.of(context)
         forwarded = is_forwarded(context)
         why: dict[int, str | None] = {}
-        backoff = BACKOFF_FIRST_S
         while pending:
             retry: list[_Item] = []
             remote: dict[str, list[_Item]] = defaultdict(list)
@@ -111,10 +107,8 @@ class BatchWriter:
             for addr, items, fut in futures:
                 retry += self._forwarded_results(addr, items, fut, results, why)
             pending = retry
-            if not pending or deadline.remaining() <= 0 or not context.is_active():
+            if not pending or not deadline.wait_to_retry(context, self.router.closed):
                 break
-            time.sleep(min(backoff, deadline.remaining()))
-            backoff = min(backoff * 2, BACKOFF_MAX_S)
         for it in pending:
             results[it.index] = _result(it.id, grpc.StatusCode.UNAVAILABLE,
                                         unavailable_message(it.shard, why.get(it.shard), deadline.elapsed()),

@@ -62,6 +62,7 @@ class Deadline:
 
     started: float
     ends: float
+    backoff_s: float = BACKOFF_FIRST_S  # the next pause between tries
 
     @classmethod
     def of(cls, context: grpc.ServicerContext) -> Deadline:
@@ -77,6 +78,16 @@ class Deadline:
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+    def wait_to_retry(self, context: grpc.ServicerContext, stopping: threading.Event) -> bool:
+        """Pause before the next try (doubling from BACKOFF_FIRST_S to BACKOFF_MAX_S, never past
+        the deadline); False when no try is left: the deadline passed, the caller went away or
+        this node is stopping."""
+        if not context.is_active() or stopping.is_set() or self.remaining() <= 0.0:
+            return False
+        time.sleep(min(self.backoff_s, self.remaining()))
+        self.backoff_s = min(self.backoff_s * 2, BACKOFF_MAX_S)
+        return True
 
 
 def is_forwarded(context: grpc.ServicerContext) -> bool:
@@ -156,7 +167,6 @@ class Router:
         deadline = Deadline.of(context)
         forwarded = is_forwarded(context)
         node_id = self.backend.node_id
-        backoff = BACKOFF_FIRST_S
         why = None  # the last reason the call could not be served, for the final message
         while True:
             fence = self.backend.fence_if_leader(shard)
@@ -192,10 +202,8 @@ class Router:
                         if not self.closed.is_set():
                             raise
                         raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"node {node_id} is stopping") from None
-            if not context.is_active() or self.closed.is_set() or deadline.remaining() <= 0.0:
+            if not deadline.wait_to_retry(context, self.closed):
                 break
-            time.sleep(min(backoff, deadline.remaining()))
-            backoff = min(backoff * 2, BACKOFF_MAX_S)
         raise CallFailed(grpc.StatusCode.UNAVAILABLE, unavailable_message(shard, why, deadline.elapsed()), retry=True)
 
 
