@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from sqlalchemy import Connection, Engine, bindparam, select
 from sqlalchemy import exc as sa_exc
@@ -88,6 +88,27 @@ def read_fences(engine: Engine) -> dict[int, FenceRow]:
         return {r.shard: FenceRow(r.shard, r.fence, r.node_id, r.updated_at_ms) for r in rows}
 
 
+Key = tuple[int, int]  # (shard, fence): one leader's claim on one shard
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class FencedOutcome(Generic[T]):
+    """What a fenced unit of work over several shards returned, and the shards it was not given.
+
+    ``fenced_out`` maps every shard that was given with a fence other than its
+    stored one to the stored fence (None: the shard has no fence row): the one
+    place a caller learns which of its writes were refused.
+    """
+
+    value: T
+    fenced_out: dict[int, int | None]
+
+    def is_fenced(self, shard: int, fence: int) -> bool:
+        """Whether the work for ``(shard, fence)`` was held back."""
+        return shard in self.fenced_out and self.fenced_out[shard] != fence
+
+
 @contextmanager
 def fenced(engine: Engine, shard: int, fence: int) -> Iterator[Connection]:
     """A transaction that commits only if ``fence`` is still the shard's fence.
@@ -106,25 +127,31 @@ def fenced(engine: Engine, shard: int, fence: int) -> Iterator[Connection]:
     ignores FOR SHARE; there BEGIN IMMEDIATE (engine.py) serialises all
     writers to the file, which gives the same guarantee.
     """
-    with fenced_many(engine, {shard: fence}) as (conn, stale):
-        if stale:
-            raise FencedOut(shard, fence, stale[shard])
+    with fenced_many(engine, {(shard, fence): None}) as (conn, live, fenced_out):
+        if not live:
+            raise FencedOut(shard, fence, fenced_out[shard])
         yield conn
 
 
 @contextmanager
-def fenced_many(engine: Engine, fences: Mapping[int, int]) -> Iterator[tuple[Connection, dict[int, int | None]]]:
-    """One transaction for several shards: yields ``(conn, stale)``.
+def fenced_many(engine: Engine,
+                work: Mapping[Key, P]) -> Iterator[tuple[Connection, dict[Key, P], dict[int, int | None]]]:
+    """One transaction for several shards' work, ``{(shard, fence): item}``: yields
+    ``(conn, live, fenced_out)``.
 
-    ``stale`` maps every shard whose stored fence is not the one given to the
-    stored fence; the caller must write only for the other shards. The fence
-    rows are read under the same share lock as in ``fenced``, in shard order so
-    that two such transactions cannot deadlock. A leader's loop claims the
-    slots of all its shards this way, one commit instead of one per shard.
+    ``live`` holds only the items whose fence is their shard's stored fence:
+    the caller writes from it alone, so the work of a shard whose fence moved
+    is never in its hands. ``fenced_out`` names the others (see
+    ``FencedOutcome``). The fence rows are read under the same share lock as
+    in ``fenced``, in shard order so that two such transactions cannot
+    deadlock. A leader's loop claims the slots of all its shards this way, one
+    commit instead of one per shard.
     """
     with writing(engine) as conn:
-        current = dict(conn.execute(_FENCES_FOR_SHARE, {"shards": sorted(fences)}).all())
-        yield conn, {s: current.get(s) for s, f in fences.items() if current.get(s) != f}
+        stored = dict(conn.execute(_FENCES_FOR_SHARE, {"shards": sorted({s for s, _ in work})}).all())
+        live = {k: item for k, item in work.items() if stored.get(k[0]) == k[1]}
+        fenced_out = {s: stored.get(s) for s, f in work if stored.get(s) != f}
+        yield conn, live, fenced_out
 
 
 # Built once: constructing a statement costs several times what running it does.
@@ -142,22 +169,22 @@ def run_fenced(engine: Engine, shard: int, fence: int, work: Callable[[Connectio
     is shared, so it does not order them): a duplicate key, or a deadlock.
 
     ``work`` must be safe to re-run: everything it did is rolled back first.
+    ``FencedOut`` when the fence moved (``work`` is then not run).
     """
-    def checked(conn: Connection, stale: dict[int, int | None]) -> T:
-        if stale:
-            raise FencedOut(shard, fence, stale[shard])
-        return work(conn)
-
-    return run_fenced_many(engine, {shard: fence}, checked)
+    out = run_fenced_many(engine, {(shard, fence): None}, lambda conn, live: work(conn) if live else None)
+    if out.fenced_out:
+        raise FencedOut(shard, fence, out.fenced_out[shard])
+    return out.value
 
 
-def run_fenced_many(engine: Engine, fences: Mapping[int, int],
-                    work: Callable[[Connection, dict[int, int | None]], T]) -> T:
-    """``work(conn, stale)`` in a ``fenced_many`` transaction, re-run like ``run_fenced``."""
+def run_fenced_many(engine: Engine, work_by_fence: Mapping[Key, P],
+                    work: Callable[[Connection, dict[Key, P]], T]) -> FencedOutcome[T]:
+    """``work(conn, live)`` in a ``fenced_many`` transaction, re-run like ``run_fenced``;
+    ``live`` holds only the items whose fence held."""
     for attempt in range(1, CONFLICT_ATTEMPTS + 1):
         try:
-            with fenced_many(engine, fences) as (conn, stale):
-                return work(conn, stale)
+            with fenced_many(engine, work_by_fence) as (conn, live, fenced_out):
+                return FencedOutcome(work(conn, live), fenced_out)
         except sa_exc.IntegrityError:
             if attempt == CONFLICT_ATTEMPTS:
                 raise
@@ -167,5 +194,5 @@ def run_fenced_many(engine: Engine, fences: Mapping[int, int],
     raise AssertionError("unreachable")
 
 
-__all__ = ["FenceRow", "ensure_shards", "fenced", "fenced_many", "raise_fence", "read_fences", "run_fenced",
-           "run_fenced_many"]
+__all__ = ["FenceRow", "FencedOutcome", "ensure_shards", "fenced", "fenced_many", "raise_fence", "read_fences",
+           "run_fenced", "run_fenced_many"]

@@ -84,10 +84,15 @@ def put_each(engine: Engine, puts: Sequence[Put], *, node_id: str, now_ms: int) 
         newest[puts[i].shard] = max(newest.get(puts[i].shard, 0), puts[i].fence)
     if not live:
         return answers  # type: ignore[return-value]
+    by_fence: dict[tuple[int, int], list[int]] = {(shard, fence): [] for shard, fence in newest.items()}
+    for i in live:
+        if puts[i].fence == newest[puts[i].shard]:
+            by_fence[(puts[i].shard, puts[i].fence)].append(i)
 
-    def work(conn: Connection, stale: dict[int, int | None]) -> list:
+    def work(conn: Connection, writable: dict[tuple[int, int], list[int]]) -> list:
         out = list(answers)
-        ids = sorted({puts[i].job.id for i in live})
+        mine = sorted(i for indexes in writable.values() for i in indexes)  # in put order
+        ids = sorted({puts[i].job.id for i in mine})
         # FOR UPDATE, in id order: two transactions of one leader writing one job
         # must not both read version N and both write N+1, nor deadlock.
         versions: dict[str, int] = {}
@@ -95,11 +100,8 @@ def put_each(engine: Engine, puts: Sequence[Put], *, node_id: str, now_ms: int) 
             versions.update({r.id: r.version for r in conn.execute(_VERSIONS_FOR_UPDATE, {"ids": list(part)})})
         existed = set(versions)
         staged: dict[str, tuple[Job, int, int]] = {}
-        for i in live:
+        for i in mine:
             p = puts[i]
-            if p.shard in stale or p.fence != newest[p.shard]:
-                out[i] = FencedOut(p.shard, p.fence, stale[p.shard] if p.shard in stale else newest[p.shard])
-                continue
             actual = versions.get(p.job.id, 0)
             if p.expected_version is not None and p.expected_version != actual:
                 out[i] = VersionConflict(p.job.id, p.expected_version, actual)
@@ -111,7 +113,13 @@ def put_each(engine: Engine, puts: Sequence[Put], *, node_id: str, now_ms: int) 
                [w for w in staged.values() if w[0].id in existed], node_id=node_id, now_ms=now_ms)
         return out
 
-    return run_fenced_many(engine, newest, work)
+    done = run_fenced_many(engine, by_fence, work)
+    out = done.value
+    for i in live:
+        if out[i] is None:  # not written: its shard's fence moved, or a newer fence of its shard came with it
+            p = puts[i]
+            out[i] = FencedOut(p.shard, p.fence, done.fenced_out.get(p.shard, newest[p.shard]))
+    return out
 
 
 @dataclass(frozen=True)
@@ -156,9 +164,8 @@ def import_jobs_many(engine: Engine, by_shard: Mapping[int, tuple[int, Sequence[
     if not any(shard_jobs for _, shard_jobs in by_shard.values()):
         return ImportOutcome({}, {})
 
-    def work(conn: Connection, stale: dict[int, int | None]) -> ImportOutcome:
-        wanted = {j.id: (shard, fence, j) for shard, (fence, shard_jobs) in by_shard.items() if shard not in stale
-                  for j in shard_jobs}
+    def work(conn: Connection, live: dict[tuple[int, int], Sequence[Job]]) -> dict[str, Imported]:
+        wanted = {j.id: (shard, fence, j) for (shard, fence), shard_jobs in live.items() for j in shard_jobs}
         stored = {}
         for part in chunks(list(wanted)):
             stored.update({r.id: r for r in conn.execute(_JOBS_BY_IDS, {"ids": list(part)})})
@@ -179,9 +186,10 @@ def import_jobs_many(engine: Engine, by_shard: Mapping[int, tuple[int, Sequence[
             updates.append((new, shard, fence))
             written[job_id] = Imported(new, unchanged=False)
         _write(conn, inserts, updates, node_id=node_id, now_ms=now_ms)
-        return ImportOutcome(written, stale)
+        return written
 
-    return run_fenced_many(engine, {shard: fence for shard, (fence, _) in by_shard.items()}, work)
+    out = run_fenced_many(engine, {(shard, fence): shard_jobs for shard, (fence, shard_jobs) in by_shard.items()}, work)
+    return ImportOutcome(out.value, out.fenced_out)
 
 
 def _write(conn: Connection, inserts: Sequence[tuple[Job, int, int]], updates: Sequence[tuple[Job, int, int]], *,

@@ -69,6 +69,10 @@ class ManyOutcome:
     written: dict[int, list[SlotRef]]
     fenced_out: dict[int, int | None]  # shard -> its stored fence, for the shards whose fence moved
 
+    def is_fenced(self, shard: int, fence: int) -> bool:
+        """Whether the writes given for ``(shard, fence)`` were refused (see ``fences.FencedOutcome``)."""
+        return shard in self.fenced_out and self.fenced_out[shard] != fence
+
 
 def claim_ticks(
     engine: Engine, claims: Sequence[SlotClaim], *, shard: int, fence: int, node_id: str, now_ms: int
@@ -141,7 +145,8 @@ def record_results_many(
     groups = {k: v for k, v in groups.items() if v}
     if not groups:
         return ManyOutcome({}, {})
-    def work(conn: Connection, stale: dict[int, int | None]) -> ManyOutcome:
+
+    def work(conn: Connection, live: dict[tuple[int, int], Sequence]) -> dict[int, list[SlotRef]]:
         rows = _in_key_order(
             {
                 "b_job": s.job_id,
@@ -157,15 +162,15 @@ def record_results_many(
                 "b_output": clip(r.output),
                 "b_error": clip(r.error),
             }
-            for (shard, fence), results in groups.items() if shard not in stale
+            for (shard, fence), results in live.items()
             for s, attempt, r, status in results
         )
         if rows:
             conn.execute(_RECORD_RESULT, rows)
-        written = {shard: [s for s, *_ in results] for (shard, _), results in groups.items() if shard not in stale}
-        return ManyOutcome(written, stale)
+        return {shard: [s for s, *_ in results] for (shard, _), results in live.items()}
 
-    return run_fenced_many(engine, {shard: fence for shard, fence in groups}, work)
+    out = run_fenced_many(engine, groups, work)
+    return ManyOutcome(out.value, out.fenced_out)
 
 
 def take_over(engine: Engine, slots: Sequence[SlotRef], *, shard: int, fence: int, node_id: str) -> list[SlotRef]:
@@ -244,6 +249,19 @@ def ticks_between(engine: Engine, from_ms: int, to_ms: int, job_id: str | None =
         return [_tick(r) for r in conn.execute(q)]
 
 
+def runs_busy_since(engine: Engine, job_id: str, *, scheduled_up_to_ms: int, busy_from_ms: int) -> list[Tick]:
+    """The job's runs (rows not skipped) scheduled up to ``scheduled_up_to_ms`` that were still
+    going at ``busy_from_ms``: unresolved, or finished then or later (for the audit's overlap rule)."""
+    q = select(ticks).where(
+        ticks.c.job_id == job_id,
+        ticks.c.scheduled_at_ms <= scheduled_up_to_ms,
+        ticks.c.status != TickStatus.SKIPPED.value,
+        or_(ticks.c.finished_at_ms.is_(None), ticks.c.finished_at_ms >= busy_from_ms),
+    )
+    with reading(engine) as conn:
+        return [_tick(r) for r in conn.execute(q)]
+
+
 def _insert_new(
     engine: Engine,
     batches: Mapping[tuple[int, int], Sequence[SlotClaim]],
@@ -254,15 +272,16 @@ def _insert_new(
     finished_at_ms: int | None,
     error: str | None,
 ) -> ManyOutcome:
-    first: dict[tuple[str, int], tuple[SlotClaim, int, int]] = {}
-    for (shard, fence), claims in batches.items():
-        for c in claims:
-            first.setdefault((c.job_id, c.scheduled_at_ms), (c, shard, fence))
-    if not first:
+    batches = {k: v for k, v in batches.items() if v}
+    if not batches:
         return ManyOutcome({}, {})
 
-    def work(conn: Connection, stale: dict[int, int | None]) -> ManyOutcome:
-        wanted = {k: v for k, v in first.items() if v[1] not in stale}
+    def work(conn: Connection, live: dict[tuple[int, int], Sequence[SlotClaim]]) -> dict[int, list[SlotRef]]:
+        # Each slot once, for the first live shard that asks (in the order given).
+        wanted: dict[tuple[str, int], tuple[SlotClaim, int, int]] = {}
+        for (shard, fence), claims in live.items():
+            for c in claims:
+                wanted.setdefault((c.job_id, c.scheduled_at_ms), (c, shard, fence))
         # One SELECT per 500 slots finds the slots that already have a tick;
         # the rest go in as one executemany. Sorted by key, so two
         # transactions inserting overlapping batches lock keys in one order.
@@ -297,12 +316,13 @@ def _insert_new(
             )
         inserted = {(c.job_id, c.scheduled_at_ms) for c, _, _ in new}
         written: dict[int, list[SlotRef]] = {}
-        for k, (_, shard, _) in first.items():  # in the order given
+        for k, (_, shard, _) in wanted.items():  # in the order given
             if k in inserted:
                 written.setdefault(shard, []).append(SlotRef(*k))
-        return ManyOutcome(written, stale)
+        return written
 
-    return run_fenced_many(engine, {shard: fence for shard, fence in batches}, work)
+    out = run_fenced_many(engine, batches, work)
+    return ManyOutcome(out.value, out.fenced_out)
 
 
 # Which of the given (job_id, scheduled_at_ms) keys have a tick. Built once, keys
@@ -383,6 +403,7 @@ __all__ = [
     "mark_running",
     "record_results",
     "record_results_many",
+    "runs_busy_since",
     "skip_ticks",
     "take_over",
     "ticks_between",

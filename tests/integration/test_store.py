@@ -707,3 +707,30 @@ def test_claims_and_results_for_several_shards_commit_together_except_a_fenced_o
     done = {(t.job_id, t.scheduled_at_ms): t.status for t in ticks_between(store_engine, 0, 10**6)}
     assert done[("j0", 60_000)] is TickStatus.SUCCEEDED and done[("j1", 60_000)] is TickStatus.SUCCEEDED
     assert done[("j0", 61_000)] is TickStatus.CLAIMED
+
+
+def test_fenced_work_over_several_shards_is_handed_only_the_live_shards(store_engine):
+    from shardcron.store.fences import run_fenced_many
+    from shardcron.store.ticks import record_results_many
+
+    ensure_shards(store_engine, 3)
+    for shard in range(3):
+        raise_fence(store_engine, shard, F1, NODE_A, 1)
+    raise_fence(store_engine, 1, F2, NODE_B, 2)
+    given = {(0, F1): "zero", (1, F1): "one, deposed", (1, F2): "one, current", (2, F2): "two, not raised yet"}
+    seen = []
+    out = run_fenced_many(store_engine, given, lambda conn, live: seen.append(dict(live)) or len(live))
+    assert seen == [{(0, F1): "zero", (1, F2): "one, current"}] and out.value == 2
+    assert out.fenced_out == {1: F2, 2: F1}, "one place names every refused shard with its stored fence"
+    assert [out.is_fenced(*k) for k in given] == [False, True, False, True]
+
+    # The same shard under its old and its new fence in one batch of results: only the new one is written.
+    claim_ticks(store_engine, [SlotClaim("j", 60_000)], shard=1, fence=F2, node_id=NODE_B, now_ms=10)
+    ok = ExecutionResult(True, 60_001, 60_002)
+    res = record_results_many(store_engine, {
+        (1, F1): [(SlotRef("j", 60_000), 1, replace(ok, error="the deposed leader's"), TickStatus.FAILED)],
+        (1, F2): [(SlotRef("j", 60_000), 1, ok, TickStatus.SUCCEEDED)],
+    })
+    assert res.written == {1: [SlotRef("j", 60_000)]} and res.is_fenced(1, F1) and not res.is_fenced(1, F2)
+    [t] = list_ticks(store_engine, "j")
+    assert (t.status, t.fence, t.error) == (TickStatus.SUCCEEDED, F2, None)
