@@ -1,7 +1,7 @@
 """The audit: does the tick store hold exactly one row per owed slot, written under a current fence?
 
 ``run_audit`` reads the jobs, the ticks of a time window and the fence log,
-and hands them to four pure rules (one table-driven unit test each):
+and hands them to five pure rules (one table-driven unit test each):
 
 duplicates
     More than one row for one (job, scheduled time). The primary key makes
@@ -32,6 +32,14 @@ unresolved
     A row still ``claimed`` or ``running`` more than ``grace_ms`` after its
     slot whose shard has no live leader to settle it (``live_leaders``; when
     not given, every such row is reported).
+false overlap
+    A slot recorded ``skipped`` by the overlap policy ("the previous run is
+    still going") when no earlier run of the job was in flight at the moment
+    of the skip (the skipped row's ``finished_at_ms``): no earlier row that was
+    not itself skipped was unresolved, or finished later than
+    ``OVERLAP_SLACK_MS`` before the skip. The skip is legitimate only while a
+    run goes on; one without a run is a slot silently not run, the failure a
+    leader that lost count of its runs would show (issue 10).
 
 Manual runs (TriggerJob) are extra rows, never owed: they are ignored by the
 missing and duplicate rules and checked by the other two. Rows of a deleted
@@ -45,7 +53,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
@@ -55,14 +63,19 @@ from sqlalchemy import Engine, select
 from shardcron import clock
 from shardcron.errors import ConfigError, JobNotFound
 from shardcron.model import Job, TickStatus
+from shardcron.scheduling.policies import OVERLAP_SKIP_REASON
 from shardcron.scheduling.triggers import Trigger, slots_between, trigger_for
 from shardcron.store.engine import reading
 from shardcron.store.jobs import get_job, list_jobs
 from shardcron.store.schema import fence_log, ticks
-from shardcron.store.ticks import ticks_between
+from shardcron.store.ticks import runs_busy_since, ticks_between
 
 DEFAULT_GRACE_MS = 60_000
 DEFAULT_CLOCK_TOLERANCE_MS = 0
+# A run's row gets its finished_at_ms before its leader counts the run as over
+# (the result is queued, then the worker returns): a skip decided this soon
+# after a run finished may have seen it still going, and is no finding.
+OVERLAP_SLACK_MS = 1000
 _JOB_PAGE = 1000
 _UNRESOLVED = frozenset({TickStatus.CLAIMED, TickStatus.RUNNING})
 
@@ -72,6 +85,7 @@ class FindingKind(StrEnum):
     MISSING = "missing"
     STALE_FENCE = "stale_fence"
     UNRESOLVED = "unresolved"
+    FALSE_OVERLAP = "false_overlap"
 
 
 @dataclass(frozen=True)
@@ -97,10 +111,11 @@ class JobSummary:
     excused: int = 0  # missing, but beyond the catch-up window: not a finding
     stale_fence: int = 0
     unresolved: int = 0
+    false_overlap: int = 0
 
     @property
     def findings(self) -> int:
-        return self.duplicates + self.missing + self.stale_fence + self.unresolved
+        return self.duplicates + self.missing + self.stale_fence + self.unresolved + self.false_overlap
 
 
 @dataclass
@@ -116,9 +131,10 @@ class AuditReport:
     from_ms: int = 0
     to_ms: int = 0
     now_ms: int = 0
+    false_overlap: list[Finding] = field(default_factory=list)
 
     def clean(self) -> bool:
-        return not (self.duplicates or self.missing or self.stale_fence or self.unresolved)
+        return not (self.duplicates or self.missing or self.stale_fence or self.unresolved or self.false_overlap)
 
     def findings(self) -> dict[FindingKind, list[Finding]]:
         return {
@@ -126,6 +142,7 @@ class AuditReport:
             FindingKind.MISSING: self.missing,
             FindingKind.STALE_FENCE: self.stale_fence,
             FindingKind.UNRESOLVED: self.unresolved,
+            FindingKind.FALSE_OVERLAP: self.false_overlap,
         }
 
     def to_dict(self) -> dict:
@@ -141,6 +158,7 @@ class AuditReport:
             "missing": [_finding_dict(f) for f in self.missing],
             "stale_fence": [_finding_dict(f) for f in self.stale_fence],
             "unresolved": [_finding_dict(f) for f in self.unresolved],
+            "false_overlap": [_finding_dict(f) for f in self.false_overlap],
             "per_job": {job_id: asdict(s) for job_id, s in sorted(self.per_job.items())},
         }
 
@@ -166,6 +184,8 @@ class TickRow(Protocol):
     manual: bool
     claimed_at_ms: int | None
     started_at_ms: int | None
+    finished_at_ms: int | None
+    error: str | None
 
 
 @dataclass(frozen=True)
@@ -307,6 +327,48 @@ def find_unresolved(
     return sorted(out, key=_order)
 
 
+def is_overlap_skip(t: TickRow) -> bool:
+    return TickStatus(t.status) is TickStatus.SKIPPED and (t.error or "").startswith(OVERLAP_SKIP_REASON)
+
+
+def _skipped_at(t: TickRow) -> int:
+    """When the leader decided to skip: the row's finish time (its slot if unset)."""
+    return t.finished_at_ms if t.finished_at_ms is not None else t.scheduled_at_ms
+
+
+def find_false_overlap(rows: Iterable[TickRow], slack_ms: int = OVERLAP_SLACK_MS) -> list[Finding]:
+    """Rows skipped by the overlap policy while no earlier run of their job was in flight.
+
+    A skip is judged at its row's ``finished_at_ms`` (when the leader decided;
+    its slot when unset). A run covers it when the run's row is of the same
+    job, not skipped, scheduled no later than that moment, and either still
+    unresolved or finished no more than ``slack_ms`` before it. ``rows`` may
+    hold a job's earlier rows too (runs before an audit window can cover
+    skips inside it); every overlap skip given is judged.
+    """
+    runs: dict[str, list[TickRow]] = defaultdict(list)
+    skips: list[TickRow] = []
+    for t in rows:
+        if is_overlap_skip(t):
+            skips.append(t)
+        elif TickStatus(t.status) is not TickStatus.SKIPPED:
+            runs[t.job_id].append(t)
+    out = []
+    for t in skips:
+        decided = _skipped_at(t)
+        earlier = [r for r in runs.get(t.job_id, ()) if r.scheduled_at_ms <= decided]
+        if any(r.finished_at_ms is None or r.finished_at_ms >= decided - slack_ms for r in earlier):
+            continue
+        last = max((r.finished_at_ms for r in earlier if r.finished_at_ms is not None), default=None)
+        before = f"the last one finished at {iso_ms(last)}" if last is not None else "none had run"
+        out.append(Finding(
+            FindingKind.FALSE_OVERLAP, t.job_id, t.scheduled_at_ms,
+            f"skipped at {iso_ms(decided)} as overlapping, but no earlier run of the job was in flight ({before})",
+            shard=t.shard, fence=t.fence, node_id=t.node_id, status=TickStatus(t.status).value,
+        ))
+    return sorted(out, key=_order)
+
+
 def _order(f: Finding) -> tuple[int, str]:
     return (f.scheduled_at_ms, f.job_id)
 
@@ -329,7 +391,9 @@ def run_audit(
 
     Reads: the jobs (pages of 1000), the window's ticks (one query), the fence
     log (one query), and, only for a job whose last slots in the window have no
-    row, its first row after the window (one query each).
+    row, its first row after the window (one query each); only for a job with
+    an overlap skip no run in the window explains, its runs before the window
+    that could (one query each).
     """
     if from_ms >= to_ms:
         raise ConfigError(f"the audit window is empty: from {iso_ms(from_ms)} is not before to {iso_ms(to_ms)}")
@@ -369,6 +433,7 @@ def run_audit(
         missing=sorted(missing, key=_order),
         stale_fence=find_stale(rows, raises, clock_tolerance_ms),
         unresolved=find_unresolved(rows, now_ms=now, grace_ms=grace_ms, live_leaders=live_leaders),
+        false_overlap=_false_overlap(engine, rows, from_ms),
         per_job=per_job,
         excused=sum(s.excused for s in per_job.values()),
         ticks_checked=len(rows),
@@ -382,7 +447,26 @@ def run_audit(
         per_job[f.job_id].stale_fence += 1
     for f in report.unresolved:
         per_job[f.job_id].unresolved += 1
+    for f in report.false_overlap:
+        per_job[f.job_id].false_overlap += 1
     return report
+
+
+def _false_overlap(engine: Engine, rows: list, from_ms: int) -> list[Finding]:
+    """``find_false_overlap`` over the window's rows; a job with findings is judged again with its
+    earlier runs that could still have been in flight at its first such skip."""
+    found = find_false_overlap(rows)
+    if not found:
+        return found
+    rows_of = defaultdict(list)
+    for t in rows:
+        rows_of[t.job_id].append(t)
+    out = []
+    for job_id in sorted({f.job_id for f in found}):
+        first = min(_skipped_at(t) for t in rows_of[job_id] if is_overlap_skip(t))
+        out += find_false_overlap(rows_of[job_id] + runs_busy_since(engine, job_id, scheduled_up_to_ms=from_ms,
+                                                                       busy_from_ms=first - OVERLAP_SLACK_MS))
+    return sorted(out, key=_order)
 
 
 def _jobs(engine: Engine, job_id: str | None) -> list[Job]:
@@ -442,7 +526,9 @@ __all__ = [
     "JobSummary",
     "FindingKind",
     "MissingSlots",
+    "OVERLAP_SLACK_MS",
     "find_duplicates",
+    "find_false_overlap",
     "find_missing",
     "find_stale",
     "find_unresolved",

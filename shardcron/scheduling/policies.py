@@ -57,6 +57,11 @@ def plan_catch_up(policy: CatchUp, window_ms: int, missed: Sequence[int], now_ms
     raise ValueError(f"unknown catch-up policy {policy!r}")
 
 
+# The error a slot skipped by the overlap policy is recorded with; the audit
+# recognises such rows by it (``audit.find_false_overlap``).
+OVERLAP_SKIP_REASON = "overlap policy: the previous run is still going"
+
+
 def overlap_allows(policy: Overlap, running_now: int) -> bool:
     """Whether a slot that comes due may start while ``running_now`` runs of the job go on.
 
@@ -110,4 +115,5 @@ def backoff_ms(retry: RetryPolicy, attempt: int) -> int:
     return min(retry.backoff_max_ms, retry.backoff_initial_ms << min(attempt - 1, 62))
 
 
-__all__ = ["CatchUpPlan", "OrphanAction", "backoff_ms", "overlap_allows", "plan_catch_up", "settle_orphan"]
+__all__ = ["OVERLAP_SKIP_REASON", "CatchUpPlan", "OrphanAction", "backoff_ms", "overlap_allows", "plan_catch_up",
+           "settle_orphan"]

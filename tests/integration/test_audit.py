@@ -21,7 +21,7 @@ from shardcron.audit import FindingKind, run_audit
 from shardcron.coordination.etcd import Etcd
 from shardcron.jobspec import job_from_dict
 from shardcron.model import CatchUp, ExecutionResult, SlotRef, TickStatus
-from shardcron.scheduling.policies import plan_catch_up
+from shardcron.scheduling.policies import OVERLAP_SKIP_REASON, plan_catch_up
 from shardcron.store import (
     SlotClaim,
     abandon_ticks,
@@ -262,6 +262,33 @@ def test_unresolved_ticks_on_led_shards_are_left_to_their_leader(store, db_url, 
         assert shardcron("audit", "--db", db_url, *window(0, 61), "--job", "on-0")[0] == 2  # no etcd: reported
     finally:
         etcd.close()
+
+
+def test_overlap_skips_with_no_run_in_flight_are_false_overlap(store, db_url):
+    """The re-put bug's trace: a long run covers two skips, then skips go on with nothing running."""
+    add_job(store, "stuck-count")
+    run(store, "stuck-count", at(*seconds(1, 9)))
+    long_run = T0 + 10 * S
+    claim_ticks(store, [SlotClaim("stuck-count", long_run)], shard=0, fence=F1, node_id=NODE_A, now_ms=long_run - S)
+    mark_running(store, [(SlotRef("stuck-count", long_run), 1, long_run)], shard=0, fence=F1)
+    record_results(store, [(SlotRef("stuck-count", long_run), 1, ExecutionResult(True, long_run, long_run + 2500),
+                            TickStatus.SUCCEEDED)], shard=0, fence=F1)
+    for slot in at(*seconds(11, 15)):  # each decided at its slot
+        skip_ticks(store, [SlotClaim("stuck-count", slot)], shard=0, fence=F1, node_id=NODE_A, now_ms=slot,
+                   reason=OVERLAP_SKIP_REASON)
+    run(store, "stuck-count", at(*seconds(16, 60)))
+
+    # 11 and 12 overlap the run of 10 (done at 12.5 s), 13 is within the slack; 14 and 15 had nothing to wait for.
+    # The window starts after slot 10: the run that covers 11 and 12 is read from before it.
+    report = run_audit(store, from_ms=T0 + 10 * S, to_ms=T0 + 60 * S, now_ms=LATER)
+    assert [f.scheduled_at_ms for f in report.false_overlap] == at(14, 15)
+    assert not (report.missing or report.duplicates or report.stale_fence or report.unresolved)
+    assert report.per_job["stuck-count"].false_overlap == 2 and not report.clean()
+    assert all(f.kind is FindingKind.FALSE_OVERLAP and f.shard == 0 and f.fence == F1 for f in report.false_overlap)
+
+    rc, out, _ = shardcron("audit", "--db", db_url, *window(10, 60))
+    assert rc == 2 and "2 false overlap" in out, out
+    assert run_audit(store, from_ms=T0 + 15 * S, to_ms=T0 + 60 * S, now_ms=LATER).clean()
 
 
 def test_auditing_3000_slots_is_quick(store):

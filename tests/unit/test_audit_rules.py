@@ -15,7 +15,9 @@ from shardcron.audit import (
     JobSummary,
     FindingKind,
     MissingSlots,
+    OVERLAP_SLACK_MS,
     find_duplicates,
+    find_false_overlap,
     find_missing,
     find_stale,
     find_unresolved,
@@ -23,16 +25,17 @@ from shardcron.audit import (
 from shardcron.errors import ConfigError
 from shardcron.jobspec import job_from_dict
 from shardcron.model import CatchUp, Tick, TickStatus
-from shardcron.scheduling.policies import plan_catch_up
+from shardcron.scheduling.policies import OVERLAP_SKIP_REASON, plan_catch_up
 
 S = 1000  # one second; the test job runs every second, at whole seconds
 
 
 def tick(job_id: str = "j", at: int = S, *, shard: int = 0, fence: int = 100, node: str = "a",
          status: TickStatus = TickStatus.SUCCEEDED, manual: bool = False,
-         claimed: int | None = None, started: int | None = None) -> Tick:
+         claimed: int | None = None, started: int | None = None, finished: int | None = None,
+         error: str | None = None) -> Tick:
     return Tick(job_id, at, shard, fence, node, status, attempt=1, manual=manual,
-                claimed_at_ms=claimed, started_at_ms=started)
+                claimed_at_ms=claimed, started_at_ms=started, finished_at_ms=finished, error=error)
 
 
 # -- duplicates ------------------------------------------------------------------------------
@@ -226,6 +229,64 @@ def test_find_unresolved(row, live, expected):
         assert ("no live leader" in found[0].detail) is (live is not None)
 
 
+# -- false overlap -----------------------------------------------------------------------------
+
+
+def ran(at_s: float, finished_s: float | None, job_id: str = "j", **kw) -> Tick:
+    """A run of slot ``at_s`` that finished at ``finished_s`` (None: still claimed or running)."""
+    status = kw.pop("status", TickStatus.SUCCEEDED if finished_s is not None else TickStatus.RUNNING)
+    return tick(job_id, int(at_s * S), status=status, started=int(at_s * S),
+                finished=None if finished_s is None else int(finished_s * S), **kw)
+
+
+def overlap_skip(at_s: float, job_id: str = "j", decided_s: float | None = None) -> Tick:
+    decided = int((at_s if decided_s is None else decided_s) * S)
+    return tick(job_id, int(at_s * S), status=TickStatus.SKIPPED, started=decided, finished=decided,
+                error=OVERLAP_SKIP_REASON)
+
+
+SLACK_S = OVERLAP_SLACK_MS / S
+
+
+@pytest.mark.parametrize(
+    "rows, expected",
+    [
+        pytest.param([], [], id="no rows"),
+        pytest.param([ran(1, 2.5), overlap_skip(2), ran(3, 4.5)], [], id="skipped while the run went on"),
+        pytest.param([ran(1, None), overlap_skip(2), overlap_skip(3)], [], id="the run is still unresolved"),
+        pytest.param([ran(1, 1.5), overlap_skip(3), overlap_skip(4)], [3, 4],
+                     id="the run was over before each skip (the re-put bug)"),
+        pytest.param([ran(1, 3 - SLACK_S), overlap_skip(3)], [], id="finished within the slack: no finding"),
+        pytest.param([ran(1, 3 - SLACK_S - 0.001), overlap_skip(3)], [3], id="finished just beyond the slack"),
+        pytest.param([overlap_skip(2)], [2], id="no earlier run at all"),
+        pytest.param([overlap_skip(2), ran(3, None)], [2], id="a later run does not cover an earlier skip"),
+        pytest.param([ran(1, None, job_id="other"), overlap_skip(2)], [2], id="another job's run does not count"),
+        pytest.param([ran(1.5, 3, manual=True), overlap_skip(2)], [], id="a manual run in flight covers it"),
+        pytest.param([ran(1, 3, status=TickStatus.FAILED), overlap_skip(2)], [],
+                     id="a failed run, still retrying then, covers it"),
+        pytest.param([ran(1, None, status=TickStatus.CLAIMED), overlap_skip(2)], [], id="a claimed run covers it"),
+        pytest.param([tick(at=1 * S, status=TickStatus.SKIPPED, finished=1 * S, error="catch-up policy"),
+                      overlap_skip(2)], [2], id="a skipped row is not a run"),
+        pytest.param([tick(at=2 * S, status=TickStatus.SKIPPED, finished=2 * S, error="catch-up policy")], [],
+                     id="other skips are not judged"),
+        pytest.param([ran(1, 2.5), overlap_skip(2, decided_s=4)], [2],
+                     id="judged when the skip was decided, not at its slot"),
+    ],
+)
+def test_find_false_overlap(rows, expected):
+    found = find_false_overlap(rows)
+    assert [f.scheduled_at_ms for f in found] == [s * S for s in expected]
+    assert all(f.kind is FindingKind.FALSE_OVERLAP and f.status == "skipped" for f in found)
+
+
+def test_a_false_overlap_names_the_last_run():
+    [f] = find_false_overlap([ran(1, 1.5), overlap_skip(3)])
+    assert f.detail == ("skipped at 1970-01-01T00:00:03.000Z as overlapping, but no earlier run of the job was in "
+                        "flight (the last one finished at 1970-01-01T00:00:01.500Z)")
+    [f] = find_false_overlap([overlap_skip(3)])
+    assert f.detail.endswith("(none had run)")
+
+
 # -- the report ------------------------------------------------------------------------------
 
 
@@ -239,7 +300,10 @@ def test_report_is_clean_only_without_findings_and_serialises():
     assert d["missing"] == [{"kind": "missing", "job_id": "j", "scheduled_at_ms": 5 * S, "detail": "no tick row",
                              "shard": None, "fence": None, "node_id": None, "status": None}]
     assert d["per_job"]["j"]["slots_checked"] == 10
-    assert d["duplicates"] == d["stale_fence"] == d["unresolved"] == []
+    assert d["duplicates"] == d["stale_fence"] == d["unresolved"] == d["false_overlap"] == []
+    phantom = replace(empty, false_overlap=find_false_overlap([overlap_skip(2)]))
+    assert not phantom.clean() and phantom.findings()[FindingKind.FALSE_OVERLAP]
+    assert phantom.to_dict()["false_overlap"][0]["kind"] == "false_overlap"
 
 
 def test_the_text_report_caps_jobs_and_findings():
