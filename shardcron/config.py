@@ -10,7 +10,7 @@ import os
 import socket
 from dataclasses import dataclass
 
-from shardcron.errors import ConfigError
+from shardcron.errors import ConfigError, InvalidJob
 
 ENV_PREFIX = "SHARDCRON_"
 
@@ -32,6 +32,7 @@ class NodeConfig:
     lookahead_ms: int
     log_format: str
     log_level: str
+    min_interval_ms: int  # the shortest gap between a job's slots this node accepts (--min-interval)
     metrics_listen: str | None = None
     shell_allow: object = None  # re.Pattern every shell command must fully match, when set
     etcd_security: object = None  # coordination.etcd.EtcdSecurity
@@ -41,7 +42,7 @@ class NodeConfig:
 
 def env_default(name: str, default):
     """The default for flag ``--name``: ``SHARDCRON_NAME`` if set, else ``default``."""
-    raw = os.environ.get(ENV_PREFIX + name.upper().replace("-", "_"))
+    raw = os.environ.get(env_name(name))
     if raw is None:
         return default
     if isinstance(default, bool):
@@ -49,27 +50,55 @@ def env_default(name: str, default):
     return raw
 
 
+def env_name(flag: str) -> str:
+    """``--node-id`` (or ``node-id``) -> ``SHARDCRON_NODE_ID``."""
+    return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
+
+
+_SHOW_DEFAULT = object()
+
+
+def add_env_flag(p, flag: str, help_: str, default=None, *, default_text=_SHOW_DEFAULT, **kwargs) -> None:
+    """Add ``flag`` to ``p`` (a parser or an argument group), defaulting to ``SHARDCRON_<FLAG>`` or ``default``.
+
+    The help ends with ``[SHARDCRON_<FLAG>]`` and the default: ``default_text``
+    when given (None: say nothing), else the value itself when there is one.
+    """
+    suffix = f" [{env_name(flag)}]"
+    if default_text is _SHOW_DEFAULT:
+        default_text = None if default is None or isinstance(default, bool) else "%(default)s"
+    if default_text is not None:
+        suffix += f" (default {default_text})"
+    p.add_argument(flag, default=env_default(flag.lstrip("-"), default), help=help_ + suffix, **kwargs)
+
+
+DEFAULT_DB = "sqlite:///shardcron.db"
+
+
+def add_db_flag(p) -> None:
+    """``--db``, the same for every command that opens the store."""
+    add_env_flag(p, "--db", "SQLAlchemy URL of the tick store: sqlite:///..., postgresql://..., mysql://...",
+                 DEFAULT_DB)
+
+
 def add_common_etcd_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--etcd", default=env_default("etcd", "127.0.0.1:2379"),
-                   help="comma-separated etcd endpoints, https:// for TLS [SHARDCRON_ETCD] (default %(default)s)")
-    p.add_argument("--prefix", default=env_default("prefix", "/cron"),
-                   help="etcd key prefix of the cluster [SHARDCRON_PREFIX] (default %(default)s)")
+    add_env_flag(p, "--etcd", "comma-separated etcd endpoints, https:// for TLS", "127.0.0.1:2379")
+    add_prefix_flag(p)
     add_etcd_security_flags(p)
+
+
+def add_prefix_flag(p) -> None:
+    add_env_flag(p, "--prefix", "etcd key prefix of the cluster", "/cron")
 
 
 def add_etcd_security_flags(p) -> None:
     """TLS and auth for etcd; ``p`` may be a parser or an argument group."""
-    p.add_argument("--etcd-ca", default=env_default("etcd-ca", None),
-                   help="CA certificate that signed etcd's server certificate (enables TLS) [SHARDCRON_ETCD_CA]")
-    p.add_argument("--etcd-cert", default=env_default("etcd-cert", None),
-                   help="client certificate for etcd mTLS [SHARDCRON_ETCD_CERT]")
-    p.add_argument("--etcd-key", default=env_default("etcd-key", None),
-                   help="client key for etcd mTLS [SHARDCRON_ETCD_KEY]")
-    p.add_argument("--etcd-user", default=env_default("etcd-user", None),
-                   help="etcd user name (auth enabled) [SHARDCRON_ETCD_USER]")
-    p.add_argument("--etcd-password-file", default=env_default("etcd-password-file", None),
-                   help="file holding the etcd password; or set SHARDCRON_ETCD_PASSWORD "
-                        "(never a flag: it would show in ps) [SHARDCRON_ETCD_PASSWORD_FILE]")
+    add_env_flag(p, "--etcd-ca", "CA certificate that signed etcd's server certificate (enables TLS)")
+    add_env_flag(p, "--etcd-cert", "client certificate for etcd mTLS")
+    add_env_flag(p, "--etcd-key", "client key for etcd mTLS")
+    add_env_flag(p, "--etcd-user", "etcd user name (auth enabled)")
+    add_env_flag(p, "--etcd-password-file", "file holding the etcd password; or set SHARDCRON_ETCD_PASSWORD "
+                                            "(never a flag: it would show in ps)")
 
 
 def etcd_security(a: argparse.Namespace):
@@ -98,48 +127,31 @@ def etcd_security(a: argparse.Namespace):
 
 def add_node_flags(p: argparse.ArgumentParser) -> None:
     add_common_etcd_flags(p)
-    p.add_argument("--node-id", default=env_default("node-id", None),
-                   help="unique node name [SHARDCRON_NODE_ID] (default: hostname-pid)")
-    p.add_argument("--db", default=env_default("db", "sqlite:///shardcron.db"),
-                   help="SQLAlchemy URL of the tick store [SHARDCRON_DB] (default %(default)s)")
-    p.add_argument("--listen", default=env_default("listen", "127.0.0.1:7070"),
-                   help="gRPC listen address [SHARDCRON_LISTEN] (default %(default)s)")
-    p.add_argument("--advertise", default=env_default("advertise", None),
-                   help="address other nodes reach this one at [SHARDCRON_ADVERTISE] (default: --listen)")
-    p.add_argument("--shards", default=env_default("shards", 64),
-                   help="shard count; must match the cluster's [SHARDCRON_SHARDS] (default %(default)s)")
-    p.add_argument("--ttl", default=env_default("ttl", 10),
-                   help="session lease TTL in seconds [SHARDCRON_TTL] (default %(default)s)")
-    p.add_argument("--allow-shell", action="store_true", default=env_default("allow-shell", False),
-                   help="allow shell jobs (remote code execution: only on trusted clusters) [SHARDCRON_ALLOW_SHELL]")
-    p.add_argument("--jobs", default=env_default("jobs", None),
-                   help="TOML or YAML file of jobs to import when leading their shards [SHARDCRON_JOBS]")
-    p.add_argument("--settle", default=env_default("settle", 1.0),
-                   help="seconds of membership quiet before rebalancing [SHARDCRON_SETTLE] (default %(default)s)")
-    p.add_argument("--shutdown-grace", default=env_default("shutdown-grace", 5.0),
-                   help="seconds to wait for running ticks on stop or hand-over [SHARDCRON_SHUTDOWN_GRACE]")
-    p.add_argument("--lookahead-ms", default=env_default("lookahead-ms", 600),
-                   help="claim slots this far ahead, in one transaction [SHARDCRON_LOOKAHEAD_MS] (default "
-                        "%(default)s: not a whole second, so claiming never coincides with whole-second starts)")
-    p.add_argument("--tls-cert", default=env_default("tls-cert", None),
-                   help="serve the API over TLS with this certificate [SHARDCRON_TLS_CERT]")
-    p.add_argument("--tls-key", default=env_default("tls-key", None), help="its key [SHARDCRON_TLS_KEY]")
-    p.add_argument("--tls-client-ca", default=env_default("tls-client-ca", None),
-                   help="require client certificates signed by this CA (mTLS) [SHARDCRON_TLS_CLIENT_CA]")
-    p.add_argument("--tls-ca", default=env_default("tls-ca", None),
-                   help="CA to verify other nodes when forwarding (default: --tls-client-ca) [SHARDCRON_TLS_CA]")
-    p.add_argument("--auth-token-file", default=env_default("auth-token-file", None),
-                   help="require a bearer token from this file (one per line) on every call "
-                        "[SHARDCRON_AUTH_TOKEN_FILE]")
-    p.add_argument("--shell-allow", default=env_default("shell-allow", None),
-                   help="with --allow-shell: a regular expression every shell command must match in full "
-                        "[SHARDCRON_SHELL_ALLOW]")
-    p.add_argument("--metrics-listen", default=env_default("metrics-listen", None),
-                   help="serve Prometheus metrics on host:port [SHARDCRON_METRICS_LISTEN] (default: off)")
-    p.add_argument("--log-format", default=env_default("log-format", "text"), choices=["text", "json"],
-                   help="log line format [SHARDCRON_LOG_FORMAT]")
-    p.add_argument("--log-level", default=env_default("log-level", "info"),
-                   choices=["debug", "info", "warning", "error"], help="[SHARDCRON_LOG_LEVEL]")
+    add_env_flag(p, "--node-id", "unique node name", default_text="hostname-pid")
+    add_db_flag(p)
+    add_env_flag(p, "--listen", "gRPC listen address", "127.0.0.1:7070")
+    add_env_flag(p, "--advertise", "address other nodes reach this one at", default_text="--listen")
+    add_env_flag(p, "--shards", "shard count; must match the cluster's", 64)
+    add_env_flag(p, "--ttl", "session lease TTL in seconds", 10)
+    add_env_flag(p, "--allow-shell", "allow shell jobs (remote code execution: only on trusted clusters)", False,
+                 action="store_true")
+    add_env_flag(p, "--jobs", "TOML or YAML file of jobs to import when leading their shards")
+    add_env_flag(p, "--min-interval", "refuse jobs whose slots come closer than this (every, or cron with "
+                                      "seconds): a guard against 1ms typed for 1m; 0 allows any", "1s")
+    add_env_flag(p, "--settle", "seconds of membership quiet before rebalancing", 1.0)
+    add_env_flag(p, "--shutdown-grace", "seconds to wait for running ticks on stop or hand-over", 5.0)
+    add_env_flag(p, "--lookahead-ms", "claim slots this far ahead, in one transaction", 600,
+                 default_text="%(default)s: not a whole second, so claiming never coincides with whole-second starts")
+    add_env_flag(p, "--tls-cert", "serve the API over TLS with this certificate")
+    add_env_flag(p, "--tls-key", "its key")
+    add_env_flag(p, "--tls-client-ca", "require client certificates signed by this CA (mTLS)")
+    add_env_flag(p, "--tls-ca", "CA to verify other nodes when forwarding", default_text="--tls-client-ca")
+    add_env_flag(p, "--auth-token-file", "require a bearer token from this file (one per line) on every call")
+    add_env_flag(p, "--shell-allow", "with --allow-shell: a regular expression every shell command must match in "
+                                     "full")
+    add_env_flag(p, "--metrics-listen", "serve Prometheus metrics on host:port", default_text="off")
+    add_env_flag(p, "--log-format", "log line format", "text", choices=["text", "json"])
+    add_env_flag(p, "--log-level", "log level", "info", choices=["debug", "info", "warning", "error"])
 
 
 def _number(name: str, raw, kind, minimum):
@@ -181,6 +193,7 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         settle=_number("settle", a.settle, float, 0.0),
         shutdown_grace=_number("shutdown-grace", a.shutdown_grace, float, 0.0),
         lookahead_ms=_number("lookahead-ms", a.lookahead_ms, int, 0),
+        min_interval_ms=_min_interval_ms(a.min_interval),
         log_format=a.log_format,
         log_level=a.log_level,
         metrics_listen=_hostport("metrics-listen", a.metrics_listen) if a.metrics_listen else None,
@@ -188,6 +201,19 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         **_api_security(a),
         shell_allow=_shell_allow(a.shell_allow, bool(a.allow_shell)),
     )
+
+
+def _min_interval_ms(raw) -> int:
+    from shardcron.jobspec import parse_duration_ms  # not at the top: `shardcron shards` must not import croniter
+
+    try:
+        ms = parse_duration_ms(raw, "--min-interval")
+    except InvalidJob:
+        raise ConfigError(f"--min-interval: expected a duration such as 1s, 500ms or 1m (0: no minimum), "
+                          f"got {raw!r}") from None
+    if ms < 0:
+        raise ConfigError(f"--min-interval: must not be negative, got {raw!r}")
+    return ms
 
 
 def _shell_allow(pattern: str | None, allow_shell: bool):

@@ -8,9 +8,10 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import yaml
@@ -24,7 +25,9 @@ class JobFileError(ShardcronError):
     pass
 
 
-def load_job_file(path: str) -> list[Job]:
+def load_job_file(path: str, admit: Callable[[Job], None] | None = None) -> list[Job]:
+    """The jobs of the file at ``path``; ``admit(job)`` may refuse one (``InvalidJob``), which is
+    reported like a malformed job: the file, the job, the field (a node's --min-interval, --allow-shell)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -41,7 +44,12 @@ def load_job_file(path: str) -> list[Job]:
     except (tomllib.TOMLDecodeError, yaml.YAMLError, ValueError) as e:
         raise JobFileError(f"{path}: not valid {kind}: {e}") from None
     if not isinstance(data, Mapping) or "jobs" not in data:
-        raise JobFileError(f"{path}: expected a top-level 'jobs' list or table")
+        hint = difflib.get_close_matches("jobs", [str(k) for k in data], n=1) if isinstance(data, Mapping) else []
+        raise JobFileError(f"{path}: expected a top-level 'jobs' list or table"
+                           + (f" (found {hint[0]!r}: did you mean 'jobs'?)" if hint else ""))
+    for key in data:
+        if key != "jobs":
+            raise JobFileError(f"{path}: {key}: unknown top-level key; a job file holds only 'jobs'")
     raw = data["jobs"]
     if isinstance(raw, Mapping):
         entries = [(str(k), v) for k, v in raw.items()]
@@ -52,9 +60,13 @@ def load_job_file(path: str) -> list[Job]:
     jobs: list[Job] = []
     seen: set[str] = set()
     for i, (job_id, body) in enumerate(entries):
-        where = f"job {job_id!r}" if job_id else f"jobs[{i}]"
+        named = job_id or (body.get("id") if isinstance(body, Mapping) else None)
+        where = f"job {named!r}" if isinstance(named, str) and named else f"jobs[{i}]"
         try:
-            job = job_from_dict(body, job_id=job_id) if job_id else job_from_dict(body)
+            # A file states every job's executor: a forgotten one must not become a noop.
+            job = job_from_dict(body, job_id=job_id, require_executor=True)
+            if admit is not None:
+                admit(job)
         except InvalidJob as e:
             raise JobFileError(f"{path}: {where}: {e}") from None
         if job.id in seen:

@@ -7,10 +7,11 @@ names the field and says why.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
-from decimal import Decimal
 import math
+from decimal import Decimal
 import re
 import zoneinfo
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from urllib.parse import urlsplit
 from croniter import croniter
 
 from shardcron.errors import InvalidJob
+from shardcron.headers import masked_headers
 from shardcron.model import (
     CatchUp,
     ExecutorKind,
@@ -40,7 +42,24 @@ MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_LABELS = 64
 MAX_LABEL_CHARS = 256
 MAX_DURATION_MS = 10 * 365 * 86_400_000
+# The shortest gap a schedule may have unless the nodes run with --min-interval:
+# one keystroke turns 1m into 1ms, and 1,000 ticks a second of one job would
+# take a node down.
+DEFAULT_MIN_INTERVAL_MS = 1000
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
+
+# The keys each level of a job takes. Anything else is refused, naming the key:
+# a misspelled key that were ignored would silently change what the job does
+# (``timzone`` would run it in UTC).
+SCHEDULE_KEYS = frozenset({"cron", "every", "interval_ms", "at", "at_ms", "timezone", "tz"})
+JOB_KEYS = frozenset({"id", "schedule", "executor", "catchup", "catchup_window", "overlap", "timeout", "retry",
+                      "paused", "labels", "version"})
+RETRY_KEYS = frozenset({"max_attempts", "backoff", "backoff_max"})
+EXECUTOR_KEYS = {
+    ExecutorKind.NOOP: frozenset({"kind"}),
+    ExecutorKind.SHELL: frozenset({"kind", "command"}),
+    ExecutorKind.HTTP: frozenset({"kind", "url", "method", "headers", "body", "secret_headers"}),
+}
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -80,6 +99,20 @@ def parse_duration_ms(text: str | int | float, field: str = "duration") -> int:
     if abs(total) > MAX_DURATION_MS:
         raise InvalidJob(field, f"{text!r} is longer than the limit of ten years")
     return int(total.to_integral_value())
+
+
+def format_duration_ms(ms: int | None) -> str:
+    """The inverse of ``parse_duration_ms``: 1500 -> 1.5s, 90000 -> 1m30s, 86400000 -> 1d."""
+    if ms is None:
+        return "-"
+    if ms < 1000 or ms % 1000 and ms < 60_000:
+        return f"{ms}ms" if ms < 1000 else f"{ms / 1000:g}s"
+    out, rest = "", ms // 1000
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            out += f"{rest // size}{unit}"
+            rest %= size
+    return out
 
 
 def parse_time_ms(text: str | int | float | datetime, timezone: str = "UTC", field: str = "at") -> int:
@@ -144,6 +177,19 @@ def validate_job_id(job_id: Any, field: str = "id") -> str:
     return job_id
 
 
+def _check_keys(d: Mapping, allowed: frozenset[str], where: str = "", what: str = "") -> None:
+    """Refuse the first key of ``d`` not in ``allowed``, naming it, with a "did you mean" when one is close."""
+    for key in d:
+        if key in allowed:
+            continue
+        field = f"{where}.{key}" if where else str(key)
+        hint = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
+        said = f"unknown key{what}"
+        if hint:
+            raise InvalidJob(field, f"{said}; did you mean {hint[0]!r}?")
+        raise InvalidJob(field, f"{said}; expected one of: {', '.join(sorted(allowed))}")
+
+
 def _enum(cls, value, field):
     try:
         if isinstance(value, str):
@@ -171,6 +217,7 @@ def _duration(d: Mapping, key: str, field: str, default: int, minimum: int = 1) 
 
 
 def _parse_schedule(d: Mapping) -> Schedule:
+    _check_keys(d, SCHEDULE_KEYS, "schedule")
     tz = d.get("timezone", d.get("tz", "UTC")) or "UTC"
     load_timezone(tz)
     given = [k for k in ("cron", "every", "interval_ms", "at", "at_ms") if d.get(k) not in (None, "")]
@@ -206,10 +253,15 @@ def _parse_headers(raw, field) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def _parse_executor(d: Mapping) -> ExecutorSpec:
+def _parse_executor(d: Mapping | None) -> ExecutorSpec:
+    if d is None:
+        raise InvalidJob("executor", "missing: every job needs one, of kind http, shell or noop")
     if not isinstance(d, Mapping):
         raise InvalidJob("executor", "must be a table with a kind (http, shell or noop)")
+    if not d.get("kind"):
+        raise InvalidJob("executor.kind", "missing: give one of http, shell, noop")
     kind = _enum(ExecutorKind, d.get("kind", ""), "executor.kind")
+    _check_keys(d, EXECUTOR_KEYS[kind], "executor", f" of the {kind.value} executor")
     if kind is ExecutorKind.NOOP:
         return ExecutorSpec(kind)
     if kind is ExecutorKind.SHELL:
@@ -243,19 +295,37 @@ def _parse_executor(d: Mapping) -> ExecutorSpec:
     return ExecutorSpec(kind, http=HttpSpec(url, method, headers, body, tuple(secret)))
 
 
-def job_from_dict(d: Mapping, job_id: str | None = None) -> Job:
-    """Parse and validate a job given as plain data (a TOML/YAML table or JSON)."""
+def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bool = False) -> Job:
+    """Parse and validate a job given as plain data (a TOML/YAML table or JSON).
+
+    Every key must be one the job takes (``InvalidJob`` names the first that is
+    not). The schedule is either a ``schedule`` table or its keys at the top
+    level, not both. ``require_executor``: a job without ``executor`` is refused
+    (job files and the API); otherwise it is a noop, for in-process callers.
+    """
     if not isinstance(d, Mapping):
         raise InvalidJob("job", "must be a table")
+    flat = "schedule" not in d
+    if flat:
+        _check_keys(d, JOB_KEYS | SCHEDULE_KEYS)
+        sched = {k: v for k, v in d.items() if k in SCHEDULE_KEYS}
+    else:
+        sched = d["schedule"]
+        if not isinstance(sched, Mapping):
+            raise InvalidJob("schedule", "must be a table")
+        for key in sorted(SCHEDULE_KEYS.intersection(d)):
+            raise InvalidJob(key, "belongs in the schedule table, which is given too: give the schedule in one place")
+        _check_keys(d, JOB_KEYS)
     jid = validate_job_id(job_id if job_id is not None else d.get("id"))
-    sched = d.get("schedule", d)
-    if not isinstance(sched, Mapping):
-        raise InvalidJob("schedule", "must be a table")
     schedule = _parse_schedule(sched)
-    executor = _parse_executor(d.get("executor", {"kind": "noop"}))
+    if "executor" in d or require_executor:
+        executor = _parse_executor(d.get("executor"))
+    else:
+        executor = ExecutorSpec(ExecutorKind.NOOP)
     retry_d = d.get("retry", {}) or {}
     if not isinstance(retry_d, Mapping):
         raise InvalidJob("retry", "must be a table with max_attempts, backoff and backoff_max")
+    _check_keys(retry_d, RETRY_KEYS, "retry")
     retry = RetryPolicy(
         max_attempts=_int(retry_d.get("max_attempts", 1), "retry.max_attempts", 1),
         backoff_initial_ms=_duration(retry_d, "backoff", "retry.backoff", 1000),
@@ -293,11 +363,91 @@ def job_from_dict(d: Mapping, job_id: str | None = None) -> Job:
     )
 
 
-def check_admissible(job: Job, *, allow_shell: bool, now_ms: int, shell_allow=None) -> None:
+_DAY_S = 86_400
+
+
+def shortest_gap_ms(schedule: Schedule, *, below_ms: int | None = None) -> int | None:
+    """The shortest time between two consecutive slots of ``schedule``; None for a single run.
+
+    For cron, on a day without a DST change (a change only ever merges slots).
+    ``below_ms``: the caller only needs to know whether the gap is shorter than
+    this; a cron gap that provably is not may be answered by a lower bound at
+    least this long, which spares walking the calendar of a cron with day fields.
+    """
+    if schedule.kind is ScheduleKind.INTERVAL:
+        return schedule.interval_ms
+    if schedule.kind is ScheduleKind.CRON:
+        within_day, overnight, exact = _cron_gaps_s(schedule.cron)
+        if not exact and (below_ms is None or overnight * 1000 < below_ms):
+            overnight = _cron_overnight_walked_s(schedule.cron)
+        return min(g for g in (within_day, overnight) if g is not None) * 1000
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _cron_gaps_s(expr: str) -> tuple[int | None, int, bool]:
+    """(the shortest gap within a day or None, the overnight gap, whether that one is exact), from the fields.
+
+    A day's slots are hours x minutes x seconds in lexicographic order, so the
+    shortest gap is between neighbours in one field (the finer fields at their
+    last and first values): no need to list the day's 86,400 slots. Overnight,
+    from the day's last slot to the next day's first, is exact when every day
+    runs, else a lower bound (the next running day may be later).
+    """
+    fields = croniter(expr, second_at_beginning=True).expanded
+    minutes, hours = _values(fields[0], 60), _values(fields[1], 24)
+    seconds = _values(fields[5], 60) if len(fields) > 5 else [0]
+    gaps = [gap for gap in (
+        _neighbour_gap(seconds, 1, 0),
+        _neighbour_gap(minutes, 60, seconds[-1] - seconds[0]),
+        _neighbour_gap(hours, 3600, minutes[-1] * 60 + seconds[-1] - minutes[0] * 60 - seconds[0]),
+    ) if gap is not None]
+    day_span = (hours[-1] - hours[0]) * 3600 + (minutes[-1] - minutes[0]) * 60 + seconds[-1] - seconds[0]
+    every_day = fields[2] == ["*"] and fields[4] == ["*"]
+    return (min(gaps) if gaps else None), _DAY_S - day_span, every_day
+
+
+@functools.lru_cache(maxsize=256)
+def _cron_overnight_walked_s(expr: str) -> int:
+    """From each running day's last slot to the next slot, the shortest, over a few hundred running days."""
+    fields = croniter(expr, second_at_beginning=True).expanded
+    minute, hour = _values(fields[0], 60)[-1], _values(fields[1], 24)[-1]
+    second = _values(fields[5], 60)[-1] if len(fields) > 5 else 0
+    day_fields = " ".join(expr.split(" ")[-3:])  # day of month, month, day of week
+    last_of_day = croniter(f"{second} {minute} {hour} {day_fields}", datetime(2030, 1, 1), second_at_beginning=True)
+    gaps = []
+    for _ in range(400):
+        t = last_of_day.get_next(datetime)
+        gaps.append(int((croniter(expr, t, second_at_beginning=True).get_next(datetime) - t).total_seconds()))
+    return min(gaps)
+
+
+def _values(field: list, size: int) -> list[int]:
+    return list(range(size)) if field == ["*"] else sorted(int(x) for x in field)
+
+
+def _neighbour_gap(values: list[int], unit_s: int, finer_span_s: int) -> int | None:
+    """The shortest step between neighbouring ``values``, less the span of the finer fields it skips."""
+    if len(values) < 2:
+        return None
+    return min(b - a for a, b in zip(values, values[1:], strict=False)) * unit_s - finer_span_s
+
+
+def check_admissible(job: Job, *, allow_shell: bool, now_ms: int, shell_allow=None,
+                     min_interval_ms: int = DEFAULT_MIN_INTERVAL_MS) -> None:
     """The checks that depend on the cluster and the clock, not on the job alone.
 
     ``shell_allow``: a compiled pattern every shell command must match in full (``--shell-allow``).
+    ``min_interval_ms``: the shortest gap between slots the cluster accepts (``--min-interval``).
     """
+    gap = shortest_gap_ms(job.schedule, below_ms=min_interval_ms)
+    if gap is not None and gap < min_interval_ms:
+        field, what = (("schedule.cron", f"{job.schedule.cron!r} has slots {format_duration_ms(gap)} apart")
+                       if job.schedule.kind is ScheduleKind.CRON else
+                       ("schedule.every", f"every {format_duration_ms(gap)}"))
+        raise InvalidJob(field, f"{what}: shorter than this cluster's minimum interval of "
+                                f"{format_duration_ms(min_interval_ms)}; to allow it, run the nodes with a lower "
+                                "--min-interval (SHARDCRON_MIN_INTERVAL)")
     if job.executor.kind is ExecutorKind.SHELL and not allow_shell:
         raise InvalidJob(
             "executor.kind", "shell jobs are refused: the nodes run without --allow-shell (remote code execution guard)"
@@ -355,11 +505,10 @@ def job_from_json(text: str) -> Job:
 
 
 def redacted(job: Job) -> dict[str, Any]:
-    """``job_to_dict`` with secret header values masked, for logs and API answers."""
+    """``job_to_dict`` with secret header values masked (``headers.secret_names``), for logs and API answers."""
     d = job_to_dict(job)
-    if job.executor.http and job.executor.http.secret_headers:
-        secret = {h.lower() for h in job.executor.http.secret_headers}
-        d["executor"]["headers"] = [[k, "***" if k.lower() in secret else v] for k, v in d["executor"]["headers"]]
+    if job.executor.http:
+        d["executor"]["headers"] = [list(pair) for pair in masked_headers(job.executor.http)]
     return d
 
 

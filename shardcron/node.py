@@ -34,6 +34,7 @@ class NodeBackend:
         self.node_id = node.cfg.node_id
         self.allow_shell = node.cfg.allow_shell
         self.shell_allow = node.cfg.shell_allow
+        self.min_interval_ms = node.cfg.min_interval_ms
         self.engine = node.engine
         self.joined = node.coordinator.joined
         self._listeners: list = []
@@ -109,10 +110,10 @@ class Node:
     def start(self) -> None:
         """Connect to everything and join. Raises a ShardcronError with a clear message on bad set-up."""
         cfg = self.cfg
-        imports = load_job_file(cfg.jobs) if cfg.jobs else []
         now = clock.wall_ms()
-        for job in imports:
-            check_admissible(job, allow_shell=cfg.allow_shell, now_ms=now, shell_allow=cfg.shell_allow)
+        imports = load_job_file(cfg.jobs, admit=lambda job: check_admissible(
+            job, allow_shell=cfg.allow_shell, now_ms=now, shell_allow=cfg.shell_allow,
+            min_interval_ms=cfg.min_interval_ms)) if cfg.jobs else []
 
         if cfg.metrics_listen:
             metrics.serve(cfg.metrics_listen)

@@ -24,6 +24,7 @@ from sqlalchemy import exc as sa_exc
 
 from shardcron import clock
 from shardcron.abc import Backend
+from shardcron.api import admission
 from shardcron.api.convert import job_from_proto, job_to_proto
 from shardcron.api.routing import (
     FORWARDED_METADATA,
@@ -36,7 +37,7 @@ from shardcron.api.routing import (
 )
 from shardcron.api.status import clip, retry_hint, status_for
 from shardcron.errors import FencedOut, InvalidJob
-from shardcron.jobspec import check_admissible, validate_job_id
+from shardcron.jobspec import validate_job_id
 from shardcron.model import Job
 from shardcron.sharding import shard_for
 from shardcron.store import jobs as job_store
@@ -144,8 +145,7 @@ class BatchWriter:
             if it.job is None:
                 try:
                     job = job_from_proto(it.proto)
-                    check_admissible(job, allow_shell=self.backend.allow_shell, now_ms=now,
-                                     shell_allow=getattr(self.backend, "shell_allow", None))
+                    admission.check_job(self.backend, job, now)
                 except InvalidJob as e:
                     results[it.index] = _result(it.id, grpc.StatusCode.INVALID_ARGUMENT, str(e))
                     continue

@@ -16,6 +16,7 @@ from typing import Any
 
 from shardcron.model import TickEvent
 from shardcron.errors import InvalidJob
+from shardcron.headers import MASK, masked_headers
 from shardcron.jobspec import job_from_dict
 from shardcron.model import CatchUp, ExecutorKind, Job, Overlap, ScheduleKind, Tick, TickStatus
 from shardcron.v1 import scheduler_pb2 as pb
@@ -34,7 +35,7 @@ _STATUS_TO_PB = {
 }
 _STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
 
-SECRET_MASK = "***"
+SECRET_MASK = MASK
 INT64_MAX = 2**63 - 1
 
 
@@ -74,10 +75,8 @@ def job_dict_from_proto(p: pb.Job) -> dict[str, Any]:
         d["executor"] = {"kind": "shell", "command": p.shell.command}
     elif kind == "noop":
         d["executor"] = {"kind": "noop"}
-    else:
-        # Unset, or a kind added to the proto after this server was built (it
-        # arrives as an unknown field): never guess, refuse.
-        d["executor"] = {"kind": ""}
+    # else unset, or a kind added to the proto after this server was built (it
+    # arrives as an unknown field): never guess; jobspec refuses a missing executor.
 
     if p.catchup != pb.CATCH_UP_UNSPECIFIED:
         d["catchup"] = _CATCHUP_FROM_PB[p.catchup].value if p.catchup in _CATCHUP_FROM_PB else str(p.catchup)
@@ -107,7 +106,7 @@ def job_dict_from_proto(p: pb.Job) -> dict[str, Any]:
 
 def job_from_proto(p: pb.Job) -> Job:
     """A job as the caller defined it, validated by jobspec; version and active_since_ms are ignored."""
-    job = job_from_dict(job_dict_from_proto(p))
+    job = job_from_dict(job_dict_from_proto(p), require_executor=True)
     # jobspec reads durations through floats, so an int64 that is near the top of
     # the range can come back just past it: the job could then not be answered.
     for field, ms in (("timeout", job.timeout_ms), ("catchup_window", job.catchup_window_ms),
@@ -155,10 +154,10 @@ def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
     ex = job.executor
     if ex.kind is ExecutorKind.HTTP and ex.http is not None:
         h = ex.http
-        secret = {n.lower() for n in h.secret_headers} if redact else set()
+        headers = masked_headers(h) if redact else h.headers
         p.http.CopyFrom(pb.HttpExecutor(
             url=h.url, method=h.method, body=h.body, secret_headers=list(h.secret_headers),
-            headers=[pb.Header(name=k, value=SECRET_MASK if k.lower() in secret else v) for k, v in h.headers],
+            headers=[pb.Header(name=k, value=v) for k, v in headers],
         ))
     elif ex.kind is ExecutorKind.SHELL and ex.shell is not None:
         p.shell.command = ex.shell.command

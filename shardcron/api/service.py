@@ -17,6 +17,7 @@ import grpc
 
 from shardcron import clock
 from shardcron.abc import Backend
+from shardcron.api import admission
 from shardcron.api.batch import BatchWriter
 from shardcron.api.group_commit import GroupCommit
 from shardcron.api.convert import (
@@ -32,7 +33,7 @@ from shardcron.api.convert import (
 from shardcron.api.routing import Router, is_forwarded
 from shardcron.api.watch import Watches
 from shardcron.errors import JobNotFound, NotLeader
-from shardcron.jobspec import MAX_LABELS, check_admissible, validate_job_id
+from shardcron.jobspec import MAX_LABELS, validate_job_id
 from shardcron.model import Job
 from shardcron.sharding import shard_for
 from shardcron.store import jobs as job_store
@@ -69,8 +70,7 @@ class SchedulerService:
         return shard_for(job_id, self.backend.shard_count)
 
     def _admissible(self, job: Job) -> None:
-        check_admissible(job, allow_shell=self.backend.allow_shell, now_ms=clock.wall_ms(),
-                         shell_allow=getattr(self.backend, "shell_allow", None))
+        admission.check_job(self.backend, job)
 
     def _job_answer(self, job: Job) -> pb.Job:
         return job_to_proto(job, redact=True)

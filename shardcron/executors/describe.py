@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
+from shardcron.headers import MASK, masked_headers
 from shardcron.model import ExecutorKind, ExecutorSpec
-
-MASK = "***"
 _MAX_COMMAND_CHARS = 120
 
 
@@ -15,10 +14,9 @@ def describe(spec: ExecutorSpec) -> str:
     ``shell: /usr/local/bin/backup --full``, ``noop``."""
     if spec.kind is ExecutorKind.HTTP and spec.http is not None:
         h = spec.http
-        secret = {name.lower() for name in h.secret_headers}
         details = []
         if h.headers:
-            shown = ", ".join(f"{name}: {MASK if name.lower() in secret else value}" for name, value in h.headers)
+            shown = ", ".join(f"{name}: {value}" for name, value in masked_headers(h))
             details.append(f"headers: {shown}")
         if h.body:
             details.append(f"body: {len(h.body.encode('utf-8'))} bytes")

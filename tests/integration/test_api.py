@@ -101,7 +101,11 @@ BAD_JOBS = [
     ("no schedule", _job(id="a", noop=pb.NoopExecutor()), "schedule", "exactly one"),
     ("once in the past beyond the catch-up window",
      _job(id="a", schedule=pb.Schedule(at_ms=LONG_AGO_MS), noop=pb.NoopExecutor()), "schedule.at", "in the past"),
-    ("no executor", _job(id="a", schedule=pb.Schedule(interval_ms=1000)), "executor.kind", "http, shell, noop"),
+    ("no executor", _job(id="a", schedule=pb.Schedule(interval_ms=1000)), "executor", "missing"),
+    ("interval below the minimum (1ms for 1m)", _job(id="a", schedule=pb.Schedule(interval_ms=1), noop=pb.NoopExecutor()),
+     "schedule.every", "minimum interval of 1s; to allow it, run the nodes with a lower --min-interval"),
+    ("interval just below the minimum", _job(id="a", schedule=pb.Schedule(interval_ms=999), noop=pb.NoopExecutor()),
+     "schedule.every", "every 999ms"),
     ("shell without --allow-shell",
      _job(id="a", schedule=pb.Schedule(interval_ms=1000), shell=pb.ShellExecutor(command="true")),
      "executor.kind", "--allow-shell"),
@@ -149,7 +153,7 @@ def test_an_executor_kind_this_server_does_not_know_is_refused_not_taken_for_noo
         with pytest.raises(grpc.RpcError) as e:
             call(raw, timeout=10)
     assert e.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-    assert e.value.details().startswith("executor.kind: ")
+    assert e.value.details().startswith("executor: ")
 
 
 def test_a_payload_of_exactly_1_mib_is_accepted(stub):
@@ -242,6 +246,22 @@ def test_a_batch_reports_each_job_and_duplicates(node):
         r = c.put_jobs(jobs)
     assert [x.ok for x in r] == [True, False, False, True]
     assert "appears more than once" in r[1].message and r[2].message.startswith("labels: ")
+
+
+def test_the_minimum_interval_itself_and_cron_every_second_are_accepted(stub):
+    for job in (_job(id="min-every", schedule=pb.Schedule(interval_ms=1000), noop=pb.NoopExecutor(), paused=True),
+                _job(id="min-cron", schedule=pb.Schedule(cron="* * * * * *"), noop=pb.NoopExecutor(), paused=True)):
+        assert stub.PutJob(pb.PutJobRequest(job=job), timeout=10).job.version >= 1
+
+
+def test_credential_headers_are_never_returned_even_when_not_named_secret(node):
+    jid = f"cred-{uuid.uuid4().hex[:6]}"
+    job = job_from_dict({"id": jid, "every": "1h", "executor": {
+        "kind": "http", "url": "http://127.0.0.1:9/", "headers": {"authorization": "Bearer s3cret",
+                                                                  "Cookie": "sid=1", "X-Trace": "7"}}})
+    with Client(node.address) as c:
+        shown = dict(c.get_job(c.put_job(job).id).executor.http.headers)
+    assert shown == {"authorization": "***", "Cookie": "***", "X-Trace": "7"}
 
 
 def test_secret_header_values_are_never_returned(node):

@@ -75,7 +75,7 @@ def test_store_assigned_fields_are_kept_when_reading_an_answer_but_ignored_in_a_
 
 
 @pytest.mark.parametrize("mutate, field", [
-    (lambda p: p.ClearField("executor"), "executor.kind"),
+    (lambda p: p.ClearField("executor"), "executor"),  # no executor is an error, never a noop
     (lambda p: setattr(p, "catchup", 9), "catchup"),
     (lambda p: setattr(p, "overlap", -1), "overlap"),
     (lambda p: setattr(p, "timeout_ms", 0), "timeout"),

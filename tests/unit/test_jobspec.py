@@ -7,8 +7,10 @@ import pytest
 
 from shardcron.errors import InvalidJob
 from shardcron.jobspec import (
+    DEFAULT_MIN_INTERVAL_MS,
     MAX_PAYLOAD_BYTES,
     check_admissible,
+    format_duration_ms,
     job_from_dict,
     job_from_json,
     job_to_dict,
@@ -16,6 +18,7 @@ from shardcron.jobspec import (
     parse_duration_ms,
     parse_time_ms,
     redacted,
+    shortest_gap_ms,
 )
 from shardcron.model import (
     CatchUp,
@@ -389,6 +392,131 @@ def test_not_admissible(job_, field):
     with pytest.raises(InvalidJob) as err:
         check_admissible(job_, allow_shell=False, now_ms=NOW)
     assert err.value.field == field
+
+
+# --- unknown keys and a missing executor ----------------------------------------------------------
+
+UNKNOWN_KEYS = [
+    # (the job, the field named, the hint given: None when no key is close)
+    (job(timzone="Asia/Tokyo"), "timzone", "timezone"),
+    (job(retyr={"max_attempts": 3}), "retyr", "retry"),
+    (job(bogus_field=1), "bogus_field", None),
+    (job(labes={"a": "b"}), "labes", "labels"),
+    ({"id": "j", "schedule": {"every": "5s", "timzone": "Asia/Tokyo"}}, "schedule.timzone", "timezone"),
+    ({"id": "j", "schedule": {"evry": "5s", "every": "5s"}}, "schedule.evry", "every"),
+    (job(retry={"max_atempts": 3}), "retry.max_atempts", "max_attempts"),
+    (job(retry={"backof": "1s"}), "retry.backof", "backoff"),
+    (http(hedaers={"X-A": "1"}), "executor.hedaers", "headers"),
+    (http(secret_header=["X-A"]), "executor.secret_header", "secret_headers"),
+    (job(executor={"kind": "shell", "comand": "true"}), "executor.comand", "command"),
+    (job(executor={"kind": "shell", "command": "true", "url": "http://x"}), "executor.url", None),
+    (job(executor={"kind": "noop", "url": "http://x"}), "executor.url", None),
+]
+
+
+@pytest.mark.parametrize("data, field, hint", UNKNOWN_KEYS, ids=[c[1] for c in UNKNOWN_KEYS])
+def test_unknown_keys_are_named_with_a_hint(data, field, hint):
+    with pytest.raises(InvalidJob) as err:
+        job_from_dict(data)
+    assert err.value.field == field
+    assert "unknown key" in err.value.reason
+    if hint:
+        assert f"did you mean {hint!r}?" in err.value.reason
+    else:
+        assert "did you mean" not in err.value.reason and "expected one of" in err.value.reason
+
+
+def test_schedule_keys_at_the_top_level_beside_a_schedule_table_are_refused():
+    with pytest.raises(InvalidJob) as err:
+        job_from_dict({"id": "j", "schedule": {"every": "5s"}, "timezone": "Asia/Tokyo"})
+    assert err.value.field == "timezone" and "schedule table" in err.value.reason
+
+
+@pytest.mark.parametrize("data", [{"id": "j", "every": "5s"}, {"id": "j", "every": "5s", "executor": None},
+                                  {"id": "j", "every": "5s", "executor": {}}])
+def test_a_missing_executor_is_refused_where_required(data):
+    with pytest.raises(InvalidJob) as err:
+        job_from_dict(data, require_executor=True)
+    assert err.value.field in ("executor", "executor.kind") and "missing" in err.value.reason
+
+
+def test_the_stored_form_passes_the_key_check():
+    # job_to_dict writes only keys job_from_dict takes: stored jobs always load.
+    for case in VALID:
+        data, _ = case.values
+        job_from_dict(job_to_dict(job_from_dict(data)), require_executor=True)
+
+
+# --- the minimum interval ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    "schedule, gap_ms",
+    [
+        ({"every": "1ms"}, 1),
+        ({"every": "1m"}, 60_000),
+        ({"cron": "* * * * * *"}, 1_000),
+        ({"cron": "*/15 * * * * *"}, 15_000),
+        ({"cron": "0,1 0 0 * * *"}, 1_000),  # two slots a second apart once a day
+        ({"cron": "0,30 0 9 * * *"}, 30_000),
+        ({"cron": "59 59 23 * * *"}, 86_400_000),  # the last second of each day: a day apart
+        ({"cron": "0 0,1 * * * *"}, 60_000),  # second 0 of minutes 0 and 1 of each hour
+        ({"cron": "*/5 * * * *"}, 300_000),
+        ({"cron": "0 * * * *"}, 3_600_000),
+        ({"cron": "0 0,23 * * *"}, 3_600_000),  # 23:00 -> 00:00 the next day
+        ({"cron": "0 0,23 * * 1"}, 23 * 3_600_000),  # Mondays only: 00:00 -> 23:00, then a week
+        ({"cron": "0 9 * * 1-5"}, 86_400_000),
+        ({"cron": "0 0 * * 1"}, 7 * 86_400_000),
+        ({"at": "2030-01-01T00:00:00Z"}, None),
+    ],
+)
+def test_shortest_gap(schedule, gap_ms):
+    j = job_from_dict({"id": "g", **schedule})
+    assert shortest_gap_ms(j.schedule) == gap_ms
+
+
+@pytest.mark.parametrize("schedule, minimum_ms, admitted", [
+    ({"every": "1ms"}, DEFAULT_MIN_INTERVAL_MS, False),
+    ({"every": "999ms"}, DEFAULT_MIN_INTERVAL_MS, False),
+    ({"every": "1s"}, DEFAULT_MIN_INTERVAL_MS, True),
+    ({"every": "1ms"}, 0, True),  # --min-interval 0: any interval
+    ({"every": "100ms"}, 100, True),
+    ({"cron": "* * * * * *"}, DEFAULT_MIN_INTERVAL_MS, True),
+    ({"cron": "* * * * * *"}, 2_000, False),
+    ({"cron": "*/5 * * * *"}, 600_000, False),  # 5 fields: every 5 min is below a 10 min minimum
+    ({"cron": "0 9 * * 1-5"}, 3_600_000, True),
+    ({"at": "2030-01-01T00:00:00Z"}, 3_600_000, True),  # a single run has no gap
+])
+def test_min_interval(schedule, minimum_ms, admitted):
+    j = job_from_dict({"id": "m", **schedule, "executor": {"kind": "noop"}})
+    if admitted:
+        check_admissible(j, allow_shell=False, now_ms=NOW, min_interval_ms=minimum_ms)
+        return
+    with pytest.raises(InvalidJob) as err:
+        check_admissible(j, allow_shell=False, now_ms=NOW, min_interval_ms=minimum_ms)
+    assert err.value.field == ("schedule.cron" if "cron" in schedule else "schedule.every")
+    assert format_duration_ms(minimum_ms) in err.value.reason and "--min-interval" in err.value.reason
+
+
+def test_the_default_minimum_applies_when_none_is_given():
+    with pytest.raises(InvalidJob, match="minimum interval of 1s"):
+        check_admissible(job_from_dict({"id": "e2", "every": "1ms"}), allow_shell=False, now_ms=NOW)
+
+
+@pytest.mark.parametrize("ms", [1, 250, 1000, 1500, 59_999, 60_000, 90_000, 3_600_000, 86_400_000, 90_061_000])
+def test_format_duration_round_trips(ms):
+    assert parse_duration_ms(format_duration_ms(ms)) == ms
+
+
+# --- secret headers -------------------------------------------------------------------------------
+
+def test_credential_headers_are_secret_without_being_named():
+    j = job_from_dict({"id": "h", "every": "1m", "executor": {
+        "kind": "http", "url": "http://x", "headers": {"authorization": "Bearer t", "Proxy-Authorization": "p",
+                                                       "Cookie": "c", "X-Trace": "1", "X-Mine": "m"},
+        "secret_headers": ["x-mine"]}})
+    assert dict(redacted(j)["executor"]["headers"]) == \
+        {"authorization": "***", "Proxy-Authorization": "***", "Cookie": "***", "X-Trace": "1", "X-Mine": "***"}
+    assert dict(job_to_dict(j)["executor"]["headers"])["authorization"] == "Bearer t"  # stored as given
 
 
 # --- durations and times -----------------------------------------------------------------------

@@ -1,0 +1,22 @@
+"""Whether this node admits a job: the checks that depend on the node's flags and clock.
+
+PutJob and PutJobs ask here twice, on the node that receives the call (a quick
+answer) and on the shard's leader before it writes (the leader's flags decide).
+"""
+
+from __future__ import annotations
+
+from shardcron import clock
+from shardcron.abc import Backend
+from shardcron.jobspec import DEFAULT_MIN_INTERVAL_MS, check_admissible
+from shardcron.model import Job
+
+
+def check_job(backend: Backend, job: Job, now_ms: int | None = None) -> None:
+    """Raise ``InvalidJob`` unless ``backend``'s node accepts ``job`` (--allow-shell, --shell-allow, --min-interval)."""
+    check_admissible(
+        job, allow_shell=backend.allow_shell, now_ms=clock.wall_ms() if now_ms is None else now_ms,
+        shell_allow=getattr(backend, "shell_allow", None),
+        # A backend that predates --min-interval still refuses what the default refuses.
+        min_interval_ms=getattr(backend, "min_interval_ms", DEFAULT_MIN_INTERVAL_MS),
+    )

@@ -1,0 +1,28 @@
+"""Which HTTP header values are secret: never logged, never shown, never returned by the API.
+
+A job names its own secret headers (``secret_headers``, ``--secret-header``);
+the credentials headers below are secret whether it names them or not, so a
+token passed as a plain header (``--header "Authorization:Bearer x"``) is
+masked too. Every place that shows a header asks ``secret_names``.
+"""
+
+from __future__ import annotations
+
+from shardcron.model import HttpSpec
+
+MASK = "***"
+
+# Lower-case. These carry credentials by definition (RFC 9110 11.6.2 and 11.7.2,
+# RFC 6265); X-Api-Key is the usual name of an API key where no standard applies.
+ALWAYS_SECRET = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key"})
+
+
+def secret_names(http: HttpSpec) -> frozenset[str]:
+    """The lower-case names of ``http``'s headers whose values must be masked."""
+    return ALWAYS_SECRET | {name.lower() for name in http.secret_headers}
+
+
+def masked_headers(http: HttpSpec) -> list[tuple[str, str]]:
+    """``http.headers`` with every secret value replaced by ``MASK``."""
+    secret = secret_names(http)
+    return [(name, MASK if name.lower() in secret else value) for name, value in http.headers]
