@@ -110,10 +110,18 @@ def parse_targets(targets: str | Sequence[str]) -> list[str]:
     return out
 
 
+def _check_timeout(value, name: str) -> None:
+    # 0 would mean "the default" to `timeout_s or ...`, and a negative one a call
+    # that gives up before it starts: neither is what the caller meant.
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"{name}: must be a number of seconds above 0, got {value!r}")
+
+
 class Client:
     def __init__(self, targets: str | Sequence[str], *, timeout_s: float = DEFAULT_TIMEOUT_S,
                  security: ChannelSecurity | None = None):
         """``security``: TLS trust, client certificate and bearer token (``ChannelSecurity``)."""
+        _check_timeout(timeout_s, "timeout_s")
         self.targets = parse_targets(targets)
         self.security = security
         self.timeout_s = timeout_s
@@ -151,6 +159,8 @@ class Client:
 
     def _call(self, method: str, request, timeout_s: float | None = None):
         """Call ``method`` on the first target that answers; the time budget is shared by all tries."""
+        if timeout_s is not None:
+            _check_timeout(timeout_s, "timeout_s")
         ends = time.monotonic() + (timeout_s or self.timeout_s)
         unreachable = []
         for i in self._order():
@@ -244,6 +254,8 @@ class Client:
 
     def list_ticks(self, job_id: str, *, limit: int = 50) -> list[Tick]:
         """The job's ``limit`` latest ticks, newest first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit: must be a whole number of at least 1, got {limit!r}")
         out: list[Tick] = []
         token = ""
         while len(out) < limit:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from shardcron.config import add_env_flag
 from shardcron.errors import ConfigError
 
 OPEN_METHODS_PREFIX = "/grpc.health.v1.Health/"
@@ -154,9 +155,7 @@ def channel_security_from_args(a) -> ChannelSecurity:
 
 
 def add_client_flags(p) -> None:
-    p.add_argument("--tls-ca", default=os.environ.get("SHARDCRON_TLS_CA"),
-                   help="CA that signed the nodes' certificates (enables TLS) [SHARDCRON_TLS_CA]")
-    p.add_argument("--tls-cert", default=os.environ.get("SHARDCRON_TLS_CERT"),
-                   help="client certificate, for nodes that require mTLS [SHARDCRON_TLS_CERT]")
-    p.add_argument("--tls-key", default=os.environ.get("SHARDCRON_TLS_KEY"), help="client key [SHARDCRON_TLS_KEY]")
+    add_env_flag(p, "--tls-ca", "CA that signed the nodes' certificates (enables TLS)")
+    add_env_flag(p, "--tls-cert", "client certificate, for nodes that require mTLS")
+    add_env_flag(p, "--tls-key", "client key")
     p.add_argument("--token", default=None, help="bearer token (prefer SHARDCRON_TOKEN: argv is visible in ps)")

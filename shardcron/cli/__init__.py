@@ -7,6 +7,7 @@ and exit status 1; a traceback in front of a user is a bug.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 from datetime import UTC, datetime
@@ -14,14 +15,9 @@ from datetime import UTC, datetime
 from tabulate import tabulate
 
 from shardcron import __version__
-from shardcron.config import add_common_etcd_flags, add_node_flags, env_default, etcd_security, node_config_from_args
+from shardcron.cli.common import fmt_ms, open_etcd
+from shardcron.config import add_common_etcd_flags, add_db_flag, add_node_flags, etcd_security, node_config_from_args
 from shardcron.errors import ShardcronError
-
-
-def _fmt_ms(ms: int | None) -> str:
-    if not ms:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 # -- shardcron node ------------------------------------------------------------------
@@ -41,15 +37,11 @@ def cmd_node(a: argparse.Namespace) -> int:
 
 def shard_map(etcd_endpoints: str, prefix: str, security=None) -> dict:
     """The shard-to-leader map, from etcd alone."""
-    from shardcron.coordination.etcd import Etcd
     from shardcron.coordination.keys import KeyLayout
     from shardcron.coordination.view import read_view, shard_map_from_view
 
-    etcd = Etcd(etcd_endpoints, timeout_s=3.0, security=security)
-    try:
+    with open_etcd(argparse.Namespace(), endpoints=etcd_endpoints, security=security) as etcd:
         view = read_view(etcd, KeyLayout(prefix))
-    finally:
-        etcd.close()
     return shard_map_from_view(view, prefix)
 
 
@@ -66,7 +58,7 @@ def cmd_shards(a: argparse.Namespace) -> int:
         print(f"RESHARD IN PROGRESS: {r.get('from')} -> {r.get('to')} shards ({r.get('state')}); "
               "shards are handed over, then the cluster cuts over\n")
     print(tabulate(
-        [[r["shard"], r["leader"] or "-", r["address"] or "-", r["fence"] or "-", _fmt_ms(r["leader_since_ms"]),
+        [[r["shard"], r["leader"] or "-", r["address"] or "-", r["fence"] or "-", fmt_ms(r["leader_since_ms"]),
           r["candidates"], "-" if r["jobs"] is None else r["jobs"]] for r in m["shards"]],
         headers=["SHARD", "LEADER", "ADDRESS", "FENCE", "LEADER SINCE", "CANDIDATES", "JOBS"], tablefmt="plain",
     ))
@@ -88,7 +80,7 @@ def cmd_nodes(a: argparse.Namespace) -> int:
         print(json.dumps(m["nodes"], indent=2))
         return 0
     print(tabulate(
-        [[n["node"], n["address"], _fmt_ms(n["started_at_ms"]), n["leads"], n["fair_share"],
+        [[n["node"], n["address"], fmt_ms(n["started_at_ms"]), n["leads"], n["fair_share"],
           "draining" if n["draining"] else "active"] for n in m["nodes"]],
         headers=["NODE", "ADDRESS", "STARTED", "LEADS", "FAIR SHARE", "STATE"], tablefmt="plain",
     ))
@@ -97,12 +89,10 @@ def cmd_nodes(a: argparse.Namespace) -> int:
 
 def cmd_drain(a: argparse.Namespace) -> int:
     """Ask a node to hand every shard over and stay up as a non-candidate (or undo that)."""
-    from shardcron.coordination.etcd import Etcd
     from shardcron.coordination.keys import KeyLayout
 
     layout = KeyLayout(a.prefix)
-    etcd = Etcd(a.etcd, timeout_s=3.0, security=etcd_security(a))
-    try:
+    with open_etcd(a) as etcd:
         if a.undo:
             etcd.delete(layout.drain(a.node_id))
             print(f"node {a.node_id} is no longer draining: it takes its share of shards again")
@@ -114,15 +104,12 @@ def cmd_drain(a: argparse.Namespace) -> int:
         print(f"node {a.node_id} is draining: it hands its shards over and stays up as a non-candidate "
               f"(undo with `shardcron drain --undo {a.node_id}`)")
         return 0
-    finally:
-        etcd.close()
 
 
 # -- shardcron fences -------------------------------------------------------------------
 
 
 def cmd_fences(a: argparse.Namespace) -> int:
-    from shardcron.coordination.etcd import Etcd
     from shardcron.store.engine import make_engine
     from shardcron.store.epoch import highest_fence, read_epoch, rebase
     from shardcron.store.fences import read_fences
@@ -138,14 +125,11 @@ def cmd_fences(a: argparse.Namespace) -> int:
                 return 0
             cid = f"{epoch.cluster_id:x}" if epoch.cluster_id else "none recorded yet"
             print(f"etcd cluster: {cid}   fence offset: {epoch.offset}")
-            print(tabulate([[k, r.fence, r.node_id or "-", _fmt_ms(r.updated_at_ms)] for k, r in sorted(rows.items())],
+            print(tabulate([[k, r.fence, r.node_id or "-", fmt_ms(r.updated_at_ms)] for k, r in sorted(rows.items())],
                            headers=["SHARD", "FENCE", "NODE", "UPDATED"], tablefmt="plain"))
             return 0
-        etcd = Etcd(a.etcd, timeout_s=3.0, security=etcd_security(a))
-        try:
+        with open_etcd(a) as etcd:
             cluster_id, revision = etcd.status()
-        finally:
-            etcd.close()
         before = read_epoch(engine)
         if before.cluster_id == cluster_id and not a.force:
             print(f"the fences already belong to etcd cluster {cluster_id:x}; nothing to do")
@@ -164,14 +148,12 @@ def cmd_fences(a: argparse.Namespace) -> int:
 
 def cmd_reshard(a: argparse.Namespace) -> int:
     from shardcron import reshard
-    from shardcron.coordination.etcd import Etcd
     from shardcron.coordination.keys import KeyLayout
     from shardcron.errors import ConfigError
     from shardcron.store.engine import make_engine
 
     layout = KeyLayout(a.prefix)
-    etcd = Etcd(a.etcd, timeout_s=3.0, security=etcd_security(a))
-    try:
+    with open_etcd(a) as etcd:
         if a.abort:
             print("reshard request cancelled" if reshard.abort(etcd, layout) else "no reshard in progress")
             return 0
@@ -183,20 +165,13 @@ def cmd_reshard(a: argparse.Namespace) -> int:
         finally:
             engine.dispose()
         return 0
-    finally:
-        etcd.close()
 
 
 # -- the parser ------------------------------------------------------------------------
 
 
-def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The whole parser; with ``command``, only that one of the lazily registered commands."""
-    p = argparse.ArgumentParser(prog="shardcron", description="A sharded multi-leader cron cluster.")
-    p.add_argument("--version", action="version", version=f"shardcron {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-
+def register(sub) -> None:
+    """The node and cluster commands: they import neither grpc nor SQLAlchemy until they run."""
     node = sub.add_parser("node", help="run a node")
     add_node_flags(node)
     node.set_defaults(func=cmd_node)
@@ -220,39 +195,42 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     fences = sub.add_parser("fences", help="show the stored fences, or rebase them onto a rebuilt etcd")
     fences.add_argument("action", choices=["show", "rebase"])
     add_common_etcd_flags(fences)
-    fences.add_argument("--db", default=env_default("db", "sqlite:///shardcron.db"), help="store URL [SHARDCRON_DB]")
+    add_db_flag(fences)
     fences.add_argument("--force", action="store_true", help="rebase even if the cluster id did not change")
     fences.add_argument("--json", action="store_true")
     fences.set_defaults(func=cmd_fences)
 
     rs = sub.add_parser("reshard", help="change the shard count of the running cluster")
     add_common_etcd_flags(rs)
-    rs.add_argument("--db", default=env_default("db", "sqlite:///shardcron.db"), help="store URL [SHARDCRON_DB]")
+    add_db_flag(rs)
     rs.add_argument("--shards", type=int, required=False, help="the new shard count")
     rs.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the hand-over")
     rs.add_argument("--abort", action="store_true", help="cancel a reshard that has not cut over yet")
     rs.set_defaults(func=cmd_reshard)
 
-    # These commands' modules import grpc, SQLAlchemy or alembic; a command that
-    # needs none of them (`shards`, `nodes`) must not pay for them on every run.
-    if command in (None, "jobs", "ticks"):
-        from shardcron.cli import jobs
 
-        jobs.register(sub)
-    if command in (None, "audit", "db"):
-        from shardcron.cli import admin
+# Every command, in the order `shardcron --help` lists them, and the module whose
+# ``register(subparsers)`` adds it. Most of those modules import grpc, SQLAlchemy
+# or alembic: a run imports only the module of the command it names.
+COMMANDS: dict[str, str] = {
+    "node": "shardcron.cli", "shards": "shardcron.cli", "nodes": "shardcron.cli", "drain": "shardcron.cli",
+    "fences": "shardcron.cli", "reshard": "shardcron.cli",
+    "jobs": "shardcron.cli.jobs", "ticks": "shardcron.cli.jobs",
+    "audit": "shardcron.cli.admin", "db": "shardcron.cli.admin",
+    "bench": "shardcron.dev.bench",
+    "dev": "shardcron.dev.local_cluster",
+}
 
-        admin.register(sub)
-    if command in (None, "bench"):
-        from shardcron.dev import bench
 
-        bench.register(sub)
-    if command in (None, "dev"):
-        from shardcron.dev import local_cluster
-
-        dev = sub.add_parser("dev", help="run a local 3-node cluster with demo jobs (what `make dev` runs)")
-        local_cluster.add_flags(dev)
-        dev.set_defaults(func=local_cluster.main)
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``command``, only the commands of its module."""
+    p = argparse.ArgumentParser(prog="shardcron", description="A sharded multi-leader cron cluster.")
+    p.add_argument("--version", action="version", version=f"shardcron {__version__}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    modules = dict.fromkeys([COMMANDS[command]] if command in COMMANDS else COMMANDS.values())
+    for module in modules:
+        importlib.import_module(module).register(sub)
     return p
 
 
@@ -260,11 +238,7 @@ def _named_command(argv: list[str]) -> str | None:
     """The subcommand ``argv`` names; None when it names none we know (no command, a typo),
     so that the parser gets every command and can list them."""
     first = next((x for x in argv if not x.startswith("-")), None)
-    return first if first in _COMMANDS else None
-
-
-_COMMANDS = frozenset({"node", "shards", "nodes", "drain", "fences", "reshard",
-                       "jobs", "ticks", "audit", "db", "bench", "dev"})
+    return first if first in COMMANDS else None
 
 
 def main(argv: list[str] | None = None) -> int:

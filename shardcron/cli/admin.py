@@ -22,7 +22,8 @@ from sqlalchemy.engine import make_url
 from tabulate import tabulate
 
 from shardcron import audit, clock
-from shardcron.config import add_etcd_security_flags, env_default, etcd_security
+from shardcron.cli.common import open_etcd
+from shardcron.config import add_db_flag, add_etcd_security_flags, add_prefix_flag, etcd_security
 from shardcron.errors import ConfigError, ShardcronError
 from shardcron.store.engine import describe_url, make_engine
 from shardcron.store.migrate import alembic_config, current_revision, head_revision, upgrade
@@ -52,7 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Check every job's slots in a time window against the tick store. "
                     "Exit status: 0 clean, 2 findings, 1 error.",
     )
-    _add_db_flag(p)
+    add_db_flag(p)
     p.add_argument("--from", dest="from_", metavar="TIME",
                    help="window start, exclusive: ISO-8601 or epoch ms (default: one hour before --to)")
     p.add_argument("--to", metavar="TIME",
@@ -75,10 +76,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     db_sub = db.add_subparsers(dest="db_command", metavar="COMMAND")
     db_sub.required = True
     up = db_sub.add_parser("upgrade", help="bring the database's schema to this shardcron's (creates it if empty)")
-    _add_db_flag(up)
+    add_db_flag(up)
     up.set_defaults(func=cmd_db_upgrade)
     cur = db_sub.add_parser("current", help="print the database's schema revision")
-    _add_db_flag(cur)
+    add_db_flag(cur)
     cur.set_defaults(func=cmd_db_current)
 
 
@@ -89,14 +90,8 @@ def _add_etcd_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--etcd", default=None, metavar="ENDPOINTS",
                    help="comma-separated etcd endpoints, https:// for TLS (default: do not consult etcd, "
                         "and report every old unresolved tick)")
-    g.add_argument("--prefix", default=env_default("prefix", "/cron"),
-                   help="etcd key prefix of the cluster [SHARDCRON_PREFIX] (default %(default)s)")
+    add_prefix_flag(g)
     add_etcd_security_flags(g)
-
-
-def _add_db_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--db", default=env_default("db", "sqlite:///shardcron.db"),
-                   help="SQLAlchemy URL of the tick store [SHARDCRON_DB] (default %(default)s)")
 
 
 # -- shardcron audit ---------------------------------------------------------------------
@@ -147,7 +142,6 @@ def parse_time_ms(text: str, flag: str) -> int:
 
 def etcd_live_leaders(endpoints: str, prefix: str, security=None) -> Callable[[int], bool]:
     """shard -> whether a leader holds it now, from one read of etcd (what ``shardcron shards`` shows)."""
-    from shardcron.coordination.etcd import Etcd
     from shardcron.coordination.keys import KeyLayout
     from shardcron.coordination.view import read_view
 
@@ -155,11 +149,8 @@ def etcd_live_leaders(endpoints: str, prefix: str, security=None) -> Callable[[i
         layout = KeyLayout(prefix)
     except ValueError as e:
         raise ConfigError(f"--prefix: {e}") from None
-    etcd = Etcd(endpoints, timeout_s=3.0, security=security)
-    try:
+    with open_etcd(argparse.Namespace(), endpoints=endpoints, security=security) as etcd:
         view = read_view(etcd, layout)
-    finally:
-        etcd.close()
     led = frozenset(
         shard for shard in view.candidates
         if (leader := view.leader(shard)) is not None and leader.leader_since_ms

@@ -12,12 +12,13 @@ import argparse
 import json
 import os
 import sys
-from datetime import UTC, datetime
 
 from tabulate import tabulate
 
 from shardcron.api.security import add_client_flags, channel_security_from_args
-from shardcron.errors import InvalidJob, ShardcronError
+from shardcron.cli.common import fmt_ms
+from shardcron.errors import ConfigError, InvalidJob, ShardcronError
+from shardcron.jobspec import format_duration_ms
 from shardcron.model import Job, ScheduleKind, Tick
 
 DEFAULT_SERVER = "127.0.0.1:7070"
@@ -27,27 +28,11 @@ class ApplyFailed(ShardcronError):
     """Some jobs of a file were refused (each is listed above the error line)."""
 
 
+class NoSuchJob(ShardcronError):
+    """``ticks`` of an id that is neither a job nor the id of past ticks."""
+
+
 # -- formatting ------------------------------------------------------------------------
-
-
-def _fmt_ms(ms: int | None) -> str:
-    if not ms:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
-def _fmt_duration(ms: int | None) -> str:
-    """1500 -> 1.5s, 90000 -> 1m30s, 86400000 -> 1d."""
-    if ms is None:
-        return "-"
-    if ms < 1000 or ms % 1000 and ms < 60_000:
-        return f"{ms}ms" if ms < 1000 else f"{ms / 1000:g}s"
-    out, rest = "", ms // 1000
-    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
-        if rest >= size:
-            out += f"{rest // size}{unit}"
-            rest %= size
-    return out
 
 
 def _schedule(job: Job) -> str:
@@ -56,8 +41,8 @@ def _schedule(job: Job) -> str:
     if s.kind is ScheduleKind.CRON:
         return f"cron {s.cron}{tz}"
     if s.kind is ScheduleKind.INTERVAL:
-        return f"every {_fmt_duration(s.interval_ms)}"
-    return f"at {_fmt_ms(s.at_ms)}"
+        return f"every {format_duration_ms(s.interval_ms)}"
+    return f"at {fmt_ms(s.at_ms)}"
 
 
 def _executor(job: Job) -> str:
@@ -112,8 +97,8 @@ def _tick_row(t: Tick) -> list:
         result = f"exit {t.exit_code}"
     else:
         result = "-"
-    return [_fmt_ms(t.scheduled_at_ms) + (" (manual)" if t.manual else ""), t.status.value, t.attempt, t.node_id,
-            t.fence, _fmt_duration(took), result]
+    return [fmt_ms(t.scheduled_at_ms) + (" (manual)" if t.manual else ""), t.status.value, t.attempt, t.node_id,
+            t.fence, format_duration_ms(took), result]
 
 
 def _table(rows: list[list], headers: list[str]) -> str:
@@ -130,6 +115,8 @@ def _print_json(value) -> None:
 def _client(a: argparse.Namespace):
     from shardcron.api.client import Client
 
+    if not a.request_timeout > 0:
+        raise ConfigError(f"--request-timeout: must be more than 0 seconds, got {a.request_timeout:g}")
     servers = a.server or [os.environ.get("SHARDCRON_SERVER") or DEFAULT_SERVER]
     return Client(servers, timeout_s=a.request_timeout, security=channel_security_from_args(a))
 
@@ -155,6 +142,44 @@ def _pairs(values: list[str] | None, sep: str, flag: str) -> list[tuple[str, str
     return out
 
 
+def _http_only_flags(a: argparse.Namespace) -> list[str]:
+    given = [("--method", a.method), ("--header", a.header), ("--secret-header", a.secret_header),
+             ("--body", a.body), ("--body-file", a.body_file)]
+    return [flag for flag, value in given if value is not None]
+
+
+def _read_body_file(path: str) -> str:
+    """The request body from ``path`` (``-``: standard input), as UTF-8 text."""
+    try:
+        if path == "-":
+            return sys.stdin.buffer.read().decode("utf-8")
+        with open(path, "rb") as f:
+            return f.read().decode("utf-8")
+    except OSError as e:
+        raise ConfigError(f"--body-file: cannot read {path}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"--body-file: {path} is not UTF-8 text (byte {e.start}); the body is sent as text") \
+            from None
+
+
+def _http_executor(a: argparse.Namespace) -> dict:
+    headers = _pairs(a.header, ":", "--header")
+    secret: list[str] = []
+    for value in a.secret_header or []:
+        # NAME marks a --header secret; NAME:VALUE gives the header and marks it secret at once.
+        name, colon, rest = value.partition(":")
+        if not name.strip():
+            raise InvalidJob("secret-header", f"expected NAME or NAME:VALUE, got {value!r}")
+        if colon:
+            headers.append((name.strip(), rest.strip()))
+        secret.append(name.strip())
+    body = _read_body_file(a.body_file) if a.body_file is not None else (a.body or "")
+    ex = {"kind": "http", "url": a.http, "method": a.method or "POST", "body": body, "headers": headers}
+    if secret:
+        ex["secret_headers"] = secret
+    return ex
+
+
 def job_from_flags(a: argparse.Namespace) -> Job:
     """The job ``jobs put`` describes, validated by jobspec like any other."""
     from shardcron.jobspec import job_from_dict
@@ -170,12 +195,10 @@ def job_from_flags(a: argparse.Namespace) -> Job:
     if a.tz:
         sched["timezone"] = a.tz
     d["schedule"] = sched
+    if a.http is None and (ignored := _http_only_flags(a)):
+        raise ConfigError(f"{', '.join(ignored)}: only for an --http job")
     if a.http is not None:
-        ex = {"kind": "http", "url": a.http, "method": a.method, "body": a.body or "",
-              "headers": _pairs(a.header, ":", "--header")}
-        if a.secret_header:
-            ex["secret_headers"] = list(a.secret_header)
-        d["executor"] = ex
+        d["executor"] = _http_executor(a)
     elif a.shell is not None:
         d["executor"] = {"kind": "shell", "command": a.shell}
     else:
@@ -186,11 +209,11 @@ def job_from_flags(a: argparse.Namespace) -> Job:
             d[key] = value
     if a.retries is not None:
         d["retry"] = {"max_attempts": a.retries + 1}
-        if a.retry_backoff is not None:
-            d["retry"]["backoff"] = a.retry_backoff
+    if a.retry_backoff is not None:
+        d.setdefault("retry", {})["backoff"] = a.retry_backoff
     d["paused"] = bool(a.paused)
     d["labels"] = dict(_pairs(a.label, "=", "--label"))
-    return job_from_dict(d)
+    return job_from_dict(d, require_executor=True)
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -254,7 +277,7 @@ def cmd_trigger(a: argparse.Namespace) -> int:
     if a.json:
         _print_json({"id": slot.job_id, "scheduled_at_ms": slot.scheduled_at_ms})
     else:
-        print(f"job {slot.job_id} triggered: tick {_fmt_ms(slot.scheduled_at_ms)}")
+        print(f"job {slot.job_id} triggered: tick {fmt_ms(slot.scheduled_at_ms)}")
     return 0
 
 
@@ -300,17 +323,31 @@ def cmd_apply(a: argparse.Namespace) -> int:
 
 
 def cmd_ticks(a: argparse.Namespace) -> int:
+    if a.limit < 1:
+        raise ConfigError(f"--limit: must be at least 1, got {a.limit}")
     with _client(a) as c:
         ticks = c.list_ticks(a.id, limit=a.limit)
+        if not ticks:
+            _require_job(c, a.id)  # no ticks of a job that does not exist is a typo, not an empty history
         if not a.follow:
             if a.json:
                 _print_json([tick_json(t) for t in ticks])
             elif ticks:
                 print(_table([_tick_row(t) for t in ticks], TICK_HEADERS))
             else:
-                print(f"no ticks recorded for {a.id}", file=sys.stderr)
+                print(f"no ticks recorded for {a.id} yet", file=sys.stderr)
             return 0
         return _follow(c, a, ticks)
+
+
+def _require_job(client, job_id: str) -> None:
+    from shardcron.api.client import NotFound
+
+    try:
+        client.get_job(job_id)
+    except NotFound:
+        raise NoSuchJob(f"no job named {job_id!r} (and no ticks recorded under that id); "
+                        "`shardcron jobs list` shows the jobs") from None
 
 
 def _follow(c, a: argparse.Namespace, ticks: list[Tick]) -> int:
@@ -352,7 +389,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                         f"(default {DEFAULT_SERVER})")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="give up on the call after this long (default %(default)s)")
+                   help="give up on the call after this long; more than 0 (default %(default)s)")
     add_client_flags(p)
 
 
@@ -381,11 +418,17 @@ def register(subparsers) -> None:
     what.add_argument("--http", metavar="URL", help="call this http:// or https:// URL")
     what.add_argument("--shell", metavar="CMD", help="run this shell command (needs nodes with --allow-shell)")
     what.add_argument("--noop", action="store_true", help="do nothing (records ticks only)")
-    put.add_argument("--method", default="POST", help="HTTP method (default %(default)s)")
-    put.add_argument("--header", action="append", metavar="K:V", help="HTTP header; repeatable")
-    put.add_argument("--secret-header", action="append", metavar="NAME",
-                     help="a header whose value is never logged nor shown; repeatable")
-    put.add_argument("--body", metavar="B", help="HTTP request body")
+    put.add_argument("--method", default=None, help="HTTP method (default POST)")
+    put.add_argument("--header", action="append", metavar="K:V",
+                     help="HTTP header; repeatable (Authorization, Proxy-Authorization, Cookie and X-Api-Key "
+                          "are always secret)")
+    put.add_argument("--secret-header", action="append", metavar="NAME[:VALUE]",
+                     help="a header whose value is never logged nor shown: NAME marks a --header, NAME:VALUE "
+                          "gives one; repeatable")
+    body = put.add_mutually_exclusive_group()
+    body.add_argument("--body", metavar="B", help="HTTP request body")
+    body.add_argument("--body-file", metavar="PATH", help="HTTP request body read from PATH (- for stdin), "
+                                                          "for bodies too long for the command line (up to 1 MiB)")
     put.add_argument("--catchup", choices=["all", "latest", "none"], help="missed slots policy (default all)")
     put.add_argument("--catchup-window", metavar="D", help="how far back missed slots are owed (default 1h)")
     put.add_argument("--overlap", choices=["skip", "allow"], help="when the previous run is still going (default skip)")

@@ -1,9 +1,10 @@
 """``shardcron dev``: a local cluster with demo jobs, for a first look (what ``make dev`` runs).
 
 It starts an etcd in a temporary directory, a SQLite store, an HTTP sink and
-three nodes on three ports, loads a few demo jobs, prints the shard map and
-then streams the ticks as they are recorded. Ctrl-C stops everything and
-leaves no process behind.
+three nodes on three ports, loads a few demo jobs, prints the shard map, the
+variables that point the other commands at this cluster, and then streams the
+ticks as they are recorded. Ctrl-C stops everything and leaves no process
+behind; the nodes' logs and the store stay in the directory it announced.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import signal
 import sys
 import tempfile
 import threading
-from datetime import UTC, datetime
-
+from shardcron.cli.common import fmt_clock_ms
 from shardcron.errors import ShardcronError
+
 
 def demo_jobs(sink_url: str) -> list[dict]:
     """What `make dev` submits through the API: a noop every second, an HTTP call, a cron job in Tokyo."""
@@ -30,6 +31,13 @@ def demo_jobs(sink_url: str) -> list[dict]:
     ]
 
 
+def register(sub) -> None:
+    """Add ``dev`` to the ``shardcron`` command."""
+    dev = sub.add_parser("dev", help="run a local 3-node cluster with demo jobs (what `make dev` runs)")
+    add_flags(dev)
+    dev.set_defaults(func=main)
+
+
 def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=int, default=3, help="node processes to start (default %(default)s)")
     p.add_argument("--shards", type=int, default=16, help="shard count (default %(default)s)")
@@ -38,12 +46,6 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sink-port", type=int, default=8089, help="demo HTTP sink port (default %(default)s)")
     p.add_argument("--dir", default=None, help="working directory (default: a new temporary one)")
     p.add_argument("--for-seconds", type=float, default=None, help="stop by itself after this long")
-
-
-def _fmt(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%H:%M:%S.%f")[:-3]
 
 
 def main(a: argparse.Namespace) -> int:
@@ -93,13 +95,15 @@ def main(a: argparse.Namespace) -> int:
         cmd_shards(argparse.Namespace(etcd=etcd.endpoints, prefix="/cron", json=False, etcd_ca=None,
                                       etcd_cert=None, etcd_key=None, etcd_user=None, etcd_password_file=None))
         print(f"\nTry, from another terminal (.venv/bin is on PATH after `. .venv/bin/activate`):\n"
-              f"  export SHARDCRON_SERVER={servers[0]}\n"
-              f"  shardcron jobs put hello --every 10s --http {sink.url.rstrip('/')}/hello\n"
+              + "".join(f"  export {name}={value}\n" for name, value in cluster_env(servers[0], etcd.endpoints, db))
+              + f"  shardcron jobs put hello --every 10s --http {sink.url.rstrip('/')}/hello\n"
               f"  shardcron jobs list\n"
               f"  shardcron ticks heartbeat --limit 5\n"
-              f"  shardcron shards --etcd {etcd.endpoints}\n"
+              f"  shardcron shards\n"
+              f"  shardcron nodes\n"
+              f"  shardcron audit\n"
               f"  grpcurl -plaintext {servers[0]} list\n"
-              f"\nStreaming ticks (Ctrl-C stops everything):", flush=True)
+              f"\nStreaming ticks (Ctrl-C stops everything; logs and the store stay in {workdir}):", flush=True)
         _stream_ticks(client, stop, a.for_seconds)
         client.close()
         return 0
@@ -109,8 +113,18 @@ def main(a: argparse.Namespace) -> int:
             cluster.stop_all()
         sink.stop()
         etcd.stop()
+        # The logs stay where the start-up line said they are: after a surprise
+        # they are what a newcomer reads. etcd's data (preallocated WAL files of
+        # tens of MB) does not, unless the caller chose the directory.
         if a.dir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
+            shutil.rmtree(os.path.join(workdir, "etcd"), ignore_errors=True)
+        print(f"logs and the store are kept in {workdir} (remove it when done)", file=sys.stderr)
+
+
+def cluster_env(server: str, etcd_endpoints: str, db: str) -> list[tuple[str, str]]:
+    """The variables that point `shardcron jobs/ticks` (the API), `shards`/`nodes` (etcd) and `audit` (the
+    store) at this cluster: etcd runs on a port of its own, so the defaults would find nothing."""
+    return [("SHARDCRON_SERVER", server), ("SHARDCRON_ETCD", etcd_endpoints), ("SHARDCRON_DB", db)]
 
 
 def _stream_ticks(client, stop: threading.Event, for_seconds: float | None) -> None:
@@ -123,6 +137,6 @@ def _stream_ticks(client, stop: threading.Event, for_seconds: float | None) -> N
     threading.Thread(target=lambda: (stop.wait(), watch.cancel()), daemon=True).start()
     for t in watch:
         late = (t.started_at_ms - t.scheduled_at_ms) if t.started_at_ms else None
-        print(f"{_fmt(t.scheduled_at_ms)}  {t.job_id:<22} shard={t.shard:<3} node={t.node_id:<8} "
+        print(f"{fmt_clock_ms(t.scheduled_at_ms)}  {t.job_id:<22} shard={t.shard:<3} node={t.node_id:<8} "
               f"fence={t.fence:<5} {t.status.value:<9} late={'-' if late is None else late}ms"
               + (f" http={t.http_status}" if t.http_status else ""), flush=True)

@@ -121,7 +121,7 @@ def test_put_get_list_pause_resume_trigger_ticks_delete(node, tmp_path):
 def test_apply_a_file_then_apply_it_again(node, tmp_path):
     path = tmp_path / "jobs.yaml"
     path.write_text("jobs:\n"
-                    "  apply-a: {every: 1h}\n"
+                    "  apply-a: {every: 1h, executor: {kind: noop}}\n"
                     "  apply-b: {cron: '0 3 * * *', executor: {kind: http, url: 'https://example.invalid/b'}}\n")
     first = ok_json(node, "jobs", "apply", "-f", str(path))
     assert [(r["id"], r["ok"], r["version"], r["unchanged"]) for r in first] == \
@@ -133,7 +133,7 @@ def test_apply_a_file_then_apply_it_again(node, tmp_path):
     assert table.returncode == 0 and "unchanged" in table.stdout
 
     shelly = tmp_path / "shell.toml"
-    shelly.write_text('[[jobs]]\nid = "apply-c"\nevery = "1h"\n\n'
+    shelly.write_text('[[jobs]]\nid = "apply-c"\nevery = "1h"\nexecutor = { kind = "noop" }\n\n'
                       '[[jobs]]\nid = "apply-sh"\nevery = "1h"\nexecutor = { kind = "shell", command = "true" }\n')
     out = run(node, "jobs", "apply", "-f", str(shelly))
     assert out.returncode == 1
@@ -161,3 +161,110 @@ def test_the_server_comes_from_the_environment_by_default(node):
     # Several servers: the first that answers serves.
     out = run(node, "jobs", "list", "--json", "--server", dead, "--server", node.address, server=False)
     assert out.returncode == 0, out.stderr
+
+
+# -- the minimum interval, a typo in a job file, and the other newcomer frictions -------------
+
+
+def test_a_typo_of_1ms_for_1m_is_refused_naming_the_minimum(node, tmp_path):
+    line = fails_with(node, "jobs", "put", "e2", "--every", "1ms", "--noop")
+    assert line == ("shardcron: error: schedule.every: every 1ms: shorter than this cluster's minimum interval of "
+                    "1s; to allow it, run the nodes with a lower --min-interval (SHARDCRON_MIN_INTERVAL)")
+    assert "minimum interval of 1s" in fails_with(node, "jobs", "put", "e3", "--every", "0.5s", "--noop")
+    assert fails_with(node, "jobs", "get", "e2") == "shardcron: error: job 'e2' not found"  # nothing was stored
+    assert ok_json(node, "jobs", "put", "e4", "--cron", "* * * * * *", "--noop", "--paused")["version"] == 1
+
+    path = tmp_path / "fast.toml"
+    path.write_text('[[jobs]]\nid = "fast-ok"\nevery = "1m"\nexecutor = { kind = "noop" }\n\n'
+                    '[[jobs]]\nid = "fast-typo"\nevery = "1ms"\nexecutor = { kind = "noop" }\n')
+    out = run(node, "jobs", "apply", "-f", str(path), "--json")
+    assert out.returncode == 1, out.stderr
+    results = {r["id"]: r for r in json.loads(out.stdout)}
+    assert results["fast-ok"]["ok"] is True
+    assert results["fast-typo"]["code"] == "INVALID_ARGUMENT" and "minimum interval of 1s" in \
+        results["fast-typo"]["message"]
+
+
+@pytest.mark.parametrize("body, message", [
+    ('timzone = "Asia/Tokyo"', "job 'typo': timzone: unknown key; did you mean 'timezone'?"),
+    ("retyr = { max_attempts = 3 }", "job 'typo': retyr: unknown key; did you mean 'retry'?"),
+    ("bogus_field = 1", "job 'typo': bogus_field: unknown key; expected one of:"),
+])
+def test_apply_refuses_a_misspelled_key_naming_the_file_the_job_and_the_key(node, tmp_path, body, message):
+    path = tmp_path / "typo.toml"
+    path.write_text(f'[[jobs]]\nid = "typo"\nevery = "1m"\n{body}\nexecutor = {{ kind = "noop" }}\n')
+    assert fails_with(node, "jobs", "apply", "-f", str(path)).startswith(f"shardcron: error: {path}: {message}")
+    assert fails_with(node, "jobs", "get", "typo") == "shardcron: error: job 'typo' not found"
+
+
+def test_apply_refuses_a_job_without_an_executor(node, tmp_path):
+    path = tmp_path / "bare.toml"
+    path.write_text('[[jobs]]\nid = "bare"\nevery = "1m"\n')
+    assert fails_with(node, "jobs", "apply", "-f", str(path)) == \
+        f"shardcron: error: {path}: job 'bare': executor: missing: every job needs one, of kind http, shell or noop"
+
+
+def test_ticks_of_a_missing_job_and_bad_limits_are_errors(node):
+    assert fails_with(node, "ticks", "nosuchjob") == ("shardcron: error: no job named 'nosuchjob' (and no ticks "
+                                                      "recorded under that id); `shardcron jobs list` shows the jobs")
+    assert fails_with(node, "ticks", "nosuchjob", "--follow").startswith("shardcron: error: no job named")
+    ok_json(node, "jobs", "put", "quiet", "--every", "1h", "--noop", "--paused")
+    out = run(node, "ticks", "quiet")
+    assert (out.returncode, out.stdout, out.stderr) == (0, "", "no ticks recorded for quiet yet\n")
+    assert ok_json(node, "ticks", "quiet") == []
+    for limit in ("0", "-3"):
+        assert fails_with(node, "ticks", "quiet", "--limit", limit) == \
+            f"shardcron: error: --limit: must be at least 1, got {limit}"
+    for timeout in ("0", "-1"):
+        assert fails_with(node, "jobs", "list", "--request-timeout", timeout) == \
+            f"shardcron: error: --request-timeout: must be more than 0 seconds, got {timeout}"
+
+
+def test_flags_of_an_http_job_are_refused_on_another_kind(node):
+    assert fails_with(node, "jobs", "put", "n", "--every", "1m", "--noop", "--header", "X-A:1") == \
+        "shardcron: error: --header: only for an --http job"
+    assert fails_with(node, "jobs", "put", "n", "--every", "1m", "--noop", "--method", "GET", "--body", "x") == \
+        "shardcron: error: --method, --body: only for an --http job"
+
+
+def test_a_1_mib_body_comes_from_a_file_or_stdin(node, tmp_path):
+    body = ("0123456789abcdef" * 65536)  # 1 MiB: far past what one argv string may hold
+    path = tmp_path / "body.json"
+    path.write_text(body)
+    stored = ok_json(node, "jobs", "put", "big", "--every", "1h", "--http", "http://127.0.0.1:9/x",
+                     "--body-file", str(path), "--paused")
+    assert len(stored["executor"]["body"]) == len(body) == 1024 * 1024
+    assert ok_json(node, "jobs", "get", "big")["executor"]["body"] == body
+
+    piped = subprocess.run([sys.executable, "-m", "shardcron", "jobs", "put", "big-stdin", "--every", "1h",
+                            "--http", "http://127.0.0.1:9/x", "--body-file", "-", "--paused", "--json",
+                            "--server", node.address], input="from stdin", capture_output=True, text=True,
+                           timeout=60, env=_env())
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout)["executor"]["body"] == "from stdin"
+
+    (tmp_path / "over.txt").write_text(body + "x")
+    assert "executor.body: is 1048577 bytes; the limit is 1048576" in fails_with(
+        node, "jobs", "put", "big", "--every", "1h", "--http", "http://127.0.0.1:9/x",
+        "--body-file", str(tmp_path / "over.txt"))
+    missing = tmp_path / "nope.json"
+    assert fails_with(node, "jobs", "put", "big", "--every", "1h", "--http", "http://127.0.0.1:9/x",
+                      "--body-file", str(missing)) == \
+        f"shardcron: error: --body-file: cannot read {missing}: No such file or directory"
+    (tmp_path / "bin").write_bytes(b"\xff\xfe")
+    assert "is not UTF-8 text" in fails_with(node, "jobs", "put", "big", "--every", "1h", "--http",
+                                             "http://127.0.0.1:9/x", "--body-file", str(tmp_path / "bin"))
+
+
+def test_authorization_is_secret_by_default_and_secret_header_takes_a_value(node):
+    plain = ok_json(node, "jobs", "put", "auth-plain", "--cron", "0 9 * * 1-5", "--http", "https://example.invalid/",
+                    "--header", "Authorization:Bearer x", "--header", "X-Trace:7", "--paused")
+    assert plain["executor"]["headers"] == [["Authorization", "***"], ["X-Trace", "7"]]
+    assert ok_json(node, "jobs", "get", "auth-plain")["executor"]["headers"] == [["Authorization", "***"],
+                                                                                 ["X-Trace", "7"]]
+    secret = ok_json(node, "jobs", "put", "auth-secret", "--cron", "0 9 * * 1-5", "--http", "https://example.invalid/",
+                     "--secret-header", "Authorization:Bearer x", "--secret-header", "X-Key:k1", "--paused")
+    assert secret["executor"]["headers"] == [["Authorization", "***"], ["X-Key", "***"]]
+    assert secret["executor"]["secret_headers"] == ["Authorization", "X-Key"]
+    shown = run(node, "jobs", "get", "auth-secret", "--json")
+    assert "Bearer x" not in shown.stdout and "k1" not in shown.stdout

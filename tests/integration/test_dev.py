@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -41,12 +43,23 @@ def alive(pid: int) -> bool:
         return False
 
 
+def without_shardcron_env() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith("SHARDCRON_")}
+
+
+def exports(text: str) -> dict[str, str]:
+    """The ``export NAME=VALUE`` lines `shardcron dev` prints."""
+    found = re.findall(r"^\s*export (SHARDCRON_[A-Z_]+)=(\S+)$", text, re.MULTILINE)
+    return dict(found)
+
+
 def test_dev_cluster_streams_ticks_and_leaves_nothing_behind_on_ctrl_c(tmp_path):
     base = free_port()  # the command refuses busy ports itself, naming them
+    # No --dir: the temporary directory `make dev` announces, made under TMPDIR.
+    env = {**without_shardcron_env(), "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shardcron", "dev", "--base-port", str(base), "--sink-port", str(free_port()),
-         "--dir", str(tmp_path / "dev")],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        [sys.executable, "-m", "shardcron", "dev", "--base-port", str(base), "--sink-port", str(free_port())],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
     lines: list[str] = []
     seen = threading.Event()
 
@@ -62,6 +75,21 @@ def test_dev_cluster_streams_ticks_and_leaves_nothing_behind_on_ctrl_c(tmp_path)
         assert seen.wait(180), "no tick streamed:\n" + "".join(lines[-60:])
         children = descendants(proc.pid)
         assert len(children) >= 4, "three nodes and an etcd run under `shardcron dev`"
+
+        # What it prints to export is enough for the README's commands: the API, etcd and the store.
+        told = exports("".join(lines))
+        assert set(told) == {"SHARDCRON_SERVER", "SHARDCRON_ETCD", "SHARDCRON_DB"}, "".join(lines[-40:])
+        as_told = {**without_shardcron_env(), **told}
+        for command in (["shards"], ["nodes"], ["jobs", "list"], ["ticks", "heartbeat", "--limit", "1"]):
+            out = subprocess.run([sys.executable, "-m", "shardcron", *command], capture_output=True, text=True,
+                                 timeout=60, env=as_told)
+            assert out.returncode == 0 and "Traceback" not in out.stderr, (command, out.stdout, out.stderr)
+        shards = subprocess.run([sys.executable, "-m", "shardcron", "shards", "--json"], capture_output=True,
+                                text=True, timeout=60, env=as_told)
+        assert json.loads(shards.stdout)["shard_count"] == 16
+        logs_dir = re.search(r"logs in (\S+)", "".join(lines)).group(1)
+        assert logs_dir.startswith(str(tmp_path)) and os.path.isdir(logs_dir)
+
         proc.send_signal(signal.SIGINT)
         assert proc.wait(90) == 0, "".join(lines[-40:])
         reader.join(10)
@@ -70,6 +98,21 @@ def test_dev_cluster_streams_ticks_and_leaves_nothing_behind_on_ctrl_c(tmp_path)
         text = "".join(lines)
         assert "submitted heartbeat" in text and "ping-sink" in text and "FAIR SHARE" in text
         assert "Traceback" not in text
+        # Ctrl-C keeps the logs it announced (and says so); only etcd's data goes.
+        assert f"logs and the store are kept in {logs_dir}" in text
+        node_logs = [f for f in os.listdir(logs_dir) if f.endswith(".log")]
+        assert len(node_logs) >= 3 and any("node-1" in f for f in node_logs), os.listdir(logs_dir)
+        assert not os.path.exists(os.path.join(logs_dir, "etcd"))
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_an_unreachable_etcd_names_the_flag_and_the_variable():
+    port = free_port()
+    for command in ("shards", "nodes"):
+        out = subprocess.run([sys.executable, "-m", "shardcron", command], capture_output=True, text=True,
+                             timeout=60, env={**without_shardcron_env(), "SHARDCRON_ETCD": f"127.0.0.1:{port}"})
+        assert out.returncode == 1 and "Traceback" not in out.stderr
+        line, = out.stderr.strip().splitlines()
+        assert f"127.0.0.1:{port}" in line and "--etcd (or SHARDCRON_ETCD)" in line, line
