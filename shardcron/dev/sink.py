@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from shardcron.cli.common import fmt_clock_ms
+
 _STATUS = re.compile(r"/status/(\d{3})/?")
 _SLOW = re.compile(r"/slow/(\d+)/?")
 _print_lock = threading.Lock()  # handler threads print whole lines, never interleaved
@@ -187,7 +189,7 @@ def _utf8(value: str) -> str:
 
 
 def _print_request(r: Received) -> None:
-    when = time.strftime("%H:%M:%S", time.localtime(r.received_at_ms / 1000)) + f".{r.received_at_ms % 1000:03d}"
+    when = fmt_clock_ms(r.received_at_ms)  # UTC, as `make dev` streams ticks: the two lines compare
     if r.header("x-shardcron-job-id") is None:
         tick = "(no shardcron headers)"
     else:
