@@ -207,10 +207,12 @@ def job_from_flags(a: argparse.Namespace) -> Job:
                        ("timeout", a.timeout_job)):
         if value is not None:
             d[key] = value
+    if a.retry_backoff is not None and a.retries is None:
+        raise ConfigError("--retry-backoff: only with --retries N (without retries there is nothing to delay)")
     if a.retries is not None:
         d["retry"] = {"max_attempts": a.retries + 1}
-    if a.retry_backoff is not None:
-        d.setdefault("retry", {})["backoff"] = a.retry_backoff
+        if a.retry_backoff is not None:
+            d["retry"]["backoff"] = a.retry_backoff
     d["paused"] = bool(a.paused)
     d["labels"] = dict(_pairs(a.label, "=", "--label"))
     return job_from_dict(d, require_executor=True)

@@ -225,6 +225,8 @@ def test_flags_of_an_http_job_are_refused_on_another_kind(node):
         "shardcron: error: --header: only for an --http job"
     assert fails_with(node, "jobs", "put", "n", "--every", "1m", "--noop", "--method", "GET", "--body", "x") == \
         "shardcron: error: --method, --body: only for an --http job"
+    assert fails_with(node, "jobs", "put", "n", "--every", "1m", "--noop", "--retry-backoff", "5s") == \
+        "shardcron: error: --retry-backoff: only with --retries N (without retries there is nothing to delay)"
 
 
 def test_a_1_mib_body_comes_from_a_file_or_stdin(node, tmp_path):
