@@ -1,0 +1,83 @@
+"""The `shardcron` parser: one table of commands, flags that read their SHARDCRON_* variable, one --db."""
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from shardcron.cli import COMMANDS, _named_command, build_parser
+
+
+def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+def test_the_whole_parser_has_every_command_of_the_table_in_its_order():
+    assert list(subcommands(build_parser())) == list(COMMANDS)
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_a_named_command_gets_its_own_module_only(name):
+    got = subcommands(build_parser(name))
+    assert name in got
+    assert set(got) == {n for n, module in COMMANDS.items() if module == COMMANDS[name]}
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["shards", "--json"], "shards"),
+    (["--version"], None),
+    (["nodse"], None),  # a typo: the whole parser, so argparse can list the commands
+    (["jobs", "put", "x"], "jobs"),
+    ([], None),
+])
+def test_named_command(argv, named):
+    assert _named_command(argv) == named
+
+
+def test_shards_and_nodes_import_neither_grpc_nor_sqlalchemy():
+    code = ("import sys; from shardcron.cli import build_parser; build_parser('shards'); build_parser('nodes'); "
+            "print(sorted(m for m in ('grpc', 'sqlalchemy', 'alembic', 'croniter') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def _all_parsers(parser: argparse.ArgumentParser):
+    yield parser
+    if any(isinstance(a, argparse._SubParsersAction) for a in parser._actions):
+        for sub in subcommands(parser).values():
+            yield from _all_parsers(sub)
+
+
+def _db_actions() -> dict[str, tuple]:
+    """program -> (default, help) of its --db."""
+    return {p.prog: (a.default, a.help) for p in _all_parsers(build_parser()) for a in p._actions
+            if "--db" in a.option_strings}
+
+
+def test_every_db_flag_is_the_same_flag():
+    # The benchmarks are the exception: with no --db they make a store of their own, so as never to
+    # write into the operator's.
+    found = {prog: v for prog, v in _db_actions().items() if not prog.startswith("shardcron bench")}
+    assert {"shardcron node", "shardcron fences", "shardcron reshard", "shardcron audit",
+            "shardcron db upgrade", "shardcron db current"} <= set(found)
+    assert len(set(found.values())) == 1, found
+    default, help_ = next(iter(found.values()))
+    assert default == "sqlite:///shardcron.db" and "[SHARDCRON_DB]" in help_
+
+
+def test_node_flags_read_their_variable_and_name_it_in_the_help():
+    code = ("from shardcron.cli import build_parser; p = build_parser('node'); a = p.parse_args(['node']); "
+            "print(a.min_interval, a.db, a.ttl, a.etcd, a.tls_ca)")
+    env = {"SHARDCRON_MIN_INTERVAL": "5s", "SHARDCRON_DB": "sqlite:///x.db", "SHARDCRON_TTL": "7",
+           "SHARDCRON_ETCD": "10.0.0.1:2379", "SHARDCRON_TLS_CA": "ca.pem", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
+                         check=True)
+    assert out.stdout.split() == ["5s", "sqlite:///x.db", "7", "10.0.0.1:2379", "ca.pem"]
+    node = subcommands(build_parser("node"))["node"]
+    for action in node._actions:
+        for flag in action.option_strings:
+            if flag.startswith("--") and flag != "--help":
+                env_name = "SHARDCRON_" + flag[2:].upper().replace("-", "_")
+                assert f"[{env_name}]" in action.help, (flag, action.help)
