@@ -152,6 +152,8 @@ def cmd_reshard(a: argparse.Namespace) -> int:
     from shardcron.errors import ConfigError
     from shardcron.store.engine import make_engine
 
+    if not a.timeout > 0:
+        raise ConfigError(f"--timeout: must be more than 0 seconds, got {a.timeout:g}")
     layout = KeyLayout(a.prefix)
     with open_etcd(a) as etcd:
         if a.abort:

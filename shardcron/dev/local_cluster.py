@@ -53,6 +53,11 @@ def main(a: argparse.Namespace) -> int:
     from shardcron.dev.testing.cluster import Cluster, wait_until
     from shardcron.dev.testing.etcd_server import EtcdCluster, port_open
 
+    for flag, value, minimum in (("--nodes", a.nodes, 1), ("--shards", a.shards, 1), ("--ttl", a.ttl, 2)):
+        if value < minimum:
+            raise ShardcronError(f"{flag}: must be at least {minimum}, got {value}")
+    if a.for_seconds is not None and not a.for_seconds > 0:
+        raise ShardcronError(f"--for-seconds: must be more than 0, got {a.for_seconds:g}")
     workdir = a.dir or tempfile.mkdtemp(prefix="shardcron-dev-")
     os.makedirs(workdir, exist_ok=True)
     busy = [p for p in range(a.base_port, a.base_port + a.nodes) if port_open("127.0.0.1", p)]

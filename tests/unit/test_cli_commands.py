@@ -81,3 +81,20 @@ def test_node_flags_read_their_variable_and_name_it_in_the_help():
             if flag.startswith("--") and flag != "--help":
                 env_name = "SHARDCRON_" + flag[2:].upper().replace("-", "_")
                 assert f"[{env_name}]" in action.help, (flag, action.help)
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["dev", "--nodes", "0"], "--nodes: must be at least 1, got 0"),
+    (["dev", "--shards", "-2"], "--shards: must be at least 1, got -2"),
+    (["dev", "--ttl", "1"], "--ttl: must be at least 2, got 1"),
+    (["dev", "--for-seconds", "0"], "--for-seconds: must be more than 0, got 0"),
+    (["reshard", "--shards", "4", "--timeout", "0"], "--timeout: must be more than 0 seconds, got 0"),
+    (["ticks", "x", "--limit", "0"], "--limit: must be at least 1, got 0"),
+    (["jobs", "list", "--request-timeout", "-1"], "--request-timeout: must be more than 0 seconds, got -1"),
+])
+def test_bad_numbers_are_one_line_naming_the_flag_before_anything_starts(argv, line):
+    # Checked before any etcd, node or port is touched: these run with nothing listening.
+    out = subprocess.run([sys.executable, "-m", "shardcron", *argv, *(["--server", "127.0.0.1:1"]
+                          if argv[0] in ("ticks", "jobs") else ["--etcd", "127.0.0.1:1"] if argv[0] == "reshard"
+                          else [])], capture_output=True, text=True, timeout=60)
+    assert (out.returncode, out.stdout, out.stderr) == (1, "", f"shardcron: error: {line}\n")
