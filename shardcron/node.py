@@ -13,7 +13,6 @@ from shardcron.coordination.coordinator import Coordinator, CoordinatorSettings
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.membership import ensure_config
-from shardcron.coordination.ownership import ShardState
 from shardcron.jobfile import load_job_file
 from shardcron.jobspec import check_admissible
 from shardcron.scheduling.loop import Scheduler
@@ -46,10 +45,12 @@ class NodeBackend:
         return self._node.coordinator.s.shard_count  # changes when the cluster is resharded
 
     def fence_if_leader(self, shard: int) -> int | None:
-        slot = self._node.coordinator.slots.get(shard)
-        if slot is None or slot.state is not ShardState.LEADER or shard not in self._node.scheduler.led_shards():
+        # The coordinator publishes its led shards' fences under a lock (its slots
+        # belong to its control thread); the scheduler must also hold the shard.
+        fence = self._node.coordinator.leader_fence(shard)
+        if fence is None or shard not in self._node.scheduler.led_shards():
             return None
-        return slot.fence
+        return fence
 
     def leader_address(self, shard: int) -> str | None:
         with self._node.coordinator.view_lock:

@@ -1,10 +1,18 @@
 """The node's control loop: session lifecycle, the cluster mirror, and every shard's state.
 
 One thread runs it. Events arrive on a queue (watch changes, session loss,
-shards drained, fenced writes, stop); after each batch the loop asks the pure
-``ownership.decide`` what to do for every shard and does it. The only thing
-that does not wait for this thread is session loss: its callback sets every
-shard's stop event directly, so work stops at once even if the loop is busy.
+shards drained, fenced writes, stop; see events.py); after each batch the loop
+asks the pure ``ownership.decide`` what to do for every shard and does it, over
+the placement that the pure ``balancer.assign`` gives for the member set that
+the pure ``settle`` picks. The only thing that does not wait for this thread is
+session loss: its callback sets every shard's stop event directly, so work
+stops at once even if the loop is busy.
+
+Voluntary hand-overs are paced: a leader gives a shard to its preferred owner
+only while that node has fewer than ``MAX_TAKEOVERS_IN_FLIGHT`` shards won and
+not yet ready. A new leader readies its shards one after another (jobs, last
+ticks, the plan), so handing it 85 at once would leave the last of them
+leaderless for the sum of all the others' takeovers.
 """
 
 from __future__ import annotations
@@ -17,11 +25,15 @@ from dataclasses import dataclass
 
 from shardcron import clock, metrics
 from shardcron.abc import ShardWork
-from shardcron.coordination import balancer, membership
+from shardcron.coordination import membership
 from shardcron.coordination.election import Election
 from shardcron.coordination.etcd import Etcd
+from shardcron.coordination.events import (
+    Drained, Event, Fenced, SessionLostEvent, Stop, Wake, WatchBroken, WatchChanges,
+)
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.ownership import Action, Role, ShardSlot, ShardState, decide, role_of
+from shardcron.coordination.placement import Placer, takeovers_in_flight
 from shardcron.coordination.session import Session
 from shardcron.coordination.view import ClusterView
 from shardcron.errors import ConfigError, EtcdUnavailable, FencedOut, SessionLost, StoreUnavailable
@@ -29,6 +41,7 @@ from shardcron.errors import ConfigError, EtcdUnavailable, FencedOut, SessionLos
 log = logging.getLogger(__name__)
 
 JOB_COUNT_PROCLAIM_S = 2.0  # how stale the job counts that `shardcron shards` shows may be
+MAX_TAKEOVERS_IN_FLIGHT = 2  # shards a node may have won and not yet readied before it is handed more
 
 
 @dataclass
@@ -63,11 +76,13 @@ class Coordinator:
         self._stopping = False
         self._cancel_watch: Callable[[], None] | None = None
         self._resync_due = 0.0  # when a failed re-read of the mirror is tried again
-        self._members_seen: tuple[str, ...] = ()
-        self._members_changed_at = 0.0
-        self._placements: dict[int, balancer.Placement] = {}
-        self._placed_for: tuple | None = None  # (shard count, members) that _placements was computed for
+        self._placer = Placer(settings.settle_s)
         self._last_proclaim: dict[int, int] = {}
+        self._unproclaimed: set[int] = set()  # led shards whose "leader since" etcd has not taken yet
+        # What API threads may read: shard -> fence of every shard led here. Replaced whole,
+        # under the lock, by the control thread on every change of a slot's state.
+        self._fences_lock = threading.Lock()
+        self._led_fences: dict[int, int] = {}
         self._next_count_proclaim = 0.0
         self._undecided = True  # an event since the last _reconcile may change what a shard should do
         self._decide_by = 0.0  # re-decide by then even without such events (settle windows, proclaims)
@@ -75,14 +90,29 @@ class Coordinator:
     # -- public -----------------------------------------------------------------
 
     def request_stop(self) -> None:
-        self._events.put(("stop",))
+        self._events.put(Stop())
 
     def report_fenced(self, shard: int, fence: int) -> None:
         """Called by the scheduling side when a write under ``fence`` was rejected."""
-        self._events.put(("fenced", shard, fence))
+        self._events.put(Fenced(shard, fence))
 
     def led_shards(self) -> list[int]:
-        return [k for k, s in self.slots.items() if s.state is ShardState.LEADER]
+        """The shards led here (any thread)."""
+        with self._fences_lock:
+            return sorted(self._led_fences)
+
+    def leader_fence(self, shard: int) -> int | None:
+        """The fence this node leads ``shard`` under, or None (any thread)."""
+        with self._fences_lock:
+            return self._led_fences.get(shard)
+
+    def _set_state(self, slot: ShardSlot, new: ShardState, why: str) -> None:
+        """Every change of a slot's state goes through here, so the published fences follow it."""
+        slot.set_state(new, why)
+        with self._fences_lock:
+            led = {k: s.fence for k, s in self.slots.items() if s.state is ShardState.LEADER}
+            if led != self._led_fences:
+                self._led_fences = led
 
     def run(self) -> None:
         """Until stopped: open a session, join, keep shards; after a session loss, start over."""
@@ -120,7 +150,7 @@ class Coordinator:
         self.session = session
         for slot in self.slots.values():
             slot.stop = threading.Event()
-            slot.set_state(ShardState.IDLE, "new session")
+            self._set_state(slot, ShardState.IDLE, "new session")
             slot.election = None
         session.on_lost(self._on_session_lost)
         metrics.session_alive.set(1)
@@ -145,7 +175,7 @@ class Coordinator:
             slot.stop.set()
         self.joined.clear()
         metrics.session_alive.set(0)
-        self._events.put(("lost", reason))
+        self._events.put(SessionLostEvent(reason))
 
     def _drop_session(self, reason: str) -> None:
         self.joined.clear()
@@ -158,7 +188,7 @@ class Coordinator:
                 self.work.release(slot.shard, 0.0, lambda: None)
             if slot.state is ShardState.LEADER:
                 metrics.leader_changes.labels("lost").inc()
-            slot.set_state(ShardState.LOST, reason)
+            self._set_state(slot, ShardState.LOST, reason)
             slot.election = None
         metrics.shards_led.set(0)
         metrics.session_alive.set(0)
@@ -178,8 +208,8 @@ class Coordinator:
             self.view.load(rev, kvs)
         self._cancel_watch = self.etcd.watch_prefix(
             self.layout.root, rev + 1,
-            lambda r, evs: self._events.put(("watch", r, evs)),
-            lambda why: self._events.put(("watch_error", why)),
+            lambda r, evs: self._events.put(WatchChanges(r, evs)),
+            lambda why: self._events.put(WatchBroken(why)),
         )
 
     # -- the loop -----------------------------------------------------------------
@@ -191,7 +221,7 @@ class Coordinator:
             try:
                 ev = self._events.get(timeout=timeout)
             except queue.Empty:
-                ev = ("tick",)
+                ev = Wake()
             batch = [ev]
             while True:
                 try:
@@ -208,28 +238,28 @@ class Coordinator:
             if self._undecided or clock.monotonic() >= self._decide_by:
                 self._reconcile()
 
-    def _handle(self, ev: tuple) -> None:
-        kind = ev[0]
-        if kind == "watch":
+    def _handle(self, ev: Event) -> None:
+        if isinstance(ev, WatchChanges):
             with self.view_lock:
-                decisive = self.view.apply(ev[1], ev[2])
+                decisive = self.view.apply(ev.revision, ev.events)
             self._undecided |= decisive  # a mere re-proclaim changes no decision
             return
         self._undecided = True
-        if kind == "lost":
-            raise SessionLost(ev[1])
-        if kind == "stop":
+        if isinstance(ev, SessionLostEvent):
+            raise SessionLost(ev.reason)
+        if isinstance(ev, Stop):
             if not self._stopping:
                 log.info("stopping: handing every shard over")
             self._stopping = True
-        elif kind == "watch_error":
-            log.warning("watch on %s broke (%s); re-reading", self.layout.root, ev[1])
+        elif isinstance(ev, WatchBroken):
+            log.warning("watch on %s broke (%s); re-reading", self.layout.root, ev.reason)
             self._try_resync()
-        elif kind == "drained":
-            self._finish_resign(self.slots[ev[1]])
-        elif kind == "fenced":
-            slot = self.slots[ev[1]]
-            if slot.state is ShardState.LEADER and slot.fence == ev[2]:
+        elif isinstance(ev, Drained):
+            if (slot := self.slots.get(ev.shard)) is not None:
+                self._finish_resign(slot)
+        elif isinstance(ev, Fenced):
+            slot = self.slots.get(ev.shard)
+            if slot is not None and slot.state is ShardState.LEADER and slot.fence == ev.fence:
                 log.error("shard %d: a write under fence %d was rejected; a newer leader exists, giving the shard up",
                           slot.shard, slot.fence, extra={"shard": slot.shard, "fence": slot.fence})
                 self._resign(slot, grace_s=0.0, why="fenced out")
@@ -251,8 +281,8 @@ class Coordinator:
         wait = 1.0
         if self._resync_due:
             wait = min(wait, max(0.05, self._resync_due - clock.monotonic()))
-        if self._members_changed_at:
-            wait = min(wait, max(0.05, self._members_changed_at + self.s.settle_s - clock.monotonic()))
+        if (settled_at := self._placer.wake_at()) is not None:
+            wait = min(wait, max(0.05, settled_at - clock.monotonic()))
         return wait
 
     def _wait_stop(self, seconds: float) -> bool:
@@ -262,7 +292,7 @@ class Coordinator:
                 ev = self._events.get(timeout=left)
             except queue.Empty:
                 break
-            if ev[0] == "stop":
+            if isinstance(ev, Stop):
                 self._stopping = True
                 return True
         return self._stopping
@@ -278,19 +308,14 @@ class Coordinator:
 
     # -- decisions ------------------------------------------------------------------
 
-    def _current_placements(self) -> dict[int, balancer.Placement]:
-        members = tuple(self.view.active_members())
-        now = clock.monotonic()
-        if members != self._members_seen:
-            self._members_seen = members
-            self._members_changed_at = now
-        if self._members_changed_at and now - self._members_changed_at < self.s.settle_s and self._placements:
-            return self._placements  # batch changes inside the settle window
-        self._members_changed_at = 0.0
-        if self._placed_for != (self.s.shard_count, members):  # otherwise the same inputs, the same answer
-            self._placements = balancer.assign(self.s.shard_count, members)
-            self._placed_for = (self.s.shard_count, members)
-        return self._placements
+    def _takeovers_in_flight(self) -> dict[str, int]:
+        """Per node, the shards it has won and not yet readied, plus those this node is handing it now."""
+        busy = takeovers_in_flight(self.view, self.s.shard_count)
+        for slot in self.slots.values():
+            p = self._placer.placements.get(slot.shard)
+            if slot.state is ShardState.RESIGNING and p is not None and p.primary != self.s.node_id:
+                busy[p.primary] = busy.get(p.primary, 0) + 1
+        return busy
 
     def _resharding(self) -> bool:
         """A reshard request is out: hand every shard over, as on shutdown, but stay."""
@@ -306,8 +331,7 @@ class Coordinator:
         log.info("the cluster now has %d shards (was %d): campaigning in the new layout", n, self.s.shard_count)
         self.s.shard_count = n
         self.slots = {k: ShardSlot(k) for k in range(n)}
-        self._placements = {}
-        self._members_seen = ()
+        self._placer.forget()
         self.work.set_shard_count(n)
 
     def _reconcile(self) -> None:
@@ -316,17 +340,21 @@ class Coordinator:
         if self.session is None or self.session.done.is_set():
             return
         self._adopt_shard_count()
-        placements = self._current_placements()
+        placements = self._placer.update(clock.monotonic(), self.view, self.s.shard_count)
+        busy = self._takeovers_in_flight()
         me = self.s.node_id
         for shard, slot in self.slots.items():
             queue_nodes = [c.node_id for c in self.view.queue(shard)]
             self._check_key_present(slot)
             p = placements.get(shard)
             role = role_of(me, p.primary, p.standby) if p else Role.NONE
-            action = decide(slot.state, role, me, queue_nodes, p.primary if p else None,
-                            self._stopping or self._resharding())
+            primary = p.primary if p else None
+            action = decide(slot.state, role, me, queue_nodes, primary, self._stopping or self._resharding(),
+                            primary_busy=busy.get(primary, 0) >= MAX_TAKEOVERS_IN_FLIGHT)
             if action is not Action.NOTHING:
                 self._do(slot, action, role)
+                if action is Action.RESIGN and slot.state is ShardState.RESIGNING:
+                    busy[primary] = busy.get(primary, 0) + 1
                 # What an action leads to may call for the next one before any event says so.
                 self._undecided = True
         self._proclaim_job_counts()
@@ -336,22 +364,29 @@ class Coordinator:
         if slot.state not in (ShardState.CANDIDATE, ShardState.LEADER) or el is None:
             return
         if self.view.revision >= el.rev and el.key not in self.view.candidates.get(slot.shard, {}):
-            if slot.state is ShardState.LEADER:
-                slot.stop.set()
-                self.work.release(slot.shard, 0.0, lambda: None)
-            slot.election = None
-            slot.set_state(ShardState.IDLE, f"our key {el.key} disappeared from etcd")
+            self._lose(slot, f"our key {el.key} disappeared from etcd")
+
+    def _lose(self, slot: ShardSlot, why: str) -> None:
+        """Our key is gone or no longer ours: stop the shard's work at once, lead it no more."""
+        if slot.state is ShardState.LEADER:
+            slot.stop.set()
+            self.work.release(slot.shard, 0.0, lambda: None)
+            metrics.leader_changes.labels("lost").inc()
+        slot.election = None
+        self._unproclaimed.discard(slot.shard)
+        self._set_state(slot, ShardState.IDLE, why)
+        metrics.shards_led.set(len(self.led_shards()))
 
     def _do(self, slot: ShardSlot, action: Action, role: Role) -> None:
         try:
             if action is Action.CAMPAIGN:
                 slot.election = Election(self.etcd, self.session, self.layout, slot.shard)
                 slot.election.campaign(self._key_value())
-                slot.set_state(ShardState.CANDIDATE, f"campaigning as {role.value} (rev {slot.election.rev})")
+                self._set_state(slot, ShardState.CANDIDATE, f"campaigning as {role.value} (rev {slot.election.rev})")
             elif action is Action.WITHDRAW:
                 slot.election.resign()
                 slot.election = None
-                slot.set_state(ShardState.IDLE, "withdrawn: no longer primary or standby")
+                self._set_state(slot, ShardState.IDLE, "withdrawn: no longer primary or standby")
             elif action is Action.REQUEUE:
                 slot.election.resign()
                 slot.election.campaign(self._key_value())
@@ -376,18 +411,40 @@ class Coordinator:
         el = slot.election
         if not el.is_leader_now():
             return  # the mirror ran ahead of etcd; the deletion event will come
+        stop = threading.Event()
+        slot.stop = stop
+        # The session-lost callback sets the stop event of every slot it finds; an event
+        # made after it ran would never be set. So: make the event, then look at the session.
+        if self.session.done.is_set():
+            stop.set()
+            raise SessionLost(self.session.lost_reason or "session lost")
         slot.fence = el.rev + self.s.fence_offset
-        slot.stop = threading.Event()
-        self.work.acquire(slot.shard, slot.fence, slot.stop, self.session)
+        self.work.acquire(slot.shard, slot.fence, stop, self.session)
         took = clock.monotonic() - won_at
         metrics.takeover.observe(took)
-        log.info("shard %d: ready to tick %.0f ms after winning it (%d jobs)", slot.shard, took * 1000,
-                 self.work.job_count(slot.shard), extra={"shard": slot.shard, "fence": slot.fence})
-        slot.set_state(ShardState.LEADER, f"elected, fence {slot.fence}")
+        jobs = self.work.job_count(slot.shard)
+        log.info("shard %d: ready to tick %.0f ms after winning it (%d jobs)", slot.shard, took * 1000, jobs,
+                 extra={"shard": slot.shard, "fence": slot.fence})
+        self._set_state(slot, ShardState.LEADER, f"elected, fence {slot.fence}")
         metrics.leader_changes.labels("gained").inc()
         metrics.shards_led.set(len(self.led_shards()))
-        el.proclaim(self._key_value(since_ms=clock.wall_ms(), jobs=self.work.job_count(slot.shard), fence=slot.fence))
-        self._last_proclaim[slot.shard] = self.work.job_count(slot.shard)
+        self._unproclaimed.add(slot.shard)
+        self._proclaim_leader(slot, since_ms=clock.wall_ms(), jobs=jobs)
+
+    def _proclaim_leader(self, slot: ShardSlot, since_ms: int, jobs: int) -> None:
+        """Publish "leader since, jobs, fence" in our key. Refused means the key is not ours: a lost election."""
+        try:
+            ours = slot.election.proclaim(self._key_value(since_ms=since_ms, jobs=jobs, fence=slot.fence))
+        except EtcdUnavailable as e:
+            log.warning("shard %d: could not proclaim leadership (%s); retrying", slot.shard, e)
+            return  # still in _unproclaimed: the next reconcile tries again
+        if not ours:
+            log.error("shard %d: etcd refused our proclaim: our key is gone or another incarnation; "
+                      "the election is lost", slot.shard, extra={"shard": slot.shard, "fence": slot.fence})
+            self._lose(slot, "proclaim refused: the election is lost")
+            return
+        self._unproclaimed.discard(slot.shard)
+        self._last_proclaim[slot.shard] = jobs
 
     def _abandon_candidacy(self, slot: ShardSlot) -> None:
         slot.stop.set()
@@ -397,14 +454,15 @@ class Coordinator:
             except EtcdUnavailable:
                 pass
         slot.election = None
-        slot.set_state(ShardState.IDLE, "stepped back")
+        self._set_state(slot, ShardState.IDLE, "stepped back")
 
     def _resign(self, slot: ShardSlot, grace_s: float, why: str) -> None:
-        slot.set_state(ShardState.RESIGNING, why)
+        self._unproclaimed.discard(slot.shard)
+        self._set_state(slot, ShardState.RESIGNING, why)
         metrics.leader_changes.labels("given up").inc()
         metrics.shards_led.set(len(self.led_shards()))
         shard = slot.shard
-        self.work.release(shard, grace_s, lambda: self._events.put(("drained", shard)))
+        self.work.release(shard, grace_s, lambda: self._events.put(Drained(shard)))
 
     def _finish_resign(self, slot: ShardSlot) -> None:
         if slot.state is not ShardState.RESIGNING:
@@ -416,7 +474,7 @@ class Coordinator:
         except EtcdUnavailable as e:
             log.warning("shard %d: could not delete our key (%s); it goes with the lease", slot.shard, e)
         slot.election = None
-        slot.set_state(ShardState.IDLE, "resigned")
+        self._set_state(slot, ShardState.IDLE, "resigned")
 
     def _key_value(self, since_ms: int | None = None, jobs: int | None = None, fence: int | None = None) -> dict:
         v = {"node": self.s.node_id, "address": self.s.address}
@@ -431,19 +489,19 @@ class Coordinator:
         every node's watch delivers and reconciles, so during a burst of
         submissions counts proclaimed per change would keep all nodes busy.
         """
+        for shard in sorted(self._unproclaimed):  # not ready in etcd's eyes yet: at once, not every 2 s
+            slot = self.slots.get(shard)
+            if slot is not None and slot.state is ShardState.LEADER and slot.election:
+                self._proclaim_leader(slot, since_ms=clock.wall_ms(), jobs=self.work.job_count(shard))
         now = clock.monotonic()
         if now < self._next_count_proclaim:
             return
         self._next_count_proclaim = now + JOB_COUNT_PROCLAIM_S
         for shard in self.led_shards():
+            slot = self.slots[shard]
             n = self.work.job_count(shard)
-            if self._last_proclaim.get(shard) != n:
-                slot = self.slots[shard]
-                cand = self.view.candidates.get(shard, {}).get(slot.election.key) if slot.election else None
+            if self._last_proclaim.get(shard) != n and slot.election and shard not in self._unproclaimed:
+                cand = self.view.candidates.get(shard, {}).get(slot.election.key)
                 since = cand.leader_since_ms if cand and cand.leader_since_ms else clock.wall_ms()
-                try:
-                    slot.election.proclaim(self._key_value(since_ms=since, jobs=n, fence=slot.fence))
-                    self._last_proclaim[shard] = n
-                except EtcdUnavailable:
-                    pass
+                self._proclaim_leader(slot, since_ms=since, jobs=n)
 

@@ -16,10 +16,12 @@ State transitions (and their causes):
                              leading; we go to the back so it is next in line
     CANDIDATE -> LEADER      ACQUIRE: no older key is left (checked in etcd) and the fence is raised
     CANDIDATE -> IDLE        ACQUIRE failed: the store holds a newer fence, our key is stale
-    LEADER    -> RESIGNING   RESIGN: the preferred owner is next in line, a drain, or shutdown
+    LEADER    -> RESIGNING   RESIGN: the preferred owner is next in line (and is not still
+                             readying MAX_TAKEOVERS_IN_FLIGHT other shards), a drain, or shutdown
     LEADER    -> RESIGNING   a fenced write was rejected: a newer leader exists
     RESIGNING -> IDLE        running ticks are done (or the grace ran out); our key is deleted
-    CANDIDATE | LEADER -> IDLE   our key disappeared from etcd (deleted by someone else)
+    CANDIDATE | LEADER -> IDLE   our key disappeared from etcd (deleted by someone else), or
+                             etcd refused the proclaim of a just-won shard: the election is lost
     any       -> LOST        the session was lost: every shard at once, by event
 
 Every change goes through ``ShardSlot.set_state``, which logs it.
@@ -57,11 +59,14 @@ class Action(Enum):
     RESIGN = "resign"
 
 
-def decide(state: ShardState, role: Role, me: str, queue: list[str], primary: str | None, stopping: bool) -> Action:
+def decide(state: ShardState, role: Role, me: str, queue: list[str], primary: str | None, stopping: bool,
+           primary_busy: bool = False) -> Action:
     """What this node should do next for one shard. Pure.
 
     ``queue`` is the shard's candidates' node ids in election order (the first
-    leads); ``primary`` is the node the balancer prefers as leader.
+    leads); ``primary`` is the node the balancer prefers as leader;
+    ``primary_busy`` says that node is still readying other shards it was
+    handed, so a voluntary hand-over waits (the shard keeps its leader meanwhile).
     """
     if state in (ShardState.RESIGNING, ShardState.LOST):
         return Action.NOTHING
@@ -74,7 +79,8 @@ def decide(state: ShardState, role: Role, me: str, queue: list[str], primary: st
     if state is ShardState.LEADER:
         # Hand over only when the preferred owner is next in line, so the shard
         # moves once, straight to it, and is never left without a leader.
-        return Action.RESIGN if role is not Role.PRIMARY and primary_pos == 1 else Action.NOTHING
+        hand_over = role is not Role.PRIMARY and primary_pos == 1
+        return Action.RESIGN if hand_over and not primary_busy else Action.NOTHING
     # CANDIDATE
     if role is Role.NONE:
         return Action.WITHDRAW

@@ -65,7 +65,8 @@ class ClusterView:
 
         A leader re-proclaiming its key (new job count) changes neither who is
         queued nor in what order, so those events alone return False: the
-        coordinator need not re-decide every shard for them.
+        coordinator need not re-decide every shard for them. A leader's first
+        proclaim (it is ready) is decisive: paced hand-overs wait for it.
         """
         decisive = False
         for ev in events:
@@ -79,10 +80,10 @@ class ClusterView:
         return decisive
 
     def _is_proclaim(self, kv: KV) -> bool:
-        """A put over a candidate key we hold, same create revision and node: only its value changed."""
+        """A put over a ready leader's key, same create revision and node: only its job count changed."""
         parsed = self.layout.parse_candidate(kv.key)
         old = self.candidates.get(parsed[0], {}).get(kv.key) if parsed else None
-        return (old is not None and old.create_revision == kv.create_revision
+        return (old is not None and old.create_revision == kv.create_revision and bool(old.leader_since_ms)
                 and old.node_id == str(_json(kv.value).get("node", "?")))
 
     def _put(self, kv: KV) -> None:
