@@ -35,6 +35,8 @@ lease_renewal_age = Gauge("shardcron_lease_renewal_age_seconds", "Seconds since 
 etcd_call = Histogram("shardcron_etcd_call_seconds", "etcd call latency.", ["op"], buckets=_CALL_BUCKETS)
 db_call = Histogram("shardcron_db_call_seconds", "Database statement latency.", ["op"], buckets=_CALL_BUCKETS)
 running_executors = Gauge("shardcron_running_executors", "Executors running now.")
+results_unwritten = Gauge("shardcron_results_unwritten",
+                          "Tick results waiting to be written; growing means the result writer is stuck.")
 oldest_overdue = Gauge("shardcron_oldest_overdue_slot_seconds",
                        "Age of the oldest slot that is due but not started; 0 when none. "
                        "Alert on it to catch a schedule that silently stopped.")

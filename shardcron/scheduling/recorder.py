@@ -6,6 +6,16 @@ few large commits instead of thousands of small ones. A batch rejected by
 the fence is dropped and reported (a newer leader owns those rows now); a
 batch that fails because the store is down is kept and retried, so no result
 is lost to an outage.
+
+Any other error writing a batch (a bug, a driver error this code does not
+classify) is handled the same way, with its traceback logged: the batch is
+kept and retried after a back-off, and the thread goes on. It must not end:
+it is the only result writer, and results would pile up in memory unseen.
+Stopping the node instead was rejected: every shard would move and every
+in-flight tick would become an orphan that its next leader retries, so one
+bad write would turn into repeated side effects cluster-wide. A stuck
+recorder shows as ``shardcron_results_unwritten`` growing and an ERROR line
+per failed attempt.
 """
 
 from __future__ import annotations
@@ -14,7 +24,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
@@ -37,11 +47,18 @@ class ResultWrite:
     status: TickStatus
 
 
+# The batched write: {(shard, fence): [(slot, attempt, result, status)]} -> ManyOutcome.
+WriteBatch = Callable[[Engine, Mapping[tuple[int, int], Sequence[tuple]]], tick_store.ManyOutcome]
+
+MAX_BACKOFF_S = 5.0
+
+
 class Recorder:
     def __init__(self, engine: Engine, on_fenced: Callable[[int, int, int], None], *, max_batch: int = 5000,
-                 linger_s: float = 0.1):
+                 linger_s: float = 0.1, write: WriteBatch = tick_store.record_results_many):
         self._engine = engine
         self._on_fenced = on_fenced  # (shard, fence, rejected writes)
+        self._write_batch = write  # the store's own; a test wraps it to inject failures
         self._max_batch = max_batch
         # Results of one slot time arrive in a burst: gathering them for a moment
         # makes one commit of them, and keeps the database work off the burst itself.
@@ -49,6 +66,7 @@ class Recorder:
         self._cond = threading.Condition()
         self._pending: list[ResultWrite] = []
         self._unwritten: dict[int, int] = defaultdict(int)  # shard -> writes queued or in flight
+        metrics.watch_gauge(metrics.results_unwritten, self.unwritten)
         self._closing = False
         self._thread = threading.Thread(target=self._run, name="recorder", daemon=True)
         self.written = 0
@@ -70,6 +88,11 @@ class Recorder:
             for w in writes:
                 self._unwritten[w.shard] += 1
             self._cond.notify_all()
+
+    def unwritten(self) -> int:
+        """Results queued or being written, every shard together."""
+        with self._cond:
+            return sum(self._unwritten.values())
 
     def flush(self, shard: int, timeout_s: float) -> bool:
         """Wait until every write queued for ``shard`` is written or rejected."""
@@ -100,7 +123,11 @@ class Recorder:
                 if not self._closing and len(self._pending) < self._max_batch:
                     self._cond.wait(self._linger_s)
                 batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch:]
-            retry = self._write(batch)
+            try:
+                retry = self._write(batch)
+            except Exception:  # noqa: BLE001 - the only result writer must not die (see the module doc)
+                log.exception("writing %d tick results failed; they are kept and retried", len(batch))
+                retry = set(batch)
             with self._cond:
                 for w in batch:
                     if w not in retry:
@@ -109,11 +136,11 @@ class Recorder:
                     self._pending[:0] = list(retry)
                 self._cond.notify_all()
             if retry:
-                if self._closing and backoff > 5:
-                    log.error("store still unavailable at shutdown; %d tick results not written", len(retry))
+                if self._closing and backoff >= MAX_BACKOFF_S:
+                    log.error("results still not written at shutdown; %d tick results not written", len(retry))
                     return
-                time.sleep(backoff)  # the store is down: back off before trying again
-                backoff = min(backoff * 2, 5.0)
+                time.sleep(backoff)  # the store is down, or the write failed: back off before trying again
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
             else:
                 backoff = 0.1
 
@@ -123,14 +150,14 @@ class Recorder:
         for w in batch:
             groups[(w.shard, w.fence)].append(w)
         try:
-            out = tick_store.record_results_many(
+            out = self._write_batch(
                 self._engine, {k: [(w.slot, w.attempt, w.result, w.status) for w in ws] for k, ws in groups.items()}
             )
         except StoreUnavailable as e:
             log.warning("store unavailable, %d tick results kept for retry: %s", len(batch), e)
             return set(batch)
         for (shard, fence), writes in groups.items():
-            if shard in out.fenced_out:
+            if out.is_fenced(shard, fence):
                 self.rejected += len(writes)
                 log.error("shard %d: %d tick results rejected by the fence (fence %d, store has %s)", shard,
                           len(writes), fence, out.fenced_out[shard], extra={"shard": shard, "fence": fence})
@@ -140,6 +167,9 @@ class Recorder:
             for w in writes:
                 metrics.ticks.labels(w.status.value).inc()
             for listener in self.listeners:
-                for w in writes:
-                    listener(w)
+                try:
+                    for w in writes:
+                        listener(w)
+                except Exception:  # noqa: BLE001 - a listener's bug must not stop the writer (or re-write)
+                    log.exception("a tick result listener failed")
         return set()

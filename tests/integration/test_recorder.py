@@ -1,0 +1,86 @@
+"""The result writer survives errors it does not know (issue 10, "Thread hardening").
+
+A real store on each database; the failure is injected through the
+recorder's ``write`` parameter, which wraps the store's own batched write.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import pytest
+
+from shardcron.dev.testing.cluster import wait_until
+from shardcron.model import ExecutionResult, SlotRef, TickStatus
+from shardcron.scheduling.recorder import Recorder, ResultWrite
+from shardcron.store import SlotClaim, claim_ticks, ensure_shards, list_ticks, mark_running, raise_fence
+from shardcron.store.ticks import record_results_many
+
+FENCE = 3
+
+
+class BrokenUntilAllowed:
+    """The store's batched write, failing with a bug-like error until ``allow`` is set."""
+
+    def __init__(self):
+        self.allow = threading.Event()
+        self.failures = 0
+
+    def __call__(self, engine, groups):
+        if not self.allow.is_set():
+            self.failures += 1
+            raise RuntimeError(f"injected failure #{self.failures}")
+        return record_results_many(engine, groups)
+
+
+def test_an_unexpected_write_error_is_logged_and_the_results_are_kept_and_written_later(store_engine, caplog):
+    ensure_shards(store_engine, 1)
+    raise_fence(store_engine, 0, FENCE, "n", 1)
+    slot = SlotRef("j", 60_000)
+    claim_ticks(store_engine, [SlotClaim("j", 60_000)], shard=0, fence=FENCE, node_id="n", now_ms=59_000)
+    mark_running(store_engine, [(slot, 1, 60_001)], shard=0, fence=FENCE)
+    broken = BrokenUntilAllowed()
+    recorder = Recorder(store_engine, lambda *a: None, linger_s=0.01, write=broken)
+    recorder.start()
+    try:
+        with caplog.at_level(logging.ERROR, logger="shardcron.scheduling.recorder"):
+            recorder.put(ResultWrite(0, FENCE, slot, 1, ExecutionResult(True, 60_001, 60_002), TickStatus.SUCCEEDED))
+            wait_until(lambda: broken.failures >= 3, 30, what="the writer to try, fail and try again")
+            assert recorder.unwritten() == 1, "the result is kept while the write fails"
+            assert not recorder.flush(0, 0.1)
+            broken.allow.set()
+            assert recorder.flush(0, 30), "the result is written once the write works again"
+        [tick] = list_ticks(store_engine, "j")
+        assert (tick.status, tick.finished_at_ms) == (TickStatus.SUCCEEDED, 60_002)
+        assert recorder.unwritten() == 0 and recorder.written == 1
+        failed = [r for r in caplog.records if "tick results failed" in r.getMessage()]
+        assert failed and failed[0].exc_info and "injected failure #1" in str(failed[0].exc_info[1])
+    finally:
+        recorder.close()
+
+
+@pytest.mark.parametrize("db_kind", ["sqlite"], indirect=True)
+def test_a_listener_that_raises_neither_stops_the_writer_nor_writes_twice(store_engine, caplog):
+    ensure_shards(store_engine, 1)
+    raise_fence(store_engine, 0, FENCE, "n", 1)
+    for at in (60_000, 61_000):
+        claim_ticks(store_engine, [SlotClaim("j", at)], shard=0, fence=FENCE, node_id="n", now_ms=at - 1000)
+    recorder = Recorder(store_engine, lambda *a: None, linger_s=0.01)
+    told = []
+
+    def listener(w: ResultWrite) -> None:
+        told.append(w.slot.scheduled_at_ms)
+        raise ValueError("a broken watcher")
+
+    recorder.listeners.append(listener)
+    recorder.start()
+    try:
+        for at in (60_000, 61_000):
+            recorder.put(ResultWrite(0, FENCE, SlotRef("j", at), 1, ExecutionResult(True, at, at + 1),
+                                     TickStatus.SUCCEEDED))
+            assert recorder.flush(0, 30)
+        assert told == [60_000, 61_000] and recorder.written == 2
+        assert {t.status for t in list_ticks(store_engine, "j")} == {TickStatus.SUCCEEDED}
+    finally:
+        recorder.close()
