@@ -4,10 +4,15 @@
 shifts it: a test-only hook (the clock-skew fault test starts one node 2 s
 ahead) that must never be set in production. Lease validity is judged on the
 monotonic clock, which no offset touches.
+
+``Clock`` is what the scheduling loop reads the wall time from: ``SYSTEM_CLOCK``
+(this module's ``wall_ms``) on every node, a test's own clock in the tests
+that step the loop through time.
 """
 
 import os
 import time
+from typing import Protocol
 
 _OFFSET_MS = int(os.environ.get("SHARDCRON_TEST_CLOCK_OFFSET_MS", "0") or 0)
 
@@ -18,3 +23,14 @@ def wall_ms() -> int:
 
 def monotonic() -> float:
     return time.monotonic()
+
+
+class Clock(Protocol):
+    def wall_ms(self) -> int: ...
+
+
+class _SystemClock:
+    wall_ms = staticmethod(wall_ms)
+
+
+SYSTEM_CLOCK: Clock = _SystemClock()

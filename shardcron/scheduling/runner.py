@@ -5,7 +5,12 @@ The order is the promise. Before every attempt:
 2. the session must provably still hold its lease on the monotonic clock
    (``Session.can_act``), which a stop-the-world pause cannot fool;
 3. the row is marked ``running`` in a fenced transaction; a stale leader's
-   mark is rejected and its executor never starts.
+   mark is rejected and its executor never starts;
+4. checks 1 and 2 again: the mark is a database round trip that can block
+   (up to the statement timeout) past the end of the lease. A run stopped
+   here leaves its row ``running`` under this fence without having started:
+   the next leader treats it as an orphan that may have run (retry or
+   abandon), which can cost a retry but never runs it twice at once.
 Only then does the executor run. Retries are driven by tenacity, with the
 backoff from ``policies.backoff_ms`` and a sleep that a lost shard cuts short.
 """
@@ -60,7 +65,8 @@ class TickRun:
 
 
 def run_tick(run: TickRun, engine: Engine, recorder: Recorder, allow_shell: bool,
-             on_fenced: Callable[[int, int, int], None], on_started: Callable[[int], None]) -> TickStatus | None:
+             on_fenced: Callable[[int, int, int], None], on_started: Callable[[int], None], *,
+             now_ms: Callable[[], int] = clock.wall_ms) -> TickStatus | None:
     """Run every attempt the retry policy allows. Returns the final status, or None when aborted."""
     executor = executor_for(run.job.executor.kind, allow_shell=allow_shell)
     first = run.attempt
@@ -72,7 +78,7 @@ def run_tick(run: TickRun, engine: Engine, recorder: Recorder, allow_shell: bool
         n = state["attempt"]
         if run.stop.is_set() or not run.session.can_act():
             raise _Abort("shard lost or lease not provably held")
-        started = clock.wall_ms()
+        started = now_ms()
         try:
             tick_store.mark_running(engine, [(run.slot, n, started)], shard=run.shard, fence=run.fence)
         except FencedOut as e:
@@ -82,6 +88,9 @@ def run_tick(run: TickRun, engine: Engine, recorder: Recorder, allow_shell: bool
             raise _Abort(str(e)) from None
         except StoreUnavailable as e:
             raise StoreDownBeforeStart(n, f"store unavailable, attempt {n} not started: {e}") from None
+        if run.stop.is_set() or not run.session.can_act():
+            raise _Abort("shard lost or lease not provably held once the running mark was written "
+                         "(marked running, not started)")
         on_started(started - run.slot.scheduled_at_ms)
         ctx = TickContext(run.slot.job_id, run.slot.scheduled_at_ms, n, run.fence, run.shard, run.node_id)
         return executor.run(run.job.executor, ctx, run.job.timeout_ms / 1000.0, run.stop)

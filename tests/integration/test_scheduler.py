@@ -1,0 +1,262 @@
+"""The Scheduler stepped through time by an injected clock, over a real SQLite store.
+
+No etcd: what is under test (claim, dispatch, overlap, release, re-put) does
+not depend on it, so the session is a minimal object with a ``done`` event and
+a lease deadline on the same clock. The claim and dispatch threads are not
+started; each test moves the clock and runs one step of each loop
+(``claim_due``, ``dispatch_due``), so every slot's fate is decided at a
+known instant. Executors and the recorder run for real: an http job against
+the dev sink, held in flight until the test lets it answer.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import pytest
+from sqlalchemy import event
+
+from shardcron.dev.sink import Sink
+from shardcron.dev.testing.cluster import wait_until
+from shardcron.jobspec import job_from_dict
+from shardcron.model import Job, TickStatus
+from shardcron.scheduling.loop import Scheduler
+from shardcron.scheduling.policies import OVERLAP_SKIP_REASON
+from shardcron.store import ensure_schema, ensure_shards, list_ticks, make_engine, put_job, raise_fence
+from shardcron.store.jobs import delete_job, set_paused
+
+S = 1000
+T0 = 1_700_000_000_000  # a whole second; nothing here reads the real wall clock for slots
+FENCE = 7
+NODE = "n1"
+
+
+class SteppedClock:
+    """Wall time that moves only when the test says so."""
+
+    def __init__(self, now_ms: int):
+        self.now_ms = now_ms
+
+    def wall_ms(self) -> int:
+        return self.now_ms
+
+
+class LeaseOnClock:
+    """A session reduced to what the scheduler reads: ``done``, and a lease valid until a deadline."""
+
+    def __init__(self, clock: SteppedClock, valid_until_ms: int):
+        self.done = threading.Event()
+        self.clock = clock
+        self.valid_until_ms = valid_until_ms
+
+    def can_act(self) -> bool:
+        return not self.done.is_set() and self.clock.now_ms < self.valid_until_ms
+
+
+class HeldSink:
+    """The dev sink, each request held open until ``let_go``."""
+
+    def __init__(self):
+        self.gate = threading.Event()
+        self.sink = Sink(on_request=lambda r: self.gate.wait(30))
+        self.sink.start()
+
+    def calls(self, job_id: str) -> list[int]:
+        """The slots the sink has been called for, of ``job_id``."""
+        keys = [r.header("idempotency-key") or "" for r in self.sink.requests()]
+        return sorted(int(k.rsplit(":", 1)[1]) for k in keys if k.startswith(f"{job_id}:"))
+
+    def let_go(self) -> None:
+        self.gate.set()
+
+    def hold(self) -> None:
+        self.gate.clear()
+
+
+@pytest.fixture
+def held():
+    h = HeldSink()
+    yield h
+    h.let_go()
+    h.sink.stop()
+
+
+@pytest.fixture
+def engine(fresh_db_url):
+    e = make_engine(fresh_db_url("sqlite"))
+    ensure_schema(e, auto_upgrade=True)
+    ensure_shards(e, 1)
+    yield e
+    e.dispose()
+
+
+class Rig:
+    """One scheduler leading shard 0 from T0, on a stepped clock."""
+
+    def __init__(self, engine, jobs: list[Job], lease_s: float = 3600):
+        self.engine = engine
+        self.clock = SteppedClock(T0)
+        self.session = LeaseOnClock(self.clock, T0 + int(lease_s * S))
+        self.stop = threading.Event()
+        self.jobs = {}
+        raise_fence(engine, 0, FENCE, NODE, T0)  # what the scheduler's acquire does first, so the jobs go in
+        for job in jobs:
+            self.jobs[job.id] = put_job(engine, job, shard=0, fence=FENCE, node_id=NODE, now_ms=T0)
+        self.scheduler = Scheduler(engine, NODE, 1, lookahead_ms=S, clock=self.clock, workers=4)
+        self.scheduler.recorder.start()
+        self.scheduler.acquire(0, FENCE, self.stop, self.session)
+
+    def at(self, ms: int) -> None:
+        """Move the clock to ``ms`` and run one claim step and one dispatch step there."""
+        assert ms >= self.clock.now_ms, "the clock only moves forward"
+        self.clock.now_ms = ms
+        self.scheduler.claim_due()
+        self.scheduler.dispatch_due()
+
+    def put_again(self, job: Job, at_ms: int) -> Job:
+        stored = put_job(self.engine, job, shard=0, fence=FENCE, node_id=NODE, now_ms=at_ms)
+        self.scheduler.upsert_job(0, stored)
+        return stored
+
+    def ticks(self, job_id: str) -> dict[int, object]:
+        """slot (seconds after T0) -> (status, error), once every queued result is written."""
+        assert self.scheduler.recorder.flush(0, 30), "the recorder did not write its results"
+        return {(t.scheduled_at_ms - T0) // S: (t.status, t.error) for t in list_ticks(self.engine, job_id)}
+
+    def wait_status(self, job_id: str, slot_s: int, status: TickStatus) -> None:
+        wait_until(lambda: self.ticks(job_id).get(slot_s, (None,))[0] is status, 30,
+                   what=f"{job_id}@{slot_s}s to be {status.value}")
+
+    def close(self) -> None:
+        self.scheduler.close()
+
+
+@pytest.fixture
+def rig(engine):
+    made: list[Rig] = []
+
+    def make(jobs: list[Job], **kw) -> Rig:
+        r = Rig(engine, jobs, **kw)
+        made.append(r)
+        return r
+
+    yield make
+    for r in made:
+        r.close()
+
+
+def noop(job_id: str = "beat") -> Job:
+    return job_from_dict({"id": job_id, "every": "1s"})
+
+
+def slow(held: HeldSink, job_id: str = "slow") -> Job:
+    return job_from_dict({"id": job_id, "every": "1s", "overlap": "skip",
+                          "executor": {"kind": "http", "url": held.sink.url + "/held"}})
+
+
+SKIPPED = (TickStatus.SKIPPED, OVERLAP_SKIP_REASON)
+OK = (TickStatus.SUCCEEDED, None)
+
+
+def test_claim_then_dispatch_at_the_slot(rig):
+    r = rig([noop()])
+    # Led from T0: the first slot, T0 + 1 s, is claimed a lookahead (1 s) ahead, now.
+    assert r.scheduler.claim_due() == 1
+    assert {s: st for s, (st, _) in r.ticks("beat").items()} == {1: TickStatus.CLAIMED}
+    assert r.scheduler.dispatch_due() == 0, "nothing starts before its slot"
+    r.at(T0 + 999)
+    assert r.ticks("beat")[1][0] is TickStatus.CLAIMED
+    r.at(T0 + 1 * S)  # due: it runs, and the next slot is claimed
+    assert r.ticks("beat") == {1: OK, 2: (TickStatus.CLAIMED, None)}
+    for k in (2, 3, 4):
+        r.at(T0 + k * S)
+    assert r.ticks("beat") == {1: OK, 2: OK, 3: OK, 4: OK, 5: (TickStatus.CLAIMED, None)}
+    assert r.scheduler.stats.snapshot()["by_status"] == {"succeeded": 4}
+
+
+def test_overlap_skips_only_while_a_run_is_in_flight(rig, held):
+    r = rig([slow(held)])
+    r.at(T0)
+    r.at(T0 + 1 * S)
+    wait_until(lambda: held.calls("slow") == [T0 + S], 30, what="the first run to reach the sink")
+    r.wait_status("slow", 1, TickStatus.RUNNING)
+    r.at(T0 + 2 * S)
+    assert r.ticks("slow")[2] == SKIPPED
+    held.let_go()
+    r.wait_status("slow", 1, TickStatus.SUCCEEDED)
+    wait_until(lambda: r.scheduler.in_flight(0) == 0, 30, what="the worker to count its run as over")
+    r.at(T0 + 3 * S)
+    r.wait_status("slow", 3, TickStatus.SUCCEEDED)
+    assert held.calls("slow") == [T0 + S, T0 + 3 * S]
+
+
+@pytest.mark.parametrize("change", ["put again", "delete and put again", "pause and resume"])
+def test_a_job_changed_mid_run_keeps_its_run_counted_and_runs_after_it(rig, held, engine, change):
+    """Issue 10's bug: the new definition must see the old one's run while it goes on, and not after."""
+    r = rig([slow(held)])
+    r.at(T0)
+    r.at(T0 + 1 * S)
+    wait_until(lambda: held.calls("slow") == [T0 + S], 30, what="the first run to reach the sink")
+    changed_at = T0 + 1500
+    r.clock.now_ms = changed_at
+    job = replace(r.jobs["slow"], labels={"changed": "yes"})
+    if change == "put again":
+        r.put_again(job, changed_at)
+    elif change == "delete and put again":
+        delete_job(engine, "slow", shard=0, fence=FENCE)
+        r.scheduler.remove_job(0, "slow")
+        r.put_again(job, changed_at)
+    else:
+        paused = set_paused(engine, "slow", True, shard=0, fence=FENCE, node_id=NODE, now_ms=changed_at)
+        r.scheduler.upsert_job(0, paused)
+        resumed = set_paused(engine, "slow", False, shard=0, fence=FENCE, node_id=NODE, now_ms=changed_at)
+        r.scheduler.upsert_job(0, resumed)
+
+    r.at(T0 + 2 * S)
+    assert r.ticks("slow")[2] == SKIPPED, "the first run is still going: the changed job waits for it"
+    held.let_go()
+    r.wait_status("slow", 1, TickStatus.SUCCEEDED)
+    wait_until(lambda: r.scheduler.in_flight(0) == 0, 30, what="the worker to count its run as over")
+    for k in (3, 4, 5):
+        r.at(T0 + k * S)
+        r.wait_status("slow", k, TickStatus.SUCCEEDED)
+    assert held.calls("slow") == [T0 + S, T0 + 3 * S, T0 + 4 * S, T0 + 5 * S]
+
+
+def test_release_waits_for_the_run_in_flight_then_claims_and_starts_nothing(rig, held):
+    r = rig([slow(held), noop()])
+    r.at(T0)
+    r.at(T0 + 1 * S)
+    wait_until(lambda: held.calls("slow") == [T0 + S], 30, what="the first run to reach the sink")
+    released = threading.Event()
+    r.scheduler.release(0, 30, released.set)
+    r.at(T0 + 2 * S)  # claimed at 1 s, due now: not started, the shard is being handed over
+    assert not released.is_set(), "the release waits for the run in flight"
+    held.let_go()
+    assert released.wait(30)
+    assert r.scheduler.led_shards() == []
+    r.at(T0 + 3 * S)
+    r.at(T0 + 4 * S)
+    beat, slow_ticks = r.ticks("beat"), r.ticks("slow")
+    assert beat == {1: OK, 2: (TickStatus.CLAIMED, None)}, "claimed before the release, left for the next leader"
+    assert slow_ticks == {1: OK, 2: (TickStatus.CLAIMED, None)}
+    assert r.scheduler.stats.snapshot()["not_started"] == 2
+
+
+def test_a_lease_that_ends_while_the_running_mark_is_written_starts_nothing(rig, held, engine):
+    """The start guard is checked again after the mark's round trip (runner.run_tick)."""
+    r = rig([slow(held)], lease_s=1.8)  # valid until T0 + 1.8 s
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def slow_mark(conn, cursor, statement, parameters, context, executemany):
+        # The running mark sets status, attempt and start; a result also sets finished_at_ms.
+        if statement.startswith("UPDATE ticks SET status") and "finished_at_ms" not in statement:
+            r.clock.now_ms = T0 + 2 * S  # the mark took a second: the lease ran out meanwhile
+
+    r.at(T0)
+    r.at(T0 + 1 * S)
+    r.wait_status("slow", 1, TickStatus.RUNNING)
+    assert r.scheduler.recorder.flush(0, 30)
+    wait_until(lambda: r.scheduler.stats.snapshot()["not_started"] == 1, 30, what="the run to be given up")
+    assert held.calls("slow") == [], "marked running, but the executor never started"
