@@ -65,6 +65,7 @@ class Backend(Protocol):
     shard_count: int
     allow_shell: bool
     shell_allow: object  # re.Pattern a shell command must fully match, or None
+    min_interval_ms: int  # the shortest gap between a job's slots this node admits (--min-interval)
     engine: Engine
     joined: threading.Event  # set while the node is a live member of the cluster (health: SERVING)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from shardcron import clock
 from shardcron.abc import Backend
-from shardcron.jobspec import DEFAULT_MIN_INTERVAL_MS, check_admissible
+from shardcron.jobspec import check_admissible
 from shardcron.model import Job
 
 
@@ -16,7 +16,5 @@ def check_job(backend: Backend, job: Job, now_ms: int | None = None) -> None:
     """Raise ``InvalidJob`` unless ``backend``'s node accepts ``job`` (--allow-shell, --shell-allow, --min-interval)."""
     check_admissible(
         job, allow_shell=backend.allow_shell, now_ms=clock.wall_ms() if now_ms is None else now_ms,
-        shell_allow=getattr(backend, "shell_allow", None),
-        # A backend that predates --min-interval still refuses what the default refuses.
-        min_interval_ms=getattr(backend, "min_interval_ms", DEFAULT_MIN_INTERVAL_MS),
+        shell_allow=backend.shell_allow, min_interval_ms=backend.min_interval_ms,
     )
