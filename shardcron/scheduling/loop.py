@@ -75,7 +75,6 @@ class Scheduler:
         imports: Iterable[Job] = (),
         workers: int = 64,
         clock: Clock = SYSTEM_CLOCK,
-        recorder: Recorder | None = None,
     ):
         self.engine = engine
         self.node_id = node_id
@@ -94,7 +93,7 @@ class Scheduler:
         self._claims = TimerHeap()  # ClaimDue
         self._dispatch = TimerHeap()  # DispatchDue
         self._closing = False
-        self.recorder = recorder or Recorder(engine, self._fenced)
+        self.recorder = Recorder(engine, self._fenced)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tick")
         self._threads = [
             threading.Thread(target=self._claim_loop, name="claimer", daemon=True),
