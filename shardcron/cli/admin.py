@@ -168,11 +168,11 @@ def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
     if jobs:
         table = [
             [s.job_id, s.state, s.slots_checked, s.ticks, s.missing, s.excused, s.duplicates, s.stale_fence,
-             s.unresolved]
+             s.unresolved, s.false_overlap]
             for s in jobs[:_JOB_ROWS]
         ]
         lines += ["", tabulate(table, headers=["JOB", "STATE", "SLOTS", "TICKS", "MISSING", "EXCUSED", "DUPLICATES",
-                                               "STALE FENCE", "UNRESOLVED"], tablefmt="plain")]
+                                               "STALE FENCE", "UNRESOLVED", "FALSE OVERLAP"], tablefmt="plain")]
         if len(jobs) > _JOB_ROWS:
             rest = jobs[_JOB_ROWS:]
             bad = sum(1 for s in rest if s.findings)
@@ -182,6 +182,7 @@ def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
         audit.FindingKind.DUPLICATE: "duplicate slots (more than one row: the schema is broken)",
         audit.FindingKind.STALE_FENCE: "stale fences (written by a deposed leader)",
         audit.FindingKind.UNRESOLVED: "unresolved ticks",
+        audit.FindingKind.FALSE_OVERLAP: "overlap skips with no earlier run in flight (the job silently stopped)",
     }
     for kind, title in titles.items():
         found = r.findings()[kind]

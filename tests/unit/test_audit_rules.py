@@ -319,7 +319,19 @@ def test_the_text_report_caps_jobs_and_findings():
     assert lines[-1] == "FOUND: 30 missing"
     small = format_report(AuditReport(60, [], [], [], [], {"j": JobSummary("j", slots_checked=60)})).splitlines()
     assert small[0].endswith(": 1 job, 60 slots, 0 ticks") and small[-1] == "clean"
-    assert small[3].split() == ["j", "active", "60", "0", "0", "0", "0", "0", "0"]
+    assert small[3].split() == ["j", "active", "60", "0", "0", "0", "0", "0", "0", "0"]
+
+
+def test_the_text_report_shows_false_overlaps_per_job_and_in_detail():
+    found = find_false_overlap([ran(1, 1.5), overlap_skip(3), overlap_skip(4)])
+    per_job = {"j": JobSummary("j", slots_checked=4, ticks=3, false_overlap=len(found))}
+    lines = format_report(replace(AuditReport(4, [], [], [], [], per_job), false_overlap=found)).splitlines()
+    assert lines[2].rstrip().endswith("FALSE OVERLAP") and lines[3].split()[-1] == "2"
+    assert any(line.startswith("overlap skips with no earlier run in flight") and line.endswith(": 2")
+               for line in lines)
+    assert sum(line.split()[:2] == ["j", "1970-01-01T00:00:03.000Z"] for line in lines) == 1
+    assert sum("no earlier run of the job was in flight" in line for line in lines) == 2
+    assert lines[-1] == "FOUND: 2 false overlap"
 
 
 # -- the command's time flags ------------------------------------------------------------------
