@@ -184,6 +184,34 @@ class Cluster:
             return m if all(lo <= c <= hi for c in counts.values()) else None
         return wait_until(ok, timeout_s, 0.1, f"shards balanced over {sorted(members)}")
 
+    def wait_settled(self, members: set[str], timeout_s: float) -> dict[int, str]:
+        """Wait until every shard is led by the node the balancer places it on: nothing is left to move."""
+        from shardcron.coordination.balancer import Owner, assign
+        from shardcron.coordination.etcd import Etcd
+        from shardcron.coordination.keys import KeyLayout
+        from shardcron.coordination.view import read_view
+
+        etcd = Etcd(self.etcd, timeout_s=5.0)
+
+        def ok():
+            for n in members & set(self.nodes):
+                if not self.nodes[n].alive():
+                    tail = self.nodes[n].log_text().strip().splitlines()[-3:]
+                    raise GaveUp(f"node {n} exited: " + " | ".join(tail))
+            view = read_view(etcd, KeyLayout(self.prefix))
+            if set(view.active_members()) != members or view.shard_count != self.shards:
+                return None
+            heads = {s: view.leader(s) for s in range(self.shards)}
+            if any(h is None or not h.leader_since_ms for h in heads.values()):
+                return None
+            plan = assign(self.shards, members, {s: Owner(h.node_id, h.create_revision) for s, h in heads.items()})
+            leaders = {s: h.node_id for s, h in heads.items()}
+            return leaders if all(plan[s].primary == n for s, n in leaders.items()) else None
+        try:
+            return wait_until(ok, timeout_s, 0.1, f"every shard on its placed node, over {sorted(members)}")
+        finally:
+            etcd.close()
+
     def stop_all(self) -> None:
         for n in self.nodes.values():
             n.signal(signal.SIGCONT)
