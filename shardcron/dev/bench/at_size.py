@@ -10,7 +10,11 @@ What it measures, against the targets of the scale-out issue:
   is won by another node; from winning to ready to tick (jobs, last ticks and
   orphans loaded, the plan made) in under 1 s, per shard, from the
   ``ready to tick`` log lines;
-- memory: each node's peak RSS, under 300 MB.
+- memory: each node's peak RSS, under 300 MB;
+- hand-over: how long each moved shard had no ready leader, during the drain
+  and after it is undone (the shards go back), from etcd's watch
+  (``dev/testing/history.py``); hand-overs are paced so that this stays about
+  one takeover, not the sum of all of them.
 
 The workload is a mix that a fleet would submit: daily cron schedules in
 several time zones spread over the day, plus a small set that ticks every
@@ -34,6 +38,7 @@ from shardcron.model import Job
 from shardcron.store import jobs as job_store
 from shardcron.store.engine import make_engine
 from shardcron.dev.testing.cluster import wait_until
+from shardcron.dev.testing.history import LeaderHistory
 
 TARGETS = {"submit_s": 60.0, "command_s": 1.0, "takeover_s": 1.0, "rss_mb": 300.0}
 ZONES = ("UTC", "Europe/Lisbon", "America/New_York", "Asia/Tokyo", "America/Sao_Paulo")
@@ -111,10 +116,14 @@ def run(env: BenchEnv, count: int = 100_000) -> dict:
 
     victim = nodes[0]
     marks = {n: len(cluster.nodes[n].log_text().splitlines()) for n in nodes}
+    leaders = cluster.wait_settled(set(nodes), 120)
     moved = sorted(s for s, n in leaders.items() if n == victim)
+    history = LeaderHistory(env.etcd, cluster.prefix).start()
+    t_drain = time.monotonic()
     drain = subprocess.run([sys.executable, "-m", "shardcron", "drain", victim, *etcd_flags], capture_output=True,
                            text=True, timeout=60)
     if drain.returncode != 0:
+        history.close()
         raise RuntimeError(f"shardcron drain failed: {drain.stderr.strip()[-500:]}")
     wait_until(lambda: all(cluster.leaders().get(s) not in (None, victim) for s in moved), 120, 0.2,
                f"the shards of {victim} to move")
@@ -127,10 +136,29 @@ def run(env: BenchEnv, count: int = 100_000) -> dict:
                            "jobs_per_shard_median": statistics.median(loaded.values() or [0]),
                            "median_ms": statistics.median(times) if times else None,
                            "max_ms": max(times) if times else None}
+    t_undo = time.monotonic()
     subprocess.run([sys.executable, "-m", "shardcron", "drain", victim, "--undo", *etcd_flags], capture_output=True,
                    text=True, timeout=60)
+    try:
+        # Undone: the victim takes its share back; done when every shard is on its placed node.
+        back = cluster.wait_settled(set(nodes), 180)
+        t_settled = time.monotonic()
+        history.catch_up_now()
+        figures["handover"] = {
+            "drain": _gaps(history.leaderless(t_drain, t_undo), moved),
+            "undo": _gaps(history.leaderless(t_undo, t_settled), [s for s, n in back.items() if n == victim]),
+            "undo_s": round(t_settled - t_undo, 1),
+        }
+    finally:
+        history.close()
     figures["peak_rss_mb"] = {n: round(proc_peak_rss_mb(cluster.nodes[n].pid), 1) for n in nodes}
     return figures
+
+
+def _gaps(leaderless: dict[int, float], shards: list[int]) -> dict:
+    """Per moved shard, its longest time without a ready leader: how many, median and max in ms."""
+    ms = sorted(round(leaderless.get(s, 0.0) * 1000) for s in shards)
+    return {"shards": len(ms), "median_ms": statistics.median(ms) if ms else None, "max_ms": max(ms) if ms else None}
 
 
 def _fullest_shard(db: str) -> int:
@@ -156,4 +184,9 @@ def render(f: dict) -> list[list]:
          f"median {to['median_ms']} ms, max {to['max_ms']} ms", f"< {t['takeover_s'] * 1000:.0f} ms"],
         ["peak RSS per node", ", ".join(f"{n} {v} MB" for n, v in f["peak_rss_mb"].items()) + f" (max {rss})",
          f"< {t['rss_mb']:.0f} MB"],
+        *([[f"leaderless per moved shard: drain ({ho['drain']['shards']} shards), "
+            f"hand-back ({ho['undo']['shards']} shards, done in {ho['undo_s']} s)",
+            f"drain median {ho['drain']['median_ms']} ms, max {ho['drain']['max_ms']} ms; "
+            f"hand-back median {ho['undo']['median_ms']} ms, max {ho['undo']['max_ms']} ms",
+            f"< {t['takeover_s'] * 1000:.0f} ms"]] if (ho := f.get("handover")) else []),
     ]
