@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
     from shardcron.coordination.session import Session
-    from shardcron.model import ExecutionResult, ExecutorSpec, Job, SlotRef, TickContext, TickEvent
+    from shardcron.model import ExecutionResult, ExecutorSpec, Job, SlotRef, Tick, TickContext
 
 
 class Trigger(Protocol):
@@ -86,5 +86,5 @@ class Backend(Protocol):
     def shard_map(self) -> dict:
         """The same map ``shardcron shards --json`` prints (shards, nodes, shard_count)."""
 
-    def subscribe_ticks(self, callback: Callable[[TickEvent], None]) -> Callable[[], None]:
+    def subscribe_ticks(self, callback: Callable[[Tick], None]) -> Callable[[], None]:
         """Call ``callback`` for every tick result this node writes; returns an unsubscribe function."""

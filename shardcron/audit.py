@@ -56,13 +56,12 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Protocol
 
 from sqlalchemy import Engine, select
 
 from shardcron import clock
 from shardcron.errors import ConfigError, JobNotFound
-from shardcron.model import Job, TickStatus
+from shardcron.model import Job, Tick, TickStatus
 from shardcron.scheduling.policies import OVERLAP_SKIP_REASON
 from shardcron.scheduling.triggers import Trigger, slots_between, trigger_for
 from shardcron.store.engine import reading
@@ -172,22 +171,6 @@ def _finding_dict(f: Finding) -> dict:
 # -- the rules: pure ---------------------------------------------------------------------
 
 
-class TickRow(Protocol):
-    """What the rules read of a tick (``model.Tick`` has it all)."""
-
-    job_id: str
-    scheduled_at_ms: int
-    shard: int
-    fence: int
-    node_id: str
-    status: TickStatus
-    manual: bool
-    claimed_at_ms: int | None
-    started_at_ms: int | None
-    finished_at_ms: int | None
-    error: str | None
-
-
 @dataclass(frozen=True)
 class FenceRaise:
     """A ``fence_log`` row: ``fence`` became shard ``shard``'s fence at ``raised_at_ms`` (raiser's clock)."""
@@ -205,9 +188,9 @@ class MissingSlots:
     excused: tuple[int, ...]
 
 
-def find_duplicates(rows: Iterable[TickRow]) -> list[Finding]:
+def find_duplicates(rows: Iterable[Tick]) -> list[Finding]:
     """One finding per (job, slot) that has more than one scheduled (non-manual) row."""
-    by_slot: dict[tuple[str, int], list[TickRow]] = defaultdict(list)
+    by_slot: dict[tuple[str, int], list[Tick]] = defaultdict(list)
     for r in rows:
         if not r.manual:
             by_slot[(r.job_id, r.scheduled_at_ms)].append(r)
@@ -258,7 +241,7 @@ def find_missing(
     return MissingSlots(len(slots), tuple(missing), tuple(excused))
 
 
-def find_stale(rows: Iterable[TickRow], raises: Iterable[FenceRaise], tolerance_ms: int = 0) -> list[Finding]:
+def find_stale(rows: Iterable[Tick], raises: Iterable[FenceRaise], tolerance_ms: int = 0) -> list[Finding]:
     """Rows claimed or started after a higher fence than their own was raised for their shard.
 
     A row is stale when, for some raise of its shard with ``fence`` above the
@@ -303,7 +286,7 @@ def find_stale(rows: Iterable[TickRow], raises: Iterable[FenceRaise], tolerance_
 
 
 def find_unresolved(
-    rows: Iterable[TickRow],
+    rows: Iterable[Tick],
     *,
     now_ms: int,
     grace_ms: int = DEFAULT_GRACE_MS,
@@ -327,16 +310,16 @@ def find_unresolved(
     return sorted(out, key=_order)
 
 
-def is_overlap_skip(t: TickRow) -> bool:
+def is_overlap_skip(t: Tick) -> bool:
     return TickStatus(t.status) is TickStatus.SKIPPED and (t.error or "").startswith(OVERLAP_SKIP_REASON)
 
 
-def _skipped_at(t: TickRow) -> int:
+def _skipped_at(t: Tick) -> int:
     """When the leader decided to skip: the row's finish time (its slot if unset)."""
     return t.finished_at_ms if t.finished_at_ms is not None else t.scheduled_at_ms
 
 
-def find_false_overlap(rows: Iterable[TickRow], slack_ms: int = OVERLAP_SLACK_MS) -> list[Finding]:
+def find_false_overlap(rows: Iterable[Tick], slack_ms: int = OVERLAP_SLACK_MS) -> list[Finding]:
     """Rows skipped by the overlap policy while no earlier run of their job was in flight.
 
     A skip is judged at its row's ``finished_at_ms`` (when the leader decided;
@@ -346,8 +329,8 @@ def find_false_overlap(rows: Iterable[TickRow], slack_ms: int = OVERLAP_SLACK_MS
     hold a job's earlier rows too (runs before an audit window can cover
     skips inside it); every overlap skip given is judged.
     """
-    runs: dict[str, list[TickRow]] = defaultdict(list)
-    skips: list[TickRow] = []
+    runs: dict[str, list[Tick]] = defaultdict(list)
+    skips: list[Tick] = []
     for t in rows:
         if is_overlap_skip(t):
             skips.append(t)

@@ -149,22 +149,6 @@ class Tick:
         return SlotRef(self.job_id, self.scheduled_at_ms)
 
 
-@dataclass(frozen=True)
-class TickEvent:
-    """A tick's result as it is written: what WatchTicks streams."""
-
-    job_id: str
-    scheduled_at_ms: int
-    shard: int
-    fence: int
-    node_id: str
-    status: TickStatus
-    attempt: int
-    started_at_ms: int | None
-    finished_at_ms: int | None
-    error: str | None = None
-
-
 OUTPUT_LIMIT_BYTES = 64 * 1024
 
 

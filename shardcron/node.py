@@ -83,11 +83,14 @@ class NodeBackend:
         return unsubscribe
 
     def _fan_out(self, write) -> None:
-        from shardcron.model import TickEvent
+        from shardcron.model import Tick
 
-        ev = TickEvent(write.slot.job_id, write.slot.scheduled_at_ms, write.shard, write.fence, self.node_id,
-                       write.status, write.attempt, write.result.started_at_ms, write.result.finished_at_ms,
-                       write.result.error)
+        # What WatchTicks streams: the result as written, without the output (up to 64 KiB
+        # a tick, fanned out to every watcher); ListTicks has it.
+        r = write.result
+        ev = Tick(write.slot.job_id, write.slot.scheduled_at_ms, write.shard, write.fence, self.node_id,
+                  write.status, write.attempt, started_at_ms=r.started_at_ms, finished_at_ms=r.finished_at_ms,
+                  exit_code=r.exit_code, http_status=r.http_status, error=r.error)
         with self._lock:
             listeners = list(self._listeners)
         for cb in listeners:

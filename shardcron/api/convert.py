@@ -14,7 +14,6 @@ import binascii
 from dataclasses import replace
 from typing import Any
 
-from shardcron.model import TickEvent
 from shardcron.errors import InvalidJob
 from shardcron.headers import MASK, masked_headers
 from shardcron.jobspec import job_from_dict
@@ -199,16 +198,8 @@ def tick_from_proto(p: pb.Tick) -> Tick:
     )
 
 
-def tick_event_to_proto(ev: TickEvent, dropped: int = 0) -> pb.TickEvent:
-    t = pb.Tick(job_id=ev.job_id, scheduled_at_ms=ev.scheduled_at_ms, shard=ev.shard, fence=ev.fence,
-                node_id=ev.node_id, status=_STATUS_TO_PB[TickStatus(ev.status)], attempt=ev.attempt)
-    if ev.started_at_ms is not None:
-        t.started_at_ms = ev.started_at_ms
-    if ev.finished_at_ms is not None:
-        t.finished_at_ms = ev.finished_at_ms
-    if ev.error is not None:
-        t.error = ev.error
-    return pb.TickEvent(tick=t, dropped=dropped)
+def tick_event_to_proto(t: Tick, dropped: int = 0) -> pb.TickEvent:
+    return pb.TickEvent(tick=tick_to_proto(t), dropped=dropped)
 
 
 # -- shard map ----------------------------------------------------------------------------

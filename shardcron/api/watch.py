@@ -22,7 +22,7 @@ import grpc
 
 from shardcron import clock
 from shardcron.abc import Backend
-from shardcron.model import TickEvent
+from shardcron.model import Tick
 from shardcron.api.convert import tick_event_to_proto
 from shardcron.api.routing import FORWARDED_METADATA, Router, not_leader_here
 from shardcron.api.status import CallFailed
@@ -69,7 +69,7 @@ class DropOldestQueue:
 
 
 def _as_proto(item, dropped: int) -> pb.TickEvent:
-    if isinstance(item, TickEvent):
+    if isinstance(item, Tick):
         return tick_event_to_proto(item, dropped)
     if dropped:
         item = pb.TickEvent(tick=item.tick, dropped=item.dropped + dropped)
@@ -97,7 +97,7 @@ class Watches:
         ends as soon as this node stops leading that shard (after what it queued)."""
         q = DropOldestQueue()
 
-        def on_tick(ev: TickEvent) -> None:
+        def on_tick(ev: Tick) -> None:
             if not job_id or ev.job_id == job_id:
                 q.put(ev)
 

@@ -6,7 +6,6 @@ import grpc
 import pytest
 from sqlalchemy.exc import DataError
 
-from shardcron.model import TickEvent
 from shardcron.api.convert import (
     BadRequest,
     decode_page_token,
@@ -103,7 +102,7 @@ def test_ticks_round_trip_with_their_optional_fields():
 
 
 def test_a_tick_event_becomes_a_tick_with_the_dropped_count():
-    ev = TickEvent("a", 1000, 1, 5, "n0", TickStatus.FAILED, 1, 1000, 1200, "boom")
+    ev = Tick("a", 1000, 1, 5, "n0", TickStatus.FAILED, 1, started_at_ms=1000, finished_at_ms=1200, error="boom")
     p = tick_event_to_proto(ev, dropped=3)
     assert p.dropped == 3
     t = tick_from_proto(p.tick)
