@@ -54,12 +54,12 @@ from bisect import bisect_right
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
 from enum import StrEnum
 
 from sqlalchemy import Engine, select
 
 from shardcron import clock
+from shardcron.clock import rfc3339_ms
 from shardcron.errors import ConfigError, JobNotFound
 from shardcron.model import Job, Tick, TickStatus
 from shardcron.scheduling.policies import OVERLAP_SKIP_REASON
@@ -271,7 +271,7 @@ def find_stale(rows: Iterable[Tick], raises: Iterable[FenceRaise], tolerance_ms:
             continue  # no higher fence was ever raised
         newer = earliest[i]
         late = [
-            f"{what} at {iso_ms(at)}"
+            f"{what} at {rfc3339_ms(at)}"
             for what, at in (("claimed", t.claimed_at_ms), ("started", t.started_at_ms))
             if at is not None and newer.raised_at_ms < at - tolerance_ms
         ]
@@ -279,7 +279,7 @@ def find_stale(rows: Iterable[Tick], raises: Iterable[FenceRaise], tolerance_ms:
             out.append(Finding(
                 FindingKind.STALE_FENCE, t.job_id, t.scheduled_at_ms,
                 f"{' and '.join(late)} under fence {t.fence}, after fence {newer.fence} was raised at "
-                f"{iso_ms(newer.raised_at_ms)} by {newer.node_id}",
+                f"{rfc3339_ms(newer.raised_at_ms)} by {newer.node_id}",
                 shard=t.shard, fence=t.fence, node_id=t.node_id, status=TickStatus(t.status).value,
             ))
     return sorted(out, key=_order)
@@ -343,10 +343,10 @@ def find_false_overlap(rows: Iterable[Tick], slack_ms: int = OVERLAP_SLACK_MS) -
         if any(r.finished_at_ms is None or r.finished_at_ms >= decided - slack_ms for r in earlier):
             continue
         last = max((r.finished_at_ms for r in earlier if r.finished_at_ms is not None), default=None)
-        before = f"the last one finished at {iso_ms(last)}" if last is not None else "none had run"
+        before = f"the last one finished at {rfc3339_ms(last)}" if last is not None else "none had run"
         out.append(Finding(
             FindingKind.FALSE_OVERLAP, t.job_id, t.scheduled_at_ms,
-            f"skipped at {iso_ms(decided)} as overlapping, but no earlier run of the job was in flight ({before})",
+            f"skipped at {rfc3339_ms(decided)} as overlapping, but no earlier run of the job was in flight ({before})",
             shard=t.shard, fence=t.fence, node_id=t.node_id, status=TickStatus(t.status).value,
         ))
     return sorted(out, key=_order)
@@ -379,7 +379,7 @@ def run_audit(
     that could (one query each).
     """
     if from_ms >= to_ms:
-        raise ConfigError(f"the audit window is empty: from {iso_ms(from_ms)} is not before to {iso_ms(to_ms)}")
+        raise ConfigError(f"the audit window is empty: from {rfc3339_ms(from_ms)} is not before to {rfc3339_ms(to_ms)}")
     if grace_ms < 0 or clock_tolerance_ms < 0:
         raise ConfigError("grace and clock tolerance must not be negative")
     now = clock.wall_ms() if now_ms is None else now_ms
@@ -495,11 +495,6 @@ def _fence_raises(engine: Engine, shards: Iterable[int]) -> list[FenceRaise]:
         return [FenceRaise(r.shard, r.fence, r.node_id, r.raised_at_ms) for r in conn.execute(q)]
 
 
-def iso_ms(ms: int) -> str:
-    """Epoch ms as RFC 3339 UTC with milliseconds, as the reports print times."""
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 __all__ = [
     "DEFAULT_CLOCK_TOLERANCE_MS",
     "DEFAULT_GRACE_MS",
@@ -515,6 +510,6 @@ __all__ = [
     "find_missing",
     "find_stale",
     "find_unresolved",
-    "iso_ms",
+    "rfc3339_ms",
     "run_audit",
 ]

@@ -12,6 +12,7 @@ that step the loop through time.
 
 import os
 import time
+from datetime import UTC, datetime
 from typing import Protocol
 
 _OFFSET_MS = int(os.environ.get("SHARDCRON_TEST_CLOCK_OFFSET_MS", "0") or 0)
@@ -34,3 +35,10 @@ class _SystemClock:
 
 
 SYSTEM_CLOCK: Clock = _SystemClock()
+
+
+def rfc3339_ms(epoch_ms: int) -> str:
+    """``1767225605000`` -> ``"2026-01-01T00:00:05.000Z"``: how shardcron prints and sends an
+    instant (reports, the CLI, executors' slot headers). Exact: no float rounding."""
+    seconds, millis = divmod(epoch_ms, 1000)
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{millis:03d}Z"

@@ -22,6 +22,7 @@ from sqlalchemy.engine import make_url
 from tabulate import tabulate
 
 from shardcron import audit, clock
+from shardcron.clock import rfc3339_ms
 from shardcron.cli.common import open_etcd
 from shardcron.config import add_db_flag, add_etcd_security_flags, add_prefix_flag, etcd_security
 from shardcron.errors import ConfigError, ShardcronError
@@ -105,7 +106,7 @@ def cmd_audit(a: argparse.Namespace) -> int:
     from_ms = parse_time_ms(a.from_, "--from") if a.from_ else to_ms - DEFAULT_WINDOW_MS
     if from_ms >= to_ms:
         raise ConfigError(
-            f"the audit window is empty: --from {audit.iso_ms(from_ms)} is not before --to {audit.iso_ms(to_ms)}"
+            f"the audit window is empty: --from {rfc3339_ms(from_ms)} is not before --to {rfc3339_ms(to_ms)}"
         )
     live = etcd_live_leaders(a.etcd, a.prefix, etcd_security(a)) if a.etcd else None
     engine = open_store(a.db, create=False)
@@ -160,7 +161,7 @@ def etcd_live_leaders(endpoints: str, prefix: str, security=None) -> Callable[[i
 
 def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
     lines = [
-        f"audit of slots after {audit.iso_ms(r.from_ms)} up to {audit.iso_ms(r.to_ms)}: "
+        f"audit of slots after {rfc3339_ms(r.from_ms)} up to {rfc3339_ms(r.to_ms)}: "
         f"{_n(len(r.per_job), 'job')}, {_n(r.slots_checked, 'slot')}, {_n(r.ticks_checked, 'tick')}"
         + (f", {r.excused} missed beyond their catch-up window (excused)" if r.excused else "")
     ]
@@ -190,11 +191,11 @@ def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
             continue
         lines += ["", f"{title}: {len(found)}"]
         if shown and kind is audit.FindingKind.MISSING:  # no row: nothing to show but the slot
-            table = [["", f.job_id, audit.iso_ms(f.scheduled_at_ms)] for f in found[:shown]]
+            table = [["", f.job_id, rfc3339_ms(f.scheduled_at_ms)] for f in found[:shown]]
             lines.append(tabulate(table, headers=["", "JOB", "SLOT"], tablefmt="plain", disable_numparse=True))
         elif shown:
             table = [
-                ["", f.job_id, audit.iso_ms(f.scheduled_at_ms), f.shard, f.fence, f.node_id, f.status, f.detail]
+                ["", f.job_id, rfc3339_ms(f.scheduled_at_ms), f.shard, f.fence, f.node_id, f.status, f.detail]
                 for f in found[:shown]
             ]
             lines.append(tabulate(table, headers=["", "JOB", "SLOT", "SHARD", "FENCE", "NODE", "STATUS", "DETAIL"],

@@ -5,17 +5,15 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
 
+from shardcron.clock import rfc3339_ms
 from shardcron.config import etcd_security
 from shardcron.errors import EtcdUnavailable
 
 
 def fmt_ms(ms: int | None) -> str:
     """Epoch ms as RFC 3339 UTC with milliseconds (``2026-12-02T13:07:12.857Z``); ``-`` for none."""
-    if not ms:
-        return "-"
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return rfc3339_ms(ms) if ms else "-"
 
 
 def fmt_clock_ms(ms: int | None) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import codecs
 import time
-from datetime import UTC, datetime
 
 from shardcron.model import OUTPUT_LIMIT_BYTES
 
@@ -24,12 +23,6 @@ CANCEL_POLL_S = 0.05
 def now_ms() -> int:
     """Wall-clock epoch milliseconds, the unit of ``started_at_ms`` and ``finished_at_ms``."""
     return int(time.time() * 1000)
-
-
-def rfc3339_ms(epoch_ms: int) -> str:
-    """``1767225605000`` -> ``"2026-01-01T00:00:05.000Z"`` (exact: no float rounding)."""
-    seconds, millis = divmod(epoch_ms, 1000)
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{millis:03d}Z"
 
 
 def truncate_output(data: bytes | bytearray, limit: int = OUTPUT_LIMIT_BYTES) -> str:

@@ -35,7 +35,8 @@ import urllib.request
 from urllib.parse import urlsplit
 
 from shardcron import __version__
-from shardcron.executors.base import CANCEL_POLL_S, now_ms, rfc3339_ms, truncate_output
+from shardcron.clock import rfc3339_ms
+from shardcron.executors.base import CANCEL_POLL_S, now_ms, truncate_output
 from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutionResult, ExecutorSpec, HttpSpec, TickContext
 
 RESERVED_PREFIX = "x-shardcron-"

@@ -26,7 +26,8 @@ import subprocess
 import threading
 import time
 
-from shardcron.executors.base import CANCEL_POLL_S, now_ms, rfc3339_ms, truncate_output
+from shardcron.clock import rfc3339_ms
+from shardcron.executors.base import CANCEL_POLL_S, now_ms, truncate_output
 from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutionResult, ExecutorSpec, TickContext
 
 SHELL = "/bin/sh"

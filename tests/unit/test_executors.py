@@ -21,7 +21,8 @@ from shardcron.dev.sink import Sink
 from shardcron.errors import InvalidJob
 from shardcron.executors import HttpExecutor, NoopExecutor, ShellExecutor, describe, executor_for
 from shardcron.abc import Executor
-from shardcron.executors.base import rfc3339_ms, truncate_output
+from shardcron.clock import rfc3339_ms
+from shardcron.executors.base import truncate_output
 from shardcron.executors.http import REQUEST_THREAD_NAME
 from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutorKind, ExecutorSpec, HttpSpec, ShellSpec, TickContext
 
