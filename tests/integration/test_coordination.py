@@ -145,3 +145,80 @@ def test_the_client_moves_to_another_member_when_its_etcd_member_dies(etcd_clust
         assert e.get("/failover/a").value == b"2"
     finally:
         e.close()
+
+
+# -- the coordinator's guards, over a real etcd and a work stand-in that only records ----------------
+
+
+class RecordingWork:
+    """The scheduling side reduced to what the coordinator asks of it, recorded."""
+
+    def __init__(self):
+        self.acquired: list[tuple[int, int]] = []
+        self.released: list[int] = []
+
+    def acquire(self, shard, fence, stop, session):
+        self.acquired.append((shard, fence))
+
+    def release(self, shard, grace_s, on_done):
+        self.released.append(shard)
+        on_done()
+
+    def job_count(self, shard):
+        return 0
+
+    def set_shard_count(self, shard_count):
+        pass
+
+
+@pytest.fixture
+def coordinator(etcd, etcd_prefix):
+    from shardcron.coordination.coordinator import Coordinator, CoordinatorSettings
+
+    layout = KeyLayout(etcd_prefix)
+    ensure_config(etcd, layout, 4, 0)
+    c = Coordinator(etcd, layout, CoordinatorSettings("n0", "127.0.0.1:1", 4, ttl_s=3), RecordingWork())
+    c._open_session()
+    yield c
+    c._drop_session("test over")
+
+
+def _campaign(c, shard: int):
+    from shardcron.coordination.election import Election
+    from shardcron.coordination.ownership import ShardState
+
+    slot = c.slots[shard]
+    slot.election = Election(c.etcd, c.session, c.layout, shard)
+    slot.election.campaign({"node": "n0", "address": "127.0.0.1:1"})
+    c._set_state(slot, ShardState.CANDIDATE, "test")
+    return slot
+
+
+def test_a_shard_won_after_the_session_was_lost_gets_a_stop_event_that_is_set(coordinator, etcd):
+    from shardcron.errors import SessionLost
+
+    slot = _campaign(coordinator, 0)
+    old_stop = slot.stop
+    etcd.revoke(coordinator.session.lease_id)
+    assert coordinator.session.done.wait(5.0)
+    # The session-lost callback already ran over the slots; whatever event the
+    # shard gets from now on must be set, and no work may start.
+    with pytest.raises(SessionLost):
+        coordinator._acquire(slot)
+    assert slot.stop is not old_stop and slot.stop.is_set()
+    assert coordinator.work.acquired == []
+    assert coordinator.leader_fence(0) is None
+
+
+def test_a_refused_proclaim_is_a_lost_election(coordinator, etcd):
+    from shardcron.coordination.ownership import ShardState
+
+    slot = _campaign(coordinator, 1)
+    coordinator._acquire(slot)
+    assert slot.state is ShardState.LEADER and coordinator.leader_fence(1) == slot.fence
+    assert coordinator.led_shards() == [1]
+    etcd.delete(slot.election.key)  # someone deleted our key: a proclaim can no longer succeed
+    coordinator._proclaim_leader(slot, since_ms=1, jobs=0)
+    assert slot.state is ShardState.IDLE and slot.election is None
+    assert slot.stop.is_set() and coordinator.work.released == [1]
+    assert coordinator.leader_fence(1) is None and coordinator.led_shards() == []
