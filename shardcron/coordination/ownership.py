@@ -10,7 +10,8 @@ States of one shard, as this node sees its own part in it:
 
 State transitions (and their causes):
 
-    IDLE      -> CANDIDATE   CAMPAIGN: the balancer picks us as the shard's primary or standby
+    IDLE      -> CANDIDATE   CAMPAIGN: the balancer picks us as the shard's primary, or as its
+                             standby once someone is queued (a standby stands behind, not in front)
     CANDIDATE -> IDLE        WITHDRAW: the balancer no longer picks us; or the node stops
     CANDIDATE -> CANDIDATE   REQUEUE: we are queued ahead of the preferred owner without
                              leading; we go to the back so it is next in line
@@ -73,6 +74,12 @@ def decide(state: ShardState, role: Role, me: str, queue: list[str], primary: st
     if stopping:
         return {ShardState.LEADER: Action.RESIGN, ShardState.CANDIDATE: Action.WITHDRAW}.get(state, Action.NOTHING)
     if state is ShardState.IDLE:
+        if role is Role.STANDBY and not queue:
+            # An empty queue means the primary has not campaigned yet (a cold start, a
+            # reshard's cut-over): a standby queued first would win the shard, keep it
+            # (the balancer is sticky) and reshuffle the others. A dead primary's
+            # members key goes with its lease, so the next placement names a live one.
+            return Action.NOTHING
         return Action.CAMPAIGN if role is not Role.NONE else Action.NOTHING
     pos = queue.index(me) if me in queue else None
     primary_pos = queue.index(primary) if primary in queue and primary != me else None

@@ -18,6 +18,8 @@ P, S, N = Role.PRIMARY, Role.STANDBY, Role.NONE
     # IDLE -> CANDIDATE: CAMPAIGN when the balancer picks us, as primary or standby
     (I, P, [], "me", False, False, Action.CAMPAIGN),
     (I, S, ["p"], "p", False, False, Action.CAMPAIGN),
+    (I, S, ["x"], "p", False, False, Action.CAMPAIGN),  # behind whoever leads now
+    (I, S, [], "p", False, False, Action.NOTHING),  # never in front of a primary that has not campaigned yet
     (I, N, ["p"], "p", False, False, Action.NOTHING),
     # CANDIDATE -> IDLE: WITHDRAW when the balancer no longer picks us ...
     (C, N, ["p", "me"], "p", False, False, Action.WITHDRAW),
