@@ -32,7 +32,9 @@ class NodeConfig:
     lookahead_ms: int
     log_format: str
     log_level: str
-    min_interval_ms: int  # the shortest gap between a job's slots this node accepts (--min-interval)
+    # An explicit --min-interval (ms): the first node writes it into the cluster's config, a later
+    # one must agree with it. None: take the cluster's (1s for a new cluster).
+    min_interval_ms: int | None
     metrics_listen: str | None = None
     shell_allow: object = None  # re.Pattern every shell command must fully match, when set
     etcd_security: object = None  # coordination.etcd.EtcdSecurity
@@ -136,8 +138,11 @@ def add_node_flags(p: argparse.ArgumentParser) -> None:
     add_env_flag(p, "--allow-shell", "allow shell jobs (remote code execution: only on trusted clusters)", False,
                  action="store_true")
     add_env_flag(p, "--jobs", "TOML or YAML file of jobs to import when leading their shards")
-    add_env_flag(p, "--min-interval", "refuse jobs whose slots come closer than this (every, or cron with "
-                                      "seconds): a guard against 1ms typed for 1m; 0 allows any", "1s")
+    add_env_flag(p, "--min-interval", "the cluster's minimum interval: jobs whose slots come closer (every, or "
+                                      "cron with seconds) are refused, a guard against 1ms typed for 1m; 0 allows "
+                                      "any. A new cluster takes it from its first node; a node given another value "
+                                      "than the cluster's refuses to start (change it with `shardcron config "
+                                      "--min-interval`)", default_text="the cluster's; 1s for a new cluster")
     add_env_flag(p, "--settle", "seconds of membership quiet before rebalancing", 1.0)
     add_env_flag(p, "--shutdown-grace", "seconds to wait for running ticks on stop or hand-over", 5.0)
     add_env_flag(p, "--lookahead-ms", "claim slots this far ahead, in one transaction", 600,
@@ -193,7 +198,7 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         settle=_number("settle", a.settle, float, 0.0),
         shutdown_grace=_number("shutdown-grace", a.shutdown_grace, float, 0.0),
         lookahead_ms=_number("lookahead-ms", a.lookahead_ms, int, 0),
-        min_interval_ms=_min_interval_ms(a.min_interval),
+        min_interval_ms=None if a.min_interval is None else parse_min_interval_ms(a.min_interval),
         log_format=a.log_format,
         log_level=a.log_level,
         metrics_listen=_hostport("metrics-listen", a.metrics_listen) if a.metrics_listen else None,
@@ -203,7 +208,8 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
     )
 
 
-def _min_interval_ms(raw) -> int:
+def parse_min_interval_ms(raw) -> int:
+    """``--min-interval``'s value in ms (node and ``shardcron config``); ``ConfigError`` naming the flag."""
     from shardcron.jobspec import parse_duration_ms  # not at the top: `shardcron shards` must not import croniter
 
     try:

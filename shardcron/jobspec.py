@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from croniter import croniter
 
+from shardcron.coordination.cluster_config import DEFAULT_MIN_INTERVAL_MS
 from shardcron.errors import InvalidJob
 from shardcron.headers import masked_headers
 from shardcron.model import (
@@ -42,10 +43,6 @@ MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_LABELS = 64
 MAX_LABEL_CHARS = 256
 MAX_DURATION_MS = 10 * 365 * 86_400_000
-# The shortest gap a schedule may have unless the nodes run with --min-interval:
-# one keystroke turns 1m into 1ms, and 1,000 ticks a second of one job would
-# take a node down.
-DEFAULT_MIN_INTERVAL_MS = 1000
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
 
 # The keys each level of a job takes. Anything else is refused, naming the key:

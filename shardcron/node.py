@@ -12,12 +12,13 @@ from shardcron.config import NodeConfig
 from shardcron.coordination.coordinator import Coordinator, CoordinatorSettings
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
-from shardcron.coordination.membership import ensure_config
-from shardcron.jobfile import load_job_file
+from shardcron.coordination.cluster_config import ClusterConfig
+from shardcron.coordination.membership import ensure_cluster_config
+from shardcron.jobfile import JobFileError, load_job_file
 from shardcron.jobspec import check_admissible
 from shardcron.scheduling.loop import Scheduler
 from shardcron.store.engine import check_connection, describe_url, make_engine
-from shardcron.errors import ConfigError
+from shardcron.errors import ConfigError, InvalidJob
 from shardcron.store.epoch import FenceEpoch, claim_epoch, highest_fence
 from shardcron.store.fences import ensure_shards
 from shardcron.store.migrate import ensure_schema
@@ -33,12 +34,19 @@ class NodeBackend:
         self.node_id = node.cfg.node_id
         self.allow_shell = node.cfg.allow_shell
         self.shell_allow = node.cfg.shell_allow
-        self.min_interval_ms = node.cfg.min_interval_ms
         self.engine = node.engine
         self.joined = node.coordinator.joined
         self._listeners: list = []
         self._lock = threading.Lock()
         node.scheduler.recorder.listeners.append(self._fan_out)
+
+    @property
+    def min_interval_ms(self) -> int:
+        """The cluster's minimum interval as mirrored now (``shardcron config`` changes it live);
+        before the coordinator has mirrored the config, the value read at start."""
+        with self._node.coordinator.view_lock:
+            live = self._node.coordinator.view.min_interval_ms
+        return self._node.cluster_config.min_interval_ms if live is None else live
 
     @property
     def shard_count(self) -> int:
@@ -109,15 +117,20 @@ class Node:
         self.etcd: Etcd | None = None
         self.scheduler: Scheduler | None = None
         self.coordinator: Coordinator | None = None
+        self.cluster_config: ClusterConfig | None = None  # as read at start; the view mirrors it live
         self.api = None
 
     def start(self) -> None:
         """Connect to everything and join. Raises a ShardcronError with a clear message on bad set-up."""
         cfg = self.cfg
         now = clock.wall_ms()
-        imports = load_job_file(cfg.jobs, admit=lambda job: check_admissible(
-            job, allow_shell=cfg.allow_shell, now_ms=now, shell_allow=cfg.shell_allow,
-            min_interval_ms=cfg.min_interval_ms)) if cfg.jobs else []
+        def admit(min_interval_ms: int):
+            return lambda job: check_admissible(job, allow_shell=cfg.allow_shell, now_ms=now,
+                                                shell_allow=cfg.shell_allow, min_interval_ms=min_interval_ms)
+
+        # The file is read and checked before anything connects (a typo fails fast);
+        # the cluster's minimum interval is known only once etcd answers, below.
+        imports = load_job_file(cfg.jobs, admit=admit(0)) if cfg.jobs else []
 
         if cfg.metrics_listen:
             metrics.serve(cfg.metrics_listen)
@@ -131,7 +144,9 @@ class Node:
 
         self.etcd = Etcd(cfg.etcd, timeout_s=min(5.0, cfg.ttl / 3.0), security=cfg.etcd_security)
         self.epoch = self._check_etcd_identity()
-        shard_count = ensure_config(self.etcd, self.layout, cfg.shards, now)
+        self.cluster_config = ensure_cluster_config(self.etcd, self.layout, cfg.shards, now, cfg.min_interval_ms)
+        shard_count = self.cluster_config.shards
+        _admit_imports(cfg.jobs, imports, admit(self.cluster_config.min_interval_ms))
         ensure_shards(self.engine, shard_count)
 
         self.scheduler = Scheduler(
@@ -196,6 +211,16 @@ class Node:
         if self.engine is not None:
             self.engine.dispose()
         log.info("node %s stopped", self.cfg.node_id)
+
+
+def _admit_imports(path: str | None, jobs: list, admit) -> None:
+    """Check the file's jobs again now that the cluster's minimum interval is known; an error reads
+    as ``load_job_file``'s do: the file, the job, the field."""
+    for job in jobs:
+        try:
+            admit(job)
+        except InvalidJob as e:
+            raise JobFileError(f"{path}: job {job.id!r}: {e}") from None
 
 
 def _start_api(node: Node):

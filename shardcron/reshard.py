@@ -79,6 +79,9 @@ def reshard(etcd: Etcd, layout: KeyLayout, engine, new_count: int, *, timeout_s:
     etcd.put(layout.reshard, json.dumps({**request, "state": "cut-over"}).encode())
     say(f"cut over at fence {revision + epoch.offset}: {result.jobs_moved} jobs moved shard, "
         f"{result.unresolved_moved} unfinished ticks followed them")
+    # Read again, not the copy from the start: a `shardcron config` change that
+    # committed before the request existed must survive (none can commit after it).
+    kv = etcd.get(layout.config) or kv
     config = json.loads(kv.value)
     config["shards"] = new_count
     etcd.put(layout.config, json.dumps(config).encode())

@@ -1,7 +1,9 @@
-"""Whether this node admits a job: the checks that depend on the node's flags and clock.
+"""Whether this node admits a job: the checks that depend on the node's flags, the cluster's config and the clock.
 
 PutJob and PutJobs ask here twice, on the node that receives the call (a quick
-answer) and on the shard's leader before it writes (the leader's flags decide).
+answer) and on the shard's leader before it writes (the leader decides: its
+--allow-shell and --shell-allow, and the cluster's minimum interval as it
+mirrors it now).
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from shardcron.model import Job
 
 
 def check_job(backend: Backend, job: Job, now_ms: int | None = None) -> None:
-    """Raise ``InvalidJob`` unless ``backend``'s node accepts ``job`` (--allow-shell, --shell-allow, --min-interval)."""
+    """Raise ``InvalidJob`` unless ``backend``'s node accepts ``job`` (--allow-shell, --shell-allow, and the
+    cluster's minimum interval, ``shardcron config --min-interval``)."""
     check_admissible(
         job, allow_shell=backend.allow_shell, now_ms=clock.wall_ms() if now_ms is None else now_ms,
         shell_allow=backend.shell_allow, min_interval_ms=backend.min_interval_ms,

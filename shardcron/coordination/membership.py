@@ -4,30 +4,78 @@ from __future__ import annotations
 
 import json
 
+from shardcron.coordination.cluster_config import (
+    ClusterConfig,
+    check_agreement,
+    new_config,
+    parse_config,
+    with_min_interval,
+)
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.session import Session
 from shardcron.errors import ConfigError
 
 
-def ensure_config(etcd: Etcd, layout: KeyLayout, shard_count: int, now_ms: int) -> int:
-    """Write ``<prefix>/config`` if this is the first node; otherwise check that we agree with it."""
-    value = json.dumps({"shards": shard_count, "created_at_ms": now_ms}).encode()
+def ensure_config(etcd: Etcd, layout: KeyLayout, shard_count: int, now_ms: int,
+                  min_interval_ms: int | None = None) -> int:
+    """The cluster's shard count, after ``ensure_cluster_config``."""
+    return ensure_cluster_config(etcd, layout, shard_count, now_ms, min_interval_ms).shards
+
+
+def ensure_cluster_config(etcd: Etcd, layout: KeyLayout, shard_count: int, now_ms: int,
+                          min_interval_ms: int | None = None) -> ClusterConfig:
+    """Write ``<prefix>/config`` if this is the first node; otherwise check that we agree with it.
+
+    ``min_interval_ms``: the node's explicit --min-interval, or None to take the cluster's.
+    """
+    value = json.dumps(new_config(shard_count, now_ms, min_interval_ms)).encode()
     created, kv = etcd.put_if_absent(layout.config, value)
     if created:
-        return shard_count
+        return parse_config(json.loads(value), layout.config)
     try:
-        existing = json.loads(kv.value)["shards"] if kv else None
-    except (ValueError, KeyError, TypeError):
-        existing = None
-    if not isinstance(existing, int):
-        raise ConfigError(f"{layout.config} in etcd holds no valid shard count: {kv.value[:200] if kv else None!r}")
-    if existing != shard_count:
-        raise ConfigError(
-            f"the cluster under {layout.prefix} has {existing} shards, but this node was started with "
-            f"--shards {shard_count}; start it with --shards {existing}"
-        )
-    return existing
+        stored = json.loads(kv.value) if kv else None
+    except ValueError:
+        stored = kv.value[:200] if kv else None
+    cluster = parse_config(stored, layout.config)
+    check_agreement(layout.prefix, cluster, shard_count, min_interval_ms)
+    return cluster
+
+
+def read_cluster_config(etcd: Etcd, layout: KeyLayout) -> tuple[ClusterConfig, dict, int]:
+    """The cluster's config, the stored dict and the key's mod revision; ``ConfigError`` if there is none."""
+    kv = etcd.get(layout.config)
+    if kv is None:
+        raise ConfigError(f"no cluster under {layout.prefix} in etcd (no node has started yet): start a node first")
+    try:
+        stored = json.loads(kv.value)
+    except ValueError:
+        stored = kv.value[:200]
+    return parse_config(stored, layout.config), stored, kv.mod_revision
+
+
+def set_min_interval(etcd: Etcd, layout: KeyLayout, min_interval_ms: int) -> tuple[ClusterConfig, ClusterConfig]:
+    """Change the cluster's minimum interval; returns the config before and after.
+
+    A compare-and-swap on the config key's mod revision, refused while a reshard
+    request exists: the reshard rewrites the same key when it cuts over.
+    """
+    before, stored, mod_revision = read_cluster_config(etcd, layout)
+    if before.min_interval_ms == min_interval_ms:
+        return before, before
+    if etcd.get(layout.reshard) is not None:
+        raise ConfigError(_RESHARDING)
+    updated = with_min_interval(stored, min_interval_ms)
+    if not _put_if_unchanged(etcd, layout.config, json.dumps(updated).encode(), mod_revision,
+                             unless_exists=layout.reshard):
+        if etcd.get(layout.reshard) is not None:
+            raise ConfigError(_RESHARDING)
+        raise ConfigError(f"{layout.config} changed while it was being updated; run the command again")
+    return before, parse_config(updated, layout.config)
+
+
+_RESHARDING = ("a reshard is in progress (`shardcron shards` shows it); change the minimum interval once it "
+               "has finished")
 
 
 def register(etcd: Etcd, layout: KeyLayout, session: Session, node_id: str, address: str, started_at_ms: int) -> None:
@@ -43,3 +91,21 @@ def register(etcd: Etcd, layout: KeyLayout, session: Session, node_id: str, addr
 
 def deregister(etcd: Etcd, layout: KeyLayout, node_id: str) -> None:
     etcd.delete(layout.node(node_id))
+
+
+def _put_if_unchanged(etcd: Etcd, key: str, value: bytes, mod_revision: int, *, unless_exists: str) -> bool:
+    """Put ``key`` only while it is still at ``mod_revision`` and ``unless_exists`` is absent, in one txn.
+
+    It belongs beside ``Etcd.put_if_created_at`` (etcd.py, the pyetcd adapter); it is here until
+    that module gains it.
+    """
+    from pyetcd import etcdrpc
+
+    compare = [
+        etcdrpc.Compare(key=key.encode(), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.MOD,
+                        mod_revision=mod_revision),
+        etcdrpc.Compare(key=unless_exists.encode(), result=etcdrpc.Compare.EQUAL,
+                        target=etcdrpc.Compare.CREATE, create_revision=0),
+    ]
+    put = etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=key.encode(), value=value))
+    return etcd._txn(compare, [put]).succeeded  # noqa: SLF001 - see the docstring

@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from shardcron.coordination.cluster_config import DEFAULT_MIN_INTERVAL_MS, min_interval_of
 from shardcron.coordination.etcd import KV, Etcd, WatchEvent
 from shardcron.coordination.keys import KeyLayout
+from shardcron.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,19 @@ class ClusterView:
     def shard_count(self) -> int | None:
         n = (self.config or {}).get("shards")
         return n if isinstance(n, int) and n > 0 else None
+
+    @property
+    def min_interval_ms(self) -> int | None:
+        """The cluster's minimum interval as mirrored now; None before the config is mirrored.
+
+        A value broken by hand counts as the default: admission keeps its guard.
+        """
+        if self.config is None:
+            return None
+        try:
+            return min_interval_of(self.config)
+        except ConfigError:
+            return DEFAULT_MIN_INTERVAL_MS
 
     def active_members(self) -> list[str]:
         """Members that may lead shards: live and not draining."""
