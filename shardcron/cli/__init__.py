@@ -169,6 +169,39 @@ def cmd_reshard(a: argparse.Namespace) -> int:
         return 0
 
 
+# -- shardcron config ------------------------------------------------------------------
+
+
+def cmd_config(a: argparse.Namespace) -> int:
+    """Print the cluster's config, or change its minimum interval (every node admits by it at once)."""
+    from shardcron.config import parse_min_interval_ms
+    from shardcron.coordination.keys import KeyLayout
+    from shardcron.coordination.membership import read_cluster_config, set_min_interval
+    from shardcron.jobspec import format_duration_ms
+
+    wanted = None if a.min_interval is None else parse_min_interval_ms(a.min_interval)  # before connecting
+    layout = KeyLayout(a.prefix)
+    with open_etcd(a) as etcd:
+        if wanted is not None:
+            before, after = set_min_interval(etcd, layout, wanted)
+            if before == after:
+                print(f"the cluster's minimum interval is already {format_duration_ms(wanted)}; nothing to do")
+            else:
+                print(f"the cluster's minimum interval is now {format_duration_ms(after.min_interval_ms)} (was "
+                      f"{format_duration_ms(before.min_interval_ms)}): every node admits new and changed jobs by "
+                      "it at once; stored jobs keep running as stored")
+            return 0
+        cluster, _, _ = read_cluster_config(etcd, layout)
+    if a.json:
+        print(json.dumps({"prefix": a.prefix, "shards": cluster.shards, "min_interval_ms": cluster.min_interval_ms,
+                          "created_at_ms": cluster.created_at_ms}))
+        return 0
+    print(tabulate([["prefix", a.prefix], ["shards", cluster.shards],
+                    ["min interval", format_duration_ms(cluster.min_interval_ms)],
+                    ["created", fmt_ms(cluster.created_at_ms)]], tablefmt="plain"))
+    return 0
+
+
 # -- the parser ------------------------------------------------------------------------
 
 
@@ -202,6 +235,14 @@ def register(sub) -> None:
     fences.add_argument("--json", action="store_true")
     fences.set_defaults(func=cmd_fences)
 
+    config = sub.add_parser("config", help="print the cluster's config, or change its minimum interval")
+    add_common_etcd_flags(config)
+    config.add_argument("--min-interval", metavar="DURATION",
+                        help="set the cluster's minimum interval (e.g. 200ms, 1s; 0 allows any): nodes admit new "
+                             "and changed jobs by it at once, stored jobs keep running as stored")
+    config.add_argument("--json", action="store_true", help="print JSON")
+    config.set_defaults(func=cmd_config)
+
     rs = sub.add_parser("reshard", help="change the shard count of the running cluster")
     add_common_etcd_flags(rs)
     add_db_flag(rs)
@@ -216,7 +257,7 @@ def register(sub) -> None:
 # or alembic: a run imports only the module of the command it names.
 COMMANDS: dict[str, str] = {
     "node": "shardcron.cli", "shards": "shardcron.cli", "nodes": "shardcron.cli", "drain": "shardcron.cli",
-    "fences": "shardcron.cli", "reshard": "shardcron.cli",
+    "fences": "shardcron.cli", "config": "shardcron.cli", "reshard": "shardcron.cli",
     "jobs": "shardcron.cli.jobs", "ticks": "shardcron.cli.jobs",
     "audit": "shardcron.cli.admin", "db": "shardcron.cli.admin",
     "bench": "shardcron.dev.bench",

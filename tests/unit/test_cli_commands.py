@@ -98,3 +98,33 @@ def test_bad_numbers_are_one_line_naming_the_flag_before_anything_starts(argv, l
                           if argv[0] in ("ticks", "jobs") else ["--etcd", "127.0.0.1:1"] if argv[0] == "reshard"
                           else [])], capture_output=True, text=True, timeout=60)
     assert (out.returncode, out.stdout, out.stderr) == (1, "", f"shardcron: error: {line}\n")
+
+
+def test_the_node_min_interval_is_unset_by_default_and_says_it_takes_the_cluster_s():
+    node = subcommands(build_parser("node"))["node"]
+    action = next(a for a in node._actions if "--min-interval" in a.option_strings)
+    code = ("from shardcron.cli import build_parser; "
+            "print(build_parser('node').parse_args(['node']).min_interval)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
+                         env={"PATH": "/usr/bin:/bin"})
+    assert out.stdout.strip() == "None"  # None: the node takes the cluster's (config.NodeConfig)
+    assert "(default the cluster's; 1s for a new cluster)" in action.help and "shardcron config" in action.help
+
+
+def test_config_reads_no_node_variable_for_its_min_interval():
+    # SHARDCRON_MIN_INTERVAL set for the nodes in a shell must not change the cluster by itself.
+    code = ("from shardcron.cli import build_parser; "
+            "print(build_parser('config').parse_args(['config']).min_interval)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True,
+                         env={"PATH": "/usr/bin:/bin", "SHARDCRON_MIN_INTERVAL": "5s"})
+    assert out.stdout.strip() == "None"
+
+
+@pytest.mark.parametrize("value", ["fast", "1 fortnight", ""])
+def test_config_refuses_a_bad_min_interval_before_it_connects(value, capsys):
+    from shardcron.cli import main
+
+    # 127.0.0.1:1 answers nothing: the value is judged first, naming the flag.
+    assert main(["config", "--etcd", "127.0.0.1:1", f"--min-interval={value}"]) == 1
+    assert capsys.readouterr().err == ("shardcron: error: --min-interval: expected a duration such as 1s, 500ms "
+                                       f"or 1m (0: no minimum), got {value!r}\n")
