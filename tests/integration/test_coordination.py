@@ -187,10 +187,10 @@ def _campaign(c, shard: int):
     from shardcron.coordination.election import Election
     from shardcron.coordination.ownership import ShardState
 
-    slot = c.slots[shard]
+    slot = c.table.slots[shard]
     slot.election = Election(c.etcd, c.session, c.layout, shard)
     slot.election.campaign({"node": "n0", "address": "127.0.0.1:1"})
-    c._set_state(slot, ShardState.CANDIDATE, "test")
+    c.table.set_state(slot, ShardState.CANDIDATE, "test")
     return slot
 
 
@@ -204,7 +204,7 @@ def test_a_shard_won_after_the_session_was_lost_gets_a_stop_event_that_is_set(co
     # The session-lost callback already ran over the slots; whatever event the
     # shard gets from now on must be set, and no work may start.
     with pytest.raises(SessionLost):
-        coordinator._acquire(slot)
+        coordinator.actions.acquire(slot)
     assert slot.stop is not old_stop and slot.stop.is_set()
     assert coordinator.work.acquired == []
     assert coordinator.leader_fence(0) is None
@@ -214,11 +214,11 @@ def test_a_refused_proclaim_is_a_lost_election(coordinator, etcd):
     from shardcron.coordination.ownership import ShardState
 
     slot = _campaign(coordinator, 1)
-    coordinator._acquire(slot)
+    coordinator.actions.acquire(slot)
     assert slot.state is ShardState.LEADER and coordinator.leader_fence(1) == slot.fence
     assert coordinator.led_shards() == [1]
     etcd.delete(slot.election.key)  # someone deleted our key: a proclaim can no longer succeed
-    coordinator._proclaim_leader(slot, since_ms=1, jobs=0)
+    coordinator.actions.proclaim_leader(slot, since_ms=1, jobs=0)
     assert slot.state is ShardState.IDLE and slot.election is None
     assert slot.stop.is_set() and coordinator.work.released == [1]
     assert coordinator.leader_fence(1) is None and coordinator.led_shards() == []
