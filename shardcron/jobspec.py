@@ -443,8 +443,8 @@ def check_admissible(job: Job, *, allow_shell: bool, now_ms: int, shell_allow=No
                        if job.schedule.kind is ScheduleKind.CRON else
                        ("schedule.every", f"every {format_duration_ms(gap)}"))
         raise InvalidJob(field, f"{what}: shorter than this cluster's minimum interval of "
-                                f"{format_duration_ms(min_interval_ms)}; to allow it, run the nodes with a lower "
-                                "--min-interval (SHARDCRON_MIN_INTERVAL)")
+                                f"{format_duration_ms(min_interval_ms)}; to allow it, lower the cluster's minimum with "
+                                "`shardcron config --min-interval DURATION`")
     if job.executor.kind is ExecutorKind.SHELL and not allow_shell:
         raise InvalidJob(
             "executor.kind", "shell jobs are refused: the nodes run without --allow-shell (remote code execution guard)"

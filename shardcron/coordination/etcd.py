@@ -223,6 +223,17 @@ class Etcd:
         put = etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=key.encode(), value=value, lease=lease))
         return self._txn([self._cmp_create(key, create_revision)], [put]).succeeded
 
+    def put_if_unchanged(self, key: str, value: bytes, mod_revision: int, *, unless_exists: str) -> bool:
+        """Overwrite ``key`` only while it is still at ``mod_revision`` and ``unless_exists`` is absent
+        (a compare-and-swap that also yields to a pending request, such as a reshard)."""
+        compare = [
+            etcdrpc.Compare(key=key.encode(), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.MOD,
+                            mod_revision=mod_revision),
+            self._cmp_create(unless_exists, 0),
+        ]
+        put = etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=key.encode(), value=value))
+        return self._txn(compare, [put]).succeeded
+
     def delete_if_created_at(self, key: str, create_revision: int) -> bool:
         """Delete ``key`` only while it is the same incarnation (etcd's ``Resign``)."""
         rm = etcdrpc.RequestOp(request_delete_range=etcdrpc.DeleteRangeRequest(key=key.encode()))

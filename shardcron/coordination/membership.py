@@ -66,8 +66,8 @@ def set_min_interval(etcd: Etcd, layout: KeyLayout, min_interval_ms: int) -> tup
     if etcd.get(layout.reshard) is not None:
         raise ConfigError(_RESHARDING)
     updated = with_min_interval(stored, min_interval_ms)
-    if not _put_if_unchanged(etcd, layout.config, json.dumps(updated).encode(), mod_revision,
-                             unless_exists=layout.reshard):
+    if not etcd.put_if_unchanged(layout.config, json.dumps(updated).encode(), mod_revision,
+                                   unless_exists=layout.reshard):
         if etcd.get(layout.reshard) is not None:
             raise ConfigError(_RESHARDING)
         raise ConfigError(f"{layout.config} changed while it was being updated; run the command again")
@@ -91,21 +91,3 @@ def register(etcd: Etcd, layout: KeyLayout, session: Session, node_id: str, addr
 
 def deregister(etcd: Etcd, layout: KeyLayout, node_id: str) -> None:
     etcd.delete(layout.node(node_id))
-
-
-def _put_if_unchanged(etcd: Etcd, key: str, value: bytes, mod_revision: int, *, unless_exists: str) -> bool:
-    """Put ``key`` only while it is still at ``mod_revision`` and ``unless_exists`` is absent, in one txn.
-
-    It belongs beside ``Etcd.put_if_created_at`` (etcd.py, the pyetcd adapter); it is here until
-    that module gains it.
-    """
-    from pyetcd import etcdrpc
-
-    compare = [
-        etcdrpc.Compare(key=key.encode(), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.MOD,
-                        mod_revision=mod_revision),
-        etcdrpc.Compare(key=unless_exists.encode(), result=etcdrpc.Compare.EQUAL,
-                        target=etcdrpc.Compare.CREATE, create_revision=0),
-    ]
-    put = etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=key.encode(), value=value))
-    return etcd._txn(compare, [put]).succeeded  # noqa: SLF001 - see the docstring

@@ -103,7 +103,7 @@ BAD_JOBS = [
      _job(id="a", schedule=pb.Schedule(at_ms=LONG_AGO_MS), noop=pb.NoopExecutor()), "schedule.at", "in the past"),
     ("no executor", _job(id="a", schedule=pb.Schedule(interval_ms=1000)), "executor", "missing"),
     ("interval below the minimum (1ms for 1m)", _job(id="a", schedule=pb.Schedule(interval_ms=1), noop=pb.NoopExecutor()),
-     "schedule.every", "minimum interval of 1s; to allow it, run the nodes with a lower --min-interval"),
+     "schedule.every", "minimum interval of 1s; to allow it, lower the cluster's minimum with `shardcron config --min-interval"),
     ("interval just below the minimum", _job(id="a", schedule=pb.Schedule(interval_ms=999), noop=pb.NoopExecutor()),
      "schedule.every", "every 999ms"),
     ("shell without --allow-shell",

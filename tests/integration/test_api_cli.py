@@ -169,7 +169,7 @@ def test_the_server_comes_from_the_environment_by_default(node):
 def test_a_typo_of_1ms_for_1m_is_refused_naming_the_minimum(node, tmp_path):
     line = fails_with(node, "jobs", "put", "e2", "--every", "1ms", "--noop")
     assert line == ("shardcron: error: schedule.every: every 1ms: shorter than this cluster's minimum interval of "
-                    "1s; to allow it, run the nodes with a lower --min-interval (SHARDCRON_MIN_INTERVAL)")
+                    "1s; to allow it, lower the cluster's minimum with `shardcron config --min-interval DURATION`")
     assert "minimum interval of 1s" in fails_with(node, "jobs", "put", "e3", "--every", "0.5s", "--noop")
     assert fails_with(node, "jobs", "get", "e2") == "shardcron: error: job 'e2' not found"  # nothing was stored
     assert ok_json(node, "jobs", "put", "e4", "--cron", "* * * * * *", "--noop", "--paused")["version"] == 1

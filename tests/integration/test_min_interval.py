@@ -80,8 +80,8 @@ def test_a_job_file_below_the_minimum_stops_the_node_naming_file_job_and_minimum
                    "--jobs", str(path), "--min-interval", minimum)
     assert out.returncode == 1 and "Traceback" not in out.stderr
     line = out.stderr.strip().splitlines()[-1]
-    assert line == (f"shardcron: error: {path}: job 'e2': {said}; to allow it, run the nodes with a lower "
-                    "--min-interval (SHARDCRON_MIN_INTERVAL)")
+    assert line == (f"shardcron: error: {path}: job 'e2': {said}; to allow it, lower the cluster's "
+                    "minimum with `shardcron config --min-interval DURATION`")
 
 
 def test_a_bad_min_interval_is_refused_naming_the_flag(tmp_path, etcd_server):
