@@ -1,8 +1,11 @@
 """The entries of the loop's two timer heaps, and taking the due ones off a heap.
 
-Entries order by (due_ms, seq) alone: ``seq`` is unique per heap, so two
-entries never compare further, and the other fields are named, not positions
-in a tuple that a reader could misnumber.
+The heap itself holds ``(due_ms, seq, entry)``: ``seq`` is unique per heap,
+so two items never compare their entries, and the comparisons stay tuple
+comparisons in C (an ``order=True`` dataclass compares in Python, a function
+call per comparison, which put milliseconds on a 1,000-slot burst). The
+entries name their fields, so nothing reads a position that a reader could
+misnumber.
 """
 
 from __future__ import annotations
@@ -11,33 +14,31 @@ import heapq
 import itertools
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from shardcron.scheduling.takeover import Dispatch
 
 
-@dataclass(order=True, slots=True)
+@dataclass(slots=True)
 class ClaimDue:
     """A job's next slot, due in the claim heap ``lookahead`` before the slot itself."""
 
     due_ms: int
-    seq: int
-    shard: int = field(compare=False)
-    fence: int = field(compare=False)
-    job_id: str = field(compare=False)
-    gen: int = field(compare=False)  # the JobEntry generation that pushed it
-    slot_ms: int = field(compare=False)
+    shard: int
+    fence: int
+    job_id: str
+    gen: int  # the JobEntry generation that pushed it
+    slot_ms: int
 
 
-@dataclass(order=True, slots=True)
+@dataclass(slots=True)
 class DispatchDue:
     """A claimed slot, due in the dispatch heap at the slot (or when it may be tried again)."""
 
     due_ms: int
-    seq: int
-    shard: int = field(compare=False)
-    fence: int = field(compare=False)
-    dispatch: Dispatch = field(compare=False)
+    shard: int
+    fence: int
+    dispatch: Dispatch
 
 
 class TimerHeap:
@@ -50,25 +51,25 @@ class TimerHeap:
 
     def push_claim(self, due_ms: int, shard: int, fence: int, job_id: str, gen: int, slot_ms: int) -> None:
         with self.cond:
-            heapq.heappush(self._heap, ClaimDue(due_ms, next(self._seq), shard, fence, job_id, gen, slot_ms))
+            heapq.heappush(self._heap, (due_ms, next(self._seq), ClaimDue(due_ms, shard, fence, job_id, gen, slot_ms)))
             self.cond.notify()
 
     def push_dispatch(self, due_ms: int, shard: int, fence: int, d: Dispatch) -> None:
         with self.cond:
-            heapq.heappush(self._heap, DispatchDue(due_ms, next(self._seq), shard, fence, d))
+            heapq.heappush(self._heap, (due_ms, next(self._seq), DispatchDue(due_ms, shard, fence, d)))
             self.cond.notify()
 
     def push_again(self, entries: list, due_ms: int) -> None:
         """Entries taken off but not handled (the store was down): back in, due at ``due_ms``."""
         with self.cond:
             for e in entries:
-                e.due_ms, e.seq = due_ms, next(self._seq)
-                heapq.heappush(self._heap, e)
+                e.due_ms = due_ms
+                heapq.heappush(self._heap, (due_ms, next(self._seq), e))
             self.cond.notify()
 
     def top(self):
         with self.cond:
-            return self._heap[0] if self._heap else None
+            return self._heap[0][2] if self._heap else None
 
     def take_due(self, now_ms: int, slack_ms: int) -> list:
         """Every entry due by ``now_ms + slack_ms``, in order, without waiting."""
@@ -81,9 +82,9 @@ class TimerHeap:
             while not closing():
                 now = now_ms()
                 heap = self._heap
-                if heap and heap[0].due_ms <= now + slack_ms:
+                if heap and heap[0][0] <= now + slack_ms:
                     return self._take(now + slack_ms)
-                self.cond.wait(None if not heap else max(0.0, (heap[0].due_ms - now - slack_ms) / 1000.0))
+                self.cond.wait(None if not heap else max(0.0, (heap[0][0] - now - slack_ms) / 1000.0))
         return []
 
     def wake(self) -> None:
@@ -92,6 +93,6 @@ class TimerHeap:
 
     def _take(self, until_ms: int) -> list:
         heap, due = self._heap, []
-        while heap and heap[0].due_ms <= until_ms:
-            due.append(heapq.heappop(heap))
+        while heap and heap[0][0] <= until_ms:
+            due.append(heapq.heappop(heap)[2])
         return due
