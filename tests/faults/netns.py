@@ -31,8 +31,9 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from dataclasses import dataclass, field
+
+from shardcron.dev.testing.cluster import eventually
 
 NS_PREFIX = "sc-"  # namespaces: sc-<owner pid>-<seq>-<label>
 BRIDGE_PREFIX = "scb"  # bridges: scb<owner pid>
@@ -225,19 +226,20 @@ class NetLab:
     def wait_reachable(self, node: NodeNet, timeout_s: float = 5.0) -> None:
         """Until the bridge forwards for ``node`` (a fresh bridge port starts forwarding at once
         with STP off, but the link may take a moment to come up)."""
-        deadline = time.monotonic() + timeout_s
         code = (
             "import socket,sys\n"
             "s=socket.socket(); s.settimeout(0.5)\n"
             f"r=s.connect_ex(({self.gateway!r}, 9)); sys.exit(0 if r in (0, 111) else 1)\n"
         )
-        while True:
-            r = sh(*node.wrapper, sys.executable, "-c", code, check=False)
-            if r.returncode == 0:
-                return
-            if time.monotonic() > deadline:
-                raise NetError(f"{node.ns} cannot reach {self.gateway}: {r.stderr.strip()}")
-            time.sleep(0.1)
+        last = None
+
+        def reachable() -> bool:
+            nonlocal last
+            last = sh(*node.wrapper, sys.executable, "-c", code, check=False)
+            return last.returncode == 0
+
+        if not eventually(reachable, timeout_s, 0.1):
+            raise NetError(f"{node.ns} cannot reach {self.gateway}: {last.stderr.strip() if last else ''}")
 
     def remove(self, label: str) -> None:
         with self._lock:
