@@ -46,10 +46,15 @@ TICKING = 1000  # the first TICKING jobs tick every 10 s
 _READY = re.compile(r"shard (\d+): ready to tick (\d+) ms after winning it \((\d+) jobs\)")
 
 
+def job_id(i: int) -> str:
+    """The id of the workload's ``i``-th job; the first ``TICKING`` of them tick every 10 s."""
+    return f"fleet-{i:06d}"
+
+
 def workload(count: int) -> list[Job]:
     jobs = []
     for i in range(count):
-        d: dict = {"id": f"fleet-{i:06d}", "executor": {"kind": "noop"}, "labels": {"team": f"t{i % 40}"}}
+        d: dict = {"id": job_id(i), "executor": {"kind": "noop"}, "labels": {"team": f"t{i % 40}"}}
         if i < TICKING:
             d["every"] = "10s"
         else:
