@@ -24,6 +24,12 @@ from shardcron.store.schema import ticks
 pytestmark = pytest.mark.cluster
 
 
+def succeeded_ticks(engine, job_id: str) -> int:
+    with engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(ticks).where(
+            ticks.c.job_id == job_id, ticks.c.status == "succeeded")).scalar()
+
+
 def node_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "shardcron", "node", "--listen", "127.0.0.1:0", *args],
                           capture_output=True, text=True, timeout=60, env=env)
@@ -109,9 +115,7 @@ def test_a_lower_minimum_admits_sub_second_jobs_from_the_file_and_the_api(make_c
     engine = make_engine(db)
     try:
         def succeeded() -> int:
-            with engine.connect() as conn:
-                return conn.execute(select(func.count()).select_from(ticks).where(
-                    ticks.c.job_id == "fast-file", ticks.c.status == "succeeded")).scalar()
+            return succeeded_ticks(engine, "fast-file")
 
         wait_until(lambda: succeeded() >= 8, 60, 0.2, what="the 250ms job from the file to run")
     finally:
@@ -175,9 +179,7 @@ def test_shardcron_config_changes_the_minimum_on_every_live_node(make_cluster, e
     engine = make_engine(db)
     try:
         def succeeded() -> int:
-            with engine.connect() as conn:
-                return conn.execute(select(func.count()).select_from(ticks).where(
-                    ticks.c.job_id == "runs-on", ticks.c.status == "succeeded")).scalar()
+            return succeeded_ticks(engine, "runs-on")
 
         before = succeeded()
         wait_until(lambda: succeeded() >= before + 5, 60, 0.2, what="the stored 300ms job to keep running")
