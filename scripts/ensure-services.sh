@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Makes sure PostgreSQL (127.0.0.1:5432, trust auth, database `test`) and
-# MariaDB (127.0.0.1:3306, root without password, database `test`) answer.
+# Makes sure the services the tests use answer on 127.0.0.1:
+#   PostgreSQL :5432 (trust auth, database `test`), MariaDB :3306 (root without
+#   password, database `test`), Redis :6379, RabbitMQ :5672 (guest/guest) and
+#   NATS with JetStream :4222 (the dispatch executors' brokers).
 # Where one does not answer, it is installed (as root, from Debian) and started.
 set -euo pipefail
 
@@ -55,4 +57,31 @@ fi
 if command -v mariadb >/dev/null 2>&1; then
   mariadb -h127.0.0.1 -uroot -e 'CREATE DATABASE IF NOT EXISTS test' 2>/dev/null || true
 fi
-echo "services: PostgreSQL and MariaDB answer"
+# --- Redis ------------------------------------------------------------------
+if ! answers 6379; then
+  need_root Redis 6379
+  command -v redis-server >/dev/null 2>&1 || apt_install redis-server
+  mkdir -p /var/lib/redis /var/log/redis
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+    --dir /var/lib/redis --logfile /var/log/redis/ci.log
+  wait_for 6379 Redis
+fi
+
+# --- RabbitMQ ---------------------------------------------------------------
+if ! answers 5672; then
+  need_root RabbitMQ 5672
+  command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || apt_install rabbitmq-server
+  rabbitmq-server -detached
+  wait_for 5672 RabbitMQ
+fi
+
+# --- NATS with JetStream ------------------------------------------------------
+if ! answers 4222; then
+  need_root NATS 4222
+  command -v nats-server >/dev/null 2>&1 || [ -x /usr/sbin/nats-server ] || apt_install nats-server
+  mkdir -p /var/lib/nats-server
+  start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+    -a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log
+  wait_for 4222 NATS
+fi
+echo "services: PostgreSQL, MariaDB, Redis, RabbitMQ and NATS (JetStream) answer"

@@ -65,6 +65,7 @@ class Backend(Protocol):
     shard_count: int
     allow_shell: bool
     shell_allow: object  # re.Pattern a shell command must fully match, or None
+    allow_python: tuple[str, ...]  # module prefixes python jobs may call (--allow-python)
     min_interval_ms: int  # the cluster's minimum gap between a job's slots, read live (`shardcron config`)
     engine: Engine
     joined: threading.Event  # set while the node is a live member of the cluster (health: SERVING)

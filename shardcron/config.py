@@ -37,6 +37,7 @@ class NodeConfig:
     min_interval_ms: int | None
     metrics_listen: str | None = None
     shell_allow: object = None  # re.Pattern every shell command must fully match, when set
+    allow_python: tuple[str, ...] = ()  # module prefixes Python jobs may call (--allow-python)
     etcd_security: object = None  # coordination.etcd.EtcdSecurity
     api_security: object = None  # api.security.ServerSecurity
     forward_security: object = None  # api.security.ChannelSecurity: how this node calls other nodes
@@ -137,6 +138,9 @@ def add_node_flags(p: argparse.ArgumentParser) -> None:
     add_env_flag(p, "--ttl", "session lease TTL in seconds", 10)
     add_env_flag(p, "--allow-shell", "allow shell jobs (remote code execution: only on trusted clusters)", False,
                  action="store_true")
+    add_env_flag(p, "--allow-python", "allow python jobs whose target module is this one or under it (repeatable, or "
+                                      "comma-separated in the variable; remote code execution: trusted clusters only)",
+                 default_text="none", action="append")
     add_env_flag(p, "--jobs", "TOML or YAML file of jobs to import when leading their shards")
     add_env_flag(p, "--min-interval", "the cluster's minimum interval: jobs whose slots come closer (every, or "
                                       "cron with seconds) are refused, a guard against 1ms typed for 1m; 0 allows "
@@ -205,6 +209,7 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         etcd_security=etcd_security(a),
         **_api_security(a),
         shell_allow=_shell_allow(a.shell_allow, bool(a.allow_shell)),
+        allow_python=_allow_python(a.allow_python),
     )
 
 
@@ -220,6 +225,20 @@ def parse_min_interval_ms(raw) -> int:
     if ms < 0:
         raise ConfigError(f"--min-interval: must not be negative, got {raw!r}")
     return ms
+
+
+def _allow_python(values) -> tuple[str, ...]:
+    """``--allow-python`` given once or more, or ``SHARDCRON_ALLOW_PYTHON=a,b``: dotted module prefixes."""
+    import re
+
+    if values is None:
+        return ()
+    raw = [values] if isinstance(values, str) else list(values)
+    prefixes = [p.strip() for value in raw for p in value.split(",") if p.strip()]
+    for prefix in prefixes:
+        if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", prefix):
+            raise ConfigError(f"--allow-python: {prefix!r} is not a module name such as myapp or myapp.jobs")
+    return tuple(dict.fromkeys(prefixes))
 
 
 def _shell_allow(pattern: str | None, allow_shell: bool):

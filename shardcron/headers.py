@@ -1,4 +1,4 @@
-"""Which HTTP header values are secret: never logged, never shown, never returned by the API.
+"""Which HTTP header values and URL passwords are secret: never logged, never shown, never returned by the API.
 
 A job names its own secret headers (``secret_headers``, ``--secret-header``);
 the credentials headers below are secret whether it names them or not, so a
@@ -7,6 +7,8 @@ masked too. Every place that shows a header asks ``secret_names``.
 """
 
 from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
 
 from shardcron.model import HttpSpec
 
@@ -26,3 +28,16 @@ def masked_headers(http: HttpSpec) -> list[tuple[str, str]]:
     """``http.headers`` with every secret value replaced by ``MASK``."""
     secret = secret_names(http)
     return [(name, MASK if name.lower() in secret else value) for name, value in http.headers]
+
+
+def mask_url(url: str) -> str:
+    """``redis://user:pw@host/0`` -> ``redis://user:***@host/0``: a URL as it may be logged or returned."""
+    try:
+        parts = urlsplit(url)
+        if parts.password is None:
+            return url
+        userinfo, _, hostport = parts.netloc.rpartition("@")
+        user = userinfo.split(":", 1)[0]
+        return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{hostport}"))
+    except ValueError:
+        return url

@@ -24,7 +24,7 @@ from croniter import croniter
 
 from shardcron.coordination.cluster_config import DEFAULT_MIN_INTERVAL_MS
 from shardcron.errors import InvalidJob
-from shardcron.headers import masked_headers
+from shardcron.headers import mask_url, masked_headers
 from shardcron.model import (
     CatchUp,
     ExecutorKind,
@@ -250,17 +250,25 @@ def _parse_headers(raw, field) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
+_KINDS = ", ".join(k.value for k in ExecutorKind)
+
+
 def _parse_executor(d: Mapping | None) -> ExecutorSpec:
     if d is None:
-        raise InvalidJob("executor", "missing: every job needs one, of kind http, shell or noop")
+        raise InvalidJob("executor", f"missing: every job needs one, of kind {_KINDS}")
     if not isinstance(d, Mapping):
-        raise InvalidJob("executor", "must be a table with a kind (http, shell or noop)")
+        raise InvalidJob("executor", f"must be a table with a kind ({_KINDS})")
     if not d.get("kind"):
-        raise InvalidJob("executor.kind", "missing: give one of http, shell, noop")
+        raise InvalidJob("executor.kind", f"missing: give one of {_KINDS}")
     kind = _enum(ExecutorKind, d.get("kind", ""), "executor.kind")
-    _check_keys(d, EXECUTOR_KEYS[kind], "executor", f" of the {kind.value} executor")
+    if kind in EXECUTOR_KEYS:
+        _check_keys(d, EXECUTOR_KEYS[kind], "executor", f" of the {kind.value} executor")
     if kind is ExecutorKind.NOOP:
         return ExecutorSpec(kind)
+    if kind not in EXECUTOR_KEYS:
+        from shardcron import dispatch_spec  # it builds on this module's helpers
+
+        return dispatch_spec.parse(kind, d)
     if kind is ExecutorKind.SHELL:
         cmd = d.get("command")
         if not isinstance(cmd, str) or not cmd.strip():
@@ -431,12 +439,20 @@ def _neighbour_gap(values: list[int], unit_s: int, finer_span_s: int) -> int | N
 
 
 def check_admissible(job: Job, *, allow_shell: bool, now_ms: int, shell_allow=None,
-                     min_interval_ms: int = DEFAULT_MIN_INTERVAL_MS) -> None:
-    """The checks that depend on the cluster and the clock, not on the job alone.
+                     min_interval_ms: int = DEFAULT_MIN_INTERVAL_MS, allow_python: tuple[str, ...] = (),
+                     store_dialect: str | None = None) -> None:
+    """The checks that depend on the cluster, the node and the clock, not on the job alone.
 
     ``shell_allow``: a compiled pattern every shell command must match in full (``--shell-allow``).
     ``min_interval_ms``: the shortest gap between slots the cluster accepts (``--min-interval``).
+    ``allow_python``: the module prefixes Python jobs may call (``--allow-python``).
+    ``store_dialect``: the store's SQLAlchemy dialect name, for Python jobs that take a fenced session.
     """
+    from shardcron.executors.extras import require_extra
+
+    require_extra(job.executor.kind)
+    if job.executor.kind is ExecutorKind.PYTHON:
+        _check_python(job.executor.python, allow_python, store_dialect)
     gap = shortest_gap_ms(job.schedule, below_ms=min_interval_ms)
     if gap is not None and gap < min_interval_ms:
         field, what = (("schedule.cron", f"{job.schedule.cron!r} has slots {format_duration_ms(gap)} apart")
@@ -457,6 +473,20 @@ def check_admissible(job: Job, *, allow_shell: bool, now_ms: int, shell_allow=No
         raise InvalidJob("schedule.at", "is in the past, beyond the job's catch-up window; it would never run")
 
 
+def _check_python(spec, allow_python: tuple[str, ...], store_dialect: str | None) -> None:
+    from shardcron.dispatch_spec import python_module_allowed
+
+    if not allow_python:
+        raise InvalidJob("executor.kind", "python jobs are refused: the nodes run without --allow-python MODULE_PREFIX "
+                                          "(remote code execution guard)")
+    if not python_module_allowed(spec.target, allow_python):
+        raise InvalidJob("executor.target", f"{spec.target.partition(':')[0]!r} is not under this cluster's "
+                                            f"--allow-python prefixes ({', '.join(allow_python)})")
+    if spec.session and store_dialect == "sqlite":
+        raise InvalidJob("executor.session", "a fenced session needs a PostgreSQL or MariaDB store: on SQLite its "
+                                             "open transaction would hold the whole file's write lock while the job runs")
+
+
 def job_to_dict(job: Job) -> dict[str, Any]:
     """The stored and exported form; ``job_from_dict(job_to_dict(j)) == j``."""
     s = job.schedule
@@ -474,6 +504,10 @@ def job_to_dict(job: Job) -> dict[str, Any]:
                   secret_headers=list(h.secret_headers))
     if job.executor.shell:
         ex["command"] = job.executor.shell.command
+    if job.executor.kind not in EXECUTOR_KEYS:
+        from shardcron import dispatch_spec
+
+        ex.update(dispatch_spec.to_dict(job.executor))
     return {
         "id": job.id,
         "schedule": sched,
@@ -502,10 +536,13 @@ def job_from_json(text: str) -> Job:
 
 
 def redacted(job: Job) -> dict[str, Any]:
-    """``job_to_dict`` with secret header values masked (``headers.secret_names``), for logs and API answers."""
+    """``job_to_dict`` with secret header values (``headers.secret_names``) and broker passwords masked,
+    for logs and API answers."""
     d = job_to_dict(job)
     if job.executor.http:
         d["executor"]["headers"] = [list(pair) for pair in masked_headers(job.executor.http)]
+    if "url" in d["executor"] and job.executor.kind is not ExecutorKind.HTTP:
+        d["executor"]["url"] = mask_url(d["executor"]["url"])
     return d
 
 

@@ -7,8 +7,10 @@ database, and carry no timezone ambiguity. Timezones only matter to triggers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 
 class ScheduleKind(StrEnum):
@@ -36,6 +38,14 @@ class ExecutorKind(StrEnum):
     HTTP = "http"
     SHELL = "shell"
     NOOP = "noop"
+    # Dispatch to where the work runs: one enqueue or publish per slot, acked by the broker.
+    CELERY = "celery"
+    RQ = "rq"
+    ARQ = "arq"
+    NATS = "nats"
+    AMQP = "amqp"
+    REDIS_STREAM = "redis-stream"
+    PYTHON = "python"
 
 
 class TickStatus(StrEnum):
@@ -86,11 +96,107 @@ class ShellSpec:
     command: str
 
 
+# -- dispatch executors ---------------------------------------------------------------
+# ``url`` is the broker's URL (redis://, rediss://, amqp://, amqps://, nats://, tls://);
+# a password in it is never logged nor returned by the API (``executors/describe.py``).
+# ``args`` and ``kwargs`` are JSON values, passed to the task as they are.
+
+
+@dataclass(frozen=True)
+class CelerySpec:
+    url: str
+    task: str  # the registered task name, e.g. "app.tasks.send_report"
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    queue: str | None = None
+    routing_key: str | None = None
+    priority: int | None = None  # 0-9 (Redis) or 0-255 (RabbitMQ)
+    expires_ms: int | None = None  # relative to the slot: a worker drops the task after it
+
+
+@dataclass(frozen=True)
+class RqSpec:
+    url: str
+    func: str  # the dotted path a worker imports, e.g. "app.tasks.send_report"
+    queue: str = "default"
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ArqSpec:
+    url: str
+    function: str  # the name in the worker's ``functions``
+    queue: str = "arq:queue"
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # When set, the tick (``executors.identity.tick_fields``) is passed as this keyword argument.
+    tick_kwarg: str | None = None
+
+
+@dataclass(frozen=True)
+class NatsSpec:
+    url: str
+    subject: str
+    jetstream: bool = True  # publish to a stream with Nats-Msg-Id, wait for its ack
+    body: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class AmqpSpec:
+    url: str
+    routing_key: str
+    exchange: str = ""  # "": the default exchange, routing_key names the queue
+    body: str = ""
+    headers: tuple[tuple[str, str], ...] = ()
+    persistent: bool = True
+    content_type: str = "application/json"
+
+
+@dataclass(frozen=True)
+class RedisStreamSpec:
+    url: str
+    stream: str
+    fields: tuple[tuple[str, str], ...] = ()
+    maxlen: int | None = None  # approximate trim (XADD MAXLEN ~)
+    # How long a slot's dedupe marker lives; at least the job's catch-up window plus an hour.
+    dedupe_ttl_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class PythonSpec:
+    target: str  # "package.module:function", refused unless a node's --allow-python covers the module
+    args: tuple[Any, ...] = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    # Pass a SQLAlchemy session whose writes commit in the tick's fenced result transaction.
+    session: bool = False
+
+
 @dataclass(frozen=True)
 class ExecutorSpec:
     kind: ExecutorKind
     http: HttpSpec | None = None
     shell: ShellSpec | None = None
+    celery: CelerySpec | None = None
+    rq: RqSpec | None = None
+    arq: ArqSpec | None = None
+    nats: NatsSpec | None = None
+    amqp: AmqpSpec | None = None
+    redis_stream: RedisStreamSpec | None = None
+    python: PythonSpec | None = None
+
+    @property
+    def settings(self):
+        """The settings of this kind (``HttpSpec``, ``CelerySpec``, ...); None for noop."""
+        return getattr(self, _SETTINGS_FIELD[self.kind], None) if self.kind in _SETTINGS_FIELD else None
+
+
+_SETTINGS_FIELD = {
+    ExecutorKind.HTTP: "http", ExecutorKind.SHELL: "shell", ExecutorKind.CELERY: "celery", ExecutorKind.RQ: "rq",
+    ExecutorKind.ARQ: "arq", ExecutorKind.NATS: "nats", ExecutorKind.AMQP: "amqp",
+    ExecutorKind.REDIS_STREAM: "redis_stream", ExecutorKind.PYTHON: "python",
+}
 
 
 @dataclass(frozen=True)

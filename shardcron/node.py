@@ -17,7 +17,7 @@ from shardcron.coordination.membership import ensure_cluster_config
 from shardcron.jobfile import JobFileError, load_job_file
 from shardcron.jobspec import check_admissible
 from shardcron.scheduling.loop import Scheduler
-from shardcron.store.engine import check_connection, describe_url, make_engine
+from shardcron.store.engine import check_connection, describe_url, make_engine, normalise_url
 from shardcron.errors import ConfigError, InvalidJob
 from shardcron.store.epoch import FenceEpoch, claim_epoch, highest_fence
 from shardcron.store.fences import ensure_shards
@@ -34,6 +34,7 @@ class NodeBackend:
         self.node_id = node.cfg.node_id
         self.allow_shell = node.cfg.allow_shell
         self.shell_allow = node.cfg.shell_allow
+        self.allow_python = node.cfg.allow_python
         self.engine = node.engine
         self.joined = node.coordinator.joined
         self._listeners: list = []
@@ -126,7 +127,8 @@ class Node:
         now = clock.wall_ms()
         def admit(min_interval_ms: int):
             return lambda job: check_admissible(job, allow_shell=cfg.allow_shell, now_ms=now,
-                                                shell_allow=cfg.shell_allow, min_interval_ms=min_interval_ms)
+                                                shell_allow=cfg.shell_allow, min_interval_ms=min_interval_ms,
+                                                allow_python=cfg.allow_python, store_dialect=_dialect(cfg.db))
 
         # The file is read and checked before anything connects (a typo fails fast);
         # the cluster's minimum interval is known only once etcd answers, below.
@@ -150,7 +152,8 @@ class Node:
         ensure_shards(self.engine, shard_count)
 
         self.scheduler = Scheduler(
-            self.engine, cfg.node_id, shard_count, allow_shell=cfg.allow_shell, lookahead_ms=cfg.lookahead_ms,
+            self.engine, cfg.node_id, shard_count, allow_shell=cfg.allow_shell, allow_python=cfg.allow_python,
+            lookahead_ms=cfg.lookahead_ms,
             on_fenced=lambda shard, fence: self.coordinator.report_fenced(shard, fence), imports=imports,
         )
         settings = CoordinatorSettings(
@@ -250,3 +253,11 @@ def run_node(cfg: NodeConfig) -> int:
     if node.coordinator and node.coordinator.fatal:
         raise ConfigError(node.coordinator.fatal)
     return 1 if node.coordinator and node.coordinator.crashed else 0
+
+
+def _dialect(db_url: str) -> str | None:
+    """The store's dialect (sqlite, postgresql, mysql) from its URL, before any connection is made."""
+    try:
+        return normalise_url(db_url).get_backend_name()
+    except Exception:  # noqa: BLE001 - a bad URL is reported by make_engine, with its own message
+        return None

@@ -15,9 +15,11 @@ from shardcron.model import Job
 
 
 def check_job(backend: Backend, job: Job, now_ms: int | None = None) -> None:
-    """Raise ``InvalidJob`` unless ``backend``'s node accepts ``job`` (--allow-shell, --shell-allow, and the
-    cluster's minimum interval, ``shardcron config --min-interval``)."""
+    """Raise ``InvalidJob`` unless ``backend``'s node accepts ``job`` (--allow-shell, --shell-allow,
+    --allow-python, the extra a broker kind needs, and the cluster's minimum interval,
+    ``shardcron config --min-interval``)."""
     check_admissible(
         job, allow_shell=backend.allow_shell, now_ms=clock.wall_ms() if now_ms is None else now_ms,
         shell_allow=backend.shell_allow, min_interval_ms=backend.min_interval_ms,
+        allow_python=backend.allow_python, store_dialect=backend.engine.dialect.name,
     )

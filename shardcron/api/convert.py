@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from dataclasses import replace
 from typing import Any
 
 from shardcron.errors import InvalidJob
-from shardcron.headers import MASK, masked_headers
+from shardcron.headers import MASK, mask_url, masked_headers
 from shardcron.jobspec import job_from_dict
 from shardcron.model import CatchUp, ExecutorKind, Job, Overlap, ScheduleKind, Tick, TickStatus
 from shardcron.v1 import scheduler_pb2 as pb
@@ -74,6 +75,8 @@ def job_dict_from_proto(p: pb.Job) -> dict[str, Any]:
         d["executor"] = {"kind": "shell", "command": p.shell.command}
     elif kind == "noop":
         d["executor"] = {"kind": "noop"}
+    elif kind in _DISPATCH_KINDS:
+        d["executor"] = _dispatch_dict_from_proto(kind, getattr(p, kind))
     # else unset, or a kind added to the proto after this server was built (it
     # arrives as an unknown field): never guess; jobspec refuses a missing executor.
 
@@ -160,9 +163,72 @@ def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
         ))
     elif ex.kind is ExecutorKind.SHELL and ex.shell is not None:
         p.shell.command = ex.shell.command
+    elif ex.kind.value.replace("-", "_") in _DISPATCH_KINDS and ex.settings is not None:
+        _dispatch_to_proto(p, ex, redact=redact)
     else:
         p.noop.SetInParent()
     return p
+
+
+# -- the dispatch executors -------------------------------------------------------------
+# Their messages mirror the job file's executor table: proto field name = table key, except
+# args_json / kwargs_json (JSON text in the message, JSON values in the table) and the _ms
+# durations (a "<n>ms" string in the table). jobspec (dispatch_spec) validates the table.
+
+_DISPATCH_KINDS = frozenset({"celery", "rq", "arq", "nats", "amqp", "redis_stream", "python"})
+_DURATION_FIELDS = {"expires_ms": "expires", "dedupe_ttl_ms": "dedupe_ttl"}
+
+
+def _dispatch_dict_from_proto(kind: str, m) -> dict[str, Any]:
+    d: dict[str, Any] = {"kind": kind.replace("_", "-")}
+    for f in m.DESCRIPTOR.fields:
+        name = f.name
+        if f.has_presence and not m.HasField(name):
+            continue
+        value = getattr(m, name)
+        if name in ("args_json", "kwargs_json"):
+            if value:
+                d[name[: -len("_json")]] = _json_field(value, f"executor.{name[: -len('_json')]}")
+        elif name in _DURATION_FIELDS:
+            d[_DURATION_FIELDS[name]] = f"{value}ms"
+        elif name == "headers":
+            d["headers"] = [(h.name, h.value) for h in value]
+        elif name == "fields":
+            d["fields"] = dict(value)
+        elif isinstance(value, str) and not value and not f.has_presence and name not in ("url", "exchange", "body"):
+            continue  # an unset string: jobspec's default (queue "default", ...) applies
+        else:
+            d[name] = value
+    return d
+
+
+def _json_field(text: str, field: str):
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise InvalidJob(field, f"is not valid JSON: {e}") from None
+
+
+def _dispatch_to_proto(p: pb.Job, ex, *, redact: bool) -> None:
+    from shardcron.dispatch_spec import to_dict
+
+    table = to_dict(ex)
+    m = getattr(p, ex.kind.value.replace("-", "_"))
+    for key, value in table.items():
+        if key in ("args", "kwargs"):
+            setattr(m, f"{key}_json", json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+        elif key in _DURATION_FIELDS.values():
+            name = next(k for k, v in _DURATION_FIELDS.items() if v == key)
+            setattr(m, name, _ms(int(value[: -len("ms")])))
+        elif key == "headers":
+            m.headers.extend(pb.Header(name=k, value=v) for k, v in value)
+        elif key == "fields":
+            m.fields.update(value)
+        elif key == "url" and redact:
+            m.url = mask_url(value)
+        else:
+            setattr(m, key, value)
+    m.SetInParent()
 
 
 def _ms(value: int) -> int:

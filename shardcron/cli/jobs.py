@@ -46,12 +46,16 @@ def _schedule(job: Job) -> str:
 
 
 def _executor(job: Job) -> str:
+    from shardcron.executors.describe import target
+
     ex = job.executor
     if ex.http:
         return f"http {ex.http.method} {ex.http.url}"
     if ex.shell:
         cmd = ex.shell.command
         return "shell " + (cmd if len(cmd) <= 40 else cmd[:37] + "...")
+    if ex.settings is not None:
+        return f"{ex.kind.value} {target(ex)}"
     return "noop"
 
 
@@ -142,10 +146,85 @@ def _pairs(values: list[str] | None, sep: str, flag: str) -> list[tuple[str, str
     return out
 
 
-def _http_only_flags(a: argparse.Namespace) -> list[str]:
-    given = [("--method", a.method), ("--header", a.header), ("--secret-header", a.secret_header),
-             ("--body", a.body), ("--body-file", a.body_file)]
-    return [flag for flag, value in given if value is not None]
+# The kind flags of ``jobs put`` (one of them is required) and the executor table key each one's value fills.
+KIND_FLAGS = {"http": "url", "shell": "command", "noop": None, "celery": "task", "rq": "func", "arq": "function",
+              "nats": "subject", "amqp": "routing_key", "redis_stream": "stream", "python": "target"}
+
+# Every other executor flag: (its destination, the kinds it serves, the executor table key it fills).
+_BROKERS = ("celery", "rq", "arq", "nats", "amqp", "redis_stream")
+_EXECUTOR_FLAGS = {
+    "--method": ("method", ("http",), "method"),
+    "--header": ("header", ("http", "nats", "amqp"), "headers"),
+    "--secret-header": ("secret_header", ("http",), "secret_headers"),
+    "--body": ("body", ("http", "nats", "amqp"), "body"),
+    "--body-file": ("body_file", ("http", "nats", "amqp"), "body"),
+    "--broker": ("broker", _BROKERS, "url"),
+    "--args": ("args", ("celery", "rq", "arq", "python"), "args"),
+    "--kwargs": ("kwargs", ("celery", "rq", "arq", "python"), "kwargs"),
+    "--queue": ("queue", ("celery", "rq", "arq"), "queue"),
+    "--routing-key": ("routing_key", ("celery",), "routing_key"),
+    "--exchange": ("exchange", ("amqp",), "exchange"),
+    "--priority": ("priority", ("celery",), "priority"),
+    "--expires": ("expires", ("celery",), "expires"),
+    "--no-jetstream": ("no_jetstream", ("nats",), "jetstream"),
+    "--transient": ("transient", ("amqp",), "persistent"),
+    "--content-type": ("content_type", ("amqp",), "content_type"),
+    "--field": ("field", ("redis_stream",), "fields"),
+    "--maxlen": ("maxlen", ("redis_stream",), "maxlen"),
+    "--dedupe-ttl": ("dedupe_ttl", ("redis_stream",), "dedupe_ttl"),
+    "--tick-kwarg": ("tick_kwarg", ("arq",), "tick_kwarg"),
+    "--session": ("session", ("python",), "session"),
+}
+
+
+def _kind_of(a: argparse.Namespace) -> str:
+    return next(kind for kind in KIND_FLAGS if getattr(a, kind) not in (None, False))
+
+
+def _flag_of(kind: str) -> str:
+    return "--" + kind.replace("_", "-")
+
+
+def _refuse_foreign_flags(a: argparse.Namespace, kind: str) -> None:
+    """A flag another kind takes would be silently dropped: refuse it, naming the kinds it is for."""
+    for flag, (dest, kinds, _) in _EXECUTOR_FLAGS.items():
+        if getattr(a, dest) not in (None, False) and kind not in kinds:
+            raise ConfigError(f"{flag}: only for {' or '.join(_flag_of(k) for k in kinds)} jobs, "
+                              f"not {_flag_of(kind)}")
+
+
+def _json_flag(raw: str, flag: str):
+    try:
+        return json.loads(raw)
+    except ValueError as e:
+        raise ConfigError(f"{flag}: not valid JSON ({e}); quote it for the shell, e.g. {flag} '[1, \"a\"]'") \
+            from None
+
+
+def _dispatch_executor(a: argparse.Namespace, kind: str) -> dict:
+    """The executor table of a broker or python job; jobspec validates it, naming the field."""
+    ex: dict = {"kind": kind.replace("_", "-"), KIND_FLAGS[kind]: getattr(a, kind)}
+    if kind in _BROKERS:
+        broker = a.broker or os.environ.get("SHARDCRON_BROKER")
+        if not broker:
+            raise ConfigError(f"{_flag_of(kind)}: give the broker's URL with --broker URL (or SHARDCRON_BROKER)")
+        ex["url"] = broker
+    for flag, (dest, kinds, key) in _EXECUTOR_FLAGS.items():
+        value = getattr(a, dest)
+        if value in (None, False) or kind not in kinds or key == "url":
+            continue
+        if dest in ("args", "kwargs"):
+            value = _json_flag(value, flag)
+        elif dest in ("no_jetstream", "transient"):
+            value = False
+        elif dest == "header":
+            value = _pairs(value, ":", flag)
+        elif dest == "field":
+            value = dict(_pairs(value, "=", flag))
+        elif dest == "body_file":
+            value = _read_body_file(value)
+        ex[key] = value
+    return ex
 
 
 def _read_body_file(path: str) -> str:
@@ -195,14 +274,16 @@ def job_from_flags(a: argparse.Namespace) -> Job:
     if a.tz:
         sched["timezone"] = a.tz
     d["schedule"] = sched
-    if a.http is None and (ignored := _http_only_flags(a)):
-        raise ConfigError(f"{', '.join(ignored)}: only for an --http job")
-    if a.http is not None:
+    kind = _kind_of(a)
+    _refuse_foreign_flags(a, kind)
+    if kind == "http":
         d["executor"] = _http_executor(a)
-    elif a.shell is not None:
+    elif kind == "shell":
         d["executor"] = {"kind": "shell", "command": a.shell}
-    else:
+    elif kind == "noop":
         d["executor"] = {"kind": "noop"}
+    else:
+        d["executor"] = _dispatch_executor(a, kind)
     for key, value in (("catchup", a.catchup), ("catchup_window", a.catchup_window), ("overlap", a.overlap),
                        ("timeout", a.timeout_job)):
         if value is not None:
@@ -420,15 +501,45 @@ def register(subparsers) -> None:
     what.add_argument("--http", metavar="URL", help="call this http:// or https:// URL")
     what.add_argument("--shell", metavar="CMD", help="run this shell command (needs nodes with --allow-shell)")
     what.add_argument("--noop", action="store_true", help="do nothing (records ticks only)")
+    what.add_argument("--celery", metavar="TASK", help="send this Celery task (by its registered name) to --broker")
+    what.add_argument("--rq", metavar="FUNC", help="enqueue this dotted function path on an RQ queue at --broker")
+    what.add_argument("--arq", metavar="FUNCTION", help="enqueue this arq function at --broker")
+    what.add_argument("--nats", metavar="SUBJECT", help="publish to this NATS subject (JetStream unless --no-jetstream)")
+    what.add_argument("--amqp", metavar="ROUTING_KEY", help="publish to RabbitMQ with this routing key (the queue, "
+                                                            "with the default exchange)")
+    what.add_argument("--redis-stream", metavar="STREAM", help="XADD to this Redis stream at --broker")
+    what.add_argument("--python", metavar="MODULE:FUNCTION", help="call this function on the leader (needs nodes "
+                                                                  "with --allow-python covering the module)")
+    dispatch = put.add_argument_group("brokers and python calls")
+    dispatch.add_argument("--broker", metavar="URL", help="the broker's URL: redis://, amqp://, nats:// "
+                                                          "[SHARDCRON_BROKER]")
+    dispatch.add_argument("--args", metavar="JSON", help="positional arguments, a JSON array")
+    dispatch.add_argument("--kwargs", metavar="JSON", help="keyword arguments, a JSON object")
+    dispatch.add_argument("--queue", metavar="NAME", help="queue (celery, rq: default; arq: arq:queue)")
+    dispatch.add_argument("--routing-key", metavar="KEY", help="celery: the routing key")
+    dispatch.add_argument("--exchange", metavar="NAME", help="amqp: the exchange (default: the default exchange)")
+    dispatch.add_argument("--priority", type=int, metavar="N", help="celery: the task's priority (0-255)")
+    dispatch.add_argument("--expires", metavar="D", help="celery: workers drop the task this long after its slot")
+    dispatch.add_argument("--no-jetstream", action="store_true", help="nats: a core publish (no ack, no dedupe)")
+    dispatch.add_argument("--transient", action="store_true", help="amqp: not persistent (delivery mode 1)")
+    dispatch.add_argument("--content-type", metavar="TYPE", help="amqp: the message's content type "
+                                                                 "(default application/json)")
+    dispatch.add_argument("--field", action="append", metavar="K=V", help="redis-stream: an entry field; repeatable")
+    dispatch.add_argument("--maxlen", type=int, metavar="N", help="redis-stream: trim the stream to about N entries")
+    dispatch.add_argument("--dedupe-ttl", metavar="D", help="redis-stream: how long a slot's dedupe marker lives "
+                                                            "(default: longer than the catch-up window)")
+    dispatch.add_argument("--tick-kwarg", metavar="NAME", help="arq: pass the tick as this keyword argument")
+    dispatch.add_argument("--session", action="store_true", help="python: pass a fenced database session "
+                                                                 "(PostgreSQL, MariaDB)")
     put.add_argument("--method", default=None, help="HTTP method (default POST)")
     put.add_argument("--header", action="append", metavar="K:V",
-                     help="HTTP header; repeatable (Authorization, Proxy-Authorization, Cookie and X-Api-Key "
+                     help="HTTP, NATS or AMQP header; repeatable (Authorization, Proxy-Authorization, Cookie and X-Api-Key "
                           "are always secret)")
     put.add_argument("--secret-header", action="append", metavar="NAME[:VALUE]",
                      help="a header whose value is never logged nor shown: NAME marks a --header, NAME:VALUE "
                           "gives one; repeatable")
     body = put.add_mutually_exclusive_group()
-    body.add_argument("--body", metavar="B", help="HTTP request body")
+    body.add_argument("--body", metavar="B", help="HTTP request body, or the NATS or AMQP message body")
     body.add_argument("--body-file", metavar="PATH", help="HTTP request body read from PATH (- for stdin), "
                                                           "for bodies too long for the command line (up to 1 MiB)")
     put.add_argument("--catchup", choices=["all", "latest", "none"], help="missed slots policy (default all)")

@@ -1,14 +1,24 @@
-"""Executors run one attempt of one tick: an HTTP request, a shell command, or nothing.
+"""Executors run one attempt of one tick: an HTTP request, a shell command, an enqueue onto a
+task queue or a publish to a broker, a Python call, or nothing.
 
-``executor_for(kind, allow_shell=...)`` hands out shared, stateless instances
-that any number of worker threads may call at once.
+``Executors`` is a node's set of them: it hands out one shared instance per
+kind, made on first use (so a broker kind's optional client is imported only
+when a job of that kind runs), and owns what they share: one client per broker
+URL (``connections.Connections``) and one asyncio loop for the asyncio-only
+clients (``aio.LoopThread``). ``close()`` at node stop closes them all.
 """
 
 from __future__ import annotations
 
-from shardcron.errors import InvalidJob
+import importlib
+import threading
+
 from shardcron.abc import Executor
+from shardcron.errors import InvalidJob
+from shardcron.executors.aio import LoopThread
+from shardcron.executors.connections import Connections
 from shardcron.executors.describe import describe
+from shardcron.executors.extras import require_extra
 from shardcron.executors.http import HttpExecutor
 from shardcron.executors.noop import NoopExecutor
 from shardcron.executors.shell import ShellExecutor
@@ -20,16 +30,64 @@ _SHARED: dict[ExecutorKind, Executor] = {
     ExecutorKind.SHELL: ShellExecutor(),
 }
 
+# kind -> "module:class"; the class takes (connections, loop).
+_BROKER_EXECUTORS = {
+    ExecutorKind.CELERY: "shardcron.executors.celery:CeleryExecutor",
+    ExecutorKind.RQ: "shardcron.executors.rq:RqExecutor",
+    ExecutorKind.ARQ: "shardcron.executors.arq:ArqExecutor",
+    ExecutorKind.NATS: "shardcron.executors.nats:NatsExecutor",
+    ExecutorKind.AMQP: "shardcron.executors.amqp:AmqpExecutor",
+    ExecutorKind.REDIS_STREAM: "shardcron.executors.redis_stream:RedisStreamExecutor",
+}
+
 
 def executor_for(kind: ExecutorKind, *, allow_shell: bool) -> Executor:
-    """The shared executor for ``kind``; shell ones only on nodes started with --allow-shell."""
+    """The shared executor for a stateless kind (http, shell, noop); shell ones only with --allow-shell."""
     try:
         kind = ExecutorKind(kind)
     except ValueError:
         raise InvalidJob("executor.kind", f"no executor for {kind!r}") from None
     if kind is ExecutorKind.SHELL and not allow_shell:
         raise InvalidJob("executor.kind", "shell jobs are refused: this node runs without --allow-shell")
+    if kind not in _SHARED:
+        raise InvalidJob("executor.kind", f"{kind.value} executors belong to a node's Executors")
     return _SHARED[kind]
 
 
-__all__ = ["Executor", "HttpExecutor", "NoopExecutor", "ShellExecutor", "describe", "executor_for"]
+class Executors:
+    """A node's executors. ``engine``: the store, for Python jobs that take a fenced session."""
+
+    def __init__(self, *, engine=None, allow_shell: bool = False, allow_python: tuple[str, ...] = ()):
+        self.engine = engine
+        self.allow_shell = allow_shell
+        self.allow_python = tuple(allow_python)
+        self.connections = Connections()
+        self.loop = LoopThread()
+        self._lock = threading.Lock()
+        self._made: dict[ExecutorKind, Executor] = {}
+
+    def for_kind(self, kind: ExecutorKind) -> Executor:
+        kind = ExecutorKind(kind)
+        if kind in _SHARED:
+            return executor_for(kind, allow_shell=self.allow_shell)
+        with self._lock:
+            made = self._made.get(kind)
+            if made is None:
+                made = self._made[kind] = self._make(kind)
+            return made
+
+    def _make(self, kind: ExecutorKind) -> Executor:
+        if kind is ExecutorKind.PYTHON:
+            from shardcron.executors.python import PythonExecutor
+
+            return PythonExecutor(engine=self.engine, allow_python=self.allow_python)
+        require_extra(kind)
+        module, _, name = _BROKER_EXECUTORS[kind].partition(":")
+        return getattr(importlib.import_module(module), name)(self.connections, self.loop)
+
+    def close(self) -> None:
+        self.connections.close()
+        self.loop.close()
+
+
+__all__ = ["Executor", "Executors", "HttpExecutor", "NoopExecutor", "ShellExecutor", "describe", "executor_for"]

@@ -35,29 +35,14 @@ import urllib.request
 from urllib.parse import urlsplit
 
 from shardcron import __version__
-from shardcron.clock import rfc3339_ms
 from shardcron.executors.base import CANCEL_POLL_S, now_ms, truncate_output
+from shardcron.executors.identity import IDEMPOTENCY_KEY, tick_headers
 from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutionResult, ExecutorSpec, HttpSpec, TickContext
 
 RESERVED_PREFIX = "x-shardcron-"
-IDEMPOTENCY_KEY = "Idempotency-Key"
 
 # Thread names make an abandoned request easy to spot in a thread dump.
 REQUEST_THREAD_NAME = "shardcron-http-request"
-
-
-def tick_headers(ctx: TickContext) -> dict[str, str]:
-    """The headers that tell the downstream which tick, attempt and fence it serves."""
-    return {
-        "X-Shardcron-Job-Id": ctx.job_id,
-        "X-Shardcron-Scheduled-At": rfc3339_ms(ctx.scheduled_at_ms),
-        "X-Shardcron-Scheduled-At-Ms": str(ctx.scheduled_at_ms),
-        "X-Shardcron-Attempt": str(ctx.attempt),
-        "X-Shardcron-Fence": str(ctx.fence),
-        "X-Shardcron-Shard": str(ctx.shard),
-        "X-Shardcron-Node": ctx.node_id,
-        IDEMPOTENCY_KEY: ctx.idempotency_key,
-    }
 
 
 def request_headers(spec: HttpSpec, ctx: TickContext) -> dict[str, str]:

@@ -29,6 +29,7 @@ from shardcron import metrics
 from shardcron.clock import SYSTEM_CLOCK, Clock
 from shardcron.coordination.session import Session
 from shardcron.errors import StoreUnavailable, TriggerBusy
+from shardcron.executors import Executors
 from shardcron.model import ExecutionResult, ExecutorKind, Job, SlotRef, TickStatus
 from shardcron.scheduling.heap import ClaimDue, DispatchDue, TimerHeap
 from shardcron.scheduling.policies import OVERLAP_SKIP_REASON, overlap_allows
@@ -70,6 +71,7 @@ class Scheduler:
         shard_count: int,
         *,
         allow_shell: bool = False,
+        allow_python: tuple[str, ...] = (),
         lookahead_ms: int = 1000,
         on_fenced: Callable[[int, int], None] = lambda shard, fence: None,
         imports: Iterable[Job] = (),
@@ -80,6 +82,7 @@ class Scheduler:
         self.node_id = node_id
         self.shard_count = shard_count
         self.allow_shell = allow_shell
+        self.executors = Executors(engine=engine, allow_shell=allow_shell, allow_python=allow_python)
         self.lookahead_ms = lookahead_ms
         self._report_fenced = on_fenced
         self._now_ms = clock.wall_ms  # bound once: it is on every hot path
@@ -116,6 +119,7 @@ class Scheduler:
                 t.join(5)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.recorder.close()
+        self.executors.close()
 
     # -- ShardWork --------------------------------------------------------------------
 
@@ -442,7 +446,7 @@ class Scheduler:
 
         def work():
             try:
-                status = run_tick(tick, self.engine, self.recorder, self.allow_shell,
+                status = run_tick(tick, self.engine, self.recorder, self.executors,
                                   self._fenced, lambda late: self._started(shard, late), now_ms=self._now_ms)
                 if status is None:
                     self.stats.add(not_started=1)

@@ -28,7 +28,8 @@ from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attem
 from shardcron import clock
 from shardcron.coordination.session import Session
 from shardcron.errors import FencedOut, StoreUnavailable
-from shardcron.executors import executor_for
+from shardcron import crashpoints
+from shardcron.executors import Executors
 from shardcron.model import ExecutionResult, Job, SlotRef, TickContext, TickStatus
 from shardcron.scheduling.policies import backoff_ms
 from shardcron.scheduling.recorder import Recorder, ResultWrite
@@ -64,11 +65,11 @@ class TickRun:
     session: Session
 
 
-def run_tick(run: TickRun, engine: Engine, recorder: Recorder, allow_shell: bool,
+def run_tick(run: TickRun, engine: Engine, recorder: Recorder, executors: Executors,
              on_fenced: Callable[[int, int, int], None], on_started: Callable[[int], None], *,
              now_ms: Callable[[], int] = clock.wall_ms) -> TickStatus | None:
     """Run every attempt the retry policy allows. Returns the final status, or None when aborted."""
-    executor = executor_for(run.job.executor.kind, allow_shell=allow_shell)
+    executor = executors.for_kind(run.job.executor.kind)
     first = run.attempt
     remaining = max(1, run.job.retry.max_attempts - first + 1)
     state = {"attempt": first - 1}
@@ -93,7 +94,9 @@ def run_tick(run: TickRun, engine: Engine, recorder: Recorder, allow_shell: bool
                          "(marked running, not started)")
         on_started(started - run.slot.scheduled_at_ms)
         ctx = TickContext(run.slot.job_id, run.slot.scheduled_at_ms, n, run.fence, run.shard, run.node_id)
-        return executor.run(run.job.executor, ctx, run.job.timeout_ms / 1000.0, run.stop)
+        result = executor.run(run.job.executor, ctx, run.job.timeout_ms / 1000.0, run.stop)
+        crashpoints.after_dispatch(run.slot.job_id, result.ok)
+        return result
 
     def wait(rs: RetryCallState) -> float:
         return backoff_ms(run.job.retry, state["attempt"]) / 1000.0

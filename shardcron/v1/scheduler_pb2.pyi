@@ -88,6 +88,121 @@ class NoopExecutor(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class CeleryExecutor(_message.Message):
+    __slots__ = ("url", "task", "args_json", "kwargs_json", "queue", "routing_key", "priority", "expires_ms")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    task: str
+    args_json: str
+    kwargs_json: str
+    queue: str
+    routing_key: str
+    priority: int
+    expires_ms: int
+    def __init__(self, url: _Optional[str] = ..., task: _Optional[str] = ..., args_json: _Optional[str] = ..., kwargs_json: _Optional[str] = ..., queue: _Optional[str] = ..., routing_key: _Optional[str] = ..., priority: _Optional[int] = ..., expires_ms: _Optional[int] = ...) -> None: ...
+
+class RqExecutor(_message.Message):
+    __slots__ = ("url", "func", "queue", "args_json", "kwargs_json")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    FUNC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    func: str
+    queue: str
+    args_json: str
+    kwargs_json: str
+    def __init__(self, url: _Optional[str] = ..., func: _Optional[str] = ..., queue: _Optional[str] = ..., args_json: _Optional[str] = ..., kwargs_json: _Optional[str] = ...) -> None: ...
+
+class ArqExecutor(_message.Message):
+    __slots__ = ("url", "function", "queue", "args_json", "kwargs_json", "tick_kwarg")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    FUNCTION_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    TICK_KWARG_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    function: str
+    queue: str
+    args_json: str
+    kwargs_json: str
+    tick_kwarg: str
+    def __init__(self, url: _Optional[str] = ..., function: _Optional[str] = ..., queue: _Optional[str] = ..., args_json: _Optional[str] = ..., kwargs_json: _Optional[str] = ..., tick_kwarg: _Optional[str] = ...) -> None: ...
+
+class NatsExecutor(_message.Message):
+    __slots__ = ("url", "subject", "jetstream", "body", "headers")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    JETSTREAM_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    subject: str
+    jetstream: bool
+    body: str
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    def __init__(self, url: _Optional[str] = ..., subject: _Optional[str] = ..., jetstream: _Optional[bool] = ..., body: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ...) -> None: ...
+
+class AmqpExecutor(_message.Message):
+    __slots__ = ("url", "exchange", "routing_key", "body", "headers", "persistent", "content_type")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    EXCHANGE_FIELD_NUMBER: _ClassVar[int]
+    ROUTING_KEY_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    HEADERS_FIELD_NUMBER: _ClassVar[int]
+    PERSISTENT_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_TYPE_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    exchange: str
+    routing_key: str
+    body: str
+    headers: _containers.RepeatedCompositeFieldContainer[Header]
+    persistent: bool
+    content_type: str
+    def __init__(self, url: _Optional[str] = ..., exchange: _Optional[str] = ..., routing_key: _Optional[str] = ..., body: _Optional[str] = ..., headers: _Optional[_Iterable[_Union[Header, _Mapping]]] = ..., persistent: _Optional[bool] = ..., content_type: _Optional[str] = ...) -> None: ...
+
+class RedisStreamExecutor(_message.Message):
+    __slots__ = ("url", "stream", "fields", "maxlen", "dedupe_ttl_ms")
+    class FieldsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    URL_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    FIELDS_FIELD_NUMBER: _ClassVar[int]
+    MAXLEN_FIELD_NUMBER: _ClassVar[int]
+    DEDUPE_TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    stream: str
+    fields: _containers.ScalarMap[str, str]
+    maxlen: int
+    dedupe_ttl_ms: int
+    def __init__(self, url: _Optional[str] = ..., stream: _Optional[str] = ..., fields: _Optional[_Mapping[str, str]] = ..., maxlen: _Optional[int] = ..., dedupe_ttl_ms: _Optional[int] = ...) -> None: ...
+
+class PythonExecutor(_message.Message):
+    __slots__ = ("target", "args_json", "kwargs_json", "session")
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    target: str
+    args_json: str
+    kwargs_json: str
+    session: bool
+    def __init__(self, target: _Optional[str] = ..., args_json: _Optional[str] = ..., kwargs_json: _Optional[str] = ..., session: _Optional[bool] = ...) -> None: ...
+
 class RetryPolicy(_message.Message):
     __slots__ = ("max_attempts", "backoff_initial_ms", "backoff_max_ms")
     MAX_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
@@ -99,7 +214,7 @@ class RetryPolicy(_message.Message):
     def __init__(self, max_attempts: _Optional[int] = ..., backoff_initial_ms: _Optional[int] = ..., backoff_max_ms: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "schedule", "http", "shell", "noop", "catchup", "catchup_window_ms", "overlap", "timeout_ms", "retry", "paused", "labels", "version", "active_since_ms")
+    __slots__ = ("id", "schedule", "http", "shell", "noop", "celery", "rq", "arq", "nats", "amqp", "redis_stream", "python", "catchup", "catchup_window_ms", "overlap", "timeout_ms", "retry", "paused", "labels", "version", "active_since_ms")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +227,13 @@ class Job(_message.Message):
     HTTP_FIELD_NUMBER: _ClassVar[int]
     SHELL_FIELD_NUMBER: _ClassVar[int]
     NOOP_FIELD_NUMBER: _ClassVar[int]
+    CELERY_FIELD_NUMBER: _ClassVar[int]
+    RQ_FIELD_NUMBER: _ClassVar[int]
+    ARQ_FIELD_NUMBER: _ClassVar[int]
+    NATS_FIELD_NUMBER: _ClassVar[int]
+    AMQP_FIELD_NUMBER: _ClassVar[int]
+    REDIS_STREAM_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_FIELD_NUMBER: _ClassVar[int]
     CATCHUP_FIELD_NUMBER: _ClassVar[int]
     CATCHUP_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +248,13 @@ class Job(_message.Message):
     http: HttpExecutor
     shell: ShellExecutor
     noop: NoopExecutor
+    celery: CeleryExecutor
+    rq: RqExecutor
+    arq: ArqExecutor
+    nats: NatsExecutor
+    amqp: AmqpExecutor
+    redis_stream: RedisStreamExecutor
+    python: PythonExecutor
     catchup: CatchUp
     catchup_window_ms: int
     overlap: Overlap
@@ -135,7 +264,7 @@ class Job(_message.Message):
     labels: _containers.ScalarMap[str, str]
     version: int
     active_since_ms: int
-    def __init__(self, id: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., http: _Optional[_Union[HttpExecutor, _Mapping]] = ..., shell: _Optional[_Union[ShellExecutor, _Mapping]] = ..., noop: _Optional[_Union[NoopExecutor, _Mapping]] = ..., catchup: _Optional[_Union[CatchUp, str]] = ..., catchup_window_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., timeout_ms: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., paused: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[int] = ..., active_since_ms: _Optional[int] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., http: _Optional[_Union[HttpExecutor, _Mapping]] = ..., shell: _Optional[_Union[ShellExecutor, _Mapping]] = ..., noop: _Optional[_Union[NoopExecutor, _Mapping]] = ..., celery: _Optional[_Union[CeleryExecutor, _Mapping]] = ..., rq: _Optional[_Union[RqExecutor, _Mapping]] = ..., arq: _Optional[_Union[ArqExecutor, _Mapping]] = ..., nats: _Optional[_Union[NatsExecutor, _Mapping]] = ..., amqp: _Optional[_Union[AmqpExecutor, _Mapping]] = ..., redis_stream: _Optional[_Union[RedisStreamExecutor, _Mapping]] = ..., python: _Optional[_Union[PythonExecutor, _Mapping]] = ..., catchup: _Optional[_Union[CatchUp, str]] = ..., catchup_window_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., timeout_ms: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., paused: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[int] = ..., active_since_ms: _Optional[int] = ...) -> None: ...
 
 class PutJobRequest(_message.Message):
     __slots__ = ("job", "expected_version")

@@ -19,7 +19,7 @@ import trustme
 from shardcron.dev.testing.cluster import eventually
 from shardcron.dev.sink import Sink
 from shardcron.errors import InvalidJob
-from shardcron.executors import HttpExecutor, NoopExecutor, ShellExecutor, describe, executor_for
+from shardcron.executors import Executors, HttpExecutor, NoopExecutor, ShellExecutor, describe, executor_for
 from shardcron.abc import Executor
 from shardcron.clock import rfc3339_ms
 from shardcron.executors.base import truncate_output
@@ -370,11 +370,27 @@ def test_executor_for_refuses_shell_without_allow_shell():
 
 
 def test_executor_for_shares_instances():
-    for kind in ExecutorKind:
+    for kind in (ExecutorKind.NOOP, ExecutorKind.HTTP, ExecutorKind.SHELL):
         executor = executor_for(kind, allow_shell=True)
         assert isinstance(executor, Executor)
         assert executor is executor_for(kind, allow_shell=True)
     assert executor_for(ExecutorKind.HTTP, allow_shell=False) is executor_for(ExecutorKind.HTTP, allow_shell=True)
+
+
+def test_a_nodes_executors_make_one_instance_per_kind_on_first_use():
+    executors = Executors(allow_shell=True, allow_python=("tests",))
+    try:
+        for kind in ExecutorKind:
+            executor = executors.for_kind(kind)
+            assert isinstance(executor, Executor), kind
+            assert executor is executors.for_kind(kind), kind
+    finally:
+        executors.close()
+
+
+def test_executor_for_refuses_the_kinds_a_node_owns():
+    with pytest.raises(InvalidJob, match="celery executors belong to a node's Executors"):
+        executor_for(ExecutorKind.CELERY, allow_shell=True)
 
 
 def test_noop_is_ok():

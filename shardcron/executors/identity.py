@@ -1,0 +1,61 @@
+"""A tick's identity as every executor hands it downstream: one way to build it, for every kind.
+
+The identity of a slot is ``(job_id, scheduled_at_ms)``; its idempotency key
+is ``"<job_id>:<scheduled_at_ms>"`` (``TickContext.idempotency_key``) and its
+message or task id a UUID derived from that key (``slot_uuid``). Both are the
+same on every leader and every attempt, so a successor that retries a slot
+re-sends the same id, and a broker or queue that deduplicates by id (JetStream's
+``Nats-Msg-Id``, arq's ``_job_id``, RQ's job id, a Celery task id, an AMQP
+``message_id``) drops the second copy.
+
+The attempt and the fence travel beside it, so a consumer can refuse work
+from a deposed leader (``shardcron.dedupe``).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from shardcron.clock import rfc3339_ms
+from shardcron.model import TickContext
+
+# uuid5 namespace of shardcron slot ids. Fixed forever: changing it would change every task id.
+SLOT_NAMESPACE = uuid.UUID("6d2a0c55-3f8e-5b7e-9a47-6b1f2f0f9c11")
+
+IDEMPOTENCY_KEY = "Idempotency-Key"
+
+
+def slot_uuid(ctx: TickContext) -> str:
+    """The slot's UUID: the same for every leader and attempt of one ``(job_id, scheduled_at_ms)``."""
+    return str(uuid.uuid5(SLOT_NAMESPACE, ctx.idempotency_key))
+
+
+def tick_headers(ctx: TickContext) -> dict[str, str]:
+    """Header-style names, for transports with headers (HTTP, NATS, AMQP)."""
+    return {
+        "X-Shardcron-Job-Id": ctx.job_id,
+        "X-Shardcron-Scheduled-At": rfc3339_ms(ctx.scheduled_at_ms),
+        "X-Shardcron-Scheduled-At-Ms": str(ctx.scheduled_at_ms),
+        "X-Shardcron-Attempt": str(ctx.attempt),
+        "X-Shardcron-Fence": str(ctx.fence),
+        "X-Shardcron-Shard": str(ctx.shard),
+        "X-Shardcron-Node": ctx.node_id,
+        IDEMPOTENCY_KEY: ctx.idempotency_key,
+    }
+
+
+def tick_fields(ctx: TickContext) -> dict[str, str]:
+    """Identifier-style names, for Celery headers, Redis stream fields, RQ meta and arq keyword arguments.
+
+    Values are strings, so they survive any serialiser; ``shardcron.dedupe.TickInfo`` reads them back.
+    """
+    return {
+        "shardcron_job_id": ctx.job_id,
+        "shardcron_scheduled_at": rfc3339_ms(ctx.scheduled_at_ms),
+        "shardcron_scheduled_at_ms": str(ctx.scheduled_at_ms),
+        "shardcron_attempt": str(ctx.attempt),
+        "shardcron_fence": str(ctx.fence),
+        "shardcron_shard": str(ctx.shard),
+        "shardcron_node": ctx.node_id,
+        "shardcron_idempotency_key": ctx.idempotency_key,
+    }
