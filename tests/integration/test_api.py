@@ -128,6 +128,26 @@ BAD_JOBS = [
     ("too many labels", noop_job("a", labels={f"k{i}": "v" for i in range(65)}), "labels", "at most 64"),
     ("label value too long", noop_job("a", labels={"k": "v" * 300}), "labels", "256"),
     ("empty label key", noop_job("a", labels={"": "v"}), "labels", "256"),
+    ("celery broker url not redis or amqp",
+     _job(id="a", schedule=pb.Schedule(interval_ms=1000), celery=pb.CeleryExecutor(url="http://h/", task="t")),
+     "executor.url", "must start with one of redis://"),
+    ("celery args not JSON", _job(id="a", schedule=pb.Schedule(interval_ms=1000),
+                                  celery=pb.CeleryExecutor(url="redis://h", task="t", args_json="[1,")),
+     "executor.args", "not valid JSON"),
+    ("rq func not a dotted path", _job(id="a", schedule=pb.Schedule(interval_ms=1000),
+                                       rq=pb.RqExecutor(url="redis://h", func="a b")), "executor.func", "dotted path"),
+    ("nats subject with a wildcard", _job(id="a", schedule=pb.Schedule(interval_ms=1000),
+                                          nats=pb.NatsExecutor(url="nats://h", subject="jobs.*")),
+     "executor.subject", "no wildcards"),
+    ("amqp default exchange without a routing key", _job(id="a", schedule=pb.Schedule(interval_ms=1000),
+                                                         amqp=pb.AmqpExecutor(url="amqp://h/")),
+     "executor.routing_key", "names the queue"),
+    ("redis-stream without a stream", _job(id="a", schedule=pb.Schedule(interval_ms=1000),
+                                           redis_stream=pb.RedisStreamExecutor(url="redis://h")),
+     "executor.stream", "missing"),
+    ("python without --allow-python", _job(id="a", schedule=pb.Schedule(interval_ms=1000),
+                                           python=pb.PythonExecutor(target="os:system")),
+     "executor.kind", "--allow-python"),
 ]
 
 
@@ -154,6 +174,30 @@ def test_an_executor_kind_this_server_does_not_know_is_refused_not_taken_for_noo
             call(raw, timeout=10)
     assert e.value.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert e.value.details().startswith("executor: ")
+
+
+def test_a_dispatch_job_is_stored_whole_and_answered_with_its_broker_password_masked(stub, node):
+    job = _job(id="celery-report", schedule=pb.Schedule(cron="0 3 * * *"),
+               celery=pb.CeleryExecutor(url="redis://:s3cret@127.0.0.1:9/0", task="app.tasks.report",
+                                        args_json='[1,"a"]', kwargs_json='{"k":true}', queue="reports", priority=5,
+                                        expires_ms=30_000))
+    answer = stub.PutJob(pb.PutJobRequest(job=job), timeout=10).job
+    got = stub.GetJob(pb.GetJobRequest(id="celery-report"), timeout=10).job
+    for j in (answer, got):
+        assert j.celery.url == "redis://:***@127.0.0.1:9/0"
+        assert (j.celery.task, j.celery.queue, j.celery.priority, j.celery.expires_ms) == \
+            ("app.tasks.report", "reports", 5, 30_000)
+        assert j.celery.args_json == '[1,"a"]' and j.celery.kwargs_json == '{"k":true}'
+    # The node's store keeps the password: the executor needs it.
+    from shardcron.store.engine import make_engine
+    from shardcron.store.jobs import get_job
+
+    engine = make_engine(node.db)
+    try:
+        assert get_job(engine, "celery-report").executor.celery.url == "redis://:s3cret@127.0.0.1:9/0"
+    finally:
+        engine.dispose()
+    stub.DeleteJob(pb.DeleteJobRequest(id="celery-report"), timeout=10)
 
 
 def test_a_payload_of_exactly_1_mib_is_accepted(stub):
