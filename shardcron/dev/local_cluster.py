@@ -20,15 +20,25 @@ from shardcron.cli.common import fmt_clock_ms
 from shardcron.errors import ShardcronError
 
 
-def demo_jobs(sink_url: str) -> list[dict]:
-    """What `make dev` submits through the API: a noop every second, an HTTP call, a cron job in Tokyo."""
-    return [
+DEMO_REDIS = "redis://127.0.0.1:6379/0"
+DEMO_STREAM = "shardcron:demo"
+
+
+def demo_jobs(sink_url: str, *, redis: bool = False) -> list[dict]:
+    """What `make dev` submits through the API: a noop every second, an HTTP call, a cron job in Tokyo,
+    and, when a Redis answers on 127.0.0.1:6379, one entry per slot added to a Redis stream."""
+    jobs = [
         {"id": "heartbeat", "every": "1s", "executor": {"kind": "noop"}, "labels": {"demo": "yes"}},
         {"id": "ping-sink", "every": "5s", "labels": {"demo": "yes"},
          "executor": {"kind": "http", "url": f"{sink_url}/ping", "method": "POST", "body": "hello from shardcron"}},
         {"id": "tokyo-quarter-minute", "cron": "*/15 * * * * *", "timezone": "Asia/Tokyo",
          "executor": {"kind": "noop"}, "labels": {"demo": "yes"}},
     ]
+    if redis:
+        jobs.append({"id": "to-redis-stream", "every": "5s", "labels": {"demo": "yes"},
+                     "executor": {"kind": "redis-stream", "url": DEMO_REDIS, "stream": DEMO_STREAM,
+                                  "fields": {"report": "daily"}, "maxlen": 1000}})
+    return jobs
 
 
 def register(sub) -> None:
@@ -92,7 +102,8 @@ def main(a: argparse.Namespace) -> int:
 
         servers = [f"127.0.0.1:{a.base_port + i}" for i in range(a.nodes)]
         client = Client(servers)
-        for d in demo_jobs(sink.url.rstrip("/")):
+        redis = port_open("127.0.0.1", 6379)
+        for d in demo_jobs(sink.url.rstrip("/"), redis=redis):
             job = client.put_job(job_from_dict(d))
             print(f"submitted {job.id} (version {job.version}) through {servers[0]}")
         from shardcron.cli import cmd_shards
@@ -107,7 +118,9 @@ def main(a: argparse.Namespace) -> int:
               f"  shardcron shards\n"
               f"  shardcron nodes\n"
               f"  shardcron audit\n"
-              f"  grpcurl -plaintext {servers[0]} list\n"
+              + (f"  redis-cli XREVRANGE {DEMO_STREAM} + - COUNT 3   # one entry per slot, never two\n"
+                 if redis else "")
+              + f"  grpcurl -plaintext {servers[0]} list\n"
               f"\nStreaming ticks (Ctrl-C stops everything; logs and the store stay in {workdir}):", flush=True)
         _stream_ticks(client, stop, a.for_seconds)
         client.close()

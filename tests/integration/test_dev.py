@@ -62,17 +62,21 @@ def test_dev_cluster_streams_ticks_and_leaves_nothing_behind_on_ctrl_c(tmp_path)
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
     lines: list[str] = []
     seen = threading.Event()
+    streamed = threading.Event()  # the demo's redis-stream job: make test starts the Redis it needs
 
     def read():
         for line in proc.stdout:
             lines.append(line)
             if "heartbeat" in line and "succeeded" in line:
                 seen.set()
+            if "to-redis-stream" in line and "succeeded" in line:
+                streamed.set()
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
         assert seen.wait(180), "no tick streamed:\n" + "".join(lines[-60:])
+        assert streamed.wait(60), "the redis-stream demo job did not succeed:\n" + "".join(lines[-60:])
         children = descendants(proc.pid)
         assert len(children) >= 4, "three nodes and an etcd run under `shardcron dev`"
 
