@@ -24,6 +24,23 @@ class _NodeFilter(logging.Filter):
         return True
 
 
+# Broker clients that log an expected disconnect (a broker restarted, a connection
+# closed by the server) with its traceback. The executor already reports the
+# failure on the tick, in one line; the library's line stays, without the traceback.
+QUIET_TRACEBACKS = ("aiormq", "aio_pika", "nats", "kombu", "celery", "redis", "rq", "arq")
+
+
+class _OneLineFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.name.split(".", 1)[0] in QUIET_TRACEBACKS:
+            error = record.exc_info[1]
+            record.msg = f"{record.getMessage()} ({type(error).__name__}: {error})"
+            record.args = None
+            record.exc_info = None
+            record.exc_text = None
+        return True
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
@@ -57,6 +74,7 @@ def setup(node_id: str, fmt: str = "text", level: str = "info") -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(_NodeFilter(node_id))
+    handler.addFilter(_OneLineFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

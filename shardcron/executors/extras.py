@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import sys
 
 from shardcron.errors import InvalidJob
 from shardcron.model import ExecutorKind
@@ -47,4 +48,7 @@ def require_extra(kind: ExecutorKind) -> None:
 
 @functools.cache
 def _importable(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ValueError:  # already imported without a spec (a module made at run time): it is there
+        return module in sys.modules
