@@ -362,10 +362,15 @@ class Scheduler:
             with run.lock:
                 for c in items:
                     entry = run.jobs.get(c.job_id)
+                    ref = SlotRef(c.job_id, c.slot_ms)
                     if entry is None or entry.gen != c.gen:
+                        # Deleted or replaced while the claim was in flight. The row is claimed in the
+                        # store now: dispatched, _start records it skipped (deleted) or runs it under the
+                        # new definition; dropped here, it would stay claimed until a takeover.
+                        if ref in got:
+                            dispatch.append(ref)
                         continue
                     entry.claimed_through = max(entry.claimed_through, c.slot_ms)
-                    ref = SlotRef(c.job_id, c.slot_ms)
                     if ref in got:
                         dispatch.append(ref)
                     else:

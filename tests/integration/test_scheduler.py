@@ -260,3 +260,30 @@ def test_a_lease_that_ends_while_the_running_mark_is_written_starts_nothing(rig,
     assert r.scheduler.recorder.flush(0, 30)
     wait_until(lambda: r.scheduler.stats.snapshot()["not_started"] == 1, 30, what="the run to be given up")
     assert held.calls("slow") == [], "marked running, but the executor never started"
+
+
+@pytest.mark.parametrize("change", ["delete", "put again"])
+def test_a_slot_claimed_while_its_job_changed_is_settled_not_left_claimed(rig, engine, monkeypatch, change):
+    """The job is deleted (or replaced) while the claim transaction is in flight: the store has the row
+    claimed, the loop's entry is gone or newer. The row must still end final, not stay claimed."""
+    from shardcron.scheduling import loop as loop_module
+
+    r = rig([noop()])
+    real_claim = loop_module.tick_store.claim_ticks_many
+
+    def claim_then_change(*args, **kwargs):
+        out = real_claim(*args, **kwargs)
+        if change == "delete":
+            delete_job(engine, "beat", shard=0, fence=FENCE)
+            r.scheduler.remove_job(0, "beat")
+        else:
+            r.put_again(replace(noop(), labels={"v": "2"}), T0)
+        return out
+
+    monkeypatch.setattr(loop_module.tick_store, "claim_ticks_many", claim_then_change)
+    assert r.scheduler.claim_due() == 1
+    monkeypatch.setattr(loop_module.tick_store, "claim_ticks_many", real_claim)
+    assert r.ticks("beat")[1][0] is TickStatus.CLAIMED
+    r.at(T0 + 1 * S)
+    expected = (TickStatus.SKIPPED, "job deleted before its slot") if change == "delete" else OK
+    wait_until(lambda: r.ticks("beat")[1] == expected, 30, what=f"slot 1 to end {expected}")
