@@ -86,6 +86,12 @@ class Executors:
         return getattr(importlib.import_module(module), name)(self.connections, self.loop)
 
     def close(self) -> None:
+        with self._lock:
+            made = list(self._made.values())
+        for executor in made:  # the ones that own something of their own (a Python job's session pool)
+            close = getattr(executor, "close", None)
+            if close is not None:
+                close()
         self.connections.close()
         self.loop.close()
 

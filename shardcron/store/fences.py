@@ -163,6 +163,16 @@ _FENCES_FOR_SHARE = (
 )
 
 
+def stored_fence_for_share(conn: Connection, shard: int) -> int | None:
+    """The shard's stored fence, read FOR SHARE in the caller's open transaction (as ``fenced`` does).
+
+    Until that transaction ends no fence raise can commit, so a caller that
+    finds its own fence here may write as the shard's leader. None: no fence row.
+    """
+    row = conn.execute(_FENCES_FOR_SHARE, {"shards": [shard]}).first()
+    return None if row is None else row.fence
+
+
 def run_fenced(engine: Engine, shard: int, fence: int, work: Callable[[Connection], T]) -> T:
     """``work(conn)`` in a ``fenced`` transaction, run again in a fresh one if it
     loses a race to a concurrent transaction of the same leader (the fence lock
@@ -195,4 +205,4 @@ def run_fenced_many(engine: Engine, work_by_fence: Mapping[Key, P],
 
 
 __all__ = ["FenceRow", "FencedOutcome", "ensure_shards", "fenced", "fenced_many", "raise_fence", "read_fences",
-           "run_fenced", "run_fenced_many"]
+           "run_fenced", "run_fenced_many", "stored_fence_for_share"]

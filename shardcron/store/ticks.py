@@ -173,6 +173,24 @@ def record_results_many(
     return ManyOutcome(out.value, out.fenced_out)
 
 
+def record_result_in(conn: Connection, slot: SlotRef, attempt: int, result: ExecutionResult, status: TickStatus,
+                     *, shard: int, fence: int) -> int:
+    """``record_results``' UPDATE for one tick, in the caller's open transaction; returns the rows it changed.
+
+    It checks no fence itself: the caller holds the shard's fence row FOR
+    SHARE (``fences.stored_fence_for_share``). 1 when the tick was still
+    unresolved under ``fence``; 0 when it was not (final, or another fence's).
+    """
+    status = TickStatus(status)
+    row = {
+        "b_job": slot.job_id, "b_at": slot.scheduled_at_ms, "b_shard": shard, "b_fence": fence,
+        "b_status": status.value, "b_attempt": attempt, "b_started": result.started_at_ms,
+        "b_finished": result.finished_at_ms if status.is_final else None, "b_exit": result.exit_code,
+        "b_http": result.http_status, "b_output": clip(result.output), "b_error": clip(result.error),
+    }
+    return conn.execute(_RECORD_RESULT, row).rowcount
+
+
 def take_over(engine: Engine, slots: Sequence[SlotRef], *, shard: int, fence: int, node_id: str) -> list[SlotRef]:
     """Adopt orphans: unresolved ticks of older fences become this leader's
     (fence and node_id; status unchanged). Returns the slots that moved.
@@ -401,6 +419,7 @@ __all__ = [
     "last_ticks",
     "list_ticks",
     "mark_running",
+    "record_result_in",
     "record_results",
     "record_results_many",
     "runs_busy_since",
