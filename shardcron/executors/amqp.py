@@ -44,25 +44,18 @@ import aiormq.exceptions
 from shardcron.executors.aio import Cancelled, LoopThread
 from shardcron.executors.base import now_ms
 from shardcron.executors.connections import Connections
-from shardcron.executors.identity import IDEMPOTENCY_KEY, tick_headers
+from shardcron.executors.identity import with_tick_headers
 from shardcron.headers import mask_url
 from shardcron.model import AmqpSpec, ExecutionResult, ExecutorSpec, TickContext
 
 CONNECT_TIMEOUT_S = 5.0
 CLOSE_TIMEOUT_S = 5.0
 APP_ID = "shardcron"
-RESERVED_PREFIX = "x-shardcron-"
 
 
 def message_headers(spec: AmqpSpec, ctx: TickContext) -> dict[str, str]:
     """The job's headers, minus any that would shadow shardcron's, plus shardcron's."""
-    headers = {
-        name: value
-        for name, value in spec.headers
-        if not name.lower().startswith(RESERVED_PREFIX) and name.lower() != IDEMPOTENCY_KEY.lower()
-    }
-    headers.update(tick_headers(ctx))
-    return headers
+    return with_tick_headers(spec.headers, ctx)
 
 
 class AmqpExecutor:

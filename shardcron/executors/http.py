@@ -36,10 +36,8 @@ from urllib.parse import urlsplit
 
 from shardcron import __version__
 from shardcron.executors.base import CANCEL_POLL_S, now_ms, truncate_output
-from shardcron.executors.identity import IDEMPOTENCY_KEY, tick_headers
+from shardcron.executors.identity import with_tick_headers
 from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutionResult, ExecutorSpec, HttpSpec, TickContext
-
-RESERVED_PREFIX = "x-shardcron-"
 
 # Thread names make an abandoned request easy to spot in a thread dump.
 REQUEST_THREAD_NAME = "shardcron-http-request"
@@ -47,14 +45,9 @@ REQUEST_THREAD_NAME = "shardcron-http-request"
 
 def request_headers(spec: HttpSpec, ctx: TickContext) -> dict[str, str]:
     """User headers, minus any that would shadow shardcron's, plus shardcron's."""
-    headers = {
-        name: value
-        for name, value in spec.headers
-        if not name.lower().startswith(RESERVED_PREFIX) and name.lower() != IDEMPOTENCY_KEY.lower()
-    }
+    headers = with_tick_headers(spec.headers, ctx)
     if spec.body and not any(name.lower() == "content-type" for name in headers):
         headers["Content-Type"] = "text/plain; charset=utf-8"
-    headers.update(tick_headers(ctx))
     return headers
 
 

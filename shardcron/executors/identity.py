@@ -59,3 +59,17 @@ def tick_fields(ctx: TickContext) -> dict[str, str]:
         "shardcron_node": ctx.node_id,
         "shardcron_idempotency_key": ctx.idempotency_key,
     }
+
+
+RESERVED_PREFIX = "x-shardcron-"
+
+
+def with_tick_headers(user_headers, ctx: TickContext, *, also_reserved: frozenset[str] = frozenset()) -> dict[str, str]:
+    """A job's own headers, minus any that would shadow shardcron's, plus shardcron's: so a job cannot
+    forge the tick it carries. ``also_reserved``: lower-case names a transport keeps for itself (NATS's
+    ``Nats-Msg-Id``)."""
+    reserved = {IDEMPOTENCY_KEY.lower(), *also_reserved}
+    headers = {name: value for name, value in user_headers
+               if not name.lower().startswith(RESERVED_PREFIX) and name.lower() not in reserved}
+    headers.update(tick_headers(ctx))
+    return headers

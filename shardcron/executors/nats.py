@@ -43,15 +43,13 @@ from nats.js.errors import APIError, NoStreamResponseError
 from shardcron.executors.aio import Cancelled, LoopThread
 from shardcron.executors.base import now_ms, truncate_output
 from shardcron.executors.connections import Connections
-from shardcron.executors.identity import IDEMPOTENCY_KEY, tick_headers
+from shardcron.executors.identity import with_tick_headers
 from shardcron.headers import mask_url
 from shardcron.model import ExecutionResult, ExecutorSpec, NatsSpec, TickContext
 
 log = logging.getLogger(__name__)
 
 MSG_ID = "Nats-Msg-Id"
-_RESERVED_PREFIX = "x-shardcron-"
-_RESERVED = frozenset({IDEMPOTENCY_KEY.lower(), MSG_ID.lower()})
 
 # A dead broker must fail a tick fast and never hold up the other shards' ticks.
 CONNECT_TIMEOUT_S = 5.0
@@ -61,12 +59,7 @@ _STREAM_INFO_TIMEOUT_S = 5.0
 
 def message_headers(spec: NatsSpec, ctx: TickContext) -> dict[str, str]:
     """User headers, minus any that would shadow shardcron's, plus shardcron's and ``Nats-Msg-Id``."""
-    headers = {
-        name: value
-        for name, value in spec.headers
-        if not name.lower().startswith(_RESERVED_PREFIX) and name.lower() not in _RESERVED
-    }
-    headers.update(tick_headers(ctx))
+    headers = with_tick_headers(spec.headers, ctx, also_reserved=frozenset({MSG_ID.lower()}))
     headers[MSG_ID] = ctx.idempotency_key
     return headers
 
