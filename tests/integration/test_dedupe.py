@@ -20,6 +20,7 @@ from shardcron.dedupe import RedisDeduper, SqlDeduper, TickInfo, Verdict
 from shardcron.executors.identity import slot_uuid, tick_fields
 from shardcron.model import TickContext
 from shardcron.store.engine import make_engine
+from tests.support.processes import stop_process
 from tests.support.workers import dedupe_app
 
 pytestmark = pytest.mark.timeout(180)
@@ -174,13 +175,7 @@ def _runs(client, prefix) -> list[str]:
 
 
 def _stop(proc: subprocess.Popen) -> str:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    stop_process(proc, 20)
     return proc.stdout.read().decode(errors="replace") if proc.stdout else ""
 
 

@@ -24,8 +24,6 @@ import asyncio
 import base64
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -53,6 +51,8 @@ from shardcron.jobspec import job_from_dict
 from shardcron.model import AmqpSpec, CelerySpec, ExecutorKind, ExecutorSpec, TickContext, TickStatus
 from shardcron.store.engine import make_engine
 from shardcron.store.ticks import list_ticks, unresolved_ticks
+from tests.support import sockets
+from tests.support.processes import stop_process
 from tests.support.workers import celery_app
 
 REDIS_URL = os.environ.get("SHARDCRON_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -314,27 +314,9 @@ def test_a_closed_port_fails_at_once_naming_the_masked_url(executors, case):
 
 @pytest.fixture
 def silent_server():
-    """A TCP port that accepts connections and never says anything (a broker that hangs)."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(8)
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept():
-        srv.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                accepted.append(srv.accept()[0])
-            except OSError:
-                continue
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield srv.getsockname()[1], accepted
-    stop.set()
-    for s in accepted:
-        s.close()
-    srv.close()
+    """``(port, accepted)``: a TCP port that accepts connections and never says anything (a broker that hangs)."""
+    with sockets.silent_server() as server:
+        yield server
 
 
 SILENT_CASES = {
@@ -440,12 +422,7 @@ def _process(command: list[str], log: Path, ready: Path, env: dict[str, str] | N
         wait_until(started, 60, 0.05, f"{log.stem} to be ready")
         yield
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc, 20)
 
 
 @dataclass

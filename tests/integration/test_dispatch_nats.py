@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -38,6 +36,8 @@ from shardcron.jobspec import job_from_dict
 from shardcron.model import ExecutorKind, ExecutorSpec, NatsSpec, TickContext, TickStatus
 from shardcron.store.engine import make_engine
 from shardcron.store.ticks import list_ticks
+from tests.support import sockets
+from tests.support.processes import stop_process
 from tests.support.workers.nats_consumer import read_messages
 
 NATS_URL = os.environ.get("SHARDCRON_TEST_NATS_URL", "nats://127.0.0.1:4222")
@@ -169,28 +169,20 @@ def test_a_closed_port_fails_without_waiting_for_the_timeout(executor):
 
 @pytest.fixture
 def silent_server():
-    """A TCP port that accepts connections and never says anything (a NATS server that hangs)."""
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(8)
-    accepted: list[socket.socket] = []
-    yield srv, accepted
-    for s in accepted:
-        s.close()
-    srv.close()
+    """``(port, accepted)``: a TCP port that accepts connections and never says anything (a NATS server that hangs)."""
+    with sockets.silent_server() as server:
+        yield server
 
 
 def test_cancel_stops_a_hanging_connect(executor, silent_server):
-    srv, accepted = silent_server
+    port, accepted = silent_server
     cancel = threading.Event()
 
     def cancel_once_connected():
-        conn, _ = srv.accept()  # the executor is now waiting for the server's INFO
-        accepted.append(conn)
+        wait_until(lambda: accepted, 30, 0.01)  # the executor is now waiting for the server's INFO
         cancel.set()
 
     threading.Thread(target=cancel_once_connected, daemon=True).start()
-    port = srv.getsockname()[1]
     result = executor.run(nats_spec("sc.any", url=f"nats://127.0.0.1:{port}"), ctx(), 60.0, cancel)
     assert not result.ok
     assert result.error.startswith("cancelled: while connecting to NATS"), result.error
@@ -205,8 +197,7 @@ def test_cancel_before_the_publish(executor, stream):
 
 
 def test_a_hanging_server_fails_the_connect_within_its_bound(executor, silent_server):
-    srv, accepted = silent_server
-    port = srv.getsockname()[1]
+    port, _ = silent_server
     result = executor.run(nats_spec("sc.any", url=f"nats://127.0.0.1:{port}"), ctx(), 1.0, threading.Event())
     assert not result.ok
     assert result.error.startswith(f"cannot connect to NATS at nats://127.0.0.1:{port}: "), result.error
@@ -269,12 +260,7 @@ def consumer(stream, tmp_path):
         wait_until(started, 30, 0.05, "the consumer to subscribe")
         yield out
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop_process(proc, 15)
 
 
 def _job(job_id: str, stream: Stream, **extra) -> dict:

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -48,6 +46,8 @@ from shardcron.jobspec import job_from_dict
 from shardcron.model import ExecutorSpec, Tick, TickContext, TickStatus
 from shardcron.store.engine import make_engine
 from shardcron.store.ticks import list_ticks
+from tests.support import sockets
+from tests.support.processes import stop_process
 
 REDIS_URL = os.environ.get("SHARDCRON_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 ROOT = Path(__file__).resolve().parents[2]
@@ -241,14 +241,9 @@ def test_a_closed_port_fails_at_once_naming_the_masked_url(kind, names, pools):
 
 @contextmanager
 def silent_redis() -> Iterator[str]:
-    """A port that accepts TCP connections (the kernel's backlog) and never answers."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    try:
-        yield f"redis://127.0.0.1:{server.getsockname()[1]}/0"
-    finally:
-        server.close()
+    """The URL of a Redis that accepts TCP connections and never answers."""
+    with sockets.silent_server() as (port, _):
+        yield f"redis://127.0.0.1:{port}/0"
 
 
 def test_a_silent_redis_fails_within_the_socket_timeout_not_the_job_timeout(names, pools):
@@ -292,13 +287,7 @@ def process(command: list[str], log_path: Path, env: dict[str, str] | None = Non
     try:
         yield proc
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
+        stop_process(proc, 15)
 
 
 def start_worker(stack: ExitStack, kind: str, names: Names, log_dir: Path) -> subprocess.Popen:
