@@ -270,3 +270,45 @@ def test_authorization_is_secret_by_default_and_secret_header_takes_a_value(node
     assert secret["executor"]["secret_headers"] == ["Authorization", "X-Key"]
     shown = run(node, "jobs", "get", "auth-secret", "--json")
     assert "Bearer x" not in shown.stdout and "k1" not in shown.stdout
+
+
+def test_a_redis_stream_job_from_the_command_line_adds_one_entry_per_slot(node):
+    """The whole road for a dispatch kind: flags -> API -> the shard's leader -> the broker, and back to the table."""
+    import redis
+
+    stream = f"sc-cli-{uuid.uuid4().hex[:8]}"
+    r = redis.Redis.from_url("redis://127.0.0.1:6379/0")
+    try:
+        job = ok_json(node, "jobs", "put", "cli-stream", "--every", "1s", "--redis-stream", stream,
+                      "--broker", "redis://:s3cret@127.0.0.1:6379/0", "--field", "report=daily", "--maxlen", "100")
+        assert job["executor"] == {"kind": "redis-stream", "url": "redis://:***@127.0.0.1:6379/0", "stream": stream,
+                                   "fields": {"report": "daily"}, "maxlen": 100}
+        listed = run(node, "jobs", "list")
+        assert f"redis-stream stream {stream}" in listed.stdout, listed.stdout
+        # The password is wrong for this Redis (it has none): the node says so on the tick, naming the masked URL.
+        wait_until(lambda: any(t["status"] == "failed" for t in ok_json(node, "ticks", "cli-stream")), 60,
+                   what="a failed tick")
+        failed = next(t for t in ok_json(node, "ticks", "cli-stream") if t["status"] == "failed")
+        assert "redis://:***@127.0.0.1:6379/0" in failed["error"] and "s3cret" not in failed["error"], failed
+        ok_json(node, "jobs", "put", "cli-stream", "--every", "1s", "--redis-stream", stream,
+                "--broker", "redis://127.0.0.1:6379/0", "--field", "report=daily")
+        wait_until(lambda: r.xlen(stream) >= 3, 60, what="three entries in the stream")
+        run(node, "jobs", "delete", "cli-stream")
+
+        def slots_and_succeeded():
+            entries = r.xrange(stream)
+            assert all(fields[b"report"] == b"daily" and fields[b"shardcron_job_id"] == b"cli-stream"
+                       for _, fields in entries)
+            slots = [int(fields[b"shardcron_scheduled_at_ms"]) for _, fields in entries]
+            succeeded = {t["scheduled_at_ms"] for t in ok_json(node, "ticks", "cli-stream", "--limit", "100")
+                         if t["status"] == "succeeded"}
+            return slots, succeeded
+
+        # A tick in flight at the delete may still be recorded: wait until the store and the stream agree.
+        wait_until(lambda: (lambda s, ok: sorted(s) == sorted(ok))(*slots_and_succeeded()), 60,
+                   what="every entry to have its succeeded tick")
+        slots, _ = slots_and_succeeded()
+        assert len(slots) == len(set(slots)), "one entry per slot"
+    finally:
+        r.delete(stream)
+        r.close()
