@@ -123,6 +123,8 @@ class Sink:
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # The default listen backlog (5) makes a burst of connections wait about 1 s for a SYN retry.
+    request_queue_size = 1024
 
     def __init__(self, address, handler, sink: Sink):
         self.sink = sink

@@ -33,6 +33,7 @@ from shardcron.executors import Executors
 from shardcron.model import ExecutionResult, ExecutorKind, Job, SlotRef, TickStatus
 from shardcron.scheduling.heap import ClaimDue, DispatchDue, TimerHeap
 from shardcron.scheduling.policies import OVERLAP_SKIP_REASON, overlap_allows
+from shardcron.scheduling.marks import RunningMarks
 from shardcron.scheduling.recorder import Recorder, ResultWrite
 from shardcron.scheduling.runner import StoreDownBeforeStart, TickRun, run_tick
 from shardcron.scheduling.shard_run import JobEntry, ShardRun
@@ -97,6 +98,7 @@ class Scheduler:
         self._dispatch = TimerHeap()  # DispatchDue
         self._closing = False
         self.recorder = Recorder(engine, self._fenced)
+        self.marks = RunningMarks(engine)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tick")
         self._threads = [
             threading.Thread(target=self._claim_loop, name="claimer", daemon=True),
@@ -451,7 +453,7 @@ class Scheduler:
 
         def work():
             try:
-                status = run_tick(tick, self.engine, self.recorder, self.executors,
+                status = run_tick(tick, self.marks, self.recorder, self.executors,
                                   self._fenced, lambda late: self._started(shard, late), now_ms=self._now_ms)
                 if status is None:
                     self.stats.add(not_started=1)

@@ -4,7 +4,8 @@ The order is the promise. Before every attempt:
 1. the shard must still be ours (its stop event is not set);
 2. the session must provably still hold its lease on the monotonic clock
    (``Session.can_act``), which a stop-the-world pause cannot fool;
-3. the row is marked ``running`` in a fenced transaction; a stale leader's
+3. the row is marked ``running`` in a fenced transaction (shared with the
+   marks of the ticks starting alongside it, ``marks.py``); a stale leader's
    mark is rejected and its executor never starts;
 4. checks 1 and 2 again: the mark is a database round trip that can block
    (up to the statement timeout) past the end of the lease. A run stopped
@@ -22,7 +23,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy.engine import Engine
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_attempt
 
 from shardcron import clock
@@ -32,8 +32,8 @@ from shardcron import crashpoints
 from shardcron.executors import Executors
 from shardcron.model import ExecutionResult, Job, SlotRef, TickContext, TickStatus
 from shardcron.scheduling.policies import backoff_ms
+from shardcron.scheduling.marks import RunningMark, RunningMarks
 from shardcron.scheduling.recorder import Recorder, ResultWrite
-from shardcron.store import ticks as tick_store
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class TickRun:
     session: Session
 
 
-def run_tick(run: TickRun, engine: Engine, recorder: Recorder, executors: Executors,
+def run_tick(run: TickRun, marks: RunningMarks, recorder: Recorder, executors: Executors,
              on_fenced: Callable[[int, int, int], None], on_started: Callable[[int], None], *,
              now_ms: Callable[[], int] = clock.wall_ms) -> TickStatus | None:
     """Run every attempt the retry policy allows. Returns the final status, or None when aborted."""
@@ -81,7 +81,7 @@ def run_tick(run: TickRun, engine: Engine, recorder: Recorder, executors: Execut
             raise _Abort("shard lost or lease not provably held")
         started = now_ms()
         try:
-            tick_store.mark_running(engine, [(run.slot, n, started)], shard=run.shard, fence=run.fence)
+            marks.mark(RunningMark(run.shard, run.fence, run.slot, n, started))
         except FencedOut as e:
             log.error("shard %d: not starting %s@%d: %s", run.shard, run.slot.job_id, run.slot.scheduled_at_ms, e,
                       extra={"shard": run.shard, "job": run.slot.job_id, "fence": run.fence})

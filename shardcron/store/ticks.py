@@ -11,7 +11,7 @@ ticks, whose fence it holds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select, tuple_
@@ -112,14 +112,15 @@ def _single(outcome: ManyOutcome, shard: int, fence: int) -> list[SlotRef]:
 
 def mark_running(engine: Engine, updates: Sequence[tuple[SlotRef, int, int]], *, shard: int, fence: int) -> None:
     """(slot, attempt, started_at_ms) -> ``running``, for unresolved ticks under this fence."""
-    if not updates:
-        return
-    rows = _in_key_order(
-        {"b_job": s.job_id, "b_at": s.scheduled_at_ms, "b_shard": shard, "b_fence": fence, "b_attempt": attempt,
-         "b_started": started}
-        for s, attempt, started in updates
-    )
-    run_fenced(engine, shard, fence, lambda conn: conn.execute(_MARK_RUNNING, rows))
+    _single(mark_running_many(engine, {(shard, fence): updates}), shard, fence)
+
+
+def mark_running_many(
+    engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple[SlotRef, int, int]]]
+) -> ManyOutcome:
+    """``mark_running`` for several shards in one transaction: ``{(shard, fence): [(slot, attempt, started)]}``."""
+    return _update_own_unresolved(engine, groups, _MARK_RUNNING, lambda s, attempt, started: {
+        "b_job": s.job_id, "b_at": s.scheduled_at_ms, "b_attempt": attempt, "b_started": started})
 
 
 def record_results(
@@ -142,53 +143,33 @@ def record_results_many(
     engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple[SlotRef, int, ExecutionResult, TickStatus]]]
 ) -> ManyOutcome:
     """``record_results`` for several shards in one transaction: ``{(shard, fence): results}``."""
+
+    def row(s: SlotRef, attempt: int, r: ExecutionResult, status: TickStatus) -> dict:
+        final = TickStatus(status).is_final
+        return {"b_job": s.job_id, "b_at": s.scheduled_at_ms, "b_status": TickStatus(status).value,
+                "b_attempt": attempt, "b_started": r.started_at_ms, "b_finished": r.finished_at_ms if final else None,
+                "b_exit": r.exit_code, "b_http": r.http_status, "b_output": clip(r.output), "b_error": clip(r.error)}
+
+    return _update_own_unresolved(engine, groups, _RECORD_RESULT, row)
+
+
+def _update_own_unresolved(engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple]], statement,
+                           row: Callable[..., dict]) -> ManyOutcome:
+    """``statement`` (an UPDATE of this fence's unresolved rows) for every item of every live group, in one
+    fenced transaction, in key order; ``row(*item)`` gives an item's bind values beside shard and fence."""
     groups = {k: v for k, v in groups.items() if v}
     if not groups:
         return ManyOutcome({}, {})
 
     def work(conn: Connection, live: dict[tuple[int, int], Sequence]) -> dict[int, list[SlotRef]]:
-        rows = _in_key_order(
-            {
-                "b_job": s.job_id,
-                "b_at": s.scheduled_at_ms,
-                "b_shard": shard,
-                "b_fence": fence,
-                "b_status": TickStatus(status).value,
-                "b_attempt": attempt,
-                "b_started": r.started_at_ms,
-                "b_finished": r.finished_at_ms if TickStatus(status).is_final else None,
-                "b_exit": r.exit_code,
-                "b_http": r.http_status,
-                "b_output": clip(r.output),
-                "b_error": clip(r.error),
-            }
-            for (shard, fence), results in live.items()
-            for s, attempt, r, status in results
-        )
+        rows = _in_key_order({**row(*item), "b_shard": shard, "b_fence": fence}
+                             for (shard, fence), items in live.items() for item in items)
         if rows:
-            conn.execute(_RECORD_RESULT, rows)
-        return {shard: [s for s, *_ in results] for (shard, _), results in live.items()}
+            conn.execute(statement, rows)
+        return {shard: [item[0] for item in items] for (shard, _), items in live.items()}
 
     out = run_fenced_many(engine, groups, work)
     return ManyOutcome(out.value, out.fenced_out)
-
-
-def record_result_in(conn: Connection, slot: SlotRef, attempt: int, result: ExecutionResult, status: TickStatus,
-                     *, shard: int, fence: int) -> int:
-    """``record_results``' UPDATE for one tick, in the caller's open transaction; returns the rows it changed.
-
-    It checks no fence itself: the caller holds the shard's fence row FOR
-    SHARE (``fences.stored_fence_for_share``). 1 when the tick was still
-    unresolved under ``fence``; 0 when it was not (final, or another fence's).
-    """
-    status = TickStatus(status)
-    row = {
-        "b_job": slot.job_id, "b_at": slot.scheduled_at_ms, "b_shard": shard, "b_fence": fence,
-        "b_status": status.value, "b_attempt": attempt, "b_started": result.started_at_ms,
-        "b_finished": result.finished_at_ms if status.is_final else None, "b_exit": result.exit_code,
-        "b_http": result.http_status, "b_output": clip(result.output), "b_error": clip(result.error),
-    }
-    return conn.execute(_RECORD_RESULT, row).rowcount
 
 
 def take_over(engine: Engine, slots: Sequence[SlotRef], *, shard: int, fence: int, node_id: str) -> list[SlotRef]:

@@ -87,7 +87,7 @@ def test_concurrent_calls_share_a_transaction(led, monkeypatch):
         wait_until(lambda: batches == [1], 30, what="the first call to start committing")
         for t in threads[1:]:
             t.start()
-        wait_until(lambda: len(gc._queue) == 9, 30, what="nine calls to queue behind the commit")
+        wait_until(lambda: gc.queued == 9, 30, what="nine calls to queue behind the commit")
     for t in threads:
         t.join(60)
     assert batches == [1, 9], "the nine queued calls were written in one transaction"
