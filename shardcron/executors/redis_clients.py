@@ -37,6 +37,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import redis
@@ -113,9 +114,9 @@ def call(connections: Connections, url: str, timeout_s: float, cancel: threading
 
     deadline = time.monotonic() + timeout_s
     try:
-        threading.Thread(target=perform, name=CALL_THREAD_NAME, daemon=True).start()
-    except RuntimeError as e:  # out of threads
-        return failed(f"{where} failed: could not start a thread: {e}")
+        _calls().submit(perform)
+    except RuntimeError as e:  # the interpreter is shutting down
+        return failed(f"{where} failed: {e}")
     while not pending.done.is_set():
         remaining = deadline - time.monotonic()
         if cancel.is_set():
@@ -127,6 +128,22 @@ def call(connections: Connections, url: str, timeout_s: float, cancel: threading
         return failed(f"{where} failed: {explain(pending.error)}")
     return ExecutionResult(ok=True, started_at_ms=started, finished_at_ms=now_ms(),
                            output=truncate_output(pending.output.encode("utf-8")))
+
+
+# The calls run on a few long-lived threads while the tick's worker waits for them, for its
+# deadline and for cancel: a new thread per call cost more CPU than the Redis round trip. A call
+# stuck on a silent Redis holds its thread for at most the socket timeout (5 s).
+_CALL_THREADS = 64
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _calls() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=_CALL_THREADS, thread_name_prefix=CALL_THREAD_NAME)
+        return _pool
 
 
 class _Pending:
