@@ -9,7 +9,7 @@ with a Redis restart); a timeout is not retried, so it costs one timeout.
 Every write is guarded by the slot's marker (below), so that retry can never
 enqueue twice.
 
-Calls. ``call`` runs one Redis action on a short-lived thread while the worker
+Calls. ``call`` runs one Redis action on a shared call thread while the worker
 thread waits for it, ``cancel`` and the job's deadline (as ``http.py`` does):
 a cancelled tick returns at once. The abandoned action ends by itself within
 one socket timeout; if it did enqueue, the next attempt finds the marker and
