@@ -30,15 +30,29 @@ Bounded time, because a dead broker must fail its ticks fast:
   a refused broker is tried at most twice, back to back);
 - on RabbitMQ, publisher confirms waited for at most ``SOCKET_TIMEOUT_S``, so ok
   means the broker has the message (on Redis, LPUSH's reply means the same).
-The publish runs in a daemon thread while the calling thread waits for it, for
-``cancel`` and for the deadline (as in ``http.py``). On cancel or timeout the
-caller returns at once; the abandoned publish ends by itself within the socket
-timeouts and gives its connection back. It may still have reached the broker:
-that is the at-least-once the task id and ``shardcron.dedupe`` are there for.
+The publish runs on one of the broker's publish threads while the calling
+thread waits for it, for ``cancel`` and for the deadline (as in ``http.py``).
+On cancel or timeout the caller returns at once; the abandoned publish ends by
+itself within the socket timeouts and gives its connection back (closed, if it
+failed). It may still have reached the broker: that is the at-least-once the
+task id and ``shardcron.dedupe`` are there for. A publish its caller gave up
+on before a publish thread took it up is dropped unsent.
+
+Cheap per publish, because a publish is mostly a Redis or RabbitMQ round trip:
+- publish threads are long-lived daemon threads, at most ``POOL_LIMIT`` per
+  broker (one per pooled connection; more would only wait for a connection),
+  started as the load needs them, not a thread per publish;
+- results are disabled (``result_backend`` ``disabled://``, marked thread-safe),
+  so Celery resolves its result backend once per app, not once per thread
+  (which scans the installed packages' entry points on every new thread);
+- ``send_task`` builds no ``AsyncResult`` (``result_cls``): nothing reads it.
+  The message is unchanged: it does not ask the worker to ignore the task's
+  result, which the worker's own result backend may store.
 """
 
 from __future__ import annotations
 
+import queue
 import socket
 import threading
 import time
@@ -90,15 +104,19 @@ class CeleryExecutor:
 
         publish = _Publish(broker, c, ctx, deadline)
         try:
-            threading.Thread(target=publish.perform, name=PUBLISH_THREAD_NAME, daemon=True).start()
+            broker.submit(publish)
+        except _Closed as e:
+            return failed(f"{where}: {e}")
         except RuntimeError as e:  # out of threads
             return failed(f"could not start the publish thread: {e}")
         while not publish.done.is_set():
             remaining = deadline - time.monotonic()
             if cancel.is_set():
+                publish.abandoned = True
                 return failed(f"cancelled: abandoned sending task {c.task} to {where} "
                               "(this node lost the shard or is stopping)")
             if remaining <= 0:
+                publish.abandoned = True
                 return failed(f"timed out after {timeout_s:g}s waiting for {where} to accept task {c.task}")
             publish.done.wait(min(remaining, CANCEL_POLL_S))
 
@@ -110,7 +128,7 @@ class CeleryExecutor:
 
 
 class _Broker:
-    """One broker URL's Celery app and connection pool."""
+    """One broker URL's Celery app, connection pool and publish threads."""
 
     def __init__(self, url: str, node_id: str) -> None:
         # set_as_current=False: never become the process's default app; fixups=[]:
@@ -121,6 +139,11 @@ class _Broker:
             broker_transport_options=_transport_options(url, node_id),
             enable_utc=True,
             timezone="UTC",
+            # A sender reads no results. Celery keeps its result backend per thread unless
+            # told it is thread-safe (the disabled backend holds no state, so it is), and
+            # resolving it scans the installed packages' entry points.
+            result_backend="disabled://",
+            result_backend_thread_safe=True,
         )
         self.default_queue = self.app.conf.task_default_queue
         self.pool = self.app.connection_for_write().Pool(limit=POOL_LIMIT)
@@ -129,8 +152,57 @@ class _Broker:
         # (Connections runs this once per URL).
         amqp = self.app.amqp
         _ = (amqp.router, amqp.queues, amqp.create_task_message, amqp.send_task_message, self.app.backend)
+        self._work: queue.SimpleQueue[_Publish | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0  # threads that are waiting for work, or about to, and that no publish has claimed
+        self._backlog = 0  # publishes queued with no thread claimed for them (all POOL_LIMIT were busy)
+        self._closed = False
+
+    def submit(self, publish: _Publish) -> None:
+        """Hands ``publish`` to an idle publish thread, or a new one (up to ``POOL_LIMIT``), or queues it."""
+        with self._lock:
+            if self._closed:
+                raise _Closed("the node is stopping: no new publishes")
+            if self._idle > 0:
+                self._idle -= 1  # claimed: the next submit does not count on this thread too
+            elif self._threads < POOL_LIMIT and self._start_thread():
+                self._threads += 1
+            else:  # a busy thread takes it when done
+                self._backlog += 1
+            self._work.put(publish)
+
+    def _start_thread(self) -> bool:
+        try:
+            threading.Thread(target=self._serve, name=PUBLISH_THREAD_NAME, daemon=True).start()
+        except RuntimeError:  # out of threads: the running ones take it, if there are any
+            if self._threads == 0:
+                raise
+            return False
+        return True
+
+    def _serve(self) -> None:
+        while True:
+            publish = self._work.get()
+            if publish is None:  # closed
+                return
+            try:
+                publish.send()  # turns every failure into publish.error
+            except Exception as e:  # noqa: BLE001 - a bug there must not cost the broker a publish thread
+                publish.error = e
+            with self._lock:  # before ``done``: a caller's next publish finds this thread idle
+                if self._backlog > 0:
+                    self._backlog -= 1  # this thread takes a queued publish next
+                else:
+                    self._idle += 1
+            publish.done.set()
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            threads = self._threads
+        for _ in range(threads):
+            self._work.put(None)  # a publish queued before this still goes first, and fails on the closed pool
         self.pool.force_close_all()
 
 
@@ -151,7 +223,7 @@ def _transport_options(url: str, node_id: str) -> dict:
 
 
 class _Publish:
-    """One send_task, run on its own thread; the outcome is read once ``done`` is set."""
+    """One send_task, run on a publish thread; the outcome is read once that thread sets ``done``."""
 
     def __init__(self, broker: _Broker, c: CelerySpec, ctx: TickContext, deadline: float) -> None:
         self.broker, self.c, self.ctx, self.deadline = broker, c, ctx, deadline
@@ -159,24 +231,29 @@ class _Publish:
         self.queue = c.queue or broker.default_queue
         self.error: BaseException | None = None
         self.done = threading.Event()
+        self.abandoned = False  # set by the caller when it stops waiting (cancel or deadline)
 
-    def perform(self) -> None:
+    def send(self) -> None:
+        if self.abandoned or time.monotonic() >= self.deadline:
+            return  # nobody waits for it any more: not sent
         c = self.c
-        options: dict = {}
-        if c.queue:
-            options["queue"] = c.queue
-        if c.routing_key:
-            options["routing_key"] = c.routing_key
-        if c.priority is not None:
-            options["priority"] = c.priority
-        if c.expires_ms is not None:
-            options["expires"] = datetime.fromtimestamp((self.ctx.scheduled_at_ms + c.expires_ms) / 1000, timezone.utc)
         try:
+            options: dict = {}
+            if c.queue:
+                options["queue"] = c.queue
+            if c.routing_key:
+                options["routing_key"] = c.routing_key
+            if c.priority is not None:
+                options["priority"] = c.priority
+            if c.expires_ms is not None:
+                options["expires"] = datetime.fromtimestamp((self.ctx.scheduled_at_ms + c.expires_ms) / 1000,
+                                                            timezone.utc)
             wait_s = max(self.deadline - time.monotonic(), 0.001)
             with self.broker.pool.acquire(block=True, timeout=wait_s) as connection:
                 self.broker.app.send_task(
                     c.task, args=list(c.args), kwargs=dict(c.kwargs), task_id=self.task_id,
                     headers=tick_fields(self.ctx), connection=connection, add_to_parent=False,
+                    result_cls=_Sent,
                     retry=True, retry_policy=_RETRY_POLICY,
                     # kombu's Producer.publish: the socket wait and the confirm wait.
                     timeout=SOCKET_TIMEOUT_S, confirm_timeout=SOCKET_TIMEOUT_S,
@@ -184,8 +261,19 @@ class _Publish:
                 )
         except Exception as e:  # every failure is a result, never an exception
             self.error = e
-        finally:
-            self.done.set()
+
+
+class _Closed(RuntimeError):
+    """The broker was closed: the node is stopping."""
+
+
+class _Sent:
+    """What ``send_task`` returns here instead of an ``AsyncResult``, which would fetch the app's backend."""
+
+    __slots__ = ("id", "ignored")
+
+    def __init__(self, task_id: str) -> None:
+        self.id = task_id
 
 
 def _explain(exc: BaseException) -> str:

@@ -90,3 +90,65 @@ def test_a_spec_without_settings_is_an_invalid_job_not_a_crash(kind):
         connections.close()
         loop.close()
     assert not result.ok and result.error.startswith("invalid job: "), result.error
+
+
+class _FakePublish:
+    """Stands in for a celery publish on a ``_Broker``'s threads: records where it ran."""
+
+    def __init__(self, broker, gate: threading.Event | None = None) -> None:
+        self.broker, self.gate, self.error, self.ran_on = broker, gate, None, None
+        self.done = threading.Event()
+
+    def send(self) -> None:
+        if self.gate is not None:
+            self.gate.wait(10)
+        self.ran_on = (threading.current_thread(), self.broker.app.backend)
+
+
+def test_celery_publishes_run_on_a_few_long_lived_threads_sharing_one_result_backend():
+    before = set(threading.enumerate())
+    broker = celery_executor._Broker("redis://127.0.0.1:1/0", "n0")  # nothing here connects
+    try:
+        one_by_one = [_FakePublish(broker) for _ in range(20)]
+        for p in one_by_one:
+            broker.submit(p)
+            assert p.done.wait(10)
+        # A burst while every thread is busy: at most one thread per pooled connection.
+        gate = threading.Event()
+        burst = [_FakePublish(broker, gate) for _ in range(3 * celery_executor.POOL_LIMIT)]
+        for p in burst:
+            broker.submit(p)
+        gate.set()
+        assert all(p.done.wait(10) for p in burst)
+        threads = set(threading.enumerate()) - before
+    finally:
+        broker.close()
+    assert len({p.ran_on[0] for p in one_by_one}) == 1  # one thread, reused, not one per publish
+    assert {p.ran_on[0] for p in one_by_one + burst} <= threads
+    assert len(threads) == celery_executor.POOL_LIMIT
+    assert all(t.daemon and t.name == celery_executor.PUBLISH_THREAD_NAME for t in threads)
+    # Results are disabled, and the backend is built once for all threads (not per thread).
+    assert len({id(p.ran_on[1]) for p in one_by_one + burst}) == 1
+    assert broker.app.backend.as_uri() == "disabled://"
+    for t in threads:  # closing the broker ends its idle threads
+        t.join(10)
+        assert not t.is_alive()
+    with pytest.raises(RuntimeError, match="the node is stopping"):
+        broker.submit(_FakePublish(broker))
+
+
+def test_a_celery_publish_abandoned_before_a_thread_took_it_is_not_sent():
+    from shardcron.model import CelerySpec
+
+    class NoPool:
+        def acquire(self, **kw):
+            raise AssertionError("an abandoned publish must not take a connection")
+
+    broker = type("B", (), {"pool": NoPool(), "default_queue": "celery"})()
+    spec = CelerySpec(url="redis://127.0.0.1:1/0", task="t")
+    abandoned = celery_executor._Publish(broker, spec, TICK, deadline=float("inf"))
+    abandoned.abandoned = True
+    late = celery_executor._Publish(broker, spec, TICK, deadline=0.0)
+    for p in (abandoned, late):
+        p.send()
+        assert p.error is None
