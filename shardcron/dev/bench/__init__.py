@@ -1,4 +1,4 @@
-"""``shardcron bench``: precision, throughput, failover and submission figures, on this machine.
+"""``shardcron bench``: precision, throughput, failover, submission and dispatch figures, on this machine.
 
 It starts what it needs (an etcd unless ``--etcd``, a SQLite store in a
 temporary directory unless ``--db``, ``--nodes`` node processes), runs one
@@ -16,8 +16,8 @@ from shardcron.errors import ConfigError, ShardcronError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="measure tick precision, throughput, failover and submission speed")
-    p.add_argument("scenario", choices=["precision", "throughput", "failover", "submit", "at-size"])
+    p = sub.add_parser("bench", help="measure tick precision, throughput, failover, submission and dispatch speed")
+    p.add_argument("scenario", choices=["precision", "throughput", "failover", "submit", "at-size", "dispatch"])
     p.add_argument("--jobs", type=int, default=None,
                    help="jobs firing every second (default 1000); at-size: jobs held (default 100000)")
     p.add_argument("--seconds", type=int, default=60, help="measured window (default %(default)s)")
@@ -26,7 +26,13 @@ def register(sub) -> None:
     p.add_argument("--ttl", type=int, default=10, help="session TTL (default %(default)s)")
     p.add_argument("--db", default=None, help="store URL (default: SQLite in a temporary directory)")
     p.add_argument("--etcd", default=None, help="use this etcd instead of starting one")
-    p.add_argument("--rates", default="1000,2000,5000,10000", help="throughput: ticks/s steps")
+    p.add_argument("--rates", default=None,
+                   help="throughput: ticks/s steps (default 1000,2000,5000,10000); dispatch: default 500,1000,2000")
+    p.add_argument("--kind", default="redis-stream",
+                   choices=["nats", "celery", "redis-stream", "amqp", "rq", "arq", "http"],
+                   help="dispatch: the executor kind to measure (default %(default)s)")
+    p.add_argument("--broker", default=None,
+                   help="dispatch: the broker's URL (default: the local Redis, RabbitMQ or NATS for the kind)")
     p.add_argument("--trials", type=int, default=10, help="failover: kill -9 trials (default %(default)s)")
     p.add_argument("--graceful-trials", type=int, default=3, help="failover: SIGTERM trials")
     p.add_argument("--peer", choices=["apscheduler"], default=None, help="run the same workload on a peer")
@@ -65,17 +71,21 @@ def _run(a: argparse.Namespace) -> int:
     if a.scenario == "precision":
         with env() as e:
             figures = scenarios.precision(e, a.jobs, a.seconds)
-    elif a.scenario == "throughput":
-        try:
-            rates = [int(r) for r in a.rates.split(",") if r.strip()]
-        except ValueError:
-            raise ConfigError(f"--rates: expected numbers such as 1000,2000, got {a.rates!r}") from None
+    elif a.scenario in ("throughput", "dispatch"):
+        rates = _rates(a.rates or ("1000,2000,5000,10000" if a.scenario == "throughput" else "500,1000,2000"))
         # One etcd for every step: a store remembers the etcd cluster its fences came from.
         shared = None if a.etcd else EtcdCluster(1).start()
+
+        def make_env() -> BenchEnv:
+            return BenchEnv(nodes=nodes, shards=a.shards, ttl=a.ttl, db=a.db, etcd=a.etcd or shared.endpoints)
+
         try:
-            figures = scenarios.throughput(
-                lambda: BenchEnv(nodes=nodes, shards=a.shards, ttl=a.ttl, db=a.db,
-                                 etcd=a.etcd or shared.endpoints), rates, a.seconds)
+            if a.scenario == "throughput":
+                figures = scenarios.throughput(make_env, rates, a.seconds)
+            else:
+                from shardcron.dev.bench import dispatch
+
+                figures = dispatch.run(make_env, a.kind, rates, a.seconds, a.broker)
         finally:
             if shared:
                 shared.stop()
@@ -104,6 +114,16 @@ def _run(a: argparse.Namespace) -> int:
         with open(a.json_file, "w") as f:
             json.dump(out, f, indent=2)
     return 0
+
+
+def _rates(text: str) -> list[int]:
+    try:
+        rates = [int(r) for r in text.split(",") if r.strip()]
+    except ValueError:
+        raise ConfigError(f"--rates: expected numbers such as 1000,2000, got {text!r}") from None
+    if not rates or min(rates) <= 0:
+        raise ConfigError(f"--rates: expected positive numbers such as 1000,2000, got {text!r}")
+    return rates
 
 
 def _lat(m: dict) -> list:
@@ -146,6 +166,16 @@ def render(out: dict) -> str:
                                              "slots not run"], tablefmt="github"))
         lines.append(f"\nTTL {f['ttl']} s: kill -9 worst {f['kill9_max_s']} s to the successor's first claim; "
                      f"SIGTERM worst {f['sigterm_max_s']} s to the new leader")
+    elif f["scenario"] == "dispatch":
+        from shardcron.dev.bench import dispatch
+
+        lines.append(f"dispatch to {f['kind']} at {f['broker']}, store {f['db']}, {f['seconds']} s per rate")
+        lines.append(tabulate(dispatch.render(f), headers=dispatch.HEADERS, tablefmt="github"))
+        lines.append("\n" + dispatch.verdict(f))
+        errors = [f"{s['rate']}/s: {s['first_error']}" for s in f["steps"] if s.get("first_error")]
+        if errors:
+            lines.append("first failure: " + "; ".join(errors))
+        lines += [f"{s['rate']}/s not measured: {s['error']}" for s in f["steps"] if "error" in s]
     elif f["scenario"] == "at-size":
         from shardcron.dev.bench import at_size
 
