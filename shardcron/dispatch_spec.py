@@ -168,6 +168,16 @@ def _body(d: Mapping) -> str:
     return body
 
 
+def _optional_duration(d: Mapping, key: str, minimum_ms: int, why: str) -> int | None:
+    value = d.get(key)
+    if value is None:
+        return None
+    ms = parse_duration_ms(value, f"executor.{key}")
+    if ms < minimum_ms:
+        raise InvalidJob(f"executor.{key}", f"{why}, got {value!r}")
+    return ms
+
+
 def _with_args(out: dict, s) -> dict:
     if s.args:
         out["args"] = list(s.args)
@@ -186,12 +196,7 @@ def _celery(d: Mapping) -> ExecutorSpec:
         priority = _int(priority, "executor.priority", 0)
         if priority > MAX_PRIORITY:
             raise InvalidJob("executor.priority", f"at most {MAX_PRIORITY}, got {priority}")
-    expires = d.get("expires")
-    expires_ms = None
-    if expires is not None:
-        expires_ms = parse_duration_ms(expires, "executor.expires")
-        if expires_ms < 1:
-            raise InvalidJob("executor.expires", f"must be a positive duration, got {expires!r}")
+    expires_ms = _optional_duration(d, "expires", 1, "must be a positive duration")
     return ExecutorSpec(ExecutorKind.CELERY, celery=CelerySpec(
         url=_url(d, ExecutorKind.CELERY),
         task=_name(d, "task", required=True, what="the registered Celery task name, such as app.tasks.report"),
@@ -298,12 +303,7 @@ def _redis_stream(d: Mapping) -> ExecutorSpec:
     maxlen = d.get("maxlen")
     if maxlen is not None:
         maxlen = _int(maxlen, "executor.maxlen", 1)
-    ttl = d.get("dedupe_ttl")
-    ttl_ms = None
-    if ttl is not None:
-        ttl_ms = parse_duration_ms(ttl, "executor.dedupe_ttl")
-        if ttl_ms < 60_000:
-            raise InvalidJob("executor.dedupe_ttl", f"must be at least 1m (it must outlast a failover), got {ttl!r}")
+    ttl_ms = _optional_duration(d, "dedupe_ttl", 60_000, "must be at least 1m (it must outlast a failover)")
     return ExecutorSpec(ExecutorKind.REDIS_STREAM, redis_stream=RedisStreamSpec(
         url=_url(d, ExecutorKind.REDIS_STREAM),
         stream=_name(d, "stream", required=True, what="the stream key to XADD to"),

@@ -30,18 +30,29 @@ def slot_uuid(ctx: TickContext) -> str:
     return str(uuid.uuid5(SLOT_NAMESPACE, ctx.idempotency_key))
 
 
+def tick_values(ctx: TickContext) -> dict[str, str]:
+    """The tick's identity, as strings, under plain names: every spelling below is made from it."""
+    return {
+        "job_id": ctx.job_id,
+        "scheduled_at": rfc3339_ms(ctx.scheduled_at_ms),
+        "scheduled_at_ms": str(ctx.scheduled_at_ms),
+        "attempt": str(ctx.attempt),
+        "fence": str(ctx.fence),
+        "shard": str(ctx.shard),
+        "node": ctx.node_id,
+        "idempotency_key": ctx.idempotency_key,
+    }
+
+
+_HEADER_NAMES = {"job_id": "X-Shardcron-Job-Id", "scheduled_at": "X-Shardcron-Scheduled-At",
+                 "scheduled_at_ms": "X-Shardcron-Scheduled-At-Ms", "attempt": "X-Shardcron-Attempt",
+                 "fence": "X-Shardcron-Fence", "shard": "X-Shardcron-Shard", "node": "X-Shardcron-Node",
+                 "idempotency_key": IDEMPOTENCY_KEY}
+
+
 def tick_headers(ctx: TickContext) -> dict[str, str]:
     """Header-style names, for transports with headers (HTTP, NATS, AMQP)."""
-    return {
-        "X-Shardcron-Job-Id": ctx.job_id,
-        "X-Shardcron-Scheduled-At": rfc3339_ms(ctx.scheduled_at_ms),
-        "X-Shardcron-Scheduled-At-Ms": str(ctx.scheduled_at_ms),
-        "X-Shardcron-Attempt": str(ctx.attempt),
-        "X-Shardcron-Fence": str(ctx.fence),
-        "X-Shardcron-Shard": str(ctx.shard),
-        "X-Shardcron-Node": ctx.node_id,
-        IDEMPOTENCY_KEY: ctx.idempotency_key,
-    }
+    return {_HEADER_NAMES[name]: value for name, value in tick_values(ctx).items()}
 
 
 def tick_fields(ctx: TickContext) -> dict[str, str]:
@@ -49,17 +60,7 @@ def tick_fields(ctx: TickContext) -> dict[str, str]:
 
     Values are strings, so they survive any serialiser; ``shardcron.dedupe.TickInfo`` reads them back.
     """
-    return {
-        "shardcron_job_id": ctx.job_id,
-        "shardcron_scheduled_at": rfc3339_ms(ctx.scheduled_at_ms),
-        "shardcron_scheduled_at_ms": str(ctx.scheduled_at_ms),
-        "shardcron_attempt": str(ctx.attempt),
-        "shardcron_fence": str(ctx.fence),
-        "shardcron_shard": str(ctx.shard),
-        "shardcron_node": ctx.node_id,
-        "shardcron_idempotency_key": ctx.idempotency_key,
-    }
-
+    return {f"shardcron_{name}": value for name, value in tick_values(ctx).items()}
 
 RESERVED_PREFIX = "x-shardcron-"
 

@@ -26,8 +26,8 @@ import subprocess
 import threading
 import time
 
-from shardcron.clock import rfc3339_ms
 from shardcron.executors.base import CANCEL_POLL_S, now_ms, truncate_output
+from shardcron.executors.identity import tick_values
 from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutionResult, ExecutorSpec, TickContext
 
 SHELL = "/bin/sh"
@@ -38,16 +38,8 @@ _READ_CHUNK = 64 * 1024
 
 def tick_environment(ctx: TickContext) -> dict[str, str]:
     """The variables that tell the command which tick, attempt and fence it serves."""
-    return {
-        "SHARDCRON_JOB_ID": ctx.job_id,
-        "SHARDCRON_SCHEDULED_AT": rfc3339_ms(ctx.scheduled_at_ms),
-        "SHARDCRON_SCHEDULED_AT_MS": str(ctx.scheduled_at_ms),
-        "SHARDCRON_FENCE": str(ctx.fence),
-        "SHARDCRON_ATTEMPT": str(ctx.attempt),
-        "SHARDCRON_SHARD": str(ctx.shard),
-        "SHARDCRON_NODE_ID": ctx.node_id,
-        "SHARDCRON_IDEMPOTENCY_KEY": ctx.idempotency_key,
-    }
+    return {"SHARDCRON_NODE_ID" if name == "node" else f"SHARDCRON_{name.upper()}": value
+            for name, value in tick_values(ctx).items()}
 
 
 class ShellExecutor:

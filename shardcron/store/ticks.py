@@ -143,14 +143,26 @@ def record_results_many(
     engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple[SlotRef, int, ExecutionResult, TickStatus]]]
 ) -> ManyOutcome:
     """``record_results`` for several shards in one transaction: ``{(shard, fence): results}``."""
+    return _update_own_unresolved(engine, groups, _RECORD_RESULT, _result_row)
 
-    def row(s: SlotRef, attempt: int, r: ExecutionResult, status: TickStatus) -> dict:
-        final = TickStatus(status).is_final
-        return {"b_job": s.job_id, "b_at": s.scheduled_at_ms, "b_status": TickStatus(status).value,
-                "b_attempt": attempt, "b_started": r.started_at_ms, "b_finished": r.finished_at_ms if final else None,
-                "b_exit": r.exit_code, "b_http": r.http_status, "b_output": clip(r.output), "b_error": clip(r.error)}
 
-    return _update_own_unresolved(engine, groups, _RECORD_RESULT, row)
+def record_result_in(conn: Connection, slot: SlotRef, attempt: int, result: ExecutionResult, status: TickStatus,
+                     *, shard: int, fence: int) -> int:
+    """``record_results``' UPDATE for one tick, in the caller's open transaction; returns the rows it changed.
+
+    It checks no fence itself: the caller holds the shard's fence row FOR
+    SHARE (``fences.stored_fence_for_share``). 1 when the tick was still
+    unresolved under ``fence``; 0 when it was not (final, or another fence's).
+    """
+    row = {**_result_row(slot, attempt, result, status), "b_shard": shard, "b_fence": fence}
+    return conn.execute(_RECORD_RESULT, row).rowcount
+
+
+def _result_row(s: SlotRef, attempt: int, r: ExecutionResult, status: TickStatus) -> dict:
+    final = TickStatus(status).is_final
+    return {"b_job": s.job_id, "b_at": s.scheduled_at_ms, "b_status": TickStatus(status).value,
+            "b_attempt": attempt, "b_started": r.started_at_ms, "b_finished": r.finished_at_ms if final else None,
+            "b_exit": r.exit_code, "b_http": r.http_status, "b_output": clip(r.output), "b_error": clip(r.error)}
 
 
 def _update_own_unresolved(engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple]], statement,
