@@ -187,10 +187,14 @@ def _flag_of(kind: str) -> str:
 
 def _refuse_foreign_flags(a: argparse.Namespace, kind: str) -> None:
     """A flag another kind takes would be silently dropped: refuse it, naming the kinds it is for."""
+    foreign: dict[tuple[str, ...], list[str]] = {}  # the kinds a flag serves -> the given flags that serve them
     for flag, (dest, kinds, _) in _EXECUTOR_FLAGS.items():
         if getattr(a, dest) not in (None, False) and kind not in kinds:
-            raise ConfigError(f"{flag}: only for {' or '.join(_flag_of(k) for k in kinds)} jobs, "
-                              f"not {_flag_of(kind)}")
+            foreign.setdefault(kinds, []).append(flag)
+    if foreign:
+        said = "; ".join(f"{', '.join(flags)}: only for {' or '.join(_flag_of(k) for k in kinds)} jobs"
+                         for kinds, flags in foreign.items())
+        raise ConfigError(f"{said}; not for {_flag_of(kind)}")
 
 
 def _json_flag(raw: str, flag: str):

@@ -200,8 +200,9 @@ def test_apply_refuses_a_misspelled_key_naming_the_file_the_job_and_the_key(node
 def test_apply_refuses_a_job_without_an_executor(node, tmp_path):
     path = tmp_path / "bare.toml"
     path.write_text('[[jobs]]\nid = "bare"\nevery = "1m"\n')
-    assert fails_with(node, "jobs", "apply", "-f", str(path)) == \
-        f"shardcron: error: {path}: job 'bare': executor: missing: every job needs one, of kind http, shell or noop"
+    assert fails_with(node, "jobs", "apply", "-f", str(path)) == (
+        f"shardcron: error: {path}: job 'bare': executor: missing: every job needs one, of kind http, shell, noop, "
+        "celery, rq, arq, nats, amqp, redis-stream, python")
 
 
 def test_ticks_of_a_missing_job_and_bad_limits_are_errors(node):
@@ -222,9 +223,10 @@ def test_ticks_of_a_missing_job_and_bad_limits_are_errors(node):
 
 def test_flags_of_an_http_job_are_refused_on_another_kind(node):
     assert fails_with(node, "jobs", "put", "n", "--every", "1m", "--noop", "--header", "X-A:1") == \
-        "shardcron: error: --header: only for an --http job"
+        "shardcron: error: --header: only for --http or --nats or --amqp jobs; not for --noop"
     assert fails_with(node, "jobs", "put", "n", "--every", "1m", "--noop", "--method", "GET", "--body", "x") == \
-        "shardcron: error: --method, --body: only for an --http job"
+        "shardcron: error: --method: only for --http jobs; --body: only for --http or --nats or --amqp jobs; " \
+        "not for --noop"
     assert fails_with(node, "jobs", "put", "n", "--every", "1m", "--noop", "--retry-backoff", "5s") == \
         "shardcron: error: --retry-backoff: only with --retries N (without retries there is nothing to delay)"
 

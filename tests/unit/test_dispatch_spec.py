@@ -246,9 +246,11 @@ def test_the_broker_may_come_from_the_environment(monkeypatch):
 @pytest.mark.parametrize("argv, message", [
     ("--celery t", "--celery: give the broker's URL with --broker URL"),
     (f"--celery t --broker {REDIS} --args [1,", "--args: not valid JSON"),
-    ("--python app:f --queue q", "--queue: only for --celery or --rq or --arq jobs, not --python"),
-    ("--http http://h/ --session", "--session: only for --python jobs, not --http"),
-    (f"--rq f --broker {REDIS} --body x", "--body: only for --http or --nats or --amqp jobs, not --rq"),
+    ("--python app:f --queue q", "--queue: only for --celery or --rq or --arq jobs; not for --python"),
+    ("--http http://h/ --session", "--session: only for --python jobs; not for --http"),
+    (f"--rq f --broker {REDIS} --body x", "--body: only for --http or --nats or --amqp jobs; not for --rq"),
+    ("--python app:f --queue q --args [1] --exchange x",
+     "--queue: only for --celery or --rq or --arq jobs; --exchange: only for --amqp jobs; not for --python"),
     ("--noop --broker redis://h", "--broker: only for"),
 ])
 def test_a_flag_of_another_kind_or_a_bad_value_is_one_line_naming_the_flag(argv, message, monkeypatch):
