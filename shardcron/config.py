@@ -41,6 +41,8 @@ class NodeConfig:
     etcd_security: object = None  # coordination.etcd.EtcdSecurity
     api_security: object = None  # api.security.ServerSecurity
     forward_security: object = None  # api.security.ChannelSecurity: how this node calls other nodes
+    api_limits: object = None  # api.limits.ApiLimits; None: the defaults
+    keepalive_ms: tuple[int, int] = (10_000, 5_000)  # (ping every, give up after) on every gRPC channel
 
 
 def env_default(name: str, default):
@@ -159,8 +161,71 @@ def add_node_flags(p: argparse.ArgumentParser) -> None:
     add_env_flag(p, "--shell-allow", "with --allow-shell: a regular expression every shell command must match in "
                                      "full")
     add_env_flag(p, "--metrics-listen", "serve Prometheus metrics on host:port", default_text="off")
+    add_api_limit_flags(p)
     add_env_flag(p, "--log-format", "log line format", "text", choices=["text", "json"])
     add_env_flag(p, "--log-level", "log level", "info", choices=["debug", "info", "warning", "error"])
+
+
+def add_api_limit_flags(p: argparse.ArgumentParser) -> None:
+    from shardcron.api import limits as L
+
+    add_env_flag(p, "--max-streams", "open WatchTicks streams this node serves at once", L.DEFAULT_MAX_STREAMS)
+    add_env_flag(p, "--max-streams-per-peer", "open streams one caller address may hold on this node (calls "
+                                              "other nodes forward count against --max-streams only)",
+                 L.DEFAULT_MAX_STREAMS_PER_PEER)
+    add_env_flag(p, "--max-request-bytes", "largest request this node reads, in bytes (or 8MiB, 512KiB)",
+                 "8MiB")
+    add_env_flag(p, "--max-jobs-per-call", "jobs one PutJobs call may carry (jobs apply sends several calls)",
+                 L.DEFAULT_MAX_JOBS_PER_CALL)
+    add_env_flag(p, "--trigger-rate", "manual runs (TriggerJob) per job: COUNT/PERIOD, a burst of COUNT then "
+                                      "evenly spread; off: no limit", L.DEFAULT_TRIGGER_RATE)
+    add_env_flag(p, "--keepalive", "ping every gRPC connection (to callers and to other nodes) this often", "10s")
+    add_env_flag(p, "--keepalive-timeout", "drop a connection whose ping is not answered within this (a frozen or "
+                                           "unreachable peer fails its calls after --keepalive plus this)", "5s")
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "kib": 1024, "kb": 1000, "mib": 1024**2, "mb": 1000**2, "gib": 1024**3, "gb": 1000**3}
+
+
+def parse_bytes(name: str, raw) -> int:
+    import re
+
+    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(raw))
+    unit = m and m.group(2).lower()
+    if not m or unit not in _BYTE_UNITS:
+        raise ConfigError(f"--{name}: expected a size such as 8388608, 8MiB or 512KiB, got {raw!r}")
+    return int(m.group(1)) * _BYTE_UNITS[unit]
+
+
+def _duration_flag_ms(name: str, raw, minimum_ms: int) -> int:
+    from shardcron.jobspec import parse_duration_ms
+
+    try:
+        ms = parse_duration_ms(raw, f"--{name}")
+    except InvalidJob:
+        raise ConfigError(f"--{name}: expected a duration such as 10s or 500ms, got {raw!r}") from None
+    if ms < minimum_ms:
+        raise ConfigError(f"--{name}: must be at least {minimum_ms}ms, got {raw!r}")
+    return ms
+
+
+def api_limits_from_args(a: argparse.Namespace):
+    from shardcron.api.limits import ApiLimits, parse_rate
+
+    max_request = parse_bytes("max-request-bytes", a.max_request_bytes)
+    if not 64 * 1024 <= max_request <= 1024**3:
+        raise ConfigError(f"--max-request-bytes: must be between 64KiB and 1GiB, got {a.max_request_bytes!r}")
+    try:
+        trigger_rate = parse_rate(a.trigger_rate, "--trigger-rate")
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return ApiLimits(
+        max_streams=_number("max-streams", a.max_streams, int, 1),
+        max_streams_per_peer=_number("max-streams-per-peer", a.max_streams_per_peer, int, 1),
+        max_request_bytes=max_request,
+        max_jobs_per_call=_number("max-jobs-per-call", a.max_jobs_per_call, int, 1),
+        trigger_rate=trigger_rate,
+    )
 
 
 def _number(name: str, raw, kind, minimum):
@@ -208,6 +273,9 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         metrics_listen=_hostport("metrics-listen", a.metrics_listen) if a.metrics_listen else None,
         etcd_security=etcd_security(a),
         **_api_security(a),
+        api_limits=api_limits_from_args(a),
+        keepalive_ms=(_duration_flag_ms("keepalive", a.keepalive, 100),
+                      _duration_flag_ms("keepalive-timeout", a.keepalive_timeout, 100)),
         shell_allow=_shell_allow(a.shell_allow, bool(a.allow_shell)),
         allow_python=_allow_python(a.allow_python),
     )

@@ -69,6 +69,15 @@ class VersionConflict(ShardcronError):
         self.actual = actual
 
 
+class JobRunning(ShardcronError):
+    """A manual run of a job with overlap = "skip" while a run of it is in progress."""
+
+    def __init__(self, job_id: str):
+        super().__init__(f"job {job_id!r} is running now and its overlap policy is \"skip\": trigger it again "
+                         "when the run ends (or set overlap = \"allow\")")
+        self.job_id = job_id
+
+
 class TriggerBusy(ShardcronError):
     """Every millisecond near now already holds a tick of the job: too many manual runs at once."""
 

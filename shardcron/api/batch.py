@@ -15,8 +15,8 @@ state (PauseJob and ResumeJob change it, a file re-applied does not).
 
 from __future__ import annotations
 
+import asyncio
 from collections import defaultdict
-from concurrent.futures import Executor
 from dataclasses import dataclass
 
 import grpc
@@ -26,8 +26,8 @@ from shardcron import clock
 from shardcron.abc import Backend
 from shardcron.api import admission
 from shardcron.api.convert import job_from_proto, job_to_proto
+from shardcron.api.limits import exhausted
 from shardcron.api.routing import (
-    FORWARDED_METADATA,
     Deadline,
     Router,
     is_forwarded,
@@ -42,8 +42,6 @@ from shardcron.model import Job
 from shardcron.sharding import shard_for
 from shardcron.store import jobs as job_store
 from shardcron.v1 import scheduler_pb2 as pb
-
-MAX_JOBS_PER_CALL = 10_000
 
 
 @dataclass
@@ -65,17 +63,20 @@ def _ok(job: Job, *, unchanged: bool) -> pb.PutJobResult:
 
 
 class BatchWriter:
-    def __init__(self, backend: Backend, router: Router, pool: Executor):
+    """Runs on the API server's loop; parsing and writing run on its pool, forwards as coroutines."""
+
+    def __init__(self, backend: Backend, router: Router, max_jobs_per_call: int):
         self.backend = backend
         self.router = router
-        self.pool = pool
+        self.max_jobs_per_call = max_jobs_per_call
 
-    def put_jobs(self, request: pb.PutJobsRequest, context: grpc.ServicerContext) -> pb.PutJobsResponse:
-        if len(request.jobs) > MAX_JOBS_PER_CALL:
-            raise InvalidJob("jobs", f"{len(request.jobs)} jobs in one call; the limit is {MAX_JOBS_PER_CALL}")
-        results: list[pb.PutJobResult | None] = [None] * len(request.jobs)
-        pending = self._validate(request, results)
+    async def put_jobs(self, request: pb.PutJobsRequest, context: grpc.aio.ServicerContext) -> pb.PutJobsResponse:
+        if len(request.jobs) > self.max_jobs_per_call:
+            raise exhausted(f"{len(request.jobs)} jobs in one PutJobs call; this node's --max-jobs-per-call is "
+                            f"{self.max_jobs_per_call}: send them in several calls")
         deadline = Deadline.of(context)
+        results: list[pb.PutJobResult | None] = [None] * len(request.jobs)
+        pending = await self.router.blocking(self._validate, request, results)
         forwarded = is_forwarded(context)
         why: dict[int, str | None] = {}
         while pending:
@@ -85,11 +86,11 @@ class BatchWriter:
             for it in pending:
                 by_shard[it.shard].append(it)
             local: dict[int, tuple[int, list[_Item]]] = {}
+            waiting: list[_Item] = []
             for shard, items in sorted(by_shard.items()):
                 fence = self.backend.fence_if_leader(shard)
                 if fence is not None:
-                    if items := self._parsed(items, results):
-                        local[shard] = (fence, items)
+                    local[shard] = (fence, items)
                 elif forwarded:
                     for it in items:
                         results[it.index] = _result(
@@ -100,15 +101,18 @@ class BatchWriter:
                     remote[addr] += items
                 else:
                     why[shard] = None if not self.backend.leader_address(shard) else "this node is taking it over"
-                    retry += self._parsed(items, results)  # a bad job is answered now, not after the wait
-            futures = [(addr, items, self.pool.submit(self._forward, addr, items, deadline.remaining()))
-                       for addr, items in remote.items()]
-            if local:
-                retry += self._write_here(local, results, why, forwarded)
-            for addr, items, fut in futures:
-                retry += self._forwarded_results(addr, items, fut, results, why)
+                    waiting += items
+            forwards = [(addr, items, asyncio.ensure_future(self._forward(addr, items, deadline.remaining())))
+                        for addr, items in remote.items()]
+            try:
+                retry += await self.router.blocking(self._parse_and_write, local, waiting, results, why, forwarded)
+                for addr, items, fut in forwards:
+                    retry += self._forwarded_results(addr, items, await _outcome(fut), results, why)
+            finally:
+                for _, _, fut in forwards:
+                    fut.cancel()
             pending = retry
-            if not pending or not deadline.wait_to_retry(context, self.router.closed):
+            if not pending or not await deadline.wait_to_retry(self.router.closed):
                 break
         for it in pending:
             results[it.index] = _result(it.id, grpc.StatusCode.UNAVAILABLE,
@@ -152,6 +156,14 @@ class BatchWriter:
                 it.job = job
             ok.append(it)
         return ok
+
+    def _parse_and_write(self, local: dict[int, tuple[int, list[_Item]]], waiting: list[_Item], results: list,
+                         why: dict, forwarded: bool) -> list[_Item]:
+        """On the pool: write the jobs this node leads; parse the ones whose shard has no leader
+        now, so that a bad job is answered at once, not after the wait. The items to retry."""
+        parsed = {shard: (fence, ok) for shard, (fence, items) in local.items() if (ok := self._parsed(items, results))}
+        retry = self._write_here(parsed, results, why, forwarded) if parsed else []
+        return retry + self._parsed(waiting, results)
 
     # -- on the leader ---------------------------------------------------------------
 
@@ -220,14 +232,15 @@ class BatchWriter:
 
     # -- elsewhere ---------------------------------------------------------------------
 
-    def _forward(self, addr: str, items: list[_Item], timeout_s: float) -> pb.PutJobsResponse:
+    async def _forward(self, addr: str, items: list[_Item], timeout_s: float) -> pb.PutJobsResponse:
         request = pb.PutJobsRequest(jobs=[it.proto for it in items])
-        return self.router.stub(addr).PutJobs(request, timeout=max(timeout_s, 0.001), metadata=FORWARDED_METADATA)
+        return await self.router.stub(addr).PutJobs(request, timeout=max(timeout_s, 0.001),
+                                                    metadata=self.router.metadata)
 
-    def _forwarded_results(self, addr: str, items: list[_Item], fut, results: list, why: dict) -> list[_Item]:
-        try:
-            response = fut.result()
-        except grpc.RpcError as e:
+    def _forwarded_results(self, addr: str, items: list[_Item], outcome, results: list, why: dict) -> list[_Item]:
+        response = outcome
+        if isinstance(outcome, grpc.RpcError):
+            e = outcome
             if leader_moved(e) or e.code() is grpc.StatusCode.DEADLINE_EXCEEDED:
                 for it in items:
                     why[it.shard] = why_not_served(addr, e)
@@ -246,3 +259,11 @@ class BatchWriter:
             for it in items[len(response.results):]:
                 results[it.index] = _result(it.id, grpc.StatusCode.INTERNAL, f"{addr} returned too few results")
         return retry
+
+
+async def _outcome(fut: asyncio.Future):
+    """A forward's answer, or the RpcError it failed with (any other error is raised)."""
+    try:
+        return await fut
+    except grpc.RpcError as e:
+        return e

@@ -11,19 +11,27 @@ again: a node that no longer leads the shard answers UNAVAILABLE with
 While the shard has no leader (failover), the receiving node retries with a
 short backoff, re-reading the leader each time, until the caller's deadline
 (30 s when the caller set none); then UNAVAILABLE names the shard.
+
+Everything here runs on the API server's event loop: a forwarded call costs no
+thread, only the local part (a store write) runs on the server's pool
+(``Router.blocking``). Each peer has one long-lived ``grpc.aio`` channel, with
+keep-alive pings, so a frozen peer or a half-open connection fails the calls on
+it within the keep-alive timeout instead of at each call's deadline.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
 
-from shardcron.api.security import ChannelSecurity, open_channel
+from shardcron.api.security import ChannelSecurity, open_aio_channel, token_metadata
 from shardcron.abc import Backend
 from shardcron.api.status import NODE_HEADER, RETRY_HEADER, CallFailed
 from shardcron.errors import FencedOut, NotLeader
@@ -39,20 +47,42 @@ _NO_DEADLINE_S = 10**6  # grpc reports "no deadline" as a far-away one
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 0.5
 
-# Big enough for a job with a 1 MiB payload plus headers, so that an oversized
-# payload is refused by validation (INVALID_ARGUMENT naming the field), not by
-# the transport; and for PutJobs batches of a few such jobs.
+# What a request may hold by default (a node's --max-request-bytes): big enough for a
+# job with a 1 MiB payload plus headers, so that an oversized payload is refused by
+# validation (INVALID_ARGUMENT naming the field), not by the transport; and for
+# PutJobs batches of a few such jobs.
 MAX_MESSAGE_BYTES = 8 * 1024 * 1024
+# What a caller accepts in an answer: pages are bounded by bytes well below it
+# (service.PAGE_BYTES), so this only guards against a peer gone wrong.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
 
-CHANNEL_OPTIONS = (
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    # A restarted node must be reachable again within a failover, not after
-    # grpc's default reconnect backoff (up to two minutes).
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-)
+KEEPALIVE_TIME_MS = 10_000
+KEEPALIVE_TIMEOUT_MS = 5_000
+
+
+def channel_options(keepalive_time_ms: int = KEEPALIVE_TIME_MS,
+                    keepalive_timeout_ms: int = KEEPALIVE_TIMEOUT_MS) -> tuple[tuple[str, int], ...]:
+    """Options of every channel to a node: the CLI's, the client's and node-to-node forwarding."""
+    return (
+        # The node decides what it accepts (--max-request-bytes) and says so by name.
+        ("grpc.max_send_message_length", -1),
+        ("grpc.max_receive_message_length", MAX_ANSWER_BYTES),
+        # A restarted node must be reachable again within a failover, not after
+        # grpc's default reconnect backoff (up to two minutes).
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+        # A peer that is frozen (SIGSTOP), or a connection that is half-open after a
+        # network fault, fails the calls on it within time + timeout: without pings a
+        # stream on it would hang until its deadline, and a watch has none.
+        ("grpc.keepalive_time_ms", keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+    )
+
+
+CHANNEL_OPTIONS = channel_options()
 
 
 @dataclass
@@ -65,7 +95,7 @@ class Deadline:
     backoff_s: float = BACKOFF_FIRST_S  # the next pause between tries
 
     @classmethod
-    def of(cls, context: grpc.ServicerContext) -> Deadline:
+    def of(cls, context: grpc.aio.ServicerContext) -> Deadline:
         now = time.monotonic()
         remaining = context.time_remaining()
         if remaining is None or remaining > _NO_DEADLINE_S:
@@ -79,18 +109,18 @@ class Deadline:
     def elapsed(self) -> float:
         return time.monotonic() - self.started
 
-    def wait_to_retry(self, context: grpc.ServicerContext, stopping: threading.Event) -> bool:
+    async def wait_to_retry(self, stopping: threading.Event) -> bool:
         """Pause before the next try (doubling from BACKOFF_FIRST_S to BACKOFF_MAX_S, never past
-        the deadline); False when no try is left: the deadline passed, the caller went away or
-        this node is stopping."""
-        if not context.is_active() or stopping.is_set() or self.remaining() <= 0.0:
+        the deadline); False when no try is left: the deadline passed or this node is stopping.
+        (A caller that goes away cancels the call's task, and so this pause.)"""
+        if stopping.is_set() or self.remaining() <= 0.0:
             return False
-        time.sleep(min(self.backoff_s, self.remaining()))
+        await asyncio.sleep(min(self.backoff_s, self.remaining()))
         self.backoff_s = min(self.backoff_s * 2, BACKOFF_MAX_S)
         return True
 
 
-def is_forwarded(context: grpc.ServicerContext) -> bool:
+def is_forwarded(context: grpc.aio.ServicerContext) -> bool:
     return any(k == FORWARDED_HEADER for k, _ in (context.invocation_metadata() or ()))
 
 
@@ -121,49 +151,56 @@ def not_leader_here(node_id: str, shard: int) -> CallFailed:
 
 
 class Router:
-    """Finds a shard's leader and talks to it; one cached channel per leader address."""
+    """Finds a shard's leader and talks to it: one long-lived channel per peer address.
 
-    def __init__(self, backend: Backend, own_address: str, security: ChannelSecurity | None = None):
+    Lives on the API server's event loop; ``blocking`` runs the local part of a call
+    (a store read or write) on the server's pool."""
+
+    def __init__(self, backend: Backend, own_address: str, security: ChannelSecurity | None = None,
+                 *, pool: Executor | None = None, options: tuple = CHANNEL_OPTIONS):
         self.backend = backend
         self.security = security  # forwarding presents the same credentials as any caller
         self.own_address = own_address
-        self._channels: dict[str, grpc.Channel] = {}
+        self.pool = pool
+        self.options = options
+        # Every call to a peer says it was forwarded, and carries this node's token if it has one.
+        self.metadata = FORWARDED_METADATA + token_metadata(security)
+        self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, pb_grpc.SchedulerStub] = {}
-        self._lock = threading.Lock()
         self.closed = threading.Event()
 
-    def stub(self, address: str) -> pb_grpc.SchedulerStub:
-        with self._lock:
-            if self.closed.is_set():
-                raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"node {self.backend.node_id} is stopping")
-            stub = self._stubs.get(address)
-            if stub is None:
-                channel = open_channel(address, self.security, CHANNEL_OPTIONS)
-                self._channels[address] = channel
-                stub = self._stubs[address] = pb_grpc.SchedulerStub(channel)
-            return stub
+    async def blocking(self, fn: Callable[..., T], *args) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
-    def close(self) -> None:
+    def stub(self, address: str) -> pb_grpc.SchedulerStub:
+        if self.closed.is_set():
+            raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"node {self.backend.node_id} is stopping")
+        stub = self._stubs.get(address)
+        if stub is None:
+            channel = self._channels[address] = open_aio_channel(address, self.security, self.options)
+            stub = self._stubs[address] = pb_grpc.SchedulerStub(channel)
+        return stub
+
+    async def close(self) -> None:
         self.closed.set()
-        with self._lock:
-            channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
+        channels, self._channels, self._stubs = list(self._channels.values()), {}, {}
         for ch in channels:
-            ch.close()
+            await ch.close(grace=None)
 
     def leader_elsewhere(self, shard: int) -> str | None:
         """The shard leader's address if it is another node, else None (no leader, or it is us)."""
         addr = self.backend.leader_address(shard)
         return addr if addr and addr != self.own_address else None
 
-    def call(
+    async def call(
         self,
         shard: int,
-        context: grpc.ServicerContext,
+        context: grpc.aio.ServicerContext,
         local: Callable[[int], T],
-        remote: Callable[[pb_grpc.SchedulerStub, float, tuple], T],
+        remote: Callable[[pb_grpc.SchedulerStub, float, tuple], Awaitable[T]],
     ) -> T:
-        """``local(fence)`` here if this node leads ``shard``, else ``remote(stub, timeout, metadata)``
-        on its leader; retried while the shard has no reachable leader, within the deadline."""
+        """``local(fence)`` (on the pool) if this node leads ``shard``, else ``await remote(stub, timeout,
+        metadata)`` on its leader; retried while the shard has no reachable leader, within the deadline."""
         deadline = Deadline.of(context)
         forwarded = is_forwarded(context)
         node_id = self.backend.node_id
@@ -172,7 +209,7 @@ class Router:
             fence = self.backend.fence_if_leader(shard)
             if fence is not None:
                 try:
-                    return local(fence)
+                    return await self.blocking(local, fence)
                 except (FencedOut, NotLeader) as e:
                     if forwarded:
                         raise not_leader_here(node_id, shard) from e
@@ -187,22 +224,16 @@ class Router:
                     why = "this node is taking the shard over"
                 else:
                     try:
-                        return remote(self.stub(addr), max(deadline.remaining(), 0.001), FORWARDED_METADATA)
+                        return await remote(self.stub(addr), max(deadline.remaining(), 0.001), self.metadata)
                     except grpc.RpcError as e:
                         code = e.code()
                         if leader_moved(e):
                             why = why_not_served(addr, e)
                         elif code is grpc.StatusCode.DEADLINE_EXCEEDED and deadline.remaining() <= 0.01:
                             why = f"its leader at {addr} did not answer in time"
-                        elif code is grpc.StatusCode.CANCELLED and not context.is_active():
-                            raise CallFailed(code, "cancelled by the caller") from None
                         else:
                             raise CallFailed(code, e.details() or "") from None
-                    except ValueError:
-                        if not self.closed.is_set():
-                            raise
-                        raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"node {node_id} is stopping") from None
-            if not deadline.wait_to_retry(context, self.closed):
+            if not await deadline.wait_to_retry(self.closed):
                 break
         raise CallFailed(grpc.StatusCode.UNAVAILABLE, unavailable_message(shard, why, deadline.elapsed()), retry=True)
 

@@ -79,15 +79,15 @@ def server_credentials(sec: ServerSecurity) -> grpc.ServerCredentials | None:
     return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
 
 
-class TokenCheck(grpc.ServerInterceptor):
+class TokenCheck(grpc.aio.ServerInterceptor):
     """Refuses calls without a valid bearer token with UNAUTHENTICATED (health checks excepted)."""
 
     def __init__(self, tokens: frozenset[str]):
         self._tokens = [t.encode() for t in tokens]
 
-        def deny(request, context):
-            context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                          "a valid bearer token is required: pass --token or set SHARDCRON_TOKEN")
+        async def deny(request, context):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                                "a valid bearer token is required: pass --token or set SHARDCRON_TOKEN")
 
         self._deny_unary = grpc.unary_unary_rpc_method_handler(deny)
         self._deny_stream = grpc.unary_stream_rpc_method_handler(deny)
@@ -99,10 +99,10 @@ class TokenCheck(grpc.ServerInterceptor):
                 return any(hmac.compare_digest(given, t) for t in self._tokens)
         return False
 
-    def intercept_service(self, continuation, details):
+    async def intercept_service(self, continuation, details):
         if details.method.startswith(OPEN_METHODS_PREFIX) or self._valid(details.invocation_metadata):
-            return continuation(details)
-        handler = continuation(details)
+            return await continuation(details)
+        handler = await continuation(details)
         if handler is not None and handler.response_streaming:
             return self._deny_stream
         return self._deny_unary
@@ -136,13 +136,28 @@ class _Details(grpc.ClientCallDetails):
 def open_channel(target: str, sec: ChannelSecurity | None, options: Sequence[tuple] = ()) -> grpc.Channel:
     sec = sec or ChannelSecurity()
     if sec.tls:
-        creds = grpc.ssl_channel_credentials(
-            root_certificates=_read(sec.ca_file, "--tls-ca"), private_key=_read(sec.key_file, "--tls-key"),
-            certificate_chain=_read(sec.cert_file, "--tls-cert"))
-        channel = grpc.secure_channel(target, creds, options=list(options))
+        channel = grpc.secure_channel(target, _channel_credentials(sec), options=list(options))
     else:
         channel = grpc.insecure_channel(target, options=list(options))
     return grpc.intercept_channel(channel, _BearerToken(sec.token)) if sec.token else channel
+
+
+def open_aio_channel(target: str, sec: ChannelSecurity | None, options: Sequence[tuple] = ()) -> grpc.aio.Channel:
+    """A ``grpc.aio`` channel (node-to-node forwarding); its calls carry ``token_metadata(sec)`` themselves."""
+    sec = sec or ChannelSecurity()
+    if sec.tls:
+        return grpc.aio.secure_channel(target, _channel_credentials(sec), options=list(options))
+    return grpc.aio.insecure_channel(target, options=list(options))
+
+
+def token_metadata(sec: ChannelSecurity | None) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {sec.token}"),) if sec and sec.token else ()
+
+
+def _channel_credentials(sec: ChannelSecurity) -> grpc.ChannelCredentials:
+    return grpc.ssl_channel_credentials(
+        root_certificates=_read(sec.ca_file, "--tls-ca"), private_key=_read(sec.key_file, "--tls-key"),
+        certificate_chain=_read(sec.cert_file, "--tls-cert"))
 
 
 def channel_security_from_args(a) -> ChannelSecurity:

@@ -1,13 +1,21 @@
-"""The node's gRPC server: the Scheduler service, grpc.health.v1 and server reflection.
+"""The node's gRPC server: the Scheduler service, grpc.health.v1 and server reflection, on ``grpc.aio``.
 
-``start_server(backend, cfg)`` is what ``Node.start`` calls. Each handler is
-wrapped so that whatever it raises becomes a proper status (``status.py``),
-with the answering node's id in the trailing metadata; a request that cannot
-even be parsed is INVALID_ARGUMENT, not the INTERNAL grpc would return.
+``start_server(backend, cfg)`` is what ``Node.start`` calls. The server runs
+on its own event loop in one thread ("api-loop"): a call costs no thread, so
+thousands of open WatchTicks streams cost memory, not workers, and health
+checks, GetShards and forwarded calls are answered beside them. What touches
+the store runs on a bounded pool (``POOL_WORKERS``), awaited by the call.
+
+Each handler is wrapped so that whatever it raises becomes a proper status
+(``status.py``), with the answering node's id in the trailing metadata; a
+request that cannot even be parsed is INVALID_ARGUMENT, not the INTERNAL grpc
+would return, and one over --max-request-bytes is RESOURCE_EXHAUSTED naming
+the flag. Streams take a slot of ``limits.StreamSlots`` for their lifetime.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Callable
@@ -17,11 +25,19 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from shardcron.api.security import ChannelSecurity, ServerSecurity, TokenCheck, server_credentials
 from shardcron.abc import Backend
-from shardcron.api.routing import MAX_MESSAGE_BYTES, Router
+from shardcron.api.limits import ApiLimits, StreamSlots, peer_host
+from shardcron.api.routing import (
+    KEEPALIVE_TIME_MS,
+    KEEPALIVE_TIMEOUT_MS,
+    MAX_ANSWER_BYTES,
+    Router,
+    channel_options,
+    is_forwarded,
+)
+from shardcron.api.security import ChannelSecurity, ServerSecurity, TokenCheck, server_credentials
 from shardcron.api.service import SchedulerService
-from shardcron.api.status import NODE_HEADER, RETRY_HEADER, clip, log_if_bug, retry_hint, status_for
+from shardcron.api.status import NODE_HEADER, RETRY_HEADER, CallFailed, clip, log_if_bug, retry_hint, status_for
 from shardcron.config import NodeConfig
 from shardcron.errors import ConfigError
 from shardcron.v1 import scheduler_pb2 as pb
@@ -29,31 +45,47 @@ from shardcron.v1 import scheduler_pb2 as pb
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Scheduler"].full_name  # "shardcron.v1.Scheduler"
-WORKERS = 128  # each WatchTicks holds one for its whole life
+POOL_WORKERS = 64  # store reads and writes of calls; a call waits for one, a stream never holds one
 HEALTH_POLL_S = 0.25
-
-SERVER_OPTIONS = (
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    # Two nodes must never share a port silently (grpc sets SO_REUSEPORT by default).
-    ("grpc.so_reuseport", 0),
-)
+STOP_SLACK_S = 10.0
 
 
-class _Malformed:
-    """What the request parser hands over when the bytes are not the request message."""
+def server_options(limits: ApiLimits, keepalive_time_ms: int, keepalive_timeout_ms: int) -> list[tuple]:
+    return [
+        # grpc refuses what is over its own limit with a message of its own; with room above
+        # --max-request-bytes, the request parser refuses first and names the flag.
+        ("grpc.max_receive_message_length", min(2 * limits.max_request_bytes, 2**31 - 1)),
+        ("grpc.max_send_message_length", MAX_ANSWER_BYTES),
+        # Two nodes must never share a port silently (grpc sets SO_REUSEPORT by default).
+        ("grpc.so_reuseport", 0),
+        # A caller that froze or vanished (half-open TCP) gives its streams' slots back
+        # within time + timeout, and callers may ping as often as the nodes do.
+        ("grpc.keepalive_time_ms", keepalive_time_ms),
+        ("grpc.keepalive_timeout_ms", keepalive_timeout_ms),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", min(1000, keepalive_time_ms)),
+    ]
 
-    def __init__(self, message_name: str, error: Exception):
-        self.message_name = message_name
-        self.error = error
+
+class _Refused:
+    """What the request parser hands over when it will not make a request of the bytes."""
+
+    def __init__(self, code: grpc.StatusCode, details: str):
+        self.code = code
+        self.details = details
 
 
-def _parser(cls) -> Callable[[bytes], object]:
+def _parser(cls, max_bytes: int) -> Callable[[bytes], object]:
+    name = cls.DESCRIPTOR.full_name
+
     def parse(data: bytes):
+        if len(data) > max_bytes:
+            return _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"request: {len(data)} bytes; this node's --max-request-bytes is {max_bytes}")
         try:
             return cls.FromString(data)
         except Exception as e:  # noqa: BLE001 - DecodeError, invalid UTF-8, ...: the caller's bytes
-            return _Malformed(cls.DESCRIPTOR.full_name, e)
+            return _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {name}: {e}")
     return parse
 
 
@@ -64,57 +96,66 @@ def _ascii(text: str) -> str:
 class _Wrap:
     """Turns a servicer method into a grpc handler that never leaks an exception as UNKNOWN."""
 
-    def __init__(self, node_id: str):
+    def __init__(self, node_id: str, slots: StreamSlots):
         self._node = _ascii(node_id)
+        self._slots = slots
 
-    def fail(self, context: grpc.ServicerContext, exc: BaseException, method: str):
+    async def fail(self, context: grpc.aio.ServicerContext, exc: BaseException, method: str):
         log_if_bug(exc, method)
         code, details = status_for(exc)
         md = [(NODE_HEADER, self._node)]
         if retry_hint(exc):
             md.append((RETRY_HEADER, "1"))
         context.set_trailing_metadata(md)
-        context.abort(code, clip(details))
+        await context.abort(code, clip(details))
 
-    def malformed(self, context: grpc.ServicerContext, request: _Malformed):
+    async def refuse(self, context: grpc.aio.ServicerContext, request: _Refused):
         context.set_trailing_metadata([(NODE_HEADER, self._node)])
-        context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                      clip(f"request: not a valid {request.message_name}: {request.error}"))
+        await context.abort(request.code, clip(request.details))
 
     def unary(self, fn, method: str):
-        def handle(request, context):
-            if isinstance(request, _Malformed):
-                self.malformed(context, request)
+        async def handle(request, context):
+            if isinstance(request, _Refused):
+                await self.refuse(context, request)
             try:
-                return fn(request, context)
+                return await fn(request, context)
             except Exception as e:  # noqa: BLE001 - every failure gets a status
-                self.fail(context, e, method)
+                await self.fail(context, e, method)
         return handle
 
     def stream(self, fn, method: str):
-        def handle(request, context):
-            if isinstance(request, _Malformed):
-                self.malformed(context, request)
+        async def handle(request, context):
+            if isinstance(request, _Refused):
+                await self.refuse(context, request)
+            peer = peer_host(context.peer())
             try:
-                yield from fn(request, context)
+                self._slots.acquire(peer, forwarded=is_forwarded(context))
+            except CallFailed as e:
+                await self.fail(context, e, method)
+            try:
+                async for event in fn(request, context):
+                    yield event
             except Exception as e:  # noqa: BLE001 - every failure gets a status
-                self.fail(context, e, method)
+                await self.fail(context, e, method)
+            finally:
+                self._slots.release(peer)
         return handle
 
 
-def scheduler_handler(service: SchedulerService, node_id: str) -> grpc.GenericRpcHandler:
-    wrap = _Wrap(node_id)
+def scheduler_handler(service: SchedulerService, node_id: str, slots: StreamSlots,
+                      max_request_bytes: int) -> grpc.GenericRpcHandler:
+    wrap = _Wrap(node_id, slots)
     handlers = {}
     for m in pb.DESCRIPTOR.services_by_name["Scheduler"].methods:
         req, resp = getattr(pb, m.input_type.name), getattr(pb, m.output_type.name)
         fn = getattr(service, m.name)
         if m.server_streaming:
             handlers[m.name] = grpc.unary_stream_rpc_method_handler(
-                wrap.stream(fn, m.name), request_deserializer=_parser(req),
+                wrap.stream(fn, m.name), request_deserializer=_parser(req, max_request_bytes),
                 response_serializer=resp.SerializeToString)
         else:
             handlers[m.name] = grpc.unary_unary_rpc_method_handler(
-                wrap.unary(fn, m.name), request_deserializer=_parser(req),
+                wrap.unary(fn, m.name), request_deserializer=_parser(req, max_request_bytes),
                 response_serializer=resp.SerializeToString)
     return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
 
@@ -123,24 +164,44 @@ class ApiServer:
     """A running API server; ``stop()`` ends it (Node.close calls it)."""
 
     def __init__(self, backend: Backend, listen: str, advertise: str, security: ServerSecurity | None = None,
-                 forward: ChannelSecurity | None = None):
+                 forward: ChannelSecurity | None = None, limits: ApiLimits | None = None,
+                 keepalive_ms: tuple[int, int] = (KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS)):
         self.backend = backend
         self.listen = listen
         self.stopping = threading.Event()
         self.security = security or ServerSecurity()
-        self.router = Router(backend, advertise, forward)
-        self.service = SchedulerService(backend, self.router, self.stopping)
-        self.health = health.HealthServicer()
+        self.limits = limits or ApiLimits.defaults()
+        self.keepalive_ms = keepalive_ms
+        self.slots = StreamSlots(self.limits.max_streams, self.limits.max_streams_per_peer)
+        self.pool = ThreadPoolExecutor(max_workers=POOL_WORKERS, thread_name_prefix="api")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="api-loop", daemon=True)
+        self._thread.start()
+        self._serving: bool | None = None
+        self._membership: asyncio.Task | None = None
+        try:
+            self.port = self._on_loop(self._build(advertise, forward))
+        except BaseException:
+            self._end_loop()
+            raise
+
+    def _on_loop(self, coro, timeout: float | None = None):
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    async def _build(self, advertise: str, forward: ChannelSecurity | None) -> int:
+        self.router = Router(self.backend, advertise, forward, pool=self.pool,
+                             options=channel_options(*self.keepalive_ms))
+        self.service = SchedulerService(self.backend, self.router, self.stopping, self.limits)
+        self.health = health.aio.HealthServicer()
         interceptors = [TokenCheck(self.security.tokens)] if self.security.tokens else []
-        self._server = grpc.server(ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="api"),
-                                   options=SERVER_OPTIONS, interceptors=interceptors)
-        self._server.add_generic_rpc_handlers((scheduler_handler(self.service, backend.node_id),))
+        self._server = grpc.aio.server(options=server_options(self.limits, *self.keepalive_ms),
+                                       interceptors=interceptors)
+        self._server.add_generic_rpc_handlers((scheduler_handler(
+            self.service, self.backend.node_id, self.slots, self.limits.max_request_bytes),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
         reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
                                             self._server)
-        self.port = self._bind(listen)
-        self._serving: bool | None = None
-        self._health_thread = threading.Thread(target=self._watch_membership, name="api-health", daemon=True)
+        return self._bind(self.listen)
 
     def _bind(self, listen: str) -> int:
         creds = server_credentials(self.security)
@@ -154,36 +215,53 @@ class ApiServer:
         return port
 
     def start(self) -> ApiServer:
-        self._set_health(self.backend.joined.is_set())
-        self._server.start()
-        self._health_thread.start()
+        self._on_loop(self._start())
         log.info("API listening on %s", self.listen)
         return self
 
-    def _set_health(self, serving: bool) -> None:
+    async def _start(self) -> None:
+        await self._set_health(self.backend.joined.is_set())
+        await self._server.start()
+        self._membership = asyncio.get_running_loop().create_task(self._watch_membership())
+
+    async def _set_health(self, serving: bool) -> None:
         if serving == self._serving:
             return
         self._serving = serving
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         for name in ("", SERVICE_NAME):
-            self.health.set(name, status)
+            await self.health.set(name, status)
 
-    def _watch_membership(self) -> None:
-        while not self.stopping.wait(HEALTH_POLL_S):
-            self._set_health(self.backend.joined.is_set())
+    async def _watch_membership(self) -> None:
+        while not self.stopping.is_set():
+            await asyncio.sleep(HEALTH_POLL_S)
+            await self._set_health(self.backend.joined.is_set())
 
     def stop(self, grace: float | None = 2.0) -> None:
         if self.stopping.is_set():
             return
         self.stopping.set()
-        self.health.enter_graceful_shutdown()
-        done = self._server.stop(grace)
-        done.wait((grace or 0) + 5)
-        self.router.close()
+        try:
+            self._on_loop(self._stop(grace), timeout=(grace or 0) + STOP_SLACK_S)
+        except Exception:  # noqa: BLE001 - stopping goes on; what is left dies with the loop
+            log.warning("the API server did not stop cleanly", exc_info=True)
+        self._end_loop()
+
+    async def _stop(self, grace: float | None) -> None:
+        await self.health.enter_graceful_shutdown()
+        if self._membership is not None:
+            self._membership.cancel()
+        await self._server.stop(grace)
+        await self.router.close()
         self.service.close()
-        self._health_thread.join(2)
+
+    def _end_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(5)
+        self.pool.shutdown(wait=False, cancel_futures=True)
 
 
 def start_server(backend: Backend, cfg: NodeConfig) -> ApiServer:
     """Bind ``cfg.listen`` and serve; ``ConfigError`` naming the address if it cannot be bound."""
-    return ApiServer(backend, cfg.listen, cfg.advertise, cfg.api_security, cfg.forward_security).start()
+    return ApiServer(backend, cfg.listen, cfg.advertise, cfg.api_security, cfg.forward_security,
+                     cfg.api_limits, cfg.keepalive_ms).start()

@@ -3,15 +3,19 @@
 Reads (GetJob, ListJobs, ListTicks, GetShards) are served by whichever node
 receives them, from the store or the node's view of etcd. Writes and
 TriggerJob run on the leader of the job's shard, under its fence
-(``routing.Router.call``). Each handler returns a response or raises; the
-server (``server.py``) turns what it raises into a status (``status.py``).
+(``routing.Router.call``). Each handler is a coroutine on the API server's
+loop; what touches the store runs on the server's pool (``Router.blocking``).
+It returns a response or raises; the server (``server.py``) turns what it
+raises into a status (``status.py``).
+
+List answers are bounded by bytes as well as by count (``PAGE_BYTES``), so a
+page of big jobs or long tick outputs is shorter, never too large to send.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator
 
 import grpc
 
@@ -20,6 +24,7 @@ from shardcron.abc import Backend
 from shardcron.api import admission
 from shardcron.api.batch import BatchWriter
 from shardcron.api.group_commit import GroupCommit
+from shardcron.api.limits import ApiLimits, TriggerBudget
 from shardcron.api.convert import (
     INT64_MAX,
     BadRequest,
@@ -43,6 +48,9 @@ from shardcron.v1 import scheduler_pb2 as pb
 JOBS_PAGE_DEFAULT = 100
 TICKS_PAGE_DEFAULT = 50
 PAGE_MAX = 1000
+# A page ends before the one that would take it past this many bytes (it always holds at
+# least one: a job is at most a few MiB, and callers accept routing.MAX_ANSWER_BYTES).
+PAGE_BYTES = 4 * 1024 * 1024
 
 
 def _page_size(value: int, default: int, field: str = "page_size") -> int:
@@ -51,18 +59,35 @@ def _page_size(value: int, default: int, field: str = "page_size") -> int:
     return min(value or default, PAGE_MAX)
 
 
+def bounded_page(items: list, size: int, to_proto, max_bytes: int = PAGE_BYTES) -> tuple[list, bool]:
+    """(protos of the first items that fit in ``size`` entries and ``max_bytes``, whether more follow).
+
+    ``items`` holds up to ``size + 1`` entries: one more than the page tells that there is a next one."""
+    page, total = [], 0
+    for item in items[:size]:
+        proto = to_proto(item)
+        total += proto.ByteSize() + 8  # the field's tag and length
+        if page and total > max_bytes:
+            return page, True
+        page.append(proto)
+    return page, len(items) > size
+
+
 class SchedulerService:
-    def __init__(self, backend: Backend, router: Router, stopping: threading.Event):
+    """Made on the API server's loop (its watches hold the loop)."""
+
+    def __init__(self, backend: Backend, router: Router, stopping: threading.Event, limits: ApiLimits):
         self.backend = backend
         self.router = router
         self.stopping = stopping
-        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="api-forward")
-        self.batch = BatchWriter(backend, router, self._pool)
+        self.limits = limits
+        self.batch = BatchWriter(backend, router, limits.max_jobs_per_call)
         self.group_commit = GroupCommit(backend.engine, backend.node_id)
         self.watches = Watches(backend, router, stopping)
+        self.triggers = TriggerBudget(limits.trigger_rate)
 
     def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.watches.close()
 
     # -- helpers ------------------------------------------------------------------
 
@@ -77,7 +102,7 @@ class SchedulerService:
 
     # -- jobs ------------------------------------------------------------------------
 
-    def PutJob(self, request: pb.PutJobRequest, context: grpc.ServicerContext) -> pb.PutJobResponse:
+    async def PutJob(self, request: pb.PutJobRequest, context: grpc.aio.ServicerContext) -> pb.PutJobResponse:
         job = job_from_proto(request.job)
         expected = request.expected_version if request.HasField("expected_version") else None
         if expected is not None and expected < 0:
@@ -92,17 +117,19 @@ class SchedulerService:
             b.job_written(shard, stored)
             return pb.PutJobResponse(job=self._job_answer(stored))
 
-        return self.router.call(shard, context, here,
-                                lambda stub, timeout, md: stub.PutJob(request, timeout=timeout, metadata=md))
+        return await self.router.call(shard, context, here,
+                                      lambda stub, timeout, md: stub.PutJob(request, timeout=timeout, metadata=md))
 
-    def PutJobs(self, request: pb.PutJobsRequest, context: grpc.ServicerContext) -> pb.PutJobsResponse:
-        return self.batch.put_jobs(request, context)
+    async def PutJobs(self, request: pb.PutJobsRequest, context: grpc.aio.ServicerContext) -> pb.PutJobsResponse:
+        return await self.batch.put_jobs(request, context)
 
-    def GetJob(self, request: pb.GetJobRequest, context: grpc.ServicerContext) -> pb.GetJobResponse:
+    async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.GetJobResponse:
         job_id = validate_job_id(request.id)
-        return pb.GetJobResponse(job=self._job_answer(job_store.get_job(self.backend.engine, job_id)))
+        job = await self.router.blocking(job_store.get_job, self.backend.engine, job_id)
+        return pb.GetJobResponse(job=self._job_answer(job))
 
-    def DeleteJob(self, request: pb.DeleteJobRequest, context: grpc.ServicerContext) -> pb.DeleteJobResponse:
+    async def DeleteJob(self, request: pb.DeleteJobRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.DeleteJobResponse:
         job_id = validate_job_id(request.id)
         shard = self._shard(job_id)
         b = self.backend
@@ -112,10 +139,10 @@ class SchedulerService:
             b.job_deleted(shard, job_id)
             return pb.DeleteJobResponse()
 
-        return self.router.call(shard, context, here,
-                                lambda stub, timeout, md: stub.DeleteJob(request, timeout=timeout, metadata=md))
+        return await self.router.call(shard, context, here,
+                                      lambda stub, timeout, md: stub.DeleteJob(request, timeout=timeout, metadata=md))
 
-    def _set_paused(self, job_id: str, paused: bool, context, forward):
+    async def _set_paused(self, job_id: str, paused: bool, context, forward):
         shard = self._shard(job_id)
         b = self.backend
 
@@ -125,27 +152,35 @@ class SchedulerService:
             b.job_written(shard, job)
             return self._job_answer(job)
 
-        return self.router.call(shard, context, here, forward)
+        return await self.router.call(shard, context, here, forward)
 
-    def PauseJob(self, request: pb.PauseJobRequest, context: grpc.ServicerContext) -> pb.PauseJobResponse:
+    async def PauseJob(self, request: pb.PauseJobRequest, context: grpc.aio.ServicerContext) -> pb.PauseJobResponse:
         job_id = validate_job_id(request.id)
-        answer = self._set_paused(job_id, True, context,
-                                  lambda stub, timeout, md: stub.PauseJob(request, timeout=timeout, metadata=md).job)
-        return pb.PauseJobResponse(job=answer)
 
-    def ResumeJob(self, request: pb.ResumeJobRequest, context: grpc.ServicerContext) -> pb.ResumeJobResponse:
+        async def forward(stub, timeout, md):
+            return (await stub.PauseJob(request, timeout=timeout, metadata=md)).job
+
+        return pb.PauseJobResponse(job=await self._set_paused(job_id, True, context, forward))
+
+    async def ResumeJob(self, request: pb.ResumeJobRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.ResumeJobResponse:
         job_id = validate_job_id(request.id)
-        answer = self._set_paused(job_id, False, context,
-                                  lambda stub, timeout, md: stub.ResumeJob(request, timeout=timeout, metadata=md).job)
-        return pb.ResumeJobResponse(job=answer)
 
-    def TriggerJob(self, request: pb.TriggerJobRequest, context: grpc.ServicerContext) -> pb.TriggerJobResponse:
+        async def forward(stub, timeout, md):
+            return (await stub.ResumeJob(request, timeout=timeout, metadata=md)).job
+
+        return pb.ResumeJobResponse(job=await self._set_paused(job_id, False, context, forward))
+
+    async def TriggerJob(self, request: pb.TriggerJobRequest, context: grpc.aio.ServicerContext
+                         ) -> pb.TriggerJobResponse:
         job_id = validate_job_id(request.id)
         shard = self._shard(job_id)
         b = self.backend
 
         def here(fence: int) -> pb.TriggerJobResponse:
             job_store.get_job(b.engine, job_id)  # NOT_FOUND for a job that does not exist
+            # Counted where the run starts (the shard's leader), after NOT_FOUND: a typo spends nothing.
+            self.triggers.take(job_id, clock.wall_ms())
             try:
                 slot = b.trigger_now(shard, job_id)
             except KeyError:
@@ -154,10 +189,10 @@ class SchedulerService:
                 raise JobNotFound(job_id) from None
             return pb.TriggerJobResponse(id=slot.job_id, scheduled_at_ms=slot.scheduled_at_ms, shard=shard)
 
-        return self.router.call(shard, context, here,
-                                lambda stub, timeout, md: stub.TriggerJob(request, timeout=timeout, metadata=md))
+        return await self.router.call(shard, context, here,
+                                      lambda stub, timeout, md: stub.TriggerJob(request, timeout=timeout, metadata=md))
 
-    def ListJobs(self, request: pb.ListJobsRequest, context: grpc.ServicerContext) -> pb.ListJobsResponse:
+    async def ListJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext) -> pb.ListJobsResponse:
         size = _page_size(request.page_size, JOBS_PAGE_DEFAULT)
         shard = None
         if request.HasField("shard"):
@@ -171,16 +206,20 @@ class SchedulerService:
         after = decode_page_token(request.page_token)
         if after is not None:
             validate_job_id(after, "page_token")  # a token is the last id of a page
-        jobs = job_store.list_jobs(self.backend.engine, shard=shard, labels=dict(request.labels) or None,
-                                   limit=size + 1, after_id=after)
-        more = len(jobs) > size
-        jobs = jobs[:size]
-        return pb.ListJobsResponse(jobs=[self._job_answer(j) for j in jobs],
-                                   next_page_token=encode_page_token(jobs[-1].id) if more else "")
+        labels = dict(request.labels) or None
+
+        def page() -> pb.ListJobsResponse:
+            jobs = job_store.list_jobs(self.backend.engine, shard=shard, labels=labels, limit=size + 1,
+                                       after_id=after)
+            protos, more = bounded_page(jobs, size, self._job_answer)
+            return pb.ListJobsResponse(jobs=protos, next_page_token=encode_page_token(protos[-1].id) if more else "")
+
+        return await self.router.blocking(page)
 
     # -- ticks --------------------------------------------------------------------------
 
-    def ListTicks(self, request: pb.ListTicksRequest, context: grpc.ServicerContext) -> pb.ListTicksResponse:
+    async def ListTicks(self, request: pb.ListTicksRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.ListTicksResponse:
         job_id = validate_job_id(request.job_id, "job_id")
         size = _page_size(request.page_size, TICKS_PAGE_DEFAULT)
         before = decode_page_token(request.page_token)
@@ -193,24 +232,29 @@ class SchedulerService:
                 raise BadRequest("page_token", "is not a token this API returned")
         else:
             before_ms = None
-        ticks = tick_store.list_ticks(self.backend.engine, job_id, limit=size + 1, before_ms=before_ms)
-        more = len(ticks) > size
-        ticks = ticks[:size]
-        token = encode_page_token(str(ticks[-1].scheduled_at_ms)) if more else ""
-        return pb.ListTicksResponse(ticks=[tick_to_proto(t) for t in ticks], next_page_token=token)
 
-    def WatchTicks(self, request: pb.WatchTicksRequest, context: grpc.ServicerContext) -> Iterator[pb.TickEvent]:
+        def page() -> pb.ListTicksResponse:
+            ticks = tick_store.list_ticks(self.backend.engine, job_id, limit=size + 1, before_ms=before_ms)
+            protos, more = bounded_page(ticks, size, tick_to_proto)
+            token = encode_page_token(str(protos[-1].scheduled_at_ms)) if more else ""
+            return pb.ListTicksResponse(ticks=protos, next_page_token=token)
+
+        return await self.router.blocking(page)
+
+    def WatchTicks(self, request: pb.WatchTicksRequest, context: grpc.aio.ServicerContext
+                   ) -> AsyncIterator[pb.TickEvent]:
         if request.job_id:
             validate_job_id(request.job_id, "job_id")
         if request.local_only:
-            return self.watches.local(context, request.job_id)
+            return self.watches.local(request.job_id)
         if request.job_id:
             if is_forwarded(context):
-                return self.watches.forwarded_job(context, request.job_id)
-            return self.watches.job(context, request)
-        return self.watches.all(context)
+                return self.watches.forwarded_job(request.job_id)
+            return self.watches.job(request.job_id)
+        return self.watches.all()
 
     # -- shards -----------------------------------------------------------------------
 
-    def GetShards(self, request: pb.GetShardsRequest, context: grpc.ServicerContext) -> pb.GetShardsResponse:
-        return shard_map_to_proto(self.backend.shard_map())
+    async def GetShards(self, request: pb.GetShardsRequest, context: grpc.aio.ServicerContext
+                        ) -> pb.GetShardsResponse:
+        return shard_map_to_proto(await self.router.blocking(self.backend.shard_map))

@@ -55,7 +55,7 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """(code, details) for an exception raised while serving a call."""
     if isinstance(exc, CallFailed):
         return exc.code, exc.details
-    if isinstance(exc, grpc.RpcError) and isinstance(exc, grpc.Call):  # another node's answer, passed on
+    if isinstance(exc, grpc.RpcError) and callable(getattr(exc, "code", None)):  # another node's answer, passed on
         return exc.code(), exc.details() or ""
     if isinstance(exc, InvalidJob):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)

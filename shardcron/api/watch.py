@@ -5,235 +5,270 @@
   the shard, else relays the leader's stream; when leadership moves, the old
   leader ends its stream (UNAVAILABLE) and the receiving node follows the new one.
 * All jobs: the receiving node merges its own results with a ``local_only``
-  stream from every other member, reconnecting to each until the caller leaves.
+  stream from every other member. Those member feeds are shared: however many
+  all-jobs watchers a node serves, it holds one feed per member while it has any.
 
-Nothing here ever blocks the recorder: each stream has a bounded queue that
-drops its oldest event when full, and tells the watcher how many it dropped.
+A watcher costs no thread: every stream is a coroutine on the API server's
+loop. This node's results reach the loop through one ``TickHub``, which the
+recorder hands ticks to without ever blocking; each watcher has a bounded
+queue that drops its oldest event when full, and tells the watcher how many
+it dropped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 
 import grpc
 
-from shardcron import clock
 from shardcron.abc import Backend
-from shardcron.model import Tick
 from shardcron.api.convert import tick_event_to_proto
-from shardcron.api.routing import FORWARDED_METADATA, Router, not_leader_here
+from shardcron.api.routing import Router, not_leader_here
 from shardcron.api.status import CallFailed
+from shardcron.model import Tick
 from shardcron.sharding import shard_for
 from shardcron.v1 import scheduler_pb2 as pb
 
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 10_000  # events buffered per watcher before the oldest are dropped
-POLL_S = 0.5  # how often an idle stream checks that its caller and its leadership are still there
+POLL_S = 0.5  # how often an idle stream checks its leadership and the node's stop
 RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 2.0
 PEER_REFRESH_S = 2.0
 
 
-class DropOldestQueue:
-    """A bounded queue whose ``put`` never blocks: when full, the oldest item goes."""
+class WatcherQueue:
+    """One watcher's events, on the loop. ``put`` never blocks: when full, the oldest event goes."""
 
-    def __init__(self, limit: int = QUEUE_LIMIT):
-        self._items: deque = deque()
+    def __init__(self, job_id: str = "", limit: int = QUEUE_LIMIT):
+        self.job_id = job_id  # "" : every job
+        self._items: deque[pb.TickEvent] = deque()
         self._limit = limit
-        self._cond = threading.Condition()
+        self._ready = asyncio.Event()
         self._dropped = 0
-        self.dropped_total = 0
 
-    def put(self, item) -> None:
-        with self._cond:
-            if len(self._items) >= self._limit:
-                self._items.popleft()
-                self._dropped += 1
-                self.dropped_total += 1
-            self._items.append(item)
-            self._cond.notify()
+    def wants(self, job_id: str) -> bool:
+        return not self.job_id or self.job_id == job_id
 
-    def get(self, timeout_s: float) -> tuple[object | None, int]:
-        """(item, events dropped since the last item returned), or (None, 0) after ``timeout_s``."""
-        with self._cond:
-            if not self._items:
-                self._cond.wait(timeout_s)
-            if not self._items:
-                return None, 0
-            dropped, self._dropped = self._dropped, 0
-            return self._items.popleft(), dropped
+    def put(self, event: pb.TickEvent) -> None:
+        if len(self._items) >= self._limit:
+            self._items.popleft()
+            self._dropped += 1
+        self._items.append(event)
+        self._ready.set()
+
+    async def get(self, timeout_s: float) -> pb.TickEvent | None:
+        """The next event (counting the ones dropped before it), or None after ``timeout_s``."""
+        if not self._items:
+            self._ready.clear()
+            try:
+                await asyncio.wait_for(self._ready.wait(), timeout_s)
+            except TimeoutError:
+                return None
+        event = self._items.popleft()
+        if self._dropped:
+            event = pb.TickEvent(tick=event.tick, dropped=event.dropped + self._dropped)
+            self._dropped = 0
+        return event
 
 
-def _as_proto(item, dropped: int) -> pb.TickEvent:
-    if isinstance(item, Tick):
-        return tick_event_to_proto(item, dropped)
-    if dropped:
-        item = pb.TickEvent(tick=item.tick, dropped=item.dropped + dropped)
-    return item
+class TickHub:
+    """This node's tick results, handed from the recorder's threads to the watchers on the loop.
+
+    The recorder's callback only appends under a lock and, for the first tick of a batch,
+    schedules one fan-out on the loop; with no watcher it returns at once."""
+
+    def __init__(self, backend: Backend, loop: asyncio.AbstractEventLoop):
+        self._loop = loop
+        self._watchers: set[WatcherQueue] = set()
+        self._lock = threading.Lock()
+        self._pending: list[Tick] = []
+        self._scheduled = False
+        self._unsubscribe = backend.subscribe_ticks(self._from_recorder)
+
+    def add(self, q: WatcherQueue) -> None:
+        self._watchers.add(q)
+
+    def remove(self, q: WatcherQueue) -> None:
+        self._watchers.discard(q)
+
+    def close(self) -> None:
+        self._unsubscribe()
+
+    def _from_recorder(self, tick: Tick) -> None:  # any thread
+        if not self._watchers:
+            return
+        with self._lock:
+            self._pending.append(tick)
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self._fan_out)
+        except RuntimeError:  # the loop is closed: the server is stopping
+            pass
+
+    def _fan_out(self) -> None:
+        with self._lock:
+            ticks, self._pending, self._scheduled = self._pending, [], False
+        watchers = list(self._watchers)
+        for tick in ticks:
+            event = tick_event_to_proto(tick, 0)
+            for q in watchers:
+                if q.wants(tick.job_id):
+                    q.put(event)
+
+
+class MemberFeeds:
+    """One ``local_only`` stream from every other member, shared by all of this node's all-jobs watchers.
+
+    Runs while at least one such watcher is open; re-reads the member list every
+    PEER_REFRESH_S and reconnects to each member until it leaves the cluster."""
+
+    def __init__(self, backend: Backend, router: Router):
+        self.backend = backend
+        self.router = router
+        self._watchers: set[WatcherQueue] = set()
+        self._task: asyncio.Task | None = None
+
+    def add(self, q: WatcherQueue) -> None:
+        self._watchers.add(q)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="member-feeds")
+
+    def remove(self, q: WatcherQueue) -> None:
+        self._watchers.discard(q)
+        if not self._watchers and self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _run(self) -> None:
+        feeds: dict[str, asyncio.Task] = {}
+        try:
+            while True:
+                wanted = self._members()
+                if wanted is not None:
+                    for addr in set(feeds) - wanted:
+                        feeds.pop(addr).cancel()
+                    for addr in wanted - set(feeds):
+                        feeds[addr] = asyncio.get_running_loop().create_task(self._feed(addr), name=f"feed-{addr}")
+                await asyncio.sleep(PEER_REFRESH_S)
+        finally:
+            for task in feeds.values():
+                task.cancel()
+
+    def _members(self) -> set[str] | None:
+        try:
+            nodes = self.backend.shard_map().get("nodes", [])
+        except Exception:  # noqa: BLE001 - keep the feeds we have; try again at the next refresh
+            log.warning("cannot read the member list for a tick watch", exc_info=True)
+            return None
+        return {n["address"] for n in nodes if n.get("address") and n["address"] != self.router.own_address}
+
+    async def _feed(self, address: str) -> None:
+        backoff = RECONNECT_FIRST_S
+        while not self.router.closed.is_set():
+            call = None
+            try:
+                call = self.router.stub(address).WatchTicks(pb.WatchTicksRequest(local_only=True),
+                                                            metadata=self.router.metadata)
+                async for event in call:
+                    backoff = RECONNECT_FIRST_S
+                    for q in list(self._watchers):
+                        q.put(event)
+            except grpc.RpcError as e:
+                log.debug("tick feed from %s ended: %s", address, e.details())
+            except CallFailed:  # the router is closed: the server is stopping
+                return
+            finally:
+                if call is not None:
+                    call.cancel()
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, RECONNECT_MAX_S)
 
 
 class Watches:
-    """Serves WatchTicks calls for one node."""
+    """Serves WatchTicks calls for one node; made on the API server's loop."""
 
     def __init__(self, backend: Backend, router: Router, stopping: threading.Event):
         self.backend = backend
         self.router = router
         self.stopping = stopping
+        self.hub = TickHub(backend, asyncio.get_running_loop())
+        self.members = MemberFeeds(backend, router)
 
-    def _live(self, context: grpc.ServicerContext) -> bool:
-        return context.is_active() and not self.stopping.is_set()
-
-    def _pause(self, seconds: float) -> None:
-        self.stopping.wait(seconds)
+    def close(self) -> None:
+        self.hub.close()
 
     # -- this node's own results --------------------------------------------------
 
-    def local(self, context, job_id: str, *, lead_shard: int | None = None) -> Iterator[pb.TickEvent]:
+    async def local(self, job_id: str, *, lead_shard: int | None = None) -> AsyncIterator[pb.TickEvent]:
         """This node's tick results (of ``job_id``, or all). With ``lead_shard``, the stream
         ends as soon as this node stops leading that shard (after what it queued)."""
-        q = DropOldestQueue()
-
-        def on_tick(ev: Tick) -> None:
-            if not job_id or ev.job_id == job_id:
-                q.put(ev)
-
-        unsubscribe = self.backend.subscribe_ticks(on_tick)
+        q = WatcherQueue(job_id)
+        self.hub.add(q)
         try:
-            while self._live(context):
-                item, dropped = q.get(POLL_S)
-                if item is not None:
-                    yield _as_proto(item, dropped)
+            while not self.stopping.is_set():
+                event = await q.get(POLL_S)
+                if event is not None:
+                    yield event
                 elif lead_shard is not None and self.backend.fence_if_leader(lead_shard) is None:
                     return
         finally:
-            unsubscribe()
+            self.hub.remove(q)
 
     # -- one job: from its shard's leader -------------------------------------------
 
-    def forwarded_job(self, context, job_id: str) -> Iterator[pb.TickEvent]:
+    async def forwarded_job(self, job_id: str) -> AsyncIterator[pb.TickEvent]:
         """Another node relays this stream to its caller: serve it while we lead, then say so."""
         shard = shard_for(job_id, self.backend.shard_count)
         if self.backend.fence_if_leader(shard) is None:
             raise not_leader_here(self.backend.node_id, shard)
-        yield from self.local(context, job_id, lead_shard=shard)
-        if self._live(context):
+        async for event in self.local(job_id, lead_shard=shard):
+            yield event
+        if not self.stopping.is_set():
             raise not_leader_here(self.backend.node_id, shard)
 
-    def job(self, context, request: pb.WatchTicksRequest) -> Iterator[pb.TickEvent]:
-        shard = shard_for(request.job_id, self.backend.shard_count)
-        upstream: list = [None]
-
-        def cancel_upstream() -> None:
-            call = upstream[0]
-            if call is not None:
-                call.cancel()
-
-        context.add_callback(cancel_upstream)
+    async def job(self, job_id: str) -> AsyncIterator[pb.TickEvent]:
+        shard = shard_for(job_id, self.backend.shard_count)
         backoff = RECONNECT_FIRST_S
-        while self._live(context):
+        while not self.stopping.is_set():
             if self.backend.fence_if_leader(shard) is not None:
-                yield from self.local(context, request.job_id, lead_shard=shard)
+                async for event in self.local(job_id, lead_shard=shard):
+                    yield event
                 backoff = RECONNECT_FIRST_S
                 continue
             addr = self.router.leader_elsewhere(shard)
             if addr:
-                call = self.router.stub(addr).WatchTicks(
-                    pb.WatchTicksRequest(job_id=request.job_id), metadata=FORWARDED_METADATA)
-                upstream[0] = call
+                call = self.router.stub(addr).WatchTicks(pb.WatchTicksRequest(job_id=job_id),
+                                                         metadata=self.router.metadata)
                 try:
-                    for ev in call:
+                    async for event in call:
                         backoff = RECONNECT_FIRST_S
-                        yield ev
+                        yield event
                 except grpc.RpcError as e:
-                    if e.code() is not grpc.StatusCode.CANCELLED:
-                        log.debug("watch of %s at %s ended: %s", request.job_id, addr, e.details())
+                    log.debug("watch of %s at %s ended: %s", job_id, addr, e.details())
                 finally:
-                    upstream[0] = None
                     call.cancel()
-            if not self._live(context):
-                break
-            self._pause(backoff)
+            await asyncio.sleep(backoff)
             backoff = min(backoff * 2, RECONNECT_MAX_S)
 
     # -- every job: fan in from every member ---------------------------------------
 
-    def all(self, context) -> Iterator[pb.TickEvent]:
-        q = DropOldestQueue()
-        unsubscribe = self.backend.subscribe_ticks(q.put)
-        peers: dict[str, _PeerFeed] = {}
-        next_refresh = 0.0
+    async def all(self) -> AsyncIterator[pb.TickEvent]:
+        q = WatcherQueue()
+        self.hub.add(q)
+        self.members.add(q)
         try:
-            while self._live(context):
-                if clock.monotonic() >= next_refresh:
-                    self._refresh_peers(peers, q)
-                    next_refresh = clock.monotonic() + PEER_REFRESH_S
-                item, dropped = q.get(POLL_S)
-                if item is not None:
-                    yield _as_proto(item, dropped)
+            while not self.stopping.is_set():
+                event = await q.get(POLL_S)
+                if event is not None:
+                    yield event
         finally:
-            unsubscribe()
-            for feed in peers.values():
-                feed.stop()
-
-    def _refresh_peers(self, peers: dict[str, _PeerFeed], q: DropOldestQueue) -> None:
-        try:
-            nodes = self.backend.shard_map().get("nodes", [])
-        except Exception:  # noqa: BLE001 - keep the feeds we have; try again at the next refresh
-            log.warning("cannot read the member list for a tick watch", exc_info=True)
-            return
-        wanted = {n["address"] for n in nodes if n.get("address") and n["address"] != self.router.own_address}
-        for addr in set(peers) - wanted:
-            peers.pop(addr).stop()
-        for addr in wanted - set(peers):
-            peers[addr] = _PeerFeed(self.router, addr, q, self.stopping)
-
-
-class _PeerFeed:
-    """One member's own tick results, fed into a watcher's queue; reconnects until stopped."""
-
-    def __init__(self, router: Router, address: str, q: DropOldestQueue, stopping: threading.Event):
-        self._router = router
-        self._address = address
-        self._q = q
-        self._server_stopping = stopping
-        self._stopped = threading.Event()
-        self._call = None
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name=f"watch-{address}", daemon=True)
-        self._thread.start()
-
-    def _done(self) -> bool:
-        return self._stopped.is_set() or self._server_stopping.is_set() or self._router.closed.is_set()
-
-    def stop(self) -> None:
-        self._stopped.set()
-        with self._lock:
-            if self._call is not None:
-                self._call.cancel()
-
-    def _run(self) -> None:
-        backoff = RECONNECT_FIRST_S
-        while not self._done():
-            try:
-                with self._lock:
-                    if self._done():
-                        return
-                    call = self._call = self._router.stub(self._address).WatchTicks(
-                        pb.WatchTicksRequest(local_only=True), metadata=FORWARDED_METADATA)
-                for ev in call:
-                    backoff = RECONNECT_FIRST_S
-                    self._q.put(ev)
-            except grpc.RpcError as e:
-                if not self._done():
-                    log.debug("tick feed from %s ended: %s", self._address, e.details())
-            except (CallFailed, ValueError):  # the router, or its channel, was closed: the server is stopping
-                return
-            finally:
-                with self._lock:
-                    self._call = None
-            self._stopped.wait(backoff)
-            backoff = min(backoff * 2, RECONNECT_MAX_S)
+            self.hub.remove(q)
+            self.members.remove(q)

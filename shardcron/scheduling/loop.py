@@ -28,7 +28,7 @@ from sqlalchemy.engine import Engine
 from shardcron import metrics
 from shardcron.clock import SYSTEM_CLOCK, Clock
 from shardcron.coordination.session import Session
-from shardcron.errors import StoreUnavailable, TriggerBusy
+from shardcron.errors import JobRunning, StoreUnavailable, TriggerBusy
 from shardcron.executors import Executors
 from shardcron.model import ExecutionResult, ExecutorKind, Job, SlotRef, TickStatus
 from shardcron.scheduling.heap import ClaimDue, DispatchDue, TimerHeap
@@ -256,8 +256,12 @@ class Scheduler:
         if run is None:
             raise KeyError(job_id)
         with run.lock:
-            if job_id not in run.jobs:
+            entry = run.jobs.get(job_id)
+            if entry is None:
                 raise KeyError(job_id)
+            # Refused now, not recorded skipped later: the caller learns why at once.
+            if not overlap_allows(entry.job.overlap, run.runs_of(job_id)):
+                raise JobRunning(job_id)
         now = self._now_ms()
         # A manual tick takes the current millisecond; if a slot already sits
         # there (a scheduled one, or another trigger), the next free one.
@@ -435,7 +439,7 @@ class Scheduler:
             self._record(run, d, ExecutionResult(False, now, now, error="job deleted before its slot"),
                          TickStatus.SKIPPED)
             return
-        if not d.manual and not overlap_allows(entry.job.overlap, run.runs_of(job_id)):
+        if not overlap_allows(entry.job.overlap, run.runs_of(job_id)):  # manual runs too: "skip" means one at a time
             if d.catch_up:
                 self._push_dispatch(run, d, not_before_ms=self._now_ms() + CATCH_UP_WAIT_MS)
                 return

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 from sqlalchemy.exc import DataError
@@ -22,7 +24,7 @@ from shardcron.api.convert import (
 )
 from shardcron.api.routing import Deadline
 from shardcron.api.status import CallFailed, clip, retry_hint, status_for
-from shardcron.api.watch import DropOldestQueue
+from shardcron.api.watch import WatcherQueue
 from shardcron.errors import (
     FencedOut,
     InvalidJob,
@@ -174,11 +176,24 @@ def test_deadline_defaults_to_30s_and_leaves_a_margin_to_answer(remaining, expec
 
 
 def test_the_watch_queue_drops_the_oldest_and_counts():
-    q = DropOldestQueue(limit=3)
-    for i in range(5):
-        q.put(i)
-    assert q.get(0) == (2, 2)
-    assert q.get(0) == (3, 0)
-    assert q.get(0) == (4, 0)
-    assert q.get(0.01) == (None, 0)
-    assert q.dropped_total == 2
+    def event(at_ms: int) -> pb.TickEvent:
+        return pb.TickEvent(tick=pb.Tick(job_id="j", scheduled_at_ms=at_ms))
+
+    async def scenario():
+        q = WatcherQueue(limit=3)
+        for i in range(5):
+            q.put(event(i))
+        got = [await q.get(0) for _ in range(3)]
+        return [(e.tick.scheduled_at_ms, e.dropped) for e in got], await q.get(0.01)
+
+    events, after = asyncio.run(scenario())
+    assert events == [(2, 2), (3, 0), (4, 0)]  # the first event after a drop says how many went
+    assert after is None
+
+
+@pytest.mark.parametrize("watching, job_id, wanted", [("", "a", True), ("a", "a", True), ("a", "b", False)])
+def test_a_watcher_queue_wants_its_job_or_all(watching, job_id, wanted):
+    async def scenario():
+        return WatcherQueue(watching).wants(job_id)
+
+    assert asyncio.run(scenario()) is wanted

@@ -32,6 +32,9 @@ class _Unjoined:
     def shard_map(self):
         return {"prefix": "/x", "shard_count": 1, "revision": 0, "shards": [], "nodes": []}
 
+    def subscribe_ticks(self, callback):
+        return lambda: None
+
 
 def _health(address: str, service: str = "") -> int:
     with grpc.insecure_channel(address) as ch:
