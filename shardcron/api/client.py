@@ -71,7 +71,12 @@ class Unavailable(ApiError):
     """UNAVAILABLE: no node answered, or the job's shard had no leader before the deadline."""
 
 
+class LimitExceeded(ApiError):
+    """RESOURCE_EXHAUSTED: the call crossed one of the node's limits; the message names its flag."""
+
+
 _ERRORS = {
+    grpc.StatusCode.RESOURCE_EXHAUSTED: LimitExceeded,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidRequest,
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.ABORTED: Conflict,

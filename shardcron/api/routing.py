@@ -22,6 +22,7 @@ it within the keep-alive timeout instead of at each call's deadline.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -77,6 +78,9 @@ def channel_options(keepalive_time_ms: int = KEEPALIVE_TIME_MS,
         # stream on it would hang until its deadline, and a watch has none.
         ("grpc.keepalive_time_ms", keepalive_time_ms),
         ("grpc.keepalive_timeout_ms", keepalive_timeout_ms),
+        # grpc >= 1.5x waits for a ping's answer this long, whatever keepalive_timeout says
+        # (60 s by default: seen here, a frozen peer's stream ended only with this set).
+        ("grpc.http2.ping_timeout_ms", keepalive_timeout_ms),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
     )
@@ -196,7 +200,7 @@ class Router:
         self,
         shard: int,
         context: grpc.aio.ServicerContext,
-        local: Callable[[int], T],
+        local: Callable[[int], T] | Callable[[int], Awaitable[T]],
         remote: Callable[[pb_grpc.SchedulerStub, float, tuple], Awaitable[T]],
     ) -> T:
         """``local(fence)`` (on the pool) if this node leads ``shard``, else ``await remote(stub, timeout,
@@ -209,6 +213,8 @@ class Router:
             fence = self.backend.fence_if_leader(shard)
             if fence is not None:
                 try:
+                    if inspect.iscoroutinefunction(local):  # it awaits its own store work (PutJob's group commit)
+                        return await local(fence)
                     return await self.blocking(local, fence)
                 except (FencedOut, NotLeader) as e:
                     if forwarded:
