@@ -164,14 +164,18 @@ def validate_job_id(job_id: Any, field: str = "id") -> str:
     if not isinstance(job_id, str) or not job_id:
         raise InvalidJob(field, "must be a non-empty string")
     try:
-        job_id.encode("utf-8")
+        size = len(job_id.encode("utf-8"))
     except UnicodeEncodeError:
         raise InvalidJob(field, "must be valid Unicode (no lone surrogates)") from None
-    if len(job_id.encode("utf-8")) > MAX_JOB_ID_BYTES:
-        raise InvalidJob(field, f"is {len(job_id.encode('utf-8'))} bytes long; the limit is {MAX_JOB_ID_BYTES}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in job_id):
+    if size > MAX_JOB_ID_BYTES:
+        raise InvalidJob(field, f"is {size} bytes long; the limit is {MAX_JOB_ID_BYTES}")
+    if _CONTROL_CHAR.search(job_id):
         raise InvalidJob(field, "must not contain control characters")
     return job_id
+
+
+# C0 controls and DEL: refused in ids and labels (a regex search: every PutJob checks an id).
+_CONTROL_CHAR = re.compile("[\x00-\x1f\x7f]")
 
 
 def _check_keys(d: Mapping, allowed: frozenset[str], where: str = "", what: str = "") -> None:
@@ -344,7 +348,7 @@ def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bo
     if len(labels) > MAX_LABELS:
         raise InvalidJob("labels", f"at most {MAX_LABELS} labels, got {len(labels)}")
     for k, v in labels.items():
-        if any(ord(c) < 32 or ord(c) == 127 for c in k + v):
+        if _CONTROL_CHAR.search(k) or _CONTROL_CHAR.search(v):
             raise InvalidJob("labels", f"label {k[:40]!r}: keys and values must not contain control characters")
         if not k or len(k) > MAX_LABEL_CHARS or len(v) > MAX_LABEL_CHARS:
             raise InvalidJob("labels", f"label {k[:40]!r}: keys must be 1-{MAX_LABEL_CHARS} and values at most "

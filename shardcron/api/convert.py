@@ -170,6 +170,12 @@ def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
     return p
 
 
+def put_job_request_bytes(job: Job) -> bytes:
+    """A serialized PutJob request for ``job``: for a caller that sends bytes as they are
+    (``shardcron bench submit`` builds its requests before it measures)."""
+    return pb.PutJobRequest(job=job_to_proto(job, redact=False)).SerializeToString()
+
+
 # -- the dispatch executors -------------------------------------------------------------
 # Their messages mirror the job file's executor table: proto field name = table key, except
 # args_json / kwargs_json (JSON text in the message, JSON values in the table) and the _ms

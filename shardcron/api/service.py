@@ -82,7 +82,8 @@ class SchedulerService:
         self.stopping = stopping
         self.limits = limits
         self.batch = BatchWriter(backend, router, limits.max_jobs_per_call)
-        self.group_commit = GroupCommit(backend.engine, backend.node_id)
+        self.group_commit = GroupCommit(backend.engine, backend.node_id, pool=router.pool,
+                                        written=lambda shard, job: backend.job_written(shard, job))
         self.watches = Watches(backend, router, stopping)
         self.triggers = TriggerBudget(limits.trigger_rate)
 
@@ -109,12 +110,11 @@ class SchedulerService:
             raise BadRequest("expected_version", f"must be at least 0 (0: create only), got {expected}")
         self._admissible(job)  # here for a quick answer; the leader checks again with its own flag and clock
         shard = self._shard(job.id)
-        b = self.backend
 
-        def here(fence: int) -> pb.PutJobResponse:
+        async def here(fence: int) -> pb.PutJobResponse:
             self._admissible(job)
-            stored = self.group_commit.put(job_store.Put(job, shard, fence, expected))
-            b.job_written(shard, stored)
+            # Queued on this loop; one pool thread writes the batch and tells the scheduler.
+            stored = await self.group_commit.put_async(job_store.Put(job, shard, fence, expected))
             return pb.PutJobResponse(job=self._job_answer(stored))
 
         return await self.router.call(shard, context, here,

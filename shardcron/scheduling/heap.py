@@ -51,8 +51,12 @@ class TimerHeap:
 
     def push_claim(self, due_ms: int, shard: int, fence: int, job_id: str, gen: int, slot_ms: int) -> None:
         with self.cond:
-            heapq.heappush(self._heap, (due_ms, next(self._seq), ClaimDue(due_ms, shard, fence, job_id, gen, slot_ms)))
-            self.cond.notify()
+            entry = (due_ms, next(self._seq), ClaimDue(due_ms, shard, fence, job_id, gen, slot_ms))
+            heapq.heappush(self._heap, entry)
+            # The loop sleeps until the old top is due: only a new top changes that. (Waking it
+            # for every PutJob cost the leader a thread switch and a GIL hand-off per call.)
+            if self._heap[0] is entry:
+                self.cond.notify()
 
     def push_dispatch(self, due_ms: int, shard: int, fence: int, d: Dispatch) -> None:
         with self.cond:

@@ -62,6 +62,9 @@ def test_failover_kill_and_sigterm(tmp_path):
 
 def test_submit_through_a_forwarding_node(tmp_path):
     f = bench(tmp_path, "submit", "--jobs", "40", "--seconds", "20", "--shards", "8")["shardcron"]
-    assert f["forwarded"]
+    assert f["forwarded"] and f["via"] != f["leader"]
     for mode in f["modes"].values():
         assert mode["jobs_per_s"] > 0 and mode["errors"] == 0
+    cpu = f["modes"]["unary PutJob (16 callers)"]["cpu_ms_per_call"]
+    assert set(cpu) == {"caller", "forwarder", "leader", "rest"}
+    assert cpu["caller"] > 0 and min(cpu.values()) >= 0  # a node's counters tick every 10 ms: 40 calls may read 0

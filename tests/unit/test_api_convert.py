@@ -15,6 +15,7 @@ from shardcron.api.convert import (
     job_dict_from_proto,
     job_from_proto,
     job_to_proto,
+    put_job_request_bytes,
     shard_map_from_proto,
     shard_map_to_proto,
     stored_job_from_proto,
@@ -59,6 +60,12 @@ def test_answers_mask_secret_header_values_and_only_them():
     job = job_from_dict(JOBS[2])
     headers = {h.name: h.value for h in job_to_proto(job, redact=True).http.headers}
     assert headers == {"Authorization": "***", "X-A": "1"}
+
+
+def test_a_serialized_put_request_holds_the_job_as_defined_secrets_included():
+    job = job_from_dict(JOBS[2])
+    req = pb.PutJobRequest.FromString(put_job_request_bytes(job))
+    assert job_from_proto(req.job) == job and not req.HasField("expected_version")
 
 
 def test_unset_fields_take_jobspec_defaults():

@@ -181,8 +181,7 @@ def render(out: dict) -> str:
 
         lines.append(tabulate(at_size.render(f), headers=["at size", "measured", "target"], tablefmt="github"))
     else:
-        rows = [[k, v["calls_per_s"], v["jobs_per_s"], v["p50_ms"], v["p99_ms"], v["errors"]]
-                for k, v in f["modes"].items()]
-        lines.append(tabulate(rows, headers=["mode", "calls/s", "jobs/s", "p50 ms", "p99 ms", "errors"],
-                              tablefmt="github"))
+        from shardcron.dev.bench import submit
+
+        lines.append(tabulate(submit.render(f), headers=submit.HEADERS, tablefmt="github"))
     return "\n".join(lines)

@@ -33,6 +33,39 @@ def proc_cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_busy_cpu_seconds() -> float:
+    """CPU time every core of this machine spent busy (not idle nor waiting for I/O), from /proc/stat."""
+    with open("/proc/stat") as f:
+        ticks = [int(x) for x in f.readline().split()[1:]]
+    return (sum(ticks[:8]) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")  # less idle and iowait
+
+
+@dataclass
+class CpuWindow:
+    """CPU spent over a window by named processes, this process ("caller") and the rest of the machine."""
+
+    pids: dict[str, int]
+    before: dict[str, float]
+
+    @classmethod
+    def start(cls, pids: dict[str, int]) -> CpuWindow:
+        return cls(dict(pids), cls._now(pids))
+
+    @staticmethod
+    def _now(pids: dict[str, int]) -> dict[str, float]:
+        now = {name: proc_cpu_seconds(pid) for name, pid in pids.items()}
+        now["caller"] = time.process_time()
+        now["machine"] = machine_busy_cpu_seconds()
+        return now
+
+    def per_call_ms(self, calls: int) -> dict[str, float]:
+        """ms of CPU per call: each named process, "caller", and "rest" (the machine less all those)."""
+        after = self._now(self.pids)
+        spent = {k: after[k] - self.before[k] for k in after}
+        spent["rest"] = max(0.0, spent.pop("machine") - sum(spent.values()))
+        return {k: round(v * 1000 / max(calls, 1), 3) for k, v in spent.items()}
+
+
 def proc_peak_rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:

@@ -1,61 +1,68 @@
 """The ``submit`` scenario: PutJob calls through a node that leads none of the target shards.
 
 Two nodes share the shards; the jobs are chosen so that every one of them
-belongs to a shard the called node does not lead, so every call is forwarded.
+belongs to a shard the called node does not lead, so every call is forwarded:
+caller -> forwarding node -> leader, three processes on the same machine.
+
+The callers are ``CONCURRENCY`` coroutines on one ``grpc.aio`` channel, sending
+requests serialized before the window (a fleet of clients would each pay their
+own encoding, not the nodes'). The caller's CPU is still counted, apart from
+the nodes': on a small machine it shares their cores.
+
+Besides calls/s and latency, the unary row gives the CPU each process spent
+per call over the measured window (``/proc/<pid>/stat``; the caller is this
+process): the caller, the forwarding node, the leader, and the rest of the
+machine (etcd, the database server, anything else running), so that a figure
+says where its milliseconds went and how busy the machine was.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 
-from shardcron.dev.bench.harness import BenchEnv, percentile
-from shardcron.api.client import ApiError, Client
+import grpc
+
+from shardcron.api.client import Client
+from shardcron.api.convert import put_job_request_bytes
+from shardcron.api.routing import CHANNEL_OPTIONS
+from shardcron.api.security import open_aio_channel
+from shardcron.dev.bench.harness import BenchEnv, CpuWindow, percentile
 from shardcron.jobspec import job_from_dict
 from shardcron.sharding import shard_for
 
 CONCURRENCY = 16
+WARMUP_CALLS = 100  # opens the channels (caller -> forwarder -> leader) before the window
+PUT_JOB = "/shardcron.v1.Scheduler/PutJob"
+CALL_TIMEOUT_S = 30.0
+UNARY = f"unary PutJob ({CONCURRENCY} callers)"
+
+HEADERS = ["mode", "calls/s", "jobs/s", "p50 ms", "p99 ms", "errors",
+           "CPU ms/call: caller", "forwarder", "leader", "rest of machine"]
 
 
 def run(env: BenchEnv, jobs: int, seconds: int) -> dict:
     env.start_nodes(count=2)
     leaders = env.cluster.wait_all_led(60)
     via = sorted(env.cluster.nodes)[0]
+    leader = next(n for n in sorted(env.cluster.nodes) if n != via)
     foreign = {s for s, n in leaders.items() if n != via}
+    warmup = min(WARMUP_CALLS, jobs)
     ids, i = [], 0
-    while len(ids) < 2 * jobs:
+    while len(ids) < 2 * jobs + warmup:
         jid = f"sub-{i:07d}"
         if shard_for(jid, env.shards) in foreign:
             ids.append(jid)
         i += 1
     specs = [job_from_dict({"id": j, "every": "1h", "executor": {"kind": "noop"}}) for j in ids]
-    client = Client([env.cluster.nodes[via].address], timeout_s=30)
-    modes = {}
+    requests = [put_job_request_bytes(s) for s in specs[:jobs + warmup]]
+    address = env.cluster.nodes[via].address
+    pids = env.pids()
+    modes = {UNARY: asyncio.run(_unary(address, requests[:warmup], requests[warmup:], seconds,
+                                       {"forwarder": pids[via], "leader": pids[leader]}))}
+    client = Client([address], timeout_s=30)
     try:
-        deadline = time.perf_counter() + seconds
-
-        def put(spec) -> tuple[float, bool]:
-            if time.perf_counter() > deadline:
-                return -1.0, True
-            s = time.perf_counter()
-            try:
-                client.put_job(spec)
-                return (time.perf_counter() - s) * 1000, True
-            except ApiError:
-                return (time.perf_counter() - s) * 1000, False
-
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(CONCURRENCY) as pool:  # several callers at once, as a fleet of clients would
-            outcomes = [o for o in pool.map(put, specs[:jobs]) if o[0] >= 0]
-        took = time.perf_counter() - t0
-        latencies = [ms for ms, _ in outcomes]
-        errors = sum(1 for _, ok in outcomes if not ok)
-        n = len(outcomes)
-        latencies.sort()
-        modes[f"unary PutJob ({CONCURRENCY} callers)"] = {"calls_per_s": round(n / took, 1), "jobs_per_s": round(n / took, 1),
-                                 "p50_ms": _r(percentile(latencies, 50)), "p99_ms": _r(percentile(latencies, 99)),
-                                 "errors": errors}
-        batch = specs[jobs:]
+        batch = specs[jobs + warmup:]
         t0 = time.perf_counter()
         results = client.put_jobs(batch)
         took = time.perf_counter() - t0
@@ -66,7 +73,53 @@ def run(env: BenchEnv, jobs: int, seconds: int) -> dict:
                                     "errors": failed}
     finally:
         client.close()
-    return {"scenario": "submit", "via": via, "forwarded": True, "jobs": jobs, "modes": modes, "db": env.db}
+    return {"scenario": "submit", "via": via, "leader": leader, "forwarded": True, "jobs": jobs, "modes": modes,
+            "db": env.db}
+
+
+async def _unary(address: str, warmup: list[bytes], requests: list[bytes], seconds: int,
+                 pids: dict[str, int]) -> dict:
+    """``CONCURRENCY`` callers share ``requests`` (each sent once) until they run out or ``seconds`` pass."""
+    async with open_aio_channel(address, None, CHANNEL_OPTIONS) as channel:
+        put = channel.unary_unary(PUT_JOB)  # bytes in, bytes out: the caller neither builds nor parses
+
+        async def caller(queue, deadline: float, out: list) -> None:
+            for request in queue:  # one shared iterator: each request is sent by one caller
+                if time.perf_counter() > deadline:
+                    return
+                s = time.perf_counter()
+                try:
+                    await put(request, timeout=CALL_TIMEOUT_S)
+                    out.append(((time.perf_counter() - s) * 1000, True))
+                except grpc.aio.AioRpcError:
+                    out.append(((time.perf_counter() - s) * 1000, False))
+
+        async def calls(batch: list[bytes], deadline: float) -> list:
+            out: list = []
+            queue = iter(batch)
+            await asyncio.gather(*(caller(queue, deadline, out) for _ in range(CONCURRENCY)))
+            return out
+
+        await calls(warmup, float("inf"))
+        window = CpuWindow.start(pids)
+        t0 = time.perf_counter()
+        outcomes = await calls(requests, t0 + seconds)
+        took = time.perf_counter() - t0
+        cpu = window.per_call_ms(len(outcomes))
+    latencies = sorted(ms for ms, _ in outcomes)
+    n = len(outcomes)
+    return {"calls_per_s": round(n / took, 1), "jobs_per_s": round(n / took, 1),
+            "p50_ms": _r(percentile(latencies, 50)), "p99_ms": _r(percentile(latencies, 99)),
+            "errors": sum(1 for _, ok in outcomes if not ok), "cpu_ms_per_call": cpu}
+
+
+def render(f: dict) -> list[list]:
+    rows = []
+    for name, m in f["modes"].items():
+        cpu = m.get("cpu_ms_per_call") or {}
+        rows.append([name, m["calls_per_s"], m["jobs_per_s"], m["p50_ms"], m["p99_ms"], m["errors"],
+                     *(cpu.get(k, "") for k in ("caller", "forwarder", "leader", "rest"))])
+    return rows
 
 
 def _r(v):
