@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 import time
 
 import pytest
@@ -137,6 +138,21 @@ def test_a_node_that_leads_nothing_forwards_every_call(make_cluster, fresh_db_ur
             client.pause_job("nobody")
         with pytest.raises(InvalidRequest):
             client.put_job(noop("fwd", labels={"k": "v"}), expected_version=-1)
+
+        # Concurrent forwarded calls (the leader writes them in shared transactions: group
+        # commit) each keep their own answer: one create per id, the rest conflicts.
+        def create(i: int):
+            try:
+                return client.put_job(noop(f"many-{i % 10}", every="1h"), expected_version=0)
+            except Conflict as e:
+                return e
+
+        with ThreadPoolExecutor(20) as pool:
+            answers = list(pool.map(create, range(40)))
+        created = [a for a in answers if not isinstance(a, Exception)]
+        assert sorted(a.id for a in created) == [f"many-{i}" for i in range(10)]
+        assert {a.version for a in created} == {1}
+        assert sum(isinstance(a, Conflict) for a in answers) == 30
 
         client.delete_job("fwd")
         with pytest.raises(NotFound):
