@@ -92,11 +92,14 @@ def counting(monkeypatch) -> list[int]:
     return batches
 
 
+POLL_S = 0.01
+
+
 async def until(predicate, what: str, timeout_s: float = 30.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while not predicate():
         assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(POLL_S)
 
 
 def test_async_calls_queued_behind_a_commit_share_the_next_one_and_the_scheduler_hears_of_each(led, monkeypatch):
