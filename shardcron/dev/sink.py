@@ -7,15 +7,23 @@ Any method on any path answers 200 ``ok``, except:
     /status/<code>   answers with that status code
     /slow/<ms>       waits that long, then answers 200 (for timeout and cancel tests)
     /echo            answers 200 with the request's body
+    /redirect        answers 307 to /landed (a client that follows it shows up as a second request)
 
 A request is recorded as soon as its body has arrived, before any /slow wait,
 so a test can wait for it to be in flight.
+
+It speaks HTTP/1.1 with keep-alive, as the services that jobs call do, so a
+client that pools its connections sends many requests on one
+(``connections_accepted`` counts them), and it serves a benchmark's thousands
+of requests a second without a handshake each. ``stop()`` closes the
+connections still open, so no pooled client is answered after it.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import socket
 import ssl
 import sys
 import threading
@@ -28,6 +36,8 @@ from shardcron.cli.common import fmt_clock_ms
 
 _STATUS = re.compile(r"/status/(\d{3})/?")
 _SLOW = re.compile(r"/slow/(\d+)/?")
+# A kept-alive connection left idle this long is closed, so a client that vanished holds no thread for ever.
+IDLE_TIMEOUT_S = 120
 _print_lock = threading.Lock()  # handler threads print whole lines, never interleaved
 
 
@@ -77,6 +87,7 @@ class Sink:
         self._stopping.set()  # wakes handlers waiting in /slow
         server.shutdown()
         server.server_close()
+        server.close_open_connections()
         if self._thread is not None:
             self._thread.join()
 
@@ -99,6 +110,13 @@ class Sink:
     def url(self) -> str:
         host, port = self.address
         return f"{self._scheme}://[{host}]:{port}" if ":" in host else f"{self._scheme}://{host}:{port}"
+
+    @property
+    def connections_accepted(self) -> int:
+        """TCP connections accepted since start: a client that reuses its connections makes few."""
+        if self._server is None:
+            raise RuntimeError("sink not started")
+        return self._server.accepted
 
     def requests(self) -> list[Received]:
         with self._changed:
@@ -128,7 +146,32 @@ class _Server(ThreadingHTTPServer):
 
     def __init__(self, address, handler, sink: Sink):
         self.sink = sink
+        self.accepted = 0
+        self._open: set = set()
+        self._open_lock = threading.Lock()
         super().__init__(address, handler)
+
+    def process_request(self, request, client_address) -> None:
+        with self._open_lock:
+            self.accepted += 1
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def close_open_connections(self) -> None:
+        # shutdown(), not close(): it wakes a handler thread blocked reading the next request,
+        # which then closes the socket itself.
+        with self._open_lock:
+            open_now = list(self._open)
+        for request in open_now:
+            try:
+                request.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by its handler
 
     def handle_error(self, request, client_address) -> None:
         if isinstance(sys.exc_info()[1], ConnectionError):
@@ -138,6 +181,11 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    protocol_version = "HTTP/1.1"  # keep-alive: every answer below carries its Content-Length
+    timeout = IDLE_TIMEOUT_S
+    # The head and the body go out in two writes: with Nagle's algorithm the body would wait for the
+    # client's delayed ACK (40 ms) on a kept-alive connection.
+    disable_nagle_algorithm = True
 
     def log_message(self, format, *args) -> None:
         pass  # one line per request comes from on_request, not from here
@@ -153,16 +201,25 @@ class _Handler(BaseHTTPRequestHandler):
             received_at_ms=int(time.time() * 1000),
         ))
         route = self.path.split("?", 1)[0]
-        status, answer = 200, b"ok"
+        status, answer, extra = 200, b"ok", {}
         if m := _STATUS.fullmatch(route):
             status, answer = int(m.group(1)), m.group(1).encode()
         elif m := _SLOW.fullmatch(route):
             sink._stopping.wait(int(m.group(1)) / 1000)
         elif route.rstrip("/") == "/echo":
             answer = body
+        elif route.rstrip("/") == "/redirect":
+            status, answer, extra = 307, b"redirect", {"Location": "/landed"}
         self.send_response(status)
-        self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Content-Length", str(len(answer)))
+        for name, value in extra.items():
+            self.send_header(name, value)
+        if status < 200 or status in (204, 304):
+            # These never carry a body (RFC 9110 6.4.1); bytes sent anyway would be read as the next answer.
+            answer = b""
+            self.close_connection = status < 200  # a 1xx is not a final answer: end the exchange here
+        else:
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(answer)))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(answer)

@@ -4,8 +4,9 @@ task queue or a publish to a broker, a Python call, or nothing.
 ``Executors`` is a node's set of them: it hands out one shared instance per
 kind, made on first use (so a broker kind's optional client is imported only
 when a job of that kind runs), and owns what they share: one client per broker
-URL (``connections.Connections``) and one asyncio loop for the asyncio-only
-clients (``aio.LoopThread``). ``close()`` at node stop closes them all.
+URL (``connections.Connections``), one pooled HTTP client (inside the http
+executor) and one asyncio loop for the asyncio clients (``aio.LoopThread``).
+``close()`` at node stop closes them all.
 """
 
 from __future__ import annotations
@@ -19,14 +20,12 @@ from shardcron.executors.aio import LoopThread
 from shardcron.executors.connections import Connections
 from shardcron.executors.describe import describe
 from shardcron.executors.extras import require_extra
-from shardcron.executors.http import HttpExecutor
 from shardcron.executors.noop import NoopExecutor
 from shardcron.executors.shell import ShellExecutor
 from shardcron.model import ExecutorKind
 
 _SHARED: dict[ExecutorKind, Executor] = {
     ExecutorKind.NOOP: NoopExecutor(),
-    ExecutorKind.HTTP: HttpExecutor(),
     ExecutorKind.SHELL: ShellExecutor(),
 }
 
@@ -42,7 +41,10 @@ _BROKER_EXECUTORS = {
 
 
 def executor_for(kind: ExecutorKind, *, allow_shell: bool) -> Executor:
-    """The shared executor for a stateless kind (http, shell, noop); shell ones only with --allow-shell."""
+    """The shared executor for a stateless kind (shell, noop); shell ones only with --allow-shell.
+
+    The others, http included (it keeps a pooled client on the node's loop), belong to a node's ``Executors``.
+    """
     try:
         kind = ExecutorKind(kind)
     except ValueError:
@@ -77,6 +79,10 @@ class Executors:
             return made
 
     def _make(self, kind: ExecutorKind) -> Executor:
+        if kind is ExecutorKind.HTTP:
+            from shardcron.executors.http import HttpExecutor
+
+            return HttpExecutor(self.loop)
         if kind is ExecutorKind.PYTHON:
             from shardcron.executors.python import PythonExecutor
 
@@ -88,12 +94,21 @@ class Executors:
     def close(self) -> None:
         with self._lock:
             made = list(self._made.values())
-        for executor in made:  # the ones that own something of their own (a Python job's session pool)
+        for executor in made:  # the ones that own something of their own (the HTTP client, a Python job's session pool)
             close = getattr(executor, "close", None)
             if close is not None:
                 close()
         self.connections.close()
         self.loop.close()
+
+
+def __getattr__(name: str):
+    # httpx is imported with the http executor, not with this package: the CLI reads describe() without it.
+    if name == "HttpExecutor":
+        from shardcron.executors.http import HttpExecutor
+
+        return HttpExecutor
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["Executor", "Executors", "HttpExecutor", "NoopExecutor", "ShellExecutor", "describe", "executor_for"]

@@ -1,0 +1,174 @@
+"""Why an HTTP tick failed, in one line: which phase of the request, which limit, which cause.
+
+A request goes through phases (waiting for a pooled connection, connecting,
+the TLS handshake, sending, waiting for the answer, reading its body). httpx
+reports them to a ``trace`` callback; ``Phase`` keeps the latest, so a timeout
+can say where the time ran out. ``explain`` turns an httpx exception into the
+same kind of sentence the urllib executor gave (connection refused, DNS, TLS,
+a timeout naming its phase and limit). Messages name the target as
+``host:port``, never the URL: a password in it is never shown.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx
+
+# httpcore's trace events ("<module>.<step>.started") -> the phase, as a clause for an error message.
+_PHASE_OF_STEP = {
+    "connect_tcp": "connect",  # DNS lookup and TCP connect
+    "start_tls": "tls",
+    "send_connection_init": "send",  # HTTP/2's preface and SETTINGS
+    "send_request_headers": "send",
+    "send_request_body": "send",
+    "receive_response_headers": "answer",
+    "receive_response_body": "body",
+}
+
+_CLAUSES = {
+    "pool": "waiting for a free connection to {target}",
+    "connect": "connecting to {target}",
+    "tls": "in the TLS handshake with {target}",
+    "send": "sending {method} to {target}",
+    "answer": "waiting for {target} to answer {method}",
+    "body": "reading the answer of {target} to {method}",
+}
+
+
+class Phase:
+    """The phase a request is in, kept up to date by httpx's ``trace`` extension."""
+
+    __slots__ = ("name",)
+
+    def __init__(self) -> None:
+        # Before any event: waiting for the pool to hand out a connection (a reused one sends at once).
+        self.name = "pool"
+
+    async def trace(self, event: str, info: dict) -> None:
+        _, _, rest = event.partition(".")  # "<http11|http2|connection>.<step>.<started|complete|failed>"
+        step, _, state = rest.rpartition(".")
+        if state == "started" and step in _PHASE_OF_STEP:
+            self.name = _PHASE_OF_STEP[step]
+
+    def clause(self, method: str, target: str) -> str:
+        return self.clause_of(self.name, method, target)
+
+    @staticmethod
+    def clause_of(name: str, method: str, target: str) -> str:
+        return _CLAUSES[name].format(method=method, target=target)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The timeouts of one request, in seconds: ``total`` is the job's; the others are bounded by it."""
+
+    total: float
+    connect: float
+    read: float
+
+    def as_httpx(self) -> httpx.Timeout:
+        # write and pool: the whole budget; the loop cancels the request when the total runs out.
+        return httpx.Timeout(connect=self.connect, read=self.read, write=self.total, pool=self.total)
+
+
+def limits_for(total_s: float, connect_s: float, read_s: float | None) -> Limits:
+    """The job's timeout is the total; connect and read never exceed it. ``read_s`` None: the total."""
+    total = max(total_s, 0.001)
+    return Limits(total=total, connect=min(connect_s, total), read=total if read_s is None else min(read_s, total))
+
+
+def target_of(url: str) -> str:
+    """host:port of a URL, for error messages (no credentials, path nor query)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or "?"
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, "?")
+    except ValueError:
+        return "an invalid URL"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def url_problem(url: str) -> str | None:
+    """Why ``url`` will not be requested, or None: only http:// and https:// URLs with a host are."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+    except ValueError as e:
+        return f"bad URL: {e}"
+    if parts.scheme not in ("http", "https"):
+        shown = f"{parts.scheme}://" if parts.scheme else repr(url)
+        return f"only http:// and https:// URLs are requested, not {shown}"
+    if not parts.hostname:
+        return "the URL has no host"
+    return None
+
+
+def timed_out(limits: Limits, phase: Phase, method: str, target: str) -> str:
+    """The job's timeout ran out: the request was cancelled on the loop."""
+    return f"timed out after {limits.total:g}s (the job's timeout) {phase.clause(method, target)}"
+
+
+def explain(exc: BaseException, limits: Limits, phase: Phase, method: str, target: str) -> str:
+    """A one-line reason for a request that raised ``exc``."""
+    if isinstance(exc, httpx.TimeoutException):
+        return _timeout(exc, limits, phase, method, target)
+    cause = _root_cause(exc)
+    if isinstance(cause, ConnectionRefusedError):
+        return f"connection refused by {target}"
+    if isinstance(cause, socket.gaierror):
+        return f"DNS lookup failed for {target}: {cause.strerror or cause}"
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return f"TLS certificate verification failed for {target}: {cause.verify_message or cause}"
+    if isinstance(cause, ssl.SSLError):
+        return f"TLS error with {target}: {getattr(cause, 'reason', None) or cause}"
+    if isinstance(cause, ConnectionResetError):
+        return f"connection reset by {target}"
+    if isinstance(exc, httpx.RemoteProtocolError) and "without sending" in str(exc).lower():
+        return f"{target} closed the connection without answering"
+    if isinstance(exc, httpx.ProxyError):
+        return f"the proxy for {target} failed: {_text(exc)}"
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.DecodingError)):
+        return f"bad HTTP response from {target}: {_text(exc)}"
+    if isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL, ValueError, TypeError)):
+        return f"invalid request: {_text(exc)}"
+    if isinstance(cause, OSError):
+        return f"request to {target} failed: {cause.strerror or _text(cause)}"
+    return f"request to {target} failed: {type(exc).__name__}: {_text(exc)}"
+
+
+def _timeout(exc: httpx.TimeoutException, limits: Limits, phase: Phase, method: str, target: str) -> str:
+    # httpcore's connect timeout covers the TCP connect and the TLS handshake; the phase says which.
+    if isinstance(exc, httpx.ConnectTimeout):
+        seconds, limit, where = limits.connect, "connect timeout", "tls" if phase.name == "tls" else "connect"
+    elif isinstance(exc, httpx.ReadTimeout):
+        seconds, limit, where = limits.read, "read timeout: no byte came", "body" if phase.name == "body" else "answer"
+    elif isinstance(exc, httpx.WriteTimeout):
+        seconds, limit, where = limits.total, "write timeout", "send"
+    else:
+        seconds, limit, where = limits.total, "pool timeout", "pool"
+    if seconds >= limits.total:
+        # A limit as long as the job's timeout (read, by default) runs out with it, whichever fires first.
+        limit = "the job's timeout"
+    return f"timed out after {seconds:g}s ({limit}) {Phase.clause_of(where, method, target)}"
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    """The innermost exception httpx, httpcore and anyio wrapped: the OSError or SSLError.
+
+    They chain it as a cause or, where one is mapped inside an ``except``, as the context.
+    """
+    seen = {id(exc)}
+    while (inner := exc.__cause__ or exc.__context__) is not None and id(inner) not in seen:
+        exc = inner
+        seen.add(id(exc))
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:  # one address tried
+        return _root_cause(exc.exceptions[0])
+    return exc
+
+
+def _text(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
