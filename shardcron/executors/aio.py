@@ -50,7 +50,9 @@ class LoopThread:
         Either way the coroutine is cancelled on the loop, so nothing is left running for a tick
         that has already been reported.
         """
-        future = asyncio.run_coroutine_threadsafe(_call(make_coro), self.loop)
+        if cancel is not None and cancel.is_set():
+            raise Cancelled("cancelled before it was handed to the loop")
+        future = asyncio.run_coroutine_threadsafe(_call(make_coro, cancel), self.loop)
         deadline = time.monotonic() + max(timeout_s, 0.001)
         while True:
             remaining = deadline - time.monotonic()
@@ -80,6 +82,10 @@ class LoopThread:
             loop.close()
 
 
-async def _call(make_coro: Callable[[], Awaitable[T]]) -> T:
+async def _call(make_coro: Callable[[], Awaitable[T]], cancel: threading.Event | None) -> T:
+    # Checked again on the loop: a busy loop may take this up long after ``run`` was called, and
+    # by then the shard (or the lease, see scheduling.runner.StopOrLeaseLost) may be gone.
+    if cancel is not None and cancel.is_set():
+        raise Cancelled("cancelled before it started on the loop")
     return await make_coro()
 

@@ -133,7 +133,7 @@ class HttpExecutor:
         body = s.body.encode("utf-8") if s.body else None
         try:
             status, reason, output = self._loop.run(
-                lambda: self._exchange(client, target, s.method, s.url, headers, body, limits, phase),
+                lambda: self._exchange(client, target, s.method, s.url, headers, body, limits, phase, cancel),
                 limits.total, cancel)
         except Cancelled:
             return failed(f"cancelled: abandoned {s.method} to {target} (this node lost the shard or is stopping)")
@@ -160,11 +160,15 @@ class HttpExecutor:
 
     async def _exchange(self, client: httpx.AsyncClient, target: str, method: str, url: str,
                         headers: dict[str, bytes], body: bytes | None, limits: Limits,
-                        phase: Phase) -> tuple[int, str, bytes]:
+                        phase: Phase, cancel: threading.Event) -> tuple[int, str, bytes]:
         slots = self._hosts.get(target)
         if slots is None:
             slots = self._hosts[target] = asyncio.Semaphore(self._max_per_host)
         async with slots:
+            # A tick may wait here for a free connection: only start if the shard and the lease
+            # still allow it (a node paused while it waited must not send after waking).
+            if cancel.is_set():
+                raise Cancelled("cancelled while waiting for a free connection")
             return await _exchange(client, method, url, headers, body, limits, phase)
 
     def _client(self) -> httpx.AsyncClient:

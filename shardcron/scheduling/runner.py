@@ -53,6 +53,24 @@ class StoreDownBeforeStart(Exception):
         self.attempt = attempt
 
 
+class StopOrLeaseLost:
+    """What an executor is given as its ``cancel``: set once the shard is lost (``stop``) or the lease
+    can no longer be proven on the monotonic clock. Work that waits inside an executor before it
+    starts (a free connection, a turn on the asyncio loop) checks it again right before starting,
+    so a pause or a congested loop cannot make it start after the lease (the guard above only
+    covers the instant the executor is called)."""
+
+    def __init__(self, stop: threading.Event, session: Session):
+        self._stop = stop
+        self._session = session
+
+    def is_set(self) -> bool:
+        return self._stop.is_set() or not self._session.can_act()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._stop.wait(timeout) or self.is_set()
+
+
 @dataclass
 class TickRun:
     job: Job
@@ -94,7 +112,8 @@ def run_tick(run: TickRun, marks: RunningMarks, recorder: Recorder, executors: E
                          "(marked running, not started)")
         on_started(started - run.slot.scheduled_at_ms)
         ctx = TickContext(run.slot.job_id, run.slot.scheduled_at_ms, n, run.fence, run.shard, run.node_id)
-        result = executor.run(run.job.executor, ctx, run.job.timeout_ms / 1000.0, run.stop)
+        result = executor.run(run.job.executor, ctx, run.job.timeout_ms / 1000.0,
+                              StopOrLeaseLost(run.stop, run.session))
         crashpoints.after_dispatch(run.slot.job_id, result.ok)
         return result
 

@@ -70,8 +70,10 @@ def test_a_frozen_peer_is_given_up_within_the_keepalive(etcd_server, tmp_path):
 
     c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/store.db", f"/t{uuid.uuid4().hex[:12]}", SHARDS,
                 TTL_S, str(tmp_path), extra_args=PINGS)
-    a, b = c.add("a"), c.add("b")
+    a = c.add("a")
     try:
+        c.wait_all_led(60)  # the store is made: a second node started with it would find SQLite's file locked
+        b = c.add("b")
         leaders = c.wait_balanced({"a", "b"}, 90)
 
         def job_on(node: str, stem: str) -> str:
@@ -125,8 +127,9 @@ def test_a_frozen_peer_is_given_up_within_the_keepalive(etcd_server, tmp_path):
         relay_channel.close()
         direct_channel.close()
     finally:
-        b.resume()
+        for n in c.nodes.values():
+            n.resume()
         c.stop_all()
-    for n in (a, b):
+    for n in c.nodes.values():
         text = n.log_text()
         assert "Traceback" not in text, f"{n.node_id} logged a traceback:\n{text[-4000:]}"

@@ -79,6 +79,7 @@ def _round_trip(address: str, job_id: str) -> None:
 def test_two_thousand_watchers_on_one_node(make_cluster, tmp_path):
     c = make_cluster(f"sqlite:///{tmp_path}/store.db", shards=SHARDS)
     a = c.add("a", extra_args=["--max-streams-per-peer", str(PROCESSES * PER_PROCESS + 100)])
+    c.wait_all_led(60)  # the store is made: a second node started with it would find SQLite's file locked
     c.add("b")
     leaders = c.wait_balanced({"a", "b"}, 90)
     by_node = {n: [s for s, led in leaders.items() if led == n] for n in ("a", "b")}
