@@ -61,8 +61,7 @@ def test_a_shard_whose_fence_moved_is_refused_and_the_others_commit(led):
     assert [j.id for j in list_jobs(led)] == ["x"]
 
 
-def test_a_failed_transaction_fails_every_call_in_it_and_the_next_caller_commits(led, monkeypatch):
-    gc = GroupCommit(led, "n")
+def fail_the_first_transaction(monkeypatch) -> None:
     broken = [True]
     real = job_store.put_each
 
@@ -72,6 +71,11 @@ def test_a_failed_transaction_fails_every_call_in_it_and_the_next_caller_commits
         return real(engine, puts, **kw)
 
     monkeypatch.setattr(group_commit.job_store, "put_each", flaky)
+
+
+def test_a_failed_transaction_fails_every_call_in_it_and_the_next_caller_commits(led, monkeypatch):
+    gc = GroupCommit(led, "n")
+    fail_the_first_transaction(monkeypatch)
     with pytest.raises(RuntimeError, match="connection reset"):
         asyncio.run(gc.put_async(Put(make_job("a"), 0, F0)))
     assert asyncio.run(gc.put_async(Put(replace(make_job("a"), timeout_ms=2_000), 0, F0))).version == 1
@@ -131,15 +135,7 @@ def test_async_calls_queued_behind_a_commit_share_the_next_one_and_the_scheduler
 
 
 def test_async_calls_keep_their_own_answers_and_a_failed_transaction_fails_only_its_batch(led, monkeypatch):
-    broken = [True]
-    real = job_store.put_each
-
-    def flaky(engine, puts, **kw):
-        if broken.pop() if broken else False:
-            raise RuntimeError("connection reset")
-        return real(engine, puts, **kw)
-
-    monkeypatch.setattr(group_commit.job_store, "put_each", flaky)
+    fail_the_first_transaction(monkeypatch)
 
     def scheduler_refuses(shard: int, job) -> None:
         if job.id == "refused-by-scheduler":
