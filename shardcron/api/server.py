@@ -261,6 +261,7 @@ class ApiServer:
         await self.health.enter_graceful_shutdown()
         if self._membership is not None:
             self._membership.cancel()
+        self.service.watches.hub.wake_all()  # streams end now, not at the end of the grace
         await self._server.stop(grace)
         await self.router.close()
         self.service.close()

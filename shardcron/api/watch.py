@@ -36,7 +36,7 @@ from shardcron.v1 import scheduler_pb2 as pb
 log = logging.getLogger(__name__)
 
 QUEUE_LIMIT = 10_000  # events buffered per watcher before the oldest are dropped
-POLL_S = 0.5  # how often an idle stream checks its leadership and the node's stop
+POLL_S = 0.5  # how often an idle stream bound to a shard's leadership checks that it still leads
 RECONNECT_FIRST_S = 0.1
 RECONNECT_MAX_S = 2.0
 PEER_REFRESH_S = 2.0
@@ -55,6 +55,9 @@ class WatcherQueue:
     def wants(self, job_id: str) -> bool:
         return not self.job_id or self.job_id == job_id
 
+    def wake(self) -> None:
+        self._ready.set()
+
     def put(self, event: pb.TickEvent) -> None:
         if len(self._items) >= self._limit:
             self._items.popleft()
@@ -62,13 +65,19 @@ class WatcherQueue:
         self._items.append(event)
         self._ready.set()
 
-    async def get(self, timeout_s: float) -> pb.TickEvent | None:
-        """The next event (counting the ones dropped before it), or None after ``timeout_s``."""
+    async def get(self, timeout_s: float | None) -> pb.TickEvent | None:
+        """The next event (counting the ones dropped before it), or None after ``timeout_s``
+        (None: until there is one; the server's stop cancels the wait)."""
         if not self._items:
             self._ready.clear()
-            try:
-                await asyncio.wait_for(self._ready.wait(), timeout_s)
-            except TimeoutError:
+            if timeout_s is None:
+                await self._ready.wait()
+            else:
+                try:
+                    await asyncio.wait_for(self._ready.wait(), timeout_s)
+                except TimeoutError:
+                    return None
+            if not self._items:  # woken without an event: the node is stopping
                 return None
         event = self._items.popleft()
         if self._dropped:
@@ -99,6 +108,11 @@ class TickHub:
 
     def close(self) -> None:
         self._unsubscribe()
+
+    def wake_all(self) -> None:
+        """Every watcher looks up from its wait (the node is stopping: they end on their own)."""
+        for q in list(self._watchers):
+            q.wake()
 
     def _from_recorder(self, tick: Tick) -> None:  # any thread
         if not self._watchers:
@@ -212,9 +226,13 @@ class Watches:
         ends as soon as this node stops leading that shard (after what it queued)."""
         q = WatcherQueue(job_id)
         self.hub.add(q)
+        # Only a stream bound to a shard's leadership has something to check while idle: the
+        # others wait without a timer (2,000 idle watchers would otherwise wake the loop 4,000
+        # times a second).
+        poll_s = POLL_S if lead_shard is not None else None
         try:
             while not self.stopping.is_set():
-                event = await q.get(POLL_S)
+                event = await q.get(poll_s)
                 if event is not None:
                     yield event
                 elif lead_shard is not None and self.backend.fence_if_leader(lead_shard) is None:
@@ -266,7 +284,7 @@ class Watches:
         self.members.add(q)
         try:
             while not self.stopping.is_set():
-                event = await q.get(POLL_S)
+                event = await q.get(None)
                 if event is not None:
                     yield event
         finally:
