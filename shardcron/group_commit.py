@@ -1,96 +1,116 @@
 """Group commit: concurrent writers that each wait for their own write share one transaction.
 
 On PostgreSQL or MariaDB a commit waits for the log to reach the disk, and on
-SQLite every writer of a file takes its turn on one lock, so sixty-four threads
-writing one row each would wait for sixty-four commits in turn. Here they wait
+SQLite every writer of a file takes its turn on one lock, so a thousand ticks
+writing one row each would wait for a thousand commits in turn. Here they wait
 for about one. Used for PutJob calls (``api/group_commit.py``) and for the
 running mark every tick writes before its executor starts
 (``scheduling/marks.py``).
 
-Leader/follower, without a thread of its own: the first caller that finds no
-commit in progress becomes the committer. It takes everything queued (up to
-``max_batch``), writes it with ``write_batch``, answers every caller of that
-batch, and passes the committer's role to the first caller still queued. A
-caller therefore waits for at most the commit in progress and the one that
-carries its own item. Each item keeps its own answer: ``write_batch`` returns
-one per item, and an answer that is an exception is raised in that caller
-alone; an exception from ``write_batch`` itself is every caller's answer.
+The writers are coroutines on one asyncio loop. The first item queued while no
+batch is being written starts the committer task. It takes what is queued (up
+to ``max_batch``), writes it with ``write_batch`` on a ``pool`` thread (the
+database call blocks; the loop must not), answers every caller of that batch,
+and goes on while anything is queued. A caller therefore waits for at most the
+batch in progress and the one that carries its own item. Each item keeps its
+own answer: ``write_batch`` returns one per item, and an answer that is an
+exception is raised in that caller alone; an exception from ``write_batch``
+itself is every caller's answer.
 
-States of a waiter: queued -> (committer ->) answered.
+``linger_s``: how long a batch waits for more items once items are seen to come
+together (the last batch, or the queue, held more than one), as PostgreSQL's
+commit_delay does with commit_siblings: a lone caller never waits.
+
+States of a queued item: queued -> in the batch being written -> answered (or
+cancelled by its caller: the write still happens, its answer is dropped; or
+cancelled with the committer, when the loop is stopping: nobody writes it).
 """
 
 from __future__ import annotations
 
-import threading
+import asyncio
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
 
-_PENDING = object()
-
-
-class _Waiter:
-    __slots__ = ("item", "answer", "commit", "wake")
-
-    def __init__(self, item):
-        self.item = item
-        self.answer: object = _PENDING
-        self.commit = False  # this caller's thread is to write the next batch
-        self.wake = threading.Event()
-
 
 class GroupCommit(Generic[T, R]):
-    def __init__(self, write_batch: Callable[[list[T]], Sequence[R | BaseException]], *, max_batch: int = 256):
+    """``pool`` runs the batches (the loop's default executor if None)."""
+
+    def __init__(self, write_batch: Callable[[list[T]], Sequence[R | BaseException]], *, max_batch: int = 256,
+                 linger_s: float = 0.0, pool: Executor | None = None):
         self._write_batch = write_batch
         self._max_batch = max_batch
-        self._lock = threading.Lock()
-        self._queue: list[_Waiter] = []
-        self._committing = False
+        self._linger_s = linger_s
+        self._pool = pool
+        self._queue: list[tuple[T, asyncio.Future]] = []
+        self._committer: asyncio.Task | None = None
+        self._full: asyncio.Future | None = None  # set when a lingering batch is full
+        self._together = False  # the last batch held more than one item
+
+    @property
+    def lingering(self) -> bool:
+        """A batch is waiting for more items (``linger_s``) before it is written."""
+        return self._full is not None
 
     @property
     def queued(self) -> int:
-        """Callers waiting for a commit that will carry their item (not the one in progress)."""
-        with self._lock:
-            return len(self._queue)
+        """Items waiting for a batch that will carry them (not the one being written)."""
+        return len(self._queue)
 
-    def submit(self, item: T) -> R:
-        """Write ``item`` (with whatever else is queued); its answer, or its error raised."""
-        w = _Waiter(item)
-        with self._lock:
-            self._queue.append(w)
-            if not self._committing:
-                self._committing = True
-                w.commit = True
-                w.wake.set()
-        while True:
-            w.wake.wait()
-            if w.answer is not _PENDING:
-                break
-            w.wake.clear()
-            if w.commit:
-                w.commit = False
-                self._commit_batch()  # w is first in the queue: the batch answers it
-        if isinstance(w.answer, BaseException):
-            raise w.answer
-        return w.answer  # type: ignore[return-value]
+    async def submit(self, item: T) -> R:
+        """Write ``item`` with whatever else is queued: its answer, or its error raised."""
+        loop = asyncio.get_running_loop()
+        answer = loop.create_future()
+        self._queue.append((item, answer))
+        if self._committer is None:
+            self._committer = loop.create_task(self._commit_queued())
+        elif self._full is not None and len(self._queue) >= self._max_batch and not self._full.done():
+            self._full.set_result(None)
+        return await answer
 
-    def _commit_batch(self) -> None:
-        with self._lock:
-            batch = self._queue[: self._max_batch]
-            del self._queue[: self._max_batch]
+    async def _commit_queued(self) -> None:
+        loop = asyncio.get_running_loop()
+        batch: list[tuple[T, asyncio.Future]] = []
         try:
-            answers: Sequence = self._write_batch([w.item for w in batch])
-        except Exception as e:  # noqa: BLE001 - the transaction failed: every item in it gets the error
-            answers = [e] * len(batch)
-        with self._lock:
-            if self._queue:
-                nxt = self._queue[0]
-                nxt.commit = True
-                nxt.wake.set()
-            else:
-                self._committing = False
-        for w, answer in zip(batch, answers, strict=True):
-            w.answer = answer
-            w.wake.set()
+            while self._queue:
+                if self._linger_s > 0 and (self._together or len(self._queue) > 1):
+                    await self._linger(loop)
+                batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch:]
+                try:
+                    answers = await loop.run_in_executor(self._pool, self._write_batch, [i for i, _ in batch])
+                except Exception as e:  # noqa: BLE001 - the transaction failed: every item in it gets the error
+                    answers = [e] * len(batch)
+                for (_, future), answer in zip(batch, answers, strict=True):
+                    if future.done():  # its caller went away
+                        continue
+                    if isinstance(answer, BaseException):
+                        future.set_exception(answer)
+                    else:
+                        future.set_result(answer)
+                self._together, batch = len(batch) > 1, []
+        finally:
+            self._committer = None
+            for _, future in batch + self._queue:  # cancelled (the loop is stopping): nobody writes these
+                future.cancel()
+            self._queue = []
+
+    async def _linger(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait ``linger_s`` for more items, or until a full batch is queued."""
+        if len(self._queue) >= self._max_batch:
+            return
+        self._full = loop.create_future()
+        timer = loop.call_later(self._linger_s, _settle, self._full)
+        try:
+            await self._full
+        finally:
+            timer.cancel()
+            self._full = None
+
+
+def _settle(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -5,14 +5,17 @@ task queue or a publish to a broker, a Python call, or nothing.
 kind, made on first use (so a broker kind's optional client is imported only
 when a job of that kind runs), and owns what they share: one client per broker
 URL (``connections.Connections``), one pooled HTTP client (inside the http
-executor) and one asyncio loop for the asyncio clients (``aio.LoopThread``).
+executor), one asyncio loop (``aio.LoopThread``) where every tick's coroutine
+and the asyncio clients run, and the worker threads of the blocking executors.
 ``close()`` at node stop closes them all.
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from shardcron.abc import Executor
 from shardcron.errors import InvalidJob
@@ -22,7 +25,7 @@ from shardcron.executors.describe import describe
 from shardcron.executors.extras import require_extra
 from shardcron.executors.noop import NoopExecutor
 from shardcron.executors.shell import ShellExecutor
-from shardcron.model import ExecutorKind
+from shardcron.model import ExecutionResult, ExecutorKind, ExecutorSpec, TickContext
 
 _SHARED: dict[ExecutorKind, Executor] = {
     ExecutorKind.NOOP: NoopExecutor(),
@@ -57,16 +60,30 @@ def executor_for(kind: ExecutorKind, *, allow_shell: bool) -> Executor:
 
 
 class Executors:
-    """A node's executors. ``engine``: the store, for Python jobs that take a fenced session."""
+    """A node's executors. ``engine``: the store, for Python jobs that take a fenced session;
+    ``workers``: the threads that run blocking executors (shell, Python, the sync broker clients),
+    so at most that many of those run at once."""
 
-    def __init__(self, *, engine=None, allow_shell: bool = False, allow_python: tuple[str, ...] = ()):
+    def __init__(self, *, engine=None, allow_shell: bool = False, allow_python: tuple[str, ...] = (),
+                 workers: int = 64):
         self.engine = engine
         self.allow_shell = allow_shell
         self.allow_python = tuple(allow_python)
         self.connections = Connections()
         self.loop = LoopThread()
+        self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tick")
         self._lock = threading.Lock()
         self._made: dict[ExecutorKind, Executor] = {}
+
+    async def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel) -> ExecutionResult:
+        """One attempt, awaited on ``self.loop``: natively for an executor with ``run_async``, on a
+        worker thread for the others. ``cancel``: anything with ``is_set()`` (see ``aio``)."""
+        executor = self.for_kind(spec.kind)
+        run_async = getattr(executor, "run_async", None)
+        if run_async is not None:
+            return await run_async(spec, ctx, timeout_s, cancel)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._workers, executor.run, spec, ctx, timeout_s, cancel)
 
     def for_kind(self, kind: ExecutorKind) -> Executor:
         kind = ExecutorKind(kind)
@@ -98,6 +115,7 @@ class Executors:
             close = getattr(executor, "close", None)
             if close is not None:
                 close()
+        self._workers.shutdown(wait=False, cancel_futures=True)
         self.connections.close()
         self.loop.close()
 

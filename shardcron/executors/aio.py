@@ -1,12 +1,21 @@
-"""One asyncio event loop per node, in its own thread, for the broker clients that are asyncio-only.
+"""One asyncio event loop per node, in its own thread: every tick's coroutine and the asyncio clients.
 
-nats-py, aio-pika and arq speak asyncio; the scheduling loop runs ticks on
-worker threads. ``LoopThread.run(make_coro, timeout_s, cancel)`` runs one
-coroutine on the shared loop and waits for it from the calling worker thread,
-at most ``timeout_s`` and no longer than ``cancel`` stays unset. Clients that
-live on this loop (``Connections`` entries made through ``run``) are shared by
-every tick of the node. This is the only place that crosses between threads
-and the event loop.
+Every tick with a side effect runs as a coroutine on this loop
+(``scheduling.runner.run_tick``); the HTTP executor and the asyncio broker
+clients (nats-py, aio-pika, arq) live on it, shared by every tick of the node.
+
+Two ways in:
+- from a thread, ``LoopThread.run(make_coro, timeout_s, cancel)`` runs one
+  coroutine on the loop and waits for it, at most ``timeout_s`` and no longer
+  than ``cancel`` stays unset;
+- on the loop, ``with loop_thread.cancelled_by(cancel):`` cancels the
+  coroutine inside it once ``cancel.is_set()`` (the shard lost, the lease no
+  longer provable, the node stopping) and turns that into ``Cancelled``.
+  ``cancel`` is anything with ``is_set()``: a ``threading.Event``, or
+  ``scheduling.runner.StopOrLeaseLost``, whose answer changes without anyone
+  setting it (a lease runs out). So it is polled: one timer for every scope
+  open on the loop, every ``CANCEL_POLL_S``, asking each distinct ``cancel``
+  once (the ticks of one shard share one), not a timer per tick.
 """
 
 from __future__ import annotations
@@ -16,7 +25,7 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from shardcron.executors.base import CANCEL_POLL_S
 
@@ -27,12 +36,26 @@ class Cancelled(Exception):
     """``cancel`` was set while the coroutine ran: it was cancelled on the loop."""
 
 
+class CancelSignal(Protocol):
+    def is_set(self) -> bool: ...
+
+
 class LoopThread:
-    def __init__(self, name: str = "shardcron-broker-loop") -> None:
+    def __init__(self, name: str = "shardcron-loop") -> None:
         self._name = name
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._watch = _CancelWatch()
+
+    def cancelled_by(self, cancel: CancelSignal) -> "_CancelScope":
+        """On the loop: ``with cancelled_by(cancel): ...`` raises ``Cancelled`` once ``cancel`` is set
+        (already set on entry, or seen set within ``CANCEL_POLL_S`` while inside)."""
+        return _CancelScope(self._watch, cancel)
+
+    def call_soon(self, callback: Callable[..., object], *args: object) -> None:
+        """From any thread: ``callback(*args)`` on the loop, soon."""
+        self.loop.call_soon_threadsafe(callback, *args)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -80,6 +103,66 @@ class LoopThread:
             thread.join(timeout_s)
         if not loop.is_running():
             loop.close()
+
+
+class _CancelScope:
+    """Cancels the task it runs in when ``cancel`` is seen set; ``Cancelled`` out of it then.
+
+    Only a cancellation this scope asked for becomes ``Cancelled``: any other (the loop stopping,
+    an enclosing timeout) passes through unchanged, as with ``asyncio.timeout``."""
+
+    __slots__ = ("_watch", "_cancel", "_task", "fired")
+
+    def __init__(self, watch: "_CancelWatch", cancel: CancelSignal):
+        self._watch = watch
+        self._cancel = cancel
+        self._task: asyncio.Task | None = None
+        self.fired = False
+
+    def __enter__(self) -> "_CancelScope":
+        if self._cancel.is_set():
+            raise Cancelled("cancelled before it started")
+        self._task = asyncio.current_task()
+        self._watch.add(self._cancel, self)
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        self._watch.discard(self._cancel, self)
+        if self.fired and exc_type is asyncio.CancelledError and self._task.uncancel() == 0:
+            raise Cancelled("cancelled") from None
+        return False
+
+    def fire(self) -> None:
+        if not self.fired:
+            self.fired = True
+            self._task.cancel()
+
+
+class _CancelWatch:
+    """The open scopes by their ``cancel``, and the one timer that polls them (used on the loop only)."""
+
+    def __init__(self) -> None:
+        self._scopes: dict[CancelSignal, set[_CancelScope]] = {}
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, cancel: CancelSignal, scope: _CancelScope) -> None:
+        self._scopes.setdefault(cancel, set()).add(scope)
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(CANCEL_POLL_S, self._poll)
+
+    def discard(self, cancel: CancelSignal, scope: _CancelScope) -> None:
+        scopes = self._scopes.get(cancel)
+        if scopes is not None:
+            scopes.discard(scope)
+            if not scopes:
+                del self._scopes[cancel]
+
+    def _poll(self) -> None:
+        for cancel, scopes in list(self._scopes.items()):
+            if cancel.is_set():
+                for scope in list(scopes):
+                    scope.fire()
+        self._timer = asyncio.get_running_loop().call_later(CANCEL_POLL_S, self._poll) if self._scopes else None
 
 
 async def _call(make_coro: Callable[[], Awaitable[T]], cancel: threading.Event | None) -> T:

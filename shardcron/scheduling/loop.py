@@ -7,8 +7,9 @@ Two heaps, two threads, no thread or task per job:
   one fenced transaction, so the database commit is off the path to the start;
 - the **dispatch heap** holds claimed slots, due at the slot itself. At that
   moment the tick starts, after the guard (shard still ours, lease provably
-  held). A noop tick completes inline; others go to a worker pool
-  (``runner.run_tick``), which marks the row running under the fence first.
+  held). A noop tick completes inline; the others of a burst are handed to the
+  node's asyncio loop in one go, one coroutine each (``runner.run_tick``),
+  which marks the row running under the fence first.
 
 Results are written in batches by the ``Recorder``. The coordinator calls
 ``acquire`` when this node wins a shard and ``release`` when it hands one over.
@@ -16,12 +17,12 @@ Results are written in batches by the ``Recorder``. The coordinator calls
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy.engine import Engine
 
@@ -83,7 +84,8 @@ class Scheduler:
         self.node_id = node_id
         self.shard_count = shard_count
         self.allow_shell = allow_shell
-        self.executors = Executors(engine=engine, allow_shell=allow_shell, allow_python=allow_python)
+        self.executors = Executors(engine=engine, allow_shell=allow_shell, allow_python=allow_python,
+                                   workers=workers)
         self.lookahead_ms = lookahead_ms
         self._report_fenced = on_fenced
         self._now_ms = clock.wall_ms  # bound once: it is on every hot path
@@ -99,7 +101,7 @@ class Scheduler:
         self._closing = False
         self.recorder = Recorder(engine, self._fenced)
         self.marks = RunningMarks(engine)
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tick")
+        self._ticks: set[asyncio.Task] = set()  # the ticks' coroutines (the loop keeps only weak references)
         self._threads = [
             threading.Thread(target=self._claim_loop, name="claimer", daemon=True),
             threading.Thread(target=self._dispatch_loop, name="dispatcher", daemon=True),
@@ -119,9 +121,19 @@ class Scheduler:
         for t in self._threads:
             if t.is_alive():  # close() also runs when start-up failed before start()
                 t.join(5)
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        try:
+            self.executors.loop.run(self._cancel_ticks, 5.0)
+        except Exception:  # noqa: BLE001 - the loop is gone or stuck: closing it below drops them
+            log.warning("tick coroutines not cancelled within 5 s of the stop")
         self.recorder.close()
+        self.marks.close()
         self.executors.close()
+
+    async def _cancel_ticks(self) -> None:
+        ticks = list(self._ticks)
+        for task in ticks:
+            task.cancel()
+        await asyncio.gather(*ticks, return_exceptions=True)
 
     # -- ShardWork --------------------------------------------------------------------
 
@@ -398,21 +410,24 @@ class Scheduler:
         groups: dict[tuple[int, int], list[Dispatch]] = defaultdict(list)  # in slot order of first appearance
         for e in due:
             groups[(e.shard, e.fence)].append(e.dispatch)
-        inline: list[tuple[int, int, Dispatch, int]] = []
+        burst = _Burst()
         for (shard, fence), ds in groups.items():
-            self._start_group(shard, fence, ds, inline)
+            self._start_group(shard, fence, ds, burst)
+        # One hand-off to the loop for the whole burst, not a wake-up per tick.
+        if burst.on_loop:
+            self.executors.loop.call_soon(self._start_on_loop, burst.on_loop)
         # Book-keeping for the ticks that completed inline comes after the whole
         # burst has started, so the last start of a burst waits for no one's records.
-        if inline:
+        if burst.inline:
             ok = TickStatus.SUCCEEDED
             self.recorder.put_many([ResultWrite(shard, fence, d.slot, d.attempt, ExecutionResult(True, t, t), ok)
-                                    for shard, fence, d, t in inline])
-            for shard, _, d, t in inline:
+                                    for shard, fence, d, t in burst.inline])
+            for shard, _, d, t in burst.inline:
                 self._observe_lateness(shard, t - d.slot.scheduled_at_ms)
-            self.stats.add(started=len(inline))
-            self.stats.add_status(ok, len(inline))
+            self.stats.add(started=len(burst.inline))
+            self.stats.add_status(ok, len(burst.inline))
 
-    def _start_group(self, shard: int, fence: int, ds: list[Dispatch], inline: list) -> None:
+    def _start_group(self, shard: int, fence: int, ds: list[Dispatch], burst: "_Burst") -> None:
         """Start one shard's due ticks under one acquisition of the shard's lock.
 
         The stop event and the session are still checked before every tick: a
@@ -428,9 +443,9 @@ class Scheduler:
                     self.stats.add(not_started=len(ds) - k)
                     metrics.not_started.inc(len(ds) - k)
                     return  # the rows stay claimed: whoever leads next re-claims them
-                self._start(run, d, inline)
+                self._start(run, d, burst)
 
-    def _start(self, run: ShardRun, d: Dispatch, inline: list) -> None:
+    def _start(self, run: ShardRun, d: Dispatch, burst: "_Burst") -> None:
         """One tick, with ``run.lock`` held."""
         job_id = d.slot.job_id
         entry = run.jobs.get(job_id)
@@ -448,34 +463,39 @@ class Scheduler:
             return
         if entry.job.executor.kind is ExecutorKind.NOOP:
             # No side effect to guard: it completes here, and the recorder writes it.
-            inline.append((run.shard, run.fence, d, self._now_ms()))
+            burst.inline.append((run.shard, run.fence, d, self._now_ms()))
             return
         run.run_started(job_id)
         metrics.running_executors.inc()
-        shard, fence = run.shard, run.fence
-        tick = TickRun(entry.job, d.slot, d.attempt, shard, fence, self.node_id, run.stop, run.session)
+        burst.on_loop.append((run, d, TickRun(entry.job, d.slot, d.attempt, run.shard, run.fence, self.node_id,
+                                              run.stop, run.cancel)))
 
-        def work():
-            try:
-                status = run_tick(tick, self.marks, self.recorder, self.executors,
-                                  self._fenced, lambda late: self._started(shard, late), now_ms=self._now_ms)
-                if status is None:
-                    self.stats.add(not_started=1)
-                    metrics.not_started.inc()
-                else:
-                    self.stats.add_status(status)
-            except StoreDownBeforeStart as e:
-                log.warning("tick %s@%d: %s; trying again in %d ms", job_id, d.slot.scheduled_at_ms, e,
-                            CLAIM_RETRY_MS, extra={"shard": shard, "job": job_id, "fence": fence})
-                if run.active:
-                    self._push_dispatch(run, replace(d, attempt=e.attempt),
-                                        not_before_ms=self._now_ms() + CLAIM_RETRY_MS)
-            except Exception:  # noqa: BLE001 - a bug in one tick must not kill the pool
-                log.exception("tick %s@%d crashed", job_id, d.slot.scheduled_at_ms)
-            finally:
-                self._done(run, job_id)
+    def _start_on_loop(self, ticks: list[tuple[ShardRun, Dispatch, TickRun]]) -> None:
+        loop = asyncio.get_running_loop()
+        for run, d, tick in ticks:
+            task = loop.create_task(self._run_tick(run, d, tick))
+            self._ticks.add(task)
+            task.add_done_callback(self._ticks.discard)
 
-        self._pool.submit(work)
+    async def _run_tick(self, run: ShardRun, d: Dispatch, tick: TickRun) -> None:
+        job_id, shard, fence = d.slot.job_id, run.shard, run.fence
+        try:
+            status = await run_tick(tick, self.marks, self.recorder, self.executors,
+                                    self._fenced, lambda late: self._started(shard, late), now_ms=self._now_ms)
+            if status is None:
+                self.stats.add(not_started=1)
+                metrics.not_started.inc()
+            else:
+                self.stats.add_status(status)
+        except StoreDownBeforeStart as e:
+            log.warning("tick %s@%d: %s; trying again in %d ms", job_id, d.slot.scheduled_at_ms, e,
+                        CLAIM_RETRY_MS, extra={"shard": shard, "job": job_id, "fence": fence})
+            if run.active:
+                self._push_dispatch(run, replace(d, attempt=e.attempt), not_before_ms=self._now_ms() + CLAIM_RETRY_MS)
+        except Exception:  # noqa: BLE001 - a bug in one tick must not stop the others
+            log.exception("tick %s@%d crashed", job_id, d.slot.scheduled_at_ms)
+        finally:
+            self._done(run, job_id)
 
     def _record(self, run: ShardRun, d: Dispatch, result: ExecutionResult, status: TickStatus) -> None:
         w = ResultWrite(run.shard, run.fence, d.slot, d.attempt, result, status)
@@ -502,3 +522,12 @@ class Scheduler:
         self.stats.add(fenced_rejections=count)
         metrics.fenced_writes.inc(count)
         self._report_fenced(shard, fence)
+
+
+@dataclass
+class _Burst:
+    """What one pass of the dispatcher started: noop ticks completed inline (shard, fence, dispatch,
+    at), and the ticks handed to the loop together (run, dispatch, tick)."""
+
+    inline: list[tuple[int, int, Dispatch, int]] = field(default_factory=list)
+    on_loop: list[tuple[ShardRun, Dispatch, TickRun]] = field(default_factory=list)

@@ -6,7 +6,8 @@ work never starts. One transaction per tick made that the ceiling of a node's
 dispatch rate (a few hundred a second: 64 worker threads took turns on
 SQLite's write lock, or on PostgreSQL's commit flush). Here the marks of every
 tick starting at the same moment, on every led shard, share one fenced
-transaction (``store.ticks.mark_running_many``), and each tick still learns
+transaction (``store.ticks.mark_running_many``), written on a thread of its own
+(``marks``) so that a mark never queues behind blocked executors, and each tick still learns
 its own fate: its shard's fence held (the mark is written; it may start), or
 moved (``FencedOut`` for that shard's ticks alone), or the store failed
 (``StoreUnavailable`` for the whole batch: none of them started).
@@ -14,6 +15,7 @@ moved (``FencedOut`` for that shard's ticks alone), or the store failed
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
@@ -34,17 +36,25 @@ class RunningMark:
 
 
 class RunningMarks:
-    def __init__(self, engine: Engine, *, max_batch: int = 512):
+    """Used by the ticks' coroutines on the node's loop; ``close()`` ends the writer thread."""
+
+    def __init__(self, engine: Engine, *, max_batch: int = 2048):
         self._engine = engine
-        self._batches: GroupCommit[RunningMark, None] = GroupCommit(self._write, max_batch=max_batch)
+        # One batch at a time is written: one thread is all the batches need.
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marks")
+        self._batches: GroupCommit[RunningMark, None] = GroupCommit(self._write, max_batch=max_batch,
+                                                                    pool=self._writer)
 
     @property
     def queued(self) -> int:
         return self._batches.queued
 
-    def mark(self, mark: RunningMark) -> None:
+    async def mark(self, mark: RunningMark) -> None:
         """Write the mark, with whatever others are waiting. ``FencedOut``: the shard's fence moved."""
-        self._batches.submit(mark)
+        await self._batches.submit(mark)
+
+    def close(self) -> None:
+        self._writer.shutdown(wait=False, cancel_futures=True)
 
     def _write(self, marks: list[RunningMark]) -> list[FencedOut | None]:
         groups: dict[tuple[int, int], list] = {}

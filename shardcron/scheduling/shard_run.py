@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from shardcron.coordination.session import Session
 from shardcron.model import Job
+from shardcron.scheduling.runner import StopOrLeaseLost
 from shardcron.scheduling.triggers import Trigger
 
 
@@ -48,10 +49,12 @@ class ShardRun:
     released: bool = False
     in_flight: int = 0  # every job's runs together: what a release waits for
     idle: threading.Condition = None  # type: ignore[assignment]
+    cancel: StopOrLeaseLost = None  # type: ignore[assignment]  # what this leadership's ticks are given
     _gens: itertools.count = field(default_factory=itertools.count)
 
     def __post_init__(self):
         self.idle = threading.Condition(self.lock)
+        self.cancel = StopOrLeaseLost(self.stop, self.session)
 
     @property
     def active(self) -> bool:

@@ -17,6 +17,7 @@ from shardcron.store import ensure_shards, get_job, list_jobs, raise_fence
 from shardcron.store import jobs as job_store
 from shardcron.store.jobs import Put, put_each
 from shardcron.store.schema import shard_fences
+from tests.support.aio import until
 
 F_OLD, F0, F1 = 50, 100, 300
 
@@ -94,16 +95,6 @@ def counting(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(group_commit.job_store, "put_each", counted)
     return batches
-
-
-POLL_S = 0.01
-
-
-async def until(predicate, what: str, timeout_s: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(POLL_S)
 
 
 def test_async_calls_queued_behind_a_commit_share_the_next_one_and_the_scheduler_hears_of_each(led, monkeypatch):

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import threading
+import asyncio
 
 import pytest
 from sqlalchemy import select
 
-from shardcron.dev.testing.cluster import wait_until
 from shardcron.errors import FencedOut
 from shardcron.model import SlotRef, TickStatus
 from shardcron.scheduling import marks as marks_module
@@ -15,6 +14,7 @@ from shardcron.scheduling.marks import RunningMark, RunningMarks
 from shardcron.store import ensure_shards, list_ticks, raise_fence
 from shardcron.store.schema import shard_fences
 from shardcron.store.ticks import SlotClaim, claim_ticks
+from tests.support.aio import until
 
 F0, F1 = 100, 300
 SLOTS = [60_000 * k for k in range(1, 9)]
@@ -41,27 +41,30 @@ def test_marks_that_wait_together_share_a_transaction_and_each_learns_its_shards
 
     monkeypatch.setattr(marks_module.tick_store, "mark_running_many", counted)
     marks = RunningMarks(led)
-    answers: dict[tuple[str, int], object] = {}
 
-    def mark(job: str, shard: int, fence: int, slot: int) -> None:
+    async def mark(job: str, shard: int, fence: int, slot: int) -> object:
         try:
-            answers[(job, slot)] = marks.mark(RunningMark(shard, fence, SlotRef(job, slot), 1, 2_000))
-        except Exception as e:  # noqa: BLE001 - recorded and asserted on below
-            answers[(job, slot)] = e
+            return await marks.mark(RunningMark(shard, fence, SlotRef(job, slot), 1, 2_000))
+        except Exception as e:  # noqa: BLE001 - returned and asserted on below
+            return e
 
-    threads = [threading.Thread(target=mark, args=("a", 0, F0, s)) for s in SLOTS] + \
-              [threading.Thread(target=mark, args=("b", 1, F1, s)) for s in SLOTS]
-    raise_fence(led, 1, F1 + 1, "newer", 1_500)  # shard 1 has a newer leader: b's marks are stale
-    # Hold shard 0's fence row: the first mark's commit waits, the other fifteen queue behind it.
-    with led.connect() as blocker, blocker.begin():
-        blocker.execute(select(shard_fences.c.fence).where(shard_fences.c.shard == 0).with_for_update())
-        threads[0].start()
-        wait_until(lambda: batches == [1], 30, what="the first mark to start committing")
-        for t in threads[1:]:
-            t.start()
-        wait_until(lambda: marks.queued == 15, 30, what="fifteen marks to queue behind the commit")
-    for t in threads:
-        t.join(60)
+    async def scenario() -> dict[tuple[str, int], object]:
+        raise_fence(led, 1, F1 + 1, "newer", 1_500)  # shard 1 has a newer leader: b's marks are stale
+        # Hold shard 0's fence row: the first mark's commit waits, the other fifteen queue behind it.
+        with led.connect() as blocker, blocker.begin():
+            blocker.execute(select(shard_fences.c.fence).where(shard_fences.c.shard == 0).with_for_update())
+            first = asyncio.ensure_future(mark("a", 0, F0, SLOTS[0]))
+            await until(lambda: batches == [1], "the first mark to start committing")
+            rest = [asyncio.ensure_future(mark("a", 0, F0, s)) for s in SLOTS[1:]] + \
+                   [asyncio.ensure_future(mark("b", 1, F1, s)) for s in SLOTS]
+            await until(lambda: marks.queued == 15, "fifteen marks to queue behind the commit")
+        got = await asyncio.gather(first, *rest)
+        return dict(zip([("a", s) for s in SLOTS] + [("b", s) for s in SLOTS], got, strict=True))
+
+    try:
+        answers = asyncio.run(scenario())
+    finally:
+        marks.close()
     assert batches == [1, 15], "the fifteen queued marks were written in one transaction"
     assert all(answers[("a", s)] is None for s in SLOTS), answers
     assert all(isinstance(answers[("b", s)], FencedOut) and answers[("b", s)].current == F1 + 1 for s in SLOTS)
