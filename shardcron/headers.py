@@ -8,7 +8,7 @@ masked too. Every place that shows a header asks ``secret_names``.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from shardcron.model import HttpSpec
 
@@ -41,3 +41,17 @@ def mask_url(url: str) -> str:
         return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{hostport}"))
     except ValueError:
         return url
+
+
+def scrub_password(text: str, url: str) -> str:
+    """``text`` without ``url``'s password, as written and percent-decoded, should a client library have
+    quoted it (an invalid URL in its message, say). It works on a URL that does not parse as well."""
+    # By hand, not urlsplit: a bad port or an open bracket makes urlsplit raise, and such a URL is
+    # just the one a client quotes back in its error.
+    netloc = url.partition("://")[2].partition("/")[0].partition("?")[0].partition("#")[0]
+    userinfo = netloc.rpartition("@")[0]
+    password = userinfo.partition(":")[2]
+    for secret in {password, unquote(password)}:
+        if len(secret) >= 3:  # a 1-2 character password would mask random letters of the message
+            text = text.replace(secret, MASK)
+    return text

@@ -57,7 +57,7 @@ import socket
 import threading
 import time
 from datetime import datetime, timezone
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 from celery import Celery
 from kombu.exceptions import LimitExceeded, OperationalError
@@ -65,7 +65,7 @@ from kombu.exceptions import LimitExceeded, OperationalError
 from shardcron.executors.base import CANCEL_POLL_S, now_ms
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import slot_uuid, tick_fields
-from shardcron.headers import mask_url
+from shardcron.headers import mask_url, scrub_password
 from shardcron.model import CelerySpec, ExecutionResult, ExecutorSpec, TickContext
 
 CONNECT_TIMEOUT_S = 5.0
@@ -100,7 +100,7 @@ class CeleryExecutor:
         except RuntimeError as e:  # the node is stopping
             return failed(f"{where}: {e}")
         except Exception as e:  # noqa: BLE001 - e.g. kombu's KeyError('No such transport: http')
-            return failed(f"{where}: unusable broker URL: {_scrub(_reason(e), c.url)}")
+            return failed(f"{where}: unusable broker URL: {scrub_password(_reason(e), c.url)}")
 
         publish = _Publish(broker, c, ctx, deadline)
         try:
@@ -122,7 +122,7 @@ class CeleryExecutor:
 
         if publish.error is not None:
             return failed(f"{where}: could not enqueue task {c.task}: "
-                          f"{_scrub(_explain(publish.error), c.url)}")
+                          f"{scrub_password(_explain(publish.error), c.url)}")
         return ExecutionResult(ok=True, started_at_ms=started, finished_at_ms=now_ms(),
                                output=f"enqueued celery task {publish.task_id} ({c.task}) to queue {publish.queue}")
 
@@ -300,15 +300,3 @@ def _reason(exc: BaseException) -> str:
     first = exc.args[0] if len(exc.args) == 1 else None
     text = first if isinstance(first, str) else str(exc)  # str(KeyError) would add quotes
     return " ".join(text.split()) or type(exc).__name__
-
-
-def _scrub(text: str, url: str) -> str:
-    """``text`` without the URL's password, in case a client library quoted it."""
-    try:
-        password = urlsplit(url).password
-    except ValueError:
-        return text
-    for secret in {password, unquote(password or "")}:
-        if secret and len(secret) >= 3:  # a 1-2 character password would mask random letters
-            text = text.replace(secret, "***")
-    return text

@@ -1,21 +1,29 @@
 """Why an HTTP tick failed, in one line: which phase of the request, which limit, which cause.
 
 A request goes through phases (waiting for a pooled connection, connecting,
-the TLS handshake, sending, waiting for the answer, reading its body). httpx
-reports them to a ``trace`` callback; ``Phase`` keeps the latest, so a timeout
-can say where the time ran out. ``explain`` turns an httpx exception into the
-same kind of sentence the urllib executor gave (connection refused, DNS, TLS,
-a timeout naming its phase and limit). Messages name the target as
-``host:port``, never the URL: a password in it is never shown.
+the TLS handshake, sending, waiting for the answer, reading its body). Each
+client reports them as it goes: httpx to a ``trace`` callback (``Phase.trace``),
+aiohttp to a ``TraceConfig`` (``http_aiohttp.phase_tracing``). ``Phase`` keeps
+the latest, so a timeout can say where the time ran out.
+
+``explain`` turns an exception of either client into the same kind of sentence
+the urllib executor gave (connection refused, DNS, TLS, a timeout naming its
+phase and limit). Both wrap the same OS and TLS errors, so the cause under the
+wrapping is looked up once for both; only what each names its own way (which
+timeout fired, a server that hung up, a proxy, a bad answer) is listed per
+client, in the tables below. Messages name the target as ``host:port``, never
+the URL: a password in it is never shown.
 """
 
 from __future__ import annotations
 
+import errno
 import socket
 import ssl
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import aiohttp
 import httpx
 
 # httpcore's trace events ("<module>.<step>.started") -> the phase, as a clause for an error message.
@@ -40,7 +48,7 @@ _CLAUSES = {
 
 
 class Phase:
-    """The phase a request is in, kept up to date by httpx's ``trace`` extension."""
+    """The phase a request is in: ``name``, a key of ``_CLAUSES``, set by the client's tracing."""
 
     __slots__ = ("name",)
 
@@ -73,6 +81,12 @@ class Limits:
     def as_httpx(self) -> httpx.Timeout:
         # write and pool: the whole budget; the loop cancels the request when the total runs out.
         return httpx.Timeout(connect=self.connect, read=self.read, write=self.total, pool=self.total)
+
+    def as_aiohttp(self) -> aiohttp.ClientTimeout:
+        # No total of aiohttp's own: the executor's asyncio.timeout is the job's, for both clients.
+        # connect: a connection from aiohttp's pool (at once: the executor's per-host slots are no more
+        # than its limit per host), DNS and TCP connect. sock_read: the longest wait for a byte.
+        return aiohttp.ClientTimeout(total=None, connect=self.connect, sock_read=self.read)
 
 
 def limits_for(total_s: float, connect_s: float, read_s: float | None) -> Limits:
@@ -112,13 +126,55 @@ def timed_out(limits: Limits, phase: Phase, method: str, target: str) -> str:
     return f"timed out after {limits.total:g}s (the job's timeout) {phase.clause(method, target)}"
 
 
+# Which limit ran out, by the exception that says so; the first match wins. aiohttp's timeouts are
+# TimeoutError subclasses, so they come before TimeoutError itself: the job's, from asyncio.timeout.
+_LIMIT_OF_TIMEOUT: tuple[tuple[type[BaseException], str], ...] = (
+    (httpx.ConnectTimeout, "connect"),
+    (aiohttp.ConnectionTimeoutError, "connect"),
+    (httpx.ReadTimeout, "read"),
+    (aiohttp.ServerTimeoutError, "read"),  # SocketTimeoutError: sock_read
+    (httpx.WriteTimeout, "write"),
+    (httpx.PoolTimeout, "pool"),
+    (TimeoutError, "total"),
+)
+# A proxy failed (it refused, or answered the tunnel with an error) rather than the target.
+_PROXY_FAILED = (httpx.ProxyError, aiohttp.ClientProxyConnectionError, aiohttp.ClientHttpProxyError)
+# The connection ended before any answer: the server closed it (a kept-alive one it was closing, say).
+_HUNG_UP = (aiohttp.ServerDisconnectedError,)
+# An answer that is not HTTP, or one cut short.
+_BAD_ANSWER = (httpx.RemoteProtocolError, httpx.DecodingError, aiohttp.ClientResponseError,
+               aiohttp.ClientPayloadError)
+# A request that cannot be sent as it is (a header value with a newline, say).
+_INVALID = (httpx.UnsupportedProtocol, httpx.InvalidURL, aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError,
+            ValueError, TypeError)
+
+
 def explain(exc: BaseException, limits: Limits, phase: Phase, method: str, target: str) -> str:
-    """A one-line reason for a request that raised ``exc``."""
-    if isinstance(exc, httpx.TimeoutException):
-        return _timeout(exc, limits, phase, method, target)
+    """A one-line reason for a request that raised ``exc`` (from either client, or the job's timeout)."""
+    for kind, limit in _LIMIT_OF_TIMEOUT:
+        if isinstance(exc, kind):
+            return _timeout(limit, limits, phase, method, target)
     cause = _root_cause(exc)
-    if isinstance(cause, ConnectionRefusedError):
-        return f"connection refused by {target}"
+    if isinstance(exc, _PROXY_FAILED):
+        return f"the proxy for {target} failed: {_reason(cause)}"
+    if (problem := _connection_problem(cause, target)) is not None:
+        return problem
+    if isinstance(exc, _HUNG_UP) or (
+            isinstance(exc, httpx.RemoteProtocolError) and "without sending" in str(exc).lower()):
+        return f"{target} closed the connection without answering"
+    if isinstance(exc, _BAD_ANSWER):
+        return f"bad HTTP response from {target}: {_text(exc)}"
+    if isinstance(exc, _INVALID):
+        return f"invalid request: {_text(exc)}"
+    if isinstance(cause, OSError):
+        return f"request to {target} failed: {_reason(cause)}"
+    return f"request to {target} failed: {type(exc).__name__}: {_text(exc)}"
+
+
+def _connection_problem(cause: BaseException, target: str) -> str | None:
+    """The OS or TLS error under either client's wrapping, or None."""
+    if isinstance(cause, ConnectionRefusedError) or getattr(cause, "errno", None) == errno.ECONNREFUSED:
+        return f"connection refused by {target}"  # one address, or all of them (the same errno)
     if isinstance(cause, socket.gaierror):
         return f"DNS lookup failed for {target}: {cause.strerror or cause}"
     if isinstance(cause, ssl.SSLCertVerificationError):
@@ -127,37 +183,29 @@ def explain(exc: BaseException, limits: Limits, phase: Phase, method: str, targe
         return f"TLS error with {target}: {getattr(cause, 'reason', None) or cause}"
     if isinstance(cause, ConnectionResetError):
         return f"connection reset by {target}"
-    if isinstance(exc, httpx.RemoteProtocolError) and "without sending" in str(exc).lower():
-        return f"{target} closed the connection without answering"
-    if isinstance(exc, httpx.ProxyError):
-        return f"the proxy for {target} failed: {_text(exc)}"
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.DecodingError)):
-        return f"bad HTTP response from {target}: {_text(exc)}"
-    if isinstance(exc, (httpx.UnsupportedProtocol, httpx.InvalidURL, ValueError, TypeError)):
-        return f"invalid request: {_text(exc)}"
-    if isinstance(cause, OSError):
-        return f"request to {target} failed: {cause.strerror or _text(cause)}"
-    return f"request to {target} failed: {type(exc).__name__}: {_text(exc)}"
+    return None
 
 
-def _timeout(exc: httpx.TimeoutException, limits: Limits, phase: Phase, method: str, target: str) -> str:
-    # httpcore's connect timeout covers the TCP connect and the TLS handshake; the phase says which.
-    if isinstance(exc, httpx.ConnectTimeout):
-        seconds, limit, where = limits.connect, "connect timeout", "tls" if phase.name == "tls" else "connect"
-    elif isinstance(exc, httpx.ReadTimeout):
-        seconds, limit, where = limits.read, "read timeout: no byte came", "body" if phase.name == "body" else "answer"
-    elif isinstance(exc, httpx.WriteTimeout):
-        seconds, limit, where = limits.total, "write timeout", "send"
+def _timeout(limit: str, limits: Limits, phase: Phase, method: str, target: str) -> str:
+    if limit == "total":
+        return timed_out(limits, phase, method, target)
+    if limit == "connect":
+        # It covers the TCP connect and the TLS handshake (and, with aiohttp, its own pool): the phase says which.
+        seconds, name, where = limits.connect, "connect timeout", phase.name if phase.name in ("pool", "tls") else "connect"
+    elif limit == "read":
+        seconds, name, where = limits.read, "read timeout: no byte came", "body" if phase.name == "body" else "answer"
+    elif limit == "write":
+        seconds, name, where = limits.total, "write timeout", "send"
     else:
-        seconds, limit, where = limits.total, "pool timeout", "pool"
+        seconds, name, where = limits.total, "pool timeout", "pool"
     if seconds >= limits.total:
         # A limit as long as the job's timeout (read, by default) runs out with it, whichever fires first.
-        limit = "the job's timeout"
-    return f"timed out after {seconds:g}s ({limit}) {Phase.clause_of(where, method, target)}"
+        name = "the job's timeout"
+    return f"timed out after {seconds:g}s ({name}) {Phase.clause_of(where, method, target)}"
 
 
 def _root_cause(exc: BaseException) -> BaseException:
-    """The innermost exception httpx, httpcore and anyio wrapped: the OSError or SSLError.
+    """The innermost exception httpx, httpcore and anyio, or aiohttp, wrapped: the OSError or SSLError.
 
     They chain it as a cause or, where one is mapped inside an ``except``, as the context.
     """
@@ -170,5 +218,14 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
+def _reason(exc: BaseException) -> str:
+    return (exc.strerror if isinstance(exc, OSError) else None) or _text(exc)
+
+
 def _text(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, aiohttp.ClientResponseError):
+        # Its str() quotes the URL, path and query included; the message alone says what was wrong.
+        text = f"HTTP {exc.status} {exc.message}" if isinstance(exc, aiohttp.ClientHttpProxyError) else exc.message
+    else:
+        text = str(exc)
+    return " ".join(text.split()) or type(exc).__name__

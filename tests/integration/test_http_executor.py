@@ -14,13 +14,13 @@ import h2.config
 import h2.connection
 import h2.events
 import pytest
-import trustme
 
 from shardcron.dev.sink import Sink
 from shardcron.dev.testing.cluster import eventually
 from shardcron.executors import Executors
 from shardcron.executors.http import HttpExecutor
 from shardcron.model import ExecutorKind, ExecutorSpec, HttpSpec, TickContext
+from tests.support.pki import trusted_server_context
 from tests.support.sinks import _no_proxy_for_localhost, sink  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.timeout(60)
@@ -270,13 +270,7 @@ class H2Server:
 
 @pytest.fixture
 def h2_server(tmp_path, monkeypatch):
-    ca = trustme.CA()
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("127.0.0.1").configure_cert(context)
-    context.set_alpn_protocols(["h2"])
-    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
-    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "ca.pem"))  # read when the executor makes its client
-    with H2Server(context) as server:
+    with H2Server(trusted_server_context(tmp_path, monkeypatch, alpn=["h2"])) as server:
         yield server
 
 

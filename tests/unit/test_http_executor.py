@@ -8,7 +8,8 @@ import ssl
 import httpx
 import pytest
 
-from shardcron.executors.http import _scrub, request_headers
+from shardcron.executors.http_request import request_headers
+from shardcron.headers import scrub_password
 from shardcron.executors.http_errors import Limits, Phase, explain, limits_for, target_of, url_problem
 from shardcron.model import HttpSpec, TickContext
 
@@ -179,8 +180,10 @@ def test_explain_a_certificate_that_does_not_verify():
         ("bad URL http://bot:hunter2@h/", "http://bot:hunter2@h/", "bad URL http://bot:***@h/"),
         ("connection refused by h:80", "http://bot:hunter2@h/", "connection refused by h:80"),
         ("nothing secret", "http://h/", "nothing secret"),
+        ("a 2-letter password is not hunted for: ab", "http://u:ab@h/", "a 2-letter password is not hunted for: ab"),
+        ("decoded too: s3cr@t", "http://u:s3cr%40t@h/", "decoded too: ***"),
         ("bad http://u:p4ss@[::1/", "http://u:p4ss@[::1/", "bad http://u:***@[::1/"),  # httpx cannot parse it
     ],
 )
 def test_scrub_masks_the_urls_password(message, url, scrubbed):
-    assert _scrub(message, url) == scrubbed
+    assert scrub_password(message, url) == scrubbed
