@@ -22,7 +22,6 @@ it within the keep-alive timeout instead of at each call's deadline.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -176,6 +175,10 @@ class Router:
     async def blocking(self, fn: Callable[..., T], *args) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
+    def on_pool(self, fn: Callable[[int], T]) -> Callable[[int], Awaitable[T]]:
+        """``fn(fence)``, which blocks on the store, as a ``local`` for ``call``: run on the pool."""
+        return lambda fence: self.blocking(fn, fence)
+
     def stub(self, address: str) -> pb_grpc.SchedulerStub:
         if self.closed.is_set():
             raise CallFailed(grpc.StatusCode.UNAVAILABLE, f"node {self.backend.node_id} is stopping")
@@ -200,11 +203,12 @@ class Router:
         self,
         shard: int,
         context: grpc.aio.ServicerContext,
-        local: Callable[[int], T] | Callable[[int], Awaitable[T]],
+        local: Callable[[int], Awaitable[T]],
         remote: Callable[[pb_grpc.SchedulerStub, float, tuple], Awaitable[T]],
     ) -> T:
-        """``local(fence)`` (on the pool) if this node leads ``shard``, else ``await remote(stub, timeout,
-        metadata)`` on its leader; retried while the shard has no reachable leader, within the deadline."""
+        """``await local(fence)`` if this node leads ``shard``, else ``await remote(stub, timeout, metadata)``
+        on its leader; retried while the shard has no reachable leader, within the deadline. A ``local`` that
+        blocks is passed as ``on_pool(fn)``."""
         deadline = Deadline.of(context)
         forwarded = is_forwarded(context)
         node_id = self.backend.node_id
@@ -213,9 +217,7 @@ class Router:
             fence = self.backend.fence_if_leader(shard)
             if fence is not None:
                 try:
-                    if inspect.iscoroutinefunction(local):  # it awaits its own store work (PutJob's group commit)
-                        return await local(fence)
-                    return await self.blocking(local, fence)
+                    return await local(fence)
                 except (FencedOut, NotLeader) as e:
                     if forwarded:
                         raise not_leader_here(node_id, shard) from e

@@ -139,7 +139,7 @@ class SchedulerService:
             b.job_deleted(shard, job_id)
             return pb.DeleteJobResponse()
 
-        return await self.router.call(shard, context, here,
+        return await self.router.call(shard, context, self.router.on_pool(here),
                                       lambda stub, timeout, md: stub.DeleteJob(request, timeout=timeout, metadata=md))
 
     async def _set_paused(self, job_id: str, paused: bool, context, forward):
@@ -152,7 +152,7 @@ class SchedulerService:
             b.job_written(shard, job)
             return self._job_answer(job)
 
-        return await self.router.call(shard, context, here, forward)
+        return await self.router.call(shard, context, self.router.on_pool(here), forward)
 
     async def PauseJob(self, request: pb.PauseJobRequest, context: grpc.aio.ServicerContext) -> pb.PauseJobResponse:
         job_id = validate_job_id(request.id)
@@ -189,7 +189,7 @@ class SchedulerService:
                 raise JobNotFound(job_id) from None
             return pb.TriggerJobResponse(id=slot.job_id, scheduled_at_ms=slot.scheduled_at_ms, shard=shard)
 
-        return await self.router.call(shard, context, here,
+        return await self.router.call(shard, context, self.router.on_pool(here),
                                       lambda stub, timeout, md: stub.TriggerJob(request, timeout=timeout, metadata=md))
 
     async def ListJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext) -> pb.ListJobsResponse:
