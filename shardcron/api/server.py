@@ -26,6 +26,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from shardcron.abc import Backend
+from shardcron.api.health_port import HealthPort, LoopBeat
 from shardcron.api.limits import ApiLimits, StreamSlots, peer_host
 from shardcron.api.routing import (
     KEEPALIVE_TIME_MS,
@@ -175,7 +176,8 @@ class ApiServer:
 
     def __init__(self, backend: Backend, listen: str, advertise: str, security: ServerSecurity | None = None,
                  forward: ChannelSecurity | None = None, limits: ApiLimits | None = None,
-                 keepalive_ms: tuple[int, int] = (KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS)):
+                 keepalive_ms: tuple[int, int] = (KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS),
+                 health_listen: str | None = None):
         self.backend = backend
         self.listen = listen
         self.stopping = threading.Event()
@@ -189,8 +191,13 @@ class ApiServer:
         self._thread.start()
         self._serving: bool | None = None
         self._membership: asyncio.Task | None = None
+        self.beat = LoopBeat()
+        self.health_port: HealthPort | None = None
         try:
             self.port = self._on_loop(self._build(advertise, forward))
+            if health_listen:
+                self.health_port = HealthPort(health_listen, frozenset(("", SERVICE_NAME)), backend.joined,
+                                              self.stopping, self.beat)
         except BaseException:
             self._end_loop()
             raise
@@ -245,6 +252,7 @@ class ApiServer:
     async def _watch_membership(self) -> None:
         while not self.stopping.is_set():
             await asyncio.sleep(HEALTH_POLL_S)
+            self.beat.beat()
             await self._set_health(self.backend.joined.is_set())
 
     def stop(self, grace: float | None = 2.0) -> None:
@@ -255,6 +263,8 @@ class ApiServer:
             self._on_loop(self._stop(grace), timeout=(grace or 0) + STOP_SLACK_S)
         except Exception:  # noqa: BLE001 - stopping goes on; what is left dies with the loop
             log.warning("the API server did not stop cleanly", exc_info=True)
+        if self.health_port is not None:
+            self.health_port.stop()
         self._end_loop()
 
     async def _stop(self, grace: float | None) -> None:
@@ -275,4 +285,4 @@ class ApiServer:
 def start_server(backend: Backend, cfg: NodeConfig) -> ApiServer:
     """Bind ``cfg.listen`` and serve; ``ConfigError`` naming the address if it cannot be bound."""
     return ApiServer(backend, cfg.listen, cfg.advertise, cfg.api_security, cfg.forward_security,
-                     cfg.api_limits, cfg.keepalive_ms).start()
+                     cfg.api_limits, cfg.keepalive_ms, cfg.health_listen).start()
