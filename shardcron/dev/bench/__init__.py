@@ -184,4 +184,5 @@ def render(out: dict) -> str:
         from shardcron.dev.bench import submit
 
         lines.append(tabulate(submit.render(f), headers=submit.HEADERS, tablefmt="github"))
+        lines += submit.health_lines(f)
     return "\n".join(lines)

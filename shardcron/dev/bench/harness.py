@@ -7,6 +7,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
@@ -114,11 +115,14 @@ class BenchEnv:
                                 for i in range(count)]}, f)
         return path
 
-    def start_nodes(self, jobs_file: str | None = None, count: int | None = None) -> list[str]:
+    def start_nodes(self, jobs_file: str | None = None, count: int | None = None,
+                    extra_args: Callable[[str], list[str]] | None = None) -> list[str]:
+        """``extra_args(node_id)``: flags of that node's own (a port, say)."""
         ids = []
         for i in range(count or self.nodes):
             node_id = f"bench-{len(self.cluster.nodes)}"
-            self.cluster.add(node_id, extra_args=(["--jobs", jobs_file] if jobs_file else []))
+            self.cluster.add(node_id, extra_args=[*(["--jobs", jobs_file] if jobs_file else []),
+                                                  *(extra_args(node_id) if extra_args else [])])
             ids.append(node_id)
         members = set(self.cluster.nodes)
         self.cluster.wait_balanced(members, timeout_s=120 + 2 * self.ttl)
