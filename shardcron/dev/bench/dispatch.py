@@ -25,11 +25,10 @@ from collections import Counter
 
 from sqlalchemy import select
 
-from shardcron.dev.bench.harness import BenchEnv, percentile, proc_cpu_seconds
+from shardcron.dev.bench.harness import BenchEnv, percentile, proc_cpu_seconds, read_store
 from shardcron.dev.bench.scenarios import WARMUP_S, _db_kind, _window_start
 from shardcron.dev.testing.cluster import GaveUp, wait_until
 from shardcron.headers import mask_url
-from shardcron.store.engine import make_engine
 from shardcron.store.schema import ticks
 
 DEFAULT_BROKERS = {"redis": "redis://127.0.0.1:6379/0", "amqp": "amqp://guest:guest@127.0.0.1:5672/",
@@ -323,15 +322,11 @@ def figures(rows: list, rate: int, seconds: int, from_ms: int, held: int) -> dic
 
 
 def _rows(db: str, prefix: str, from_ms: int = 0, to_ms: int = 2**62) -> list:
-    engine = make_engine(db)
-    try:
-        with engine.connect() as c:
-            return c.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.started_at_ms,
-                                    ticks.c.finished_at_ms, ticks.c.status, ticks.c.manual, ticks.c.error)
-                             .where(ticks.c.job_id.like(f"{prefix}-%"), ticks.c.scheduled_at_ms >= from_ms,
-                                    ticks.c.scheduled_at_ms < to_ms)).all()
-    finally:
-        engine.dispose()
+    with read_store(db) as c:
+        return c.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.started_at_ms,
+                                ticks.c.finished_at_ms, ticks.c.status, ticks.c.manual, ticks.c.error)
+                         .where(ticks.c.job_id.like(f"{prefix}-%"), ticks.c.scheduled_at_ms >= from_ms,
+                                ticks.c.scheduled_at_ms < to_ms)).all()
 
 
 def _wait_settled(db: str, prefix: str, from_ms: int, to_ms: int, expected: int) -> None:

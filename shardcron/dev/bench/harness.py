@@ -7,12 +7,13 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 
-from shardcron.store.engine import make_engine
+from shardcron.store.engine import make_engine, reading
 from shardcron.store.schema import fence_log, job_labels
 from shardcron.store.schema import jobs as jobs_table
 from shardcron.store.schema import ticks
@@ -129,14 +130,10 @@ class BenchEnv:
         return ids
 
     def wait_jobs_loaded(self, count: int, timeout_s: float = 180) -> None:
-        engine = make_engine(self.db)
-        try:
-            def loaded():
-                with engine.connect() as c:
-                    return c.execute(select(func.count()).select_from(jobs_table)).scalar() >= count
-            wait_until(loaded, timeout_s, 0.25, f"{count} jobs to be imported")
-        finally:
-            engine.dispose()
+        def loaded():
+            with read_store(self.db) as c:
+                return c.execute(select(func.count()).select_from(jobs_table)).scalar() >= count
+        wait_until(loaded, timeout_s, 0.25, f"{count} jobs to be imported")
 
     def forget_jobs(self, prefix: str) -> None:
         """Delete the jobs this benchmark wrote under ``prefix`` (nodes stopped), so that the
@@ -150,26 +147,30 @@ class BenchEnv:
             engine.dispose()
 
     def tick_rows(self, from_ms: int, to_ms: int) -> list:
-        engine = make_engine(self.db)
-        try:
-            with engine.connect() as c:
-                return c.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.started_at_ms,
-                                        ticks.c.claimed_at_ms, ticks.c.status, ticks.c.node_id, ticks.c.fence,
-                                        ticks.c.shard, ticks.c.manual)
-                                 .where(ticks.c.scheduled_at_ms >= from_ms, ticks.c.scheduled_at_ms < to_ms)).all()
-        finally:
-            engine.dispose()
+        with read_store(self.db) as c:
+            return c.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.started_at_ms,
+                                    ticks.c.claimed_at_ms, ticks.c.status, ticks.c.node_id, ticks.c.fence,
+                                    ticks.c.shard, ticks.c.manual)
+                             .where(ticks.c.scheduled_at_ms >= from_ms, ticks.c.scheduled_at_ms < to_ms)).all()
 
     def fence_raises(self, shard: int, since_ms: int) -> list:
         """(fence, node_id, raised_at_ms) of the shard's fence raises at or after ``since_ms``, oldest first."""
-        engine = make_engine(self.db)
-        try:
-            with engine.connect() as c:
-                return c.execute(select(fence_log.c.fence, fence_log.c.node_id, fence_log.c.raised_at_ms)
-                                 .where(fence_log.c.shard == shard, fence_log.c.raised_at_ms >= since_ms)
-                                 .order_by(fence_log.c.raised_at_ms)).all()
-        finally:
-            engine.dispose()
+        with read_store(self.db) as c:
+            return c.execute(select(fence_log.c.fence, fence_log.c.node_id, fence_log.c.raised_at_ms)
+                             .where(fence_log.c.shard == shard, fence_log.c.raised_at_ms >= since_ms)
+                             .order_by(fence_log.c.raised_at_ms)).all()
 
     def pids(self) -> dict[str, int]:
         return {n: p.pid for n, p in self.cluster.nodes.items() if p.alive()}
+
+
+@contextmanager
+def read_store(db: str) -> Iterator:
+    """A read-only connection to ``db`` (it takes no write lock: on SQLite a BEGIN IMMEDIATE here would
+    queue behind the nodes' writers and fail with "database is locked" under load)."""
+    engine = make_engine(db)
+    try:
+        with reading(engine) as c:
+            yield c
+    finally:
+        engine.dispose()
