@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select, t
 from shardcron.model import ExecutionResult, SlotRef, Tick, TickStatus
 from shardcron.store.engine import reading
 from shardcron.errors import FencedOut
+from shardcron.store import ticks_pg
 from shardcron.store.fences import run_fenced, run_fenced_many
 from shardcron.store.schema import jobs, ticks
 from shardcron.store.sql import chunks
@@ -119,7 +120,7 @@ def mark_running_many(
     engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple[SlotRef, int, int]]]
 ) -> ManyOutcome:
     """``mark_running`` for several shards in one transaction: ``{(shard, fence): [(slot, attempt, started)]}``."""
-    return _update_own_unresolved(engine, groups, _MARK_RUNNING, lambda s, attempt, started: {
+    return _update_own_unresolved(engine, groups, (_MARK_RUNNING, _MARK_RUNNING_PG), lambda s, attempt, started: {
         "b_job": s.job_id, "b_at": s.scheduled_at_ms, "b_attempt": attempt, "b_started": started})
 
 
@@ -143,7 +144,7 @@ def record_results_many(
     engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple[SlotRef, int, ExecutionResult, TickStatus]]]
 ) -> ManyOutcome:
     """``record_results`` for several shards in one transaction: ``{(shard, fence): results}``."""
-    return _update_own_unresolved(engine, groups, _RECORD_RESULT, _result_row)
+    return _update_own_unresolved(engine, groups, (_RECORD_RESULT, _RECORD_RESULT_PG), _result_row)
 
 
 def record_result_in(conn: Connection, slot: SlotRef, attempt: int, result: ExecutionResult, status: TickStatus,
@@ -165,10 +166,12 @@ def _result_row(s: SlotRef, attempt: int, r: ExecutionResult, status: TickStatus
             "b_exit": r.exit_code, "b_http": r.http_status, "b_output": clip(r.output), "b_error": clip(r.error)}
 
 
-def _update_own_unresolved(engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple]], statement,
+def _update_own_unresolved(engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple]], statements,
                            row: Callable[..., dict]) -> ManyOutcome:
-    """``statement`` (an UPDATE of this fence's unresolved rows) for every item of every live group, in one
-    fenced transaction, in key order; ``row(*item)`` gives an item's bind values beside shard and fence."""
+    """``statements`` (an UPDATE of this fence's unresolved rows, run per row, and its PostgreSQL form from
+    ``ticks_pg``) for every item of every live group, in one fenced transaction, in key order; ``row(*item)``
+    gives an item's bind values beside shard and fence."""
+    per_row, arrays = statements
     groups = {k: v for k, v in groups.items() if v}
     if not groups:
         return ManyOutcome({}, {})
@@ -176,8 +179,10 @@ def _update_own_unresolved(engine: Engine, groups: Mapping[tuple[int, int], Sequ
     def work(conn: Connection, live: dict[tuple[int, int], Sequence]) -> dict[int, list[SlotRef]]:
         rows = _in_key_order({**row(*item), "b_shard": shard, "b_fence": fence}
                              for (shard, fence), items in live.items() for item in items)
-        if rows:
-            conn.execute(statement, rows)
+        if rows and conn.dialect.name == "postgresql":
+            ticks_pg.run_batch_update(conn, arrays, rows)
+        elif rows:
+            conn.execute(per_row, rows)
         return {shard: [item[0] for item in items] for (shard, _), items in live.items()}
 
     out = run_fenced_many(engine, groups, work)
@@ -293,39 +298,13 @@ def _insert_new(
         for (shard, fence), claims in live.items():
             for c in claims:
                 wanted.setdefault((c.job_id, c.scheduled_at_ms), (c, shard, fence))
-        # One SELECT per 500 slots finds the slots that already have a tick;
-        # the rest go in as one executemany. Sorted by key, so two
-        # transactions inserting overlapping batches lock keys in one order.
-        taken: set[tuple[str, int]] = set()
-        for part in chunks(sorted(wanted)):
-            taken.update((job_id, at) for job_id, at in conn.execute(_TICKS_PRESENT, {"keys": list(part)}))
-        new = [wanted[k] for k in sorted(wanted) if k not in taken]
-        if new:
-            # A plain INSERT, not one that ignores duplicates: if another
-            # transaction of this leader inserted one of these slots since the
-            # SELECT, the INSERT fails and run_fenced_many re-runs the whole
-            # unit, whose SELECT then sees that row. So a slot is returned to
-            # exactly one claimant, ever.
-            conn.execute(
-                ticks.insert(),
-                [
-                    {
-                        "job_id": c.job_id,
-                        "scheduled_at_ms": c.scheduled_at_ms,
-                        "shard": shard,
-                        "fence": fence,
-                        "node_id": node_id,
-                        "status": status,
-                        "attempt": 0,
-                        "manual": c.manual,
-                        "claimed_at_ms": now_ms,
-                        "finished_at_ms": finished_at_ms,
-                        "error": error,
-                    }
-                    for c, shard, fence in new
-                ],
-            )
-        inserted = {(c.job_id, c.scheduled_at_ms) for c, _, _ in new}
+        if conn.dialect.name == "postgresql":
+            inserted = ticks_pg.insert_claims(
+                conn, [(k[0], k[1], shard, fence, c.manual) for k, (c, shard, fence) in wanted.items()],
+                node_id=node_id, status=status, now_ms=now_ms, finished_at_ms=finished_at_ms, error=error)
+        else:
+            inserted = _insert_absent(conn, wanted, node_id=node_id, now_ms=now_ms, status=status,
+                                      finished_at_ms=finished_at_ms, error=error)
         written: dict[int, list[SlotRef]] = {}
         for k, (_, shard, _) in wanted.items():  # in the order given
             if k in inserted:
@@ -334,6 +313,44 @@ def _insert_new(
 
     out = run_fenced_many(engine, batches, work)
     return ManyOutcome(out.value, out.fenced_out)
+
+
+def _insert_absent(conn: Connection, wanted: Mapping[tuple[str, int], tuple[SlotClaim, int, int]], *, node_id: str,
+                   now_ms: int, status: str, finished_at_ms: int | None, error: str | None) -> set[tuple[str, int]]:
+    """``ticks_pg.insert_claims`` on SQLite and MariaDB: the keys of ``wanted`` it inserted."""
+    # One SELECT per 500 slots finds the slots that already have a tick;
+    # the rest go in as one executemany. Sorted by key, so two
+    # transactions inserting overlapping batches lock keys in one order.
+    taken: set[tuple[str, int]] = set()
+    for part in chunks(sorted(wanted)):
+        taken.update((job_id, at) for job_id, at in conn.execute(_TICKS_PRESENT, {"keys": list(part)}))
+    new = [wanted[k] for k in sorted(wanted) if k not in taken]
+    if new:
+        # A plain INSERT, not one that ignores duplicates: if another
+        # transaction of this leader inserted one of these slots since the
+        # SELECT, the INSERT fails and run_fenced_many re-runs the whole
+        # unit, whose SELECT then sees that row. So a slot is returned to
+        # exactly one claimant, ever.
+        conn.execute(
+            ticks.insert(),
+            [
+                {
+                    "job_id": c.job_id,
+                    "scheduled_at_ms": c.scheduled_at_ms,
+                    "shard": shard,
+                    "fence": fence,
+                    "node_id": node_id,
+                    "status": status,
+                    "attempt": 0,
+                    "manual": c.manual,
+                    "claimed_at_ms": now_ms,
+                    "finished_at_ms": finished_at_ms,
+                    "error": error,
+                }
+                for c, shard, fence in new
+            ],
+        )
+    return {(c.job_id, c.scheduled_at_ms) for c, _, _ in new}
 
 
 # Which of the given (job_id, scheduled_at_ms) keys have a tick. Built once, keys
@@ -358,6 +375,9 @@ _MARK_RUNNING = (
     .where(_OWN_UNRESOLVED)
     .values(status=TickStatus.RUNNING.value, attempt=bindparam("b_attempt"), started_at_ms=bindparam("b_started"))
 )
+_MARK_RUNNING_PG = ticks_pg.batch_update(
+    {"b_attempt": "INTEGER", "b_started": "BIGINT"},
+    {"status": f"'{TickStatus.RUNNING.value}'", "attempt": "v.b_attempt", "started_at_ms": "v.b_started"})
 _RECORD_RESULT = (
     ticks.update()
     .where(_OWN_UNRESOLVED)
@@ -372,6 +392,14 @@ _RECORD_RESULT = (
         error=bindparam("b_error"),
     )
 )
+
+
+_RECORD_RESULT_PG = ticks_pg.batch_update(
+    {"b_status": "TEXT", "b_attempt": "INTEGER", "b_started": "BIGINT", "b_finished": "BIGINT", "b_exit": "INTEGER",
+     "b_http": "INTEGER", "b_output": "TEXT", "b_error": "TEXT"},
+    {column: f"v.b_{bind}" for column, bind in (("status", "status"), ("attempt", "attempt"), ("started_at_ms", "started"),
+                                                ("finished_at_ms", "finished"), ("exit_code", "exit"),
+                                                ("http_status", "http"), ("output", "output"), ("error", "error"))})
 
 
 def _in_key_order(rows: Iterable[dict]) -> list[dict]:

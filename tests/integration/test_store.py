@@ -528,6 +528,21 @@ def test_running_results_and_the_tick_fence(led):
     assert {t.slot for t in unresolved_ticks(led, 0)} == {s1, s2}
 
 
+def test_a_batch_that_names_a_tick_twice_applies_both_in_order(led):
+    # A failed attempt and its retry's result can be written in one batch; the
+    # retry's result must win, and a final status must not be undone by a later
+    # mention (PostgreSQL writes a batch as one statement: see ticks_pg).
+    s1, s2 = SlotRef("j", 60_000), SlotRef("j", 120_000)
+    claim_ticks(led, [SlotClaim("j", 60_000), SlotClaim("j", 120_000)], now_ms=1_000, **A)
+    failed = ExecutionResult(ok=False, started_at_ms=2_100, finished_at_ms=2_200, exit_code=3, error="exit 3")
+    done = ExecutionResult(ok=True, started_at_ms=2_300, finished_at_ms=2_400, output="fine")
+    record_results(led, [(s1, 1, failed, TickStatus.RUNNING), (s2, 1, done, TickStatus.SUCCEEDED),
+                         (s1, 2, done, TickStatus.SUCCEEDED), (s2, 2, failed, TickStatus.RUNNING)], shard=0, fence=F1)
+    by_slot = {t.slot: t for t in list_ticks(led, "j")}
+    assert (by_slot[s1].status, by_slot[s1].attempt, by_slot[s1].output) == (TickStatus.SUCCEEDED, 2, "fine")
+    assert (by_slot[s2].status, by_slot[s2].attempt, by_slot[s2].error) == (TickStatus.SUCCEEDED, 1, None)
+
+
 def test_take_over_moves_only_older_unresolved_ticks(led):
     raise_fence(led, 1, F1, NODE_A, 1)
     slots = [SlotClaim("j", 60_000 * i) for i in range(1, 5)]
