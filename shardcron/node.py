@@ -37,7 +37,8 @@ class NodeBackend:
         self.allow_python = node.cfg.allow_python
         self.engine = node.engine
         self.joined = node.coordinator.joined
-        self._listeners: list = []
+        # Replaced, never changed in place: the recorder reads it for every tick without the lock.
+        self._listeners: tuple = ()
         self._lock = threading.Lock()
         node.scheduler.recorder.listeners.append(self._fan_out)
 
@@ -83,12 +84,14 @@ class NodeBackend:
 
     def subscribe_ticks(self, callback):
         with self._lock:
-            self._listeners.append(callback)
+            self._listeners = (*self._listeners, callback)
 
         def unsubscribe():
             with self._lock:
-                if callback in self._listeners:
-                    self._listeners.remove(callback)
+                remaining = list(self._listeners)
+                if callback in remaining:
+                    remaining.remove(callback)
+                self._listeners = tuple(remaining)
         return unsubscribe
 
     def _fan_out(self, write) -> None:
@@ -96,12 +99,13 @@ class NodeBackend:
 
         # What WatchTicks streams: the result as written, without the output (up to 64 KiB
         # a tick, fanned out to every watcher); ListTicks has it.
+        listeners = self._listeners
+        if not listeners:  # most ticks: nobody watches, and building the event is most of the cost
+            return
         r = write.result
         ev = Tick(write.slot.job_id, write.slot.scheduled_at_ms, write.shard, write.fence, self.node_id,
                   write.status, write.attempt, started_at_ms=r.started_at_ms, finished_at_ms=r.finished_at_ms,
                   exit_code=r.exit_code, http_status=r.http_status, error=r.error)
-        with self._lock:
-            listeners = list(self._listeners)
         for cb in listeners:
             try:
                 cb(ev)

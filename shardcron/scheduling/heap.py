@@ -13,7 +13,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from shardcron.scheduling.takeover import Dispatch
@@ -49,19 +49,22 @@ class TimerHeap:
         self._seq = itertools.count()  # drawn with the condition held
         self.cond = threading.Condition()
 
-    def push_claim(self, due_ms: int, shard: int, fence: int, job_id: str, gen: int, slot_ms: int) -> None:
-        with self.cond:
-            entry = (due_ms, next(self._seq), ClaimDue(due_ms, shard, fence, job_id, gen, slot_ms))
-            heapq.heappush(self._heap, entry)
-            # The loop sleeps until the old top is due: only a new top changes that. (Waking it
-            # for every PutJob cost the leader a thread switch and a GIL hand-off per call.)
-            if self._heap[0] is entry:
-                self.cond.notify()
-
     def push_dispatch(self, due_ms: int, shard: int, fence: int, d: Dispatch) -> None:
+        self.push_many([DispatchDue(due_ms, shard, fence, d)])
+
+    def push_many(self, entries: Iterable[ClaimDue | DispatchDue]) -> None:
+        """Push every entry under one lock; wake the loop once, and only if the top changed.
+
+        The loop sleeps until the old top is due: only a new top changes that. (Waking it for
+        every PutJob cost the leader a thread switch and a GIL hand-off per call; taking the
+        lock per entry of a claimed burst cost a lock round and a notify per tick.)
+        """
         with self.cond:
-            heapq.heappush(self._heap, (due_ms, next(self._seq), DispatchDue(due_ms, shard, fence, d)))
-            self.cond.notify()
+            old_top = self._heap[0] if self._heap else None
+            for e in entries:
+                heapq.heappush(self._heap, (e.due_ms, next(self._seq), e))
+            if self._heap and self._heap[0] is not old_top:
+                self.cond.notify()
 
     def push_again(self, entries: list, due_ms: int) -> None:
         """Entries taken off but not handled (the store was down): back in, due at ``due_ms``."""

@@ -325,12 +325,18 @@ class Scheduler:
         return run if run is not None and run.fence == fence and run.active else None
 
     def _push_next_claim(self, run: ShardRun, entry: JobEntry) -> None:
-        if entry.job.paused:
-            return
-        nxt = entry.trigger.next_after(entry.claimed_through)
-        if nxt is None:
-            return
-        self._claims.push_claim(nxt - self.lookahead_ms, run.shard, run.fence, entry.job.id, entry.gen, nxt)
+        self._claims.push_many(self._next_claims(run, [entry]))
+
+    def _next_claims(self, run: ShardRun, entries: Iterable[JobEntry]) -> list[ClaimDue]:
+        """The claim-heap entries for each job's next slot (none for a paused job or a trigger that has ended)."""
+        out = []
+        for entry in entries:
+            if entry.job.paused:
+                continue
+            nxt = entry.trigger.next_after(entry.claimed_through)
+            if nxt is not None:
+                out.append(ClaimDue(nxt - self.lookahead_ms, run.shard, run.fence, entry.job.id, entry.gen, nxt))
+        return out
 
     def _push_dispatch(self, run: ShardRun, d: Dispatch, not_before_ms: int = 0) -> None:
         self._dispatch.push_dispatch(max(d.slot.scheduled_at_ms, not_before_ms), run.shard, run.fence, d)
@@ -395,10 +401,9 @@ class Scheduler:
                         log.warning("shard %d: slot %s@%d was already recorded; not claimed again", shard,
                                     c.job_id, c.slot_ms, extra={"shard": shard, "job": c.job_id, "fence": fence})
                     follow.append(entry)
-            for ref in dispatch:
-                self._push_dispatch(run, Dispatch(ref, 1))
-            for entry in follow:
-                self._push_next_claim(run, entry)
+            self._dispatch.push_many([DispatchDue(ref.scheduled_at_ms, shard, fence, Dispatch(ref, 1))
+                                      for ref in dispatch])
+            self._claims.push_many(self._next_claims(run, follow))
 
     # -- dispatch loop ------------------------------------------------------------------------
 
