@@ -87,5 +87,6 @@ class Backend(Protocol):
     def shard_map(self) -> dict:
         """The same map ``shardcron shards --json`` prints (shards, nodes, shard_count)."""
 
-    def subscribe_ticks(self, callback: Callable[[Tick], None]) -> Callable[[], None]:
-        """Call ``callback`` for every tick result this node writes; returns an unsubscribe function."""
+    def subscribe_ticks(self, callback: Callable[[list[Tick]], None]) -> Callable[[], None]:
+        """Call ``callback`` with the tick results this node writes, a batch at a time; returns an unsubscribe
+        function. Subscribe only while someone wants them: with no subscriber no event is built."""

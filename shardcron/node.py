@@ -94,21 +94,21 @@ class NodeBackend:
                 self._listeners = tuple(remaining)
         return unsubscribe
 
-    def _fan_out(self, write) -> None:
+    def _fan_out(self, writes) -> None:
         from shardcron.model import Tick
 
+        listeners = self._listeners
+        if not listeners:  # most batches: nobody watches, and building the events is most of the cost
+            return
         # What WatchTicks streams: the result as written, without the output (up to 64 KiB
         # a tick, fanned out to every watcher); ListTicks has it.
-        listeners = self._listeners
-        if not listeners:  # most ticks: nobody watches, and building the event is most of the cost
-            return
-        r = write.result
-        ev = Tick(write.slot.job_id, write.slot.scheduled_at_ms, write.shard, write.fence, self.node_id,
-                  write.status, write.attempt, started_at_ms=r.started_at_ms, finished_at_ms=r.finished_at_ms,
-                  exit_code=r.exit_code, http_status=r.http_status, error=r.error)
+        events = [Tick(w.slot.job_id, w.slot.scheduled_at_ms, w.shard, w.fence, self.node_id, w.status, w.attempt,
+                       started_at_ms=w.result.started_at_ms, finished_at_ms=w.result.finished_at_ms,
+                       exit_code=w.result.exit_code, http_status=w.result.http_status, error=w.result.error)
+                  for w in writes]
         for cb in listeners:
             try:
-                cb(ev)
+                cb(events)
             except Exception:  # noqa: BLE001 - a slow or broken watcher must not hurt the recorder
                 log.exception("tick listener failed")
 

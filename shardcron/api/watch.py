@@ -21,7 +21,7 @@ import asyncio
 import logging
 import threading
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import grpc
 
@@ -89,36 +89,47 @@ class WatcherQueue:
 class TickHub:
     """This node's tick results, handed from the recorder's threads to the watchers on the loop.
 
-    The recorder's callback only appends under a lock and, for the first tick of a batch,
-    schedules one fan-out on the loop; with no watcher it returns at once."""
+    It is subscribed to the node's results only while it has a watcher, so a node that nobody
+    watches builds no event at all. The recorder's callback only appends a batch under a lock
+    and, for the first batch since the last fan-out, schedules one fan-out on the loop."""
 
     def __init__(self, backend: Backend, loop: asyncio.AbstractEventLoop):
+        self._backend = backend
         self._loop = loop
         self._watchers: set[WatcherQueue] = set()
         self._lock = threading.Lock()
         self._pending: list[Tick] = []
         self._scheduled = False
-        self._unsubscribe = backend.subscribe_ticks(self._from_recorder)
+        self._unsubscribe: Callable[[], None] | None = None
+        self._closed = False
 
-    def add(self, q: WatcherQueue) -> None:
+    def add(self, q: WatcherQueue) -> None:  # on the loop, as remove and close
         self._watchers.add(q)
+        if self._unsubscribe is None and not self._closed:
+            self._unsubscribe = self._backend.subscribe_ticks(self._from_recorder)
 
     def remove(self, q: WatcherQueue) -> None:
         self._watchers.discard(q)
+        if not self._watchers:
+            self._stop_listening()
 
     def close(self) -> None:
-        self._unsubscribe()
+        self._closed = True
+        self._stop_listening()
+
+    def _stop_listening(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
 
     def wake_all(self) -> None:
         """Every watcher looks up from its wait (the node is stopping: they end on their own)."""
         for q in list(self._watchers):
             q.wake()
 
-    def _from_recorder(self, tick: Tick) -> None:  # any thread
-        if not self._watchers:
-            return
+    def _from_recorder(self, ticks: list[Tick]) -> None:  # any thread
         with self._lock:
-            self._pending.append(tick)
+            self._pending.extend(ticks)
             if self._scheduled:
                 return
             self._scheduled = True

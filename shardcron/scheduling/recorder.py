@@ -71,7 +71,7 @@ class Recorder:
         self._thread = threading.Thread(target=self._run, name="recorder", daemon=True)
         self.written = 0
         self.rejected = 0
-        self.listeners: list[Callable[[ResultWrite], None]] = []  # told of every write that landed
+        self.listeners: list[Callable[[list[ResultWrite]], None]] = []  # told of the writes that landed, per batch
 
     def start(self) -> None:
         self._thread.start()
@@ -168,8 +168,7 @@ class Recorder:
                 metrics.ticks.labels(status).inc(count)  # per status, not per tick: labels() is a lookup under a lock
             for listener in self.listeners:
                 try:
-                    for w in writes:
-                        listener(w)
+                    listener(writes)
                 except Exception:  # noqa: BLE001 - a listener's bug must not stop the writer (or re-write)
                     log.exception("a tick result listener failed")
         return set()

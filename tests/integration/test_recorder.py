@@ -69,8 +69,8 @@ def test_a_listener_that_raises_neither_stops_the_writer_nor_writes_twice(store_
     recorder = Recorder(store_engine, lambda *a: None, linger_s=0.01)
     told = []
 
-    def listener(w: ResultWrite) -> None:
-        told.append(w.slot.scheduled_at_ms)
+    def listener(writes: list[ResultWrite]) -> None:
+        told.extend(w.slot.scheduled_at_ms for w in writes)
         raise ValueError("a broken watcher")
 
     recorder.listeners.append(listener)
