@@ -11,6 +11,7 @@ ticks, whose fence it holds.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -177,8 +178,13 @@ def _update_own_unresolved(engine: Engine, groups: Mapping[tuple[int, int], Sequ
         return ManyOutcome({}, {})
 
     def work(conn: Connection, live: dict[tuple[int, int], Sequence]) -> dict[int, list[SlotRef]]:
-        rows = _in_key_order({**row(*item), "b_shard": shard, "b_fence": fence}
-                             for (shard, fence), items in live.items() for item in items)
+        rows = []
+        for (shard, fence), items in live.items():
+            for item in items:
+                r = row(*item)
+                r["b_shard"], r["b_fence"] = shard, fence
+                rows.append(r)
+        rows = _in_key_order(rows)
         if rows and conn.dialect.name == "postgresql":
             ticks_pg.run_batch_update(conn, arrays, rows)
         elif rows:
@@ -404,7 +410,11 @@ _RECORD_RESULT_PG = ticks_pg.batch_update(
 
 def _in_key_order(rows: Iterable[dict]) -> list[dict]:
     # Row locks taken in one order by every writer cannot deadlock each other.
-    return sorted(rows, key=lambda r: (r["b_job"], r["b_at"]))
+    # (PostgreSQL's UPDATE ... FROM a batch visits the batch in its order with the plan it gets for it.)
+    return sorted(rows, key=_KEY_OF_ROW)
+
+
+_KEY_OF_ROW = operator.itemgetter("b_job", "b_at")  # in C: a lambda here was 4 % of a node's CPU
 
 
 def _unique_keys(slots: Sequence[SlotRef]) -> list[tuple[str, int]]:
