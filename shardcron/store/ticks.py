@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select, t
 from shardcron.model import ExecutionResult, SlotRef, Tick, TickStatus
 from shardcron.store.engine import reading
 from shardcron.errors import FencedOut
-from shardcron.store import ticks_pg
+from shardcron.store import ticks_batch
 from shardcron.store.fences import run_fenced, run_fenced_many
 from shardcron.store.schema import jobs, ticks
 from shardcron.store.sql import chunks
@@ -121,7 +121,7 @@ def mark_running_many(
     engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple[SlotRef, int, int]]]
 ) -> ManyOutcome:
     """``mark_running`` for several shards in one transaction: ``{(shard, fence): [(slot, attempt, started)]}``."""
-    return _update_own_unresolved(engine, groups, (_MARK_RUNNING, _MARK_RUNNING_PG), lambda s, attempt, started: {
+    return _update_own_unresolved(engine, groups, (_MARK_RUNNING, _MARK_RUNNING_BATCH), lambda s, attempt, started: {
         "b_job": s.job_id, "b_at": s.scheduled_at_ms, "b_attempt": attempt, "b_started": started})
 
 
@@ -145,7 +145,7 @@ def record_results_many(
     engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple[SlotRef, int, ExecutionResult, TickStatus]]]
 ) -> ManyOutcome:
     """``record_results`` for several shards in one transaction: ``{(shard, fence): results}``."""
-    return _update_own_unresolved(engine, groups, (_RECORD_RESULT, _RECORD_RESULT_PG), _result_row)
+    return _update_own_unresolved(engine, groups, (_RECORD_RESULT, _RECORD_RESULT_BATCH), _result_row)
 
 
 def record_result_in(conn: Connection, slot: SlotRef, attempt: int, result: ExecutionResult, status: TickStatus,
@@ -169,10 +169,10 @@ def _result_row(s: SlotRef, attempt: int, r: ExecutionResult, status: TickStatus
 
 def _update_own_unresolved(engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple]], statements,
                            row: Callable[..., dict]) -> ManyOutcome:
-    """``statements`` (an UPDATE of this fence's unresolved rows, run per row, and its PostgreSQL form from
-    ``ticks_pg``) for every item of every live group, in one fenced transaction, in key order; ``row(*item)``
+    """``statements`` (an UPDATE of this fence's unresolved rows, run per row, and its one-statement forms from
+    ``ticks_batch``) for every item of every live group, in one fenced transaction, in key order; ``row(*item)``
     gives an item's bind values beside shard and fence."""
-    per_row, arrays = statements
+    per_row, batched = statements
     groups = {k: v for k, v in groups.items() if v}
     if not groups:
         return ManyOutcome({}, {})
@@ -185,8 +185,8 @@ def _update_own_unresolved(engine: Engine, groups: Mapping[tuple[int, int], Sequ
                 r["b_shard"], r["b_fence"] = shard, fence
                 rows.append(r)
         rows = _in_key_order(rows)
-        if rows and conn.dialect.name == "postgresql":
-            ticks_pg.run_batch_update(conn, arrays, rows)
+        if rows and conn.dialect.name in ticks_batch.DIALECTS:
+            ticks_batch.run_batch_update(conn, batched, rows)
         elif rows:
             conn.execute(per_row, rows)
         return {shard: [item[0] for item in items] for (shard, _), items in live.items()}
@@ -304,8 +304,8 @@ def _insert_new(
         for (shard, fence), claims in live.items():
             for c in claims:
                 wanted.setdefault((c.job_id, c.scheduled_at_ms), (c, shard, fence))
-        if conn.dialect.name == "postgresql":
-            inserted = ticks_pg.insert_claims(
+        if conn.dialect.name in ticks_batch.DIALECTS:
+            inserted = ticks_batch.insert_claims(
                 conn, [(k[0], k[1], shard, fence, c.manual) for k, (c, shard, fence) in wanted.items()],
                 node_id=node_id, status=status, now_ms=now_ms, finished_at_ms=finished_at_ms, error=error)
         else:
@@ -323,7 +323,7 @@ def _insert_new(
 
 def _insert_absent(conn: Connection, wanted: Mapping[tuple[str, int], tuple[SlotClaim, int, int]], *, node_id: str,
                    now_ms: int, status: str, finished_at_ms: int | None, error: str | None) -> set[tuple[str, int]]:
-    """``ticks_pg.insert_claims`` on SQLite and MariaDB: the keys of ``wanted`` it inserted."""
+    """``ticks_batch.insert_claims`` on MariaDB: the keys of ``wanted`` it inserted."""
     # One SELECT per 500 slots finds the slots that already have a tick;
     # the rest go in as one executemany. Sorted by key, so two
     # transactions inserting overlapping batches lock keys in one order.
@@ -381,7 +381,7 @@ _MARK_RUNNING = (
     .where(_OWN_UNRESOLVED)
     .values(status=TickStatus.RUNNING.value, attempt=bindparam("b_attempt"), started_at_ms=bindparam("b_started"))
 )
-_MARK_RUNNING_PG = ticks_pg.batch_update(
+_MARK_RUNNING_BATCH = ticks_batch.batch_update(
     {"b_attempt": "INTEGER", "b_started": "BIGINT"},
     {"status": f"'{TickStatus.RUNNING.value}'", "attempt": "v.b_attempt", "started_at_ms": "v.b_started"})
 _RECORD_RESULT = (
@@ -400,7 +400,7 @@ _RECORD_RESULT = (
 )
 
 
-_RECORD_RESULT_PG = ticks_pg.batch_update(
+_RECORD_RESULT_BATCH = ticks_batch.batch_update(
     {"b_status": "TEXT", "b_attempt": "INTEGER", "b_started": "BIGINT", "b_finished": "BIGINT", "b_exit": "INTEGER",
      "b_http": "INTEGER", "b_output": "TEXT", "b_error": "TEXT"},
     {column: f"v.b_{bind}" for column, bind in (("status", "status"), ("attempt", "attempt"), ("started_at_ms", "started"),

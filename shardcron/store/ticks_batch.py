@@ -1,23 +1,25 @@
-"""PostgreSQL's one-statement forms of the tick batch writes: a batch bound as one JSON document, read by the server.
+"""One-statement forms of the tick batch writes on PostgreSQL and SQLite: a batch bound as one JSON document.
 
 An executemany costs Python work per row twice: SQLAlchemy builds and
-processes each row's parameters, and psycopg's pipeline sends one statement
-per row. At thousands of ticks a second that was a third of a node's CPU
-(py-spy, ``bench throughput`` on PostgreSQL). Here a batch is one statement
-whose text never changes (so it is compiled once and prepared once), and its
-rows are one parameter, a JSON array that ``json.dumps`` writes in C and
-``json_to_recordset`` reads as typed columns. (Arrays, one per column, were
-tried first: psycopg's list dumper is Python, element by element, and cost
-half of what was saved.)
+processes each row's parameters, and the driver sends (PostgreSQL) or steps
+(SQLite) one statement per row. At thousands of ticks a second that was a
+third of a node's CPU (py-spy, ``bench throughput``). Here a batch is one
+statement whose text never changes (so it is compiled once and prepared
+once), and its rows are one parameter, a JSON array that ``json.dumps``
+writes in C and the database reads as typed columns (PostgreSQL's
+``json_to_recordset``, SQLite's ``json_each``). (Arrays, one per column, were
+tried first on PostgreSQL: psycopg's list dumper is Python, element by
+element, and cost half of what was saved.) MariaDB keeps the executemany
+forms in ``ticks``: it has no INSERT ... ON CONFLICT DO NOTHING RETURNING.
 
 The statements keep what the executemany forms guarantee (``ticks``):
 - a claim inserts only slots without a row, and returns exactly the slots it
   inserted: ``ON CONFLICT DO NOTHING`` waits for a concurrent inserter of the
-  same key and, once that one commits, skips the slot, so a slot goes to one
-  claimant ever. Rows go in in key order, as before, so two claimants lock
-  keys in one order;
+  same key (PostgreSQL; SQLite has one writer at a time) and, once that one
+  commits, skips the slot, so a slot goes to one claimant ever. Rows go in in
+  key order, as before, so two claimants lock keys in one order;
 - an update touches only the unresolved rows of the given shard and fence.
-  One UPDATE cannot apply two rows to the same tick in order (PostgreSQL
+  One UPDATE cannot apply two rows to the same tick in order (the database
   would apply one of them, either), so a batch that names a tick twice (a
   failed attempt and the retry's result) is sent in rounds: the first
   mention of every tick, then the second, in the order given, exactly as the
@@ -34,25 +36,39 @@ from sqlalchemy import Connection, TextClause, text
 from shardcron.model import TickStatus
 from shardcron.store.sql import chunks
 
+DIALECTS = frozenset({"postgresql", "sqlite"})
+
 # The key every batched update matches on, with the SQL type of each bind.
 _KEY_BINDS = {"b_job": "TEXT", "b_at": "BIGINT", "b_shard": "INTEGER", "b_fence": "BIGINT"}
 _UNRESOLVED_SQL = f"ticks.status IN ('{TickStatus.CLAIMED.value}', '{TickStatus.RUNNING.value}')"
+# PostgreSQL compares job ids byte for byte, as the column does (schema.exact_string); SQLite always does.
+_EXACT = {"postgresql": ' COLLATE "C"', "sqlite": ""}
 
 
-def batch_update(binds: Mapping[str, str], assignments: Mapping[str, str]) -> TextClause:
-    """An UPDATE of this fence's unresolved ticks from a batch of rows: ``binds`` (a row's key -> SQL type,
-    beside the tick's key), ``assignments`` (column -> SQL expression over ``v.<bind>`` or a literal)."""
-    columns = ", ".join(f"{name} {sql_type}" for name, sql_type in {**_KEY_BINDS, **binds}.items())
+def _rows_of(dialect: str, columns: Mapping[str, str]) -> str:
+    """A FROM item ``v`` with one typed column per key of the JSON objects in ``:rows``."""
+    if dialect == "postgresql":
+        typed = ", ".join(f"{name} {sql_type}" for name, sql_type in columns.items())
+        return f"json_to_recordset(CAST(:rows AS json)) AS v({typed})"
+    picked = ", ".join(f"value ->> '{name}' AS {name}" for name in columns)
+    return f"(SELECT {picked} FROM json_each(:rows)) AS v"
+
+
+def batch_update(binds: Mapping[str, str], assignments: Mapping[str, str]) -> dict[str, TextClause]:
+    """An UPDATE of this fence's unresolved ticks from a batch of rows, per dialect: ``binds`` (a row's key ->
+    SQL type, beside the tick's key), ``assignments`` (column -> SQL expression over ``v.<bind>`` or a literal)."""
     sets = ", ".join(f"{column} = {value}" for column, value in assignments.items())
-    return text(
-        f"UPDATE ticks SET {sets} FROM json_to_recordset(CAST(:rows AS json)) AS v({columns}) "
-        f'WHERE ticks.job_id = v.b_job COLLATE "C" AND ticks.scheduled_at_ms = v.b_at '
+    return {dialect: text(
+        f"UPDATE ticks SET {sets} FROM {_rows_of(dialect, {**_KEY_BINDS, **binds})} "
+        f"WHERE ticks.job_id = v.b_job{_EXACT[dialect]} AND ticks.scheduled_at_ms = v.b_at "
         f"AND ticks.shard = v.b_shard AND ticks.fence = v.b_fence AND {_UNRESOLVED_SQL}"
-    )
+    ) for dialect in DIALECTS}
 
 
-def run_batch_update(conn: Connection, statement: TextClause, rows: Sequence[Mapping[str, object]]) -> None:
-    """``statement`` (from ``batch_update``) over ``rows`` (dicts of its binds), in rounds (see the module doc)."""
+def run_batch_update(conn: Connection, statements: Mapping[str, TextClause], rows: Sequence[Mapping[str, object]]
+                     ) -> None:
+    """``statements`` (from ``batch_update``) over ``rows`` (dicts of its binds), in rounds (see the module doc)."""
+    statement = statements[conn.dialect.name]
     for round_rows in _rounds(rows):
         for part in chunks(round_rows, _ROWS_PER_STATEMENT):
             conn.execute(statement, {"rows": json.dumps(part)})
@@ -62,11 +78,12 @@ def insert_claims(conn: Connection, slots: Sequence[tuple[str, int, int, int, bo
                   status: str, now_ms: int, finished_at_ms: int | None, error: str | None) -> set[tuple[str, int]]:
     """Insert a tick for each (job_id, scheduled_at_ms, shard, fence, manual) without one, in key order;
     returns the (job_id, scheduled_at_ms) keys this statement inserted."""
+    statement = _INSERT_CLAIMS[conn.dialect.name]
     inserted: set[tuple[str, int]] = set()
     for part in chunks(sorted(slots), _ROWS_PER_STATEMENT):
         rows = json.dumps([{"job_id": j, "at": at, "shard": shard, "fence": fence, "manual": manual}
                            for j, at, shard, fence, manual in part])
-        inserted.update((job_id, at) for job_id, at in conn.execute(_INSERT_CLAIMS, {
+        inserted.update((job_id, at) for job_id, at in conn.execute(statement, {
             "rows": rows, "node_id": node_id, "status": status, "now_ms": now_ms, "finished_at_ms": finished_at_ms,
             "error": error}))
     return inserted
@@ -76,17 +93,18 @@ def insert_claims(conn: Connection, slots: Sequence[tuple[str, int, int, int, bo
 # each stays a 64 MiB document, far below PostgreSQL's 1 GiB parameter limit.
 _ROWS_PER_STATEMENT = 1000
 
-_INSERT_CLAIMS = text(
+_CLAIM_COLUMNS = {"job_id": "TEXT", "at": "BIGINT", "shard": "INTEGER", "fence": "BIGINT", "manual": "BOOLEAN"}
+_INSERT_CLAIMS = {dialect: text(
     "INSERT INTO ticks (job_id, scheduled_at_ms, shard, fence, manual, node_id, status, attempt, claimed_at_ms, "
     "finished_at_ms, error) "
     "SELECT v.job_id, v.at, v.shard, v.fence, v.manual, :node_id, :status, 0, :now_ms, "
     "CAST(:finished_at_ms AS BIGINT), CAST(:error AS TEXT) "
-    "FROM json_to_recordset(CAST(:rows AS json)) AS v(job_id TEXT, at BIGINT, shard INTEGER, fence BIGINT, "
-    "manual BOOLEAN) "
-    'ORDER BY v.job_id COLLATE "C", v.at '
+    f"FROM {_rows_of(dialect, _CLAIM_COLUMNS)} "
+    # WHERE true: SQLite's grammar needs a WHERE before ON CONFLICT in an INSERT ... SELECT.
+    f"WHERE true ORDER BY v.job_id{_EXACT[dialect]}, v.at "
     "ON CONFLICT DO NOTHING "
     "RETURNING job_id, scheduled_at_ms"
-)
+) for dialect in DIALECTS}
 
 
 def _rounds(rows: Iterable[Mapping[str, object]]) -> list[list[Mapping[str, object]]]:
