@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 
 class ScheduleKind(StrEnum):
@@ -224,9 +224,13 @@ class Job:
     active_since_ms: int = 0
 
 
-@dataclass(frozen=True)
-class SlotRef:
-    """A tick's identity: one per job and scheduled time."""
+class SlotRef(NamedTuple):
+    """A tick's identity: one per job and scheduled time.
+
+    A named tuple, not a dataclass: several are made, hashed and compared per
+    tick on the hot path, and a tuple does all three in C (a frozen
+    dataclass's ``__init__`` and ``__hash__`` are Python).
+    """
 
     job_id: str
     scheduled_at_ms: int

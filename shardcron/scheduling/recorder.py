@@ -129,9 +129,9 @@ class Recorder:
                 log.exception("writing %d tick results failed; they are kept and retried", len(batch))
                 retry = set(batch)
             with self._cond:
-                for w in batch:
-                    if w not in retry:
-                        self._unwritten[w.shard] -= 1
+                # (Only a failed batch tests membership: hashing a ResultWrite is Python, every field.)
+                for w in (batch if not retry else [w for w in batch if w not in retry]):
+                    self._unwritten[w.shard] -= 1
                 if retry:
                     self._pending[:0] = list(retry)
                 self._cond.notify_all()

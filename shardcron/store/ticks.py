@@ -14,6 +14,7 @@ from __future__ import annotations
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select, tuple_
 
@@ -29,8 +30,7 @@ from shardcron.store.text import clip
 _UNRESOLVED = (TickStatus.CLAIMED.value, TickStatus.RUNNING.value)
 
 
-@dataclass(frozen=True)
-class SlotClaim:
+class SlotClaim(NamedTuple):  # a tuple: one per slot per claim, made and read in C
     job_id: str
     scheduled_at_ms: int
     manual: bool = False  # an extra run asked for with TriggerJob
