@@ -37,7 +37,7 @@ class NodeBackend:
         self.allow_python = node.cfg.allow_python
         self.engine = node.engine
         self.joined = node.coordinator.joined
-        # Replaced, never changed in place: the recorder reads it for every tick without the lock.
+        # Replaced, never changed in place: the recorder reads it for every batch without the lock.
         self._listeners: tuple = ()
         self._lock = threading.Lock()
         node.scheduler.recorder.listeners.append(self._fan_out)

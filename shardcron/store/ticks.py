@@ -403,14 +403,16 @@ _RECORD_RESULT = (
 _RECORD_RESULT_BATCH = ticks_batch.batch_update(
     {"b_status": "TEXT", "b_attempt": "INTEGER", "b_started": "BIGINT", "b_finished": "BIGINT", "b_exit": "INTEGER",
      "b_http": "INTEGER", "b_output": "TEXT", "b_error": "TEXT"},
-    {column: f"v.b_{bind}" for column, bind in (("status", "status"), ("attempt", "attempt"), ("started_at_ms", "started"),
-                                                ("finished_at_ms", "finished"), ("exit_code", "exit"),
-                                                ("http_status", "http"), ("output", "output"), ("error", "error"))})
+    {"status": "v.b_status", "attempt": "v.b_attempt", "started_at_ms": "v.b_started",
+     "finished_at_ms": "v.b_finished", "exit_code": "v.b_exit", "http_status": "v.b_http", "output": "v.b_output",
+     "error": "v.b_error"})
 
 
 def _in_key_order(rows: Iterable[dict]) -> list[dict]:
-    # Row locks taken in one order by every writer cannot deadlock each other.
-    # (PostgreSQL's UPDATE ... FROM a batch visits the batch in its order with the plan it gets for it.)
+    # Row locks taken in one order by every writer cannot deadlock each other. The executemany
+    # (MariaDB) locks in this order; an UPDATE ... FROM a batch (ticks_batch) locks in the order its
+    # plan visits the rows, so there a deadlock, if two writers ever cross, is broken by the server
+    # and the unit re-run by fences.run_fenced_many.
     return sorted(rows, key=_KEY_OF_ROW)
 
 
