@@ -1,4 +1,4 @@
-"""``shardcron bench``: precision, throughput, failover, submission and dispatch figures, on this machine.
+"""``shardcron bench``: precision, throughput, scale, failover, submission and dispatch figures, on this machine.
 
 It starts what it needs (an etcd unless ``--etcd``, a SQLite store in a
 temporary directory unless ``--db``, ``--nodes`` node processes), runs one
@@ -16,18 +16,27 @@ from shardcron.errors import ConfigError, ShardcronError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="measure tick precision, throughput, failover, submission and dispatch speed")
-    p.add_argument("scenario", choices=["precision", "throughput", "failover", "submit", "at-size", "dispatch"])
+    p = sub.add_parser("bench", help="measure tick precision, throughput, scale, failover, submission and dispatch speed")
+    p.add_argument("scenario",
+                   choices=["precision", "throughput", "scale", "failover", "submit", "at-size", "dispatch"])
     p.add_argument("--jobs", type=int, default=None,
                    help="jobs firing every second (default 1000); at-size: jobs held (default 100000)")
     p.add_argument("--seconds", type=int, default=60, help="measured window (default %(default)s)")
-    p.add_argument("--nodes", type=int, default=None, help="node processes (default 1; 3 for failover)")
+    p.add_argument("--nodes", default=None,
+                   help="node processes (default 1; 3 for failover); scale: node counts to compare (default 1,2,3)")
     p.add_argument("--shards", type=int, default=None, help="shard count (default 64; at-size 256)")
     p.add_argument("--ttl", type=int, default=10, help="session TTL (default %(default)s)")
-    p.add_argument("--db", default=None, help="store URL (default: SQLite in a temporary directory)")
+    p.add_argument("--db", default=None,
+                   help="store URL (default: SQLite in a temporary directory); scale needs a PostgreSQL one")
     p.add_argument("--etcd", default=None, help="use this etcd instead of starting one")
     p.add_argument("--rates", default=None,
-                   help="throughput: ticks/s steps (default 1000,2000,5000,10000); dispatch: default 500,1000,2000")
+                   help="throughput and scale: total ticks/s steps (default 1000,2000,5000,10000); "
+                        "dispatch: default 500,1000,2000")
+    p.add_argument("--neighbour", choices=["none", "cpu"], default="none",
+                   help="precision: 'cpu' measures a second window beside a busy neighbour (one python spin loop "
+                        "per CPU the nodes may use, pinned to it, normal priority, started just before that "
+                        "window and killed after it) and prints quiet and loaded side by side "
+                        "(default %(default)s)")
     p.add_argument("--kind", default="redis-stream",
                    choices=["nats", "celery", "redis-stream", "amqp", "rq", "arq", "http"],
                    help="dispatch: the executor kind to measure (default %(default)s)")
@@ -60,7 +69,12 @@ def _run(a: argparse.Namespace) -> int:
         a.jobs = 100_000 if a.scenario == "at-size" else 1000
     if a.jobs <= 0 or a.seconds <= 0:
         raise ConfigError("--jobs and --seconds must be positive")
-    nodes = a.nodes or (3 if a.scenario in ("failover", "at-size") else 1)
+    if a.neighbour != "none" and a.scenario != "precision":
+        raise ConfigError(f"--neighbour is for bench precision, not {a.scenario}")
+    node_counts = _counts("--nodes", a.nodes or ("1,2,3" if a.scenario == "scale" else ""))
+    if a.scenario != "scale" and len(node_counts) > 1:
+        raise ConfigError(f"--nodes: one count for bench {a.scenario}; a list such as 1,2,3 is for bench scale")
+    nodes = node_counts[0] if node_counts else (3 if a.scenario in ("failover", "at-size") else 1)
 
     a.shards = a.shards or (256 if a.scenario == "at-size" else 64)
 
@@ -70,18 +84,27 @@ def _run(a: argparse.Namespace) -> int:
     figures: dict
     if a.scenario == "precision":
         with env() as e:
-            figures = scenarios.precision(e, a.jobs, a.seconds)
-    elif a.scenario in ("throughput", "dispatch"):
-        rates = _rates(a.rates or ("1000,2000,5000,10000" if a.scenario == "throughput" else "500,1000,2000"))
+            if a.neighbour == "cpu":
+                figures = scenarios.precision_beside_neighbour(e, a.jobs, a.seconds)
+            else:
+                figures = scenarios.precision(e, a.jobs, a.seconds)
+    elif a.scenario in ("throughput", "dispatch", "scale"):
+        if a.scenario == "scale":
+            from shardcron.dev.bench import scale
+
+            scale.require_postgresql(a.db)
+        rates = _rates(a.rates or ("500,1000,2000" if a.scenario == "dispatch" else "1000,2000,5000,10000"))
         # One etcd for every step: a store remembers the etcd cluster its fences came from.
         shared = None if a.etcd else EtcdCluster(1).start()
 
-        def make_env() -> BenchEnv:
-            return BenchEnv(nodes=nodes, shards=a.shards, ttl=a.ttl, db=a.db, etcd=a.etcd or shared.endpoints)
+        def make_env(n: int = nodes) -> BenchEnv:
+            return BenchEnv(nodes=n, shards=a.shards, ttl=a.ttl, db=a.db, etcd=a.etcd or shared.endpoints)
 
         try:
             if a.scenario == "throughput":
                 figures = scenarios.throughput(make_env, rates, a.seconds)
+            elif a.scenario == "scale":
+                figures = scale.run(make_env, node_counts, rates, a.seconds, a.db)
             else:
                 from shardcron.dev.bench import dispatch
 
@@ -117,13 +140,21 @@ def _run(a: argparse.Namespace) -> int:
 
 
 def _rates(text: str) -> list[int]:
-    try:
-        rates = [int(r) for r in text.split(",") if r.strip()]
-    except ValueError:
-        raise ConfigError(f"--rates: expected numbers such as 1000,2000, got {text!r}") from None
-    if not rates or min(rates) <= 0:
+    rates = _counts("--rates", text)
+    if not rates:
         raise ConfigError(f"--rates: expected positive numbers such as 1000,2000, got {text!r}")
     return rates
+
+
+def _counts(flag: str, text: str) -> list[int]:
+    """A comma list of positive numbers ("1,2,3"); empty text gives an empty list."""
+    try:
+        counts = [int(r) for r in text.split(",") if r.strip()]
+    except ValueError:
+        raise ConfigError(f"{flag}: expected numbers such as 1,2,3, got {text!r}") from None
+    if counts and min(counts) <= 0:
+        raise ConfigError(f"{flag}: expected positive numbers such as 1,2,3, got {text!r}")
+    return counts
 
 
 def _lat(m: dict) -> list:
@@ -135,14 +166,21 @@ def render(out: dict) -> str:
     f = out["shardcron"]
     lines = []
     if f["scenario"] == "precision":
-        rows = [["shardcron", f["db"], f["jobs"], f["expected"], f["recorded"], f["missed"], f["duplicated"],
-                 *_lat(f), f["cpu_ms_per_1000_ticks"], f["peak_rss_mb"]]]
+        # Beside a neighbour, one row per window: "quiet" and "loaded" on the same nodes.
+        runs = [("shardcron", f)] if "loaded" not in f else [("quiet", f), ("loaded", f["loaded"])]
+        rows = [[name, m["db"], m["jobs"], m["expected"], m["recorded"], m["missed"], m["duplicated"],
+                 *_lat(m), m["cpu_ms_per_1000_ticks"], m["peak_rss_mb"]] for name, m in runs]
         if "peer" in out:
             p = out["peer"]
             rows.append([p["peer"], "-", p["jobs"], p["expected"], p["recorded"], p["missed"], "-", *_lat(p), "-", "-"])
-        lines.append(tabulate(rows, headers=["scheduler", "store", "jobs/s", "expected", "recorded", "missed",
-                                             "duplicated", "p50 ms", "p99 ms", "p99.9 ms", "max ms",
-                                             "CPU ms/1k ticks", "peak RSS MB"], tablefmt="github"))
+        lines.append(tabulate(rows, headers=["scheduler" if "loaded" not in f else "run", "store", "jobs/s",
+                                             "expected", "recorded", "missed", "duplicated", "p50 ms", "p99 ms",
+                                             "p99.9 ms", "max ms", "CPU ms/1k ticks", "peak RSS MB"],
+                              tablefmt="github"))
+        if "loaded" in f:
+            lines.append(f"\nneighbour: {len(f['neighbour_pids'])} busy process(es), one per CPU the node may use; "
+                         f"target (issue 13): p99 <= {f['loaded_p99_target_ms']} ms loaded, nothing missed: "
+                         f"{'met' if f['loaded_target_met'] else 'NOT met'} on {f['db']}")
         if "peer" in out and f["lateness_ms"]["p99"] and out["peer"]["lateness_ms"]["p99"]:
             ratio = out["peer"]["lateness_ms"]["p99"] / max(f["lateness_ms"]["p99"], 0.5)
             lines.append(f"\np99 lateness: APScheduler / shardcron = {ratio:.1f}x")
@@ -157,6 +195,11 @@ def render(out: dict) -> str:
             p = out["peer"]
             lines.append(f"APScheduler at {p['jobs']}/s: missed {p['missed']} of {p['expected']}, "
                          f"p99 {p['lateness_ms']['p99']} ms")
+    elif f["scenario"] == "scale":
+        from shardcron.dev.bench import scale
+
+        lines.append(tabulate(scale.render(f), headers=scale.HEADERS, tablefmt="github"))
+        lines += ["", *scale.summary(f)]
     elif f["scenario"] == "failover":
         rows = [[t["trial"], t["kind"], t["shard"], t["victim"], t["seconds_to_new_leader"],
                  t["seconds_to_first_claim"], t["slots_caught_up"], t["max_lateness_s"], t["slots_not_run"]]
