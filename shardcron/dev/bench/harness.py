@@ -18,7 +18,7 @@ from shardcron.store.schema import fence_log, job_labels
 from shardcron.store.schema import jobs as jobs_table
 from shardcron.store.schema import ticks
 from shardcron.dev.testing.cluster import Cluster, wait_until
-from shardcron.dev.testing.etcd_server import EtcdCluster
+from shardcron.dev.testing.etcd_server import EtcdCluster, free_port
 
 
 def percentile(sorted_values: list[float], p: float) -> float | None:
@@ -86,9 +86,11 @@ class BenchEnv:
     db: str | None = None
     etcd: str | None = None
     extra_args: list[str] = field(default_factory=list)
+    serve_metrics: bool = False  # each node serves /metrics on a free port of its own (metrics_ports)
     workdir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="shardcron-bench-"))
     _etcd: EtcdCluster | None = None
     cluster: Cluster | None = None
+    metrics_ports: dict[str, int] = field(default_factory=dict)
 
     def __enter__(self) -> BenchEnv:
         os.makedirs(self.workdir, exist_ok=True)
@@ -122,7 +124,11 @@ class BenchEnv:
         ids = []
         for i in range(count or self.nodes):
             node_id = f"bench-{len(self.cluster.nodes)}"
-            self.cluster.add(node_id, extra_args=[*(["--jobs", jobs_file] if jobs_file else []),
+            metrics_args = []
+            if self.serve_metrics:
+                self.metrics_ports[node_id] = free_port()
+                metrics_args = ["--metrics-listen", f"127.0.0.1:{self.metrics_ports[node_id]}"]
+            self.cluster.add(node_id, extra_args=[*(["--jobs", jobs_file] if jobs_file else []), *metrics_args,
                                                   *(extra_args(node_id) if extra_args else [])])
             ids.append(node_id)
         members = set(self.cluster.nodes)

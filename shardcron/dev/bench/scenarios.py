@@ -22,7 +22,7 @@ LOADED_P99_TARGET_MS = 10.0
 
 # Measures something of its own over a window (a database's counters, say): entered as the window
 # opens, left as it closes, and the dict it yields, filled on leaving, joins the window's figures.
-Probe = Callable[[], AbstractContextManager[dict]]
+Probe = Callable[[BenchEnv], AbstractContextManager[dict]]
 
 
 def _window_start(after_s: float) -> int:
@@ -89,7 +89,7 @@ def measure_window(env: BenchEnv, jobs: int, seconds: int, prefix: str, probe: P
     pids = env.pids()
     from_ms = _window_start(WARMUP_S)
     wait_until(lambda: time.time() * 1000 >= from_ms, WARMUP_S + 5, 0.05, "the window to open")
-    with (probe or _no_probe)() as extra:
+    with (probe or _no_probe)(env) as extra:
         cpu0 = {n: proc_cpu_seconds(p) for n, p in pids.items()}
         wait_until(lambda: time.time() * 1000 >= from_ms + seconds * 1000, seconds + 5, 0.1, "the window to close")
         cpu = sum(proc_cpu_seconds(p) - cpu0[n] for n, p in pids.items())
@@ -104,7 +104,7 @@ def measure_window(env: BenchEnv, jobs: int, seconds: int, prefix: str, probe: P
 
 
 @contextmanager
-def _no_probe() -> Iterator[dict]:
+def _no_probe(env: BenchEnv) -> Iterator[dict]:
     yield {}
 
 
