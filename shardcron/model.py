@@ -262,9 +262,9 @@ class Tick:
 OUTPUT_LIMIT_BYTES = 64 * 1024
 
 
-@dataclass(frozen=True)
-class ExecutionResult:
-    """What an executor reports about one attempt."""
+class ExecutionResult(NamedTuple):
+    """What an executor reports about one attempt. (A named tuple: one is made per tick, and a tuple is
+    built in C, where a frozen dataclass's ``__init__`` sets each field through Python.)"""
 
     ok: bool
     started_at_ms: int

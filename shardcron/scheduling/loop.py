@@ -22,7 +22,7 @@ import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 
@@ -496,7 +496,7 @@ class Scheduler:
             log.warning("tick %s@%d: %s; trying again in %d ms", job_id, d.slot.scheduled_at_ms, e,
                         CLAIM_RETRY_MS, extra={"shard": shard, "job": job_id, "fence": fence})
             if run.active:
-                self._push_dispatch(run, replace(d, attempt=e.attempt), not_before_ms=self._now_ms() + CLAIM_RETRY_MS)
+                self._push_dispatch(run, d._replace(attempt=e.attempt), not_before_ms=self._now_ms() + CLAIM_RETRY_MS)
         except Exception:  # noqa: BLE001 - a bug in one tick must not stop the others
             log.exception("tick %s@%d crashed", job_id, d.slot.scheduled_at_ms)
         finally:

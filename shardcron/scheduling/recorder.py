@@ -25,7 +25,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from sqlalchemy.engine import Engine
 
@@ -37,8 +37,7 @@ from shardcron.store import ticks as tick_store
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class ResultWrite:
+class ResultWrite(NamedTuple):  # one per tick: a tuple, built and hashed in C
     shard: int
     fence: int
     slot: SlotRef

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from shardcron.model import Job, SlotRef, Tick, TickStatus
 from shardcron.scheduling.policies import OrphanAction, plan_catch_up, settle_orphan
@@ -27,8 +28,7 @@ MAX_CATCH_UP_SLOTS = 10_000
 SCAN_LIMIT = 1_000_000
 
 
-@dataclass(frozen=True)
-class Dispatch:
+class Dispatch(NamedTuple):  # one per claimed slot: a tuple, built in C
     slot: SlotRef
     attempt: int  # the attempt about to run (1 for a first run)
     manual: bool = False

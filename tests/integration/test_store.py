@@ -743,7 +743,7 @@ def test_fenced_work_over_several_shards_is_handed_only_the_live_shards(store_en
     claim_ticks(store_engine, [SlotClaim("j", 60_000)], shard=1, fence=F2, node_id=NODE_B, now_ms=10)
     ok = ExecutionResult(True, 60_001, 60_002)
     res = record_results_many(store_engine, {
-        (1, F1): [(SlotRef("j", 60_000), 1, replace(ok, error="the deposed leader's"), TickStatus.FAILED)],
+        (1, F1): [(SlotRef("j", 60_000), 1, ok._replace(error="the deposed leader's"), TickStatus.FAILED)],
         (1, F2): [(SlotRef("j", 60_000), 1, ok, TickStatus.SUCCEEDED)],
     })
     assert res.written == {1: [SlotRef("j", 60_000)]} and res.is_fenced(1, F1) and not res.is_fenced(1, F2)
