@@ -80,7 +80,7 @@ def test_ticks_to_one_host_beyond_its_limit_wait_for_a_slot_and_other_hosts_do_n
     slow = sink.url + "/slow/10000"
     with ThreadPoolExecutor(2) as pool, Sink() as other:
         held = [pool.submit(run, http, slow, 30.0) for _ in range(2)]
-        assert sink.wait_for(lambda reqs: len(reqs) == 2, timeout=5)
+        assert sink.wait_for(lambda reqs: len(reqs) == 2, timeout=30)  # generous: the machine may be busy
         third = run(http, slow, timeout_s=0.5)
         assert third.error == f"timed out after 0.5s (the job's timeout) waiting for a free connection to 127.0.0.1:{sink.address[1]}"
         assert run(http, other.url + "/elsewhere").ok  # another host has slots of its own
