@@ -6,10 +6,15 @@ metric objects live here, once; the code that observes them imports them.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import threading
 import time
 from collections.abc import Callable
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.registry import Collector
 
 from shardcron.errors import ConfigError
 
@@ -17,8 +22,54 @@ from shardcron.errors import ConfigError
 _LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _CALL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
-tick_lateness = Histogram("shardcron_tick_lateness_seconds", "Executor start minus scheduled time.",
-                          ["shard"], buckets=_LATENESS_BUCKETS)
+
+
+class CountedHistogram(Collector):
+    """A histogram with one label that takes a count with each value: ``observe(label, value, count)``.
+
+    prometheus_client's ``Histogram.observe`` takes one value per call, a
+    lock and a bisection each: at 10,000 starts a second that was a quarter
+    of the dispatcher's CPU. A burst's starts share a handful of distinct
+    lateness values (milliseconds), so the dispatcher counts them and
+    observes each distinct value once, with its count. Exposed as a standard
+    histogram (``_bucket``, ``_sum``, ``_count``) through prometheus_client's
+    own ``HistogramMetricFamily``.
+    """
+
+    def __init__(self, name: str, documentation: str, label: str, buckets: tuple[float, ...],
+                 registry: CollectorRegistry | None = REGISTRY):
+        self._name, self._doc, self._label = name, documentation, label
+        self._bounds = tuple(buckets)  # upper bounds; +Inf is the last bucket, implied
+        self._lock = threading.Lock()
+        self._series: dict[str, tuple[list[int], list[float]]] = {}  # label -> (per-bucket counts, [sum])
+        if registry is not None:
+            registry.register(self)
+
+    def observe(self, label: str, value: float, count: int = 1) -> None:
+        i = bisect.bisect_left(self._bounds, value)  # the first bound >= value: "le" is inclusive
+        with self._lock:
+            series = self._series.get(label)
+            if series is None:
+                series = self._series[label] = ([0] * (len(self._bounds) + 1), [0.0])
+            series[0][i] += count
+            series[1][0] += value * count
+
+    def describe(self):
+        return [HistogramMetricFamily(self._name, self._doc, labels=[self._label])]
+
+    def collect(self):
+        family = HistogramMetricFamily(self._name, self._doc, labels=[self._label])
+        with self._lock:
+            series = {label: (list(counts), total[0]) for label, (counts, total) in self._series.items()}
+        for label, (counts, total) in sorted(series.items()):
+            cumulative = list(itertools.accumulate(counts))
+            buckets = [(repr(float(b)), n) for b, n in zip(self._bounds, cumulative)] + [("+Inf", cumulative[-1])]
+            family.add_metric([label], buckets, total)
+        yield family
+
+
+tick_lateness = CountedHistogram("shardcron_tick_lateness_seconds", "Executor start minus scheduled time.",
+                                 "shard", _LATENESS_BUCKETS)
 ticks = Counter("shardcron_ticks_total", "Ticks recorded by this node, by final status.", ["status"])
 caught_up = Counter("shardcron_caught_up_slots_total", "Missed slots claimed and run on taking a shard over.")
 fenced_writes = Counter("shardcron_fenced_writes_total", "Writes rejected because a newer fence exists.")

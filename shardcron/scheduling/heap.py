@@ -1,11 +1,13 @@
 """The entries of the loop's two timer heaps, and taking the due ones off a heap.
 
-The heap itself holds ``(due_ms, seq, entry)``: ``seq`` is unique per heap,
-so two items never compare their entries, and the comparisons stay tuple
-comparisons in C (an ``order=True`` dataclass compares in Python, a function
-call per comparison, which put milliseconds on a 1,000-slot burst). The
-entries name their fields, so nothing reads a position that a reader could
-misnumber.
+The heap itself holds ``(due_ms, seq, entries)``: the entries of one push
+that fall due at the same millisecond go in as one item, so a burst of
+10,000 slots claimed together is one push and one pop, not 10,000 of each
+(each a dozen tuple comparisons). ``seq`` is unique per heap, so two items
+never compare their entries, and the comparisons stay tuple comparisons in C
+(an ``order=True`` dataclass compares in Python, a function call per
+comparison, which put milliseconds on a 1,000-slot burst). The entries name
+their fields, so nothing reads a position that a reader could misnumber.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class TimerHeap:
     def __init__(self):
         self._heap: list = []
         self._seq = itertools.count()  # drawn with the condition held
+        self._due_count: dict[int, int] = {}  # due_ms -> entries due then: how big the next burst is
+        self._in_hand = 0  # entries the loop took and has not yet declared handled
         self.cond = threading.Condition()
 
     def push_dispatch(self, due_ms: int, shard: int, fence: int, d: Dispatch) -> None:
@@ -59,10 +63,19 @@ class TimerHeap:
         every PutJob cost the leader a thread switch and a GIL hand-off per call; taking the
         lock per entry of a claimed burst cost a lock round and a notify per tick.)
         """
+        at: dict[int, list] = {}
+        for e in entries:
+            same = at.get(e.due_ms)
+            if same is None:
+                at[e.due_ms] = [e]
+            else:
+                same.append(e)
         with self.cond:
             old_top = self._heap[0] if self._heap else None
-            for e in entries:
-                heapq.heappush(self._heap, (e.due_ms, next(self._seq), e))
+            count = self._due_count
+            for due_ms, group in at.items():
+                heapq.heappush(self._heap, (due_ms, next(self._seq), group))
+                count[due_ms] = count.get(due_ms, 0) + len(group)
             if self._heap and self._heap[0] is not old_top:
                 self.cond.notify()
 
@@ -71,12 +84,27 @@ class TimerHeap:
         with self.cond:
             for e in entries:
                 e.due_ms = due_ms
-                heapq.heappush(self._heap, (due_ms, next(self._seq), e))
+            if entries:
+                heapq.heappush(self._heap, (due_ms, next(self._seq), list(entries)))
+                self._due_count[due_ms] = self._due_count.get(due_ms, 0) + len(entries)
             self.cond.notify()
 
     def top(self):
         with self.cond:
-            return self._heap[0][2] if self._heap else None
+            return self._heap[0][2][0] if self._heap else None
+
+    def bursts(self) -> tuple[int, int | None, int]:
+        """(entries taken and not yet handled, the top's due_ms or None, entries due at that millisecond)."""
+        with self.cond:
+            if not self._heap:
+                return self._in_hand, None, 0
+            due = self._heap[0][0]
+            return self._in_hand, due, self._due_count[due]
+
+    def handled(self) -> None:
+        """The loop has handled what it took last."""
+        with self.cond:
+            self._in_hand = 0
 
     def take_due(self, now_ms: int, slack_ms: int) -> list:
         """Every entry due by ``now_ms + slack_ms``, in order, without waiting."""
@@ -99,7 +127,14 @@ class TimerHeap:
             self.cond.notify_all()
 
     def _take(self, until_ms: int) -> list:
-        heap, due = self._heap, []
+        heap, due, count = self._heap, [], self._due_count
         while heap and heap[0][0] <= until_ms:
-            due.append(heapq.heappop(heap)[2])
+            due_ms, _, group = heapq.heappop(heap)
+            due.extend(group)
+            left = count[due_ms] - len(group)
+            if left:
+                count[due_ms] = left
+            else:
+                del count[due_ms]
+        self._in_hand = len(due)  # set with the same hold of the lock: no one sees the burst in neither place
         return due

@@ -13,6 +13,23 @@ Two heaps, two threads, no thread or task per job:
 
 Results are written in batches by the ``Recorder``. The coordinator calls
 ``acquire`` when this node wins a shard and ``release`` when it hands one over.
+
+Starts come first. A burst of thousands of starts is pure Python, and the
+claimer and the result writer would take the GIL from it in 5 ms turns
+(their JSON, their statements' Python), making the burst's last start later:
+with 1 s jobs, the claims of the next slot fall due, ``lookahead`` early,
+exactly when this slot's burst starts, and its results a moment after. So
+each of the two, before its database work, waits while the dispatcher is
+starting a burst of at least ``BURST_MIN`` starts or one is due within
+``QUIET_BEFORE_BURST_MS``, for at most ``YIELD_TO_STARTS_MAX_MS``; the claims
+are still a lookahead early, and the results a few tens of ms later. Slots
+spread over the second make no bursts, and nobody waits for them:
+
+    check: dispatcher starting a burst (taken off its heap, not yet handled),
+           or a burst due within QUIET_BEFORE_BURST_MS?
+      no  -> go on
+      yes -> waited YIELD_TO_STARTS_MAX_MS already? -> go on
+             else sleep until the burst ends or is due (at most 5 ms), check again
 """
 
 from __future__ import annotations
@@ -20,7 +37,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections import defaultdict
+import time
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -52,6 +70,10 @@ log = logging.getLogger(__name__)
 CLAIM_RETRY_MS = 500  # after a store error, claims and starts are retried this soon (slots stay owed)
 CATCH_UP_WAIT_MS = 100  # a missed slot waiting for the job's previous run looks again this soon
 CLAIM_BATCH_MS = 50  # claim entries due within this of each other are claimed in one transaction
+QUIET_BEFORE_BURST_MS = CLAIM_BATCH_MS + 10  # claims and result writes wait for a burst due this soon...
+YIELD_TO_STARTS_MAX_MS = 250  # ...or under way, for at most this long (see the module doc)
+GUARD_EVERY = 64  # a burst re-checks its shard and session this often (see _start_group)
+BURST_MIN = 200  # starts due at one millisecond that make a burst worth waiting for (about 2 ms of starts)
 
 __all__ = ["CLAIM_RETRY_MS", "JobEntry", "Scheduler", "ShardRun", "Stats"]
 
@@ -90,7 +112,6 @@ class Scheduler:
         self._report_fenced = on_fenced
         self._now_ms = clock.wall_ms  # bound once: it is on every hot path
         self.stats = Stats()
-        self._lateness_by_shard: dict[int, object] = {}  # a cache: a racing miss computes the same child
         self._imports: dict[int, list[Job]] = defaultdict(list)
         for job in imports:
             self._imports[shard_for(job.id, shard_count)].append(job)
@@ -99,7 +120,8 @@ class Scheduler:
         self._claims = TimerHeap()  # ClaimDue
         self._dispatch = TimerHeap()  # DispatchDue
         self._closing = False
-        self.recorder = Recorder(engine, self._fenced)
+        self._threads_running = False  # a test steps the loop itself, with nobody to yield to
+        self.recorder = Recorder(engine, self._fenced, before_write=self._yield_to_starts)
         self.marks = RunningMarks(engine)
         self._ticks: set[asyncio.Task] = set()  # the ticks' coroutines (the loop keeps only weak references)
         self._threads = [
@@ -110,6 +132,7 @@ class Scheduler:
     # -- lifecycle ----------------------------------------------------------------
 
     def start(self) -> None:
+        self._threads_running = True
         self.recorder.start()
         for t in self._threads:
             t.start()
@@ -306,7 +329,10 @@ class Scheduler:
     def dispatch_due(self) -> int:
         """Start every claimed slot due now; returns how many dispatch entries were taken."""
         due = self._dispatch.take_due(self._now_ms(), 0)
-        self._dispatch_many(due)
+        try:
+            self._dispatch_many(due)
+        finally:
+            self._dispatch.handled()
         return len(due)
 
     # -- shards and heaps ------------------------------------------------------------
@@ -346,7 +372,20 @@ class Scheduler:
     def _claim_loop(self) -> None:
         while not self._closing:
             # Entries due within CLAIM_BATCH_MS are taken together: one transaction per shard.
-            self._claim(self._claims.wait_due(self._now_ms, CLAIM_BATCH_MS, lambda: self._closing))
+            due = self._claims.wait_due(self._now_ms, CLAIM_BATCH_MS, lambda: self._closing)
+            self._yield_to_starts()
+            self._claim(due)
+
+    def _yield_to_starts(self) -> None:
+        """Wait while a burst of starts is under way or about to be (see the module doc)."""
+        if not self._threads_running:
+            return
+        give_up = time.monotonic() + YIELD_TO_STARTS_MAX_MS / 1000
+        while not self._closing and time.monotonic() < give_up:
+            in_hand, next_due, next_size = self._dispatch.bursts()
+            if in_hand < BURST_MIN and (next_size < BURST_MIN or next_due > self._now_ms() + QUIET_BEFORE_BURST_MS):
+                return
+            time.sleep(0.005)  # polled: only while a burst is near, and nothing on the hot path notifies
 
     def _claim(self, due: list[ClaimDue]) -> None:
         by_run: dict[tuple[int, int], list[ClaimDue]] = defaultdict(list)
@@ -409,7 +448,10 @@ class Scheduler:
 
     def _dispatch_loop(self) -> None:
         while not self._closing:
-            self._dispatch_many(self._dispatch.wait_due(self._now_ms, 0, lambda: self._closing))
+            try:
+                self._dispatch_many(self._dispatch.wait_due(self._now_ms, 0, lambda: self._closing))
+            finally:
+                self._dispatch.handled()
 
     def _dispatch_many(self, due: list[DispatchDue]) -> None:
         groups: dict[tuple[int, int], list[Dispatch]] = defaultdict(list)  # in slot order of first appearance
@@ -425,26 +467,33 @@ class Scheduler:
         # burst has started, so the last start of a burst waits for no one's records.
         if burst.inline:
             ok = TickStatus.SUCCEEDED
-            self.recorder.put_many([ResultWrite(shard, fence, d.slot, d.attempt, ExecutionResult(True, t, t), ok)
-                                    for shard, fence, d, t in burst.inline])
-            for shard, _, d, t in burst.inline:
-                self._observe_lateness(shard, t - d.slot.scheduled_at_ms)
+            results: dict[int, ExecutionResult] = {}  # one per start millisecond: a burst shares a few
+            self.recorder.put_many([
+                ResultWrite(shard, fence, d.slot, d.attempt,
+                            results.get(t) or results.setdefault(t, ExecutionResult(True, t, t)), ok)
+                for shard, fence, d, t in burst.inline])
+            late = Counter((shard, t - d.slot.scheduled_at_ms) for shard, _, d, t in burst.inline)
+            for (shard, lateness_ms), count in late.items():
+                self._observe_lateness(shard, lateness_ms, count)
             self.stats.add(started=len(burst.inline))
             self.stats.add_status(ok, len(burst.inline))
 
     def _start_group(self, shard: int, fence: int, ds: list[Dispatch], burst: "_Burst") -> None:
         """Start one shard's due ticks under one acquisition of the shard's lock.
 
-        The stop event and the session are still checked before every tick: a
-        session loss sets the stop event from the keepalive thread, without the
-        lock, and must stop a burst half-way.
+        The stop event and the session are checked before the first tick and
+        then every ``GUARD_EVERY`` ticks: a session loss sets the stop event
+        from the keepalive thread, without the lock, and must stop a burst
+        half-way. Between two checks a few hundred microseconds of starts pass,
+        far inside the session's safety margin (``session.SAFETY_MARGIN_S``):
+        the lease is still provably held for each of them.
         """
         run = self._run_of(shard)
         if run is None or run.fence != fence:
             return
         with run.lock:
             for k, d in enumerate(ds):
-                if not run.active or not run.session.can_act():
+                if not k % GUARD_EVERY and not (run.active and run.session.can_act()):
                     self.stats.add(not_started=len(ds) - k)
                     metrics.not_started.inc(len(ds) - k)
                     return  # the rows stay claimed: whoever leads next re-claims them
@@ -459,20 +508,23 @@ class Scheduler:
             self._record(run, d, ExecutionResult(False, now, now, error="job deleted before its slot"),
                          TickStatus.SKIPPED)
             return
-        if not overlap_allows(entry.job.overlap, run.runs_of(job_id)):  # manual runs too: "skip" means one at a time
+        job = entry.job
+        running = run.runs_of(job_id)
+        # Every policy allows a start when nothing of the job runs (the usual case: no call for it).
+        if running and not overlap_allows(job.overlap, running):  # manual runs too: "skip" means one at a time
             if d.catch_up:
                 self._push_dispatch(run, d, not_before_ms=self._now_ms() + CATCH_UP_WAIT_MS)
                 return
             now = self._now_ms()
             self._record(run, d, ExecutionResult(False, now, now, error=OVERLAP_SKIP_REASON), TickStatus.SKIPPED)
             return
-        if entry.job.executor.kind is ExecutorKind.NOOP:
+        if job.executor.kind is ExecutorKind.NOOP:
             # No side effect to guard: it completes here, and the recorder writes it.
             burst.inline.append((run.shard, run.fence, d, self._now_ms()))
             return
         run.run_started(job_id)
         metrics.running_executors.inc()
-        burst.on_loop.append((run, d, TickRun(entry.job, d.slot, d.attempt, run.shard, run.fence, self.node_id,
+        burst.on_loop.append((run, d, TickRun(job, d.slot, d.attempt, run.shard, run.fence, self.node_id,
                                               run.stop, run.cancel)))
 
     def _start_on_loop(self, ticks: list[tuple[ShardRun, Dispatch, TickRun]]) -> None:
@@ -511,11 +563,8 @@ class Scheduler:
         self.stats.add(started=1)
         self._observe_lateness(shard, lateness_ms)
 
-    def _observe_lateness(self, shard: int, lateness_ms: int) -> None:
-        child = self._lateness_by_shard.get(shard)
-        if child is None:  # labels() is costly on the hot path: one child per shard, looked up once
-            child = self._lateness_by_shard[shard] = metrics.tick_lateness.labels(str(shard))
-        child.observe(max(0, lateness_ms) / 1000.0)
+    def _observe_lateness(self, shard: int, lateness_ms: int, count: int = 1) -> None:
+        metrics.tick_lateness.observe(str(shard), max(0, lateness_ms) / 1000.0, count)
 
     def _done(self, run: ShardRun, job_id: str) -> None:
         """A run has ended: the job's count on its shard goes down, whatever became of its entry."""

@@ -67,7 +67,8 @@ def overlap_allows(policy: Overlap, running_now: int) -> bool:
 
     SKIP (the default) starts one only when nothing of the job is running: a
     job slower than its period would otherwise pile up runs without bound.
-    ALLOW always starts it, for jobs whose runs are independent.
+    ALLOW always starts it, for jobs whose runs are independent. Every policy
+    allows a start when nothing runs (the dispatcher relies on it to skip the call).
     """
     if running_now < 0:
         raise ValueError(f"running_now must not be negative, got {running_now}")

@@ -54,10 +54,12 @@ MAX_BACKOFF_S = 5.0
 
 class Recorder:
     def __init__(self, engine: Engine, on_fenced: Callable[[int, int, int], None], *, max_batch: int = 5000,
-                 linger_s: float = 0.1, write: WriteBatch = tick_store.record_results_many):
+                 linger_s: float = 0.1, write: WriteBatch = tick_store.record_results_many,
+                 before_write: Callable[[], None] = lambda: None):
         self._engine = engine
         self._on_fenced = on_fenced  # (shard, fence, rejected writes)
         self._write_batch = write  # the store's own; a test wraps it to inject failures
+        self._before_write = before_write  # the scheduler's: waits while a burst of starts is under way
         self._max_batch = max_batch
         # Results of one slot time arrive in a burst: gathering them for a moment
         # makes one commit of them, and keeps the database work off the burst itself.
@@ -123,6 +125,7 @@ class Recorder:
                     self._cond.wait(self._linger_s)
                 batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch:]
             try:
+                self._before_write()
                 retry = self._write(batch)
             except Exception:  # noqa: BLE001 - the only result writer must not die (see the module doc)
                 log.exception("writing %d tick results failed; they are kept and retried", len(batch))

@@ -98,6 +98,12 @@ def test_overlap_allows(policy, running_now, allowed):
     assert overlap_allows(policy, running_now) is allowed
 
 
+@pytest.mark.parametrize("policy", list(Overlap))
+def test_every_overlap_policy_allows_a_start_when_nothing_runs(policy):
+    # The dispatcher skips the policy call when nothing of the job runs: a new policy must keep this true.
+    assert overlap_allows(policy, 0) is True
+
+
 def test_overlap_rejects_negative_count():
     with pytest.raises(ValueError):
         overlap_allows(Overlap.SKIP, -1)
