@@ -60,8 +60,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
-import icalendar
-
 from shardcron.abc import Trigger
 from shardcron.errors import ShardcronError
 from shardcron.scheduling.triggers import _transition_ms  # the one search for a tz transition; shared, not copied
@@ -69,7 +67,6 @@ from shardcron.scheduling.triggers import _transition_ms  # the one search for a
 DAY_MS = 86_400_000
 SEARCH_HORIZON_MS = 4 * 366 * DAY_MS
 MAX_CANDIDATES = 10_000
-MAX_EVENT_DAYS = 366  # a longer all-day .ics event is most likely a mistake; a range says it better
 CALENDAR_KEYS = frozenset({"timezone", "exclude_dates", "ics", "windows", "exclude_ranges"})
 WINDOW_KEYS = frozenset({"days", "start", "end"})
 RANGE_KEYS = frozenset({"from", "to"})
@@ -344,16 +341,28 @@ def parse_calendar(name: str, mapping: Mapping) -> Calendar:
     for key in mapping:
         if key not in CALENDAR_KEYS:
             raise CalendarError(name, str(key), f"unknown key; expected one of: {', '.join(sorted(CALENDAR_KEYS))}")
-    tz_name = mapping.get("timezone") or "UTC"
+    tz_name = _given(mapping, "timezone", "UTC")
     tz = _zone(name, tz_name)
-    dates = set(_parse_dates(name, mapping.get("exclude_dates") or ()))
-    ranges = list(_parse_ranges(name, mapping.get("exclude_ranges") or ()))
+    dates = set(_parse_dates(name, _given(mapping, "exclude_dates", ())))
+    ranges = list(_parse_ranges(name, _given(mapping, "exclude_ranges", ())))
     if mapping.get("ics") is not None:
-        ics_dates, ics_ranges = _parse_ics(name, mapping["ics"], tz)
+        from shardcron.scheduling.ics import IcsError, read_ics_exclusions  # icalendar costs ~60 ms to import
+
+        try:
+            ics_dates, ics_ranges = read_ics_exclusions(mapping["ics"], tz)
+        except IcsError as err:
+            raise CalendarError(name, err.where, err.reason) from None
         dates.update(ics_dates)
         ranges.extend(ics_ranges)
-    windows = _parse_windows(name, mapping["windows"]) if mapping.get("windows") is not None else None
+    windows = _given(mapping, "windows", None)
+    windows = None if windows is None else _parse_windows(name, windows)
     return Calendar(name, tz_name, frozenset(dates), windows, tuple(ranges))
+
+
+def _given(mapping: Mapping, key: str, default: object) -> object:
+    """A key present but empty (YAML's ``key:``) reads as absent; any other value is checked."""
+    value = mapping.get(key)
+    return default if value is None else value
 
 
 def _zone(calendar: str, tz_name: object) -> zoneinfo.ZoneInfo:
@@ -478,66 +487,6 @@ def _parse_days(calendar: str, raw: object, field_: str) -> list[int]:
             raise CalendarError(calendar, field_, f"{part!r} is not a day or range of days; "
                                                   f"use {', '.join(WEEKDAYS)}, a range such as mon-fri, or *")
     return out
-
-
-def _parse_ics(calendar: str, text: object, tz: zoneinfo.ZoneInfo) -> tuple[set[date], list[tuple[int, int]]]:
-    """All-day VEVENTs exclude their dates (DTEND exclusive, one day when absent); timed
-    VEVENTs exclude ``[DTSTART, DTEND)``, a floating time read in the calendar's zone.
-
-    Repeating events (RRULE, RDATE) are refused rather than expanded: list each
-    occurrence, as holiday feeds do. Cancelled events are ignored.
-    """
-    if not isinstance(text, str | bytes):
-        raise CalendarError(calendar, "ics", f"expected iCalendar text, got {type(text).__name__}")
-    try:
-        parsed = icalendar.Calendar.from_ical(text)
-    except Exception as err:  # the parser's errors vary by input (ValueError, IndexError, ...): all mean "not ics"
-        raise CalendarError(calendar, "ics", f"not iCalendar text ({err})") from err
-    dates: set[date] = set()
-    ranges: list[tuple[int, int]] = []
-    for i, event in enumerate(parsed.walk("VEVENT")):
-        where = f"ics: event {str(event.get('SUMMARY') or event.get('UID') or i)!r}"
-        errors = getattr(event, "errors", None)
-        if errors:
-            prop, why = errors[0]
-            raise CalendarError(calendar, where, f"{prop}: {why}")
-        if str(event.get("STATUS", "")).upper() == "CANCELLED":
-            continue
-        for prop in ("RRULE", "RDATE"):
-            if prop in event:
-                raise CalendarError(calendar, where, f"repeats ({prop}); list each occurrence as its own event "
-                                                     "or in exclude_dates")
-        if "DTSTART" not in event:
-            raise CalendarError(calendar, where, "has no DTSTART")
-        start = event.decoded("DTSTART")
-        end = event.decoded("DTEND") if "DTEND" in event else None
-        duration = event.decoded("DURATION") if "DURATION" in event else None
-        if isinstance(start, datetime):
-            if end is None and duration is None:
-                raise CalendarError(calendar, where, "a timed event needs DTEND or DURATION to exclude a range")
-            end = start + duration if end is None else end
-            if not isinstance(end, datetime):
-                raise CalendarError(calendar, where, f"DTEND {end} is a date but DTSTART {start} is a time")
-            a, b = _aware_ms(start, tz), _aware_ms(end, tz)
-            if a >= b:
-                raise CalendarError(calendar, where, f"DTEND {end} is not after DTSTART {start}")
-            ranges.append((a, b))
-            continue
-        end = start + (duration if duration is not None else timedelta(days=1)) if end is None else end
-        if isinstance(end, datetime):
-            raise CalendarError(calendar, where, f"DTEND {end} is a time but DTSTART {start} is a date")
-        days = (end - start).days
-        if not 0 < days <= MAX_EVENT_DAYS:
-            raise CalendarError(calendar, where, f"spans {days} days from {start} to {end}; an all-day event must "
-                                                 f"last 1 to {MAX_EVENT_DAYS} days (use exclude_ranges for longer)")
-        dates.update(start + timedelta(days=k) for k in range(days))
-    return dates, ranges
-
-
-def _aware_ms(dt: datetime, tz: zoneinfo.ZoneInfo) -> int:
-    if dt.tzinfo is None:  # a floating time: the calendar's wall clock
-        dt = dt.replace(tzinfo=tz)
-    return (dt - _EPOCH_UTC) // _MS
 
 
 # --- normalising and formatting ------------------------------------------------------------

@@ -476,6 +476,8 @@ def test_ics_refusals(ics, message):
     [
         pytest.param({"timezone": "Mars/Base"}, "timezone", "'Mars/Base'", id="unknown-zone"),
         pytest.param({"timezone": 5}, "timezone", "5", id="zone-not-text"),
+        pytest.param({"timezone": ""}, "timezone", "''", id="zone-empty"),
+        pytest.param({"exclude_dates": ""}, "exclude_dates", "''", id="dates-empty-text"),
         pytest.param({"timezon": "UTC"}, "timezon", "unknown key", id="misspelled-key"),
         pytest.param({"exclude_dates": "2026-12-25"}, "exclude_dates", "'2026-12-25'", id="dates-not-a-list"),
         pytest.param({"exclude_dates": ["2026-13-01"]}, "exclude_dates[0]", "'2026-13-01'", id="month-13"),
