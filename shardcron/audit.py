@@ -41,6 +41,10 @@ false overlap
     run goes on; one without a run is a slot silently not run, the failure a
     leader that lost count of its runs would show (issue 10).
 
+Jitter moves a slot's start, never its identity: the row of a jittered slot is
+still keyed by the unjittered time (and claimed before it), so the missing rule
+looks for it there; the unresolved rule's grace runs from its jittered start.
+
 Manual runs (TriggerJob) are extra rows, never owed: they are ignored by the
 missing and duplicate rules and checked by the other two. Rows of a deleted
 job are checked for fences and resolution and summarised as ``deleted``.
@@ -62,6 +66,7 @@ from shardcron import clock
 from shardcron.clock import rfc3339_ms
 from shardcron.errors import ConfigError, JobNotFound
 from shardcron.model import Job, Tick, TickStatus
+from shardcron.scheduling.jitter import jitter_offset_ms
 from shardcron.scheduling.policies import OVERLAP_SKIP_REASON
 from shardcron.scheduling.triggers import Trigger, slots_between, trigger_for
 from shardcron.store.engine import reading
@@ -291,13 +296,21 @@ def find_unresolved(
     now_ms: int,
     grace_ms: int = DEFAULT_GRACE_MS,
     live_leaders: Callable[[int], bool] | None = None,
+    jitter_ms: Mapping[str, int] | None = None,
 ) -> list[Finding]:
-    """Rows still claimed or running more than ``grace_ms`` after their slot, on a shard no leader
-    will settle them on (every shard, when ``live_leaders`` is not given)."""
+    """Rows still claimed or running more than ``grace_ms`` after their start was due, on a shard no
+    leader will settle them on (every shard, when ``live_leaders`` is not given).
+
+    ``jitter_ms``: job id -> its jitter. A jittered slot's row is claimed at the slot (its identity)
+    but starts up to the jitter later, so its grace runs from ``slot + jitter_offset_ms``.
+    """
     out = []
     for t in rows:
         status = TickStatus(t.status)
         if status not in _UNRESOLVED or t.scheduled_at_ms >= now_ms - grace_ms:
+            continue
+        if jitter_ms and not t.manual and jitter_ms.get(t.job_id) and \
+                t.scheduled_at_ms + jitter_offset_ms(t.job_id, t.scheduled_at_ms, jitter_ms[t.job_id]) >= now_ms - grace_ms:
             continue
         if live_leaders is not None and live_leaders(t.shard):
             continue
@@ -415,7 +428,8 @@ def run_audit(
         duplicates=find_duplicates(rows),
         missing=sorted(missing, key=_order),
         stale_fence=find_stale(rows, raises, clock_tolerance_ms),
-        unresolved=find_unresolved(rows, now_ms=now, grace_ms=grace_ms, live_leaders=live_leaders),
+        unresolved=find_unresolved(rows, now_ms=now, grace_ms=grace_ms, live_leaders=live_leaders,
+                                   jitter_ms={j.id: j.jitter_ms for j in jobs if j.jitter_ms}),
         false_overlap=_false_overlap(engine, rows, from_ms),
         per_job=per_job,
         excused=sum(s.excused for s in per_job.values()),

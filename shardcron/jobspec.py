@@ -50,7 +50,7 @@ HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
 # (``timzone`` would run it in UTC).
 SCHEDULE_KEYS = frozenset({"cron", "every", "interval_ms", "at", "at_ms", "timezone", "tz"})
 JOB_KEYS = frozenset({"id", "schedule", "executor", "catchup", "catchup_window", "overlap", "timeout", "retry",
-                      "paused", "labels", "version"})
+                      "paused", "labels", "version", "jitter"})
 RETRY_KEYS = frozenset({"max_attempts", "backoff", "backoff_max"})
 EXECUTOR_KEYS = {
     ExecutorKind.NOOP: frozenset({"kind"}),
@@ -357,6 +357,7 @@ def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bo
     paused = d.get("paused", False)
     if not isinstance(paused, bool):
         raise InvalidJob("paused", f"must be true or false, got {paused!r}")
+    jitter_ms = _jitter(d.get("jitter"), schedule)
     return Job(
         id=jid,
         schedule=schedule,
@@ -369,7 +370,21 @@ def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bo
         paused=paused,
         labels=dict(labels),
         version=_int(d.get("version", 0), "version", 0),
+        jitter_ms=jitter_ms,
     )
+
+
+def _jitter(raw, schedule: Schedule) -> int:
+    """The job's jitter in ms (absent: 0), refused when not shorter than the schedule's shortest gap."""
+    if raw is None or raw == "":
+        return 0  # the usual case: nothing parsed, no gap computed
+    from shardcron.scheduling.jitter import check_jitter, parse_jitter  # it imports this module
+
+    jitter_ms = parse_jitter(raw, "jitter")
+    if jitter_ms:
+        # below_ms: only "is the gap at most the jitter?" matters, which spares walking a cron's calendar.
+        check_jitter(jitter_ms, shortest_gap_ms(schedule, below_ms=jitter_ms + 1), "jitter")
+    return jitter_ms
 
 
 _DAY_S = 86_400
@@ -528,6 +543,8 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "paused": job.paused,
         "labels": dict(job.labels),
         "version": job.version,
+        # Only when set: a job without jitter keeps the JSON it was stored with before jitter existed.
+        **({"jitter": f"{job.jitter_ms}ms"} if job.jitter_ms else {}),
     }
 
 

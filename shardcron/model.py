@@ -216,6 +216,9 @@ class Job:
     overlap: Overlap = Overlap.SKIP
     timeout_ms: int = 60_000
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # Each slot starts jitter.jitter_offset_ms(id, slot, jitter_ms) after it, in [0, jitter_ms);
+    # the slot (the tick row's identity) stays the unjittered time. 0: start at the slot.
+    jitter_ms: int = 0
     paused: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     version: int = 0  # store-assigned; 0 for a job never written

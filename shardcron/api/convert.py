@@ -89,6 +89,8 @@ def job_dict_from_proto(p: pb.Job) -> dict[str, Any]:
         d["catchup_window"] = f"{p.catchup_window_ms}ms"
     if p.HasField("timeout_ms"):
         d["timeout"] = f"{p.timeout_ms}ms"
+    if p.HasField("jitter_ms"):
+        d["jitter"] = f"{p.jitter_ms}ms"
     if p.HasField("retry"):
         r = p.retry
         retry: dict[str, Any] = {}
@@ -112,7 +114,8 @@ def job_from_proto(p: pb.Job) -> Job:
     # jobspec reads durations through floats, so an int64 that is near the top of
     # the range can come back just past it: the job could then not be answered.
     for field, ms in (("timeout", job.timeout_ms), ("catchup_window", job.catchup_window_ms),
-                      ("retry.backoff", job.retry.backoff_initial_ms), ("retry.backoff_max", job.retry.backoff_max_ms)):
+                      ("retry.backoff", job.retry.backoff_initial_ms), ("retry.backoff_max", job.retry.backoff_max_ms),
+                      ("jitter", job.jitter_ms)):
         if ms > INT64_MAX:
             raise InvalidJob(field, f"is too long: at most {INT64_MAX} ms")
     return job
@@ -153,6 +156,8 @@ def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
         version=job.version,
         active_since_ms=job.active_since_ms,
     )
+    if job.jitter_ms:
+        p.jitter_ms = job.jitter_ms
     ex = job.executor
     if ex.kind is ExecutorKind.HTTP and ex.http is not None:
         h = ex.http

@@ -5,7 +5,8 @@ Two heaps, two threads, no thread or task per job:
 - the **claim heap** holds each job's next slot, due ``lookahead`` before the
   slot. When entries come due, the slots of one shard are claimed together in
   one fenced transaction, so the database commit is off the path to the start;
-- the **dispatch heap** holds claimed slots, due at the slot itself. At that
+- the **dispatch heap** holds claimed slots, due at the slot itself (plus the
+  job's jitter offset, ``jitter.jitter_offset_ms``, for a job with one). At that
   moment the tick starts, after the guard (shard still ours, lease provably
   held). A noop tick completes inline; the others of a burst are handed to the
   node's asyncio loop in one go, one coroutine each (``runner.run_tick``),
@@ -51,6 +52,7 @@ from shardcron.errors import JobRunning, StoreUnavailable, TriggerBusy
 from shardcron.executors import Executors
 from shardcron.model import ExecutionResult, ExecutorKind, Job, SlotRef, TickStatus
 from shardcron.scheduling.heap import ClaimDue, DispatchDue, TimerHeap
+from shardcron.scheduling.jitter import jitter_offset_ms
 from shardcron.scheduling.policies import OVERLAP_SKIP_REASON, overlap_allows
 from shardcron.scheduling.marks import RunningMarks
 from shardcron.scheduling.recorder import Recorder, ResultWrite
@@ -229,10 +231,13 @@ class Scheduler:
             entries = list(run.jobs.values())
         with self._runs_lock:
             self._runs[shard] = run
+        # Orphans and missed slots start at their jittered time: at once when it has passed (a
+        # caught-up slot is late already), else when it comes (the old leader would have waited too).
+        by_id = {j.id: j for j in jobs}
         for d in plan.reclaim:
-            self._push_dispatch(run, d)
+            self._push_dispatch(run, d if d.manual else d._replace(offset_ms=_offset(by_id.get(d.slot.job_id), d.slot)))
         for s in claimed:
-            self._push_dispatch(run, Dispatch(s, 1, catch_up=True))
+            self._push_dispatch(run, Dispatch(s, 1, catch_up=True, offset_ms=_offset(by_id.get(s.job_id), s)))
         for entry in entries:
             self._push_next_claim(run, entry)
         log.info("shard %d: leading with fence %d: %d jobs, %d caught up, %d re-claimed, %d skipped, %d abandoned",
@@ -365,7 +370,7 @@ class Scheduler:
         return out
 
     def _push_dispatch(self, run: ShardRun, d: Dispatch, not_before_ms: int = 0) -> None:
-        self._dispatch.push_dispatch(max(d.slot.scheduled_at_ms, not_before_ms), run.shard, run.fence, d)
+        self._dispatch.push_dispatch(max(d.slot.scheduled_at_ms + d.offset_ms, not_before_ms), run.shard, run.fence, d)
 
     # -- claim loop -----------------------------------------------------------------------
 
@@ -431,17 +436,20 @@ class Scheduler:
                         # store now: dispatched, _start records it skipped (deleted) or runs it under the
                         # new definition; dropped here, it would stay claimed until a takeover.
                         if ref in got:
-                            dispatch.append(ref)
+                            dispatch.append(DispatchDue(c.slot_ms, shard, fence, Dispatch(ref, 1)))
                         continue
                     entry.claimed_through = max(entry.claimed_through, c.slot_ms)
                     if ref in got:
-                        dispatch.append(ref)
+                        if entry.job.jitter_ms:  # the one check a job without jitter pays
+                            off = jitter_offset_ms(c.job_id, c.slot_ms, entry.job.jitter_ms)
+                            dispatch.append(DispatchDue(c.slot_ms + off, shard, fence, Dispatch(ref, 1, offset_ms=off)))
+                        else:
+                            dispatch.append(DispatchDue(c.slot_ms, shard, fence, Dispatch(ref, 1)))
                     else:
                         log.warning("shard %d: slot %s@%d was already recorded; not claimed again", shard,
                                     c.job_id, c.slot_ms, extra={"shard": shard, "job": c.job_id, "fence": fence})
                     follow.append(entry)
-            self._dispatch.push_many([DispatchDue(ref.scheduled_at_ms, shard, fence, Dispatch(ref, 1))
-                                      for ref in dispatch])
+            self._dispatch.push_many(dispatch)
             self._claims.push_many(self._next_claims(run, follow))
 
     # -- dispatch loop ------------------------------------------------------------------------
@@ -472,7 +480,7 @@ class Scheduler:
                 ResultWrite(shard, fence, d.slot, d.attempt,
                             results.get(t) or results.setdefault(t, ExecutionResult(True, t, t)), ok)
                 for shard, fence, d, t in burst.inline])
-            late = Counter((shard, t - d.slot.scheduled_at_ms) for shard, _, d, t in burst.inline)
+            late = Counter((shard, t - d.slot.scheduled_at_ms - d.offset_ms) for shard, _, d, t in burst.inline)
             for (shard, lateness_ms), count in late.items():
                 self._observe_lateness(shard, lateness_ms, count)
             self.stats.add(started=len(burst.inline))
@@ -525,7 +533,7 @@ class Scheduler:
         run.run_started(job_id)
         metrics.running_executors.inc()
         burst.on_loop.append((run, d, TickRun(job, d.slot, d.attempt, run.shard, run.fence, self.node_id,
-                                              run.stop, run.cancel)))
+                                              run.stop, run.cancel, d.offset_ms)))
 
     def _start_on_loop(self, ticks: list[tuple[ShardRun, Dispatch, TickRun]]) -> None:
         loop = asyncio.get_running_loop()
@@ -576,6 +584,11 @@ class Scheduler:
         self.stats.add(fenced_rejections=count)
         metrics.fenced_writes.inc(count)
         self._report_fenced(shard, fence)
+
+
+def _offset(job: Job | None, slot: SlotRef) -> int:
+    """The slot's jitter offset under ``job`` (0 for a deleted job or one without jitter)."""
+    return jitter_offset_ms(slot.job_id, slot.scheduled_at_ms, job.jitter_ms) if job is not None else 0
 
 
 @dataclass

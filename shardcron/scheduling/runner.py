@@ -91,6 +91,7 @@ class TickRun:
     node_id: str
     stop: threading.Event
     cancel: StopOrLeaseLost  # the shard's: stop, or the lease no longer provable
+    offset_ms: int = 0  # the slot's jitter offset: lateness is measured from slot + offset
 
 
 async def run_tick(run: TickRun, marks: RunningMarks, recorder: Recorder, executors: Executors,
@@ -121,7 +122,7 @@ async def run_tick(run: TickRun, marks: RunningMarks, recorder: Recorder, execut
         if run.cancel.is_set():
             raise _Abort("shard lost or lease not provably held once the running mark was written "
                          "(marked running, not started)")
-        on_started(started - run.slot.scheduled_at_ms)
+        on_started(started - run.slot.scheduled_at_ms - run.offset_ms)
         ctx = TickContext(run.slot.job_id, run.slot.scheduled_at_ms, n, run.fence, run.shard, run.node_id)
         result = await executors.run(run.job.executor, ctx, run.job.timeout_ms / 1000.0, run.cancel)
         crashpoints.after_dispatch(run.slot.job_id, result.ok)

@@ -35,6 +35,9 @@ class Dispatch(NamedTuple):  # one per claimed slot: a tuple, built in C
     # A missed slot run late. With overlap "skip", it waits for the previous run
     # instead of being skipped, so catch-up "all" runs every missed slot, in turn.
     catch_up: bool = False
+    # The job's jitter offset for this slot (jitter.jitter_offset_ms): it starts at
+    # slot + offset_ms, and its lateness is measured from there. 0 without jitter.
+    offset_ms: int = 0
 
 
 @dataclass

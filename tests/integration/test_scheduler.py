@@ -287,3 +287,56 @@ def test_a_slot_claimed_while_its_job_changed_is_settled_not_left_claimed(rig, e
     r.at(T0 + 1 * S)
     expected = (TickStatus.SKIPPED, "job deleted before its slot") if change == "delete" else OK
     wait_until(lambda: r.ticks("beat")[1] == expected, 30, what=f"slot 1 to end {expected}")
+
+
+# -- jitter ----------------------------------------------------------------------------------------
+
+
+def _jittered(job_id: str = "jit") -> Job:
+    return job_from_dict({"id": job_id, "every": "10s", "jitter": "9s"})
+
+
+def _started_at(r: Rig, job_id: str, slot_ms: int) -> int | None:
+    assert r.scheduler.recorder.flush(0, 30)
+    return {t.scheduled_at_ms: t.started_at_ms for t in list_ticks(r.engine, job_id)}.get(slot_ms)
+
+
+def test_a_jittered_slot_is_claimed_a_lookahead_before_its_slot_and_starts_at_slot_plus_offset(rig):
+    from shardcron.scheduling.jitter import jitter_offset_ms
+
+    r = rig([_jittered()])
+    for k in (1, 2, 3):
+        slot = T0 + 10 * k * S
+        off = jitter_offset_ms("jit", slot, 9 * S)
+        r.at(slot - S)  # the claim: a lookahead before the slot, not before the jittered start
+        assert r.ticks("jit")[10 * k] == (TickStatus.CLAIMED, None)
+        r.at(slot + off - 1)
+        assert r.ticks("jit")[10 * k] == (TickStatus.CLAIMED, None), "nothing starts before slot + offset"
+        r.at(slot + off)
+        assert r.ticks("jit")[10 * k] == OK and _started_at(r, "jit", slot) == slot + off
+    assert len({jitter_offset_ms("jit", T0 + 10 * k * S, 9 * S) for k in (1, 2, 3)}) > 1
+
+
+def test_a_reclaimed_jittered_orphan_waits_for_its_offset_and_a_late_one_starts_at_once(engine):
+    from shardcron.scheduling.jitter import jitter_offset_ms
+    from shardcron.store.ticks import SlotClaim, claim_ticks
+
+    # An older leader (fence 5) claimed two slots and died: T0 - 10 s (its jittered start has
+    # passed, so it is late: start now) and T0 + 10 s (still ahead: wait for slot + offset).
+    job = _jittered()
+    raise_fence(engine, 0, 5, "old", T0 - 60 * S)
+    put_job(engine, job, shard=0, fence=5, node_id="old", now_ms=T0 - 60 * S)
+    early, ahead = T0 - 10 * S, T0 + 10 * S
+    claim_ticks(engine, [SlotClaim("jit", early), SlotClaim("jit", ahead)], shard=0, fence=5, node_id="old",
+                now_ms=T0 - 11 * S)
+    r = Rig(engine, [])
+    try:
+        r.at(T0)
+        assert r.ticks("jit")[-10] == OK and _started_at(r, "jit", early) == T0
+        off = jitter_offset_ms("jit", ahead, 9 * S)
+        r.at(ahead + off - 1)
+        assert r.ticks("jit")[10] == (TickStatus.CLAIMED, None)
+        r.at(ahead + off)
+        assert r.ticks("jit")[10] == OK and _started_at(r, "jit", ahead) == ahead + off
+    finally:
+        r.close()
