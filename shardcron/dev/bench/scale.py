@@ -15,11 +15,17 @@ the database was asked to do, per 1,000 recorded ticks:
   count everything in the bench's database during the window (heartbeats,
   balancer reads, the bench's own two snapshot queries), as a real
   deployment's would. PostgreSQL flushes a backend's counters at most once a
-  second, so short windows read a little noisy.
+  second, so short windows read a little noisy;
+* the server's CPU, when it runs on this machine (a host of 127.0.0.1,
+  localhost or a socket): every ``postgres`` process's user and system time
+  from /proc over the window (a backend that exits inside it is lost, a new
+  one counts from zero). That is what a primary spends per tick, the figure
+  that says how many nodes one can carry.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -29,7 +35,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from shardcron.dev.bench import scenarios
-from shardcron.dev.bench.harness import BenchEnv
+from shardcron.dev.bench.harness import BenchEnv, proc_cpu_seconds
 from shardcron.errors import ConfigError
 from shardcron.store.engine import make_engine
 
@@ -68,15 +74,40 @@ def _statements_sent(env: BenchEnv) -> int:
     return int(total)
 
 
+def _server_is_local(db: str) -> bool:
+    return make_url(db).host in (None, "", "127.0.0.1", "localhost", "::1")
+
+
+def _postgres_cpu_seconds() -> dict[int, float]:
+    """pid -> CPU seconds of every process of this machine named ``postgres``."""
+    out = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                if f.read().strip() == "postgres":
+                    out[int(pid)] = proc_cpu_seconds(int(pid))
+        except OSError:  # it exited while we looked
+            continue
+    return out
+
+
 def db_cost_probe(db: str) -> scenarios.Probe:
-    """A window probe: how far the nodes' statement counts and the database's counters moved over the window."""
+    """A window probe: how far the nodes' statement counts, the database's counters and (on this machine)
+    the server's CPU moved over the window."""
+    local = _server_is_local(db)
+
     @contextmanager
     def probe(env: BenchEnv) -> Iterator[dict]:
         before = {**_database_counters(db), "statements": _statements_sent(env)}
+        cpu_before = _postgres_cpu_seconds() if local else {}
         moved: dict = {}
         yield moved
+        cpu_after = _postgres_cpu_seconds() if local else {}
         after = {**_database_counters(db), "statements": _statements_sent(env)}
         moved["db_counters"] = {k: after[k] - before[k] for k in after}
+        if local:
+            moved["db_counters"]["server_cpu_ms"] = 1000 * sum(
+                t - cpu_before.get(pid, 0.0) for pid, t in cpu_after.items())
     return probe
 
 
@@ -84,7 +115,7 @@ def per_1000_ticks(step: dict) -> dict[str, float | None]:
     """The database's counters over a step, per 1,000 recorded ticks (None where not measured)."""
     moved, ticks = step.get("db_counters", {}), max(1, step["recorded"])
     return {k: round(moved[k] * 1000 / ticks, 1) if k in moved else None
-            for k in ("statements", "commits", "rows_written")}
+            for k in ("statements", "commits", "rows_written", "server_cpu_ms")}
 
 
 def _serving_metrics(env: BenchEnv) -> BenchEnv:
@@ -107,7 +138,8 @@ def run(make_env: Callable[[int], BenchEnv], node_counts: list[int], rates: list
 
 
 HEADERS = ["nodes", "ticks/s", "recorded", "missed", "duplicated", "p50 ms", "p99 ms", "max ms",
-           "CPU ms/1k ticks (all nodes)", "statements/1k", "commits/1k", "rows written/1k"]
+           "CPU ms/1k ticks (all nodes)", "PostgreSQL CPU ms/1k", "statements/1k", "commits/1k",
+           "rows written/1k"]
 
 
 def render(f: dict) -> list[list]:
@@ -117,6 +149,7 @@ def render(f: dict) -> list[list]:
             lat, db = s["lateness_ms"], s["db_per_1000_ticks"]
             rows.append([c["nodes"], s["rate"], s["recorded"], s["missed"], s["duplicated"], lat["p50"],
                          lat["p99"], lat["max"], s["cpu_ms_per_1000_ticks"],
+                         "-" if db["server_cpu_ms"] is None else db["server_cpu_ms"],
                          db["statements"], db["commits"], db["rows_written"]])
     return rows
 
@@ -126,4 +159,4 @@ def summary(f: dict) -> list[str]:
                      for c in f["node_counts"])
     return [f"highest total rate sustained (p99 <= {f['p99_limit_ms']} ms, nothing missed), ticks/s: {held}",
             "statements: sent by the nodes (their shardcron_db_call_seconds_count); commits and rows written: "
-            "PostgreSQL's pg_stat_database"]
+            "PostgreSQL's pg_stat_database; PostgreSQL CPU: its processes on this machine (- when it runs elsewhere)"]
