@@ -494,7 +494,9 @@ class Scheduler:
         from the keepalive thread, without the lock, and must stop a burst
         half-way. Between two checks a few hundred microseconds of starts pass,
         far inside the session's safety margin (``session.SAFETY_MARGIN_S``):
-        the lease is still provably held for each of them.
+        the lease is still provably held for each of them. (And only a noop
+        completes here: a tick with an executor is guarded again by
+        ``runner.run_tick`` before its mark and before its executor runs.)
         """
         run = self._run_of(shard)
         if run is None or run.fence != fence:
