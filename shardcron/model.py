@@ -227,6 +227,25 @@ class Job:
     active_since_ms: int = 0
 
 
+@dataclass(frozen=True)
+class JobRuns:
+    """What GetJob and ListJobs say about a job's runs, as of ``as_of_ms`` (see scheduling/runs.py).
+
+    ``next_slot_ms``: the next owed slot (None when paused or the schedule has ended), which
+    starts at ``next_start_ms`` (the slot plus its jitter offset). ``last_*``: the newest tick
+    scheduled at or before ``as_of_ms`` that started or was settled (not merely claimed), manual
+    runs included (None: no such tick yet).
+    ``failures_in_a_row``: failed or abandoned ticks since the last succeeded one.
+    """
+
+    as_of_ms: int
+    next_slot_ms: int | None = None
+    next_start_ms: int | None = None
+    last_scheduled_at_ms: int | None = None
+    last_status: TickStatus | None = None
+    failures_in_a_row: int = 0
+
+
 class SlotRef(NamedTuple):
     """A tick's identity: one per job and scheduled time.
 

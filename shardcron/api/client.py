@@ -30,12 +30,13 @@ from shardcron.api.security import ChannelSecurity, open_channel
 from shardcron.api.convert import (
     job_to_proto,
     shard_map_from_proto,
+    job_runs_from_proto,
     stored_job_from_proto,
     tick_from_proto,
 )
 from shardcron.api.routing import CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, answered_by_a_node
 from shardcron.errors import ShardcronError
-from shardcron.model import Job, SlotRef, Tick
+from shardcron.model import Job, JobRuns, SlotRef, Tick
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
 
@@ -226,6 +227,12 @@ class Client:
     def get_job(self, job_id: str, *, timeout_s: float | None = None) -> Job:
         return stored_job_from_proto(self._call("GetJob", pb.GetJobRequest(id=job_id), timeout_s).job)
 
+    def get_job_runs(self, job_id: str, *, timeout_s: float | None = None) -> tuple[Job, JobRuns]:
+        """The job and its runs: the next owed slot (after jitter) and when it starts, the last
+        recorded tick and its status, and its failures in a row (see ``model.JobRuns``)."""
+        p = self._call("GetJob", pb.GetJobRequest(id=job_id), timeout_s).job
+        return stored_job_from_proto(p), job_runs_from_proto(p.runs)
+
     def delete_job(self, job_id: str, *, timeout_s: float | None = None) -> None:
         self._call("DeleteJob", pb.DeleteJobRequest(id=job_id), timeout_s)
 
@@ -243,14 +250,23 @@ class Client:
     def list_jobs(self, *, labels: dict[str, str] | None = None, shard: int | None = None,
                   page_size: int = 500) -> Iterator[Job]:
         """Every matching job, by id (fetched a page at a time)."""
+        for p in self._job_pages(labels, shard, page_size):
+            yield stored_job_from_proto(p)
+
+    def list_jobs_runs(self, *, labels: dict[str, str] | None = None, shard: int | None = None,
+                       page_size: int = 500) -> Iterator[tuple[Job, JobRuns]]:
+        """``list_jobs``, each job with its runs (as ``get_job_runs``)."""
+        for p in self._job_pages(labels, shard, page_size):
+            yield stored_job_from_proto(p), job_runs_from_proto(p.runs)
+
+    def _job_pages(self, labels: dict[str, str] | None, shard: int | None, page_size: int) -> Iterator[pb.Job]:
         token = ""
         while True:
             req = pb.ListJobsRequest(page_size=page_size, page_token=token, labels=labels or {})
             if shard is not None:
                 req.shard = shard
             r = self._call("ListJobs", req)
-            for p in r.jobs:
-                yield stored_job_from_proto(p)
+            yield from r.jobs
             token = r.next_page_token
             if not token:
                 return

@@ -18,7 +18,7 @@ from typing import Any
 from shardcron.errors import InvalidJob
 from shardcron.headers import MASK, mask_url, masked_headers
 from shardcron.jobspec import job_from_dict
-from shardcron.model import CatchUp, ExecutorKind, Job, Overlap, ScheduleKind, Tick, TickStatus
+from shardcron.model import CatchUp, ExecutorKind, Job, JobRuns, Overlap, ScheduleKind, Tick, TickStatus
 from shardcron.v1 import scheduler_pb2 as pb
 
 _CATCHUP_TO_PB = {CatchUp.ALL: pb.CATCH_UP_ALL, CatchUp.LATEST: pb.CATCH_UP_LATEST, CatchUp.NONE: pb.CATCH_UP_NONE}
@@ -173,6 +173,29 @@ def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
     else:
         p.noop.SetInParent()
     return p
+
+
+def job_runs_to_proto(runs: JobRuns) -> pb.JobRuns:
+    p = pb.JobRuns(as_of_ms=runs.as_of_ms, failures_in_a_row=runs.failures_in_a_row)
+    if runs.next_slot_ms is not None:
+        p.next_slot_ms = runs.next_slot_ms
+        p.next_start_ms = runs.next_start_ms
+    if runs.last_scheduled_at_ms is not None:
+        p.last_scheduled_at_ms = runs.last_scheduled_at_ms
+    if runs.last_status is not None:
+        p.last_status = _STATUS_TO_PB[runs.last_status]
+    return p
+
+
+def job_runs_from_proto(p: pb.JobRuns) -> JobRuns:
+    return JobRuns(
+        as_of_ms=p.as_of_ms,
+        next_slot_ms=p.next_slot_ms if p.HasField("next_slot_ms") else None,
+        next_start_ms=p.next_start_ms if p.HasField("next_start_ms") else None,
+        last_scheduled_at_ms=p.last_scheduled_at_ms if p.HasField("last_scheduled_at_ms") else None,
+        last_status=_STATUS_FROM_PB.get(p.last_status),
+        failures_in_a_row=p.failures_in_a_row,
+    )
 
 
 def put_job_request_bytes(job: Job) -> bytes:

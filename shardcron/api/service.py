@@ -31,6 +31,7 @@ from shardcron.api.convert import (
     decode_page_token,
     encode_page_token,
     job_from_proto,
+    job_runs_to_proto,
     job_to_proto,
     shard_map_to_proto,
     tick_to_proto,
@@ -40,6 +41,8 @@ from shardcron.api.watch import Watches
 from shardcron.errors import JobNotFound, NotLeader
 from shardcron.jobspec import MAX_LABELS, validate_job_id
 from shardcron.model import Job
+from shardcron.scheduling.runs import job_runs
+from shardcron.scheduling.triggers import trigger_for
 from shardcron.sharding import shard_for
 from shardcron.store import jobs as job_store
 from shardcron.store import ticks as tick_store
@@ -101,6 +104,24 @@ class SchedulerService:
     def _job_answer(self, job: Job) -> pb.Job:
         return job_to_proto(job, redact=True)
 
+    def _with_runs(self, jobs: list[Job]):
+        """A to_proto for these jobs that adds each one's runs (next slot, last tick, failures in a
+        row): one statement for the page's last ticks (``last_runs``), not one per job."""
+        now = clock.wall_ms()
+        last = tick_store.last_runs(self.backend.engine, [j.id for j in jobs], now_ms=now)
+        triggers: dict = {}  # jobs of one schedule share its trigger for the page
+
+        def to_proto(job: Job) -> pb.Job:
+            p = self._job_answer(job)
+            trigger = triggers.get(job.schedule) or triggers.setdefault(job.schedule, trigger_for(job.schedule))
+            lr = last.get(job.id)
+            runs = job_runs(job, now, trigger=trigger, last_scheduled_at_ms=lr and lr.scheduled_at_ms,
+                            last_status=lr and lr.status, failures=lr.failures_in_a_row if lr else 0)
+            p.runs.CopyFrom(job_runs_to_proto(runs))
+            return p
+
+        return to_proto
+
     # -- jobs ------------------------------------------------------------------------
 
     async def PutJob(self, request: pb.PutJobRequest, context: grpc.aio.ServicerContext) -> pb.PutJobResponse:
@@ -125,8 +146,12 @@ class SchedulerService:
 
     async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.GetJobResponse:
         job_id = validate_job_id(request.id)
-        job = await self.router.blocking(job_store.get_job, self.backend.engine, job_id)
-        return pb.GetJobResponse(job=self._job_answer(job))
+
+        def answer() -> pb.GetJobResponse:
+            job = job_store.get_job(self.backend.engine, job_id)
+            return pb.GetJobResponse(job=self._with_runs([job])(job))
+
+        return await self.router.blocking(answer)
 
     async def DeleteJob(self, request: pb.DeleteJobRequest, context: grpc.aio.ServicerContext
                         ) -> pb.DeleteJobResponse:
@@ -211,7 +236,7 @@ class SchedulerService:
         def page() -> pb.ListJobsResponse:
             jobs = job_store.list_jobs(self.backend.engine, shard=shard, labels=labels, limit=size + 1,
                                        after_id=after)
-            protos, more = bounded_page(jobs, size, self._job_answer)
+            protos, more = bounded_page(jobs, size, self._with_runs(jobs[:size]))
             return pb.ListJobsResponse(jobs=protos, next_page_token=encode_page_token(protos[-1].id) if more else "")
 
         return await self.router.blocking(page)

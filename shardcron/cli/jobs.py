@@ -19,7 +19,7 @@ from shardcron.api.security import add_client_flags, channel_security_from_args
 from shardcron.cli.common import fmt_ms
 from shardcron.errors import ConfigError, InvalidJob, ShardcronError
 from shardcron.jobspec import format_duration_ms
-from shardcron.model import Job, ScheduleKind, Tick
+from shardcron.model import Job, JobRuns, ScheduleKind, Tick
 
 DEFAULT_SERVER = "127.0.0.1:7070"
 
@@ -73,6 +73,24 @@ def job_json(job: Job, shard: int | None = None) -> dict:
     return d
 
 
+def runs_json(runs: JobRuns) -> dict:
+    return {"as_of_ms": runs.as_of_ms, "next_slot_ms": runs.next_slot_ms, "next_start_ms": runs.next_start_ms,
+            "last_scheduled_at_ms": runs.last_scheduled_at_ms,
+            "last_status": runs.last_status.value if runs.last_status else None,
+            "failures_in_a_row": runs.failures_in_a_row}
+
+
+def _runs_cells(runs: JobRuns) -> list:
+    """NEXT (the next owed slot's start, with the slot when jitter moves it), LAST (the newest
+    tick's slot and status) and FAILS (failed or abandoned ticks since the last success)."""
+    nxt = fmt_ms(runs.next_start_ms)
+    if runs.next_start_ms is not None and runs.next_start_ms != runs.next_slot_ms:
+        nxt += f" (slot {fmt_ms(runs.next_slot_ms)} + jitter)"
+    last = "-" if runs.last_scheduled_at_ms is None else \
+        f"{fmt_ms(runs.last_scheduled_at_ms)} {runs.last_status.value if runs.last_status else '?'}"
+    return [nxt, last, runs.failures_in_a_row]
+
+
 def tick_json(t: Tick) -> dict:
     return {
         "job_id": t.job_id, "scheduled_at_ms": t.scheduled_at_ms, "shard": t.shard, "fence": t.fence,
@@ -82,7 +100,7 @@ def tick_json(t: Tick) -> dict:
     }
 
 
-JOB_HEADERS = ["ID", "SHARD", "SCHEDULE", "EXECUTOR", "STATE", "VERSION", "LABELS"]
+JOB_HEADERS = ["ID", "SHARD", "SCHEDULE", "EXECUTOR", "STATE", "VERSION", "LABELS", "NEXT", "LAST", "FAILS"]
 TICK_HEADERS = ["SCHEDULED", "STATUS", "ATTEMPT", "NODE", "FENCE", "DURATION", "RESULT"]
 
 
@@ -321,12 +339,12 @@ def cmd_put(a: argparse.Namespace) -> int:
 
 def cmd_get(a: argparse.Namespace) -> int:
     with _client(a) as c:
-        job = c.get_job(a.id)
+        job, runs = c.get_job_runs(a.id)
         shard = _shard_of(c, [job.id]).get(job.id)
     if a.json:
-        _print_json(job_json(job, shard))
+        _print_json({**job_json(job, shard), "runs": runs_json(runs)})
     else:
-        print(_table([_job_row(job, shard)], JOB_HEADERS))
+        print(_table([_job_row(job, shard) + _runs_cells(runs)], JOB_HEADERS))
     return 0
 
 
@@ -371,12 +389,13 @@ def cmd_trigger(a: argparse.Namespace) -> int:
 def cmd_list(a: argparse.Namespace) -> int:
     labels = dict(_pairs(a.label, "=", "--label"))
     with _client(a) as c:
-        jobs = list(c.list_jobs(labels=labels, shard=a.shard))
+        listed = list(c.list_jobs_runs(labels=labels, shard=a.shard))
+        jobs = [j for j, _ in listed]
         shards = _shard_of(c, [j.id for j in jobs]) if jobs else {}
     if a.json:
-        _print_json([job_json(j, shards.get(j.id)) for j in jobs])
+        _print_json([{**job_json(j, shards.get(j.id)), "runs": runs_json(r)} for j, r in listed])
     elif jobs:
-        print(_table([_job_row(j, shards.get(j.id)) for j in jobs], JOB_HEADERS))
+        print(_table([_job_row(j, shards.get(j.id)) + _runs_cells(r) for j, r in listed], JOB_HEADERS))
     else:
         print("no jobs", file=sys.stderr)
     return 0

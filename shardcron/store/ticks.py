@@ -257,6 +257,60 @@ def list_ticks(engine: Engine, job_id: str, *, limit: int = 50, before_ms: int |
         return [_tick(r) for r in conn.execute(q)]
 
 
+class LastRun(NamedTuple):
+    """A job's newest tick scheduled at or before a time and not merely claimed, and its failures in a row."""
+
+    scheduled_at_ms: int | None
+    status: TickStatus | None
+    failures_in_a_row: int
+
+
+_FAILED = (TickStatus.FAILED.value, TickStatus.ABANDONED.value)
+
+
+def _last_runs_query():
+    """One statement for a page of jobs: per job, three correlated subqueries on the primary key
+    (job_id, scheduled_at_ms). Each ``ORDER BY scheduled_at_ms DESC LIMIT 1`` walks the job's
+    index backwards from ``now`` and stops at its first row (the newest tick; the newest
+    succeeded one), and the count reads only the rows after that success. A GROUP BY with
+    MAX(...) FILTER (status = 'succeeded') would read every row of every job on the page."""
+    # A claimed row has not started: the coming slot's, claimed a lookahead early, or a jittered
+    # slot waiting for its start. The last run is the newest row that started (or was settled).
+    newest = ((ticks.c.job_id == jobs.c.id) & (ticks.c.scheduled_at_ms <= bindparam("now"))
+              & (ticks.c.status != TickStatus.CLAIMED.value))
+    last = select(ticks.c.scheduled_at_ms).where(newest).order_by(ticks.c.scheduled_at_ms.desc()).limit(1)
+    last_status = select(ticks.c.status).where(newest).order_by(ticks.c.scheduled_at_ms.desc()).limit(1)
+    ok = ticks.alias("ok")
+    last_ok = (select(ok.c.scheduled_at_ms)
+               .where(ok.c.job_id == jobs.c.id, ok.c.status == TickStatus.SUCCEEDED.value)
+               .order_by(ok.c.scheduled_at_ms.desc()).limit(1).correlate(jobs))  # two levels down: say so
+    f = ticks.alias("f")
+    failures = (select(func.count())
+                .where(f.c.job_id == jobs.c.id, f.c.status.in_(_FAILED), f.c.scheduled_at_ms <= bindparam("now"),
+                       f.c.scheduled_at_ms > func.coalesce(last_ok.scalar_subquery(), -(2**62))))
+    return select(jobs.c.id, last.scalar_subquery().label("last_at"), last_status.scalar_subquery().label("status"),
+                  failures.scalar_subquery().label("failures")).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
+
+
+_LAST_RUNS = _last_runs_query()
+
+
+def last_runs(engine: Engine, job_ids: Sequence[str], *, now_ms: int) -> dict[str, LastRun]:
+    """job id -> its newest tick scheduled at or before ``now_ms`` that is not merely claimed (one
+    that started or was settled; manual runs included) and its
+    failures in a row (``scheduling.runs.failures_in_a_row``: failed or abandoned ticks after the
+    newest succeeded one; skipped and unfinished ones pass over). One statement per 1,000 ids
+    (a ListJobs page is one), never one per job. Jobs not in the store are left out."""
+    out: dict[str, LastRun] = {}
+    if not job_ids:
+        return out
+    with reading(engine) as conn:
+        for part in chunks(list(job_ids), 1000):
+            for r in conn.execute(_LAST_RUNS, {"ids": list(part), "now": now_ms}):
+                out[r.id] = LastRun(r.last_at, TickStatus(r.status) if r.status else None, int(r.failures or 0))
+    return out
+
+
 def ticks_between(engine: Engine, from_ms: int, to_ms: int, job_id: str | None = None) -> list[Tick]:
     """Ticks with from_ms <= scheduled_at_ms < to_ms, oldest first (for the audit)."""
     q = select(ticks).where(ticks.c.scheduled_at_ms >= from_ms, ticks.c.scheduled_at_ms < to_ms)
@@ -445,6 +499,8 @@ __all__ = [
     "abandon_ticks",
     "claim_ticks",
     "claim_ticks_many",
+    "LastRun",
+    "last_runs",
     "last_ticks",
     "list_ticks",
     "mark_running",

@@ -72,7 +72,9 @@ def test_put_get_list_pause_resume_trigger_ticks_delete(node, tmp_path):
     assert (b["catchup"], b["catchup_window"], b["overlap"], b["timeout"], b["retry"]["max_attempts"]) == \
         ("latest", "600000ms", "allow", "30000ms", 3)
     assert b["paused"] is True and b["labels"] == {"team": "b", "tier": "1"}
-    assert ok_json(node, "jobs", "get", "cli-b") == b
+    got = ok_json(node, "jobs", "get", "cli-b")
+    assert got.pop("runs")["next_slot_ms"] is None  # paused: no next run
+    assert got == b
 
     assert [j["id"] for j in ok_json(node, "jobs", "list", "--label", "team=a")] == ["cli-a"]
     assert {j["id"] for j in ok_json(node, "jobs", "list")} >= {"cli-a", "cli-b"}
@@ -82,7 +84,8 @@ def test_put_get_list_pause_resume_trigger_ticks_delete(node, tmp_path):
     table = run(node, "jobs", "list")
     assert table.returncode == 0
     header, *rows = table.stdout.splitlines()
-    assert header.split() == ["ID", "SHARD", "SCHEDULE", "EXECUTOR", "STATE", "VERSION", "LABELS"]
+    assert header.split() == ["ID", "SHARD", "SCHEDULE", "EXECUTOR", "STATE", "VERSION", "LABELS", "NEXT", "LAST",
+                              "FAILS"]
     row_b = next(r for r in rows if r.startswith("cli-b "))
     assert "cron */5 * * * * (Europe/Lisbon)" in row_b and "http GET http://127.0.0.1:9/x" in row_b
     assert "paused" in row_b and "team=b,tier=1" in row_b

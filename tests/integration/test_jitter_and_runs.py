@@ -116,3 +116,106 @@ def test_jobs_put_jitter_and_get_json(cluster):
     assert json.loads(out.stdout)["jitter"] == "600000ms"
     out = cli(node, "jobs", "get", jid, "--json")
     assert out.returncode == 0 and json.loads(out.stdout)["jitter"] == "600000ms", out.stderr
+
+
+# -- last runs in the store: one statement per page, the same count as the pure definition ---------
+
+SEQUENCES = {  # oldest first; the slot of the i-th row is T + i s
+    "never": [],
+    "ok": ["succeeded"],
+    "failing": ["failed", "failed", "abandoned"],
+    "recovered": ["failed", "failed", "succeeded"],
+    "relapsed": ["succeeded", "failed", "skipped", "failed"],
+    "skips": ["failed", "succeeded", "skipped", "skipped"],
+    "running": ["succeeded", "failed", "running"],
+    "ahead": ["failed", "claimed-ahead"],  # a row claimed for a slot after now: not the last tick yet
+    "waiting": ["succeeded", "failed", "claimed"],  # claimed, past its slot (jitter): it has not run yet
+}
+
+
+def test_last_runs_match_the_definition_in_one_statement_per_page(store_engine):
+    from sqlalchemy import event
+
+    from shardcron.scheduling.runs import failures_in_a_row
+    from shardcron.store import ensure_shards, put_job, raise_fence
+    from shardcron.store.schema import ticks
+    from shardcron.store.ticks import last_runs
+
+    t0, now = 1_700_000_000_000, 1_700_000_100_000
+    ensure_shards(store_engine, 1)
+    raise_fence(store_engine, 0, 1, "n", t0)
+    ids = [f"job-{i:03d}" for i in range(300)]  # many jobs without ticks too: one statement for them all
+    for jid in [*SEQUENCES, *ids]:
+        put_job(store_engine, job_from_dict({"id": jid, "every": "1h"}), shard=0, fence=1, node_id="n", now_ms=t0)
+    rows = []
+    for jid, seq in SEQUENCES.items():
+        for i, status in enumerate(seq):
+            at = now + 5_000 if status == "claimed-ahead" else t0 + i * 1000
+            rows.append({"job_id": jid, "scheduled_at_ms": at, "shard": 0, "fence": 1, "node_id": "n",
+                         "status": "claimed" if status == "claimed-ahead" else status, "attempt": 1, "manual": False})
+    with store_engine.begin() as conn:
+        conn.execute(ticks.insert(), rows)
+
+    statements = []
+    listen = lambda *a, **k: statements.append(a[2])  # noqa: E731
+    event.listen(store_engine, "before_cursor_execute", listen)
+    try:
+        got = last_runs(store_engine, [*SEQUENCES, *ids], now_ms=now)
+    finally:
+        event.remove(store_engine, "before_cursor_execute", listen)
+    assert len([s for s in statements if "ticks" in s]) == 1, statements
+    for jid, seq in SEQUENCES.items():
+        past = [TickStatus(s) for s in seq if s not in ("claimed-ahead", "claimed")]
+        want_at = t0 + (len(past) - 1) * 1000 if past else None
+        assert got[jid] == (want_at, past[-1] if past else None, failures_in_a_row(reversed(past))), jid
+    assert got["failing"].failures_in_a_row == 3 and got["relapsed"].failures_in_a_row == 2
+    assert all(got[j] == (None, None, 0) for j in ids)
+
+
+# -- next and last run through the API and the CLI -------------------------------------------------
+
+
+def test_get_job_and_the_cli_show_next_slot_last_tick_and_failures_in_a_row_then_recovery(cluster, tmp_path):
+    _, node, _ = cluster
+    jid = f"flaky-{uuid.uuid4().hex[:6]}"
+    ok_file = tmp_path / "ok"
+    with Client(node.address) as c:
+        c.put_job(job_from_dict({"id": jid, "every": "1s", "jitter": "500ms",
+                                 "executor": {"kind": "shell", "command": f"test -e {ok_file}"}}))
+        job, runs = wait_until(lambda: (r := c.get_job_runs(jid)) and r[1].failures_in_a_row >= 3 and r, 30, 0.3,
+                               what="three failures in a row")
+        # A 1 s job's newest tick may be running at the moment of the answer.
+        assert job.jitter_ms == 500 and runs.last_status in (TickStatus.FAILED, TickStatus.RUNNING)
+        assert runs.next_slot_ms > runs.last_scheduled_at_ms and runs.next_slot_ms % 1000 == 0
+        assert runs.next_start_ms == runs.next_slot_ms + jitter_offset_ms(jid, runs.next_slot_ms, 500)
+        assert runs.next_start_ms > runs.as_of_ms
+        # The count is the ticks' own: failed ticks since the last success (none yet).
+        ticks = [t for t in c.list_ticks(jid, limit=200) if t.scheduled_at_ms < runs.last_scheduled_at_ms]
+        assert runs.failures_in_a_row == sum(t.status is TickStatus.FAILED for t in ticks) + \
+            (runs.last_status is TickStatus.FAILED)
+        listed = dict((j.id, r) for j, r in c.list_jobs_runs())
+        assert listed[jid].failures_in_a_row >= 3 and listed[jid].next_slot_ms is not None
+
+        out = cli(node, "jobs", "get", jid)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+        header, row = out.stdout.splitlines()
+        assert header.split()[-3:] == ["NEXT", "LAST", "FAILS"]
+        assert (" failed " in row or " running " in row) and "+ jitter)" in row and int(row.split()[-1]) >= 3, row
+        as_json = json.loads(cli(node, "jobs", "get", jid, "--json").stdout)["runs"]
+        assert as_json["last_status"] in ("failed", "running") and as_json["failures_in_a_row"] >= 3
+        assert as_json["next_start_ms"] - as_json["next_slot_ms"] == jitter_offset_ms(jid, as_json["next_slot_ms"], 500)
+
+        ok_file.write_text("")  # the job recovers
+        _, runs = wait_until(lambda: (r := c.get_job_runs(jid)) and r[1].last_status is TickStatus.SUCCEEDED and r,
+                             30, 0.3, what="a success")
+        assert runs.failures_in_a_row == 0
+        c.pause_job(jid)
+        _, paused = c.get_job_runs(jid)
+        assert paused.next_slot_ms is None and paused.next_start_ms is None
+    out = cli(node, "jobs", "list")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    row = next(r for r in out.stdout.splitlines() if r.startswith(jid + " "))
+    assert row.split()[-1] == "0" and "paused" in row, row
+    listed = json.loads(cli(node, "jobs", "list", "--json").stdout)
+    mine = next(j for j in listed if j["id"] == jid)
+    assert mine["runs"]["failures_in_a_row"] == 0 and mine["runs"]["next_slot_ms"] is None
