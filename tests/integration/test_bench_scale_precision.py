@@ -66,6 +66,7 @@ def test_scale_steps_each_node_count_on_postgresql(tmp_path, fresh_db_url):
             assert cost["commits"] > 0 and cost["rows_written"] > 0
             assert cost["statements"] > 0  # claims and results at least, counted by the nodes
             assert cost["server_cpu_ms"] > 0  # the test's PostgreSQL runs on this machine
+            assert cost["wal_bytes"] > 0
     assert "1 node: " in printed and "2 nodes: " in printed
 
 

@@ -11,7 +11,8 @@ the database was asked to do, per 1,000 recorded ticks:
   from the server's side, but it needs ``shared_preload_libraries`` and a
   restart, which a stock server lacks;
 * commits (``xact_commit``) and rows written (``tup_inserted`` +
-  ``tup_updated``) from ``pg_stat_database``, the server's own counters. They
+  ``tup_updated``) from ``pg_stat_database``, the server's own counters, and
+  the WAL written (``pg_current_wal_lsn``; the whole server's). They
   count everything in the bench's database during the window (heartbeats,
   balancer reads, the bench's own two snapshot queries), as a real
   deployment's would. PostgreSQL flushes a backend's counters at most once a
@@ -41,7 +42,8 @@ from shardcron.store.engine import make_engine
 
 P99_LIMIT_MS = 50.0  # issue 13: "total ticks/s sustained at p99 <= 50 ms"
 
-_DATABASE = text("SELECT xact_commit, tup_inserted + tup_updated FROM pg_stat_database "
+_DATABASE = text("SELECT xact_commit, tup_inserted + tup_updated, "
+                 "pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') FROM pg_stat_database "
                  "WHERE datname = current_database()")
 _STATEMENT_COUNT = "shardcron_db_call_seconds"  # a histogram; its _count sample counts statements
 
@@ -57,8 +59,8 @@ def _database_counters(db: str) -> dict[str, int]:
     engine = make_engine(db)
     try:
         with engine.connect() as c:
-            commits, rows = c.execute(_DATABASE).one()
-            return {"commits": int(commits), "rows_written": int(rows)}
+            commits, rows, wal = c.execute(_DATABASE).one()
+            return {"commits": int(commits), "rows_written": int(rows), "wal_bytes": int(wal)}
     finally:
         engine.dispose()
 
@@ -115,7 +117,7 @@ def per_1000_ticks(step: dict) -> dict[str, float | None]:
     """The database's counters over a step, per 1,000 recorded ticks (None where not measured)."""
     moved, ticks = step.get("db_counters", {}), max(1, step["recorded"])
     return {k: round(moved[k] * 1000 / ticks, 1) if k in moved else None
-            for k in ("statements", "commits", "rows_written", "server_cpu_ms")}
+            for k in ("statements", "commits", "rows_written", "wal_bytes", "server_cpu_ms")}
 
 
 def _serving_metrics(env: BenchEnv) -> BenchEnv:
@@ -139,7 +141,7 @@ def run(make_env: Callable[[int], BenchEnv], node_counts: list[int], rates: list
 
 HEADERS = ["nodes", "ticks/s", "recorded", "missed", "duplicated", "p50 ms", "p99 ms", "max ms",
            "CPU ms/1k ticks (all nodes)", "PostgreSQL CPU ms/1k", "statements/1k", "commits/1k",
-           "rows written/1k"]
+           "rows written/1k", "WAL KB/1k"]
 
 
 def render(f: dict) -> list[list]:
@@ -150,7 +152,7 @@ def render(f: dict) -> list[list]:
             rows.append([c["nodes"], s["rate"], s["recorded"], s["missed"], s["duplicated"], lat["p50"],
                          lat["p99"], lat["max"], s["cpu_ms_per_1000_ticks"],
                          "-" if db["server_cpu_ms"] is None else db["server_cpu_ms"],
-                         db["statements"], db["commits"], db["rows_written"]])
+                         db["statements"], db["commits"], db["rows_written"], round(db["wal_bytes"] / 1024, 1)])
     return rows
 
 
@@ -159,4 +161,5 @@ def summary(f: dict) -> list[str]:
                      for c in f["node_counts"])
     return [f"highest total rate sustained (p99 <= {f['p99_limit_ms']} ms, nothing missed), ticks/s: {held}",
             "statements: sent by the nodes (their shardcron_db_call_seconds_count); commits and rows written: "
-            "PostgreSQL's pg_stat_database; PostgreSQL CPU: its processes on this machine (- when it runs elsewhere)"]
+            "PostgreSQL's pg_stat_database; WAL: pg_current_wal_lsn; PostgreSQL CPU: its processes on this machine "
+            "(- when it runs elsewhere)"]
