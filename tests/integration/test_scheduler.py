@@ -305,6 +305,8 @@ def test_a_jittered_slot_is_claimed_a_lookahead_before_its_slot_and_starts_at_sl
     from shardcron.scheduling.jitter import jitter_offset_ms
 
     r = rig([_jittered()])
+    late = []
+    r.scheduler._observe_lateness = lambda shard, lateness_ms, count=1: late.extend([lateness_ms] * count)
     for k in (1, 2, 3):
         slot = T0 + 10 * k * S
         off = jitter_offset_ms("jit", slot, 9 * S)
@@ -315,6 +317,7 @@ def test_a_jittered_slot_is_claimed_a_lookahead_before_its_slot_and_starts_at_sl
         r.at(slot + off)
         assert r.ticks("jit")[10 * k] == OK and _started_at(r, "jit", slot) == slot + off
     assert len({jitter_offset_ms("jit", T0 + 10 * k * S, 9 * S) for k in (1, 2, 3)}) > 1
+    assert late == [0, 0, 0], "lateness is measured from slot + offset, and each started right then"
 
 
 def test_a_reclaimed_jittered_orphan_waits_for_its_offset_and_a_late_one_starts_at_once(engine):
