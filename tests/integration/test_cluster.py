@@ -226,6 +226,10 @@ def run_node_cli(args: list[str], timeout: float = 60) -> subprocess.CompletedPr
     ('[[jobs]]\nid = "a"\nevery = "1s"\nexecutor = { kind = "shell", command = "true" }\n', "--allow-shell"),
     ('[[jobs]]\nid = "a"\nevery = "0s"\n', "interval must be positive"),
     ("[[jobs]\n", "not valid TOML"),
+    ('[[jobs]]\nid = "a"\nevery = "1m"\njitter = "abc"\nexecutor = { kind = "noop" }\n',
+     "job 'a': jitter: expected a duration"),
+    ('[[jobs]]\nid = "a"\nevery = "1m"\njitter = "1m"\nexecutor = { kind = "noop" }\n',
+     "job 'a': jitter: 1m is not shorter than the schedule's shortest gap (1m)"),
 ])
 def test_bad_jobs_file_is_refused_with_a_clear_error(tmp_path, jobs_toml, expected, etcd_server):
     path = tmp_path / "jobs.toml"
