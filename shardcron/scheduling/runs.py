@@ -6,7 +6,8 @@ is still ahead. A slot already past but not yet started because of its jitter
 is still the next one. A paused job, or a schedule that has ended, has none.
 Calendars plug in through ``calendars.next_allowed``: pass the job's calendars
 and the answer skips the slots they exclude and says why (``skipped_ms``,
-``skip_reason``); with none, it is the trigger's next slot.
+``skip_reason``), looking no further than its search horizon (about four
+years); with none, it is the trigger's next slot, however far.
 
 ``failures_in_a_row`` counts, newest first, the final ticks that failed or were
 abandoned, stopping at the first that succeeded. A skipped tick (overlap or
@@ -46,15 +47,19 @@ def next_run(job: Job, trigger: Trigger, now_ms: int, calendars: Sequence[Calend
     after = max(job.active_since_ms, now_ms - job.jitter_ms)
     skipped, reason = None, None
     for _ in range(3):
-        found = next_allowed(trigger, calendars, after)
-        if skipped is None:
-            skipped, reason = found.first_skipped_ms, found.skip_reason
-        if found.slot_ms is None:
+        if calendars:
+            found = next_allowed(trigger, calendars, after)
+            slot = found.slot_ms
+            if skipped is None:
+                skipped, reason = found.first_skipped_ms, found.skip_reason
+        else:  # no calendar: the trigger's own next slot, without next_allowed's search horizon
+            slot = trigger.next_after(after)
+        if slot is None:
             return None
-        start = found.slot_ms + jitter_offset_ms(job.id, found.slot_ms, job.jitter_ms)
+        start = slot + jitter_offset_ms(job.id, slot, job.jitter_ms)
         if start > now_ms:
-            return NextRun(found.slot_ms, start, skipped, reason)
-        after = found.slot_ms
+            return NextRun(slot, start, skipped, reason)
+        after = slot
     return None  # unreachable while jitter < the schedule's gap (jobspec refuses the rest)
 
 

@@ -76,6 +76,7 @@ def test_a_jittered_slot_past_but_not_started_is_still_next():
         (replace(job(), active_since_ms=NOW + 5 * M), NOW - 30 * S + 6 * M),  # nothing owed before it took effect
         (job_from_dict({"id": "j", "at_ms": NOW - M}), None),  # a single run already past
         (job_from_dict({"id": "j", "at_ms": NOW + M}), NOW + M),
+        (job_from_dict({"id": "j", "at_ms": NOW + 3650 * 86_400_000}), NOW + 3650 * 86_400_000),  # ten years on
     ],
 )
 def test_next_slot_cases(j, expected):
