@@ -65,7 +65,8 @@ def test_scale_steps_each_node_count_on_postgresql(tmp_path, fresh_db_url):
             # Every tick is claimed and its result recorded in the database: neither can cost nothing.
             assert cost["commits"] > 0 and cost["rows_written"] > 0
             assert cost["statements"] > 0  # claims and results at least, counted by the nodes
-            assert cost["server_cpu_ms"] > 0  # the test's PostgreSQL runs on this machine
+            # Measured (the test's PostgreSQL runs on this machine); at 20 ticks/s it may be below /proc's 10 ms tick.
+            assert cost["server_cpu_ms"] is not None and cost["server_cpu_ms"] >= 0
             assert cost["wal_bytes"] > 0
     assert "1 node: " in printed and "2 nodes: " in printed
 

@@ -18,15 +18,17 @@ the database was asked to do, per 1,000 recorded ticks:
   deployment's would. PostgreSQL flushes a backend's counters at most once a
   second, so short windows read a little noisy;
 * the server's CPU, when it runs on this machine (a host of 127.0.0.1,
-  localhost or a socket): every ``postgres`` process's user and system time
-  from /proc over the window (a backend that exits inside it is lost, a new
-  one counts from zero). That is what a primary spends per tick, the figure
-  that says how many nodes one can carry.
+  localhost or a socket): the user and system time, from /proc over the
+  window, of the server processes serving the bench's database
+  (``pg_stat_activity``: the nodes' backends, autovacuum's workers there);
+  a backend that exits inside the window is lost, a new one counts from
+  zero, and the shared WAL writer and checkpointer are not counted. That is
+  what a primary spends per tick, the figure that says how many nodes one
+  can carry.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -45,6 +47,7 @@ P99_LIMIT_MS = 50.0  # issue 13: "total ticks/s sustained at p99 <= 50 ms"
 _DATABASE = text("SELECT xact_commit, tup_inserted + tup_updated, "
                  "pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') FROM pg_stat_database "
                  "WHERE datname = current_database()")
+_BACKENDS = text("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
 _STATEMENT_COUNT = "shardcron_db_call_seconds"  # a histogram; its _count sample counts statements
 
 
@@ -80,14 +83,19 @@ def _server_is_local(db: str) -> bool:
     return make_url(db).host in (None, "", "127.0.0.1", "localhost", "::1")
 
 
-def _postgres_cpu_seconds() -> dict[int, float]:
-    """pid -> CPU seconds of every process of this machine named ``postgres``."""
+def _backend_cpu_seconds(db: str) -> dict[int, float]:
+    """pid -> CPU seconds of every server process serving ``db`` now (its backends and autovacuum workers):
+    other databases' work on the same server, a test suite's say, is not counted."""
+    engine = make_engine(db)
+    try:
+        with engine.connect() as c:
+            pids = c.execute(_BACKENDS).scalars().all()
+    finally:
+        engine.dispose()
     out = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in pids:
         try:
-            with open(f"/proc/{pid}/comm") as f:
-                if f.read().strip() == "postgres":
-                    out[int(pid)] = proc_cpu_seconds(int(pid))
+            out[pid] = proc_cpu_seconds(pid)
         except OSError:  # it exited while we looked
             continue
     return out
@@ -101,10 +109,10 @@ def db_cost_probe(db: str) -> scenarios.Probe:
     @contextmanager
     def probe(env: BenchEnv) -> Iterator[dict]:
         before = {**_database_counters(db), "statements": _statements_sent(env)}
-        cpu_before = _postgres_cpu_seconds() if local else {}
+        cpu_before = _backend_cpu_seconds(db) if local else {}
         moved: dict = {}
         yield moved
-        cpu_after = _postgres_cpu_seconds() if local else {}
+        cpu_after = _backend_cpu_seconds(db) if local else {}
         after = {**_database_counters(db), "statements": _statements_sent(env)}
         moved["db_counters"] = {k: after[k] - before[k] for k in after}
         if local:
