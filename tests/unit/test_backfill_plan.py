@@ -1,11 +1,10 @@
 """Backfill planning: owed slots skip recorded and excluded ones, pages resume, validation names the option."""
 
-from datetime import datetime, timedelta, timezone
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.instants import CountingTrigger, ms
 from shardcron.model import Overlap
 from shardcron.scheduling.backfill_plan import (
     MAX_BACKFILL_SLOTS,
@@ -23,14 +22,7 @@ from shardcron.scheduling.backfill_plan import (
 from shardcron.scheduling.calendars import parse_calendar
 from shardcron.scheduling.triggers import CronTrigger, IntervalTrigger, OnceTrigger
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MIN = 60_000
-
-
-def ms(text: str) -> int:
-    dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    assert dt.utcoffset() == timedelta(0), "write instants in UTC"
-    return (dt - EPOCH) // timedelta(milliseconds=1)
 
 
 T0 = ms("2026-01-05T08:00Z")  # a Monday; Lisbon is on UTC in January
@@ -79,15 +71,6 @@ def test_owed_slots(trigger, calendars, start, end, recorded, expected):
 def test_recorded_may_be_any_collection(recorded_type):
     recorded = recorded_type(hours(9, 11))
     assert list(owed_slots(HOURLY, [], T0, ms("2026-01-05T12:00Z"), recorded)) == hours(8, 10)
-
-
-class CountingTrigger:
-    def __init__(self, inner):
-        self.inner, self.calls = inner, 0
-
-    def next_after(self, after_ms):
-        self.calls += 1
-        return self.inner.next_after(after_ms)
 
 
 def test_excluded_stretches_are_jumped_not_walked():

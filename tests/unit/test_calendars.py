@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.instants import CountingTrigger, ms
 from shardcron.scheduling.calendars import (
     DAY_MS,
     Calendar,
@@ -25,15 +26,6 @@ from shardcron.scheduling.calendars import (
     parse_calendar,
 )
 from shardcron.scheduling.triggers import CronTrigger, IntervalTrigger, OnceTrigger
-
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def ms(text: str) -> int:
-    """ISO-8601 UTC text ("2026-03-08T07:00Z", seconds and .mmm optional) as epoch ms."""
-    dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    assert dt.utcoffset() == timedelta(0), "write expected instants in UTC"
-    return (dt - EPOCH) // timedelta(milliseconds=1)
 
 
 def utc(slot: int | None) -> str | None:
@@ -275,16 +267,6 @@ def test_next_allowed_instant_is_the_first(name, start):
 
 
 # --- several calendars, and next_allowed with a trigger --------------------------------------
-
-class CountingTrigger:
-    """Counts the calls, so a test can show the search jumps instead of stepping."""
-
-    def __init__(self, inner):
-        self.inner, self.calls = inner, 0
-
-    def next_after(self, after_ms):
-        self.calls += 1
-        return self.inner.next_after(after_ms)
 
 
 def test_allowed_by_all_and_first_exclusion_in_order():

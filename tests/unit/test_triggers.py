@@ -4,12 +4,13 @@ Every expected instant is written as UTC text, worked out by hand from the
 zone's rules, so a row reads as the rule it checks.
 """
 
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.support.instants import ms
 from shardcron.model import Schedule, ScheduleKind
 from shardcron.scheduling.triggers import (
     CronTrigger,
@@ -18,16 +19,6 @@ from shardcron.scheduling.triggers import (
     slots_between,
     trigger_for,
 )
-
-
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-
-
-def ms(text: str) -> int:
-    """ISO-8601 UTC text ("2026-03-08T07:00Z", seconds and .mmm optional) as epoch ms."""
-    dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    assert dt.utcoffset() == timedelta(0), "write expected instants in UTC"
-    return (dt - EPOCH) // timedelta(milliseconds=1)
 
 
 def utc(slot: int) -> str:
