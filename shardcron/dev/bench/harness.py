@@ -141,14 +141,18 @@ class BenchEnv:
                 return c.execute(select(func.count()).select_from(jobs_table)).scalar() >= count
         wait_until(loaded, timeout_s, 0.25, f"{count} jobs to be imported")
 
-    def forget_jobs(self, prefix: str) -> None:
-        """Delete the jobs this benchmark wrote under ``prefix`` (nodes stopped), so that the
-        next step on the same store does not run them too. Their ticks stay, as history."""
+    def forget_jobs(self, prefix: str, *, with_ticks: bool = False) -> None:
+        """Delete the jobs this benchmark wrote under ``prefix`` (nodes stopped), so that the next step on
+        the same store does not run them too; ``with_ticks`` (figures read) their ticks too, so that it does
+        not inherit their orphans either: a step that overloaded its nodes leaves a million claimed rows, and
+        the next step's leaders would spend their start-up abandoning them."""
         engine = make_engine(self.db)
         try:
             with engine.begin() as c:
                 c.execute(job_labels.delete().where(job_labels.c.job_id.like(f"{prefix}-%")))
                 c.execute(jobs_table.delete().where(jobs_table.c.id.like(f"{prefix}-%")))
+                if with_ticks:
+                    c.execute(ticks.delete().where(ticks.c.job_id.like(f"{prefix}-%")))
         finally:
             engine.dispose()
 
