@@ -13,10 +13,9 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, bindparam, select
 
 from shardcron.errors import ConfigError
-from shardcron.model import TickStatus
 from shardcron.sharding import shard_for
 from shardcron.store.engine import writing
-from shardcron.store.schema import fence_log, jobs, shard_fences, ticks
+from shardcron.store.schema import fence_log, jobs, shard_fences, ticks, unresolved
 from shardcron.store.fences import insert_missing_shards
 from shardcron.store.sql import chunks
 
@@ -47,10 +46,10 @@ def cut_over(engine: Engine, *, new_count: int, fence: int, now_ms: int) -> CutO
             conn.execute(jobs.update().where(jobs.c.id == bindparam("b_id")).values(shard=bindparam("b_shard")),
                          moves)
         # Unfinished ticks must be found by their job's new leader.
-        unresolved = conn.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.shard).where(
-            ticks.c.status.in_([TickStatus.CLAIMED.value, TickStatus.RUNNING.value]))).all()
+        unfinished = conn.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.shard).where(
+            unresolved(ticks.c.status))).all()
         tick_moves = [{"b_job": j, "b_at": at, "b_shard": shard_for(j, new_count)}
-                      for j, at, old in unresolved if shard_for(j, new_count) != old]
+                      for j, at, old in unfinished if shard_for(j, new_count) != old]
         for part in chunks(tick_moves):
             conn.execute(ticks.update().where(ticks.c.job_id == bindparam("b_job"),
                                               ticks.c.scheduled_at_ms == bindparam("b_at"))

@@ -39,8 +39,12 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    literal_column,
+    text,
 )
 from sqlalchemy.dialects import mysql
+
+from shardcron.model import TickStatus
 
 # Sizes shared with the migrations and the code that validates before writing.
 ID_LENGTH = 256  # characters; jobspec caps job ids at 256 bytes
@@ -117,6 +121,19 @@ job_labels = Table(
     **_TABLE_OPTS,
 )
 
+# Claimed or running: a tick whose result is not written yet. Written as literal
+# values, never bound parameters, in the index and in every query that should use
+# it: SQLite and PostgreSQL pick a partial index only for a WHERE clause that
+# visibly implies the index's own.
+UNRESOLVED_STATUSES = (TickStatus.CLAIMED.value, TickStatus.RUNNING.value)
+UNRESOLVED_SQL = f"status IN ('{UNRESOLVED_STATUSES[0]}', '{UNRESOLVED_STATUSES[1]}')"
+
+
+def unresolved(status_column):
+    """``status IN ('claimed', 'running')`` with the values inline (see ``UNRESOLVED_SQL``)."""
+    return status_column.in_([literal_column(f"'{s}'") for s in UNRESOLVED_STATUSES])
+
+
 ticks = Table(
     "ticks",
     metadata,
@@ -140,11 +157,15 @@ ticks = Table(
     # also serves a job's history newest first (a backward scan), so no
     # separate descending index is needed.
     PrimaryKeyConstraint("job_id", "scheduled_at_ms"),
-    # A new leader's unresolved ticks.
-    Index(None, "shard", "status"),
-    # last_ticks: MAX(scheduled_at_ms) per job over a shard's scheduled ticks,
-    # answered from the index alone.
-    Index(None, "shard", "manual", "job_id", "scheduled_at_ms"),
+    # A new leader's unresolved ticks. Partial where the database has partial
+    # indexes (SQLite, PostgreSQL): a tick is in it only from its claim to its
+    # result, so the insert and the result update cost one small entry instead
+    # of keeping every tick of history indexed by status. MariaDB has no
+    # partial indexes and indexes every row.
+    Index(
+        "ix_ticks_unresolved", "shard", "status",
+        sqlite_where=text(UNRESOLVED_SQL), postgresql_where=text(UNRESOLVED_SQL),
+    ),
     # The audit's time window across all jobs.
     Index(None, "scheduled_at_ms"),
     **_TABLE_OPTS,

@@ -23,7 +23,7 @@ from shardcron.store.engine import reading
 from shardcron.errors import FencedOut
 from shardcron.store import ticks_batch
 from shardcron.store.fences import run_fenced, run_fenced_many
-from shardcron.store.schema import jobs, ticks
+from shardcron.store.schema import jobs, ticks, unresolved
 from shardcron.store.sql import chunks
 from shardcron.store.text import clip
 
@@ -43,21 +43,27 @@ def last_ticks(engine: Engine, shard: int) -> dict[str, int]:
     By the job's current shard, not the tick's: after a reshard a job's older
     ticks carry its old shard number, and they still say where it left off.
     """
-    shard_jobs = select(jobs.c.id).where(jobs.c.shard == shard)
-    q = (
-        select(ticks.c.job_id, func.max(ticks.c.scheduled_at_ms))
-        .where(ticks.c.job_id.in_(shard_jobs), ticks.c.manual == False)  # noqa: E712 (SQL, not Python)
-        .group_by(ticks.c.job_id)
+    # Per job, the primary key walked backwards to the first scheduled row: no index
+    # over (shard, manual, ...) for every insert to keep up, and no read of a
+    # job's whole history.
+    newest = (
+        select(ticks.c.scheduled_at_ms)
+        .where(ticks.c.job_id == jobs.c.id, ticks.c.manual == False)  # noqa: E712 (SQL, not Python)
+        .order_by(ticks.c.scheduled_at_ms.desc())
+        .limit(1)
+        .correlate(jobs)
+        .scalar_subquery()
     )
+    q = select(jobs.c.id, newest).where(jobs.c.shard == shard)
     with reading(engine) as conn:
-        return {job_id: at for job_id, at in conn.execute(q)}
+        return {job_id: at for job_id, at in conn.execute(q) if at is not None}
 
 
 def unresolved_ticks(engine: Engine, shard: int) -> list[Tick]:
     """The shard's claimed or running ticks, oldest first: a new leader's orphans."""
     q = (
         select(ticks)
-        .where(ticks.c.shard == shard, ticks.c.status.in_(_UNRESOLVED))
+        .where(ticks.c.shard == shard, unresolved(ticks.c.status))
         .order_by(ticks.c.scheduled_at_ms, ticks.c.job_id)
     )
     with reading(engine) as conn:
@@ -207,7 +213,7 @@ def take_over(engine: Engine, slots: Sequence[SlotRef], *, shard: int, fence: in
             orphan = and_(
                 ticks.c.shard == shard,
                 ticks.c.fence < fence,
-                ticks.c.status.in_(_UNRESOLVED),
+                unresolved(ticks.c.status),
                 tuple_(ticks.c.job_id, ticks.c.scheduled_at_ms).in_(part),
             )
             # Two transactions of this leader are not kept apart by the shared
@@ -238,7 +244,7 @@ def abandon_ticks(
                 .where(
                     ticks.c.shard == shard,
                     ticks.c.fence <= fence,
-                    ticks.c.status.in_(_UNRESOLVED),
+                    unresolved(ticks.c.status),
                     tuple_(ticks.c.job_id, ticks.c.scheduled_at_ms).in_(part),
                 )
                 .values(status=TickStatus.ABANDONED.value, error=clip(reason), finished_at_ms=now_ms)

@@ -35,14 +35,14 @@ from typing import NamedTuple
 
 from sqlalchemy import Connection, TextClause, text
 
-from shardcron.model import TickStatus
+from shardcron.store.schema import UNRESOLVED_SQL
 from shardcron.store.sql import chunks
 
 DIALECTS = frozenset({"postgresql", "sqlite"})
 
 # The key every batched update matches on, with the SQL type of each bind: the first four fields of every row.
 _KEY_BINDS = {"b_job": "TEXT", "b_at": "BIGINT", "b_shard": "INTEGER", "b_fence": "BIGINT"}
-_UNRESOLVED_SQL = f"ticks.status IN ('{TickStatus.CLAIMED.value}', '{TickStatus.RUNNING.value}')"
+_UNRESOLVED_SQL = f"ticks.{UNRESOLVED_SQL}"
 # PostgreSQL compares job ids byte for byte, as the column does (schema.exact_string); SQLite always does.
 _EXACT = {"postgresql": ' COLLATE "C"', "sqlite": ""}
 

@@ -14,7 +14,7 @@ from shardcron.store import current_revision, head_revision, make_engine
 from shardcron.store.schema import VERSION_TABLE, metadata
 from tests.support.commands import admin_command as shardcron
 
-HEAD = "0001_initial (head)"
+HEAD = "0002_unresolved_ticks_index (head)"
 
 
 def masked(url: str) -> str:
@@ -22,8 +22,8 @@ def masked(url: str) -> str:
 
 
 def test_head_is_named_by_its_migration_file():
-    assert head_revision() == "0001"
-    assert admin_cli.describe_revision("0001") == HEAD
+    assert head_revision() == "0002"
+    assert admin_cli.describe_revision("0002") == HEAD
 
 
 def test_upgrade_an_empty_database_then_again(db_url):
@@ -58,7 +58,7 @@ def test_a_newer_schema_is_reported_and_not_touched(store_engine, db_url):
         conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '9999'"))
     rc, out, err = shardcron("db", "current", "--db", db_url)
     assert (rc, err) == (0, "")
-    assert out == "9999 (unknown to this shardcron, whose head is 0001_initial: upgrade shardcron)\n"
+    assert out == "9999 (unknown to this shardcron, whose head is 0002_unresolved_ticks_index: upgrade shardcron)\n"
 
     rc, out, err = shardcron("db", "upgrade", "--db", db_url)
     assert (rc, out) == (1, "")
@@ -118,3 +118,40 @@ def test_db_commands_through_python_m_shardcron(fresh_db_url):
     bad = shardcron_process("db", "current", "--db", "postgresql://shardcron:s3cr3t-pw@127.0.0.1:1/cron")
     assert bad.returncode == 1 and bad.stdout == ""
     assert "Traceback" not in bad.stderr and "s3cr3t-pw" not in bad.stderr and "***" in bad.stderr
+
+
+def test_a_store_written_at_the_first_revision_upgrades_to_head_with_nothing_lost(db_url):
+    """Every later revision carries a store that already holds jobs and ticks forward: rows kept,
+    and the unresolved ones still found where a new leader looks for them."""
+    from alembic import command
+
+    from shardcron.store import last_ticks, unresolved_ticks
+    from shardcron.store.migrate import alembic_config
+
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "0001")
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO jobs (id, shard, spec, version, paused, fence, node_id, created_at_ms, "
+                              "updated_at_ms, active_since_ms) VALUES ('nightly', 3, '{}', 1, :no, 7, 'n1', 0, 0, 0)"),
+                         {"no": False})
+            for at, status, manual in [(1000, "succeeded", False), (2000, "claimed", False),
+                                       (3000, "running", False), (4000, "failed", True)]:
+                conn.execute(text("INSERT INTO ticks (job_id, scheduled_at_ms, shard, fence, node_id, status, "
+                                  "attempt, manual) VALUES ('nightly', :at, 3, 7, 'n1', :status, 1, :manual)"),
+                             {"at": at, "status": status, "manual": manual})
+        assert current_revision(engine) == "0001"
+
+        rc, out, err = shardcron("db", "upgrade", "--db", db_url)
+        assert (rc, err) == (0, ""), err
+        assert current_revision(engine) == head_revision()
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM ticks")).scalar_one() == 4
+        assert [(t.scheduled_at_ms, t.status.value) for t in unresolved_ticks(engine, 3)] == [
+            (2000, "claimed"), (3000, "running")]
+        assert last_ticks(engine, 3) == {"nightly": 3000}  # the manual run at 4000 is not where it left off
+    finally:
+        engine.dispose()
