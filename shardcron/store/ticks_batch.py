@@ -6,7 +6,7 @@ processes each row's parameters, and the driver sends (PostgreSQL) or steps
 third of a node's CPU (py-spy, ``bench throughput``). Here a batch is one
 statement whose text never changes (so it is compiled once and prepared
 once), and its rows are one parameter, a JSON array of arrays (one per row,
-fields by position) that ``json.dumps`` writes in C and the database reads
+fields by position) that orjson writes in C and the database reads
 as typed columns (PostgreSQL's ``jsonb_array_elements``, SQLite's
 ``json_each``). (Arrays, one per column, were
 tried first on PostgreSQL: psycopg's list dumper is Python, element by
@@ -30,6 +30,8 @@ The statements keep what the executemany forms guarantee (``ticks``):
 from __future__ import annotations
 
 import json
+
+import orjson
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
@@ -87,43 +89,74 @@ def batch_update(binds: Mapping[str, str], assignments: Mapping[str, str]) -> Ba
     ) for dialect in DIALECTS})
 
 
+def _document(rows: Sequence[tuple]) -> str:
+    """``rows`` as one JSON array of arrays. orjson refuses a string that is not valid UTF-8 (a lone
+    surrogate from a decoded process output, say), which the standard library escapes instead."""
+    try:
+        return orjson.dumps(rows).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(rows)
+
+
 def run_batch_update(conn: Connection, update: BatchUpdate, rows: Sequence[tuple]) -> None:
     """``update`` over ``rows`` (tuples of its ``names``), in rounds (see the module doc)."""
     statement = update.statements[conn.dialect.name]
     for round_rows in _rounds(rows):
         for part in chunks(round_rows, _ROWS_PER_STATEMENT):
-            conn.execute(statement, {"rows": json.dumps(part)})
+            conn.execute(statement, {"rows": _document(part)})
 
 
 def insert_claims(conn: Connection, slots: Sequence[tuple[str, int, int, int, bool]], *, node_id: str,
                   status: str, now_ms: int, finished_at_ms: int | None, error: str | None) -> set[tuple[str, int]]:
     """Insert a tick for each (job_id, scheduled_at_ms, shard, fence, manual) without one, in key order;
     returns the (job_id, scheduled_at_ms) keys this statement inserted."""
-    statement = _INSERT_CLAIMS[conn.dialect.name]
+    dialect = conn.dialect.name
     inserted: set[tuple[str, int]] = set()
     for part in chunks(sorted(slots), _ROWS_PER_STATEMENT):
-        inserted.update((job_id, at) for job_id, at in conn.execute(statement, {
-            "rows": json.dumps(part), "node_id": node_id, "status": status, "now_ms": now_ms,
-            "finished_at_ms": finished_at_ms, "error": error}))
+        binds = {"rows": _document(part), "node_id": node_id, "status": status, "now_ms": now_ms,
+                 "finished_at_ms": finished_at_ms, "error": error}
+        if dialect == "sqlite" and _inserted_all(conn, binds, len(part)):
+            inserted.update((job_id, at) for job_id, at, *_ in part)
+            continue
+        inserted.update((job_id, at) for job_id, at in conn.execute(_INSERT_CLAIMS_RETURNING[dialect], binds))
     return inserted
+
+
+def _inserted_all(conn: Connection, binds: Mapping[str, object], count: int) -> bool:
+    """Insert without RETURNING under a savepoint, kept only if every row went in: then the inserted
+    keys are the ones given, and no row comes back through the driver (on SQLite, building and
+    fetching them cost as much as a sixth of the insert). A slot that already had a row (a replay
+    after a takeover) undoes it, and the caller inserts again with RETURNING."""
+    savepoint = conn.begin_nested()
+    if conn.execute(_INSERT_CLAIMS["sqlite"], binds).rowcount == count:
+        savepoint.commit()
+        return True
+    savepoint.rollback()
+    return False
 
 
 # Enough that a statement's own cost is spread thin; few enough that a batch of results with 64 KiB of output
 # each stays a 64 MiB document, far below PostgreSQL's 1 GiB parameter limit.
 _ROWS_PER_STATEMENT = 1000
 
+# Rows go in in key order so that two claimants lock keys in one order (PostgreSQL). SQLite
+# has one writer at a time, and json_each yields the already sorted rows in order: a sort
+# there would only cost a temporary B-tree per statement.
+_IN_KEY_ORDER = {"postgresql": f"ORDER BY v.job_id{_EXACT['postgresql']}, v.at", "sqlite": ""}
 _CLAIM_COLUMNS = {"job_id": "TEXT", "at": "BIGINT", "shard": "INTEGER", "fence": "BIGINT", "manual": "BOOLEAN"}
-_INSERT_CLAIMS = {dialect: text(
+_INSERT_CLAIMS = {dialect: (
     "INSERT INTO ticks (job_id, scheduled_at_ms, shard, fence, manual, node_id, status, attempt, claimed_at_ms, "
     "finished_at_ms, error) "
     "SELECT v.job_id, v.at, v.shard, v.fence, v.manual, :node_id, :status, 0, :now_ms, "
     "CAST(:finished_at_ms AS BIGINT), CAST(:error AS TEXT) "
     f"FROM {_rows_of(dialect, _CLAIM_COLUMNS)} "
     # WHERE true: SQLite's grammar needs a WHERE before ON CONFLICT in an INSERT ... SELECT.
-    f"WHERE true ORDER BY v.job_id{_EXACT[dialect]}, v.at "
-    "ON CONFLICT DO NOTHING "
-    "RETURNING job_id, scheduled_at_ms"
+    f"WHERE true {_IN_KEY_ORDER[dialect]} "
+    "ON CONFLICT DO NOTHING"
 ) for dialect in DIALECTS}
+_INSERT_CLAIMS_RETURNING = {dialect: text(f"{sql} RETURNING job_id, scheduled_at_ms")
+                            for dialect, sql in _INSERT_CLAIMS.items()}
+_INSERT_CLAIMS = {dialect: text(sql) for dialect, sql in _INSERT_CLAIMS.items()}
 
 
 def _rounds(rows: Iterable[tuple]) -> list[list[tuple]]:
