@@ -333,9 +333,9 @@ def parse_calendar(name: str, mapping: Mapping) -> Calendar:
     [{"days": "mon-fri", "start": "09:00", "end": "18:00"}]); ``exclude_ranges``
     ([{"from": "2026-11-24T10:00:00+00:00", "to": ...}], each with a UTC offset).
     """
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise CalendarError(str(name), "name", f"{name!r} must be 1-128 letters, digits, '.', '_' or '-', "
-                                               "starting with a letter or digit")
+    reason = check_calendar_name(name)
+    if reason:
+        raise CalendarError(str(name), "name", reason)
     if not isinstance(mapping, Mapping):
         raise CalendarError(name, "calendar", f"expected a table of settings, got {type(mapping).__name__}")
     for key in mapping:
@@ -357,6 +357,30 @@ def parse_calendar(name: str, mapping: Mapping) -> Calendar:
     windows = _given(mapping, "windows", None)
     windows = None if windows is None else _parse_windows(name, windows)
     return Calendar(name, tz_name, frozenset(dates), windows, tuple(ranges))
+
+
+def check_calendar_name(name: object) -> str | None:
+    """Why ``name`` cannot name a calendar, or None when it can."""
+    if isinstance(name, str) and _NAME.fullmatch(name):
+        return None
+    return f"{name!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+
+def calendar_to_dict(calendar: Calendar) -> dict:
+    """The calendar as plain JSON-able data that ``parse_calendar`` reads back to an equal calendar.
+
+    What is stored and served: an .ics file's events are already dates and ranges here,
+    a window crossing midnight is already its two days, and instants are epoch ms.
+    """
+    d: dict = {"timezone": calendar.timezone}
+    if calendar.excluded_dates:
+        d["exclude_dates"] = sorted(day.isoformat() for day in calendar.excluded_dates)
+    if calendar.windows is not None:
+        d["windows"] = [{"days": WEEKDAYS[w.weekday], "start": _clock(w.start_ms), "end": _clock(w.end_ms)}
+                        for w in calendar.windows]
+    if calendar.excluded_ranges:
+        d["exclude_ranges"] = [{"from": a, "to": b} for a, b in calendar.excluded_ranges]
+    return d
 
 
 def _given(mapping: Mapping, key: str, default: object) -> object:
@@ -531,4 +555,4 @@ def _iso(ms: int) -> str:
 
 
 __all__ = ["MAX_CANDIDATES", "SEARCH_HORIZON_MS", "Calendar", "CalendarError", "NextSlot", "Window",
-           "allowed_by_all", "first_exclusion", "next_allowed", "next_instant_all_allow", "parse_calendar"]
+           "allowed_by_all", "calendar_to_dict", "check_calendar_name", "first_exclusion", "next_allowed", "next_instant_all_allow", "parse_calendar"]
