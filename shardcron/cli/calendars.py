@@ -23,7 +23,7 @@ from shardcron.cli.common import fmt_ms
 from shardcron.cli.jobs import _client, _common, _print_json, _table
 from shardcron.errors import ShardcronError
 from shardcron.scheduling.calendar_book import StoredCalendar
-from shardcron.scheduling.calendars import Calendar, CalendarError, calendar_to_dict, parse_calendar
+from shardcron.scheduling.calendars import Calendar, CalendarError, calendar_to_dict, describe_windows, parse_calendar
 
 
 class CalendarFileError(ShardcronError):
@@ -66,8 +66,7 @@ def calendar_json(s: StoredCalendar, jobs: list[str] | None = None) -> dict:
 
 
 def _summary(c: Calendar) -> list:
-    windows = "-" if c.windows is None else ", ".join(str(w) for w in c.windows)
-    return [c.name, c.timezone, len(c.excluded_dates), len(c.excluded_ranges), windows]
+    return [c.name, c.timezone, len(c.excluded_dates), len(c.excluded_ranges), describe_windows(c.windows)]
 
 
 HEADERS = ["NAME", "TIMEZONE", "EXCLUDED DATES", "EXCLUDED RANGES", "WINDOWS", "VERSION", "UPDATED"]

@@ -366,6 +366,26 @@ def check_calendar_name(name: object) -> str | None:
     return f"{name!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 
+def describe_windows(windows: Sequence[Window] | None) -> str:
+    """Windows as a person writes them: ``Mon-Fri 09:00-18:00, Sat 10:00-12:00``; ``-`` for none."""
+    if windows is None:
+        return "-"
+    by_span: dict[tuple[int, int], list[int]] = {}
+    for w in windows:
+        by_span.setdefault((w.start_ms, w.end_ms), []).append(w.weekday)
+    parts = []
+    for (start, end), days in by_span.items():
+        runs: list[list[int]] = []
+        for d in days:  # sorted: windows are merged and sorted
+            if runs and d == runs[-1][-1] + 1:
+                runs[-1].append(d)
+            else:
+                runs.append([d])
+        names = ",".join(WEEKDAYS[r[0]].title() + (f"-{WEEKDAYS[r[-1]].title()}" if len(r) > 1 else "") for r in runs)
+        parts.append(f"{names} {_clock(start)}-{_clock(end)}")
+    return ", ".join(parts)
+
+
 def calendar_to_dict(calendar: Calendar) -> dict:
     """The calendar as plain JSON-able data that ``parse_calendar`` reads back to an equal calendar.
 
@@ -555,4 +575,4 @@ def _iso(ms: int) -> str:
 
 
 __all__ = ["MAX_CANDIDATES", "SEARCH_HORIZON_MS", "Calendar", "CalendarError", "NextSlot", "Window",
-           "allowed_by_all", "calendar_to_dict", "check_calendar_name", "first_exclusion", "next_allowed", "next_instant_all_allow", "parse_calendar"]
+           "allowed_by_all", "calendar_to_dict", "check_calendar_name", "describe_windows", "first_exclusion", "next_allowed", "next_instant_all_allow", "parse_calendar"]
