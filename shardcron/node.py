@@ -85,10 +85,11 @@ class NodeBackend:
         return self._node.scheduler.calendars
 
     def calendar_written(self, name: str, calendar, now_ms: int) -> None:
-        """This node put (``calendar``) or deleted (None) calendar ``name``: known here at once, then
-        every node reloads (this one too, which reschedules its jobs)."""
-        if calendar is not None:
-            self._node.scheduler.calendars.put(calendar)
+        """This node put (``calendar``) or deleted (None) calendar ``name``: known and followed here at
+        once (the reload the bump brings then finds nothing changed here), then every other node reloads."""
+        book = self._node.scheduler.calendars
+        if book.put(calendar) if calendar is not None else book.remove(name):
+            self._node.scheduler.calendars_changed({name})
         self._node.calendar_watch.bump(name, now_ms)
 
     def shard_map(self) -> dict:

@@ -49,9 +49,18 @@ class CalendarBook:
         self._by_name = new
         return {n for n in old.keys() | new.keys() if old.get(n) != new.get(n)}
 
-    def put(self, calendar: Calendar) -> None:
-        """One calendar written by this node: known here at once, before the reload it triggers."""
+    def put(self, calendar: Calendar) -> bool:
+        """One calendar written by this node, known here at once (before the reload its bump brings,
+        which then finds nothing changed); True when it differs from the one held."""
+        changed = self._by_name.get(calendar.name) != calendar
         self._by_name = {**self._by_name, calendar.name: calendar}
+        return changed
+
+    def remove(self, name: str) -> bool:
+        """One calendar this node deleted; True when it was held."""
+        held = name in self._by_name
+        self._by_name = {n: c for n, c in self._by_name.items() if n != name}
+        return held
 
     def names(self) -> frozenset[str]:
         return frozenset(self._by_name)

@@ -227,3 +227,18 @@ def test_the_api_refuses_bad_calendars_and_unknown_names_naming_the_field(cluste
         with pytest.raises(ApiError) as e:
             c.put_calendar(_excluding("cas", 0, 2000), expected_version=0)
         assert e.value.code is grpc.StatusCode.ABORTED and "expected version 0" in str(e.value)
+
+
+def test_a_change_through_the_jobs_own_leader_reschedules_a_far_next_slot(cluster):
+    # The job's next allowed slot is an hour away; the leader itself is told the calendar now allows
+    # every slot: the job runs within seconds, not in an hour.
+    c, nodes, _ = cluster
+    jid = f"cal-far-{uuid.uuid4().hex[:6]}"
+    name = f"far-{uuid.uuid4().hex[:6]}"
+    leader = next(n for n in nodes if n.node_id == c.leaders()[shard_for(jid, SHARDS)])
+    with Client(leader.address) as lc:
+        now = wall_ms()
+        lc.put_calendar(_excluding(name, now - 1000, now + 3_600_000))
+        lc.put_job(job_from_dict({"id": jid, "every": "1s", "calendars": [name], "executor": {"kind": "noop"}}))
+        lc.put_calendar(parse_calendar(name, {}))
+        wait_until(lambda: [t for t in lc.list_ticks(jid) if t.status.is_final], 20, 0.3, what="a run")

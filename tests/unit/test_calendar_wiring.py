@@ -12,7 +12,7 @@ from shardcron.jobfile import JobFileError, load_file_calendars, load_job_file
 from shardcron.jobspec import job_from_dict, job_from_json, job_to_json
 from shardcron.scheduling.calendar_book import CalendarBook, Unknown
 from shardcron.scheduling.calendar_history import CHANGE_GRACE_MS, History, Verdict, Version
-from shardcron.scheduling.calendars import calendar_to_dict, parse_calendar
+from shardcron.scheduling.calendars import calendar_to_dict, describe_windows, parse_calendar
 from shardcron.scheduling.runs import job_runs
 
 OFFICE = {"timezone": "Europe/Lisbon", "windows": {"mon-fri": "09:00-18:00", "fri": "22:00-02:00"},
@@ -60,8 +60,9 @@ def test_the_book_reports_what_changed_and_resolves_names():
     assert "does not exist" in book.allows(["a"], 0)
     assert book.allows(["b"], ms("2026-12-24T12:00Z")).startswith("holiday 2026-12-24")
     assert book.allows(["b"], ms("2026-12-23T12:00Z")) is None
-    book.put(a)
+    assert book.put(a) is True and book.put(a) is False
     assert book.names() == {"a", "b"}
+    assert book.remove("a") is True and book.remove("a") is False and book.names() == {"b"}
 
 
 def _range(name: str, lo: str, hi: str):
@@ -154,3 +155,14 @@ def test_next_reason_says_which_calendar_excluded_what():
     assert runs.next_slot_ms == ms("2026-12-26T00:00Z")
     assert runs.next_reason == "slots from 2026-12-25T00:00:00.000Z excluded: holiday 2026-12-25 (calendar 'xmas')"
     assert job_runs(job, ms("2026-12-23T23:30Z"), calendars=(xmas,)).next_reason is None
+
+
+@pytest.mark.parametrize("windows, text", [
+    (None, "-"),
+    ({"mon-fri": "09:00-18:00"}, "Mon-Fri 09:00-18:00"),
+    ({"mon,wed,thu": "09:00-12:00", "sat": "10:00-12:00"}, "Mon,Wed-Thu 09:00-12:00, Sat 10:00-12:00"),
+    ({"fri": "22:00-02:00"}, "Fri 22:00-24:00, Sat 00:00-02:00"),
+])
+def test_windows_are_described_as_a_person_writes_them(windows, text):
+    cal = parse_calendar("c", {} if windows is None else {"windows": windows})
+    assert describe_windows(cal.windows) == text
