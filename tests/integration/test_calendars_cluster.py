@@ -242,3 +242,18 @@ def test_a_change_through_the_jobs_own_leader_reschedules_a_far_next_slot(cluste
         lc.put_job(job_from_dict({"id": jid, "every": "1s", "calendars": [name], "executor": {"kind": "noop"}}))
         lc.put_calendar(parse_calendar(name, {}))
         wait_until(lambda: [t for t in lc.list_ticks(jid) if t.status.is_final], 20, 0.3, what="a run")
+
+
+def test_jobs_apply_puts_a_files_calendars_before_its_jobs(cluster, tmp_path):
+    _, nodes, _ = cluster
+    name, jid = f"file-{uuid.uuid4().hex[:6]}", f"cal-file-{uuid.uuid4().hex[:6]}"
+    f = tmp_path / "jobs.yaml"
+    f.write_text(f"calendars:\n  {name}:\n    timezone: America/New_York\n    windows: {{'sat,sun': '10:00-12:00'}}\n"
+                 f"jobs:\n  - id: {jid}\n    every: 1h\n    calendars: [{name}]\n    executor: {{kind: noop}}\n")
+    out = cli(nodes[1], "jobs", "apply", "-f", str(f))
+    assert out.returncode == 0, out.stderr
+    assert f"calendar {name} version 1" in out.stdout and jid in out.stdout, out.stdout
+    with Client(nodes[0].address) as c:
+        job, runs = c.get_job_runs(jid)
+    assert job.calendars == (name,) and runs.next_slot_ms is not None
+    assert (runs.next_slot_ms // 3_600_000) % 24 in (14, 15, 16, 17)  # 10:00 or 11:00 in New York, in UTC
