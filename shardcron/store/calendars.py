@@ -48,8 +48,12 @@ class CalendarInUse(ShardcronError):
 class CalendarVersionConflict(VersionConflict):
     """ABORTED: the calendar is not at the expected version."""
 
-    def __init__(self, name: str, expected: int, actual: int):
-        ShardcronError.__init__(self, f"calendar {name!r}: expected version {expected}, found {actual}")
+    def __init__(self, name: str, expected: int | None, actual: int | None):
+        if actual is None:
+            why = "was created by another call at the same moment; read it and try again"
+        else:
+            why = f"expected version {expected}, found {actual}"
+        ShardcronError.__init__(self, f"calendar {name!r}: {why}")
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,15 @@ def put_calendar(engine: Engine, calendar: Calendar, *, node_id: str, now_ms: in
                  expected_version: int | None = None) -> StoredCalendar:
     """Create or replace; ``expected_version`` 0: only create, N: only over version N (else ``VersionConflict``)."""
     spec = json.dumps(calendar_to_dict(calendar), sort_keys=True, separators=(",", ":"))
+    try:
+        return _put(engine, calendar, spec, node_id, now_ms, expected_version)
+    except sa_exc.IntegrityError:
+        # Two calls created the same calendar at once (the row lock guards only an existing one).
+        raise CalendarVersionConflict(calendar.name, expected_version, None) from None
+
+
+def _put(engine: Engine, calendar: Calendar, spec: str, node_id: str, now_ms: int,
+         expected_version: int | None) -> StoredCalendar:
     with writing(engine) as conn:
         row = conn.execute(select(calendars.c.version).where(calendars.c.name == calendar.name)
                            .with_for_update()).first()

@@ -67,3 +67,24 @@ def test_a_job_files_calendars_are_imported_once(engine):
     assert cs.import_calendars(engine, [HOLIDAYS], node_id="n2", now_ms=2000) == []  # unchanged: no new version
     assert cs.import_calendars(engine, [MORE], node_id="n2", now_ms=3000) == ["holidays"]
     assert cs.get_calendar(engine, "holidays").version == 2
+
+
+def test_concurrent_writes_each_get_a_version_or_a_conflict(engine):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def put(i: int):
+        cal = parse_calendar("busy", {"exclude_dates": [f"2026-12-{i + 1:02d}"]})
+        try:
+            return cs.put_calendar(engine, cal, node_id=f"n{i}", now_ms=1000 + i).version
+        except cs.CalendarVersionConflict as e:
+            return str(e)
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(put, range(8)))
+    versions = sorted(a for a in answers if isinstance(a, int))
+    conflicts = [a for a in answers if isinstance(a, str)]
+    assert all("created by another call at the same moment" in c for c in conflicts), conflicts
+    assert versions == list(range(1, len(versions) + 1)) and versions  # no version given twice, none lost
+    history = cs.calendar_history(engine, ["busy"])
+    assert [v.version for v in history] == versions
+    assert cs.get_calendar(engine, "busy").calendar == history[-1].calendar

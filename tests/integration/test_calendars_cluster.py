@@ -52,12 +52,6 @@ def cli(node, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=60)
 
 
-def _iso(ms: int) -> str:
-    from shardcron.clock import rfc3339_ms
-
-    return rfc3339_ms(ms)
-
-
 def _excluding(name: str, start_ms: int, end_ms: int):
     return parse_calendar(name, {"exclude_ranges": [{"from": start_ms, "to": end_ms}]})
 
@@ -132,7 +126,7 @@ def test_jobs_get_says_why_the_next_slot_is_later(cluster):
     assert name in runs.next_reason and "excluded range" in runs.next_reason, runs.next_reason
     out = cli(nodes[1], "jobs", "get", jid)
     assert out.returncode == 0, out.stderr
-    assert f"next: slots from" in out.stdout and name in out.stdout, out.stdout
+    assert "next: slots from" in out.stdout and name in out.stdout, out.stdout
 
 
 def _admitted_hourly(c: Client, jid: str, name: str) -> bool:
