@@ -251,3 +251,31 @@ def test_jobs_apply_puts_a_files_calendars_before_its_jobs(cluster, tmp_path):
         job, runs = c.get_job_runs(jid)
     assert job.calendars == (name,) and runs.next_slot_ms is not None
     assert (runs.next_slot_ms // 3_600_000) % 24 in (14, 15, 16, 17)  # 10:00 or 11:00 in New York, in UTC
+
+
+def test_a_nodes_jobs_file_imports_its_calendars(cluster, tmp_path):
+    # Last in this module: a third node joins (its jobs are imported only where it comes to lead,
+    # which the balancer decides; its file's calendars are written at its start, before any shard).
+    c, nodes, _ = cluster
+    name, jid = f"boot-{uuid.uuid4().hex[:6]}", f"cal-boot-{uuid.uuid4().hex[:6]}"
+    f = tmp_path / "jobs.toml"
+    f.write_text(f'[calendars.{name}]\ntimezone = "Europe/Lisbon"\nexclude_dates = [2026-12-25]\n\n'
+                 f'[[jobs]]\nid = "{jid}"\nevery = "1h"\ncalendars = ["{name}"]\nexecutor = {{ kind = "noop" }}\n')
+    third = c.add("c", extra_args=["--jobs", str(f)])
+    try:
+        with Client(nodes[0].address) as client:
+            stored, _ = wait_until(lambda: _calendar_or_none(client, name), 30, 0.3, what="the file's calendar")
+        assert stored.version == 1 and stored.calendar == parse_calendar(
+            name, {"timezone": "Europe/Lisbon", "exclude_dates": ["2026-12-25"]})
+    finally:
+        third.terminate()
+    assert "Traceback" not in third.log_text(), third.log_text()[-4000:]
+
+
+def _calendar_or_none(client: Client, name: str):
+    from shardcron.api.client import NotFound
+
+    try:
+        return client.get_calendar(name)
+    except NotFound:
+        return None
