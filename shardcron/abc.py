@@ -84,6 +84,11 @@ class Backend(Protocol):
     def trigger_now(self, shard: int, job_id: str) -> SlotRef:
         """Claim and start an extra, manual tick now (on the shard's leader). KeyError if the job is unknown."""
 
+    calendars: object  # scheduling.calendar_book.CalendarBook: the calendars this node schedules by
+
+    def calendar_written(self, name: str, calendar: object, now_ms: int) -> None:
+        """This node wrote calendar ``name`` (``calendar`` None: deleted): every node must reload it."""
+
     def shard_map(self) -> dict:
         """The same map ``shardcron shards --json`` prints (shards, nodes, shard_count)."""
 

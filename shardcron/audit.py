@@ -45,6 +45,13 @@ Jitter moves a slot's start, never its identity: the row of a jittered slot is
 still keyed by the unjittered time (and claimed before it), so the missing rule
 looks for it there; the unresolved rule's grace runs from its jittered start.
 
+Calendars exclude slots: a slot the job's calendars excluded when it fell is
+not owed, so it is neither missing nor counted as checked; it is counted as
+``calendar_excluded``. Each slot is judged by the calendar versions in force at
+it (``calendar_history``: every version is kept with the time it took effect),
+so changing a calendar does not rewrite the past; for a few seconds after a
+change a slot the two versions judge differently may go either way.
+
 Manual runs (TriggerJob) are extra rows, never owed: they are ignored by the
 missing and duplicate rules and checked by the other two. Rows of a deleted
 job are checked for fences and resolution and summarised as ``deleted``.
@@ -66,6 +73,7 @@ from shardcron import clock
 from shardcron.clock import rfc3339_ms
 from shardcron.errors import ConfigError, JobNotFound
 from shardcron.model import Job, Tick, TickStatus
+from shardcron.scheduling.calendar_history import History, Verdict, Version
 from shardcron.scheduling.jitter import jitter_offset_ms
 from shardcron.scheduling.policies import OVERLAP_SKIP_REASON
 from shardcron.scheduling.triggers import Trigger, slots_between, trigger_for
@@ -113,6 +121,7 @@ class JobSummary:
     duplicates: int = 0
     missing: int = 0
     excused: int = 0  # missing, but beyond the catch-up window: not a finding
+    calendar_excluded: int = 0  # slots its calendars excluded: not owed
     stale_fence: int = 0
     unresolved: int = 0
     false_overlap: int = 0
@@ -136,6 +145,7 @@ class AuditReport:
     to_ms: int = 0
     now_ms: int = 0
     false_overlap: list[Finding] = field(default_factory=list)
+    calendar_excluded: int = 0
 
     def clean(self) -> bool:
         return not (self.duplicates or self.missing or self.stale_fence or self.unresolved or self.false_overlap)
@@ -158,6 +168,7 @@ class AuditReport:
             "slots_checked": self.slots_checked,
             "ticks_checked": self.ticks_checked,
             "excused": self.excused,
+            "calendar_excluded": self.calendar_excluded,
             "duplicates": [_finding_dict(f) for f in self.duplicates],
             "missing": [_finding_dict(f) for f in self.missing],
             "stale_fence": [_finding_dict(f) for f in self.stale_fence],
@@ -191,6 +202,7 @@ class MissingSlots:
     slots_checked: int
     missing: tuple[int, ...]
     excused: tuple[int, ...]
+    calendar_excluded: int = 0
 
 
 def find_duplicates(rows: Iterable[Tick]) -> list[Finding]:
@@ -216,13 +228,16 @@ def find_missing(
     *,
     now_ms: int,
     trigger: Trigger | None = None,
+    judge: Callable[[int], Verdict] | None = None,
 ) -> MissingSlots:
     """The owed slots of ``job`` in ``(from_ms, to_ms]`` with no row, and those excused (see the module doc).
 
     ``present``: scheduled slot -> ``claimed_at_ms`` of the job's scheduled
     (non-manual) rows; it may also hold rows after ``to_ms``, which are not
     checked but tell when the slots before them were caught up. A row without
-    a claim time counts as claimed at its slot.
+    a claim time counts as claimed at its slot. ``judge``: the job's calendars'
+    verdict on a slot (``calendar_history.History.judge``); an excluded slot is
+    not owed, and one just after a change that flips it is owed only if it has a row.
     """
     start = max(from_ms, job.active_since_ms)
     until = min(to_ms, now_ms)
@@ -231,6 +246,16 @@ def find_missing(
     if until <= start:
         return MissingSlots(0, (), ())
     slots = slots_between(trigger or trigger_for(job.schedule), start, until)
+    excluded = 0
+    if judge is not None:
+        owed = []
+        for s in slots:
+            verdict = judge(s)
+            if verdict is Verdict.OWED or (verdict is Verdict.EITHER and s in present):
+                owed.append(s)
+            else:
+                excluded += 1
+        slots = owed
     have = sorted(present)
     missing, excused = [], []
     for s in slots:
@@ -243,7 +268,7 @@ def find_missing(
         else:
             written_at = now_ms
         (excused if s < written_at - job.catchup_window_ms else missing).append(s)
-    return MissingSlots(len(slots), tuple(missing), tuple(excused))
+    return MissingSlots(len(slots), tuple(missing), tuple(excused), excluded)
 
 
 def find_stale(rows: Iterable[Tick], raises: Iterable[FenceRaise], tolerance_ms: int = 0) -> list[Finding]:
@@ -405,6 +430,7 @@ def run_audit(
     for t in rows:
         rows_by_job[t.job_id].append(t)
     missing: list[Finding] = []
+    history = _calendar_history(engine, jobs)
     for job in jobs:
         summary = per_job[job.id] = JobSummary(job.id, state="paused" if job.paused else "active")
         mine = rows_by_job.get(job.id, [])
@@ -415,8 +441,10 @@ def run_audit(
             nxt = _first_row_after(engine, job.id, to_ms)
             if nxt is not None:
                 present[nxt[0]] = nxt[1]
-        result = find_missing(job, present, from_ms, to_ms, now_ms=now, trigger=trigger)
+        judge = (lambda s, names=job.calendars: history.judge(names, s)) if job.calendars else None
+        result = find_missing(job, present, from_ms, to_ms, now_ms=now, trigger=trigger, judge=judge)
         summary.slots_checked = result.slots_checked
+        summary.calendar_excluded = result.calendar_excluded
         summary.missing, summary.excused = len(result.missing), len(result.excused)
         missing += [Finding(FindingKind.MISSING, job.id, s, "no tick row") for s in result.missing]
     for job_id_, mine in rows_by_job.items():
@@ -433,6 +461,7 @@ def run_audit(
         false_overlap=_false_overlap(engine, rows, from_ms),
         per_job=per_job,
         excused=sum(s.excused for s in per_job.values()),
+        calendar_excluded=sum(s.calendar_excluded for s in per_job.values()),
         ticks_checked=len(rows),
         from_ms=from_ms,
         to_ms=to_ms,
@@ -447,6 +476,19 @@ def run_audit(
     for f in report.false_overlap:
         per_job[f.job_id].false_overlap += 1
     return report
+
+
+def _calendar_history(engine: Engine, jobs: list[Job]) -> History:
+    """Every version of the calendars these jobs name (one query; none when no job names one)."""
+    names = {n for j in jobs for n in j.calendars}
+    if not names:
+        return History({})
+    from shardcron.store.calendars import calendar_history
+
+    versions: dict[str, list[Version]] = defaultdict(list)
+    for v in calendar_history(engine, names):
+        versions[v.name].append(Version(v.effective_at_ms, v.calendar))
+    return History(versions)
 
 
 def _false_overlap(engine: Engine, rows: list, from_ms: int) -> list[Finding]:

@@ -4,6 +4,13 @@
     id = "heartbeat"                   heartbeat:
     every = "1s"                         every: 1s
     executor = { kind = "noop" }         executor: {kind: noop}
+
+A file may also define calendars the jobs name (``shardcron jobs apply`` puts
+them before its jobs; see ``scheduling/calendars.parse_calendar`` for the keys):
+
+    [calendars.business]             calendars:
+    timezone = "Europe/Lisbon"         business:
+    windows = { mon-fri = "09:00-18:00" }  timezone: Europe/Lisbon
 """
 
 from __future__ import annotations
@@ -19,15 +26,15 @@ import yaml
 from shardcron.errors import InvalidJob, ShardcronError
 from shardcron.jobspec import job_from_dict
 from shardcron.model import Job
+from shardcron.scheduling.calendars import Calendar, CalendarError, parse_calendar
 
 
 class JobFileError(ShardcronError):
     pass
 
 
-def load_job_file(path: str, admit: Callable[[Job], None] | None = None) -> list[Job]:
-    """The jobs of the file at ``path``; ``admit(job)`` may refuse one (``InvalidJob``), which is
-    reported like a malformed job: the file, the job, the field (a node's --min-interval, --allow-shell)."""
+def read_data_file(path: str) -> Mapping | object:
+    """The TOML (default), YAML (.yaml, .yml) or JSON (.json) file at ``path`` as plain data."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -43,13 +50,34 @@ def load_job_file(path: str, admit: Callable[[Job], None] | None = None) -> list
             data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, yaml.YAMLError, ValueError) as e:
         raise JobFileError(f"{path}: not valid {kind}: {e}") from None
+    return data
+
+
+def load_file_calendars(path: str, data: object = None) -> list[Calendar]:
+    """The calendars a job file defines under ``calendars`` (none when it has no such table)."""
+    data = read_data_file(path) if data is None else data
+    raw = data.get("calendars") if isinstance(data, Mapping) else None
+    if raw is None:
+        return []
+    if not isinstance(raw, Mapping):
+        raise JobFileError(f"{path}: 'calendars' must be a table of calendars keyed by name")
+    try:
+        return [parse_calendar(str(name), body) for name, body in raw.items()]
+    except CalendarError as e:
+        raise JobFileError(f"{path}: calendars.{e.calendar}: {e.field}: {e.reason}") from None
+
+
+def load_job_file(path: str, admit: Callable[[Job], None] | None = None) -> list[Job]:
+    """The jobs of the file at ``path``; ``admit(job)`` may refuse one (``InvalidJob``), which is
+    reported like a malformed job: the file, the job, the field (a node's --min-interval, --allow-shell)."""
+    data = read_data_file(path)
     if not isinstance(data, Mapping) or "jobs" not in data:
         hint = difflib.get_close_matches("jobs", [str(k) for k in data], n=1) if isinstance(data, Mapping) else []
         raise JobFileError(f"{path}: expected a top-level 'jobs' list or table"
                            + (f" (found {hint[0]!r}: did you mean 'jobs'?)" if hint else ""))
     for key in data:
-        if key != "jobs":
-            raise JobFileError(f"{path}: {key}: unknown top-level key; a job file holds only 'jobs'")
+        if key not in ("jobs", "calendars"):
+            raise JobFileError(f"{path}: {key}: unknown top-level key; a job file holds only 'jobs' and 'calendars'")
     raw = data["jobs"]
     if isinstance(raw, Mapping):
         entries = [(str(k), v) for k, v in raw.items()]

@@ -50,7 +50,7 @@ HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
 # (``timzone`` would run it in UTC).
 SCHEDULE_KEYS = frozenset({"cron", "every", "interval_ms", "at", "at_ms", "timezone", "tz"})
 JOB_KEYS = frozenset({"id", "schedule", "executor", "catchup", "catchup_window", "overlap", "timeout", "retry",
-                      "paused", "labels", "version", "jitter"})
+                      "paused", "labels", "version", "jitter", "calendars"})
 RETRY_KEYS = frozenset({"max_attempts", "backoff", "backoff_max"})
 EXECUTOR_KEYS = {
     ExecutorKind.NOOP: frozenset({"kind"}),
@@ -358,6 +358,7 @@ def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bo
     if not isinstance(paused, bool):
         raise InvalidJob("paused", f"must be true or false, got {paused!r}")
     jitter_ms = _jitter(d.get("jitter"), schedule)
+    calendars = _calendar_names(d.get("calendars"))
     return Job(
         id=jid,
         schedule=schedule,
@@ -371,7 +372,26 @@ def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bo
         labels=dict(labels),
         version=_int(d.get("version", 0), "version", 0),
         jitter_ms=jitter_ms,
+        calendars=calendars,
     )
+
+
+def _calendar_names(raw) -> tuple[str, ...]:
+    """A job's calendars: a list of calendar names (absent: none); whether each exists is the API's check."""
+    if raw is None:
+        return ()
+    from shardcron.scheduling.calendars import check_calendar_name  # it imports this module's neighbours
+
+    if isinstance(raw, str) or not isinstance(raw, list | tuple):
+        raise InvalidJob("calendars", f"must be a list of calendar names such as [\"business\"], got {raw!r}")
+    names: list[str] = []
+    for i, name in enumerate(raw):
+        reason = check_calendar_name(name)
+        if reason:
+            raise InvalidJob(f"calendars[{i}]", reason)
+        if name not in names:
+            names.append(name)
+    return tuple(names)
 
 
 def _jitter(raw, schedule: Schedule) -> int:
@@ -545,6 +565,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         "version": job.version,
         # Only when set: a job without jitter keeps the JSON it was stored with before jitter existed.
         **({"jitter": f"{job.jitter_ms}ms"} if job.jitter_ms else {}),
+        **({"calendars": list(job.calendars)} if job.calendars else {}),
     }
 
 

@@ -219,6 +219,8 @@ class Job:
     # Each slot starts jitter.jitter_offset_ms(id, slot, jitter_ms) after it, in [0, jitter_ms);
     # the slot (the tick row's identity) stays the unjittered time. 0: start at the slot.
     jitter_ms: int = 0
+    # Names of stored calendars (scheduling/calendars.py): a slot any of them excludes is not owed.
+    calendars: tuple[str, ...] = ()
     paused: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     version: int = 0  # store-assigned; 0 for a job never written
@@ -244,6 +246,7 @@ class JobRuns:
     last_scheduled_at_ms: int | None = None
     last_status: TickStatus | None = None
     failures_in_a_row: int = 0
+    next_reason: str | None = None  # why the next slot is not sooner: the calendar that excluded what
 
 
 class SlotRef(NamedTuple):

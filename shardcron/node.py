@@ -14,13 +14,16 @@ from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.cluster_config import ClusterConfig
 from shardcron.coordination.membership import ensure_cluster_config
-from shardcron.jobfile import JobFileError, load_job_file
+from shardcron.coordination.calendar_watch import CalendarWatch
+from shardcron.jobfile import JobFileError, load_file_calendars, load_job_file
 from shardcron.jobspec import check_admissible
+from shardcron.scheduling.calendar_book import CalendarBook
 from shardcron.scheduling.loop import Scheduler
 from shardcron.store.engine import check_connection, describe_url, make_engine, normalise_url
 from shardcron.errors import ConfigError, InvalidJob
 from shardcron.store.epoch import FenceEpoch, claim_epoch, highest_fence
 from shardcron.store.fences import ensure_shards
+from shardcron.store.calendars import import_calendars
 from shardcron.store.migrate import ensure_schema
 
 log = logging.getLogger(__name__)
@@ -76,6 +79,19 @@ class NodeBackend:
     def trigger_now(self, shard: int, job_id: str):
         return self._node.scheduler.trigger_now(shard, job_id)
 
+    @property
+    def calendars(self):
+        """The calendars this node schedules by (``scheduling.calendar_book.CalendarBook``)."""
+        return self._node.scheduler.calendars
+
+    def calendar_written(self, name: str, calendar, now_ms: int) -> None:
+        """This node put (``calendar``) or deleted (None) calendar ``name``: known and followed here at
+        once (the reload the bump brings then finds nothing changed here), then every other node reloads."""
+        book = self._node.scheduler.calendars
+        if book.put(calendar) if calendar is not None else book.remove(name):
+            self._node.scheduler.calendars_changed({name})
+        self._node.calendar_watch.bump(name, now_ms)
+
     def shard_map(self) -> dict:
         from shardcron.coordination.view import shard_map_from_view
 
@@ -121,6 +137,7 @@ class Node:
         self.engine = None
         self.etcd: Etcd | None = None
         self.scheduler: Scheduler | None = None
+        self.calendar_watch: CalendarWatch | None = None
         self.coordinator: Coordinator | None = None
         self.cluster_config: ClusterConfig | None = None  # as read at start; the view mirrors it live
         self.api = None
@@ -137,6 +154,7 @@ class Node:
         # The file is read and checked before anything connects (a typo fails fast);
         # the cluster's minimum interval is known only once etcd answers, below.
         imports = load_job_file(cfg.jobs, admit=admit(0)) if cfg.jobs else []
+        file_calendars = load_file_calendars(cfg.jobs) if cfg.jobs else []
 
         if cfg.metrics_listen:
             metrics.serve(cfg.metrics_listen)
@@ -155,11 +173,20 @@ class Node:
         _admit_imports(cfg.jobs, imports, admit(self.cluster_config.min_interval_ms))
         ensure_shards(self.engine, shard_count)
 
+        calendars = CalendarBook()
         self.scheduler = Scheduler(
             self.engine, cfg.node_id, shard_count, allow_shell=cfg.allow_shell, allow_python=cfg.allow_python,
             lookahead_ms=cfg.lookahead_ms,
             on_fenced=lambda shard, fence: self.coordinator.report_fenced(shard, fence), imports=imports,
+            calendars=calendars,
         )
+        self.calendar_watch = CalendarWatch(self.etcd, self.layout, self.engine, calendars,
+                                            self.scheduler.calendars_changed)
+        if file_calendars:
+            written = import_calendars(self.engine, file_calendars, node_id=cfg.node_id, now_ms=clock.wall_ms())
+            if written:
+                self.calendar_watch.bump(",".join(written), clock.wall_ms())
+        self.calendar_watch.load_now()  # before any shard is led: its first claims follow the calendars
         settings = CoordinatorSettings(
             node_id=cfg.node_id, address=cfg.advertise, shard_count=shard_count, ttl_s=cfg.ttl,
             settle_s=cfg.settle, resign_grace_s=cfg.shutdown_grace, started_at_ms=now,
@@ -174,6 +201,7 @@ class Node:
         metrics.watch_gauge(metrics.lease_renewal_age,
                             lambda: self.coordinator.session.seconds_since_renewal() if self.coordinator.session else 0)
         self.scheduler.start()
+        self.calendar_watch.start()
         self._coord_thread = threading.Thread(target=self.coordinator.run, name="coordinator", daemon=True)
         self._coord_thread.start()
         log.info("node %s started: %d shards, ttl %ss, etcd %s", cfg.node_id, shard_count, cfg.ttl, cfg.etcd)
@@ -211,6 +239,8 @@ class Node:
     def close(self) -> None:
         if self.api:
             self.api.stop()
+        if self.calendar_watch:
+            self.calendar_watch.stop()
         if self.scheduler:
             self.scheduler.close()
         if self.etcd:

@@ -34,9 +34,12 @@ from shardcron.api.convert import (
     stored_job_from_proto,
     tick_from_proto,
 )
+from shardcron.api.calendar_convert import calendar_to_proto, stored_calendar_from_proto
 from shardcron.api.routing import CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, answered_by_a_node
 from shardcron.errors import ShardcronError
 from shardcron.model import Job, JobRuns, SlotRef, Tick
+from shardcron.scheduling.calendar_book import StoredCalendar
+from shardcron.scheduling.calendars import Calendar
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
 
@@ -291,6 +294,30 @@ class Client:
     def watch_ticks(self, job_id: str | None = None) -> TickWatch:
         """Tick results as they are written (of one job, or all), until ``cancel()``."""
         return TickWatch(self, job_id or "")
+
+    # -- calendars ----------------------------------------------------------------------
+
+    def put_calendar(self, calendar: Calendar, *, expected_version: int | None = None,
+                     timeout_s: float | None = None) -> StoredCalendar:
+        """Create or replace a named calendar (``calendars.parse_calendar`` builds one from plain data);
+        with ``expected_version``, only over that version (0: only create), else ``Conflict``."""
+        req = pb.PutCalendarRequest(calendar=calendar_to_proto(calendar))
+        if expected_version is not None:
+            req.expected_version = expected_version
+        return stored_calendar_from_proto(self._call("PutCalendar", req, timeout_s).calendar)
+
+    def get_calendar(self, name: str, *, timeout_s: float | None = None) -> tuple[StoredCalendar, list[str]]:
+        """The calendar and the ids of the jobs that name it (at most 100)."""
+        r = self._call("GetCalendar", pb.GetCalendarRequest(name=name), timeout_s)
+        return stored_calendar_from_proto(r.calendar), list(r.jobs)
+
+    def list_calendars(self, *, timeout_s: float | None = None) -> list[StoredCalendar]:
+        r = self._call("ListCalendars", pb.ListCalendarsRequest(), timeout_s)
+        return [stored_calendar_from_proto(c) for c in r.calendars]
+
+    def delete_calendar(self, name: str, *, force: bool = False, timeout_s: float | None = None) -> None:
+        """Refused while jobs name it (the error names them), unless ``force``."""
+        self._call("DeleteCalendar", pb.DeleteCalendarRequest(name=name, force=force), timeout_s)
 
     # -- cluster ----------------------------------------------------------------------
 

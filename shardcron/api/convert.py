@@ -105,6 +105,8 @@ def job_dict_from_proto(p: pb.Job) -> dict[str, Any]:
         d["paused"] = True
     if p.labels:
         d["labels"] = dict(p.labels)
+    if p.calendars:
+        d["calendars"] = list(p.calendars)
     return d
 
 
@@ -158,6 +160,8 @@ def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
     )
     if job.jitter_ms:
         p.jitter_ms = job.jitter_ms
+    if job.calendars:
+        p.calendars.extend(job.calendars)
     ex = job.executor
     if ex.kind is ExecutorKind.HTTP and ex.http is not None:
         h = ex.http
@@ -184,6 +188,8 @@ def job_runs_to_proto(runs: JobRuns) -> pb.JobRuns:
         p.last_scheduled_at_ms = runs.last_scheduled_at_ms
     if runs.last_status is not None:
         p.last_status = _STATUS_TO_PB[runs.last_status]
+    if runs.next_reason:
+        p.next_reason = runs.next_reason
     return p
 
 
@@ -195,6 +201,7 @@ def job_runs_from_proto(p: pb.JobRuns) -> JobRuns:
         last_scheduled_at_ms=p.last_scheduled_at_ms if p.HasField("last_scheduled_at_ms") else None,
         last_status=_STATUS_FROM_PB.get(p.last_status),
         failures_in_a_row=p.failures_in_a_row,
+        next_reason=p.next_reason or None,
     )
 
 

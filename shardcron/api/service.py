@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import grpc
 
@@ -23,6 +24,7 @@ from shardcron import clock
 from shardcron.abc import Backend
 from shardcron.api import admission
 from shardcron.api.batch import BatchWriter
+from shardcron.api.calendar_rpcs import CalendarRpcs
 from shardcron.api.group_commit import GroupCommit
 from shardcron.api.limits import ApiLimits, TriggerBudget
 from shardcron.api.convert import (
@@ -41,6 +43,7 @@ from shardcron.api.watch import Watches
 from shardcron.errors import JobNotFound, NotLeader
 from shardcron.jobspec import MAX_LABELS, validate_job_id
 from shardcron.model import Job
+from shardcron.scheduling.calendar_book import Unknown
 from shardcron.scheduling.runs import job_runs
 from shardcron.scheduling.triggers import trigger_for
 from shardcron.sharding import shard_for
@@ -76,7 +79,7 @@ def bounded_page(items: list, size: int, to_proto, max_bytes: int = PAGE_BYTES) 
     return page, len(items) > size
 
 
-class SchedulerService:
+class SchedulerService(CalendarRpcs):
     """Made on the API server's loop (its watches hold the loop)."""
 
     def __init__(self, backend: Backend, router: Router, stopping: threading.Event, limits: ApiLimits):
@@ -115,8 +118,12 @@ class SchedulerService:
             p = self._job_answer(job)
             trigger = triggers.get(job.schedule) or triggers.setdefault(job.schedule, trigger_for(job.schedule))
             lr = last.get(job.id)
+            cals = self.backend.calendars.resolve(job.calendars) if job.calendars else ()
             runs = job_runs(job, now, trigger=trigger, last_scheduled_at_ms=lr and lr.scheduled_at_ms,
-                            last_status=lr and lr.status, failures=lr.failures_in_a_row if lr else 0)
+                            last_status=lr and lr.status, failures=lr.failures_in_a_row if lr else 0,
+                            calendars=() if isinstance(cals, Unknown) else cals)
+            if isinstance(cals, Unknown):  # deleted with --force: nothing is owed until it is put again
+                runs = replace(runs, next_slot_ms=None, next_start_ms=None, next_reason=cals.reason)
             p.runs.CopyFrom(job_runs_to_proto(runs))
             return p
 

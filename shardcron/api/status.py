@@ -12,6 +12,7 @@ import logging
 import grpc
 from sqlalchemy import exc as sa_exc
 
+from shardcron.store.calendars import CalendarNotFound
 from shardcron.errors import (
     ConfigError,
     EtcdUnavailable,
@@ -59,7 +60,7 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return exc.code(), exc.details() or ""
     if isinstance(exc, InvalidJob):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-    if isinstance(exc, JobNotFound):
+    if isinstance(exc, JobNotFound | CalendarNotFound):
         return grpc.StatusCode.NOT_FOUND, str(exc)
     if isinstance(exc, VersionConflict):
         return grpc.StatusCode.ABORTED, str(exc)

@@ -259,6 +259,7 @@ COMMANDS: dict[str, str] = {
     "node": "shardcron.cli", "shards": "shardcron.cli", "nodes": "shardcron.cli", "drain": "shardcron.cli",
     "fences": "shardcron.cli", "config": "shardcron.cli", "reshard": "shardcron.cli",
     "jobs": "shardcron.cli.jobs", "ticks": "shardcron.cli.jobs",
+    "calendars": "shardcron.cli.calendars",
     "audit": "shardcron.cli.admin", "db": "shardcron.cli.admin",
     "bench": "shardcron.dev.bench",
     "dev": "shardcron.dev.local_cluster",

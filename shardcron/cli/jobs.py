@@ -77,7 +77,7 @@ def runs_json(runs: JobRuns) -> dict:
     return {"as_of_ms": runs.as_of_ms, "next_slot_ms": runs.next_slot_ms, "next_start_ms": runs.next_start_ms,
             "last_scheduled_at_ms": runs.last_scheduled_at_ms,
             "last_status": runs.last_status.value if runs.last_status else None,
-            "failures_in_a_row": runs.failures_in_a_row}
+            "failures_in_a_row": runs.failures_in_a_row, "next_reason": runs.next_reason}
 
 
 def _runs_cells(runs: JobRuns) -> list:
@@ -307,7 +307,7 @@ def job_from_flags(a: argparse.Namespace) -> Job:
     else:
         d["executor"] = _dispatch_executor(a, kind)
     for key, value in (("catchup", a.catchup), ("catchup_window", a.catchup_window), ("overlap", a.overlap),
-                       ("timeout", a.timeout_job), ("jitter", a.jitter)):
+                       ("timeout", a.timeout_job), ("jitter", a.jitter), ("calendars", a.calendar)):
         if value is not None:
             d[key] = value
     if a.retry_backoff is not None and a.retries is None:
@@ -345,6 +345,10 @@ def cmd_get(a: argparse.Namespace) -> int:
         _print_json({**job_json(job, shard), "runs": runs_json(runs)})
     else:
         print(_table([_job_row(job, shard) + _runs_cells(runs)], JOB_HEADERS))
+        if job.calendars:
+            print(f"calendars: {', '.join(job.calendars)}")
+        if runs.next_reason:
+            print(f"next: {runs.next_reason}")
     return 0
 
 
@@ -404,8 +408,16 @@ def cmd_list(a: argparse.Namespace) -> int:
 def cmd_apply(a: argparse.Namespace) -> int:
     from shardcron.jobfile import load_job_file
 
+    from shardcron.jobfile import load_file_calendars
+
     jobs = load_job_file(a.file)
+    calendars = load_file_calendars(a.file)
     with _client(a) as c:
+        # The file's calendars first: its jobs may name them.
+        for calendar in calendars:
+            stored = c.put_calendar(calendar)
+            if not a.json:
+                print(f"calendar {calendar.name} version {stored.version}")
         results = c.put_jobs(jobs)
     failed = [r for r in results if not r.ok]
     if a.json:
@@ -571,6 +583,8 @@ def register(subparsers) -> None:
     put.add_argument("--timeout", dest="timeout_job", metavar="D", help="the job's run timeout (default 60s)")
     put.add_argument("--jitter", metavar="D", help="start each slot a fixed offset in [0, D) after it, the same on "
                                                    "every leader; shorter than the gap between slots (default 0)")
+    put.add_argument("--calendar", action="append", metavar="NAME",
+                     help="a stored calendar the job follows: slots it excludes are not run; repeatable")
     put.add_argument("--retries", type=int, metavar="N",
                      help="retries after a failed attempt, so N+1 attempts at most (default 0)")
     put.add_argument("--retry-backoff", metavar="D", help="first retry delay (default 1s)")

@@ -4,6 +4,8 @@
     <prefix>/nodes/<node id>         membership, bound to the node's session lease
     <prefix>/drain/<node id>         an operator's request that a node hand its shards over
     <prefix>/reshard                 a reshard in progress: every node hands every shard over
+    <prefix>/calendars               bumped by every calendar write (the calendars live in the store):
+                                     each node watches it and reloads them
     <prefix>/shard/<k>/<lease hex>   a candidate for shard k, bound to the candidate's lease;
                                      the lowest create revision leads, and that revision is
                                      the shard's fencing token
@@ -33,6 +35,10 @@ class KeyLayout:
     @property
     def reshard(self) -> str:
         return f"{self.prefix}/reshard"
+
+    @property
+    def calendars(self) -> str:
+        return f"{self.prefix}/calendars"
 
     @property
     def nodes(self) -> str:

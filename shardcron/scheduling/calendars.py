@@ -333,9 +333,9 @@ def parse_calendar(name: str, mapping: Mapping) -> Calendar:
     [{"days": "mon-fri", "start": "09:00", "end": "18:00"}]); ``exclude_ranges``
     ([{"from": "2026-11-24T10:00:00+00:00", "to": ...}], each with a UTC offset).
     """
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise CalendarError(str(name), "name", f"{name!r} must be 1-128 letters, digits, '.', '_' or '-', "
-                                               "starting with a letter or digit")
+    reason = check_calendar_name(name)
+    if reason:
+        raise CalendarError(str(name), "name", reason)
     if not isinstance(mapping, Mapping):
         raise CalendarError(name, "calendar", f"expected a table of settings, got {type(mapping).__name__}")
     for key in mapping:
@@ -357,6 +357,50 @@ def parse_calendar(name: str, mapping: Mapping) -> Calendar:
     windows = _given(mapping, "windows", None)
     windows = None if windows is None else _parse_windows(name, windows)
     return Calendar(name, tz_name, frozenset(dates), windows, tuple(ranges))
+
+
+def check_calendar_name(name: object) -> str | None:
+    """Why ``name`` cannot name a calendar, or None when it can."""
+    if isinstance(name, str) and _NAME.fullmatch(name):
+        return None
+    return f"{name!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+
+
+def describe_windows(windows: Sequence[Window] | None) -> str:
+    """Windows as a person writes them: ``Mon-Fri 09:00-18:00, Sat 10:00-12:00``; ``-`` for none."""
+    if windows is None:
+        return "-"
+    by_span: dict[tuple[int, int], list[int]] = {}
+    for w in windows:
+        by_span.setdefault((w.start_ms, w.end_ms), []).append(w.weekday)
+    parts = []
+    for (start, end), days in by_span.items():
+        runs: list[list[int]] = []
+        for d in days:  # sorted: windows are merged and sorted
+            if runs and d == runs[-1][-1] + 1:
+                runs[-1].append(d)
+            else:
+                runs.append([d])
+        names = ",".join(WEEKDAYS[r[0]].title() + (f"-{WEEKDAYS[r[-1]].title()}" if len(r) > 1 else "") for r in runs)
+        parts.append(f"{names} {_clock(start)}-{_clock(end)}")
+    return ", ".join(parts)
+
+
+def calendar_to_dict(calendar: Calendar) -> dict:
+    """The calendar as plain JSON-able data that ``parse_calendar`` reads back to an equal calendar.
+
+    What is stored and served: an .ics file's events are already dates and ranges here,
+    a window crossing midnight is already its two days, and instants are epoch ms.
+    """
+    d: dict = {"timezone": calendar.timezone}
+    if calendar.excluded_dates:
+        d["exclude_dates"] = sorted(day.isoformat() for day in calendar.excluded_dates)
+    if calendar.windows is not None:
+        d["windows"] = [{"days": WEEKDAYS[w.weekday], "start": _clock(w.start_ms), "end": _clock(w.end_ms)}
+                        for w in calendar.windows]
+    if calendar.excluded_ranges:
+        d["exclude_ranges"] = [{"from": a, "to": b} for a, b in calendar.excluded_ranges]
+    return d
 
 
 def _given(mapping: Mapping, key: str, default: object) -> object:
@@ -531,4 +575,4 @@ def _iso(ms: int) -> str:
 
 
 __all__ = ["MAX_CANDIDATES", "SEARCH_HORIZON_MS", "Calendar", "CalendarError", "NextSlot", "Window",
-           "allowed_by_all", "first_exclusion", "next_allowed", "next_instant_all_allow", "parse_calendar"]
+           "allowed_by_all", "calendar_to_dict", "check_calendar_name", "describe_windows", "first_exclusion", "next_allowed", "next_instant_all_allow", "parse_calendar"]

@@ -51,6 +51,8 @@ from shardcron.coordination.session import Session
 from shardcron.errors import JobRunning, StoreUnavailable, TriggerBusy
 from shardcron.executors import Executors
 from shardcron.model import ExecutionResult, ExecutorKind, Job, SlotRef, TickStatus
+from shardcron.scheduling.calendar_book import CalendarBook, Unknown
+from shardcron.scheduling.calendars import next_allowed
 from shardcron.scheduling.heap import ClaimDue, DispatchDue, TimerHeap
 from shardcron.scheduling.jitter import jitter_offset_ms
 from shardcron.scheduling.policies import OVERLAP_SKIP_REASON, overlap_allows
@@ -76,6 +78,8 @@ QUIET_BEFORE_BURST_MS = CLAIM_BATCH_MS + 10  # claims and result writes wait for
 YIELD_TO_STARTS_MAX_MS = 250  # ...or under way, for at most this long (see the module doc)
 GUARD_EVERY = 64  # a burst re-checks its shard and session this often (see _start_group)
 BURST_MIN = 200  # starts due at one millisecond that make a burst worth waiting for (about 2 ms of starts)
+# The error of a claimed slot a calendar excluded by the time it was due (a change within the lookahead).
+CALENDAR_SKIP_PREFIX = "excluded by a calendar changed after the slot was claimed: "
 
 __all__ = ["CLAIM_RETRY_MS", "JobEntry", "Scheduler", "ShardRun", "Stats"]
 
@@ -103,6 +107,7 @@ class Scheduler:
         imports: Iterable[Job] = (),
         workers: int = 64,
         clock: Clock = SYSTEM_CLOCK,
+        calendars: CalendarBook | None = None,
     ):
         self.engine = engine
         self.node_id = node_id
@@ -113,6 +118,7 @@ class Scheduler:
         self.lookahead_ms = lookahead_ms
         self._report_fenced = on_fenced
         self._now_ms = clock.wall_ms  # bound once: it is on every hot path
+        self.calendars = calendars if calendars is not None else CalendarBook()
         self.stats = Stats()
         self._imports: dict[int, list[Job]] = defaultdict(list)
         for job in imports:
@@ -214,8 +220,11 @@ class Scheduler:
                                   node_id=self.node_id, now_ms=now, reason="catch-up policy", **kw)
             self.stats.add(skipped=len(plan.skip))
         claimed = []
-        if plan.run:
-            claimed = tick_store.claim_ticks(self.engine, [SlotClaim(s.job_id, s.scheduled_at_ms) for s in plan.run],
+        # A missed slot a calendar excludes was never owed: not caught up.
+        by_id = {j.id: j for j in jobs}
+        owed = [s for s in plan.run if not self._calendar_excludes(by_id.get(s.job_id), s.scheduled_at_ms)]
+        if owed:
+            claimed = tick_store.claim_ticks(self.engine, [SlotClaim(s.job_id, s.scheduled_at_ms) for s in owed],
                                              node_id=self.node_id, now_ms=now, **kw)
             self.stats.add(caught_up=len(claimed))
             metrics.caught_up.inc(len(claimed))
@@ -233,7 +242,6 @@ class Scheduler:
             self._runs[shard] = run
         # Orphans and missed slots start at their jittered time: at once when it has passed (a
         # caught-up slot is late already), else when it comes (the old leader would have waited too).
-        by_id = {j.id: j for j in jobs}
         for d in plan.reclaim:
             self._push_dispatch(run, d if d.manual else d._replace(offset_ms=_offset(by_id.get(d.slot.job_id), d.slot)))
         for s in claimed:
@@ -283,6 +291,26 @@ class Scheduler:
         with run.lock:
             entry = run.jobs[job.id] = JobEntry(job, trigger, gen=run.next_gen(), claimed_through=job.active_since_ms)
         self._push_next_claim(run, entry)
+
+    def calendars_changed(self, names: set[str]) -> None:
+        """Calendars ``names`` were put or deleted: every led job that names one is scheduled again
+        under them, from its last claimed slot (a slot already claimed is re-checked before it starts)."""
+        if not names:
+            return
+        with self._runs_lock:
+            runs = list(self._runs.values())
+        for run in runs:
+            with run.lock:
+                renewed = []
+                for job_id, e in list(run.jobs.items()):
+                    if e.job.calendars and not names.isdisjoint(e.job.calendars):
+                        # A new gen: the heap entry of the old schedule finds it and is dropped.
+                        renewed.append(JobEntry(e.job, e.trigger, gen=run.next_gen(), claimed_through=e.claimed_through))
+                        run.jobs[job_id] = renewed[-1]
+            if renewed:
+                self._claims.push_many(self._next_claims(run, renewed))
+                log.info("shard %d: %d jobs rescheduled after a change to calendars %s", run.shard, len(renewed),
+                         ", ".join(sorted(names)), extra={"shard": run.shard})
 
     def remove_job(self, shard: int, job_id: str) -> None:
         run = self._run_of(shard)
@@ -364,10 +392,31 @@ class Scheduler:
         for entry in entries:
             if entry.job.paused:
                 continue
-            nxt = entry.trigger.next_after(entry.claimed_through)
+            if entry.job.calendars:  # the one check a job without calendars pays
+                nxt = self._next_allowed_slot(entry)
+            else:
+                nxt = entry.trigger.next_after(entry.claimed_through)
             if nxt is not None:
                 out.append(ClaimDue(nxt - self.lookahead_ms, run.shard, run.fence, entry.job.id, entry.gen, nxt))
         return out
+
+    def _next_allowed_slot(self, entry: JobEntry) -> int | None:
+        """The job's next slot its calendars allow; None while one of them does not exist (nothing is
+        owed then; ``calendars_changed`` schedules it again when the calendar is put)."""
+        cals = self.calendars.resolve(entry.job.calendars)
+        if isinstance(cals, Unknown):
+            log.warning("job %s: %s", entry.job.id, cals.reason, extra={"job": entry.job.id})
+            return None
+        found = next_allowed(entry.trigger, cals, entry.claimed_through)
+        if found.first_skipped_ms is not None:
+            metrics.calendar_skips.inc()
+        return found.slot_ms
+
+    def _calendar_excludes(self, job: Job | None, slot_ms: int) -> str | None:
+        """Why the job's calendars exclude the slot now, or None (always None without calendars)."""
+        if job is None or not job.calendars:
+            return None
+        return self.calendars.allows(job.calendars, slot_ms)
 
     def _push_dispatch(self, run: ShardRun, d: Dispatch, not_before_ms: int = 0) -> None:
         self._dispatch.push_dispatch(max(d.slot.scheduled_at_ms + d.offset_ms, not_before_ms), run.shard, run.fence, d)
@@ -519,6 +568,12 @@ class Scheduler:
                          TickStatus.SKIPPED)
             return
         job = entry.job
+        # Claimed a lookahead ago: a calendar changed since may exclude it now. Not run, recorded skipped.
+        if job.calendars and not d.manual and (why := self._calendar_excludes(job, d.slot.scheduled_at_ms)):
+            now = self._now_ms()
+            self._record(run, d, ExecutionResult(False, now, now, error=f"{CALENDAR_SKIP_PREFIX}{why}"),
+                         TickStatus.SKIPPED)
+            return
         running = run.runs_of(job_id)
         # Every policy allows a start when nothing of the job runs (the usual case: no call for it).
         if running and not overlap_allows(job.overlap, running):  # manual runs too: "skip" means one at a time

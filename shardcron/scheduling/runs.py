@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from shardcron.clock import rfc3339_ms
 from shardcron.model import Job, JobRuns, TickStatus
 from shardcron.scheduling.calendars import Calendar, next_allowed
 from shardcron.scheduling.jitter import jitter_offset_ms
@@ -79,7 +80,15 @@ def job_runs(job: Job, now_ms: int, *, last_scheduled_at_ms: int | None = None, 
     """The answer for one job: its next run computed here, its last tick and failures in a row
     as the store counted them (``store.ticks.last_runs``)."""
     nxt = next_run(job, trigger or trigger_for(job.schedule), now_ms, calendars)
-    return JobRuns(now_ms, nxt and nxt.slot_ms, nxt and nxt.start_ms, last_scheduled_at_ms, last_status, failures)
+    return JobRuns(now_ms, nxt and nxt.slot_ms, nxt and nxt.start_ms, last_scheduled_at_ms, last_status, failures,
+                   next_reason=nxt and next_reason(nxt))
 
 
-__all__ = ["FAILURES", "NextRun", "failures_in_a_row", "job_runs", "next_run"]
+def next_reason(nxt: NextRun) -> str | None:
+    """Why the next slot is not sooner: the first slot a calendar excluded on the way, and why."""
+    if nxt.skipped_ms is None:
+        return None
+    return f"slots from {rfc3339_ms(nxt.skipped_ms)} excluded: {nxt.skip_reason}"
+
+
+__all__ = ["FAILURES", "NextRun", "failures_in_a_row", "job_runs", "next_reason", "next_run"]

@@ -53,6 +53,7 @@ LABEL_KEY_LENGTH = 256
 LABEL_VALUE_LENGTH = 256
 STATUS_LENGTH = 16
 META_KEY_LENGTH = 128
+CALENDAR_NAME_LENGTH = 128  # calendars.check_calendar_name caps names at 128 ASCII characters
 
 # Alembic's bookkeeping table, named for shardcron so that a database shared
 # with another Alembic-managed application keeps both histories apart.
@@ -200,7 +201,34 @@ cluster_meta = Table(
     **_TABLE_OPTS,
 )
 
+# Calendars are cluster-wide, not sharded: no fence. ``spec`` is calendars.calendar_to_dict as JSON.
+calendars = Table(
+    "calendars",
+    metadata,
+    Column("name", exact_string(CALENDAR_NAME_LENGTH), primary_key=True),
+    Column("spec", long_text(), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("node_id", String(NODE_ID_LENGTH), nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+    **_TABLE_OPTS,
+)
+
+# Every version of every calendar with the writer's clock when it took effect; ``spec`` NULL: deleted.
+# The audit judges a slot by the version in force at it.
+calendar_versions = Table(
+    "calendar_versions",
+    metadata,
+    Column("name", exact_string(CALENDAR_NAME_LENGTH), nullable=False),
+    Column("version", Integer, nullable=False),
+    Column("spec", long_text(), nullable=True),
+    Column("effective_at_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("name", "version"),
+    **_TABLE_OPTS,
+)
+
 __all__ = [
+    "calendar_versions",
+    "calendars",
     "ID_LENGTH",
     "LABEL_KEY_LENGTH",
     "LABEL_VALUE_LENGTH",

@@ -214,7 +214,7 @@ class RetryPolicy(_message.Message):
     def __init__(self, max_attempts: _Optional[int] = ..., backoff_initial_ms: _Optional[int] = ..., backoff_max_ms: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "schedule", "http", "shell", "noop", "celery", "rq", "arq", "nats", "amqp", "redis_stream", "python", "catchup", "catchup_window_ms", "overlap", "timeout_ms", "retry", "paused", "labels", "version", "active_since_ms", "jitter_ms", "runs")
+    __slots__ = ("id", "schedule", "http", "shell", "noop", "celery", "rq", "arq", "nats", "amqp", "redis_stream", "python", "catchup", "catchup_window_ms", "overlap", "timeout_ms", "retry", "paused", "labels", "version", "active_since_ms", "jitter_ms", "runs", "calendars")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +245,7 @@ class Job(_message.Message):
     ACTIVE_SINCE_MS_FIELD_NUMBER: _ClassVar[int]
     JITTER_MS_FIELD_NUMBER: _ClassVar[int]
     RUNS_FIELD_NUMBER: _ClassVar[int]
+    CALENDARS_FIELD_NUMBER: _ClassVar[int]
     id: str
     schedule: Schedule
     http: HttpExecutor
@@ -268,23 +269,26 @@ class Job(_message.Message):
     active_since_ms: int
     jitter_ms: int
     runs: JobRuns
-    def __init__(self, id: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., http: _Optional[_Union[HttpExecutor, _Mapping]] = ..., shell: _Optional[_Union[ShellExecutor, _Mapping]] = ..., noop: _Optional[_Union[NoopExecutor, _Mapping]] = ..., celery: _Optional[_Union[CeleryExecutor, _Mapping]] = ..., rq: _Optional[_Union[RqExecutor, _Mapping]] = ..., arq: _Optional[_Union[ArqExecutor, _Mapping]] = ..., nats: _Optional[_Union[NatsExecutor, _Mapping]] = ..., amqp: _Optional[_Union[AmqpExecutor, _Mapping]] = ..., redis_stream: _Optional[_Union[RedisStreamExecutor, _Mapping]] = ..., python: _Optional[_Union[PythonExecutor, _Mapping]] = ..., catchup: _Optional[_Union[CatchUp, str]] = ..., catchup_window_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., timeout_ms: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., paused: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[int] = ..., active_since_ms: _Optional[int] = ..., jitter_ms: _Optional[int] = ..., runs: _Optional[_Union[JobRuns, _Mapping]] = ...) -> None: ...
+    calendars: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, id: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., http: _Optional[_Union[HttpExecutor, _Mapping]] = ..., shell: _Optional[_Union[ShellExecutor, _Mapping]] = ..., noop: _Optional[_Union[NoopExecutor, _Mapping]] = ..., celery: _Optional[_Union[CeleryExecutor, _Mapping]] = ..., rq: _Optional[_Union[RqExecutor, _Mapping]] = ..., arq: _Optional[_Union[ArqExecutor, _Mapping]] = ..., nats: _Optional[_Union[NatsExecutor, _Mapping]] = ..., amqp: _Optional[_Union[AmqpExecutor, _Mapping]] = ..., redis_stream: _Optional[_Union[RedisStreamExecutor, _Mapping]] = ..., python: _Optional[_Union[PythonExecutor, _Mapping]] = ..., catchup: _Optional[_Union[CatchUp, str]] = ..., catchup_window_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., timeout_ms: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., paused: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[int] = ..., active_since_ms: _Optional[int] = ..., jitter_ms: _Optional[int] = ..., runs: _Optional[_Union[JobRuns, _Mapping]] = ..., calendars: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class JobRuns(_message.Message):
-    __slots__ = ("as_of_ms", "next_slot_ms", "next_start_ms", "last_scheduled_at_ms", "last_status", "failures_in_a_row")
+    __slots__ = ("as_of_ms", "next_slot_ms", "next_start_ms", "last_scheduled_at_ms", "last_status", "failures_in_a_row", "next_reason")
     AS_OF_MS_FIELD_NUMBER: _ClassVar[int]
     NEXT_SLOT_MS_FIELD_NUMBER: _ClassVar[int]
     NEXT_START_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_SCHEDULED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     LAST_STATUS_FIELD_NUMBER: _ClassVar[int]
     FAILURES_IN_A_ROW_FIELD_NUMBER: _ClassVar[int]
+    NEXT_REASON_FIELD_NUMBER: _ClassVar[int]
     as_of_ms: int
     next_slot_ms: int
     next_start_ms: int
     last_scheduled_at_ms: int
     last_status: TickStatus
     failures_in_a_row: int
-    def __init__(self, as_of_ms: _Optional[int] = ..., next_slot_ms: _Optional[int] = ..., next_start_ms: _Optional[int] = ..., last_scheduled_at_ms: _Optional[int] = ..., last_status: _Optional[_Union[TickStatus, str]] = ..., failures_in_a_row: _Optional[int] = ...) -> None: ...
+    next_reason: str
+    def __init__(self, as_of_ms: _Optional[int] = ..., next_slot_ms: _Optional[int] = ..., next_start_ms: _Optional[int] = ..., last_scheduled_at_ms: _Optional[int] = ..., last_status: _Optional[_Union[TickStatus, str]] = ..., failures_in_a_row: _Optional[int] = ..., next_reason: _Optional[str] = ...) -> None: ...
 
 class PutJobRequest(_message.Message):
     __slots__ = ("job", "expected_version")
@@ -552,3 +556,91 @@ class GetShardsResponse(_message.Message):
     nodes: _containers.RepeatedCompositeFieldContainer[NodeInfo]
     reshard: Reshard
     def __init__(self, prefix: _Optional[str] = ..., shard_count: _Optional[int] = ..., revision: _Optional[int] = ..., shards: _Optional[_Iterable[_Union[ShardInfo, _Mapping]]] = ..., nodes: _Optional[_Iterable[_Union[NodeInfo, _Mapping]]] = ..., reshard: _Optional[_Union[Reshard, _Mapping]] = ...) -> None: ...
+
+class CalendarWindow(_message.Message):
+    __slots__ = ("days", "start", "end")
+    DAYS_FIELD_NUMBER: _ClassVar[int]
+    START_FIELD_NUMBER: _ClassVar[int]
+    END_FIELD_NUMBER: _ClassVar[int]
+    days: str
+    start: str
+    end: str
+    def __init__(self, days: _Optional[str] = ..., start: _Optional[str] = ..., end: _Optional[str] = ...) -> None: ...
+
+class CalendarRange(_message.Message):
+    __slots__ = ("from_ms", "to_ms")
+    FROM_MS_FIELD_NUMBER: _ClassVar[int]
+    TO_MS_FIELD_NUMBER: _ClassVar[int]
+    from_ms: int
+    to_ms: int
+    def __init__(self, from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ...) -> None: ...
+
+class Calendar(_message.Message):
+    __slots__ = ("name", "timezone", "exclude_dates", "windows", "exclude_ranges", "ics", "version", "updated_at_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TIMEZONE_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_DATES_FIELD_NUMBER: _ClassVar[int]
+    WINDOWS_FIELD_NUMBER: _ClassVar[int]
+    EXCLUDE_RANGES_FIELD_NUMBER: _ClassVar[int]
+    ICS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    timezone: str
+    exclude_dates: _containers.RepeatedScalarFieldContainer[str]
+    windows: _containers.RepeatedCompositeFieldContainer[CalendarWindow]
+    exclude_ranges: _containers.RepeatedCompositeFieldContainer[CalendarRange]
+    ics: str
+    version: int
+    updated_at_ms: int
+    def __init__(self, name: _Optional[str] = ..., timezone: _Optional[str] = ..., exclude_dates: _Optional[_Iterable[str]] = ..., windows: _Optional[_Iterable[_Union[CalendarWindow, _Mapping]]] = ..., exclude_ranges: _Optional[_Iterable[_Union[CalendarRange, _Mapping]]] = ..., ics: _Optional[str] = ..., version: _Optional[int] = ..., updated_at_ms: _Optional[int] = ...) -> None: ...
+
+class PutCalendarRequest(_message.Message):
+    __slots__ = ("calendar", "expected_version")
+    CALENDAR_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    calendar: Calendar
+    expected_version: int
+    def __init__(self, calendar: _Optional[_Union[Calendar, _Mapping]] = ..., expected_version: _Optional[int] = ...) -> None: ...
+
+class PutCalendarResponse(_message.Message):
+    __slots__ = ("calendar",)
+    CALENDAR_FIELD_NUMBER: _ClassVar[int]
+    calendar: Calendar
+    def __init__(self, calendar: _Optional[_Union[Calendar, _Mapping]] = ...) -> None: ...
+
+class GetCalendarRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetCalendarResponse(_message.Message):
+    __slots__ = ("calendar", "jobs")
+    CALENDAR_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    calendar: Calendar
+    jobs: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, calendar: _Optional[_Union[Calendar, _Mapping]] = ..., jobs: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListCalendarsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListCalendarsResponse(_message.Message):
+    __slots__ = ("calendars",)
+    CALENDARS_FIELD_NUMBER: _ClassVar[int]
+    calendars: _containers.RepeatedCompositeFieldContainer[Calendar]
+    def __init__(self, calendars: _Optional[_Iterable[_Union[Calendar, _Mapping]]] = ...) -> None: ...
+
+class DeleteCalendarRequest(_message.Message):
+    __slots__ = ("name", "force")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    force: bool
+    def __init__(self, name: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class DeleteCalendarResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

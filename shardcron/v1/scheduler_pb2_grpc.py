@@ -90,6 +90,26 @@ class SchedulerStub:
                 request_serializer=shardcron_dot_v1_dot_scheduler__pb2.GetShardsRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.GetShardsResponse.FromString,
                 _registered_method=True)
+        self.PutCalendar = channel.unary_unary(
+                '/shardcron.v1.Scheduler/PutCalendar',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.PutCalendarRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.PutCalendarResponse.FromString,
+                _registered_method=True)
+        self.GetCalendar = channel.unary_unary(
+                '/shardcron.v1.Scheduler/GetCalendar',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.GetCalendarRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.GetCalendarResponse.FromString,
+                _registered_method=True)
+        self.ListCalendars = channel.unary_unary(
+                '/shardcron.v1.Scheduler/ListCalendars',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.ListCalendarsRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.ListCalendarsResponse.FromString,
+                _registered_method=True)
+        self.DeleteCalendar = channel.unary_unary(
+                '/shardcron.v1.Scheduler/DeleteCalendar',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.DeleteCalendarRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.DeleteCalendarResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -176,6 +196,35 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PutCalendar(self, request, context):
+        """Create or replace a named calendar (cluster-wide). With expected_version set, only if
+        the stored calendar is at that version (0: only if it does not exist): ABORTED otherwise.
+        Every job that names it follows the new version on every node, without a restart.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCalendar(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCalendars(self, request, context):
+        """Every calendar, ordered by name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteCalendar(self, request, context):
+        """Refused (FAILED_PRECONDITION, naming the jobs) while a job names it, unless force.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -233,6 +282,26 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.GetShards,
                     request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.GetShardsRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_scheduler__pb2.GetShardsResponse.SerializeToString,
+            ),
+            'PutCalendar': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutCalendar,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.PutCalendarRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.PutCalendarResponse.SerializeToString,
+            ),
+            'GetCalendar': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCalendar,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.GetCalendarRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.GetCalendarResponse.SerializeToString,
+            ),
+            'ListCalendars': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCalendars,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.ListCalendarsRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.ListCalendarsResponse.SerializeToString,
+            ),
+            'DeleteCalendar': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteCalendar,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.DeleteCalendarRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.DeleteCalendarResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -533,6 +602,114 @@ class Scheduler:
             '/shardcron.v1.Scheduler/GetShards',
             shardcron_dot_v1_dot_scheduler__pb2.GetShardsRequest.SerializeToString,
             shardcron_dot_v1_dot_scheduler__pb2.GetShardsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutCalendar(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/PutCalendar',
+            shardcron_dot_v1_dot_scheduler__pb2.PutCalendarRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.PutCalendarResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCalendar(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/GetCalendar',
+            shardcron_dot_v1_dot_scheduler__pb2.GetCalendarRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.GetCalendarResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCalendars(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/ListCalendars',
+            shardcron_dot_v1_dot_scheduler__pb2.ListCalendarsRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.ListCalendarsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteCalendar(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/DeleteCalendar',
+            shardcron_dot_v1_dot_scheduler__pb2.DeleteCalendarRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.DeleteCalendarResponse.FromString,
             options,
             channel_credentials,
             insecure,
