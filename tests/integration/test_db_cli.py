@@ -14,7 +14,7 @@ from shardcron.store import current_revision, head_revision, make_engine
 from shardcron.store.schema import VERSION_TABLE, metadata
 from tests.support.commands import admin_command as shardcron
 
-HEAD = "0002_unresolved_ticks_index (head)"
+HEAD = "0003_calendars (head)"
 
 
 def masked(url: str) -> str:
@@ -22,8 +22,8 @@ def masked(url: str) -> str:
 
 
 def test_head_is_named_by_its_migration_file():
-    assert head_revision() == "0002"
-    assert admin_cli.describe_revision("0002") == HEAD
+    assert head_revision() == "0003"
+    assert admin_cli.describe_revision("0003") == HEAD
 
 
 def test_upgrade_an_empty_database_then_again(db_url):
@@ -58,7 +58,7 @@ def test_a_newer_schema_is_reported_and_not_touched(store_engine, db_url):
         conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '9999'"))
     rc, out, err = shardcron("db", "current", "--db", db_url)
     assert (rc, err) == (0, "")
-    assert out == "9999 (unknown to this shardcron, whose head is 0002_unresolved_ticks_index: upgrade shardcron)\n"
+    assert out == "9999 (unknown to this shardcron, whose head is 0003_calendars: upgrade shardcron)\n"
 
     rc, out, err = shardcron("db", "upgrade", "--db", db_url)
     assert (rc, out) == (1, "")

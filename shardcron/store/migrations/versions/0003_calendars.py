@@ -2,7 +2,7 @@
 the time it took effect, so that the audit judges each slot by the calendar in force then.
 
 Revision ID: 0003
-Revises: 0001
+Revises: 0002
 
 Written by hand against shardcron/store/schema.py as it stood for this revision; tests
 compare the two.
@@ -15,7 +15,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0003"
-down_revision = "0001"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 
