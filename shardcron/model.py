@@ -219,6 +219,8 @@ class Job:
     # Each slot starts jitter.jitter_offset_ms(id, slot, jitter_ms) after it, in [0, jitter_ms);
     # the slot (the tick row's identity) stays the unjittered time. 0: start at the slot.
     jitter_ms: int = 0
+    # Keep at most this many of the job's newest ticks (retention); None: keep every tick.
+    history_limit: int | None = None
     paused: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     version: int = 0  # store-assigned; 0 for a job never written
