@@ -1,0 +1,120 @@
+"""The leader's pruning of old ticks: one thread per node, off the hot path.
+
+Every ``prune_every_ms`` the pruner walks the shards this node leads. For each
+shard it deletes, in bounded fenced batches (``store.retention``):
+
+* the ticks older than ``--tick-retention`` (the horizon, never nearer now
+  than the longest catch-up window of the shard's jobs: ``retention_horizon_ms``);
+* for each job with a ``history_limit``, its ticks older than its newest N.
+
+How it keeps off the starts' way and out of a lost shard's:
+
+* before each batch it waits while a burst of starts is under way or due
+  (``before_batch``: the scheduler's ``_yield_to_starts``, as the result writer does);
+* each batch's size is steered to last about ``DELETE_TARGET_MS``, and after
+  it the pruner rests so that pruning takes at most ``DELETE_DUTY`` of the time
+  (``next_batch_size``, ``pause_after_batch_ms``);
+* it rests on the shard's own stop event, so a lost shard ends its pruning at
+  once; a batch already under way is fenced like every write (a newer leader's
+  raise waits for it or refuses it), and ``FencedOut`` ends the shard's turn.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from sqlalchemy.engine import Engine
+
+from shardcron import metrics
+from shardcron.errors import FencedOut, StoreUnavailable
+from shardcron.scheduling.retention import (
+    MIN_DELETE_BATCH,
+    next_batch_size,
+    pause_after_batch_ms,
+    prune_every_ms,
+    retention_horizon_ms,
+)
+from shardcron.scheduling.shard_run import ShardRun
+from shardcron.store import retention as prune_store
+
+log = logging.getLogger(__name__)
+
+
+class Pruner:
+    def __init__(self, engine: Engine, led_runs: Callable[[], list[ShardRun]], *, retention_ms: int | None,
+                 now_ms: Callable[[], int], before_batch: Callable[[], None] = lambda: None):
+        self._engine = engine
+        self._led_runs = led_runs
+        self._retention_ms = retention_ms
+        self._now_ms = now_ms
+        self._before_batch = before_batch
+        self._batch = MIN_DELETE_BATCH  # steered by each batch's time; kept across passes
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pruner", daemon=True)
+        self.pruned = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        self._closing.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+    def _run(self) -> None:
+        every_s = prune_every_ms(self._retention_ms) / 1000
+        while not self._closing.wait(every_s):
+            for run in self._led_runs():
+                if self._closing.is_set():
+                    return
+                try:
+                    self.prune_shard(run)
+                except FencedOut:
+                    log.info("shard %d: pruning stopped, a newer leader holds the shard", run.shard,
+                             extra={"shard": run.shard, "fence": run.fence})
+                except StoreUnavailable as e:
+                    log.warning("shard %d: pruning failed (%s); next pass in %.0fs", run.shard, e, every_s,
+                                extra={"shard": run.shard})
+                except Exception:  # noqa: BLE001 - pruning must not take the node down; the next pass retries
+                    log.exception("shard %d: pruning failed", run.shard)
+
+    def prune_shard(self, run: ShardRun) -> int:
+        """One pass over one led shard; returns the ticks deleted."""
+        with run.lock:
+            jobs = [entry.job for entry in run.jobs.values()]
+        deleted = 0
+        now = self._now_ms()
+        horizon = retention_horizon_ms(now, self._retention_ms, max((j.catchup_window_ms for j in jobs), default=0))
+        if horizon is not None:
+            deleted += self._batches(run, "retention", lambda limit: prune_store.prune_shard_batch(
+                self._engine, shard=run.shard, fence=run.fence, horizon_ms=horizon, limit=limit, now_ms=now))
+        for job in jobs:
+            if job.history_limit is not None and run.active:
+                deleted += self._batches(run, "history_limit", lambda limit, job=job: prune_store.prune_job_batch(
+                    self._engine, shard=run.shard, fence=run.fence, job_id=job.id, keep=job.history_limit,
+                    limit=limit, now_ms=now))
+        return deleted
+
+    def _batches(self, run: ShardRun, reason: str, batch: Callable[[int], int]) -> int:
+        """``batch(limit)`` until it deletes fewer than its limit or the shard is no longer ours."""
+        deleted = 0
+        while run.active and not self._closing.is_set():
+            self._before_batch()
+            limit = self._batch
+            t0 = time.perf_counter()
+            n = batch(limit)
+            elapsed_ms = (time.perf_counter() - t0) * 1000
+            if n:
+                metrics.ticks_pruned.labels(reason).inc(n)
+                deleted += n
+                self.pruned += n
+            self._batch = next_batch_size(limit, elapsed_ms)
+            if n < limit or run.stop.wait(pause_after_batch_ms(elapsed_ms) / 1000):
+                break
+        return deleted
+
+
+__all__ = ["Pruner"]
