@@ -45,6 +45,12 @@ Jitter moves a slot's start, never its identity: the row of a jittered slot is
 still keyed by the unjittered time (and claimed before it), so the missing rule
 looks for it there; the unresolved rule's grace runs from its jittered start.
 
+Retention deletes old rows, so an absent slot below the job's recorded horizon
+(its shard's, from ``--tick-retention`` or ``db prune``, or its own, from its
+``history_limit``; ``store.retention.horizons_of_jobs``) is counted ``pruned``,
+never missing nor excused: the horizon is written in the same transaction as
+the deletes below it (``scheduling.retention.is_pruned``).
+
 Manual runs (TriggerJob) are extra rows, never owed: they are ignored by the
 missing and duplicate rules and checked by the other two. Rows of a deleted
 job are checked for fences and resolution and summarised as ``deleted``.
@@ -68,9 +74,11 @@ from shardcron.errors import ConfigError, JobNotFound
 from shardcron.model import Job, Tick, TickStatus
 from shardcron.scheduling.jitter import jitter_offset_ms
 from shardcron.scheduling.policies import OVERLAP_SKIP_REASON
+from shardcron.scheduling.retention import PruneState, audit_range_state, is_pruned
 from shardcron.scheduling.triggers import Trigger, slots_between, trigger_for
 from shardcron.store.engine import reading
 from shardcron.store.jobs import get_job, list_jobs
+from shardcron.store.retention import horizons_of_jobs
 from shardcron.store.schema import fence_log, ticks
 from shardcron.store.ticks import runs_busy_since, ticks_between
 
@@ -113,6 +121,7 @@ class JobSummary:
     duplicates: int = 0
     missing: int = 0
     excused: int = 0  # missing, but beyond the catch-up window: not a finding
+    pruned: int = 0  # absent below the job's retention horizon: deleted by retention, not a finding
     stale_fence: int = 0
     unresolved: int = 0
     false_overlap: int = 0
@@ -136,6 +145,8 @@ class AuditReport:
     to_ms: int = 0
     now_ms: int = 0
     false_overlap: list[Finding] = field(default_factory=list)
+    pruned: int = 0
+    retention: PruneState = PruneState.INTACT  # the window as the audited jobs' horizons leave it
 
     def clean(self) -> bool:
         return not (self.duplicates or self.missing or self.stale_fence or self.unresolved or self.false_overlap)
@@ -158,6 +169,8 @@ class AuditReport:
             "slots_checked": self.slots_checked,
             "ticks_checked": self.ticks_checked,
             "excused": self.excused,
+            "pruned": self.pruned,
+            "retention": self.retention.value,
             "duplicates": [_finding_dict(f) for f in self.duplicates],
             "missing": [_finding_dict(f) for f in self.missing],
             "stale_fence": [_finding_dict(f) for f in self.stale_fence],
@@ -244,6 +257,33 @@ def find_missing(
             written_at = now_ms
         (excused if s < written_at - job.catchup_window_ms else missing).append(s)
     return MissingSlots(len(slots), tuple(missing), tuple(excused))
+
+
+@dataclass(frozen=True)
+class PrunedSplit:
+    slots_checked: int
+    missing: tuple[int, ...]
+    excused: tuple[int, ...]
+    pruned: tuple[int, ...]
+
+
+def split_pruned(found: MissingSlots, horizon_ms: int | None) -> PrunedSplit:
+    """``find_missing``'s absent slots, those below the job's retention horizon set apart as pruned."""
+    def below(slots):
+        return tuple(s for s in slots if is_pruned(s, horizon_ms))
+
+    def above(slots):
+        return tuple(s for s in slots if not is_pruned(s, horizon_ms))
+
+    return PrunedSplit(found.slots_checked, above(found.missing), above(found.excused),
+                       below(found.missing) + below(found.excused))
+
+
+def window_retention(from_ms: int, to_ms: int, horizons: Iterable[int | None]) -> PruneState:
+    """The audit window ``(from_ms, to_ms]`` under the jobs' horizons: pruned when every job's part of it
+    is below its horizon, intact when none is, else partially pruned."""
+    states = {audit_range_state(from_ms + 1, to_ms + 1, h) for h in horizons} or {PruneState.INTACT}
+    return states.pop() if len(states) == 1 else PruneState.PARTIALLY_PRUNED
 
 
 def find_stale(rows: Iterable[Tick], raises: Iterable[FenceRaise], tolerance_ms: int = 0) -> list[Finding]:
@@ -399,6 +439,7 @@ def run_audit(
     jobs = _jobs(engine, job_id)
     rows = ticks_between(engine, from_ms + 1, to_ms + 1, job_id)
     raises = _fence_raises(engine, {t.shard for t in rows})
+    horizons = horizons_of_jobs(engine, [j.id for j in jobs])
 
     per_job: dict[str, JobSummary] = {}
     rows_by_job: dict[str, list] = defaultdict(list)
@@ -415,9 +456,10 @@ def run_audit(
             nxt = _first_row_after(engine, job.id, to_ms)
             if nxt is not None:
                 present[nxt[0]] = nxt[1]
-        result = find_missing(job, present, from_ms, to_ms, now_ms=now, trigger=trigger)
+        result = split_pruned(find_missing(job, present, from_ms, to_ms, now_ms=now, trigger=trigger),
+                              horizons.get(job.id))
         summary.slots_checked = result.slots_checked
-        summary.missing, summary.excused = len(result.missing), len(result.excused)
+        summary.missing, summary.excused, summary.pruned = len(result.missing), len(result.excused), len(result.pruned)
         missing += [Finding(FindingKind.MISSING, job.id, s, "no tick row") for s in result.missing]
     for job_id_, mine in rows_by_job.items():
         if job_id_ not in per_job:
@@ -433,6 +475,8 @@ def run_audit(
         false_overlap=_false_overlap(engine, rows, from_ms),
         per_job=per_job,
         excused=sum(s.excused for s in per_job.values()),
+        pruned=sum(s.pruned for s in per_job.values()),
+        retention=window_retention(from_ms, to_ms, [horizons.get(j.id) for j in jobs]),
         ticks_checked=len(rows),
         from_ms=from_ms,
         to_ms=to_ms,
@@ -526,4 +570,6 @@ __all__ = [
     "find_unresolved",
     "rfc3339_ms",
     "run_audit",
+    "split_pruned",
+    "window_retention",
 ]

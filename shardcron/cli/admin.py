@@ -26,6 +26,7 @@ from shardcron.clock import rfc3339_ms
 from shardcron.cli.common import open_etcd
 from shardcron.config import add_db_flag, add_etcd_security_flags, add_prefix_flag, etcd_security
 from shardcron.errors import ConfigError, ShardcronError
+from shardcron.scheduling.retention import PruneState
 from shardcron.store.engine import describe_url, make_engine
 from shardcron.store.migrate import alembic_config, current_revision, head_revision, upgrade
 
@@ -164,7 +165,11 @@ def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
         f"audit of slots after {rfc3339_ms(r.from_ms)} up to {rfc3339_ms(r.to_ms)}: "
         f"{_n(len(r.per_job), 'job')}, {_n(r.slots_checked, 'slot')}, {_n(r.ticks_checked, 'tick')}"
         + (f", {r.excused} missed beyond their catch-up window (excused)" if r.excused else "")
+        + (f", {r.pruned} pruned by retention (below the recorded horizon, not missing)" if r.pruned else "")
     ]
+    if r.retention is not PruneState.INTACT:
+        lines.append(f"retention: this window is {r.retention.value}; slots below each job's horizon were deleted "
+                     "on purpose")
     jobs = sorted(r.per_job.values(), key=lambda s: (s.findings == 0, s.job_id))
     if jobs:
         table = [
