@@ -74,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     p.set_defaults(func=cmd_audit)
 
-    db = subparsers.add_parser("db", help="the store's schema: upgrade, current")
+    db = subparsers.add_parser("db", help="the store: upgrade and current (its schema), prune (old ticks)")
     db_sub = db.add_subparsers(dest="db_command", metavar="COMMAND")
     db_sub.required = True
     up = db_sub.add_parser("upgrade", help="bring the database's schema to this shardcron's (creates it if empty)")
@@ -83,6 +83,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cur = db_sub.add_parser("current", help="print the database's schema revision")
     add_db_flag(cur)
     cur.set_defaults(func=cmd_db_current)
+    from shardcron.cli import prune  # it imports this module
+
+    prune.register(db_sub)
 
 
 def _add_etcd_flags(p: argparse.ArgumentParser) -> None:

@@ -100,21 +100,40 @@ class Pruner:
 
     def _batches(self, run: ShardRun, reason: str, batch: Callable[[int], int]) -> int:
         """``batch(limit)`` until it deletes fewer than its limit or the shard is no longer ours."""
-        deleted = 0
-        while run.active and not self._closing.is_set():
-            self._before_batch()
-            limit = self._batch
-            t0 = time.perf_counter()
+        def counted(limit: int) -> int:
             n = batch(limit)
-            elapsed_ms = (time.perf_counter() - t0) * 1000
             if n:
                 metrics.ticks_pruned.labels(reason).inc(n)
-                deleted += n
-                self.pruned += n
-            self._batch = next_batch_size(limit, elapsed_ms)
-            if n < limit or run.stop.wait(pause_after_batch_ms(elapsed_ms) / 1000):
-                break
+            return n
+
+        deleted, self._batch = in_batches(counted, size=self._batch,
+                                          keep_going=lambda: run.active and not self._closing.is_set(),
+                                          rest=run.stop.wait, before_batch=self._before_batch)
+        self.pruned += deleted
         return deleted
 
 
-__all__ = ["Pruner"]
+def in_batches(batch: Callable[[int], int], *, size: int, keep_going: Callable[[], bool],
+               rest: Callable[[float], bool], before_batch: Callable[[], None] = lambda: None) -> tuple[int, int]:
+    """Run ``batch(limit)`` (returns the rows it deleted) until one deletes fewer than its limit, or
+    ``keep_going()`` is false, or ``rest(seconds)`` between batches returns true (a stop event's ``wait``).
+
+    Each limit is steered from the last batch's time (``next_batch_size``) and each rest keeps
+    pruning to ``DELETE_DUTY`` of the time (``pause_after_batch_ms``). Returns (rows deleted, the next
+    batch's size), so a caller's next run starts at the size this one found.
+    """
+    deleted = 0
+    while keep_going():
+        before_batch()
+        limit = size
+        t0 = time.perf_counter()
+        n = batch(limit)
+        elapsed_ms = (time.perf_counter() - t0) * 1000
+        deleted += n
+        size = next_batch_size(limit, elapsed_ms)
+        if n < limit or rest(pause_after_batch_ms(elapsed_ms) / 1000):
+            break
+    return deleted, size
+
+
+__all__ = ["Pruner", "in_batches"]
