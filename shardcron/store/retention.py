@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, Engine, Table, and_, exists, select, tuple_
+from sqlalchemy import Connection, Engine, Table, and_, bindparam, exists, select, tuple_
 
 from shardcron.model import TickStatus
 from shardcron.scheduling.retention import advance_horizon, history_cutoff_ms
@@ -45,8 +45,8 @@ def prune_shard_batch(engine: Engine, *, shard: int, fence: int, horizon_ms: int
     deletable ticks of the shard scheduled before it; returns the rows deleted. ``FencedOut``: not done."""
 
     def work(conn: Connection) -> int:
-        _advance(conn, shard_horizons, shard_horizons.c.shard, shard, horizon_ms, fence, now_ms)
-        return _delete_oldest(conn, and_(ticks.c.shard == shard, ticks.c.scheduled_at_ms < horizon_ms), limit)
+        _advance(conn, _SHARD_HORIZON, shard_horizons, {"shard": shard}, horizon_ms, fence, now_ms)
+        return _delete(conn, _SHARD_OLDEST, {"shard": shard, "below": horizon_ms, "limit": limit})
 
     return run_fenced(engine, shard, fence, work)
 
@@ -57,36 +57,54 @@ def prune_job_batch(engine: Engine, *, shard: int, fence: int, job_id: str, keep
     job's horizon and delete at most ``limit`` deletable ticks before it; returns the rows deleted."""
 
     def work(conn: Connection) -> int:
-        newest = conn.execute(select(ticks.c.scheduled_at_ms).where(ticks.c.job_id == job_id)
-                              .order_by(ticks.c.scheduled_at_ms.desc()).limit(keep)).scalars().all()
+        newest = conn.execute(_JOB_NEWEST, {"job_id": job_id, "keep": keep}).scalars().all()
         cutoff = history_cutoff_ms(newest, keep)
         if cutoff is None:
             return 0  # fewer ticks than the limit: nothing to prune
-        _advance(conn, job_horizons, job_horizons.c.job_id, job_id, cutoff, fence, now_ms)
-        return _delete_oldest(conn, and_(ticks.c.job_id == job_id, ticks.c.scheduled_at_ms < cutoff), limit)
+        _advance(conn, _JOB_HORIZON, job_horizons, {"job_id": job_id}, cutoff, fence, now_ms)
+        return _delete(conn, _JOB_OLDEST, {"job_id": job_id, "below": cutoff, "limit": limit})
 
     return run_fenced(engine, shard, fence, work)
 
 
-def _delete_oldest(conn: Connection, where, limit: int) -> int:
+def _delete(conn: Connection, oldest, params: dict) -> int:
     # Keys first, then a DELETE by key: MariaDB refuses a DELETE whose subquery reads its own table.
-    keys = conn.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms).where(where, _DELETABLE)
-                        .order_by(ticks.c.scheduled_at_ms).limit(limit)).all()
-    deleted = 0
-    for part in chunks([tuple(k) for k in keys]):
-        deleted += conn.execute(ticks.delete().where(
-            tuple_(ticks.c.job_id, ticks.c.scheduled_at_ms).in_(part),
-            ticks.c.status.not_in(_UNRESOLVED))).rowcount
-    return deleted
+    keys = [tuple(k) for k in conn.execute(oldest, params)]
+    return sum(conn.execute(_DELETE_KEYS, {"keys": list(part)}).rowcount for part in chunks(keys))
 
 
-def _advance(conn: Connection, table: Table, key_col, key, horizon_ms: int, fence: int, now_ms: int) -> None:
+def _advance(conn: Connection, move, table: Table, key: dict, horizon_ms: int, fence: int, now_ms: int) -> None:
     """Move the recorded horizon forward to ``horizon_ms``; a horizon already further on stays."""
-    moved = conn.execute(table.update().where(key_col == key, table.c.horizon_ms < horizon_ms)
-                         .values(horizon_ms=horizon_ms, fence=fence, updated_at_ms=now_ms)).rowcount
-    if not moved:  # no row yet, or one further on (then the insert is the no-op)
-        insert_ignoring_duplicates(conn, table, [{key_col.name: key, "horizon_ms": horizon_ms, "fence": fence,
-                                                  "updated_at_ms": now_ms}])
+    row = {"horizon_ms": horizon_ms, "fence": fence, "updated_at_ms": now_ms}
+    if not conn.execute(move, {**{f"k_{k}": v for k, v in key.items()}, **{f"v_{k}": v for k, v in row.items()}}
+                        ).rowcount:  # no row yet, or one further on (then the insert is the no-op)
+        insert_ignoring_duplicates(conn, table, [{**key, **row}])
+
+
+# Built once, values bound at execution: building a statement costs several times what running it does, and
+# the pruner runs beside the starts.
+def _oldest(where):
+    return (select(ticks.c.job_id, ticks.c.scheduled_at_ms)
+            .where(where, ticks.c.scheduled_at_ms < bindparam("below"), _DELETABLE)
+            .order_by(ticks.c.scheduled_at_ms).limit(bindparam("limit")))
+
+
+def _move(table: Table, key_col):
+    return (table.update().where(key_col == bindparam(f"k_{key_col.name}"),
+                                 table.c.horizon_ms < bindparam("v_horizon_ms"))
+            .values(horizon_ms=bindparam("v_horizon_ms"), fence=bindparam("v_fence"),
+                    updated_at_ms=bindparam("v_updated_at_ms")))
+
+
+_SHARD_OLDEST = _oldest(ticks.c.shard == bindparam("shard"))
+_JOB_OLDEST = _oldest(ticks.c.job_id == bindparam("job_id"))
+_JOB_NEWEST = (select(ticks.c.scheduled_at_ms).where(ticks.c.job_id == bindparam("job_id"))
+               .order_by(ticks.c.scheduled_at_ms.desc()).limit(bindparam("keep")))
+_DELETE_KEYS = ticks.delete().where(
+    tuple_(ticks.c.job_id, ticks.c.scheduled_at_ms).in_(bindparam("keys", expanding=True)),
+    ticks.c.status.not_in(_UNRESOLVED))
+_SHARD_HORIZON = _move(shard_horizons, shard_horizons.c.shard)
+_JOB_HORIZON = _move(job_horizons, job_horizons.c.job_id)
 
 
 def shard_horizons_by_shard(engine: Engine) -> dict[int, int]:
