@@ -9,9 +9,13 @@ Only behaviour is asserted; the figures are printed (README "Retention").
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import uuid
 
+import grpc
 import pytest
 from sqlalchemy import func, select
 
@@ -25,6 +29,9 @@ from shardcron.store import make_engine
 from shardcron.store.engine import reading
 from shardcron.store.retention import shard_horizons_by_shard
 from shardcron.store.schema import ticks
+from shardcron.store.ticks import list_ticks
+from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
 
 pytestmark = pytest.mark.cluster
 
@@ -61,6 +68,24 @@ class LatenessReader:
         return [late for (_, at), late in self.late.items() if from_ms <= at < to_ms]
 
 
+def cli(node, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "shardcron", *args, "--server", node.address],
+                          capture_output=True, text=True, timeout=60)
+
+
+def refuses_a_bad_history_limit(node) -> None:
+    """INVALID_ARGUMENT naming history_limit from the API; one line naming it from the CLI."""
+    with grpc.insecure_channel(node.address) as ch:
+        job = pb.Job(id="bad-limit", schedule=pb.Schedule(interval_ms=60_000), noop=pb.NoopExecutor(),
+                     history_limit=0)
+        with pytest.raises(grpc.RpcError) as e:
+            pb_grpc.SchedulerStub(ch).PutJob(pb.PutJobRequest(job=job), timeout=10)
+    assert e.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "history_limit" in e.value.details()
+    out = cli(node, "jobs", "put", "bad-limit", "--every", "1m", "--noop", "--history-limit", "-2")
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 1 and len(lines) == 1 and "history_limit" in lines[0], out.stderr
+
+
 def test_retention_at_200_jobs_a_second(etcd_server, fresh_db_url, tmp_path, capsys):
     url = fresh_db_url("sqlite")
     c = Cluster(etcd_server.endpoints, url, f"/t{uuid.uuid4().hex[:12]}", 4, 4, str(tmp_path))
@@ -72,6 +97,9 @@ def test_retention_at_200_jobs_a_second(etcd_server, fresh_db_url, tmp_path, cap
         jobs = [job_from_dict({"id": f"r{i:03d}", "every": "1s", "catchup_window": "5s"}) for i in range(JOBS)]
         with Client(node.address) as client:
             assert all(r.ok for r in client.put_jobs(jobs))
+        refuses_a_bad_history_limit(node)
+        assert json.loads(cli(node, "jobs", "put", "kept3", "--every", "1s", "--catchup-window", "5s", "--noop",
+                              "--history-limit", "3", "--json").stdout)["history_limit"] == 3
         reader = LatenessReader(engine)
         first = (clock.wall_ms() // 1000 + 2) * 1000  # the first whole second every job surely owes
         wait_until(lambda: clock.wall_ms() > first + RUN_S * 1000, RUN_S + 30, 0.5, what="the run")
@@ -82,6 +110,8 @@ def test_retention_at_200_jobs_a_second(etcd_server, fresh_db_url, tmp_path, cap
                 return conn.execute(select(func.count()).where(
                     ticks.c.scheduled_at_ms < clock.wall_ms() - (RETENTION_S + 5) * 1000)).scalar()
         wait_until(lambda: old_rows() == 0, 60, 0.5, what="ticks older than the retention to be pruned")
+        # history_limit 3: the job's newest 3 and the slot claimed since the last pass (the pass is every 10 s).
+        wait_until(lambda: len(list_ticks(engine, "kept3")) <= 4, 30, 0.5, what="kept3 to keep only its newest")
         reader.stop.set()
         c.stop_all()
 
@@ -94,9 +124,11 @@ def test_retention_at_200_jobs_a_second(etcd_server, fresh_db_url, tmp_path, cap
         whole = run_audit(engine, from_ms=first - 1, to_ms=end)
         assert whole.clean() and not whole.missing, whole.to_dict()["missing"][:5]
         assert whole.pruned >= JOBS * 5 and whole.retention is PruneState.PARTIALLY_PRUNED
+        assert whole.per_job["kept3"].pruned >= RUN_S - 10, whole.per_job["kept3"]
         recent = run_audit(engine, from_ms=highest, to_ms=end)
-        assert recent.clean() and recent.pruned == 0 and recent.retention is PruneState.INTACT
-        assert recent.slots_checked == recent.ticks_checked >= JOBS * 5, (recent.slots_checked, recent.ticks_checked)
+        unlimited = [s for job_id, s in recent.per_job.items() if job_id != "kept3"]
+        assert recent.clean() and len(unlimited) == JOBS
+        assert all(s.pruned == 0 and s.slots_checked == s.ticks >= 5 for s in unlimited), unlimited[:3]
     finally:
         if reader is not None:
             reader.stop.set()
