@@ -10,8 +10,8 @@ batch or refuses it (``FencedOut``), like every other leader write.
 What a batch never deletes (``scheduling.retention.may_delete``, in SQL):
 
 * a ``claimed`` or ``running`` tick: its leader, or the next one, settles it;
-* a job's newest tick (a row with no newer row of the same job): catch-up
-  resumes from it and ``jobs get`` shows it as the last run.
+* a job's newest tick, and its newest scheduled (not manual) tick: catch-up
+  resumes from the latter and ``jobs get`` shows the former as the last run.
 
 A row selected as final stays final (no write moves a final status back), so
 the keys read first are still deletable when the DELETE of the same
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Connection, Engine, Table, and_, bindparam, exists, select, tuple_
+from sqlalchemy import Connection, Engine, Table, and_, bindparam, exists, or_, select, tuple_
 
 from shardcron.model import TickStatus
 from shardcron.scheduling.retention import advance_horizon, history_cutoff_ms
@@ -33,10 +33,13 @@ from shardcron.store.sql import chunks, insert_ignoring_duplicates
 
 _UNRESOLVED = (TickStatus.CLAIMED.value, TickStatus.RUNNING.value)
 _newer = ticks.alias("newer")
-# Deletable: final, and not its job's newest row.
+_NEWER_ROW = and_(_newer.c.job_id == ticks.c.job_id, _newer.c.scheduled_at_ms > ticks.c.scheduled_at_ms)
+# Deletable: final, and neither the job's newest row nor its newest scheduled one (a manual run after it
+# does not count: catch-up resumes from the newest scheduled row, ``ticks.last_ticks``).
 _DELETABLE = and_(
     ticks.c.status.not_in(_UNRESOLVED),
-    exists().where(_newer.c.job_id == ticks.c.job_id, _newer.c.scheduled_at_ms > ticks.c.scheduled_at_ms),
+    or_(exists().where(_NEWER_ROW, _newer.c.manual == False),  # noqa: E712 (SQL, not Python)
+        and_(ticks.c.manual == True, exists().where(_NEWER_ROW))),  # noqa: E712
 )
 
 

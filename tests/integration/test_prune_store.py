@@ -46,6 +46,17 @@ def test_shard_pruning_keeps_unresolved_and_newest_ticks_and_records_the_horizon
     assert slots(led, "old") == [1]
     assert prune_shard_batch(led, horizon_ms=6 * MIN, limit=100, now_ms=7, **A) == 0  # nothing left to do
 
+    # A manual run after "old"'s only scheduled tick: both stay (catch-up resumes from the scheduled one);
+    # once a newer scheduled tick exists, the older ones go, the manual one with them.
+    claim_ticks(led, [SlotClaim("old", 2 * MIN, manual=True)], node_id=NODE_A, now_ms=8, **A)
+    record_results(led, [(SlotRef("old", 2 * MIN), 1, ExecutionResult(True, 1, 2), TickStatus.SUCCEEDED)], **A)
+    assert prune_shard_batch(led, horizon_ms=6 * MIN, limit=100, now_ms=8, **A) == 0
+    assert slots(led, "old") == [1, 2]
+    claim_ticks(led, [SlotClaim("old", 3 * MIN)], node_id=NODE_A, now_ms=9, **A)
+    record_results(led, [(SlotRef("old", 3 * MIN), 1, ExecutionResult(True, 1, 2), TickStatus.SUCCEEDED)], **A)
+    assert prune_shard_batch(led, horizon_ms=6 * MIN, limit=100, now_ms=9, **A) == 2
+    assert slots(led, "old") == [3]
+
     # The horizon never moves back (a new leader with a lagging clock).
     assert prune_shard_batch(led, horizon_ms=2 * MIN, limit=100, now_ms=8, **A) == 0
     assert shard_horizons_by_shard(led) == {0: 6 * MIN}
