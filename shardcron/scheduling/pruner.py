@@ -5,7 +5,10 @@ shard it deletes, in bounded fenced batches (``store.retention``):
 
 * the ticks older than ``--tick-retention`` (the horizon, never nearer now
   than the longest catch-up window of the shard's jobs: ``retention_horizon_ms``);
-* for each job with a ``history_limit``, its ticks older than its newest N.
+* for each job with a ``history_limit``, its ticks older than its newest N, when
+  about a tenth of N new ticks can have come since its last turn
+  (``history_prune_every_ms``): one transaction per job per pass would be
+  thousands a second on a shard of many jobs.
 
 How it keeps off the starts' way and out of a lost shard's:
 
@@ -30,8 +33,10 @@ from sqlalchemy.engine import Engine
 
 from shardcron import metrics
 from shardcron.errors import FencedOut, StoreUnavailable
+from shardcron.jobspec import shortest_gap_ms
 from shardcron.scheduling.retention import (
     MIN_DELETE_BATCH,
+    history_prune_every_ms,
     next_batch_size,
     pause_after_batch_ms,
     prune_every_ms,
@@ -52,6 +57,7 @@ class Pruner:
         self._now_ms = now_ms
         self._before_batch = before_batch
         self._batch = MIN_DELETE_BATCH  # steered by each batch's time; kept across passes
+        self._history_due: dict[int, dict[str, int]] = {}  # shard -> job id -> when its history is pruned next
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pruner", daemon=True)
         self.pruned = 0
@@ -91,11 +97,18 @@ class Pruner:
         if horizon is not None:
             deleted += self._batches(run, "retention", lambda limit: prune_store.prune_shard_batch(
                 self._engine, shard=run.shard, fence=run.fence, horizon_ms=horizon, limit=limit, now_ms=now))
+        due, next_due = self._history_due.get(run.shard, {}), {}  # rebuilt: a deleted job leaves nothing
         for job in jobs:
-            if job.history_limit is not None and run.active:
-                deleted += self._batches(run, "history_limit", lambda limit, job=job: prune_store.prune_job_batch(
-                    self._engine, shard=run.shard, fence=run.fence, job_id=job.id, keep=job.history_limit,
-                    limit=limit, now_ms=now))
+            if job.history_limit is None:
+                continue
+            at = next_due[job.id] = due.get(job.id, 0)
+            if at > now or not run.active:
+                continue
+            next_due[job.id] = now + history_prune_every_ms(shortest_gap_ms(job.schedule), job.history_limit)
+            deleted += self._batches(run, "history_limit", lambda limit, job=job: prune_store.prune_job_batch(
+                self._engine, shard=run.shard, fence=run.fence, job_id=job.id, keep=job.history_limit,
+                limit=limit, now_ms=now))
+        self._history_due[run.shard] = next_due
         return deleted
 
     def _batches(self, run: ShardRun, reason: str, batch: Callable[[int], int]) -> int:

@@ -37,16 +37,27 @@ def test_the_leader_prunes_expired_ticks_and_the_audit_says_pruned(rig):
     assert shard_horizons_by_shard(r.engine) == {0: T0 + 10 * S}
     assert horizons_of_jobs(r.engine, ["a", "b"]) == {"a": T0 + 10 * S, "b": T0 + 18 * S}
 
-    report = run_audit(r.engine, from_ms=T0, to_ms=T0 + 20 * S, now_ms=T0 + 20 * S)
+    # b's history is pruned again only when a tenth of its limit can have come, but at least 10 s apart.
+    for k in range(21, 26):
+        r.at(T0 + k * S)
+    r.scheduler.pruner.prune_shard(r.scheduler._run_of(0))
+    assert sorted(r.ticks("a")) == list(range(15, 26)) and sorted(r.ticks("b")) == list(range(18, 26))
+    for k in range(26, 31):
+        r.at(T0 + k * S)
+    r.scheduler.pruner.prune_shard(r.scheduler._run_of(0))
+    assert sorted(r.ticks("b")) == [28, 29, 30]
+
+    report = run_audit(r.engine, from_ms=T0, to_ms=T0 + 30 * S, now_ms=T0 + 30 * S)
     assert report.clean() and not report.missing
-    assert (report.pruned, report.per_job["a"].pruned, report.per_job["b"].pruned) == (26, 9, 17)
+    # Below the horizons (a: now - 10 s; b: its oldest kept tick, 28 s) every absent slot is pruned.
+    assert (report.pruned, report.per_job["a"].pruned, report.per_job["b"].pruned) == (19 + 27, 19, 27)
     assert report.retention is PruneState.PARTIALLY_PRUNED
-    assert run_audit(r.engine, from_ms=T0, to_ms=T0 + 9 * S, now_ms=T0 + 20 * S).retention is PruneState.PRUNED
-    # Pruned slots are not missing, but a slot deleted above the horizon still is.
+    assert run_audit(r.engine, from_ms=T0, to_ms=T0 + 9 * S, now_ms=T0 + 30 * S).retention is PruneState.PRUNED
+    # A slot deleted above the horizon is still missing.
     with r.engine.begin() as conn:
-        conn.exec_driver_sql(f"DELETE FROM ticks WHERE job_id = 'a' AND scheduled_at_ms = {T0 + 15 * S}")
-    report = run_audit(r.engine, from_ms=T0, to_ms=T0 + 20 * S, now_ms=T0 + 20 * S)
-    assert [(f.job_id, (f.scheduled_at_ms - T0) // S) for f in report.missing] == [("a", 15)]
+        conn.exec_driver_sql(f"DELETE FROM ticks WHERE job_id = 'a' AND scheduled_at_ms = {T0 + 25 * S}")
+    report = run_audit(r.engine, from_ms=T0, to_ms=T0 + 30 * S, now_ms=T0 + 30 * S)
+    assert [(f.job_id, (f.scheduled_at_ms - T0) // S) for f in report.missing] == [("a", 25)]
 
 
 def test_pruning_is_fenced_and_ends_with_the_shard(rig):

@@ -28,7 +28,7 @@ from shardcron.scheduling.retention import PruneState
 from shardcron.store import make_engine
 from shardcron.store.engine import reading
 from shardcron.store.retention import shard_horizons_by_shard
-from shardcron.store.schema import ticks
+from shardcron.store.schema import job_horizons, ticks
 from shardcron.store.ticks import list_ticks
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
@@ -110,8 +110,12 @@ def test_retention_at_200_jobs_a_second(etcd_server, fresh_db_url, tmp_path, cap
                 return conn.execute(select(func.count()).where(
                     ticks.c.scheduled_at_ms < clock.wall_ms() - (RETENTION_S + 5) * 1000)).scalar()
         wait_until(lambda: old_rows() == 0, 60, 0.5, what="ticks older than the retention to be pruned")
-        # history_limit 3: the job's newest 3 and the slot claimed since the last pass (the pass is every 10 s).
-        wait_until(lambda: len(list_ticks(engine, "kept3")) <= 4, 30, 0.5, what="kept3 to keep only its newest")
+        # history_limit 3: its leader prunes it (every 10 s) and records the job's own horizon.
+        def kept3_horizon() -> int | None:
+            with reading(engine) as conn:
+                return conn.execute(select(job_horizons.c.horizon_ms).where(job_horizons.c.job_id == "kept3")).scalar()
+        wait_until(kept3_horizon, 30, 0.5, what="kept3's history to be pruned")
+        assert len(list_ticks(engine, "kept3")) <= 3 + 10 + 2  # its newest 3, and what came since the last turn
         reader.stop.set()
         c.stop_all()
 

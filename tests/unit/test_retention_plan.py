@@ -233,3 +233,15 @@ def test_prune_before_refuses_the_future_naming_the_flag():
     with pytest.raises(RetentionError) as err:
         prune_before_ms(NOW + 1, NOW, 0)
     assert err.value.field == "--before" and "future" in str(err.value)
+
+
+@pytest.mark.parametrize("gap_ms, limit, every_ms", [
+    pytest.param(1_000, 3, 10_000, id="at-least-10s"),
+    pytest.param(1_000, 1_000, 100_000, id="a-tenth-of-the-limit-of-slots"),
+    pytest.param(60_000, 100, 600_000, id="every-minute-limit-100"),
+    pytest.param(None, 5, 10_000, id="one-off"),
+])
+def test_history_prune_every(gap_ms, limit, every_ms):
+    from shardcron.scheduling.retention import history_prune_every_ms
+
+    assert history_prune_every_ms(gap_ms, limit) == every_ms
