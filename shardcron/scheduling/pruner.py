@@ -17,6 +17,8 @@ How it keeps off the starts' way and out of a lost shard's:
 * each batch's size is steered to last about ``DELETE_TARGET_MS``, and after
   it the pruner rests so that pruning takes at most ``DELETE_DUTY`` of the time
   (``next_batch_size``, ``pause_after_batch_ms``);
+* a shard's turn lasts at most ``TURN_S``, so one shard's backlog (retention
+  turned on over months of ticks) does not hold up the others;
 * it rests on the shard's own stop event, so a lost shard ends its pruning at
   once; a batch already under way is fenced like every write (a newer leader's
   raise waits for it or refuses it), and ``FencedOut`` ends the shard's turn.
@@ -47,6 +49,11 @@ from shardcron.store import retention as prune_store
 
 log = logging.getLogger(__name__)
 
+# One shard's turn ends after this much pruning, and the next shard's begins: a cluster that turns
+# retention on over months of ticks works through every shard's backlog side by side, a turn at a
+# time, passes following each other at once until none runs out of time.
+TURN_S = 5.0
+
 
 class Pruner:
     def __init__(self, engine: Engine, led_runs: Callable[[], list[ShardRun]], *, retention_ms: int | None,
@@ -61,6 +68,8 @@ class Pruner:
         self._closing = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pruner", daemon=True)
         self.pruned = 0
+        self._turn_ends = 0.0  # time.monotonic() at which the current shard's turn is over
+        self._behind = False  # a turn ran out of time: the next pass follows at once
 
     def start(self) -> None:
         self._thread.start()
@@ -72,7 +81,8 @@ class Pruner:
 
     def _run(self) -> None:
         every_s = prune_every_ms(self._retention_ms) / 1000
-        while not self._closing.wait(every_s):
+        while not self._closing.wait(0 if self._behind else every_s):
+            self._behind = False
             for run in self._led_runs():
                 if self._closing.is_set():
                     return
@@ -88,7 +98,8 @@ class Pruner:
                     log.exception("shard %d: pruning failed", run.shard)
 
     def prune_shard(self, run: ShardRun) -> int:
-        """One pass over one led shard; returns the ticks deleted."""
+        """One turn over one led shard (at most ``TURN_S`` of batches); returns the ticks deleted."""
+        self._turn_ends = time.monotonic() + TURN_S
         with run.lock:
             jobs = [entry.job for entry in run.jobs.values()]
         deleted = 0
@@ -102,14 +113,18 @@ class Pruner:
             if job.history_limit is None:
                 continue
             at = next_due[job.id] = due.get(job.id, 0)
-            if at > now or not run.active:
+            if at > now or not self._in_turn(run):
                 continue
             next_due[job.id] = now + history_prune_every_ms(shortest_gap_ms(job.schedule), job.history_limit)
             deleted += self._batches(run, "history_limit", lambda limit, job=job: prune_store.prune_job_batch(
                 self._engine, shard=run.shard, fence=run.fence, job_id=job.id, keep=job.history_limit,
                 limit=limit, now_ms=now))
         self._history_due[run.shard] = next_due
+        self._behind = self._behind or time.monotonic() >= self._turn_ends
         return deleted
+
+    def _in_turn(self, run: ShardRun) -> bool:
+        return run.active and not self._closing.is_set() and time.monotonic() < self._turn_ends
 
     def _batches(self, run: ShardRun, reason: str, batch: Callable[[int], int]) -> int:
         """``batch(limit)`` until it deletes fewer than its limit or the shard is no longer ours."""
@@ -120,7 +135,7 @@ class Pruner:
             return n
 
         deleted, self._batch = in_batches(counted, size=self._batch,
-                                          keep_going=lambda: run.active and not self._closing.is_set(),
+                                          keep_going=lambda: self._in_turn(run),
                                           rest=run.stop.wait, before_batch=self._before_batch)
         self.pruned += deleted
         return deleted
@@ -149,4 +164,4 @@ def in_batches(batch: Callable[[int], int], *, size: int, keep_going: Callable[[
     return deleted, size
 
 
-__all__ = ["Pruner", "in_batches"]
+__all__ = ["TURN_S", "Pruner", "in_batches"]

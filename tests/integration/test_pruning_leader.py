@@ -71,3 +71,15 @@ def test_pruning_is_fenced_and_ends_with_the_shard(rig):
     assert r.scheduler.pruner.prune_shard(run) == 0
     assert sorted(r.ticks("a")) == list(range(1, 11))
     assert shard_horizons_by_shard(r.engine) == {}
+
+
+def test_a_shard_turn_is_bounded_in_time(rig, monkeypatch):
+    from shardcron.scheduling import pruner
+
+    r = rig([every_second("a")], tick_retention_ms=1 * S)
+    run_for(r, 10)
+    run = r.scheduler._run_of(0)
+    monkeypatch.setattr(pruner, "TURN_S", 0.0)  # the turn is over before its first batch
+    assert r.scheduler.pruner.prune_shard(run) == 0 and sorted(r.ticks("a")) == list(range(1, 11))
+    monkeypatch.setattr(pruner, "TURN_S", 5.0)
+    assert r.scheduler.pruner.prune_shard(run) == 7  # below now - 2 s (the catch-up window), the newest kept

@@ -10,8 +10,6 @@ Only behaviour is asserted; the figures are printed (README "Retention").
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import uuid
 
@@ -32,6 +30,7 @@ from shardcron.store.schema import job_horizons, ticks
 from shardcron.store.ticks import list_ticks
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
+from tests.integration.test_jitter_and_runs import cli
 
 pytestmark = pytest.mark.cluster
 
@@ -66,11 +65,6 @@ class LatenessReader:
 
     def between(self, from_ms: int, to_ms: int) -> list[int]:
         return [late for (_, at), late in self.late.items() if from_ms <= at < to_ms]
-
-
-def cli(node, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardcron", *args, "--server", node.address],
-                          capture_output=True, text=True, timeout=60)
 
 
 def refuses_a_bad_history_limit(node) -> None:
