@@ -52,6 +52,12 @@ it (``calendar_history``: every version is kept with the time it took effect),
 so changing a calendar does not rewrite the past; for a few seconds after a
 change a slot the two versions judge differently may go either way.
 
+Retention deletes old rows, so an absent slot below the job's recorded horizon
+(its shard's, from ``--tick-retention`` or ``db prune``, or its own, from its
+``history_limit``; ``store.retention.horizons_of_jobs``) is counted ``pruned``,
+never missing nor excused: the horizon is written in the same transaction as
+the deletes below it (``scheduling.retention.is_pruned``).
+
 Manual runs (TriggerJob) are extra rows, never owed: they are ignored by the
 missing and duplicate rules and checked by the other two. Rows of a deleted
 job are checked for fences and resolution and summarised as ``deleted``.
@@ -76,9 +82,11 @@ from shardcron.model import Job, Tick, TickStatus
 from shardcron.scheduling.calendar_history import History, Verdict, Version
 from shardcron.scheduling.jitter import jitter_offset_ms
 from shardcron.scheduling.policies import OVERLAP_SKIP_REASON
+from shardcron.scheduling.retention import PruneState, audit_range_state, is_pruned
 from shardcron.scheduling.triggers import Trigger, slots_between, trigger_for
 from shardcron.store.engine import reading
 from shardcron.store.jobs import get_job, list_jobs
+from shardcron.store.retention import horizons_of_jobs
 from shardcron.store.schema import fence_log, ticks
 from shardcron.store.ticks import runs_busy_since, ticks_between
 
@@ -122,6 +130,7 @@ class JobSummary:
     missing: int = 0
     excused: int = 0  # missing, but beyond the catch-up window: not a finding
     calendar_excluded: int = 0  # slots its calendars excluded: not owed
+    pruned: int = 0  # absent below the job's retention horizon: deleted by retention, not a finding
     stale_fence: int = 0
     unresolved: int = 0
     false_overlap: int = 0
@@ -146,6 +155,8 @@ class AuditReport:
     now_ms: int = 0
     false_overlap: list[Finding] = field(default_factory=list)
     calendar_excluded: int = 0
+    pruned: int = 0
+    retention: PruneState = PruneState.INTACT  # the window as the audited jobs' horizons leave it
 
     def clean(self) -> bool:
         return not (self.duplicates or self.missing or self.stale_fence or self.unresolved or self.false_overlap)
@@ -169,6 +180,8 @@ class AuditReport:
             "ticks_checked": self.ticks_checked,
             "excused": self.excused,
             "calendar_excluded": self.calendar_excluded,
+            "pruned": self.pruned,
+            "retention": self.retention.value,
             "duplicates": [_finding_dict(f) for f in self.duplicates],
             "missing": [_finding_dict(f) for f in self.missing],
             "stale_fence": [_finding_dict(f) for f in self.stale_fence],
@@ -269,6 +282,33 @@ def find_missing(
             written_at = now_ms
         (excused if s < written_at - job.catchup_window_ms else missing).append(s)
     return MissingSlots(len(slots), tuple(missing), tuple(excused), excluded)
+
+
+@dataclass(frozen=True)
+class PrunedSplit:
+    slots_checked: int
+    missing: tuple[int, ...]
+    excused: tuple[int, ...]
+    pruned: tuple[int, ...]
+
+
+def split_pruned(found: MissingSlots, horizon_ms: int | None) -> PrunedSplit:
+    """``find_missing``'s absent slots, those below the job's retention horizon set apart as pruned."""
+    def below(slots):
+        return tuple(s for s in slots if is_pruned(s, horizon_ms))
+
+    def above(slots):
+        return tuple(s for s in slots if not is_pruned(s, horizon_ms))
+
+    return PrunedSplit(found.slots_checked, above(found.missing), above(found.excused),
+                       below(found.missing) + below(found.excused))
+
+
+def window_retention(from_ms: int, to_ms: int, horizons: Iterable[int | None]) -> PruneState:
+    """The audit window ``(from_ms, to_ms]`` under the jobs' horizons: pruned when every job's part of it
+    is below its horizon, intact when none is, else partially pruned."""
+    states = {audit_range_state(from_ms + 1, to_ms + 1, h) for h in horizons} or {PruneState.INTACT}
+    return states.pop() if len(states) == 1 else PruneState.PARTIALLY_PRUNED
 
 
 def find_stale(rows: Iterable[Tick], raises: Iterable[FenceRaise], tolerance_ms: int = 0) -> list[Finding]:
@@ -424,6 +464,7 @@ def run_audit(
     jobs = _jobs(engine, job_id)
     rows = ticks_between(engine, from_ms + 1, to_ms + 1, job_id)
     raises = _fence_raises(engine, {t.shard for t in rows})
+    horizons = horizons_of_jobs(engine, [j.id for j in jobs])
 
     per_job: dict[str, JobSummary] = {}
     rows_by_job: dict[str, list] = defaultdict(list)
@@ -442,10 +483,11 @@ def run_audit(
             if nxt is not None:
                 present[nxt[0]] = nxt[1]
         judge = (lambda s, names=job.calendars: history.judge(names, s)) if job.calendars else None
-        result = find_missing(job, present, from_ms, to_ms, now_ms=now, trigger=trigger, judge=judge)
+        found = find_missing(job, present, from_ms, to_ms, now_ms=now, trigger=trigger, judge=judge)
+        result = split_pruned(found, horizons.get(job.id))
         summary.slots_checked = result.slots_checked
-        summary.calendar_excluded = result.calendar_excluded
-        summary.missing, summary.excused = len(result.missing), len(result.excused)
+        summary.calendar_excluded = found.calendar_excluded
+        summary.missing, summary.excused, summary.pruned = len(result.missing), len(result.excused), len(result.pruned)
         missing += [Finding(FindingKind.MISSING, job.id, s, "no tick row") for s in result.missing]
     for job_id_, mine in rows_by_job.items():
         if job_id_ not in per_job:
@@ -462,6 +504,8 @@ def run_audit(
         per_job=per_job,
         excused=sum(s.excused for s in per_job.values()),
         calendar_excluded=sum(s.calendar_excluded for s in per_job.values()),
+        pruned=sum(s.pruned for s in per_job.values()),
+        retention=window_retention(from_ms, to_ms, [horizons.get(j.id) for j in jobs]),
         ticks_checked=len(rows),
         from_ms=from_ms,
         to_ms=to_ms,
@@ -568,4 +612,6 @@ __all__ = [
     "find_unresolved",
     "rfc3339_ms",
     "run_audit",
+    "split_pruned",
+    "window_retention",
 ]

@@ -44,6 +44,7 @@ class NodeConfig:
     forward_security: object = None  # api.security.ChannelSecurity: how this node calls other nodes
     api_limits: object = None  # api.limits.ApiLimits; None: the defaults
     keepalive_ms: tuple[int, int] = (10_000, 5_000)  # (ping every, give up after) on every gRPC channel
+    tick_retention_ms: int | None = None  # ticks older than this are pruned by their shard's leader; None: kept
 
 
 def env_default(name: str, default):
@@ -154,6 +155,9 @@ def add_node_flags(p: argparse.ArgumentParser) -> None:
     add_env_flag(p, "--shutdown-grace", "seconds to wait for running ticks on stop or hand-over", 5.0)
     add_env_flag(p, "--lookahead-ms", "claim slots this far ahead, in one transaction", 600,
                  default_text="%(default)s: not a whole second, so claiming never coincides with whole-second starts")
+    add_env_flag(p, "--tick-retention", "delete ticks whose slot is older than this (e.g. 30d), in small batches by "
+                                        "each shard's leader; never nearer now than a job's catch-up window",
+                 "none", default_text="none: keep every tick")
     add_env_flag(p, "--tls-cert", "serve the API over TLS with this certificate")
     add_env_flag(p, "--tls-key", "its key")
     add_env_flag(p, "--tls-client-ca", "require client certificates signed by this CA (mTLS)")
@@ -282,7 +286,17 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
                       _duration_flag_ms("keepalive-timeout", a.keepalive_timeout, 100)),
         shell_allow=_shell_allow(a.shell_allow, bool(a.allow_shell)),
         allow_python=_allow_python(a.allow_python),
+        tick_retention_ms=_tick_retention_ms(a.tick_retention),
     )
+
+
+def _tick_retention_ms(raw) -> int | None:
+    from shardcron.scheduling.retention import RetentionError, parse_retention_ms
+
+    try:
+        return parse_retention_ms(raw, "--tick-retention")
+    except RetentionError as e:
+        raise ConfigError(str(e)) from None
 
 
 def parse_min_interval_ms(raw) -> int:

@@ -50,7 +50,7 @@ HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
 # (``timzone`` would run it in UTC).
 SCHEDULE_KEYS = frozenset({"cron", "every", "interval_ms", "at", "at_ms", "timezone", "tz"})
 JOB_KEYS = frozenset({"id", "schedule", "executor", "catchup", "catchup_window", "overlap", "timeout", "retry",
-                      "paused", "labels", "version", "jitter", "calendars"})
+                      "paused", "labels", "version", "jitter", "calendars", "history_limit"})
 RETRY_KEYS = frozenset({"max_attempts", "backoff", "backoff_max"})
 EXECUTOR_KEYS = {
     ExecutorKind.NOOP: frozenset({"kind"}),
@@ -373,6 +373,7 @@ def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bo
         version=_int(d.get("version", 0), "version", 0),
         jitter_ms=jitter_ms,
         calendars=calendars,
+        history_limit=_history_limit(d.get("history_limit")),
     )
 
 
@@ -392,6 +393,18 @@ def _calendar_names(raw) -> tuple[str, ...]:
         if name not in names:
             names.append(name)
     return tuple(names)
+
+
+def _history_limit(raw) -> int | None:
+    """The job's history limit (absent: keep every tick), a whole number of ticks, at least 1."""
+    if raw is None:
+        return None
+    from shardcron.scheduling.retention import RetentionError, parse_history_limit  # it imports this module
+
+    try:
+        return parse_history_limit(raw, "history_limit")
+    except RetentionError as e:
+        raise InvalidJob("history_limit", e.reason) from None
 
 
 def _jitter(raw, schedule: Schedule) -> int:
@@ -566,6 +579,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         # Only when set: a job without jitter keeps the JSON it was stored with before jitter existed.
         **({"jitter": f"{job.jitter_ms}ms"} if job.jitter_ms else {}),
         **({"calendars": list(job.calendars)} if job.calendars else {}),
+        **({"history_limit": job.history_limit} if job.history_limit is not None else {}),
     }
 
 

@@ -92,6 +92,9 @@ db_call = Histogram("shardcron_db_call_seconds", "Database statement latency.", 
 running_executors = Gauge("shardcron_running_executors", "Executors running now.")
 results_unwritten = Gauge("shardcron_results_unwritten",
                           "Tick results waiting to be written; growing means the result writer is stuck.")
+ticks_pruned = Counter("shardcron_ticks_pruned_total",
+                       "Tick rows this node deleted as a shard's leader, by rule (retention, history_limit).",
+                       ["reason"])
 oldest_overdue = Gauge("shardcron_oldest_overdue_slot_seconds",
                        "Age of the oldest slot that is due but not started; 0 when none. "
                        "Alert on it to catch a schedule that silently stopped.")

@@ -221,6 +221,8 @@ class Job:
     jitter_ms: int = 0
     # Names of stored calendars (scheduling/calendars.py): a slot any of them excludes is not owed.
     calendars: tuple[str, ...] = ()
+    # Keep at most this many of the job's newest ticks (retention); None: keep every tick.
+    history_limit: int | None = None
     paused: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     version: int = 0  # store-assigned; 0 for a job never written

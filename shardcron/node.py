@@ -176,7 +176,7 @@ class Node:
         calendars = CalendarBook()
         self.scheduler = Scheduler(
             self.engine, cfg.node_id, shard_count, allow_shell=cfg.allow_shell, allow_python=cfg.allow_python,
-            lookahead_ms=cfg.lookahead_ms,
+            lookahead_ms=cfg.lookahead_ms, tick_retention_ms=cfg.tick_retention_ms,
             on_fenced=lambda shard, fence: self.coordinator.report_fenced(shard, fence), imports=imports,
             calendars=calendars,
         )

@@ -91,6 +91,8 @@ def job_dict_from_proto(p: pb.Job) -> dict[str, Any]:
         d["timeout"] = f"{p.timeout_ms}ms"
     if p.HasField("jitter_ms"):
         d["jitter"] = f"{p.jitter_ms}ms"
+    if p.HasField("history_limit"):
+        d["history_limit"] = p.history_limit
     if p.HasField("retry"):
         r = p.retry
         retry: dict[str, Any] = {}
@@ -162,6 +164,8 @@ def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
         p.jitter_ms = job.jitter_ms
     if job.calendars:
         p.calendars.extend(job.calendars)
+    if job.history_limit is not None:
+        p.history_limit = job.history_limit
     ex = job.executor
     if ex.kind is ExecutorKind.HTTP and ex.http is not None:
         h = ex.http

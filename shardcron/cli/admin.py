@@ -26,6 +26,7 @@ from shardcron.clock import rfc3339_ms
 from shardcron.cli.common import open_etcd
 from shardcron.config import add_db_flag, add_etcd_security_flags, add_prefix_flag, etcd_security
 from shardcron.errors import ConfigError, ShardcronError
+from shardcron.scheduling.retention import PruneState
 from shardcron.store.engine import describe_url, make_engine
 from shardcron.store.migrate import alembic_config, current_revision, head_revision, upgrade
 
@@ -73,7 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     p.set_defaults(func=cmd_audit)
 
-    db = subparsers.add_parser("db", help="the store's schema: upgrade, current")
+    db = subparsers.add_parser("db", help="the store: upgrade and current (its schema), prune (old ticks)")
     db_sub = db.add_subparsers(dest="db_command", metavar="COMMAND")
     db_sub.required = True
     up = db_sub.add_parser("upgrade", help="bring the database's schema to this shardcron's (creates it if empty)")
@@ -82,6 +83,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cur = db_sub.add_parser("current", help="print the database's schema revision")
     add_db_flag(cur)
     cur.set_defaults(func=cmd_db_current)
+    from shardcron.cli import prune  # it imports this module
+
+    prune.register(db_sub)
 
 
 def _add_etcd_flags(p: argparse.ArgumentParser) -> None:
@@ -165,7 +169,11 @@ def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
         f"{_n(len(r.per_job), 'job')}, {_n(r.slots_checked, 'slot')}, {_n(r.ticks_checked, 'tick')}"
         + (f", {r.excused} missed beyond their catch-up window (excused)" if r.excused else "")
         + (f", {r.calendar_excluded} excluded by calendars (not owed)" if r.calendar_excluded else "")
+        + (f", {r.pruned} pruned by retention (below the recorded horizon, not missing)" if r.pruned else "")
     ]
+    if r.retention is not PruneState.INTACT:
+        lines.append(f"retention: this window is {r.retention.value}; slots below each job's horizon were deleted "
+                     "on purpose")
     jobs = sorted(r.per_job.values(), key=lambda s: (s.findings == 0, s.job_id))
     if jobs:
         table = [

@@ -307,7 +307,8 @@ def job_from_flags(a: argparse.Namespace) -> Job:
     else:
         d["executor"] = _dispatch_executor(a, kind)
     for key, value in (("catchup", a.catchup), ("catchup_window", a.catchup_window), ("overlap", a.overlap),
-                       ("timeout", a.timeout_job), ("jitter", a.jitter), ("calendars", a.calendar)):
+                       ("timeout", a.timeout_job), ("jitter", a.jitter), ("calendars", a.calendar),
+                       ("history_limit", a.history_limit)):
         if value is not None:
             d[key] = value
     if a.retry_backoff is not None and a.retries is None:
@@ -581,6 +582,8 @@ def register(subparsers) -> None:
     put.add_argument("--catchup-window", metavar="D", help="how far back missed slots are owed (default 1h)")
     put.add_argument("--overlap", choices=["skip", "allow"], help="when the previous run is still going (default skip)")
     put.add_argument("--timeout", dest="timeout_job", metavar="D", help="the job's run timeout (default 60s)")
+    put.add_argument("--history-limit", type=int, metavar="N",
+                     help="keep at most the job's N newest ticks; older finished ones are deleted (default: all)")
     put.add_argument("--jitter", metavar="D", help="start each slot a fixed offset in [0, D) after it, the same on "
                                                    "every leader; shorter than the gap between slots (default 0)")
     put.add_argument("--calendar", action="append", metavar="NAME",

@@ -57,6 +57,7 @@ from shardcron.scheduling.heap import ClaimDue, DispatchDue, TimerHeap
 from shardcron.scheduling.jitter import jitter_offset_ms
 from shardcron.scheduling.policies import OVERLAP_SKIP_REASON, overlap_allows
 from shardcron.scheduling.marks import RunningMarks
+from shardcron.scheduling.pruner import Pruner
 from shardcron.scheduling.recorder import Recorder, ResultWrite
 from shardcron.scheduling.runner import StoreDownBeforeStart, TickRun, run_tick
 from shardcron.scheduling.shard_run import JobEntry, ShardRun
@@ -108,6 +109,7 @@ class Scheduler:
         workers: int = 64,
         clock: Clock = SYSTEM_CLOCK,
         calendars: CalendarBook | None = None,
+        tick_retention_ms: int | None = None,
     ):
         self.engine = engine
         self.node_id = node_id
@@ -131,6 +133,9 @@ class Scheduler:
         self._threads_running = False  # a test steps the loop itself, with nobody to yield to
         self.recorder = Recorder(engine, self._fenced, before_write=self._yield_to_starts)
         self.marks = RunningMarks(engine)
+        # Deletes expired ticks of the led shards; waits for bursts of starts like the recorder.
+        self.pruner = Pruner(engine, self._led_runs, retention_ms=tick_retention_ms, now_ms=self._now_ms,
+                             before_batch=self._yield_to_starts)
         self._ticks: set[asyncio.Task] = set()  # the ticks' coroutines (the loop keeps only weak references)
         self._threads = [
             threading.Thread(target=self._claim_loop, name="claimer", daemon=True),
@@ -142,6 +147,7 @@ class Scheduler:
     def start(self) -> None:
         self._threads_running = True
         self.recorder.start()
+        self.pruner.start()
         for t in self._threads:
             t.start()
 
@@ -156,6 +162,7 @@ class Scheduler:
             self.executors.loop.run(self._cancel_ticks, 5.0)
         except Exception:  # noqa: BLE001 - the loop is gone or stuck: closing it below drops them
             log.warning("tick coroutines not cancelled within 5 s of the stop")
+        self.pruner.close()
         self.recorder.close()
         self.marks.close()
         self.executors.close()
@@ -369,6 +376,10 @@ class Scheduler:
         return len(due)
 
     # -- shards and heaps ------------------------------------------------------------
+
+    def _led_runs(self) -> list[ShardRun]:
+        with self._runs_lock:
+            return list(self._runs.values())
 
     def _run_of(self, shard: int) -> ShardRun | None:
         with self._runs_lock:

@@ -126,6 +126,37 @@ def next_batch_size(size: int, elapsed_ms: float, target_ms: float = DELETE_TARG
     return max(lo, min(hi, int(size * factor)))
 
 
+PRUNE_EVERY_MIN_MS = 1_000
+PRUNE_EVERY_MAX_MS = 60_000
+PRUNE_EVERY_HISTORY_ONLY_MS = 10_000
+
+
+def prune_every_ms(retention_ms: int | None) -> int:
+    """How often a leader looks for ticks to prune: a tenth of the retention, between 1 s and 1 min
+    (so the table holds at most about 10 % more than the retention asks); 10 s when only
+    jobs' history limits prune."""
+    if retention_ms is None:
+        return PRUNE_EVERY_HISTORY_ONLY_MS
+    return max(PRUNE_EVERY_MIN_MS, min(PRUNE_EVERY_MAX_MS, retention_ms // 10))
+
+
+def history_prune_every_ms(shortest_gap_ms: int | None, history_limit: int) -> int:
+    """How often a leader prunes one job's history: when about a tenth of its limit in new ticks
+    can have come (at least every 10 s apart; a one-off schedule as rarely as that). One fenced
+    transaction per job per pass would otherwise be thousands a second on a shard of many jobs."""
+    if shortest_gap_ms is None:
+        return PRUNE_EVERY_HISTORY_ONLY_MS
+    return max(PRUNE_EVERY_HISTORY_ONLY_MS, shortest_gap_ms * max(1, history_limit // 10))
+
+
+def prune_before_ms(before_ms: int, now_ms: int, longest_catchup_window_ms: int) -> int:
+    """``db prune --before``'s horizon: ``before_ms``, but never nearer now than the longest catch-up
+    window (as the leaders' horizon; see the module docstring). Refuses a time in the future."""
+    if before_ms > now_ms:
+        raise RetentionError("--before", "must not be in the future")
+    return min(before_ms, now_ms - longest_catchup_window_ms)
+
+
 def pause_after_batch_ms(elapsed_ms: float, duty: float = DELETE_DUTY) -> int:
     """How long to rest after a batch that took ``elapsed_ms``, to keep pruning at ``duty`` of the time."""
     if not 0 < duty <= 1:
@@ -166,4 +197,4 @@ def is_pruned(slot_ms: int, shard_horizon_ms: int | None, job_horizon_ms: int | 
 __all__ = ["DELETE_DUTY", "DELETE_TARGET_MS", "MAX_DELETE_BATCH", "MIN_DELETE_BATCH", "PruneState", "RetentionError",
            "advance_horizon", "audit_range_state", "effective_horizon", "history_cutoff_ms", "is_pruned",
            "may_delete", "next_batch_size", "parse_history_limit", "parse_retention_ms", "pause_after_batch_ms",
-           "retention_horizon_ms"]
+           "history_prune_every_ms", "prune_before_ms", "prune_every_ms", "retention_horizon_ms"]

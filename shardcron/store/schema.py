@@ -193,6 +193,30 @@ fence_log = Table(
     **_TABLE_OPTS,
 )
 
+# Retention (issue 14 item 4): how far back ticks may have been deleted. Each row
+# is written under the shard's fence BEFORE any delete below it and only moves
+# forward, so the audit reads an absent slot below it as "pruned", not "missing".
+shard_horizons = Table(
+    "shard_horizons",
+    metadata,
+    Column("shard", Integer, primary_key=True, autoincrement=False),
+    Column("horizon_ms", BigInteger, nullable=False),  # rows scheduled before it may be gone
+    Column("fence", BigInteger, nullable=False),  # the fence of the last write
+    Column("updated_at_ms", BigInteger, nullable=False),
+    **_TABLE_OPTS,
+)
+
+# The same per job, for its history_limit: its ticks before horizon_ms may be gone.
+job_horizons = Table(
+    "job_horizons",
+    metadata,
+    Column("job_id", exact_string(ID_LENGTH), primary_key=True),
+    Column("horizon_ms", BigInteger, nullable=False),
+    Column("fence", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+    **_TABLE_OPTS,
+)
+
 cluster_meta = Table(
     "cluster_meta",
     metadata,
@@ -235,9 +259,11 @@ __all__ = [
     "VERSION_TABLE",
     "cluster_meta",
     "fence_log",
+    "job_horizons",
     "job_labels",
     "jobs",
     "metadata",
     "shard_fences",
+    "shard_horizons",
     "ticks",
 ]

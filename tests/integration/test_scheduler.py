@@ -94,7 +94,7 @@ def engine(fresh_db_url):
 class Rig:
     """One scheduler leading shard 0 from T0, on a stepped clock."""
 
-    def __init__(self, engine, jobs: list[Job], lease_s: float = 3600, calendars=None):
+    def __init__(self, engine, jobs: list[Job], lease_s: float = 3600, **scheduler_kw):
         self.engine = engine
         self.clock = SteppedClock(T0)
         self.session = LeaseOnClock(self.clock, T0 + int(lease_s * S))
@@ -103,7 +103,7 @@ class Rig:
         raise_fence(engine, 0, FENCE, NODE, T0)  # what the scheduler's acquire does first, so the jobs go in
         for job in jobs:
             self.jobs[job.id] = put_job(engine, job, shard=0, fence=FENCE, node_id=NODE, now_ms=T0)
-        self.scheduler = Scheduler(engine, NODE, 1, lookahead_ms=S, clock=self.clock, workers=4, calendars=calendars)
+        self.scheduler = Scheduler(engine, NODE, 1, lookahead_ms=S, clock=self.clock, workers=4, **scheduler_kw)
         self.scheduler.recorder.start()
         self.scheduler.acquire(0, FENCE, self.stop, self.session)
 
