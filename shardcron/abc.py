@@ -84,6 +84,9 @@ class Backend(Protocol):
     def trigger_now(self, shard: int, job_id: str) -> SlotRef:
         """Claim and start an extra, manual tick now (on the shard's leader). KeyError if the job is unknown."""
 
+    def backfill_added(self, shard: int) -> None:
+        """A backfill of a led shard was stored: have the scheduler run it."""
+
     def shard_map(self) -> dict:
         """The same map ``shardcron shards --json`` prints (shards, nodes, shard_count)."""
 

@@ -76,6 +76,9 @@ class NodeBackend:
     def trigger_now(self, shard: int, job_id: str):
         return self._node.scheduler.trigger_now(shard, job_id)
 
+    def backfill_added(self, shard: int) -> None:
+        self._node.scheduler.backfills.backfill_added(shard)
+
     def shard_map(self) -> dict:
         from shardcron.coordination.view import shard_map_from_view
 

@@ -22,6 +22,7 @@ import grpc
 from shardcron import clock
 from shardcron.abc import Backend
 from shardcron.api import admission
+from shardcron.api.backfills import BackfillService
 from shardcron.api.batch import BatchWriter
 from shardcron.api.group_commit import GroupCommit
 from shardcron.api.limits import ApiLimits, TriggerBudget
@@ -76,8 +77,8 @@ def bounded_page(items: list, size: int, to_proto, max_bytes: int = PAGE_BYTES) 
     return page, len(items) > size
 
 
-class SchedulerService:
-    """Made on the API server's loop (its watches hold the loop)."""
+class SchedulerService(BackfillService):
+    """Made on the API server's loop (its watches hold the loop). The backfill RPCs are in ``api/backfills.py``."""
 
     def __init__(self, backend: Backend, router: Router, stopping: threading.Event, limits: ApiLimits):
         self.backend = backend
