@@ -164,6 +164,7 @@ def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
         f"audit of slots after {rfc3339_ms(r.from_ms)} up to {rfc3339_ms(r.to_ms)}: "
         f"{_n(len(r.per_job), 'job')}, {_n(r.slots_checked, 'slot')}, {_n(r.ticks_checked, 'tick')}"
         + (f", {r.excused} missed beyond their catch-up window (excused)" if r.excused else "")
+        + (f", {backfilled} added by backfills" if (backfilled := sum(s.backfilled for s in r.per_job.values())) else "")
     ]
     jobs = sorted(r.per_job.values(), key=lambda s: (s.findings == 0, s.job_id))
     if jobs:
