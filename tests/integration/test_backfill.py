@@ -16,6 +16,7 @@ from sqlalchemy import select
 
 from shardcron import Client
 from shardcron.audit import run_audit
+from shardcron.cli.admin import parse_time_ms
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.jobspec import job_from_dict
 from shardcron.model import BackfillState, TickStatus
@@ -36,6 +37,10 @@ def range_rows(engine, job_id: str, from_ms: int, to_ms: int) -> list:
         return c.execute(select(ticks).where(ticks.c.job_id == job_id, ticks.c.scheduled_at_ms >= from_ms,
                                              ticks.c.scheduled_at_ms < to_ms)
                          .order_by(ticks.c.scheduled_at_ms)).all()
+
+
+def parse_ms(text: str) -> int:
+    return parse_time_ms(text, "test")
 
 
 def cli(node, *args: str) -> subprocess.CompletedProcess:
@@ -94,7 +99,7 @@ def solo(etcd_server, tmp_path_factory):
     d = tmp_path_factory.mktemp("backfill-node")
     url = f"sqlite:///{d}/store.db"
     c = Cluster(etcd_server.endpoints, url, f"/t{uuid.uuid4().hex[:12]}", 2, 4, str(d))
-    n = c.add("solo")
+    n = c.add("solo", extra_args=["--allow-shell"])
     try:
         c.wait_all_led(60)
         yield n, url
@@ -135,6 +140,35 @@ def test_a_backfill_runs_only_the_slots_without_a_row_and_the_audit_stays_clean(
         engine.dispose()
     again = cli(node, "jobs", "backfill", job_id, "--from", str(from_ms), "--to", str(to_ms), "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["planned"] == 0, again  # nothing left to run
+
+
+@pytest.mark.parametrize("overlap, statuses", [
+    pytest.param("skip", [TickStatus.SUCCEEDED] + [TickStatus.SKIPPED] * 5, id="skip"),
+    pytest.param("allow", [TickStatus.SUCCEEDED] * 6, id="allow"),
+])
+def test_the_backfills_overlap_decides_while_its_first_slot_still_runs(solo, overlap, statuses):
+    """Six yearly slots (no live run comes due meanwhile) at 10/s, each run taking 5 s: with skip the five
+    started while the first goes on are recorded skipped, with allow all six run side by side."""
+    node, url = solo
+    job_id = f"bf-{overlap}-{uuid.uuid4().hex[:6]}"
+    from_ms, to_ms = parse_ms("2021-01-01T00:00:00Z"), parse_ms("2026-01-02T00:00:00Z")
+    with Client(node.address) as client:
+        client.put_job(job_from_dict({"id": job_id, "cron": "0 0 1 1 *", "timeout": "30s",
+                                      "executor": {"kind": "shell", "command": "sleep 5"}}))
+        bf = client.backfill_job(job_id, from_ms, to_ms, rate_per_s=10, overlap=overlap)
+        assert bf.planned == 6
+        final = wait_until(lambda: (b := client.get_backfill(bf.id)).state is not BackfillState.ACTIVE and b,
+                           60, 0.3, what="the backfill to end")
+        assert (final.state, final.done, final.skipped) == (BackfillState.DONE, 6, statuses.count(TickStatus.SKIPPED))
+    engine = make_engine(url)
+    try:
+        rows = wait_until(lambda: (r := range_rows(engine, job_id, from_ms, to_ms))
+                          and all(TickStatus(x.status).is_final for x in r) and r, 30, 0.2, what="the runs to end")
+        assert [TickStatus(r.status) for r in rows] == statuses
+        report = run_audit(engine, from_ms=from_ms - 1, to_ms=to_ms - 1)  # the skips had a run going: no finding
+        assert report.clean(), report.to_dict()
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.parametrize(
