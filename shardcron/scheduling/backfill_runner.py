@@ -57,6 +57,7 @@ PAGE_SECONDS = 1.0  # a page holds this long's worth of slots at the backfill's 
 MAX_PAGE = 1000  # ...but no more than this many
 WAIT_STEP_S = 0.25  # waits are cut into steps this long, each checking that the shard is still ours
 RETRY_S = 1.0  # after a store error
+SETTLE_S = 30.0  # at the end, how long the final count waits for the last starts and skips to be written
 
 
 def page_size(rate_per_s: float) -> int:
@@ -172,11 +173,11 @@ class BackfillRunner:
             metrics.backfill_slots.inc(len(claimed))
             cursor = page.cursor_ms if page.cursor_ms is not None else bf.to_ms - 1
             bf = replace(bf, cursor_ms=cursor, done=bf.done + len(claimed))
-            if page.cursor_ms is None:  # the range is done: wait for its last starts, then count
+            if page.cursor_ms is None:  # the range is done: count once every slot started or was skipped
                 self._wait_until(run, last_start)
+                self._wait_all_started(run, bf)
                 if not self._may_go_on(run):
                     return
-                s.recorder.flush(run.shard, timeout_s=5.0)
                 self._finish(run, replace(backfill_store.recount(self.engine, bf), state=BackfillState.DONE))
                 return
             backfill_store.save_progress(self.engine, bf, fence=run.fence, node_id=s.node_id, now_ms=now)
@@ -189,6 +190,16 @@ class BackfillRunner:
         log.info("shard %d: backfill %s of %s %s: %d slots run, %d of them skipped (planned %d)%s", run.shard,
                  bf.id, bf.job_id, bf.state.value, bf.done, bf.skipped, bf.planned,
                  f": {bf.error}" if bf.error else "", extra={"shard": run.shard, "job": bf.job_id})
+
+    def _wait_all_started(self, run: ShardRun, bf: Backfill) -> None:
+        """Until no tick ``bf`` wrote is merely claimed (a start or a skip is written by the recorder a
+        moment after the dispatcher decides it), or ``SETTLE_S`` passed: the count waits no longer."""
+        give_up = self.scheduler._now_ms() + int(SETTLE_S * 1000)
+        while self._may_go_on(run) and self.scheduler._now_ms() < give_up:
+            self.scheduler.recorder.flush(run.shard, timeout_s=1.0)
+            if not backfill_store.unstarted(self.engine, bf):
+                return
+            run.stop.wait(0.1)
 
     def _may_go_on(self, run: ShardRun) -> bool:
         return run.active and not self._closing.is_set()

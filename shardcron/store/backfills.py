@@ -84,12 +84,22 @@ def recount(engine: Engine, bf: Backfill) -> Backfill:
     """``bf`` with ``done`` and ``skipped`` counted from the ticks it wrote (see the module doc):
     exact whatever a failover cut short between a claim and the progress write after it."""
     skipped = func.sum(case((ticks.c.status == TickStatus.SKIPPED.value, 1), else_=0))
-    q = select(func.count(), skipped).where(
-        ticks.c.job_id == bf.job_id, ticks.c.scheduled_at_ms >= bf.from_ms, ticks.c.scheduled_at_ms < bf.to_ms,
-        ticks.c.manual == False, ticks.c.claimed_at_ms >= bf.created_at_ms)  # noqa: E712
+    q = select(func.count(), skipped).where(*_written_by(bf))
     with reading(engine) as conn:
         n, s = conn.execute(q).one()
     return replace(bf, done=int(n or 0), skipped=int(s or 0))
+
+
+def unstarted(engine: Engine, bf: Backfill) -> int:
+    """How many ticks ``bf`` wrote are still only claimed: neither started nor recorded skipped yet."""
+    q = select(func.count()).where(*_written_by(bf), ticks.c.status == TickStatus.CLAIMED.value)
+    with reading(engine) as conn:
+        return int(conn.execute(q).scalar() or 0)
+
+
+def _written_by(bf: Backfill) -> tuple:
+    return (ticks.c.job_id == bf.job_id, ticks.c.scheduled_at_ms >= bf.from_ms, ticks.c.scheduled_at_ms < bf.to_ms,
+            ticks.c.manual == False, ticks.c.claimed_at_ms >= bf.created_at_ms)  # noqa: E712
 
 
 def backfills_over(engine: Engine, from_ms: int, to_ms: int, job_ids: Sequence[str] | None = None
@@ -125,4 +135,5 @@ def _from_row(r) -> Backfill:
 
 
 __all__ = ["Backfill", "BackfillNotFound", "BackfillState", "active_backfills", "backfills_over", "create_backfill",
-           "get_backfill", "list_backfills", "new_backfill_id", "recorded_slots", "recount", "save_progress"]
+           "get_backfill", "list_backfills", "new_backfill_id", "recorded_slots", "recount", "save_progress",
+           "unstarted"]
