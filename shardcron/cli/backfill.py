@@ -12,7 +12,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from shardcron.cli.common import fmt_ms
+from shardcron import clock
+from shardcron.cli.common import fmt_clock_ms, fmt_ms
 from shardcron.model import Backfill, BackfillState
 from shardcron.scheduling.backfill_plan import BackfillError, parse_overlap, parse_rate
 
@@ -58,14 +59,15 @@ def cmd_backfill(a: argparse.Namespace) -> int:
 
 
 def _follow(c, bf: Backfill, *, quiet: bool) -> Backfill:
-    """Poll until ``bf`` ends, printing its progress line whenever it changes."""
+    """Poll until ``bf`` ends, printing its progress line whenever it changes, with the time (a
+    failover shows as a pause: any node answers the poll, the successor goes on from the cursor)."""
     shown = progress_line(bf)
     while bf.state is BackfillState.ACTIVE:
         time.sleep(WAIT_POLL_S)
         bf = c.get_backfill(bf.id)
         line = progress_line(bf)
         if line != shown and not quiet:
-            print(f"  {line}", flush=True)
+            print(f"  {fmt_clock_ms(clock.wall_ms())}  {line}", flush=True)
         shown = line
     return bf
 
