@@ -80,7 +80,7 @@ class BackfillRunner:
         self._lock = threading.Lock()
         self._remaining: dict[str, int] = {}  # backfill id -> slots it still owes, on this node
         self._closing = threading.Event()
-        metrics.watch_gauge(metrics.backfill_remaining, lambda: sum(self._remaining.values()))
+        metrics.watch_gauge(metrics.backfill_remaining, lambda: sum(list(self._remaining.values())))
 
     def close(self) -> None:
         self._closing.set()
@@ -139,6 +139,8 @@ class BackfillRunner:
         except Exception:  # noqa: BLE001 - a bug here must not take the node down
             log.exception("shard %d: backfill worker crashed", run.shard)
         finally:
+            for backfill_id in resumed:  # what it still owes is the next leader's to report now
+                self._remaining.pop(backfill_id, None)
             with self._lock:
                 if self._workers.get(run.shard) is w:
                     del self._workers[run.shard]
