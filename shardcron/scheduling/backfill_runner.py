@@ -136,8 +136,11 @@ class BackfillRunner:
                     self._wait_until(run, self.scheduler._now_ms() + int(RETRY_S * 1000))
         except FencedOut:
             log.info("shard %d: backfill stopped: a newer leader holds the shard", run.shard)
-        except Exception:  # noqa: BLE001 - a bug here must not take the node down
-            log.exception("shard %d: backfill worker crashed", run.shard)
+        except Exception as e:  # noqa: BLE001 - a bug here must not take the node down
+            if self._may_go_on(run):
+                log.exception("shard %d: backfill worker crashed", run.shard)
+            else:  # the node is stopping or the shard went away under it: the next leader goes on
+                log.info("shard %d: backfill stopped with the shard (%s)", run.shard, e)
         finally:
             for backfill_id in resumed:  # what it still owes is the next leader's to report now
                 self._remaining.pop(backfill_id, None)
