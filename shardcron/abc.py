@@ -88,6 +88,8 @@ class Backend(Protocol):
 
     def calendar_written(self, name: str, calendar: object, now_ms: int) -> None:
         """This node wrote calendar ``name`` (``calendar`` None: deleted): every node must reload it."""
+    def backfill_added(self, shard: int) -> None:
+        """A backfill of a led shard was stored: have the scheduler run it."""
 
     def shard_map(self) -> dict:
         """The same map ``shardcron shards --json`` prints (shards, nodes, shard_count)."""

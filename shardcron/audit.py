@@ -58,6 +58,14 @@ Retention deletes old rows, so an absent slot below the job's recorded horizon
 never missing nor excused: the horizon is written in the same transaction as
 the deletes below it (``scheduling.retention.is_pruned``).
 
+A backfill (``shardcron jobs backfill``) adds ordinary rows, claimed long
+after their slot: a slot it filled is present (before the job's
+``active_since_ms`` it is simply an extra row, never a finding), but its late
+claim time says nothing about when the live schedule caught up, so it excuses
+no earlier slot: it counts as claimed at its own slot (``backfilled_slots``).
+Without the backfill those earlier slots would have been judged by a later
+row, which excuses no fewer, so a backfill never hides a finding.
+
 Manual runs (TriggerJob) are extra rows, never owed: they are ignored by the
 missing and duplicate rules and checked by the other two. Rows of a deleted
 job are checked for fences and resolution and summarised as ``deleted``.
@@ -69,7 +77,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 
@@ -78,13 +86,14 @@ from sqlalchemy import Engine, select
 from shardcron import clock
 from shardcron.clock import rfc3339_ms
 from shardcron.errors import ConfigError, JobNotFound
-from shardcron.model import Job, Tick, TickStatus
+from shardcron.model import Backfill, Job, Tick, TickStatus
 from shardcron.scheduling.calendar_history import History, Verdict, Version
 from shardcron.scheduling.jitter import jitter_offset_ms
 from shardcron.scheduling.policies import OVERLAP_SKIP_REASON
 from shardcron.scheduling.retention import PruneState, audit_range_state, is_pruned
 from shardcron.scheduling.triggers import Trigger, slots_between, trigger_for
 from shardcron.store.engine import reading
+from shardcron.store.backfills import backfills_over
 from shardcron.store.jobs import get_job, list_jobs
 from shardcron.store.retention import horizons_of_jobs
 from shardcron.store.schema import fence_log, ticks
@@ -134,6 +143,7 @@ class JobSummary:
     stale_fence: int = 0
     unresolved: int = 0
     false_overlap: int = 0
+    backfilled: int = 0  # rows in the window a backfill added
 
     @property
     def findings(self) -> int:
@@ -311,6 +321,20 @@ def window_retention(from_ms: int, to_ms: int, horizons: Iterable[int | None]) -
     return states.pop() if len(states) == 1 else PruneState.PARTIALLY_PRUNED
 
 
+def added_by_backfill(slot_ms: int, claimed_at_ms: int | None, backfills: Iterable[Backfill]) -> bool:
+    """Whether one job's scheduled row was added by one of its backfills: in its range, and
+    claimed once it existed (a backfill covers only the past, whose slots the live schedule
+    had claimed before)."""
+    return claimed_at_ms is not None and any(
+        b.from_ms <= slot_ms < b.to_ms and claimed_at_ms >= b.created_at_ms for b in backfills)
+
+
+def backfilled_slots(rows: Iterable[Tick], backfills: Sequence[Backfill]) -> set[int]:
+    """The slots of one job's scheduled rows that its backfills added."""
+    return {t.scheduled_at_ms for t in rows
+            if backfills and not t.manual and added_by_backfill(t.scheduled_at_ms, t.claimed_at_ms, backfills)}
+
+
 def find_stale(rows: Iterable[Tick], raises: Iterable[FenceRaise], tolerance_ms: int = 0) -> list[Finding]:
     """Rows claimed or started after a higher fence than their own was raised for their shard.
 
@@ -470,6 +494,9 @@ def run_audit(
     rows_by_job: dict[str, list] = defaultdict(list)
     for t in rows:
         rows_by_job[t.job_id].append(t)
+    backfills_of: dict[str, list[Backfill]] = defaultdict(list)
+    for b in backfills_over(engine, from_ms + 1, to_ms + 1, [job_id] if job_id is not None else None):
+        backfills_of[b.job_id].append(b)
     missing: list[Finding] = []
     history = _calendar_history(engine, jobs)
     for job in jobs:
@@ -477,11 +504,15 @@ def run_audit(
         mine = rows_by_job.get(job.id, [])
         summary.ticks = len(mine)
         present = {t.scheduled_at_ms: t.claimed_at_ms for t in mine if not t.manual}
+        filled = backfilled_slots(mine, backfills_of.get(job.id, []))
+        present.update(dict.fromkeys(filled))  # claimed "at their slot": they excuse no earlier slot
+        summary.backfilled = len(filled)
         trigger = trigger_for(job.schedule)
         if _tail_unwritten(job, trigger, present, from_ms, min(to_ms, now)):
             nxt = _first_row_after(engine, job.id, to_ms)
             if nxt is not None:
-                present[nxt[0]] = nxt[1]
+                filled_late = added_by_backfill(*nxt, backfills_over(engine, nxt[0], nxt[0] + 1, [job.id]))
+                present[nxt[0]] = None if filled_late else nxt[1]
         judge = (lambda s, names=job.calendars: history.judge(names, s)) if job.calendars else None
         found = find_missing(job, present, from_ms, to_ms, now_ms=now, trigger=trigger, judge=judge)
         result = split_pruned(found, horizons.get(job.id))

@@ -98,6 +98,9 @@ ticks_pruned = Counter("shardcron_ticks_pruned_total",
 oldest_overdue = Gauge("shardcron_oldest_overdue_slot_seconds",
                        "Age of the oldest slot that is due but not started; 0 when none. "
                        "Alert on it to catch a schedule that silently stopped.")
+backfill_slots = Counter("shardcron_backfill_slots_total", "Slots claimed and started by backfills on this node.")
+backfill_remaining = Gauge("shardcron_backfill_remaining_slots",
+                           "Slots the backfills this node runs still owe (planned minus done); 0 when none.")
 
 
 def watch_gauge(gauge: Gauge, fn: Callable[[], float]) -> None:

@@ -320,3 +320,32 @@ class TickContext:
     @property
     def idempotency_key(self) -> str:
         return f"{self.job_id}:{self.scheduled_at_ms}"
+
+
+class BackfillState(StrEnum):
+    ACTIVE = "active"  # its shard's leader runs it
+    DONE = "done"  # every slot of its range was handled
+    FAILED = "failed"  # stopped for good: ``error`` says why (the job was deleted)
+
+
+@dataclass(frozen=True)
+class Backfill:
+    """One ``shardcron jobs backfill`` request and how far it got (``store.backfills``)."""
+
+    id: str
+    job_id: str
+    shard: int
+    from_ms: int  # inclusive
+    to_ms: int  # exclusive
+    overlap: Overlap
+    rate_per_s: float
+    planned: int  # owed slots (no tick yet) when it was created
+    created_at_ms: int
+    state: BackfillState = BackfillState.ACTIVE
+    cursor_ms: int | None = None  # the last slot handled; None: none yet
+    done: int = 0  # ticks it wrote (run, or recorded skipped by --overlap skip)
+    skipped: int = 0  # of those, recorded skipped: a run of the job was going
+    fence: int = 0
+    node_id: str = ""
+    updated_at_ms: int = 0
+    error: str | None = None

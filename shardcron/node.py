@@ -92,6 +92,9 @@ class NodeBackend:
             self._node.scheduler.calendars_changed({name})
         self._node.calendar_watch.bump(name, now_ms)
 
+    def backfill_added(self, shard: int) -> None:
+        self._node.scheduler.backfills.backfill_added(shard)
+
     def shard_map(self) -> dict:
         from shardcron.coordination.view import shard_map_from_view
 

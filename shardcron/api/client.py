@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from shardcron.api.backfill_convert import backfill_from_proto, overlap_to_proto
 from shardcron.api.security import ChannelSecurity, open_channel
 from shardcron.api.convert import (
     job_to_proto,
@@ -37,7 +38,7 @@ from shardcron.api.convert import (
 from shardcron.api.calendar_convert import calendar_to_proto, stored_calendar_from_proto
 from shardcron.api.routing import CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, answered_by_a_node
 from shardcron.errors import ShardcronError
-from shardcron.model import Job, JobRuns, SlotRef, Tick
+from shardcron.model import Backfill, Job, JobRuns, SlotRef, Tick
 from shardcron.scheduling.calendar_book import StoredCalendar
 from shardcron.scheduling.calendars import Calendar
 from shardcron.v1 import scheduler_pb2 as pb
@@ -249,6 +250,20 @@ class Client:
         """Run the job now, as an extra tick; returns that tick's identity."""
         r = self._call("TriggerJob", pb.TriggerJobRequest(id=job_id), timeout_s)
         return SlotRef(r.id, r.scheduled_at_ms)
+
+    def backfill_job(self, job_id: str, from_ms: int, to_ms: int, *, rate_per_s: float, overlap: str = "skip",
+                     timeout_s: float | None = None) -> Backfill:
+        """Run the job's slots in ``[from_ms, to_ms)`` that have no tick yet (see ``BackfillJob``)."""
+        req = pb.BackfillJobRequest(id=job_id, from_ms=from_ms, to_ms=to_ms, rate_per_s=rate_per_s,
+                                    overlap=overlap_to_proto(overlap))
+        return backfill_from_proto(self._call("BackfillJob", req, timeout_s).backfill)
+
+    def get_backfill(self, backfill_id: str, *, timeout_s: float | None = None) -> Backfill:
+        return backfill_from_proto(self._call("GetBackfill", pb.GetBackfillRequest(id=backfill_id), timeout_s).backfill)
+
+    def list_backfills(self, job_id: str | None = None, *, timeout_s: float | None = None) -> list[Backfill]:
+        r = self._call("ListBackfills", pb.ListBackfillsRequest(job_id=job_id or ""), timeout_s)
+        return [backfill_from_proto(p) for p in r.backfills]
 
     def list_jobs(self, *, labels: dict[str, str] | None = None, shard: int | None = None,
                   page_size: int = 500) -> Iterator[Job]:

@@ -23,6 +23,7 @@ import grpc
 from shardcron import clock
 from shardcron.abc import Backend
 from shardcron.api import admission
+from shardcron.api.backfills import BackfillService
 from shardcron.api.batch import BatchWriter
 from shardcron.api.calendar_rpcs import CalendarRpcs
 from shardcron.api.group_commit import GroupCommit
@@ -79,8 +80,9 @@ def bounded_page(items: list, size: int, to_proto, max_bytes: int = PAGE_BYTES) 
     return page, len(items) > size
 
 
-class SchedulerService(CalendarRpcs):
-    """Made on the API server's loop (its watches hold the loop)."""
+class SchedulerService(CalendarRpcs, BackfillService):
+    """Made on the API server's loop (its watches hold the loop). The calendar and backfill RPCs are in
+    ``api/calendar_rpcs.py`` and ``api/backfills.py``."""
 
     def __init__(self, backend: Backend, router: Router, stopping: threading.Event, limits: ApiLimits):
         self.backend = backend

@@ -170,6 +170,7 @@ def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
         + (f", {r.excused} missed beyond their catch-up window (excused)" if r.excused else "")
         + (f", {r.calendar_excluded} excluded by calendars (not owed)" if r.calendar_excluded else "")
         + (f", {r.pruned} pruned by retention (below the recorded horizon, not missing)" if r.pruned else "")
+        + (f", {backfilled} added by backfills" if (backfilled := sum(s.backfilled for s in r.per_job.values())) else "")
     ]
     if r.retention is not PruneState.INTACT:
         lines.append(f"retention: this window is {r.retention.value}; slots below each job's horizon were deleted "

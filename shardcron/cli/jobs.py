@@ -16,6 +16,7 @@ import sys
 from tabulate import tabulate
 
 from shardcron.api.security import add_client_flags, channel_security_from_args
+from shardcron.cli import backfill
 from shardcron.cli.common import fmt_ms
 from shardcron.errors import ConfigError, InvalidJob, ShardcronError
 from shardcron.jobspec import format_duration_ms
@@ -601,6 +602,7 @@ def register(subparsers) -> None:
     _add(sub, "pause", cmd_pause, "pause a job")
     _add(sub, "resume", cmd_resume, "resume a paused job (the paused time is not owed)")
     _add(sub, "trigger", cmd_trigger, "run a job now, as an extra tick")
+    backfill.register(sub, _add)
 
     ls = _add(sub, "list", cmd_list, "list jobs", with_id=False)
     ls.add_argument("--label", action="append", metavar="K=V", help="only jobs with this label; repeatable")

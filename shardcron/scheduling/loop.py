@@ -53,6 +53,7 @@ from shardcron.executors import Executors
 from shardcron.model import ExecutionResult, ExecutorKind, Job, SlotRef, TickStatus
 from shardcron.scheduling.calendar_book import CalendarBook, Unknown
 from shardcron.scheduling.calendars import next_allowed
+from shardcron.scheduling.backfill_runner import BackfillRunner
 from shardcron.scheduling.heap import ClaimDue, DispatchDue, TimerHeap
 from shardcron.scheduling.jitter import jitter_offset_ms
 from shardcron.scheduling.policies import OVERLAP_SKIP_REASON, overlap_allows
@@ -137,6 +138,7 @@ class Scheduler:
         self.pruner = Pruner(engine, self._led_runs, retention_ms=tick_retention_ms, now_ms=self._now_ms,
                              before_batch=self._yield_to_starts)
         self._ticks: set[asyncio.Task] = set()  # the ticks' coroutines (the loop keeps only weak references)
+        self.backfills = BackfillRunner(self)  # the led shards' backfills, each shard's on a thread of its own
         self._threads = [
             threading.Thread(target=self._claim_loop, name="claimer", daemon=True),
             threading.Thread(target=self._dispatch_loop, name="dispatcher", daemon=True),
@@ -153,6 +155,7 @@ class Scheduler:
 
     def close(self) -> None:
         self._closing = True
+        self.backfills.close()
         self._claims.wake()
         self._dispatch.wake()
         for t in self._threads:
@@ -255,6 +258,7 @@ class Scheduler:
             self._push_dispatch(run, Dispatch(s, 1, catch_up=True, offset_ms=_offset(by_id.get(s.job_id), s)))
         for entry in entries:
             self._push_next_claim(run, entry)
+        self.backfills.shard_acquired(run)  # a backfill a former leader began continues from its cursor
         log.info("shard %d: leading with fence %d: %d jobs, %d caught up, %d re-claimed, %d skipped, %d abandoned",
                  shard, fence, len(jobs), len(claimed), len(plan.reclaim), len(plan.skip), len(plan.abandon),
                  extra={"shard": shard, "fence": fence})
@@ -587,7 +591,7 @@ class Scheduler:
             return
         running = run.runs_of(job_id)
         # Every policy allows a start when nothing of the job runs (the usual case: no call for it).
-        if running and not overlap_allows(job.overlap, running):  # manual runs too: "skip" means one at a time
+        if running and not overlap_allows(d.overlap or job.overlap, running):  # manual runs too: "skip": one at a time
             if d.catch_up:
                 self._push_dispatch(run, d, not_before_ms=self._now_ms() + CATCH_UP_WAIT_MS)
                 return

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from shardcron.model import Job, SlotRef, Tick, TickStatus
+from shardcron.model import Job, Overlap, SlotRef, Tick, TickStatus
 from shardcron.scheduling.policies import OrphanAction, plan_catch_up, settle_orphan
 from shardcron.scheduling.triggers import Trigger, slots_between
 
@@ -38,6 +38,8 @@ class Dispatch(NamedTuple):  # one per claimed slot: a tuple, built in C
     # The job's jitter offset for this slot (jitter.jitter_offset_ms): it starts at
     # slot + offset_ms, and its lateness is measured from there. 0 without jitter.
     offset_ms: int = 0
+    # A backfilled slot's own --overlap, in place of the job's (None: the job's).
+    overlap: Overlap | None = None
 
 
 @dataclass

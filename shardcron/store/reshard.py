@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from sqlalchemy import Engine, bindparam, select
 
 from shardcron.errors import ConfigError
+from shardcron.model import BackfillState
 from shardcron.sharding import shard_for
 from shardcron.store.engine import writing
-from shardcron.store.schema import fence_log, jobs, shard_fences, ticks, unresolved
+from shardcron.store.schema import backfills, fence_log, jobs, shard_fences, ticks, unresolved
 from shardcron.store.fences import insert_missing_shards
 from shardcron.store.sql import chunks
 
@@ -54,4 +55,12 @@ def cut_over(engine: Engine, *, new_count: int, fence: int, now_ms: int) -> CutO
             conn.execute(ticks.update().where(ticks.c.job_id == bindparam("b_job"),
                                               ticks.c.scheduled_at_ms == bindparam("b_at"))
                          .values(shard=bindparam("b_shard"), fence=fence), list(part))
+        # So must active backfills: the job's new leader continues them from their cursor.
+        active = select(backfills.c.id, backfills.c.job_id, backfills.c.shard).where(
+            backfills.c.state == BackfillState.ACTIVE.value)
+        bf_moves = [{"b_bf": b, "b_shard": shard_for(j, new_count)} for b, j, old in conn.execute(active)
+                    if shard_for(j, new_count) != old]
+        if bf_moves:
+            conn.execute(backfills.update().where(backfills.c.id == bindparam("b_bf"))
+                         .values(shard=bindparam("b_shard"), fence=fence), bf_moves)
         return CutOver(len(moves), len(tick_moves))

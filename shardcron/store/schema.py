@@ -33,6 +33,7 @@ from sqlalchemy import (
     Column,
     ForeignKey,
     Index,
+    Float,
     Integer,
     MetaData,
     PrimaryKeyConstraint,
@@ -54,6 +55,7 @@ LABEL_VALUE_LENGTH = 256
 STATUS_LENGTH = 16
 META_KEY_LENGTH = 128
 CALENDAR_NAME_LENGTH = 128  # calendars.check_calendar_name caps names at 128 ASCII characters
+BACKFILL_ID_LENGTH = 64
 
 # Alembic's bookkeeping table, named for shardcron so that a database shared
 # with another Alembic-managed application keeps both histories apart.
@@ -217,6 +219,35 @@ job_horizons = Table(
     **_TABLE_OPTS,
 )
 
+# One row per backfill (``shardcron jobs backfill``): written under its shard's fence by the
+# leader, which runs it from ``cursor_ms`` on; a successor continues from there.
+backfills = Table(
+    "backfills",
+    metadata,
+    Column("id", exact_string(BACKFILL_ID_LENGTH), primary_key=True),
+    Column("job_id", exact_string(ID_LENGTH), nullable=False),
+    Column("shard", Integer, nullable=False),
+    Column("from_ms", BigInteger, nullable=False),  # inclusive
+    Column("to_ms", BigInteger, nullable=False),  # exclusive
+    Column("overlap", String(STATUS_LENGTH), nullable=False),
+    Column("rate_per_s", Float, nullable=False),
+    Column("cursor_ms", BigInteger, nullable=True),  # the last slot handled; None: none yet
+    Column("state", String(STATUS_LENGTH), nullable=False),
+    Column("planned", BigInteger, nullable=False),
+    Column("done", BigInteger, nullable=False),
+    Column("skipped", BigInteger, nullable=False),
+    Column("fence", BigInteger, nullable=False),  # the fence of the last write
+    Column("node_id", String(NODE_ID_LENGTH), nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+    Column("error", Text, nullable=True),
+    # A new leader's active backfills.
+    Index(None, "shard", "state"),
+    # A job's backfills, and the audit's backfills over a window.
+    Index(None, "job_id", "from_ms"),
+    **_TABLE_OPTS,
+)
+
 cluster_meta = Table(
     "cluster_meta",
     metadata,
@@ -257,6 +288,7 @@ __all__ = [
     "LABEL_KEY_LENGTH",
     "LABEL_VALUE_LENGTH",
     "VERSION_TABLE",
+    "backfills",
     "cluster_meta",
     "fence_log",
     "job_horizons",

@@ -20,6 +20,13 @@ class Overlap(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OVERLAP_SKIP: _ClassVar[Overlap]
     OVERLAP_ALLOW: _ClassVar[Overlap]
 
+class BackfillState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    BACKFILL_STATE_UNSPECIFIED: _ClassVar[BackfillState]
+    BACKFILL_STATE_ACTIVE: _ClassVar[BackfillState]
+    BACKFILL_STATE_DONE: _ClassVar[BackfillState]
+    BACKFILL_STATE_FAILED: _ClassVar[BackfillState]
+
 class TickStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     TICK_STATUS_UNSPECIFIED: _ClassVar[TickStatus]
@@ -36,6 +43,10 @@ CATCH_UP_NONE: CatchUp
 OVERLAP_UNSPECIFIED: Overlap
 OVERLAP_SKIP: Overlap
 OVERLAP_ALLOW: Overlap
+BACKFILL_STATE_UNSPECIFIED: BackfillState
+BACKFILL_STATE_ACTIVE: BackfillState
+BACKFILL_STATE_DONE: BackfillState
+BACKFILL_STATE_FAILED: BackfillState
 TICK_STATUS_UNSPECIFIED: TickStatus
 TICK_STATUS_CLAIMED: TickStatus
 TICK_STATUS_RUNNING: TickStatus
@@ -422,6 +433,88 @@ class TriggerJobResponse(_message.Message):
     scheduled_at_ms: int
     shard: int
     def __init__(self, id: _Optional[str] = ..., scheduled_at_ms: _Optional[int] = ..., shard: _Optional[int] = ...) -> None: ...
+
+class BackfillJobRequest(_message.Message):
+    __slots__ = ("id", "from_ms", "to_ms", "overlap", "rate_per_s")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_MS_FIELD_NUMBER: _ClassVar[int]
+    TO_MS_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    RATE_PER_S_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    from_ms: int
+    to_ms: int
+    overlap: Overlap
+    rate_per_s: float
+    def __init__(self, id: _Optional[str] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., rate_per_s: _Optional[float] = ...) -> None: ...
+
+class BackfillJobResponse(_message.Message):
+    __slots__ = ("backfill",)
+    BACKFILL_FIELD_NUMBER: _ClassVar[int]
+    backfill: Backfill
+    def __init__(self, backfill: _Optional[_Union[Backfill, _Mapping]] = ...) -> None: ...
+
+class Backfill(_message.Message):
+    __slots__ = ("id", "job_id", "shard", "from_ms", "to_ms", "overlap", "rate_per_s", "state", "planned", "done", "skipped", "cursor_ms", "created_at_ms", "updated_at_ms", "node_id", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    FROM_MS_FIELD_NUMBER: _ClassVar[int]
+    TO_MS_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    RATE_PER_S_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    PLANNED_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    CURSOR_MS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    job_id: str
+    shard: int
+    from_ms: int
+    to_ms: int
+    overlap: Overlap
+    rate_per_s: float
+    state: BackfillState
+    planned: int
+    done: int
+    skipped: int
+    cursor_ms: int
+    created_at_ms: int
+    updated_at_ms: int
+    node_id: str
+    error: str
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., shard: _Optional[int] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., rate_per_s: _Optional[float] = ..., state: _Optional[_Union[BackfillState, str]] = ..., planned: _Optional[int] = ..., done: _Optional[int] = ..., skipped: _Optional[int] = ..., cursor_ms: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., updated_at_ms: _Optional[int] = ..., node_id: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+
+class GetBackfillRequest(_message.Message):
+    __slots__ = ("id",)
+    ID_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    def __init__(self, id: _Optional[str] = ...) -> None: ...
+
+class GetBackfillResponse(_message.Message):
+    __slots__ = ("backfill",)
+    BACKFILL_FIELD_NUMBER: _ClassVar[int]
+    backfill: Backfill
+    def __init__(self, backfill: _Optional[_Union[Backfill, _Mapping]] = ...) -> None: ...
+
+class ListBackfillsRequest(_message.Message):
+    __slots__ = ("job_id", "page_size")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    page_size: int
+    def __init__(self, job_id: _Optional[str] = ..., page_size: _Optional[int] = ...) -> None: ...
+
+class ListBackfillsResponse(_message.Message):
+    __slots__ = ("backfills",)
+    BACKFILLS_FIELD_NUMBER: _ClassVar[int]
+    backfills: _containers.RepeatedCompositeFieldContainer[Backfill]
+    def __init__(self, backfills: _Optional[_Iterable[_Union[Backfill, _Mapping]]] = ...) -> None: ...
 
 class Tick(_message.Message):
     __slots__ = ("job_id", "scheduled_at_ms", "shard", "fence", "node_id", "status", "attempt", "manual", "claimed_at_ms", "started_at_ms", "finished_at_ms", "exit_code", "http_status", "output", "error")

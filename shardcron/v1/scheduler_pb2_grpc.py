@@ -75,6 +75,21 @@ class SchedulerStub:
                 request_serializer=shardcron_dot_v1_dot_scheduler__pb2.TriggerJobRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.TriggerJobResponse.FromString,
                 _registered_method=True)
+        self.BackfillJob = channel.unary_unary(
+                '/shardcron.v1.Scheduler/BackfillJob',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.BackfillJobRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.BackfillJobResponse.FromString,
+                _registered_method=True)
+        self.GetBackfill = channel.unary_unary(
+                '/shardcron.v1.Scheduler/GetBackfill',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.GetBackfillRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.GetBackfillResponse.FromString,
+                _registered_method=True)
+        self.ListBackfills = channel.unary_unary(
+                '/shardcron.v1.Scheduler/ListBackfills',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.ListBackfillsRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.ListBackfillsResponse.FromString,
+                _registered_method=True)
         self.ListTicks = channel.unary_unary(
                 '/shardcron.v1.Scheduler/ListTicks',
                 request_serializer=shardcron_dot_v1_dot_scheduler__pb2.ListTicksRequest.SerializeToString,
@@ -175,6 +190,29 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def BackfillJob(self, request, context):
+        """Run the job's slots in [from_ms, to_ms) that have no tick yet, once
+        each, in order, at rate_per_s, under the fence of the job's shard. The
+        backfill is stored: its shard's leader runs it, a successor continues it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBackfill(self, request, context):
+        """One backfill's state and progress.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListBackfills(self, request, context):
+        """Backfills, newest first: a job's when job_id is set, else everyone's.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListTicks(self, request, context):
         """A job's ticks, newest first, a page at a time.
         """
@@ -267,6 +305,21 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.TriggerJob,
                     request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.TriggerJobRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_scheduler__pb2.TriggerJobResponse.SerializeToString,
+            ),
+            'BackfillJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.BackfillJob,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.BackfillJobRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.BackfillJobResponse.SerializeToString,
+            ),
+            'GetBackfill': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBackfill,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.GetBackfillRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.GetBackfillResponse.SerializeToString,
+            ),
+            'ListBackfills': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListBackfills,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.ListBackfillsRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.ListBackfillsResponse.SerializeToString,
             ),
             'ListTicks': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTicks,
@@ -521,6 +574,87 @@ class Scheduler:
             '/shardcron.v1.Scheduler/TriggerJob',
             shardcron_dot_v1_dot_scheduler__pb2.TriggerJobRequest.SerializeToString,
             shardcron_dot_v1_dot_scheduler__pb2.TriggerJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BackfillJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/BackfillJob',
+            shardcron_dot_v1_dot_scheduler__pb2.BackfillJobRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.BackfillJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBackfill(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/GetBackfill',
+            shardcron_dot_v1_dot_scheduler__pb2.GetBackfillRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.GetBackfillResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListBackfills(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/ListBackfills',
+            shardcron_dot_v1_dot_scheduler__pb2.ListBackfillsRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.ListBackfillsResponse.FromString,
             options,
             channel_credentials,
             insecure,

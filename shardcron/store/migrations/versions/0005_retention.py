@@ -1,7 +1,7 @@
 """Retention horizons: per shard (--tick-retention, db prune) and per job (history_limit).
 
 Revision ID: 0005
-Revises: 0003
+Revises: 0004
 
 Written by hand against shardcron/store/schema.py; tests compare the two. Types
 spelt out here, as in 0001, so later edits to schema.py cannot change this revision.
@@ -14,7 +14,7 @@ from alembic import op
 from sqlalchemy.dialects import mysql
 
 revision = "0005"
-down_revision = "0003"
+down_revision = "0004"
 branch_labels = None
 depends_on = None
 
