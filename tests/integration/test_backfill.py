@@ -20,6 +20,7 @@ from shardcron.cli.admin import parse_time_ms
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.jobspec import job_from_dict
 from shardcron.model import BackfillState, TickStatus
+from shardcron.scheduling.calendars import parse_calendar
 from shardcron.sharding import shard_for
 from shardcron.store import make_engine
 from shardcron.store.schema import ticks
@@ -214,3 +215,27 @@ def test_the_api_names_the_field_and_get_backfill_of_an_unknown_id_is_not_found(
         with pytest.raises(grpc.RpcError) as e:
             stub.GetBackfill(pb.GetBackfillRequest(id="bf-nope"), timeout=30)
         assert e.value.code() is grpc.StatusCode.NOT_FOUND and "bf-nope" in e.value.details()
+
+
+def test_a_backfill_skips_the_slots_the_jobs_calendars_exclude(solo):
+    node, url = solo
+    job_id = f"bf-cal-{uuid.uuid4().hex[:6]}"
+    calendar = f"quiet-{uuid.uuid4().hex[:6]}"
+    with Client(node.address) as client:
+        now = int(time.time()) * S
+        from_ms, to_ms = now - 60 * S, now - 40 * S
+        client.put_calendar(parse_calendar(calendar, {"exclude_ranges": [{"from": from_ms + 5 * S,
+                                                                          "to": from_ms + 10 * S}]}))
+        client.put_job(job_from_dict({"id": job_id, "every": "1s", "executor": {"kind": "noop"},
+                                      "calendars": [calendar]}))
+        out = cli(node, "jobs", "backfill", job_id, "--from", str(from_ms), "--to", str(to_ms), "--rate", "100/s",
+                  "--wait", "--json")
+        assert out.returncode == 0, out.stderr
+        done = json.loads(out.stdout)
+        assert (done["state"], done["planned"], done["done"]) == ("done", 15, 15), done
+    engine = make_engine(url)
+    try:
+        allowed = [at for at in range(from_ms, to_ms, S) if not from_ms + 5 * S <= at < from_ms + 10 * S]
+        assert [r.scheduled_at_ms for r in range_rows(engine, job_id, from_ms, to_ms)] == allowed
+    finally:
+        engine.dispose()
