@@ -219,6 +219,10 @@ class Job:
     # Each slot starts jitter.jitter_offset_ms(id, slot, jitter_ms) after it, in [0, jitter_ms);
     # the slot (the tick row's identity) stays the unjittered time. 0: start at the slot.
     jitter_ms: int = 0
+    # Run once per failed slot (after its retries) and once per recovery (notifications/owed.py);
+    # None: the node's default, if it has one (--notify-on-failure / --notify-on-recovery).
+    on_failure: ExecutorSpec | None = None
+    on_recovery: ExecutorSpec | None = None
     paused: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     version: int = 0  # store-assigned; 0 for a job never written
