@@ -72,6 +72,9 @@ tick_lateness = CountedHistogram("shardcron_tick_lateness_seconds", "Executor st
                                  "shard", _LATENESS_BUCKETS)
 ticks = Counter("shardcron_ticks_total", "Ticks recorded by this node, by final status.", ["status"])
 caught_up = Counter("shardcron_caught_up_slots_total", "Missed slots claimed and run on taking a shard over.")
+notifications = Counter("shardcron_notifications_total",
+                        "Failure and recovery notifications, by kind and outcome (sent, failed, suppressed).",
+                        ["kind", "outcome"])
 fenced_writes = Counter("shardcron_fenced_writes_total", "Writes rejected because a newer fence exists.")
 not_started = Counter("shardcron_ticks_not_started_total",
                       "Claimed ticks this node did not start (shard lost or lease not provably held).")

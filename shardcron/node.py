@@ -22,6 +22,8 @@ from shardcron.errors import ConfigError, InvalidJob
 from shardcron.store.epoch import FenceEpoch, claim_epoch, highest_fence
 from shardcron.store.fences import ensure_shards
 from shardcron.store.migrate import ensure_schema
+from shardcron.notifications.notifier import Notifier
+from shardcron.notifications.owed import NO_DEFAULTS
 
 log = logging.getLogger(__name__)
 
@@ -174,6 +176,9 @@ class Node:
         metrics.watch_gauge(metrics.lease_renewal_age,
                             lambda: self.coordinator.session.seconds_since_renewal() if self.coordinator.session else 0)
         self.scheduler.start()
+        self.notifier = Notifier(self.scheduler, defaults=cfg.notify_defaults or NO_DEFAULTS,
+                                 default_rate=cfg.notify_rate)
+        self.notifier.start()
         self._coord_thread = threading.Thread(target=self.coordinator.run, name="coordinator", daemon=True)
         self._coord_thread.start()
         log.info("node %s started: %d shards, ttl %ss, etcd %s", cfg.node_id, shard_count, cfg.ttl, cfg.etcd)
@@ -211,6 +216,8 @@ class Node:
     def close(self) -> None:
         if self.api:
             self.api.stop()
+        if getattr(self, "notifier", None):
+            self.notifier.close()
         if self.scheduler:
             self.scheduler.close()
         if self.etcd:

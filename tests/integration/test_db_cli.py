@@ -14,7 +14,7 @@ from shardcron.store import current_revision, head_revision, make_engine
 from shardcron.store.schema import VERSION_TABLE, metadata
 from tests.support.commands import admin_command as shardcron
 
-HEAD = "0001_initial (head)"
+HEAD = "0006_notifications (head)"
 
 
 def masked(url: str) -> str:
@@ -22,8 +22,8 @@ def masked(url: str) -> str:
 
 
 def test_head_is_named_by_its_migration_file():
-    assert head_revision() == "0001"
-    assert admin_cli.describe_revision("0001") == HEAD
+    assert head_revision() == "0006"
+    assert admin_cli.describe_revision("0006") == HEAD
 
 
 def test_upgrade_an_empty_database_then_again(db_url):
@@ -58,7 +58,7 @@ def test_a_newer_schema_is_reported_and_not_touched(store_engine, db_url):
         conn.execute(text(f"UPDATE {VERSION_TABLE} SET version_num = '9999'"))
     rc, out, err = shardcron("db", "current", "--db", db_url)
     assert (rc, err) == (0, "")
-    assert out == "9999 (unknown to this shardcron, whose head is 0001_initial: upgrade shardcron)\n"
+    assert out == "9999 (unknown to this shardcron, whose head is 0006_notifications: upgrade shardcron)\n"
 
     rc, out, err = shardcron("db", "upgrade", "--db", db_url)
     assert (rc, out) == (1, "")
