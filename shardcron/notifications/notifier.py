@@ -137,7 +137,8 @@ class Notifier:
                 self._failing.discard(job.id)
                 previous = store.previous_run_status(self._engine, job.id, w.slot.scheduled_at_ms)
             else:
-                self._failing.add(job.id)
+                if wants(job, NotificationKind.ON_RECOVERY, self._defaults):
+                    self._failing.add(job.id)  # only then is its next success worth a look
                 previous = None
             claim = self._claim_for(job, w.slot.scheduled_at_ms, owed_kind(w.status, previous))
             if claim is not None:
