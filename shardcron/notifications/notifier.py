@@ -183,10 +183,12 @@ class Notifier:
                     if (claim := self._claim_for(job, slot_ms, owed_kind(TickStatus.SUCCEEDED, prev))):
                         claims.append(claim)
         self._claim_and_send(run.shard, run.fence, claims)
-        for row in store.unsent(self._engine, run.shard):
+        unsent = store.unsent(self._engine, run.shard)
+        for row in unsent:
             self._send(row)
-        log.info("shard %d: notifications swept with fence %d: %d claimed", run.shard, run.fence, len(claims),
-                 extra={"shard": run.shard, "fence": run.fence})
+        if claims or unsent:
+            log.info("shard %d: notifications a predecessor left: %d claimed now, %d claimed and not sent",
+                     run.shard, len(claims), len(unsent), extra={"shard": run.shard, "fence": run.fence})
 
     def _resend_unsent(self) -> None:
         for shard in self._scheduler.led_shards():
