@@ -227,6 +227,9 @@ class Notifier:
             run = self._scheduler.shard_run(row.shard)
             if run is None:
                 return  # not ours now: the shard's leader sends it
+            if not store.is_claimed(self._engine, row):
+                # Settled since it was read as unsent (by a sender that had just finished): not again.
+                return
             spec = parse_table(json.loads(row.spec), row.kind.value)
             rows = ticks_between(self._engine, row.scheduled_at_ms, row.scheduled_at_ms + 1, row.job_id)
             spec = with_event_body(spec, event(row.kind.value, row.job_id, row.scheduled_at_ms,
@@ -257,9 +260,13 @@ class Notifier:
         except StoreUnavailable as e:
             log.warning("%s of %s@%d: store unavailable, it stays claimed and is tried again: %s", row.kind.value,
                         row.job_id, row.scheduled_at_ms, e, extra={"shard": row.shard})
-        except Exception:  # noqa: BLE001 - one notification's failure must not stop the others
-            log.exception("%s of %s@%d could not be sent; it stays claimed and is tried again", row.kind.value,
-                          row.job_id, row.scheduled_at_ms)
+        except Exception as e:  # noqa: BLE001 - one notification's failure must not stop the others
+            if self._closing:  # the node's loop and store are closing under it: expected, and it stays claimed
+                log.warning("%s of %s@%d not sent before the stop; its shard's next leader sends it: %s",
+                            row.kind.value, row.job_id, row.scheduled_at_ms, e)
+            else:
+                log.exception("%s of %s@%d could not be sent; it stays claimed and is tried again", row.kind.value,
+                              row.job_id, row.scheduled_at_ms)
         finally:
             with self._cond:
                 self._sending.discard(row.key)

@@ -27,9 +27,13 @@ def parse_table(raw, field: str) -> ExecutorSpec | None:
     if not isinstance(raw, Mapping):
         raise InvalidJob(field, "must be an executor table with a kind (http, nats, celery, ...)")
     try:
-        return parse_executor(raw)
+        spec = parse_executor(raw)
     except InvalidJob as e:
         raise InvalidJob(field + e.field.removeprefix("executor"), e.reason) from None
+    if spec.python is not None and spec.python.session:
+        # A fenced session commits the tick's result with the function's writes; a notification is no tick.
+        raise InvalidJob(f"{field}.session", "a notification cannot take a fenced session: it records no tick")
+    return spec
 
 
 def parse_cli(text: str, field: str) -> ExecutorSpec:

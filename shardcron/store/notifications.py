@@ -95,6 +95,14 @@ def settle(engine: Engine, row: NotificationRow, status: NotificationStatus, *, 
     return run_fenced(engine, row.shard, fence, work)
 
 
+def is_claimed(engine: Engine, row: NotificationRow) -> bool:
+    """Whether ``row`` is still claimed and not settled (a sender looks before it sends)."""
+    with reading(engine) as conn:
+        return conn.execute(select(notifications.c.status).where(
+            notifications.c.job_id == row.job_id, notifications.c.scheduled_at_ms == row.scheduled_at_ms,
+            notifications.c.kind == row.kind.value)).scalar() == NotificationStatus.CLAIMED.value
+
+
 def unsent(engine: Engine, shard: int) -> list[NotificationRow]:
     """The shard's notifications claimed and not settled: its new leader sends them."""
     with reading(engine) as conn:

@@ -200,6 +200,8 @@ notifications = Table(
     PrimaryKeyConstraint("job_id", "scheduled_at_ms", "kind"),
     # A new leader's claimed but unsent notifications.
     Index(None, "shard", "status"),
+    # The audit's time window across all jobs.
+    Index(None, "scheduled_at_ms"),
     **_TABLE_OPTS,
 )
 

@@ -79,8 +79,8 @@ def test_on_failure_fires_once_per_failed_slot_across_a_sigkill_and_on_recovery_
         got = Counter(keys_of(sink, "/failed"))
         assert set(got) == owed
         assert sum(got.values()) - len(got) <= 1, f"resent more than the one the kill can explain: {got}"
-        assert all(n.status.value == "sent" for n in notification_store.list_for_job(engine, jid)
-                   if n.kind.value == "on_failure")
+        wait_until(lambda: all(n.status.value == "sent" for n in notification_store.list_for_job(engine, jid)), 15,
+                   what="every row recorded sent")
         first_success = min(t.scheduled_at_ms for t in ticks
                             if t.status is TickStatus.SUCCEEDED and t.scheduled_at_ms > max(failed))
         time.sleep(2)  # a second recovery would have been claimed by now

@@ -169,3 +169,10 @@ def test_the_event_becomes_the_body_only_when_the_spec_has_none():
     assert json.loads(sent.http.body) == body and ("Content-Type", "application/json") in sent.http.headers
     own = job_from_dict({"id": "a", "every": "1s", "on_failure": {**HOOK, "body": "job failed"}}).on_failure
     assert with_event_body(own, body) == own
+
+
+def test_a_python_notification_cannot_take_a_fenced_session():
+    with pytest.raises(InvalidJob) as e:
+        job_from_dict({"id": "a", "every": "1s",
+                       "on_failure": {"kind": "python", "target": "app.alerts:page", "session": True}})
+    assert e.value.field == "on_failure.session"

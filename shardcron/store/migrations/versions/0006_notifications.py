@@ -52,6 +52,7 @@ def upgrade() -> None:
         **_OPTS,
     )
     op.create_index("ix_notifications_shard_status", "notifications", ["shard", "status"])
+    op.create_index("ix_notifications_scheduled_at_ms", "notifications", ["scheduled_at_ms"])
 
 
 def downgrade() -> None:
