@@ -312,6 +312,11 @@ def _notify(a: argparse.Namespace) -> dict:
             specs[key] = parse_cli(raw, flag) if raw else None
         except InvalidJob as e:
             raise ConfigError(str(e)) from None
+    for flag, spec in zip(("--notify-on-failure", "--notify-on-recovery"), specs.values(), strict=True):
+        if spec is not None and spec.kind.value == "shell" and not a.allow_shell:
+            raise ConfigError(f"{flag}: a shell notification needs --allow-shell")
+        if spec is not None and spec.kind.value == "python" and not _allow_python(a.allow_python):
+            raise ConfigError(f"{flag}: a python notification needs --allow-python covering its module")
     return {"notify_defaults": Defaults(**specs), "notify_rate": parse_rate(a.notify_rate or "10/1m")}
 
 

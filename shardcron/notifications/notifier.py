@@ -166,6 +166,13 @@ class Notifier:
         """What a predecessor may have left: failed slots not claimed, recoveries not claimed, claims not sent."""
         since = self._now_ms() - LOOKBACK_MS
         claims = []
+        with run.lock:
+            jobs = [entry.job for entry in run.jobs.values()]
+        if not any(wants(j, kind, self._defaults) for j in jobs for kind in NotificationKind):
+            # Nothing here is owed a notification: a takeover in a cluster without them costs one read.
+            for row in store.unsent(self._engine, run.shard):
+                self._send(row)
+            return
         for job_id, slot_ms in store.failed_without_notification(self._engine, run.shard, since_ms=since):
             job = _job_of(run, job_id)
             if job is not None and (claim := self._claim_for(job, slot_ms, NotificationKind.ON_FAILURE)):

@@ -176,3 +176,33 @@ def test_a_python_notification_cannot_take_a_fenced_session():
         job_from_dict({"id": "a", "every": "1s",
                        "on_failure": {"kind": "python", "target": "app.alerts:page", "session": True}})
     assert e.value.field == "on_failure.session"
+
+
+def test_an_api_notification_without_a_kind_is_refused_naming_the_field():
+    from shardcron.v1 import scheduler_pb2 as pb
+
+    p = job_to_proto(job_from_dict({"id": "a", "every": "1s", "executor": {"kind": "noop"}}), redact=False)
+    p.on_recovery.SetInParent()
+    with pytest.raises(InvalidJob) as e:
+        job_from_proto(p)
+    assert e.value.field == "on_recovery.kind"
+    p.on_recovery.CopyFrom(pb.Notification(http=pb.HttpExecutor(url="mailto:x")))
+    with pytest.raises(InvalidJob) as e:
+        job_from_proto(p)
+    assert e.value.field == "on_recovery.url"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--notify-on-failure", '{"kind": "shell", "command": "page-me"}'], "--notify-on-failure: a shell notification"),
+    (["--notify-on-recovery", "ftp://x"], "--notify-on-recovery"),
+    (["--notify-rate", "lots"], "--notify-rate"),
+])
+def test_bad_node_notification_flags_are_refused_naming_the_flag(argv, message):
+    import argparse
+
+    from shardcron.config import add_node_flags, node_config_from_args
+
+    p = argparse.ArgumentParser()
+    add_node_flags(p)
+    with pytest.raises(ConfigError, match=message):
+        node_config_from_args(p.parse_args(argv))
