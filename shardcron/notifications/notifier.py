@@ -33,6 +33,7 @@ from shardcron.errors import FencedOut, StoreUnavailable
 from shardcron.model import Job, TickStatus
 from shardcron.notifications.context import NotificationContext, event, with_event_body
 from shardcron.notifications.owed import (
+    FAILED_STATUSES,
     NO_DEFAULTS,
     Defaults,
     NotificationKind,
@@ -92,7 +93,8 @@ class Notifier:
     # -- the recorder's thread: keep it cheap ------------------------------------------
 
     def _on_landed(self, writes) -> None:
-        mine = [w for w in writes if w.status is not TickStatus.SUCCEEDED or w.slot.job_id in self._failing]
+        mine = [w for w in writes if w.status in FAILED_STATUSES
+                or (w.status is TickStatus.SUCCEEDED and w.slot.job_id in self._failing)]
         if mine:
             with self._cond:
                 self._landed.extend(mine)
@@ -122,7 +124,8 @@ class Notifier:
                     self._landed[:0] = landed
                 time.sleep(self._poll_s)
             except Exception:  # noqa: BLE001 - the only notifier must not die; what is owed stays derivable
-                log.exception("notifications: a pass failed; the next takeover sweep finds what it left")
+                log.exception("notifications: a pass failed; every led shard is swept again for what it left")
+                self._swept.clear()  # the sweep re-derives from the store what this pass did not claim
 
     def _handle(self, landed) -> None:
         by_shard: dict[tuple[int, int], list[NotificationClaim]] = defaultdict(list)
@@ -189,10 +192,10 @@ class Notifier:
                     prev = store.previous_run_status(self._engine, job_id, slot_ms)
                     if (claim := self._claim_for(job, slot_ms, owed_kind(TickStatus.SUCCEEDED, prev))):
                         claims.append(claim)
-        self._claim_and_send(run.shard, run.fence, claims)
-        unsent = store.unsent(self._engine, run.shard)
+        unsent = store.unsent(self._engine, run.shard)  # read first: the predecessor's, not the claims below
         for row in unsent:
             self._send(row)
+        self._claim_and_send(run.shard, run.fence, claims)
         if claims or unsent:
             log.info("shard %d: notifications a predecessor left: %d claimed now, %d claimed and not sent",
                      run.shard, len(claims), len(unsent), extra={"shard": run.shard, "fence": run.fence})

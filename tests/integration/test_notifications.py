@@ -136,6 +136,9 @@ def test_a_leader_killed_at_a_notification_crash_point_leaves_nothing_owed(fresh
         victim = c.add("victim", env={"SHARDCRON_TEST_CRASH_NOTIFY": f"{point}:{jid}"})
         c.wait_all_led(60)
         c.add("successor")
+        # The victim's notifier sweeps its new leadership within its 1 s poll; the job fails only after
+        # that, so the failure reaches the crash point by the live path, not by that first sweep.
+        time.sleep(3)
         engine = make_engine(db)
         with Client(victim.address) as client:
             client.put_job(job_from_dict({"id": jid, "every": "1s",
