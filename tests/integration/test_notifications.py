@@ -22,6 +22,8 @@ from shardcron.store import make_engine
 from shardcron.store import notifications as notification_store
 from shardcron.store.schema import notifications
 from shardcron.store.ticks import list_ticks
+from shardcron.dev.testing.etcd_server import free_port
+from tests.integration.test_metrics import scrape
 from tests.support.clusters import TTL
 
 pytestmark = pytest.mark.cluster
@@ -105,8 +107,10 @@ def test_on_failure_fires_once_per_failed_slot_across_a_sigkill_and_on_recovery_
 def test_the_default_notification_is_rate_limited_and_the_rest_recorded_suppressed(fresh_db_url, make_cluster):
     db = fresh_db_url("postgresql")
     with Sink() as sink:
+        port = free_port()
         c = make_cluster(db, shards=SHARDS, extra_args=["--notify-on-failure", sink.url + "/default",
-                                                        "--notify-rate", "3/1h"])
+                                                        "--notify-rate", "3/1h", "--metrics-listen",
+                                                        f"127.0.0.1:{port}"])
         node = c.add("solo")
         c.wait_all_led(60)
         engine = make_engine(db)
@@ -121,6 +125,15 @@ def test_the_default_notification_is_rate_limited_and_the_rest_recorded_suppress
         assert [n.status.value for n in rows[:3]] != ["suppressed"] * 3
         assert sum(n.status.value != "suppressed" for n in rows) == 3
         assert len(set(keys_of(sink, "/default"))) == 3
+        # Counted, not silently dropped: the metric says what the table holds.
+        def suppressed_in_table_and_metric():
+            m = scrape(port)
+            rows = notification_store.list_for_job(engine, "flaky")
+            counted = m.get(("shardcron_notifications_total", (("kind", "on_failure"), ("outcome", "suppressed"))))
+            return m if counted == sum(n.status.value == "suppressed" for n in rows) else None
+
+        m = wait_until(suppressed_in_table_and_metric, 15, what="the metric to count every suppressed row")
+        assert m[("shardcron_notifications_total", (("kind", "on_failure"), ("outcome", "sent")))] == 3
         engine.dispose()
 
 
