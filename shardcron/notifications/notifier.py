@@ -146,6 +146,11 @@ class Notifier:
             claim = self._claim_for(job, w.slot.scheduled_at_ms, owed_kind(w.status, previous))
             if claim is not None:
                 by_shard[(run.shard, run.fence)].append(claim)
+            if w.status in FAILED_STATUSES and job.id in self._failing:
+                # Recovery is by slot order: a later slot that already succeeded (this run was slow) recovered.
+                later = store.next_run(self._engine, job.id, w.slot.scheduled_at_ms)
+                if later is not None and (claim := self._claim_for(job, later[0], owed_kind(later[1], w.status))):
+                    by_shard[(run.shard, run.fence)].append(claim)
         for (shard, fence), claims in by_shard.items():
             for claim in claims:
                 crashpoints.notify("before_claim", claim.job_id)

@@ -148,6 +148,18 @@ def previous_run_status(engine: Engine, job_id: str, before_ms: int) -> TickStat
     return TickStatus(value) if value is not None else None
 
 
+def next_run(engine: Engine, job_id: str, after_ms: int) -> tuple[int, TickStatus] | None:
+    """The job's oldest tick after ``after_ms`` that ran to an end, as (slot, status); None when there is
+    none yet. A failure that lands after a later slot's success (a slow run) makes that success a recovery."""
+    with reading(engine) as conn:
+        row = conn.execute(
+            select(ticks.c.scheduled_at_ms, ticks.c.status)
+            .where(ticks.c.job_id == job_id, ticks.c.scheduled_at_ms > after_ms,
+                   ticks.c.status.in_([TickStatus.SUCCEEDED.value, *(s.value for s in FAILED_STATUSES)]))
+            .order_by(ticks.c.scheduled_at_ms).limit(1)).first()
+    return (row.scheduled_at_ms, TickStatus(row.status)) if row is not None else None
+
+
 def between(engine: Engine, from_ms: int, to_ms: int, job_id: str | None = None) -> list[NotificationRow]:
     """Rows of slots in ``[from_ms, to_ms)`` (the audit's window), of one job or all."""
     q = select(notifications).where(notifications.c.scheduled_at_ms >= from_ms,

@@ -79,3 +79,11 @@ def test_a_new_leader_finds_failed_slots_without_a_notification_and_the_previous
     assert store.previous_run_status(led, "j", 2000) is TickStatus.SUCCEEDED
     assert store.previous_run_status(led, "j", 1000) is None
     assert [r.scheduled_at_ms for r in store.between(led, 1500, 2500)] == [2000]
+
+
+def test_the_next_run_after_a_slot_for_a_failure_that_lands_after_a_later_success(led):
+    claim_ticks(led, [SlotClaim("j", s) for s in (1000, 2000, 3000)], shard=0, fence=F1, node_id="a", now_ms=500)
+    record_results(led, [(SlotRef("j", 3000), 1, ExecutionResult(True, 3000, 3001), TickStatus.SUCCEEDED)],
+                   shard=0, fence=F1)
+    assert store.next_run(led, "j", 1000) == (3000, TickStatus.SUCCEEDED)  # 2000 still unfinished: passed over
+    assert store.next_run(led, "j", 3000) is None

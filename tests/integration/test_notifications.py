@@ -17,6 +17,7 @@ from shardcron.dev.sink import Sink
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.jobspec import job_from_dict
 from shardcron.model import TickStatus
+from shardcron.notifications.owed import NotificationKind, owed_in
 from shardcron.sharding import shard_for
 from shardcron.store import make_engine
 from shardcron.store import notifications as notification_store
@@ -83,10 +84,15 @@ def test_on_failure_fires_once_per_failed_slot_across_a_sigkill_and_on_recovery_
         assert sum(got.values()) - len(got) <= 1, f"resent more than the one the kill can explain: {got}"
         wait_until(lambda: all(n.status.value == "sent" for n in notification_store.list_for_job(engine, jid)), 15,
                    what="every row recorded sent")
-        first_success = min(t.scheduled_at_ms for t in ticks
-                            if t.status is TickStatus.SUCCEEDED and t.scheduled_at_ms > max(failed))
-        time.sleep(2)  # a second recovery would have been claimed by now
-        assert keys_of(sink, "/recovered") == [f"{jid}:{first_success}:on_recovery"]
+        # Recoveries by slot order: normally the first success after the failures; a run of the failing
+        # definition that was already claimed may fail after it, and the next success recovers again.
+        recoveries = [f"{jid}:{slot}:on_recovery" for slot, _ in
+                      owed_in(sorted(ticks, key=lambda t: t.scheduled_at_ms), frozenset({NotificationKind.ON_RECOVERY}),
+                              settled_before_ms=2**62)]
+        assert recoveries
+        wait_until(lambda: sorted(keys_of(sink, "/recovered")) == recoveries, 15, what="each recovery once")
+        time.sleep(2)  # a recovery sent twice would have arrived by now
+        assert sorted(keys_of(sink, "/recovered")) == recoveries
         body = json.loads(next(r.body for r in sink.requests() if r.path == "/failed"))
         assert body["notification"] == "on_failure" and body["status"] in ("failed", "abandoned")
         assert next(r for r in sink.requests() if r.path == "/failed").header("X-Shardcron-Notification") \
