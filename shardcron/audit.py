@@ -41,6 +41,11 @@ false overlap
     run goes on; one without a run is a slot silently not run, the failure a
     leader that lost count of its runs would show (issue 10).
 
+notification missing
+    A failed slot of a job with its own ``on_failure`` (or a recovery, for
+    ``on_recovery``) with no row in ``notifications``, more than ``grace_ms``
+    after the tick settled (``notifications.owed.owed_in``).
+
 Jitter moves a slot's start, never its identity: the row of a jittered slot is
 still keyed by the unjittered time (and claimed before it), so the missing rule
 looks for it there; the unresolved rule's grace runs from its jittered start.
@@ -115,6 +120,7 @@ class FindingKind(StrEnum):
     STALE_FENCE = "stale_fence"
     UNRESOLVED = "unresolved"
     FALSE_OVERLAP = "false_overlap"
+    NOTIFICATION_MISSING = "notification_missing"
 
 
 @dataclass(frozen=True)
@@ -144,10 +150,12 @@ class JobSummary:
     unresolved: int = 0
     false_overlap: int = 0
     backfilled: int = 0  # rows in the window a backfill added
+    notification_missing: int = 0
 
     @property
     def findings(self) -> int:
-        return self.duplicates + self.missing + self.stale_fence + self.unresolved + self.false_overlap
+        return (self.duplicates + self.missing + self.stale_fence + self.unresolved + self.false_overlap
+                + self.notification_missing)
 
 
 @dataclass
@@ -167,9 +175,11 @@ class AuditReport:
     calendar_excluded: int = 0
     pruned: int = 0
     retention: PruneState = PruneState.INTACT  # the window as the audited jobs' horizons leave it
+    notification_missing: list[Finding] = field(default_factory=list)
 
     def clean(self) -> bool:
-        return not (self.duplicates or self.missing or self.stale_fence or self.unresolved or self.false_overlap)
+        return not (self.duplicates or self.missing or self.stale_fence or self.unresolved or self.false_overlap
+                    or self.notification_missing)
 
     def findings(self) -> dict[FindingKind, list[Finding]]:
         return {
@@ -178,6 +188,7 @@ class AuditReport:
             FindingKind.STALE_FENCE: self.stale_fence,
             FindingKind.UNRESOLVED: self.unresolved,
             FindingKind.FALSE_OVERLAP: self.false_overlap,
+            FindingKind.NOTIFICATION_MISSING: self.notification_missing,
         }
 
     def to_dict(self) -> dict:
@@ -197,6 +208,7 @@ class AuditReport:
             "stale_fence": [_finding_dict(f) for f in self.stale_fence],
             "unresolved": [_finding_dict(f) for f in self.unresolved],
             "false_overlap": [_finding_dict(f) for f in self.false_overlap],
+            "notification_missing": [_finding_dict(f) for f in self.notification_missing],
             "per_job": {job_id: asdict(s) for job_id, s in sorted(self.per_job.items())},
         }
 
@@ -550,6 +562,10 @@ def run_audit(
         per_job[f.job_id].unresolved += 1
     for f in report.false_overlap:
         per_job[f.job_id].false_overlap += 1
+    report.notification_missing = _missing_notifications(engine, jobs, rows_by_job, from_ms, to_ms,
+                                                         settled_before_ms=now - grace_ms)
+    for f in report.notification_missing:
+        per_job[f.job_id].notification_missing += 1
     return report
 
 
@@ -564,6 +580,26 @@ def _calendar_history(engine: Engine, jobs: list[Job]) -> History:
     for v in calendar_history(engine, names):
         versions[v.name].append(Version(v.effective_at_ms, v.calendar))
     return History(versions)
+def _missing_notifications(engine: Engine, jobs: list[Job], rows_by_job: Mapping[str, list], from_ms: int,
+                           to_ms: int, *, settled_before_ms: int) -> list[Finding]:
+    """A failed slot (or a recovery) of a job with its own on_failure (on_recovery) and no notification
+    row, once the grace has passed since it settled. A node's default notifications are not in the store,
+    so jobs covered only by them are not checked; a suppressed row counts as present (it is recorded)."""
+    from shardcron.notifications.owed import NotificationKind, owed_in
+    from shardcron.store.notifications import between
+
+    wanted = {j.id: frozenset(k for k, spec in ((NotificationKind.ON_FAILURE, j.on_failure),
+                                                (NotificationKind.ON_RECOVERY, j.on_recovery)) if spec is not None)
+              for j in jobs if j.on_failure is not None or j.on_recovery is not None}
+    if not wanted:
+        return []
+    present = {(n.job_id, n.scheduled_at_ms, n.kind) for n in between(engine, from_ms + 1, to_ms + 1)}
+    out = []
+    for job_id, kinds in wanted.items():
+        for slot, kind in owed_in(rows_by_job.get(job_id, []), kinds, settled_before_ms=settled_before_ms):
+            if (job_id, slot, kind) not in present:
+                out.append(Finding(FindingKind.NOTIFICATION_MISSING, job_id, slot, f"{kind.value} owed, no row"))
+    return sorted(out, key=_order)
 
 
 def _false_overlap(engine: Engine, rows: list, from_ms: int) -> list[Finding]:

@@ -45,6 +45,10 @@ class NodeConfig:
     api_limits: object = None  # api.limits.ApiLimits; None: the defaults
     keepalive_ms: tuple[int, int] = (10_000, 5_000)  # (ping every, give up after) on every gRPC channel
     tick_retention_ms: int | None = None  # ticks older than this are pruned by their shard's leader; None: kept
+    # The cluster-wide default notifications (notifications.owed.Defaults) and their rate limit per job
+    # (notifications.rate.Rate; None: no limit): --notify-on-failure, --notify-on-recovery, --notify-rate.
+    notify_defaults: object = None
+    notify_rate: object = None
 
 
 def env_default(name: str, default):
@@ -186,6 +190,15 @@ def add_api_limit_flags(p: argparse.ArgumentParser) -> None:
                  L.DEFAULT_MAX_JOBS_PER_CALL)
     add_env_flag(p, "--trigger-rate", "manual runs (TriggerJob) per job: COUNT/PERIOD, a burst of COUNT then "
                                       "evenly spread; off: no limit", L.DEFAULT_TRIGGER_RATE)
+    add_env_flag(p, "--notify-on-failure", "default notification for jobs without on_failure, run once per failed "
+                                           "slot: an http(s):// webhook URL, or an executor table as JSON", None,
+                 metavar="SPEC")
+    add_env_flag(p, "--notify-on-recovery", "default notification for jobs without on_recovery, run once when a "
+                                            "job succeeds after failing (same SPEC forms)", None,
+                 metavar="SPEC")
+    add_env_flag(p, "--notify-rate", "at most COUNT default notifications per job per DURATION; the rest are "
+                                     "recorded suppressed and counted (off: no limit)", "10/1m",
+                 metavar="COUNT/DURATION")
     add_env_flag(p, "--keepalive", "ping every gRPC connection (to callers and to other nodes) this often", "10s")
     add_env_flag(p, "--keepalive-timeout", "drop a connection whose ping is not answered within this (a frozen or "
                                            "unreachable peer fails its calls after --keepalive plus this)", "5s")
@@ -287,6 +300,7 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         shell_allow=_shell_allow(a.shell_allow, bool(a.allow_shell)),
         allow_python=_allow_python(a.allow_python),
         tick_retention_ms=_tick_retention_ms(a.tick_retention),
+        **_notify(a),
     )
 
 
@@ -297,6 +311,27 @@ def _tick_retention_ms(raw) -> int | None:
         return parse_retention_ms(raw, "--tick-retention")
     except RetentionError as e:
         raise ConfigError(str(e)) from None
+
+
+def _notify(a: argparse.Namespace) -> dict:
+    """The default notifications, refused with the flag's name and the field's when malformed."""
+    from shardcron.notifications.owed import Defaults
+    from shardcron.notifications.rate import parse_rate
+    from shardcron.notifications.spec import parse_cli
+
+    specs = {}
+    for flag, key in (("--notify-on-failure", "on_failure"), ("--notify-on-recovery", "on_recovery")):
+        raw = getattr(a, key.replace("on_", "notify_on_"), None)
+        try:
+            specs[key] = parse_cli(raw, flag) if raw else None
+        except InvalidJob as e:
+            raise ConfigError(str(e)) from None
+    for flag, spec in zip(("--notify-on-failure", "--notify-on-recovery"), specs.values(), strict=True):
+        if spec is not None and spec.kind.value == "shell" and not a.allow_shell:
+            raise ConfigError(f"{flag}: a shell notification needs --allow-shell")
+        if spec is not None and spec.kind.value == "python" and not _allow_python(a.allow_python):
+            raise ConfigError(f"{flag}: a python notification needs --allow-python covering its module")
+    return {"notify_defaults": Defaults(**specs), "notify_rate": parse_rate(a.notify_rate or "10/1m")}
 
 
 def parse_min_interval_ms(raw) -> int:

@@ -23,3 +23,17 @@ def after_dispatch(job_id: str, ok: bool) -> None:
         return
     print(f"crash point: after_dispatch of {job_id}: SIGKILL", file=sys.stderr, flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+# ``SHARDCRON_TEST_CRASH_NOTIFY=<point>:<job id>``: die at a notification's crash point (notifications/notifier.py):
+# ``before_claim`` once a failed result of the job has landed and before its notification is claimed (the
+# successor's sweep must claim it), ``after_send`` once one was sent and before it is recorded sent (the successor
+# must send it again, with the same idempotency key).
+_CRASH_NOTIFY = os.environ.get("SHARDCRON_TEST_CRASH_NOTIFY") or None
+
+
+def notify(point: str, job_id: str) -> None:
+    if _CRASH_NOTIFY is None or _CRASH_NOTIFY != f"{point}:{job_id}":
+        return
+    print(f"crash point: notify {point} of {job_id}: SIGKILL", file=sys.stderr, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)

@@ -50,7 +50,8 @@ HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
 # (``timzone`` would run it in UTC).
 SCHEDULE_KEYS = frozenset({"cron", "every", "interval_ms", "at", "at_ms", "timezone", "tz"})
 JOB_KEYS = frozenset({"id", "schedule", "executor", "catchup", "catchup_window", "overlap", "timeout", "retry",
-                      "paused", "labels", "version", "jitter", "calendars", "history_limit"})
+                      "paused", "labels", "version", "jitter", "calendars", "history_limit",
+                      "on_failure", "on_recovery"})
 RETRY_KEYS = frozenset({"max_attempts", "backoff", "backoff_max"})
 EXECUTOR_KEYS = {
     ExecutorKind.NOOP: frozenset({"kind"}),
@@ -257,7 +258,7 @@ def _parse_headers(raw, field) -> tuple[tuple[str, str], ...]:
 _KINDS = ", ".join(k.value for k in ExecutorKind)
 
 
-def _parse_executor(d: Mapping | None) -> ExecutorSpec:
+def parse_executor(d: Mapping | None) -> ExecutorSpec:
     if d is None:
         raise InvalidJob("executor", f"missing: every job needs one, of kind {_KINDS}")
     if not isinstance(d, Mapping):
@@ -328,7 +329,7 @@ def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bo
     jid = validate_job_id(job_id if job_id is not None else d.get("id"))
     schedule = _parse_schedule(sched)
     if "executor" in d or require_executor:
-        executor = _parse_executor(d.get("executor"))
+        executor = parse_executor(d.get("executor"))
     else:
         executor = ExecutorSpec(ExecutorKind.NOOP)
     retry_d = d.get("retry", {}) or {}
@@ -359,6 +360,8 @@ def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bo
         raise InvalidJob("paused", f"must be true or false, got {paused!r}")
     jitter_ms = _jitter(d.get("jitter"), schedule)
     calendars = _calendar_names(d.get("calendars"))
+    from shardcron.notifications.spec import parse_table  # it builds on parse_executor
+
     return Job(
         id=jid,
         schedule=schedule,
@@ -374,6 +377,8 @@ def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bo
         jitter_ms=jitter_ms,
         calendars=calendars,
         history_limit=_history_limit(d.get("history_limit")),
+        on_failure=parse_table(d.get("on_failure"), "on_failure"),
+        on_recovery=parse_table(d.get("on_recovery"), "on_recovery"),
     )
 
 
@@ -513,6 +518,7 @@ def check_admissible(job: Job, *, allow_shell: bool, now_ms: int, shell_allow=No
         raise InvalidJob(field, f"{what}: shorter than this cluster's minimum interval of "
                                 f"{format_duration_ms(min_interval_ms)}; to allow it, lower the cluster's minimum with "
                                 "`shardcron config --min-interval DURATION`")
+    _check_notifications_admissible(job, allow_shell=allow_shell, allow_python=allow_python)
     if job.executor.kind is ExecutorKind.SHELL and not allow_shell:
         raise InvalidJob(
             "executor.kind", "shell jobs are refused: the nodes run without --allow-shell (remote code execution guard)"
@@ -523,6 +529,22 @@ def check_admissible(job: Job, *, allow_shell: bool, now_ms: int, shell_allow=No
     sched = job.schedule
     if sched.kind is ScheduleKind.ONCE and sched.at_ms is not None and sched.at_ms < now_ms - job.catchup_window_ms:
         raise InvalidJob("schedule.at", "is in the past, beyond the job's catch-up window; it would never run")
+
+
+def _check_notifications_admissible(job: Job, *, allow_shell: bool, allow_python: tuple[str, ...]) -> None:
+    """A notification runs on the leader like the job's executor: the same node guards apply to it."""
+    from shardcron.dispatch_spec import python_module_allowed
+    from shardcron.executors.extras import require_extra
+
+    for field, spec in (("on_failure", job.on_failure), ("on_recovery", job.on_recovery)):
+        if spec is None:
+            continue
+        require_extra(spec.kind)
+        if spec.kind is ExecutorKind.SHELL and not allow_shell:
+            raise InvalidJob(f"{field}.kind", "shell notifications are refused: the nodes run without --allow-shell")
+        if spec.kind is ExecutorKind.PYTHON and not (allow_python and python_module_allowed(spec.python.target,
+                                                                                             allow_python)):
+            raise InvalidJob(f"{field}.target", "is not under this cluster's --allow-python prefixes")
 
 
 def _check_python(spec, allow_python: tuple[str, ...], store_dialect: str | None) -> None:
@@ -549,17 +571,7 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         sched["interval_ms"] = s.interval_ms
     else:
         sched["at_ms"] = s.at_ms
-    ex: dict[str, Any] = {"kind": job.executor.kind.value}
-    if job.executor.http:
-        h = job.executor.http
-        ex.update(url=h.url, method=h.method, headers=[list(p) for p in h.headers], body=h.body,
-                  secret_headers=list(h.secret_headers))
-    if job.executor.shell:
-        ex["command"] = job.executor.shell.command
-    if job.executor.kind not in EXECUTOR_KEYS:
-        from shardcron import dispatch_spec
-
-        ex.update(dispatch_spec.to_dict(job.executor))
+    ex = executor_to_dict(job.executor)
     return {
         "id": job.id,
         "schedule": sched,
@@ -580,7 +592,25 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         **({"jitter": f"{job.jitter_ms}ms"} if job.jitter_ms else {}),
         **({"calendars": list(job.calendars)} if job.calendars else {}),
         **({"history_limit": job.history_limit} if job.history_limit is not None else {}),
+        **({"on_failure": executor_to_dict(job.on_failure)} if job.on_failure else {}),
+        **({"on_recovery": executor_to_dict(job.on_recovery)} if job.on_recovery else {}),
     }
+
+
+def executor_to_dict(spec: ExecutorSpec) -> dict[str, Any]:
+    """An executor's table as a job file gives it; ``parse_executor(executor_to_dict(s)) == s``."""
+    ex: dict[str, Any] = {"kind": spec.kind.value}
+    if spec.http:
+        h = spec.http
+        ex.update(url=h.url, method=h.method, headers=[list(p) for p in h.headers], body=h.body,
+                  secret_headers=list(h.secret_headers))
+    if spec.shell:
+        ex["command"] = spec.shell.command
+    if spec.kind not in EXECUTOR_KEYS:
+        from shardcron import dispatch_spec
+
+        ex.update(dispatch_spec.to_dict(spec))
+    return ex
 
 
 def job_to_json(job: Job) -> str:
@@ -599,6 +629,12 @@ def redacted(job: Job) -> dict[str, Any]:
         d["executor"]["headers"] = [list(pair) for pair in masked_headers(job.executor.http)]
     if "url" in d["executor"] and job.executor.kind is not ExecutorKind.HTTP:
         d["executor"]["url"] = mask_url(d["executor"]["url"])
+    for key in ("on_failure", "on_recovery"):
+        spec = getattr(job, key)
+        if spec is not None and spec.http:
+            d[key]["headers"] = [list(pair) for pair in masked_headers(spec.http)]
+        elif spec is not None and "url" in d[key]:
+            d[key]["url"] = mask_url(d[key]["url"])
     return d
 
 

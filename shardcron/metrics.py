@@ -76,6 +76,9 @@ calendar_skips = Counter("shardcron_calendar_skips_total",
                          "Times a job's next claim jumped over slots its calendars exclude.")
 calendar_reloads = Counter("shardcron_calendar_reloads_total", "Reloads of the stored calendars, by cause.",
                            ["cause"])
+notifications = Counter("shardcron_notifications_total",
+                        "Failure and recovery notifications, by kind and outcome (sent, failed, suppressed).",
+                        ["kind", "outcome"])
 fenced_writes = Counter("shardcron_fenced_writes_total", "Writes rejected because a newer fence exists.")
 not_started = Counter("shardcron_ticks_not_started_total",
                       "Claimed ticks this node did not start (shard lost or lease not provably held).")

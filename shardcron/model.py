@@ -223,6 +223,10 @@ class Job:
     calendars: tuple[str, ...] = ()
     # Keep at most this many of the job's newest ticks (retention); None: keep every tick.
     history_limit: int | None = None
+    # Run once per failed slot (after its retries) and once per recovery (notifications/owed.py);
+    # None: the node's default, if it has one (--notify-on-failure / --notify-on-recovery).
+    on_failure: ExecutorSpec | None = None
+    on_recovery: ExecutorSpec | None = None
     paused: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     version: int = 0  # store-assigned; 0 for a job never written

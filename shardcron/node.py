@@ -25,6 +25,8 @@ from shardcron.store.epoch import FenceEpoch, claim_epoch, highest_fence
 from shardcron.store.fences import ensure_shards
 from shardcron.store.calendars import import_calendars
 from shardcron.store.migrate import ensure_schema
+from shardcron.notifications.notifier import Notifier
+from shardcron.notifications.owed import NO_DEFAULTS
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +207,9 @@ class Node:
                             lambda: self.coordinator.session.seconds_since_renewal() if self.coordinator.session else 0)
         self.scheduler.start()
         self.calendar_watch.start()
+        self.notifier = Notifier(self.scheduler, defaults=cfg.notify_defaults or NO_DEFAULTS,
+                                 default_rate=cfg.notify_rate)
+        self.notifier.start()
         self._coord_thread = threading.Thread(target=self.coordinator.run, name="coordinator", daemon=True)
         self._coord_thread.start()
         log.info("node %s started: %d shards, ttl %ss, etcd %s", cfg.node_id, shard_count, cfg.ttl, cfg.etcd)
@@ -244,6 +249,8 @@ class Node:
             self.api.stop()
         if self.calendar_watch:
             self.calendar_watch.stop()
+        if getattr(self, "notifier", None):
+            self.notifier.close()
         if self.scheduler:
             self.scheduler.close()
         if self.etcd:

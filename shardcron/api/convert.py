@@ -62,24 +62,13 @@ def job_dict_from_proto(p: pb.Job) -> dict[str, Any]:
             sched[kind] = getattr(s, kind)
     d["schedule"] = sched
 
-    kind = p.WhichOneof("executor")
-    if kind == "http":
-        h = p.http
-        ex: dict[str, Any] = {"kind": "http", "url": h.url, "body": h.body,
-                              "headers": [(x.name, x.value) for x in h.headers],
-                              "secret_headers": list(h.secret_headers)}
-        if h.method:
-            ex["method"] = h.method
-        d["executor"] = ex
-    elif kind == "shell":
-        d["executor"] = {"kind": "shell", "command": p.shell.command}
-    elif kind == "noop":
-        d["executor"] = {"kind": "noop"}
-    elif kind in _DISPATCH_KINDS:
-        d["executor"] = _dispatch_dict_from_proto(kind, getattr(p, kind))
-    # else unset, or a kind added to the proto after this server was built (it
-    # arrives as an unknown field): never guess; jobspec refuses a missing executor.
-
+    executor = executor_dict_from_proto(p)
+    if executor is not None:
+        d["executor"] = executor
+    for name in ("on_failure", "on_recovery"):
+        if p.HasField(name):
+            # An empty Notification (no kind set) is refused by jobspec, naming the field.
+            d[name] = executor_dict_from_proto(getattr(p, name)) or {}
     if p.catchup != pb.CATCH_UP_UNSPECIFIED:
         d["catchup"] = _CATCHUP_FROM_PB[p.catchup].value if p.catchup in _CATCHUP_FROM_PB else str(p.catchup)
     if p.overlap != pb.OVERLAP_UNSPECIFIED:
@@ -110,6 +99,28 @@ def job_dict_from_proto(p: pb.Job) -> dict[str, Any]:
     if p.calendars:
         d["calendars"] = list(p.calendars)
     return d
+
+
+def executor_dict_from_proto(p) -> dict[str, Any] | None:
+    """The executor table of a message with ``oneof executor`` (a Job or a Notification); None when unset,
+    or a kind added to the proto after this server was built (it arrives as an unknown field): never
+    guess, jobspec refuses a missing executor."""
+    kind = p.WhichOneof("executor")
+    if kind == "http":
+        h = p.http
+        ex: dict[str, Any] = {"kind": "http", "url": h.url, "body": h.body,
+                              "headers": [(x.name, x.value) for x in h.headers],
+                              "secret_headers": list(h.secret_headers)}
+        if h.method:
+            ex["method"] = h.method
+        return ex
+    if kind == "shell":
+        return {"kind": "shell", "command": p.shell.command}
+    if kind == "noop":
+        return {"kind": "noop"}
+    if kind in _DISPATCH_KINDS:
+        return _dispatch_dict_from_proto(kind, getattr(p, kind))
+    return None
 
 
 def job_from_proto(p: pb.Job) -> Job:
@@ -166,7 +177,16 @@ def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
         p.calendars.extend(job.calendars)
     if job.history_limit is not None:
         p.history_limit = job.history_limit
-    ex = job.executor
+    executor_to_proto(p, job.executor, redact=redact)
+    for name in ("on_failure", "on_recovery"):
+        spec = getattr(job, name)
+        if spec is not None:
+            executor_to_proto(getattr(p, name), spec, redact=redact)
+    return p
+
+
+def executor_to_proto(p, ex, *, redact: bool) -> None:
+    """Set the ``oneof executor`` of ``p`` (a Job or a Notification) from ``ex``."""
     if ex.kind is ExecutorKind.HTTP and ex.http is not None:
         h = ex.http
         headers = masked_headers(h) if redact else h.headers
@@ -180,7 +200,6 @@ def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
         _dispatch_to_proto(p, ex, redact=redact)
     else:
         p.noop.SetInParent()
-    return p
 
 
 def job_runs_to_proto(runs: JobRuns) -> pb.JobRuns:
@@ -254,7 +273,7 @@ def _json_field(text: str, field: str):
         raise InvalidJob(field, f"is not valid JSON: {e}") from None
 
 
-def _dispatch_to_proto(p: pb.Job, ex, *, redact: bool) -> None:
+def _dispatch_to_proto(p, ex, *, redact: bool) -> None:
     from shardcron.dispatch_spec import to_dict
 
     table = to_dict(ex)

@@ -194,15 +194,17 @@ def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
         audit.FindingKind.STALE_FENCE: "stale fences (written by a deposed leader)",
         audit.FindingKind.UNRESOLVED: "unresolved ticks",
         audit.FindingKind.FALSE_OVERLAP: "overlap skips with no earlier run in flight (the job silently stopped)",
+        audit.FindingKind.NOTIFICATION_MISSING: "failed slots or recoveries whose notification is owed and missing",
     }
     for kind, title in titles.items():
         found = r.findings()[kind]
         if not found:
             continue
         lines += ["", f"{title}: {len(found)}"]
-        if shown and kind is audit.FindingKind.MISSING:  # no row: nothing to show but the slot
-            table = [["", f.job_id, rfc3339_ms(f.scheduled_at_ms)] for f in found[:shown]]
-            lines.append(tabulate(table, headers=["", "JOB", "SLOT"], tablefmt="plain", disable_numparse=True))
+        if shown and kind in (audit.FindingKind.MISSING, audit.FindingKind.NOTIFICATION_MISSING):  # no row
+            table = [["", f.job_id, rfc3339_ms(f.scheduled_at_ms), f.detail] for f in found[:shown]]
+            lines.append(tabulate(table, headers=["", "JOB", "SLOT", "WHAT"], tablefmt="plain",
+                                  disable_numparse=True))
         elif shown:
             table = [
                 ["", f.job_id, rfc3339_ms(f.scheduled_at_ms), f.shard, f.fence, f.node_id, f.status, f.detail]

@@ -320,7 +320,18 @@ def job_from_flags(a: argparse.Namespace) -> Job:
             d["retry"]["backoff"] = a.retry_backoff
     d["paused"] = bool(a.paused)
     d["labels"] = dict(_pairs(a.label, "=", "--label"))
+    _notifications_from_flags(a, d)
     return job_from_dict(d, require_executor=True)
+
+
+def _notifications_from_flags(a: argparse.Namespace, d: dict) -> None:
+    """``--on-failure SPEC`` / ``--on-recovery SPEC``: a webhook URL or an executor table as JSON."""
+    from shardcron.notifications.spec import parse_cli, to_table
+
+    for flag, key in (("--on-failure", "on_failure"), ("--on-recovery", "on_recovery")):
+        raw = getattr(a, key)
+        if raw is not None:
+            d[key] = to_table(parse_cli(raw, flag))
 
 
 # -- commands ---------------------------------------------------------------------------
@@ -589,6 +600,10 @@ def register(subparsers) -> None:
                                                    "every leader; shorter than the gap between slots (default 0)")
     put.add_argument("--calendar", action="append", metavar="NAME",
                      help="a stored calendar the job follows: slots it excludes are not run; repeatable")
+    put.add_argument("--on-failure", metavar="SPEC", help="run once per failed slot, after its retries: an "
+                                                          "http(s):// webhook URL, or an executor table as JSON")
+    put.add_argument("--on-recovery", metavar="SPEC", help="run once when a slot succeeds after failed ones "
+                                                           "(same SPEC forms)")
     put.add_argument("--retries", type=int, metavar="N",
                      help="retries after a failed attempt, so N+1 attempts at most (default 0)")
     put.add_argument("--retry-backoff", metavar="D", help="first retry delay (default 1s)")

@@ -41,13 +41,15 @@ def tick_values(ctx: TickContext) -> dict[str, str]:
         "shard": str(ctx.shard),
         "node": ctx.node_id,
         "idempotency_key": ctx.idempotency_key,
+        # A notification about the slot (notifications/context.py), not the slot's own run.
+        **({"notification": ctx.notification} if getattr(ctx, "notification", None) else {}),
     }
 
 
 _HEADER_NAMES = {"job_id": "X-Shardcron-Job-Id", "scheduled_at": "X-Shardcron-Scheduled-At",
                  "scheduled_at_ms": "X-Shardcron-Scheduled-At-Ms", "attempt": "X-Shardcron-Attempt",
                  "fence": "X-Shardcron-Fence", "shard": "X-Shardcron-Shard", "node": "X-Shardcron-Node",
-                 "idempotency_key": IDEMPOTENCY_KEY}
+                 "idempotency_key": IDEMPOTENCY_KEY, "notification": "X-Shardcron-Notification"}
 
 
 def tick_headers(ctx: TickContext) -> dict[str, str]:

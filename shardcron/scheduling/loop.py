@@ -120,7 +120,7 @@ class Scheduler:
                                    workers=workers)
         self.lookahead_ms = lookahead_ms
         self._report_fenced = on_fenced
-        self._now_ms = clock.wall_ms  # bound once: it is on every hot path
+        self._now_ms = self.now_ms = clock.wall_ms  # bound once: it is on every hot path
         self.calendars = calendars if calendars is not None else CalendarBook()
         self.stats = Stats()
         self._imports: dict[int, list[Job]] = defaultdict(list)
@@ -199,6 +199,11 @@ class Scheduler:
         self._imports = defaultdict(list)
         for job in imports:
             self._imports[shard_for(job.id, shard_count)].append(job)
+
+    def shard_run(self, shard: int) -> ShardRun | None:
+        """The shard's leadership here while it is active (None otherwise): the notifier's view of it."""
+        run = self._run_of(shard)
+        return run if run is not None and run.active else None
 
     def led_shards(self) -> list[int]:
         with self._runs_lock:

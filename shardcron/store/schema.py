@@ -281,6 +281,32 @@ calendar_versions = Table(
     **_TABLE_OPTS,
 )
 
+# Failure notifications (notifications/): one row per (job, slot, kind), claimed under the shard's
+# fence before it is sent, so a successor sends what its predecessor claimed and did not send.
+notifications = Table(
+    "notifications",
+    metadata,
+    Column("job_id", exact_string(ID_LENGTH), nullable=False),
+    Column("scheduled_at_ms", BigInteger, nullable=False),  # the slot that failed or recovered
+    Column("kind", String(STATUS_LENGTH), nullable=False),  # on_failure | on_recovery
+    Column("shard", Integer, nullable=False),
+    Column("fence", BigInteger, nullable=False),  # the fence of the last write
+    Column("node_id", String(NODE_ID_LENGTH), nullable=False),
+    Column("status", String(STATUS_LENGTH), nullable=False),  # claimed | sent | failed | suppressed
+    Column("source", String(STATUS_LENGTH), nullable=False),  # job | default
+    Column("spec", long_text(), nullable=False),  # the executor table it is sent with, as JSON
+    Column("claimed_at_ms", BigInteger, nullable=False),
+    Column("sent_at_ms", BigInteger, nullable=True),
+    Column("attempts", Integer, nullable=False),
+    Column("error", long_text(), nullable=True),
+    PrimaryKeyConstraint("job_id", "scheduled_at_ms", "kind"),
+    # A new leader's claimed but unsent notifications.
+    Index(None, "shard", "status"),
+    # The audit's time window across all jobs.
+    Index(None, "scheduled_at_ms"),
+    **_TABLE_OPTS,
+)
+
 __all__ = [
     "calendar_versions",
     "calendars",
@@ -295,6 +321,7 @@ __all__ = [
     "job_labels",
     "jobs",
     "metadata",
+    "notifications",
     "shard_fences",
     "shard_horizons",
     "ticks",

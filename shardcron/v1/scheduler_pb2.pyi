@@ -225,7 +225,7 @@ class RetryPolicy(_message.Message):
     def __init__(self, max_attempts: _Optional[int] = ..., backoff_initial_ms: _Optional[int] = ..., backoff_max_ms: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "schedule", "http", "shell", "noop", "celery", "rq", "arq", "nats", "amqp", "redis_stream", "python", "catchup", "catchup_window_ms", "overlap", "timeout_ms", "retry", "paused", "labels", "version", "active_since_ms", "jitter_ms", "runs", "calendars", "history_limit")
+    __slots__ = ("id", "schedule", "http", "shell", "noop", "celery", "rq", "arq", "nats", "amqp", "redis_stream", "python", "catchup", "catchup_window_ms", "overlap", "timeout_ms", "retry", "paused", "labels", "version", "active_since_ms", "jitter_ms", "runs", "calendars", "history_limit", "on_failure", "on_recovery")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -258,6 +258,8 @@ class Job(_message.Message):
     RUNS_FIELD_NUMBER: _ClassVar[int]
     CALENDARS_FIELD_NUMBER: _ClassVar[int]
     HISTORY_LIMIT_FIELD_NUMBER: _ClassVar[int]
+    ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    ON_RECOVERY_FIELD_NUMBER: _ClassVar[int]
     id: str
     schedule: Schedule
     http: HttpExecutor
@@ -283,7 +285,33 @@ class Job(_message.Message):
     runs: JobRuns
     calendars: _containers.RepeatedScalarFieldContainer[str]
     history_limit: int
-    def __init__(self, id: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., http: _Optional[_Union[HttpExecutor, _Mapping]] = ..., shell: _Optional[_Union[ShellExecutor, _Mapping]] = ..., noop: _Optional[_Union[NoopExecutor, _Mapping]] = ..., celery: _Optional[_Union[CeleryExecutor, _Mapping]] = ..., rq: _Optional[_Union[RqExecutor, _Mapping]] = ..., arq: _Optional[_Union[ArqExecutor, _Mapping]] = ..., nats: _Optional[_Union[NatsExecutor, _Mapping]] = ..., amqp: _Optional[_Union[AmqpExecutor, _Mapping]] = ..., redis_stream: _Optional[_Union[RedisStreamExecutor, _Mapping]] = ..., python: _Optional[_Union[PythonExecutor, _Mapping]] = ..., catchup: _Optional[_Union[CatchUp, str]] = ..., catchup_window_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., timeout_ms: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., paused: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[int] = ..., active_since_ms: _Optional[int] = ..., jitter_ms: _Optional[int] = ..., runs: _Optional[_Union[JobRuns, _Mapping]] = ..., calendars: _Optional[_Iterable[str]] = ..., history_limit: _Optional[int] = ...) -> None: ...
+    on_failure: Notification
+    on_recovery: Notification
+    def __init__(self, id: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., http: _Optional[_Union[HttpExecutor, _Mapping]] = ..., shell: _Optional[_Union[ShellExecutor, _Mapping]] = ..., noop: _Optional[_Union[NoopExecutor, _Mapping]] = ..., celery: _Optional[_Union[CeleryExecutor, _Mapping]] = ..., rq: _Optional[_Union[RqExecutor, _Mapping]] = ..., arq: _Optional[_Union[ArqExecutor, _Mapping]] = ..., nats: _Optional[_Union[NatsExecutor, _Mapping]] = ..., amqp: _Optional[_Union[AmqpExecutor, _Mapping]] = ..., redis_stream: _Optional[_Union[RedisStreamExecutor, _Mapping]] = ..., python: _Optional[_Union[PythonExecutor, _Mapping]] = ..., catchup: _Optional[_Union[CatchUp, str]] = ..., catchup_window_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., timeout_ms: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., paused: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[int] = ..., active_since_ms: _Optional[int] = ..., jitter_ms: _Optional[int] = ..., runs: _Optional[_Union[JobRuns, _Mapping]] = ..., calendars: _Optional[_Iterable[str]] = ..., history_limit: _Optional[int] = ..., on_failure: _Optional[_Union[Notification, _Mapping]] = ..., on_recovery: _Optional[_Union[Notification, _Mapping]] = ...) -> None: ...
+
+class Notification(_message.Message):
+    __slots__ = ("http", "shell", "noop", "celery", "rq", "arq", "nats", "amqp", "redis_stream", "python")
+    HTTP_FIELD_NUMBER: _ClassVar[int]
+    SHELL_FIELD_NUMBER: _ClassVar[int]
+    NOOP_FIELD_NUMBER: _ClassVar[int]
+    CELERY_FIELD_NUMBER: _ClassVar[int]
+    RQ_FIELD_NUMBER: _ClassVar[int]
+    ARQ_FIELD_NUMBER: _ClassVar[int]
+    NATS_FIELD_NUMBER: _ClassVar[int]
+    AMQP_FIELD_NUMBER: _ClassVar[int]
+    REDIS_STREAM_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_FIELD_NUMBER: _ClassVar[int]
+    http: HttpExecutor
+    shell: ShellExecutor
+    noop: NoopExecutor
+    celery: CeleryExecutor
+    rq: RqExecutor
+    arq: ArqExecutor
+    nats: NatsExecutor
+    amqp: AmqpExecutor
+    redis_stream: RedisStreamExecutor
+    python: PythonExecutor
+    def __init__(self, http: _Optional[_Union[HttpExecutor, _Mapping]] = ..., shell: _Optional[_Union[ShellExecutor, _Mapping]] = ..., noop: _Optional[_Union[NoopExecutor, _Mapping]] = ..., celery: _Optional[_Union[CeleryExecutor, _Mapping]] = ..., rq: _Optional[_Union[RqExecutor, _Mapping]] = ..., arq: _Optional[_Union[ArqExecutor, _Mapping]] = ..., nats: _Optional[_Union[NatsExecutor, _Mapping]] = ..., amqp: _Optional[_Union[AmqpExecutor, _Mapping]] = ..., redis_stream: _Optional[_Union[RedisStreamExecutor, _Mapping]] = ..., python: _Optional[_Union[PythonExecutor, _Mapping]] = ...) -> None: ...
 
 class JobRuns(_message.Message):
     __slots__ = ("as_of_ms", "next_slot_ms", "next_start_ms", "last_scheduled_at_ms", "last_status", "failures_in_a_row", "next_reason")
