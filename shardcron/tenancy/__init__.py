@@ -30,8 +30,10 @@ How the next engineer wires them:
    sends the node's own, which would widen every forwarded call), plus the node's
    in its own header; the leader checks ``scopes.forwarded_identity(caller, node)``.
 4. Quotas. PutJob/PutJobs read the namespace's usage (job count and the sum of
-   ``quotas.job_rate`` over its jobs) in the store, and ``quotas.check_puts``
-   refuses with RESOURCE_EXHAUSTED and the refusal's ``reason`` before writing;
+   ``quotas.job_rate`` over its jobs) in the store, and ``quotas.check_put``
+   (PutJobs: ``admit_in_order``, one result per job) refuses with
+   RESOURCE_EXHAUSTED and the refusal's ``reason`` before writing, in the same
+   transaction as the write so that two puts cannot both take the last room;
    the executor pool checks ``quotas.check_start`` with the namespace's running
    count before each start and leaves a refused start waiting in the fair queue.
 5. Fairness. The executor pool's slots are handed out by ``fair_queue.FairQueue``:
