@@ -25,20 +25,27 @@ How the next engineer wires them:
    when none), and each servicer method, once it knows the request's namespace,
    calls ``scopes.authorize(token, method_name, namespace)``: a ``Denied`` is
    PERMISSION_DENIED with its ``reason``. Lists and watches of ``*`` filter every
-   row with ``scopes.may_read``. Every write's audit line carries ``token.name``.
+   row with ``scopes.may_read``, and so must GetCalendar's list of the jobs that
+   name a calendar (calendars are cluster-wide, jobs are not). Every write's
+   audit line carries ``token.name``.
 3. Forwarding. routing.Router must send the CALLER's bearer token on (today it
    sends the node's own, which would widen every forwarded call), plus the node's
-   in its own header; the leader checks ``scopes.forwarded_identity(caller, node)``.
+   in its own header; the leader identifies both with its own ``TokenBook`` and
+   checks ``scopes.forwarded_identity(caller, node)``.
 4. Quotas. PutJob/PutJobs read the namespace's usage (job count and the sum of
    ``quotas.job_rate`` over its jobs) in the store, and ``quotas.check_put``
    (PutJobs: ``admit_in_order``, one result per job) refuses with
-   RESOURCE_EXHAUSTED and the refusal's ``reason`` before writing, in the same
-   transaction as the write so that two puts cannot both take the last room;
-   the executor pool checks ``quotas.check_start`` with the namespace's running
-   count before each start and leaves a refused start waiting in the fair queue.
+   RESOURCE_EXHAUSTED and the refusal's ``reason`` before writing. A namespace's
+   jobs span shards and so leaders: keep its usage in one row, locked and
+   updated in the put's transaction, so two puts on two leaders cannot both
+   take the last room. ``quotas.check_start`` with the namespace's running count
+   is the ``eligible`` test of the fair queue's ``pop``: a start refused by
+   ``max_running`` keeps waiting, and its place.
 5. Fairness. The executor pool's slots are handed out by ``fair_queue.FairQueue``:
    the scheduling loop enqueues a due start (``enqueue(namespace, item, now)``)
-   when every executor is busy, and each executor that frees pops the next one;
+   when every executor is busy, and each executor that frees pops the next one
+   (``pop(now, eligible)``); starts of a shard the node stops leading are taken
+   back with ``remove_where``, never silently dropped;
    ``Served.waited_s`` feeds ``shardcron_namespace_wait_seconds{namespace}``, and
    the tick records its real start. Weights come from the namespace's settings.
 """

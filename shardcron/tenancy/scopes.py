@@ -198,10 +198,13 @@ def may_read(token: Token, namespace: str) -> bool:
 def forwarded_identity(caller: Token | None, forwarder: Token | None) -> Token:
     """The identity a leader checks for a call another node forwarded: never wider than the caller's.
 
-    ``caller``: the token the call arrived with at the first node (None: it came with
-    none, as on a cluster without tokens, or it was lost on the way).
+    ``caller``: the token the call arrived with at the first node, as the leader
+    identifies it from the bearer secret passed on (None: none was passed on, or
+    the leader does not know it). A node cannot claim a scope for its caller: it
+    can only pass on a secret, which the leader looks up in its own tokens.
     ``forwarder``: the forwarding node's own token (None: the node has none, which
     restricts nothing). The result keeps the caller's name, for the audit log.
+    A cluster without a token file checks nothing, so this is never asked there.
     """
     if caller is None:
         return Token("(no token)", "", Role.READ, frozenset())
