@@ -188,19 +188,34 @@ def _simulate(pop, enqueue, flood_per_tick: int, ticks: int = 200) -> float:
     return worst_b
 
 
-def test_a_namespace_within_its_share_keeps_its_lateness_while_another_floods():
-    def fair(flood):
-        q = FairQueue()
-        return _simulate(q.pop, q.enqueue, flood)
+class FirstCome:
+    """The baseline: one FIFO line for every namespace."""
 
-    def first_come(flood):  # the baseline: one FIFO for everyone
-        line: deque = deque()
-        pop = lambda now: (lambda x: Served(x[0], x[1], x[2], now - x[2]))(line.popleft()) if line else None  # noqa: E731
-        return _simulate(pop, lambda ns, item, now: line.append((ns, item, now)), flood)
+    def __init__(self):
+        self.line: deque = deque()
 
-    assert fair(0) == first_come(0) == 0.0  # A idle: B never waits
-    assert fair(50) == 0.0  # A offers 5x the capacity: B, within its share, still never waits
-    assert first_come(50) > 100  # the baseline shows the damage the fair queue prevents
+    def enqueue(self, namespace, item, now_s):
+        self.line.append((namespace, item, now_s))
+
+    def pop(self, now_s):
+        if not self.line:
+            return None
+        namespace, item, at = self.line.popleft()
+        return Served(namespace, item, at, now_s - at)
+
+
+@pytest.mark.parametrize("make, flood, worst_b_wait", [
+    (FairQueue, 0, 0.0), (FirstCome, 0, 0.0),  # A idle: B never waits
+    (FairQueue, 50, 0.0),  # A offers 5x the capacity: B, within its share, still never waits
+])
+def test_a_namespace_within_its_share_keeps_its_lateness_while_another_floods(make, flood, worst_b_wait):
+    q = make()
+    assert _simulate(q.pop, q.enqueue, flood) == worst_b_wait
+
+
+def test_first_come_shows_the_damage_the_fair_queue_prevents():
+    q = FirstCome()
+    assert _simulate(q.pop, q.enqueue, 50) > 100  # B waits behind A's growing backlog
 
 
 @settings(max_examples=200, deadline=None)

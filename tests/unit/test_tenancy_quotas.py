@@ -110,7 +110,8 @@ def test_max_running(running, limit, refused):
 @pytest.mark.parametrize(
     "refusal, reason",
     [
-        (QuotaExceeded("max_jobs", "team-a", 10, 11), "namespace 'team-a' would hold 11 jobs; its quota max_jobs is 10"),
+        (QuotaExceeded("max_jobs", "team-a", 10, 11),
+         "namespace 'team-a' would hold 11 jobs; its quota max_jobs is 10"),
         (QuotaExceeded("max_slots_per_second", "b", Fraction(100), Fraction(301, 3)),
          "namespace 'b' would admit 100.333 slots per second; its quota max_slots_per_second is 100"),
         (QuotaExceeded("max_running", "c", 4, 5), "namespace 'c' would run 5 executions at once; its quota "
