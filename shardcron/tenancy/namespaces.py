@@ -102,6 +102,20 @@ def shard_of(key: JobKey, shard_count: int) -> int:
     return shard_for(shard_key(key), shard_count)
 
 
+def delete_refusal(namespace: str, job_count: int, *, force: bool) -> str | None:
+    """Why deleting ``namespace`` is refused (FAILED_PRECONDITION), or None when it may go.
+
+    ``default`` always exists: every request that names no namespace lands there.
+    A namespace that still holds jobs goes only with ``force`` (its jobs with it),
+    so a typo cannot delete a team's jobs."""
+    if namespace == DEFAULT_NAMESPACE:
+        return "the namespace 'default' cannot be deleted: requests and job files that name no namespace use it"
+    if job_count and not force:
+        return (f"namespace {namespace!r} still holds {job_count} job{'s' if job_count != 1 else ''}: delete them "
+                "first, or force the deletion to delete them with it")
+    return None
+
+
 def shard_vectors(keys: Iterable[JobKey], shard_counts: Iterable[int]) -> list[dict]:
     """Entries of ``tests/vectors/shards_namespaced.json``: each key with its bytes, raw hash and shards.
 
@@ -112,6 +126,7 @@ def shard_vectors(keys: Iterable[JobKey], shard_counts: Iterable[int]) -> list[d
             for key in keys for n in counts]
 
 
-__all__ = ["DEFAULT_NAMESPACE", "MAX_NAMESPACE_LENGTH", "NAMESPACE_ENV", "InvalidNamespace", "JobKey", "job_key",
+__all__ = ["DEFAULT_NAMESPACE", "MAX_NAMESPACE_LENGTH", "NAMESPACE_ENV", "InvalidNamespace", "JobKey", "delete_refusal",
+           "job_key",
            "namespace_from_cli", "namespace_or_default", "shard_key", "shard_key_bytes", "shard_of", "shard_vectors",
            "validate_namespace"]

@@ -164,6 +164,16 @@ def test_an_emptied_queue_starts_its_virtual_time_again():
     assert q._virtual == 0.0  # tags stay small numbers however long the node runs
 
 
+def test_a_new_weight_applies_from_the_next_start():
+    q = FairQueue()
+    for i in range(1_000):
+        q.enqueue("A", i, 0.0)
+        q.enqueue("B", i, 0.0)
+    assert Counter(q.pop(0.0).namespace for _ in range(100)) == {"A": 50, "B": 50}
+    q.set_weight("A", 4)
+    assert Counter(q.pop(0.0).namespace for _ in range(500)) == pytest.approx({"A": 400, "B": 100}, abs=2)
+
+
 @pytest.mark.parametrize("weight", [0, -1, math.nan, math.inf, True, "2"])
 def test_bad_weights_are_refused_naming_the_namespace(weight):
     with pytest.raises(ValueError, match="the weight of namespace 'team-a' must be a number above 0"):

@@ -17,6 +17,7 @@ from shardcron.tenancy.namespaces import (
     DEFAULT_NAMESPACE,
     InvalidNamespace,
     JobKey,
+    delete_refusal,
     job_key,
     namespace_from_cli,
     namespace_or_default,
@@ -150,3 +151,18 @@ def test_vector_helper_reproduces_the_file():
 def test_same_id_in_two_namespaces_may_land_on_different_shards():
     assert shard_of(JobKey("team-a", "a"), 256) != shard_of(JobKey("team-b", "a"), 256)
     assert shard_of(JobKey("team-a", "a"), 256) == shard_for("team-a\x00a", 256)
+
+
+@pytest.mark.parametrize(
+    "namespace, jobs, force, refusal",
+    [
+        ("team-a", 0, False, None),
+        ("team-a", 12, True, None),
+        ("team-a", 12, False, "namespace 'team-a' still holds 12 jobs: delete them first, or force the deletion"),
+        ("team-a", 1, False, "namespace 'team-a' still holds 1 job: delete them first"),
+        ("default", 0, True, "the namespace 'default' cannot be deleted"),
+    ],
+)
+def test_deleting_a_namespace_that_holds_jobs_needs_force(namespace, jobs, force, refusal):
+    reason = delete_refusal(namespace, jobs, force=force)
+    assert reason is None if refusal is None else refusal in reason
