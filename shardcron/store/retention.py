@@ -13,6 +13,9 @@ What a batch never deletes (``scheduling.retention.may_delete``, in SQL):
 * a job's newest tick, and its newest scheduled (not manual) tick: catch-up
   resumes from the latter and ``jobs get`` shows the former as the last run.
 
+A deleted tick's notification rows go with it once they are settled (sent,
+failed or suppressed); one still ``claimed`` stays for its sender.
+
 A row selected as final stays final (no write moves a final status back), so
 the keys read first are still deletable when the DELETE of the same
 transaction reaches them; the DELETE repeats the conditions anyway.
@@ -25,10 +28,11 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, Engine, Table, and_, bindparam, exists, or_, select, tuple_
 
 from shardcron.model import TickStatus
+from shardcron.notifications.owed import NotificationStatus
 from shardcron.scheduling.retention import advance_horizon, history_cutoff_ms
 from shardcron.store.engine import reading
 from shardcron.store.fences import run_fenced
-from shardcron.store.schema import job_horizons, jobs, shard_horizons, ticks
+from shardcron.store.schema import job_horizons, jobs, notifications, shard_horizons, ticks
 from shardcron.store.sql import chunks, insert_ignoring_duplicates
 
 _UNRESOLVED = (TickStatus.CLAIMED.value, TickStatus.RUNNING.value)
@@ -73,7 +77,11 @@ def prune_job_batch(engine: Engine, *, shard: int, fence: int, job_id: str, keep
 def _delete(conn: Connection, oldest, params: dict) -> int:
     # Keys first, then a DELETE by key: MariaDB refuses a DELETE whose subquery reads its own table.
     keys = [tuple(k) for k in conn.execute(oldest, params)]
-    return sum(conn.execute(_DELETE_KEYS, {"keys": list(part)}).rowcount for part in chunks(keys))
+    deleted = 0
+    for part in chunks(keys):
+        deleted += conn.execute(_DELETE_KEYS, {"keys": list(part)}).rowcount
+        conn.execute(_DELETE_SETTLED_NOTIFICATIONS, {"keys": list(part)})
+    return deleted
 
 
 def _advance(conn: Connection, move, table: Table, key: dict, horizon_ms: int, fence: int, now_ms: int) -> None:
@@ -106,6 +114,9 @@ _JOB_NEWEST = (select(ticks.c.scheduled_at_ms).where(ticks.c.job_id == bindparam
 _DELETE_KEYS = ticks.delete().where(
     tuple_(ticks.c.job_id, ticks.c.scheduled_at_ms).in_(bindparam("keys", expanding=True)),
     ticks.c.status.not_in(_UNRESOLVED))
+_DELETE_SETTLED_NOTIFICATIONS = notifications.delete().where(
+    tuple_(notifications.c.job_id, notifications.c.scheduled_at_ms).in_(bindparam("keys", expanding=True)),
+    notifications.c.status != NotificationStatus.CLAIMED.value)
 _SHARD_HORIZON = _move(shard_horizons, shard_horizons.c.shard)
 _JOB_HORIZON = _move(job_horizons, job_horizons.c.job_id)
 
