@@ -4,47 +4,30 @@ Revision ID: 0001
 Revises:
 
 Written by hand against shardcron/store/schema.py as it stood for this
-revision; tests compare the two. The column types are spelt out here rather than
-imported, so that later edits to schema.py cannot change what this revision did.
+revision; tests compare the two. The column types come from revision_types.py,
+never from schema.py, so that later edits to schema.py cannot change what this
+revision did.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import mysql
+
+from shardcron.store.migrations.revision_types import TABLE_OPTIONS, exact, huge_text, long_text
 
 revision = "0001"
 down_revision = None
 branch_labels = None
 depends_on = None
 
-_OPTS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_row_format": "DYNAMIC"}
-
-
-def _exact(length: int) -> sa.types.TypeEngine:
-    # Byte-for-byte comparison on every database (see schema.py).
-    return (
-        sa.String(length)
-        .with_variant(sa.String(length, collation="C"), "postgresql")
-        .with_variant(mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_nopad_bin"), "mysql", "mariadb")
-    )
-
-
-def _long_text() -> sa.types.TypeEngine:
-    return sa.Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
-
-
-def _huge_text() -> sa.types.TypeEngine:
-    return sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
-
 
 def upgrade() -> None:
     op.create_table(
         "jobs",
-        sa.Column("id", _exact(256), nullable=False),
+        sa.Column("id", exact(256), nullable=False),
         sa.Column("shard", sa.Integer(), nullable=False),
-        sa.Column("spec", _huge_text(), nullable=False),
+        sa.Column("spec", huge_text(), nullable=False),
         sa.Column("version", sa.Integer(), nullable=False),
         sa.Column("paused", sa.Boolean(), nullable=False),
         sa.Column("fence", sa.BigInteger(), nullable=False),
@@ -53,24 +36,24 @@ def upgrade() -> None:
         sa.Column("updated_at_ms", sa.BigInteger(), nullable=False),
         sa.Column("active_since_ms", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("id", name="pk_jobs"),
-        **_OPTS,
+        **TABLE_OPTIONS,
     )
     op.create_index("ix_jobs_shard_id", "jobs", ["shard", "id"])
 
     op.create_table(
         "job_labels",
-        sa.Column("job_id", _exact(256), nullable=False),
-        sa.Column("key", _exact(256), nullable=False),
-        sa.Column("value", _exact(256), nullable=False),
+        sa.Column("job_id", exact(256), nullable=False),
+        sa.Column("key", exact(256), nullable=False),
+        sa.Column("value", exact(256), nullable=False),
         sa.PrimaryKeyConstraint("job_id", "key", name="pk_job_labels"),
         sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name="fk_job_labels_job_id_jobs", ondelete="CASCADE"),
-        **_OPTS,
+        **TABLE_OPTIONS,
     )
     op.create_index("ix_job_labels_key_value", "job_labels", ["key", "value"])
 
     op.create_table(
         "ticks",
-        sa.Column("job_id", _exact(256), nullable=False),
+        sa.Column("job_id", exact(256), nullable=False),
         sa.Column("scheduled_at_ms", sa.BigInteger(), nullable=False),
         sa.Column("shard", sa.Integer(), nullable=False),
         sa.Column("fence", sa.BigInteger(), nullable=False),
@@ -83,10 +66,10 @@ def upgrade() -> None:
         sa.Column("finished_at_ms", sa.BigInteger(), nullable=True),
         sa.Column("exit_code", sa.Integer(), nullable=True),
         sa.Column("http_status", sa.Integer(), nullable=True),
-        sa.Column("output", _long_text(), nullable=True),
-        sa.Column("error", _long_text(), nullable=True),
+        sa.Column("output", long_text(), nullable=True),
+        sa.Column("error", long_text(), nullable=True),
         sa.PrimaryKeyConstraint("job_id", "scheduled_at_ms", name="pk_ticks"),
-        **_OPTS,
+        **TABLE_OPTIONS,
     )
     op.create_index("ix_ticks_shard_status", "ticks", ["shard", "status"])
     op.create_index(
@@ -101,7 +84,7 @@ def upgrade() -> None:
         sa.Column("node_id", sa.String(256), nullable=False),
         sa.Column("updated_at_ms", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("shard", name="pk_shard_fences"),
-        **_OPTS,
+        **TABLE_OPTIONS,
     )
 
     op.create_table(
@@ -111,15 +94,15 @@ def upgrade() -> None:
         sa.Column("node_id", sa.String(256), nullable=False),
         sa.Column("raised_at_ms", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("shard", "fence", name="pk_fence_log"),
-        **_OPTS,
+        **TABLE_OPTIONS,
     )
 
     op.create_table(
         "cluster_meta",
-        sa.Column("key", _exact(128), nullable=False),
+        sa.Column("key", exact(128), nullable=False),
         sa.Column("value", sa.Text(), nullable=False),
         sa.PrimaryKeyConstraint("key", name="pk_cluster_meta"),
-        **_OPTS,
+        **TABLE_OPTIONS,
     )
 
 

@@ -10,30 +10,20 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import mysql
+
+from shardcron.store.migrations.revision_types import TABLE_OPTIONS, exact
 
 revision = "0004"
 down_revision = "0003"
 branch_labels = None
 depends_on = None
 
-_OPTS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_row_format": "DYNAMIC"}
-
-
-def _exact(length: int) -> sa.types.TypeEngine:
-    # Byte-for-byte comparison on every database (see schema.py).
-    return (
-        sa.String(length)
-        .with_variant(sa.String(length, collation="C"), "postgresql")
-        .with_variant(mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_nopad_bin"), "mysql", "mariadb")
-    )
-
 
 def upgrade() -> None:
     op.create_table(
         "backfills",
-        sa.Column("id", _exact(64), nullable=False),
-        sa.Column("job_id", _exact(256), nullable=False),
+        sa.Column("id", exact(64), nullable=False),
+        sa.Column("job_id", exact(256), nullable=False),
         sa.Column("shard", sa.Integer(), nullable=False),
         sa.Column("from_ms", sa.BigInteger(), nullable=False),
         sa.Column("to_ms", sa.BigInteger(), nullable=False),
@@ -50,7 +40,7 @@ def upgrade() -> None:
         sa.Column("updated_at_ms", sa.BigInteger(), nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
         sa.PrimaryKeyConstraint("id", name="pk_backfills"),
-        **_OPTS,
+        **TABLE_OPTIONS,
     )
     op.create_index("ix_backfills_shard_state", "backfills", ["shard", "state"])
     op.create_index("ix_backfills_job_id_from_ms", "backfills", ["job_id", "from_ms"])

@@ -4,30 +4,20 @@ Revision ID: 0005
 Revises: 0004
 
 Written by hand against shardcron/store/schema.py; tests compare the two. Types
-spelt out here, as in 0001, so later edits to schema.py cannot change this revision.
+from revision_types.py, as in 0001, so later edits to schema.py cannot change this revision.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.dialects import mysql
+
+from shardcron.store.migrations.revision_types import TABLE_OPTIONS, exact
 
 revision = "0005"
 down_revision = "0004"
 branch_labels = None
 depends_on = None
-
-_OPTS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_row_format": "DYNAMIC"}
-
-
-def _exact(length: int) -> sa.types.TypeEngine:
-    # Byte-for-byte comparison on every database (see schema.py).
-    return (
-        sa.String(length)
-        .with_variant(sa.String(length, collation="C"), "postgresql")
-        .with_variant(mysql.VARCHAR(length, charset="utf8mb4", collation="utf8mb4_nopad_bin"), "mysql", "mariadb")
-    )
 
 
 def upgrade() -> None:
@@ -38,16 +28,16 @@ def upgrade() -> None:
         sa.Column("fence", sa.BigInteger(), nullable=False),
         sa.Column("updated_at_ms", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("shard", name="pk_shard_horizons"),
-        **_OPTS,
+        **TABLE_OPTIONS,
     )
     op.create_table(
         "job_horizons",
-        sa.Column("job_id", _exact(256), nullable=False),
+        sa.Column("job_id", exact(256), nullable=False),
         sa.Column("horizon_ms", sa.BigInteger(), nullable=False),
         sa.Column("fence", sa.BigInteger(), nullable=False),
         sa.Column("updated_at_ms", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("job_id", name="pk_job_horizons"),
-        **_OPTS,
+        **TABLE_OPTIONS,
     )
 
 
