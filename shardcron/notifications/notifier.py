@@ -93,8 +93,11 @@ class Notifier:
     # -- the recorder's thread: keep it cheap ------------------------------------------
 
     def _on_landed(self, writes) -> None:
-        mine = [w for w in writes if w.status in FAILED_STATUSES
-                or (w.status is TickStatus.SUCCEEDED and w.slot.job_id in self._failing)]
+        # Identity tests: this sees every result the node writes, and an Enum member's hash is Python code.
+        failed, abandoned, succeeded = TickStatus.FAILED, TickStatus.ABANDONED, TickStatus.SUCCEEDED
+        failing = self._failing
+        mine = [w for w in writes if (s := w.status) is failed or s is abandoned
+                or (s is succeeded and failing and w.slot.job_id in failing)]
         if mine:
             with self._cond:
                 self._landed.extend(mine)

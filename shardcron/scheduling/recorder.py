@@ -166,8 +166,8 @@ class Recorder:
                 self._on_fenced(shard, fence, len(writes))
                 continue
             self.written += len(writes)
-            for status, count in Counter(w.status.value for w in writes).items():
-                metrics.ticks.labels(status).inc(count)  # per status, not per tick: labels() is a lookup under a lock
+            for status, count in Counter(w.status for w in writes).items():
+                metrics.ticks.labels(status.value).inc(count)  # per status, not per tick: labels() is a lookup under a lock
             for listener in self.listeners:
                 try:
                     listener(writes)

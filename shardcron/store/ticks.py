@@ -169,9 +169,14 @@ def record_result_in(conn: Connection, slot: SlotRef, attempt: int, result: Exec
 
 def _result_row(s: SlotRef, attempt: int, r: ExecutionResult, status: TickStatus, shard: int, fence: int) -> tuple:
     """A result's fields, in ``_RECORD_RESULT_BATCH.names``' order."""
-    status = TickStatus(status)
-    return (s.job_id, s.scheduled_at_ms, shard, fence, status.value, attempt, r.started_at_ms,
-            r.finished_at_ms if status.is_final else None, r.exit_code, r.http_status, clip(r.output), clip(r.error))
+    if type(status) is not TickStatus:
+        status = TickStatus(status)
+    # Identity tests and _value_, not is_final and .value: an Enum member's hash and its value property
+    # are Python code, and this runs once per tick.
+    unfinished = status is TickStatus.RUNNING or status is TickStatus.CLAIMED
+    return (s.job_id, s.scheduled_at_ms, shard, fence, status._value_, attempt, r.started_at_ms,
+            None if unfinished else r.finished_at_ms, r.exit_code, r.http_status,
+            r.output and clip(r.output), r.error and clip(r.error))
 
 
 def _update_own_unresolved(engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple]],
