@@ -345,21 +345,25 @@ def test_a_reclaimed_jittered_orphan_waits_for_its_offset_and_a_late_one_starts_
         r.close()
 
 
+def left_by_a_dead_leader(engine, job: Job, last_ms: int) -> None:
+    """An old leader (fence 5) put ``job`` a minute before T0, recorded its slot ``last_ms`` and died."""
+    from shardcron.model import ExecutionResult, SlotRef
+    from shardcron.store.ticks import SlotClaim, claim_ticks, record_results
+
+    raise_fence(engine, 0, 5, "old", T0 - 60 * S)
+    put_job(engine, job, shard=0, fence=5, node_id="old", now_ms=T0 - 60 * S)
+    claim_ticks(engine, [SlotClaim(job.id, last_ms)], shard=0, fence=5, node_id="old", now_ms=last_ms - S)
+    record_results(engine, [(SlotRef(job.id, last_ms), 1, ExecutionResult(True, last_ms, last_ms),
+                             TickStatus.SUCCEEDED)], shard=0, fence=5)
+
+
 def test_missed_jittered_slots_caught_up_by_a_new_leader_start_at_once_and_the_slot_at_now_waits(engine):
     from shardcron.scheduling.jitter import jitter_offset_ms
-    from shardcron.store.ticks import SlotClaim, claim_ticks, record_results
-    from shardcron.model import ExecutionResult, SlotRef
 
     # The old leader (fence 5) last recorded T0 - 30 s and died; T0 - 20 s, T0 - 10 s and T0 are
     # owed. The first two are past their jittered start (offsets < 9 s): late, they start at once.
     # T0 itself starts at T0 + its offset, as it would have under the old leader.
-    job = _jittered()
-    raise_fence(engine, 0, 5, "old", T0 - 60 * S)
-    put_job(engine, job, shard=0, fence=5, node_id="old", now_ms=T0 - 60 * S)
-    last = T0 - 30 * S
-    claim_ticks(engine, [SlotClaim("jit", last)], shard=0, fence=5, node_id="old", now_ms=last - S)
-    record_results(engine, [(SlotRef("jit", last), 1, ExecutionResult(True, last, last), TickStatus.SUCCEEDED)],
-                   shard=0, fence=5)
+    left_by_a_dead_leader(engine, _jittered(), T0 - 30 * S)
     r = Rig(engine, [])
     try:
         r.at(T0)

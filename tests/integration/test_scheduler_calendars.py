@@ -6,13 +6,11 @@ skipped, not run, and a new leader does not catch up excluded slots."""
 from __future__ import annotations
 
 from shardcron.jobspec import job_from_dict
-from shardcron.model import ExecutionResult, SlotRef, TickStatus
+from shardcron.model import TickStatus
 from shardcron.scheduling.calendar_book import CalendarBook
 from shardcron.scheduling.calendars import parse_calendar
 from shardcron.scheduling.loop import CALENDAR_SKIP_PREFIX
-from shardcron.store import put_job, raise_fence
-from shardcron.store.ticks import SlotClaim, claim_ticks, record_results
-from tests.integration.test_scheduler import OK, S, T0, Rig, engine, rig  # noqa: F401 - fixtures
+from tests.integration.test_scheduler import OK, S, T0, Rig, engine, left_by_a_dead_leader, rig  # noqa: F401 - fixtures
 
 CLAIMED = (TickStatus.CLAIMED, None)
 
@@ -53,13 +51,7 @@ def test_excluded_slots_are_never_claimed_and_a_change_takes_effect_at_once(rig)
 def test_a_new_leader_does_not_catch_up_the_slots_a_calendar_excludes(engine):
     # The old leader (fence 5) last recorded T0 - 10 s and died; of the missed slots, -6 s to -3 s
     # are excluded: the rest are caught up at once.
-    job = _job()
-    raise_fence(engine, 0, 5, "old", T0 - 60 * S)
-    put_job(engine, job, shard=0, fence=5, node_id="old", now_ms=T0 - 60 * S)
-    last = T0 - 10 * S
-    claim_ticks(engine, [SlotClaim("biz", last)], shard=0, fence=5, node_id="old", now_ms=last - S)
-    record_results(engine, [(SlotRef("biz", last), 1, ExecutionResult(True, last, last), TickStatus.SUCCEEDED)],
-                   shard=0, fence=5)
+    left_by_a_dead_leader(engine, _job(), T0 - 10 * S)
     r = Rig(engine, [], calendars=CalendarBook([_excluding((-6, -2))]))
     try:
         r.at(T0)
