@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import math
 import re
+import sqlite3
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
@@ -136,6 +138,25 @@ def _unavailable(engine: Engine, e: BaseException) -> StoreUnavailable:
     return StoreUnavailable(f"store {describe_url(engine.url)} unavailable: {reason}")
 
 
+def _switch_to_wal(cur, timeout_s: float) -> None:
+    """``PRAGMA journal_mode = WAL``, tried again until ``timeout_s`` while the file is locked.
+
+    Nodes started together on a new file each switch it to WAL, which takes an
+    exclusive lock; SQLite answers "database is locked" at once instead of
+    calling the busy handler, so without this a node could fail to start
+    (seen in CI; reproduced with six processes opening a new file at once).
+    """
+    give_up = time.monotonic() + timeout_s
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() >= give_up:
+                raise
+            time.sleep(0.02)
+
+
 def _sqlite_engine(u: URL, statement_timeout_s: float) -> Engine:
     busy_ms = int(statement_timeout_s * 1000)
     engine = create_engine(u, connect_args={"timeout": statement_timeout_s})
@@ -149,7 +170,7 @@ def _sqlite_engine(u: URL, statement_timeout_s: float) -> Engine:
         cur = dbapi_conn.cursor()
         # busy_timeout first: switching to WAL needs a lock another process may hold.
         cur.execute(f"PRAGMA busy_timeout = {busy_ms}")
-        cur.execute("PRAGMA journal_mode = WAL")
+        _switch_to_wal(cur, statement_timeout_s)
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.execute("PRAGMA foreign_keys = ON")
         cur.close()

@@ -749,3 +749,26 @@ def test_fenced_work_over_several_shards_is_handed_only_the_live_shards(store_en
     assert res.written == {1: [SlotRef("j", 60_000)]} and res.is_fenced(1, F1) and not res.is_fenced(1, F2)
     [t] = list_ticks(store_engine, "j")
     assert (t.status, t.fence, t.error) == (TickStatus.SUCCEEDED, F2, None)
+
+
+def test_nodes_opening_a_new_sqlite_file_together_all_get_in(tmp_path):
+    """Each switches the new file to WAL, which SQLite refuses at once ("database is locked") while another
+    connection does the same, instead of waiting: make_engine tries again until its busy timeout."""
+    for attempt in range(10):
+        url = f"sqlite:///{tmp_path}/new-{attempt}.db"
+        start = threading.Barrier(8, timeout=60)
+        errors: list[Exception] = []
+
+        def open_it():
+            start.wait()
+            try:
+                make_engine(url).dispose()  # make_engine connects once, as a node's start does
+            except Exception as e:  # noqa: BLE001 - collected and asserted below
+                errors.append(e)
+
+        threads = [threading.Thread(target=open_it) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert errors == [], f"attempt {attempt}: {errors[0]}"
