@@ -179,18 +179,21 @@ class Notifier:
         claims = []
         with run.lock:
             jobs = [entry.job for entry in run.jobs.values()]
-        if not any(wants(j, kind, self._defaults) for j in jobs for kind in NotificationKind):
+        on_failure, on_recovery = ([j.id for j in jobs if wants(j, kind, self._defaults)]
+                                   for kind in (NotificationKind.ON_FAILURE, NotificationKind.ON_RECOVERY))
+        if not on_failure and not on_recovery:
             # Nothing here is owed a notification: a takeover in a cluster without them costs one read.
             for row in store.unsent(self._engine, run.shard):
                 self._send(row)
             return
-        for job_id, slot_ms in store.failed_without_notification(self._engine, run.shard, since_ms=since):
+        for job_id, slot_ms in store.failed_without_notification(self._engine, run.shard, on_failure,
+                                                                 since_ms=since):
             job = _job_of(run, job_id)
             if job is not None and (claim := self._claim_for(job, slot_ms, NotificationKind.ON_FAILURE)):
                 claims.append(claim)
-        for job_id in store.recently_failed_jobs(self._engine, run.shard, since_ms=since):
+        for job_id in store.recently_failed_jobs(self._engine, run.shard, on_recovery, since_ms=since):
             job = _job_of(run, job_id)
-            if job is None or not wants(job, NotificationKind.ON_RECOVERY, self._defaults):
+            if job is None:
                 continue
             self._failing.add(job_id)
             newest = store.previous_run_status(self._engine, job_id, self._now_ms() + 1)

@@ -20,6 +20,7 @@ from shardcron.notifications.rate import Rate, allows, window_start_ms
 from shardcron.store.engine import reading
 from shardcron.store.fences import run_fenced
 from shardcron.store.schema import notifications, ticks
+from shardcron.store.sql import chunks
 from shardcron.store.text import clip
 
 
@@ -111,29 +112,38 @@ def unsent(engine: Engine, shard: int) -> list[NotificationRow]:
         return [_row(r) for r in rows]
 
 
-def failed_without_notification(engine: Engine, shard: int, *, since_ms: int) -> list[tuple[str, int]]:
-    """The shard's slots scheduled after ``since_ms`` that failed (or were abandoned) and have no
-    on_failure row: what a new leader claims in case its predecessor died between the two."""
+def failed_without_notification(engine: Engine, shard: int, job_ids: Sequence[str], *,
+                                since_ms: int) -> list[tuple[str, int]]:
+    """The slots of ``job_ids`` (the shard's jobs that want on_failure) scheduled after ``since_ms`` that
+    failed (or were abandoned) and have no on_failure row: what a new leader claims in case its predecessor
+    died between the two. Read per job along the primary key: the status index holds only unresolved
+    ticks, and a scan of the last hour by time would read every shard's ticks."""
     n = notifications
     missing = ~select(n.c.job_id).where(
         n.c.job_id == ticks.c.job_id, n.c.scheduled_at_ms == ticks.c.scheduled_at_ms,
         n.c.kind == NotificationKind.ON_FAILURE.value).exists()
+    out: list[tuple[str, int]] = []
     with reading(engine) as conn:
-        return [tuple(r) for r in conn.execute(
-            select(ticks.c.job_id, ticks.c.scheduled_at_ms)
-            .where(ticks.c.shard == shard, ticks.c.status.in_([s.value for s in FAILED_STATUSES]),
-                   ticks.c.scheduled_at_ms > since_ms, missing)
-            .order_by(ticks.c.job_id, ticks.c.scheduled_at_ms))]
+        for part in chunks(sorted(job_ids)):
+            out += [tuple(r) for r in conn.execute(
+                select(ticks.c.job_id, ticks.c.scheduled_at_ms)
+                .where(ticks.c.job_id.in_(part), ticks.c.scheduled_at_ms > since_ms, ticks.c.shard == shard,
+                       ticks.c.status.in_([s.value for s in FAILED_STATUSES]), missing)
+                .order_by(ticks.c.job_id, ticks.c.scheduled_at_ms))]
+    return out
 
 
-def recently_failed_jobs(engine: Engine, shard: int, *, since_ms: int) -> set[str]:
-    """The shard's jobs with a failed (or abandoned) slot scheduled after ``since_ms``: the ones whose
-    next success may be a recovery."""
+def recently_failed_jobs(engine: Engine, shard: int, job_ids: Sequence[str], *, since_ms: int) -> set[str]:
+    """Of ``job_ids`` (the shard's jobs that want on_recovery), those with a failed (or abandoned) slot
+    scheduled after ``since_ms``: the ones whose next success may be a recovery."""
+    out: set[str] = set()
     with reading(engine) as conn:
-        return set(conn.execute(
-            select(ticks.c.job_id).distinct()
-            .where(ticks.c.shard == shard, ticks.c.status.in_([s.value for s in FAILED_STATUSES]),
-                   ticks.c.scheduled_at_ms > since_ms)).scalars())
+        for part in chunks(sorted(job_ids)):
+            out.update(conn.execute(
+                select(ticks.c.job_id).distinct()
+                .where(ticks.c.job_id.in_(part), ticks.c.scheduled_at_ms > since_ms, ticks.c.shard == shard,
+                       ticks.c.status.in_([s.value for s in FAILED_STATUSES]))).scalars())
+    return out
 
 
 def previous_run_status(engine: Engine, job_id: str, before_ms: int) -> TickStatus | None:

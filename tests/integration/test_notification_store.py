@@ -71,10 +71,11 @@ def test_a_new_leader_finds_failed_slots_without_a_notification_and_the_previous
     record_results(led, [(SlotRef("j", s), 1, ExecutionResult(st is TickStatus.SUCCEEDED, s, s + 1), st)
                          for s, st in outcome.items()], shard=0, fence=F1)
     claim(led, [2000])
-    assert store.failed_without_notification(led, 0, since_ms=0) == [("j", 3000)]
-    assert store.failed_without_notification(led, 0, since_ms=3000) == []
-    assert store.failed_without_notification(led, 1, since_ms=0) == []
-    assert store.recently_failed_jobs(led, 0, since_ms=0) == {"j"}
+    assert store.failed_without_notification(led, 0, ["j"], since_ms=0) == [("j", 3000)]
+    assert store.failed_without_notification(led, 0, ["j"], since_ms=3000) == []
+    assert store.failed_without_notification(led, 1, ["j"], since_ms=0) == []
+    assert store.failed_without_notification(led, 0, ["other"], since_ms=0) == []  # only the jobs that want it
+    assert store.recently_failed_jobs(led, 0, ["j"], since_ms=0) == {"j"}
     assert store.previous_run_status(led, "j", 4000) is TickStatus.FAILED
     assert store.previous_run_status(led, "j", 2000) is TickStatus.SUCCEEDED
     assert store.previous_run_status(led, "j", 1000) is None
