@@ -3,7 +3,7 @@
 A namespace name is 1 to 63 characters of ``a-z``, ``0-9`` and ``-``, starting and
 ending with a letter or digit (an RFC 1123 label, as Kubernetes namespaces are).
 That charset is safe unescaped in an etcd key, a SQL column, a Prometheus label,
-a log line and a file name, and it holds neither ``/`` nor NUL nor ``*`` (the
+a log line and a file name, and it holds neither ``/`` nor a control character nor ``*`` (the
 wildcard of token scopes, ``scopes.ALL_NAMESPACES``). No name or an empty one is
 ``default``: existing job files and clients keep working unchanged.
 
@@ -11,14 +11,21 @@ A job's identity is ``JobKey(namespace, id)``. Its shard stays the murmur3 rule 
 ``shardcron.sharding`` applied to these bytes (``shard_key_bytes``)::
 
     namespace == "default":  utf8(id)                             (exactly as before namespaces)
-    otherwise:               utf8(namespace) + b"\\x00" + utf8(id)
+    otherwise:               utf8(namespace) + b"\\x1f" + utf8(id)
 
 so ``shard = murmur3_x86_32(shard_key_bytes, seed=0) as unsigned % shard_count``.
 ``default`` hashing as before keeps every existing shard map and
 ``tests/vectors/shards.json`` true: upgrading moves no job. The encoding is
 injective: a job id refuses control characters (``jobspec.validate_job_id``) and
-a namespace holds no NUL, so a key with a NUL splits at its first NUL into
-(namespace, id), and a key without one is a ``default`` job.
+a namespace holds none either, so a key with a U+001F (the ASCII unit separator)
+splits at it into (namespace, id), and a key without one is a ``default`` job.
+
+The same text is the job's key inside a node and in the store (the ``id`` column
+of ``jobs``, the ``job_id`` of ``ticks``): every place that hashed a job id keeps
+hashing what it holds, and ``default`` rows are unchanged by the upgrade. Not NUL:
+PostgreSQL's text refuses it. The key is at most 256 bytes of UTF-8
+(``MAX_JOB_ID_BYTES``), so an id in a namespace may be 256 - len(namespace) - 1
+bytes long; ``job_key`` says so when one is longer.
 ``tests/vectors/shards_namespaced.json`` holds namespaced keys with their bytes,
 hash and shard for clients in other languages; ``shard_vectors`` writes its entries.
 """
@@ -30,7 +37,7 @@ from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from shardcron.errors import InvalidJob
-from shardcron.jobspec import validate_job_id
+from shardcron.jobspec import MAX_JOB_ID_BYTES, validate_job_id
 from shardcron.sharding import shard_for
 
 DEFAULT_NAMESPACE = "default"
@@ -38,7 +45,7 @@ MAX_NAMESPACE_LENGTH = 63
 NAMESPACE_ENV = "SHARDCRON_NAMESPACE"  # the CLI's --namespace/-n when the flag is not given
 
 _NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
-_KEY_SEPARATOR = "\x00"
+_KEY_SEPARATOR = "\x1f"  # the ASCII unit separator: refused in ids and namespaces alike
 
 
 class InvalidNamespace(InvalidJob):
@@ -82,13 +89,43 @@ class JobKey(NamedTuple):
         return f"{self.namespace}/{self.id}"
 
 
-def job_key(namespace: str | None, job_id: str) -> JobKey:
+def job_key(namespace: str | None, job_id: str, field: str = "id") -> JobKey:
     """The validated identity of the job ``job_id`` in ``namespace`` (None or empty: ``default``)."""
-    return JobKey(namespace_or_default(namespace), validate_job_id(job_id))
+    key = JobKey(namespace_or_default(namespace), validate_job_id(job_id, field))
+    if key.namespace != DEFAULT_NAMESPACE:
+        room = MAX_JOB_ID_BYTES - len(key.namespace) - 1
+        size = len(key.id.encode("utf-8"))
+        if size > room:
+            raise InvalidJob(field, f"is {size} bytes long; in namespace {key.namespace!r} the limit is {room} "
+                                    f"({MAX_JOB_ID_BYTES} bytes less the namespace and one separator)")
+    return key
+
+
+def store_key(namespace: str | None, job_id: str, field: str = "id") -> str:
+    """The validated key of a job inside a node and in the store (see the module docstring)."""
+    return shard_key(job_key(namespace, job_id, field))
+
+
+def split_key(key: str) -> JobKey:
+    """A stored key back to ``(namespace, id)``; a key without the separator is a ``default`` job."""
+    namespace, sep, job_id = key.partition(_KEY_SEPARATOR)
+    return JobKey(namespace, job_id) if sep else JobKey(DEFAULT_NAMESPACE, key)
+
+
+def namespace_of(key: str) -> str:
+    """The namespace of a stored key, without building the pair."""
+    cut = key.find(_KEY_SEPARATOR)
+    return DEFAULT_NAMESPACE if cut < 0 else key[:cut]
+
+
+def display_key(key: str) -> str:
+    """A stored key for people: the id in ``default``, ``namespace/id`` elsewhere (for log lines and
+    messages; never parsed back, since ids may hold '/')."""
+    return key if _KEY_SEPARATOR not in key else key.replace(_KEY_SEPARATOR, "/", 1)
 
 
 def shard_key(key: JobKey) -> str:
-    """The text whose UTF-8 bytes the shard rule hashes: the id alone in ``default``, else namespace NUL id."""
+    """The text whose UTF-8 bytes the shard rule hashes: the id alone in ``default``, else namespace U+001F id."""
     return key.id if key.namespace == DEFAULT_NAMESPACE else key.namespace + _KEY_SEPARATOR + key.id
 
 
@@ -127,6 +164,6 @@ def shard_vectors(keys: Iterable[JobKey], shard_counts: Iterable[int]) -> list[d
 
 
 __all__ = ["DEFAULT_NAMESPACE", "MAX_NAMESPACE_LENGTH", "NAMESPACE_ENV", "InvalidNamespace", "JobKey", "delete_refusal",
-           "job_key",
+           "display_key", "job_key", "namespace_of", "split_key", "store_key",
            "namespace_from_cli", "namespace_or_default", "shard_key", "shard_key_bytes", "shard_of", "shard_vectors",
            "validate_namespace"]

@@ -97,13 +97,14 @@ CALLS: dict[str, Rule] = {
     # admin: calendars are followed by every namespace's jobs, so changing one is cluster-wide
     "PutCalendar": Rule(_A, _CLUSTER),
     "DeleteCalendar": Rule(_A, _CLUSTER),
-    "ListNamespaces": Rule(_A, _ANY, planned=True),  # the server lists only the token's namespaces
-    "GetNamespace": Rule(_A, _NS, planned=True),
-    "CreateNamespace": Rule(_A, _CLUSTER, planned=True),
-    "DeleteNamespace": Rule(_A, _CLUSTER, planned=True),
-    "ListTokens": Rule(_A, _CLUSTER, planned=True),
-    "CreateToken": Rule(_A, _CLUSTER, planned=True),  # a token could grant what its creator lacks
-    "RevokeToken": Rule(_A, _CLUSTER, planned=True),
+    "ListNamespaces": Rule(_A, _ANY),  # the server lists only the token's namespaces
+    "GetNamespace": Rule(_A, _NS),
+    "CreateNamespace": Rule(_A, _CLUSTER),
+    "UpdateNamespace": Rule(_A, _CLUSTER),  # weights and quotas are the cluster's to share out
+    "DeleteNamespace": Rule(_A, _CLUSTER),
+    "ListTokens": Rule(_A, _CLUSTER),
+    "CreateToken": Rule(_A, _CLUSTER),  # a token could grant what its creator lacks
+    "RevokeToken": Rule(_A, _CLUSTER),
     "Drain": Rule(_A, _CLUSTER, planned=True),
     "Reshard": Rule(_A, _CLUSTER, planned=True),
 }
@@ -117,7 +118,7 @@ CLI_ACTIONS: dict[str, tuple[str, ...]] = {
     "calendars get": ("GetCalendar",), "calendars list": ("ListCalendars",),
     "calendars put": ("PutCalendar",), "calendars delete": ("DeleteCalendar",),
     "namespaces list": ("ListNamespaces",), "namespaces describe": ("GetNamespace",),
-    "namespaces create": ("CreateNamespace",), "namespaces delete": ("DeleteNamespace",),
+    "namespaces create": ("CreateNamespace",), "namespaces update": ("UpdateNamespace",), "namespaces delete": ("DeleteNamespace",),
     "tokens list": ("ListTokens",), "tokens create": ("CreateToken",), "tokens revoke": ("RevokeToken",),
     "drain": ("Drain",), "reshard": ("Reshard",),  # etcd-direct today; through the API once tokens have roles
 }

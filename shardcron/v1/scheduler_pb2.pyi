@@ -225,7 +225,7 @@ class RetryPolicy(_message.Message):
     def __init__(self, max_attempts: _Optional[int] = ..., backoff_initial_ms: _Optional[int] = ..., backoff_max_ms: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "schedule", "http", "shell", "noop", "celery", "rq", "arq", "nats", "amqp", "redis_stream", "python", "catchup", "catchup_window_ms", "overlap", "timeout_ms", "retry", "paused", "labels", "version", "active_since_ms", "jitter_ms", "runs", "calendars", "history_limit", "on_failure", "on_recovery")
+    __slots__ = ("id", "schedule", "http", "shell", "noop", "celery", "rq", "arq", "nats", "amqp", "redis_stream", "python", "catchup", "catchup_window_ms", "overlap", "timeout_ms", "retry", "paused", "labels", "version", "active_since_ms", "jitter_ms", "runs", "calendars", "history_limit", "on_failure", "on_recovery", "namespace")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -260,6 +260,7 @@ class Job(_message.Message):
     HISTORY_LIMIT_FIELD_NUMBER: _ClassVar[int]
     ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
     ON_RECOVERY_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     id: str
     schedule: Schedule
     http: HttpExecutor
@@ -287,7 +288,8 @@ class Job(_message.Message):
     history_limit: int
     on_failure: Notification
     on_recovery: Notification
-    def __init__(self, id: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., http: _Optional[_Union[HttpExecutor, _Mapping]] = ..., shell: _Optional[_Union[ShellExecutor, _Mapping]] = ..., noop: _Optional[_Union[NoopExecutor, _Mapping]] = ..., celery: _Optional[_Union[CeleryExecutor, _Mapping]] = ..., rq: _Optional[_Union[RqExecutor, _Mapping]] = ..., arq: _Optional[_Union[ArqExecutor, _Mapping]] = ..., nats: _Optional[_Union[NatsExecutor, _Mapping]] = ..., amqp: _Optional[_Union[AmqpExecutor, _Mapping]] = ..., redis_stream: _Optional[_Union[RedisStreamExecutor, _Mapping]] = ..., python: _Optional[_Union[PythonExecutor, _Mapping]] = ..., catchup: _Optional[_Union[CatchUp, str]] = ..., catchup_window_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., timeout_ms: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., paused: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[int] = ..., active_since_ms: _Optional[int] = ..., jitter_ms: _Optional[int] = ..., runs: _Optional[_Union[JobRuns, _Mapping]] = ..., calendars: _Optional[_Iterable[str]] = ..., history_limit: _Optional[int] = ..., on_failure: _Optional[_Union[Notification, _Mapping]] = ..., on_recovery: _Optional[_Union[Notification, _Mapping]] = ...) -> None: ...
+    namespace: str
+    def __init__(self, id: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., http: _Optional[_Union[HttpExecutor, _Mapping]] = ..., shell: _Optional[_Union[ShellExecutor, _Mapping]] = ..., noop: _Optional[_Union[NoopExecutor, _Mapping]] = ..., celery: _Optional[_Union[CeleryExecutor, _Mapping]] = ..., rq: _Optional[_Union[RqExecutor, _Mapping]] = ..., arq: _Optional[_Union[ArqExecutor, _Mapping]] = ..., nats: _Optional[_Union[NatsExecutor, _Mapping]] = ..., amqp: _Optional[_Union[AmqpExecutor, _Mapping]] = ..., redis_stream: _Optional[_Union[RedisStreamExecutor, _Mapping]] = ..., python: _Optional[_Union[PythonExecutor, _Mapping]] = ..., catchup: _Optional[_Union[CatchUp, str]] = ..., catchup_window_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., timeout_ms: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., paused: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[int] = ..., active_since_ms: _Optional[int] = ..., jitter_ms: _Optional[int] = ..., runs: _Optional[_Union[JobRuns, _Mapping]] = ..., calendars: _Optional[_Iterable[str]] = ..., history_limit: _Optional[int] = ..., on_failure: _Optional[_Union[Notification, _Mapping]] = ..., on_recovery: _Optional[_Union[Notification, _Mapping]] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class Notification(_message.Message):
     __slots__ = ("http", "shell", "noop", "celery", "rq", "arq", "nats", "amqp", "redis_stream", "python")
@@ -374,10 +376,12 @@ class PutJobsResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[PutJobResult, _Mapping]]] = ...) -> None: ...
 
 class GetJobRequest(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "namespace")
     ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     id: str
-    def __init__(self, id: _Optional[str] = ...) -> None: ...
+    namespace: str
+    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class GetJobResponse(_message.Message):
     __slots__ = ("job",)
@@ -386,17 +390,19 @@ class GetJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class DeleteJobRequest(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "namespace")
     ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     id: str
-    def __init__(self, id: _Optional[str] = ...) -> None: ...
+    namespace: str
+    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class DeleteJobResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "labels", "shard")
+    __slots__ = ("page_size", "page_token", "labels", "shard", "namespace")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -408,11 +414,13 @@ class ListJobsRequest(_message.Message):
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     labels: _containers.ScalarMap[str, str]
     shard: int
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., shard: _Optional[int] = ...) -> None: ...
+    namespace: str
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., shard: _Optional[int] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")
@@ -423,10 +431,12 @@ class ListJobsResponse(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class PauseJobRequest(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "namespace")
     ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     id: str
-    def __init__(self, id: _Optional[str] = ...) -> None: ...
+    namespace: str
+    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class PauseJobResponse(_message.Message):
     __slots__ = ("job",)
@@ -435,10 +445,12 @@ class PauseJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class ResumeJobRequest(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "namespace")
     ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     id: str
-    def __init__(self, id: _Optional[str] = ...) -> None: ...
+    namespace: str
+    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class ResumeJobResponse(_message.Message):
     __slots__ = ("job",)
@@ -447,34 +459,40 @@ class ResumeJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class TriggerJobRequest(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "namespace")
     ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     id: str
-    def __init__(self, id: _Optional[str] = ...) -> None: ...
+    namespace: str
+    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class TriggerJobResponse(_message.Message):
-    __slots__ = ("id", "scheduled_at_ms", "shard")
+    __slots__ = ("id", "scheduled_at_ms", "shard", "namespace")
     ID_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     id: str
     scheduled_at_ms: int
     shard: int
-    def __init__(self, id: _Optional[str] = ..., scheduled_at_ms: _Optional[int] = ..., shard: _Optional[int] = ...) -> None: ...
+    namespace: str
+    def __init__(self, id: _Optional[str] = ..., scheduled_at_ms: _Optional[int] = ..., shard: _Optional[int] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class BackfillJobRequest(_message.Message):
-    __slots__ = ("id", "from_ms", "to_ms", "overlap", "rate_per_s")
+    __slots__ = ("id", "from_ms", "to_ms", "overlap", "rate_per_s", "namespace")
     ID_FIELD_NUMBER: _ClassVar[int]
     FROM_MS_FIELD_NUMBER: _ClassVar[int]
     TO_MS_FIELD_NUMBER: _ClassVar[int]
     OVERLAP_FIELD_NUMBER: _ClassVar[int]
     RATE_PER_S_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     id: str
     from_ms: int
     to_ms: int
     overlap: Overlap
     rate_per_s: float
-    def __init__(self, id: _Optional[str] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., rate_per_s: _Optional[float] = ...) -> None: ...
+    namespace: str
+    def __init__(self, id: _Optional[str] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., rate_per_s: _Optional[float] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class BackfillJobResponse(_message.Message):
     __slots__ = ("backfill",)
@@ -483,7 +501,7 @@ class BackfillJobResponse(_message.Message):
     def __init__(self, backfill: _Optional[_Union[Backfill, _Mapping]] = ...) -> None: ...
 
 class Backfill(_message.Message):
-    __slots__ = ("id", "job_id", "shard", "from_ms", "to_ms", "overlap", "rate_per_s", "state", "planned", "done", "skipped", "cursor_ms", "created_at_ms", "updated_at_ms", "node_id", "error")
+    __slots__ = ("id", "job_id", "shard", "from_ms", "to_ms", "overlap", "rate_per_s", "state", "planned", "done", "skipped", "cursor_ms", "created_at_ms", "updated_at_ms", "node_id", "error", "namespace")
     ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
@@ -500,6 +518,7 @@ class Backfill(_message.Message):
     UPDATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     id: str
     job_id: str
     shard: int
@@ -516,7 +535,8 @@ class Backfill(_message.Message):
     updated_at_ms: int
     node_id: str
     error: str
-    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., shard: _Optional[int] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., rate_per_s: _Optional[float] = ..., state: _Optional[_Union[BackfillState, str]] = ..., planned: _Optional[int] = ..., done: _Optional[int] = ..., skipped: _Optional[int] = ..., cursor_ms: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., updated_at_ms: _Optional[int] = ..., node_id: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    namespace: str
+    def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., shard: _Optional[int] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., rate_per_s: _Optional[float] = ..., state: _Optional[_Union[BackfillState, str]] = ..., planned: _Optional[int] = ..., done: _Optional[int] = ..., skipped: _Optional[int] = ..., cursor_ms: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., updated_at_ms: _Optional[int] = ..., node_id: _Optional[str] = ..., error: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class GetBackfillRequest(_message.Message):
     __slots__ = ("id",)
@@ -531,12 +551,14 @@ class GetBackfillResponse(_message.Message):
     def __init__(self, backfill: _Optional[_Union[Backfill, _Mapping]] = ...) -> None: ...
 
 class ListBackfillsRequest(_message.Message):
-    __slots__ = ("job_id", "page_size")
+    __slots__ = ("job_id", "page_size", "namespace")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     page_size: int
-    def __init__(self, job_id: _Optional[str] = ..., page_size: _Optional[int] = ...) -> None: ...
+    namespace: str
+    def __init__(self, job_id: _Optional[str] = ..., page_size: _Optional[int] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class ListBackfillsResponse(_message.Message):
     __slots__ = ("backfills",)
@@ -545,7 +567,7 @@ class ListBackfillsResponse(_message.Message):
     def __init__(self, backfills: _Optional[_Iterable[_Union[Backfill, _Mapping]]] = ...) -> None: ...
 
 class Tick(_message.Message):
-    __slots__ = ("job_id", "scheduled_at_ms", "shard", "fence", "node_id", "status", "attempt", "manual", "claimed_at_ms", "started_at_ms", "finished_at_ms", "exit_code", "http_status", "output", "error")
+    __slots__ = ("job_id", "scheduled_at_ms", "shard", "fence", "node_id", "status", "attempt", "manual", "claimed_at_ms", "started_at_ms", "finished_at_ms", "exit_code", "http_status", "output", "error", "namespace")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
@@ -561,6 +583,7 @@ class Tick(_message.Message):
     HTTP_STATUS_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     scheduled_at_ms: int
     shard: int
@@ -576,17 +599,20 @@ class Tick(_message.Message):
     http_status: int
     output: str
     error: str
-    def __init__(self, job_id: _Optional[str] = ..., scheduled_at_ms: _Optional[int] = ..., shard: _Optional[int] = ..., fence: _Optional[int] = ..., node_id: _Optional[str] = ..., status: _Optional[_Union[TickStatus, str]] = ..., attempt: _Optional[int] = ..., manual: _Optional[bool] = ..., claimed_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., exit_code: _Optional[int] = ..., http_status: _Optional[int] = ..., output: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
+    namespace: str
+    def __init__(self, job_id: _Optional[str] = ..., scheduled_at_ms: _Optional[int] = ..., shard: _Optional[int] = ..., fence: _Optional[int] = ..., node_id: _Optional[str] = ..., status: _Optional[_Union[TickStatus, str]] = ..., attempt: _Optional[int] = ..., manual: _Optional[bool] = ..., claimed_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., exit_code: _Optional[int] = ..., http_status: _Optional[int] = ..., output: _Optional[str] = ..., error: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class ListTicksRequest(_message.Message):
-    __slots__ = ("job_id", "page_size", "page_token")
+    __slots__ = ("job_id", "page_size", "page_token", "namespace")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     page_size: int
     page_token: str
-    def __init__(self, job_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    namespace: str
+    def __init__(self, job_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class ListTicksResponse(_message.Message):
     __slots__ = ("ticks", "next_page_token")
@@ -597,12 +623,14 @@ class ListTicksResponse(_message.Message):
     def __init__(self, ticks: _Optional[_Iterable[_Union[Tick, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class WatchTicksRequest(_message.Message):
-    __slots__ = ("job_id", "local_only")
+    __slots__ = ("job_id", "local_only", "namespace")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     LOCAL_ONLY_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     local_only: bool
-    def __init__(self, job_id: _Optional[str] = ..., local_only: _Optional[bool] = ...) -> None: ...
+    namespace: str
+    def __init__(self, job_id: _Optional[str] = ..., local_only: _Optional[bool] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class TickEvent(_message.Message):
     __slots__ = ("tick", "dropped")
@@ -739,12 +767,14 @@ class GetCalendarRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class GetCalendarResponse(_message.Message):
-    __slots__ = ("calendar", "jobs")
+    __slots__ = ("calendar", "jobs", "job_namespaces")
     CALENDAR_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    JOB_NAMESPACES_FIELD_NUMBER: _ClassVar[int]
     calendar: Calendar
     jobs: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, calendar: _Optional[_Union[Calendar, _Mapping]] = ..., jobs: _Optional[_Iterable[str]] = ...) -> None: ...
+    job_namespaces: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, calendar: _Optional[_Union[Calendar, _Mapping]] = ..., jobs: _Optional[_Iterable[str]] = ..., job_namespaces: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListCalendarsRequest(_message.Message):
     __slots__ = ()
@@ -765,5 +795,145 @@ class DeleteCalendarRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class DeleteCalendarResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class NamespaceQuota(_message.Message):
+    __slots__ = ("max_jobs", "max_slots_per_second", "max_running")
+    MAX_JOBS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SLOTS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    max_jobs: int
+    max_slots_per_second: str
+    max_running: int
+    def __init__(self, max_jobs: _Optional[int] = ..., max_slots_per_second: _Optional[str] = ..., max_running: _Optional[int] = ...) -> None: ...
+
+class Namespace(_message.Message):
+    __slots__ = ("name", "weight", "quota", "jobs", "slots_per_second", "created_at_ms", "updated_at_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    SLOTS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    weight: float
+    quota: NamespaceQuota
+    jobs: int
+    slots_per_second: str
+    created_at_ms: int
+    updated_at_ms: int
+    def __init__(self, name: _Optional[str] = ..., weight: _Optional[float] = ..., quota: _Optional[_Union[NamespaceQuota, _Mapping]] = ..., jobs: _Optional[int] = ..., slots_per_second: _Optional[str] = ..., created_at_ms: _Optional[int] = ..., updated_at_ms: _Optional[int] = ...) -> None: ...
+
+class ListNamespacesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListNamespacesResponse(_message.Message):
+    __slots__ = ("namespaces",)
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    namespaces: _containers.RepeatedCompositeFieldContainer[Namespace]
+    def __init__(self, namespaces: _Optional[_Iterable[_Union[Namespace, _Mapping]]] = ...) -> None: ...
+
+class GetNamespaceRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GetNamespaceResponse(_message.Message):
+    __slots__ = ("namespace",)
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    namespace: Namespace
+    def __init__(self, namespace: _Optional[_Union[Namespace, _Mapping]] = ...) -> None: ...
+
+class CreateNamespaceRequest(_message.Message):
+    __slots__ = ("namespace",)
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    namespace: Namespace
+    def __init__(self, namespace: _Optional[_Union[Namespace, _Mapping]] = ...) -> None: ...
+
+class CreateNamespaceResponse(_message.Message):
+    __slots__ = ("namespace",)
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    namespace: Namespace
+    def __init__(self, namespace: _Optional[_Union[Namespace, _Mapping]] = ...) -> None: ...
+
+class UpdateNamespaceRequest(_message.Message):
+    __slots__ = ("namespace", "quota_fields")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    QUOTA_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    namespace: Namespace
+    quota_fields: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, namespace: _Optional[_Union[Namespace, _Mapping]] = ..., quota_fields: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UpdateNamespaceResponse(_message.Message):
+    __slots__ = ("namespace",)
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    namespace: Namespace
+    def __init__(self, namespace: _Optional[_Union[Namespace, _Mapping]] = ...) -> None: ...
+
+class DeleteNamespaceRequest(_message.Message):
+    __slots__ = ("name", "force")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    force: bool
+    def __init__(self, name: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class DeleteNamespaceResponse(_message.Message):
+    __slots__ = ("jobs_deleted",)
+    JOBS_DELETED_FIELD_NUMBER: _ClassVar[int]
+    jobs_deleted: int
+    def __init__(self, jobs_deleted: _Optional[int] = ...) -> None: ...
+
+class ApiToken(_message.Message):
+    __slots__ = ("name", "role", "namespaces", "created_at_ms", "created_by", "source")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_BY_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    role: str
+    namespaces: _containers.RepeatedScalarFieldContainer[str]
+    created_at_ms: int
+    created_by: str
+    source: str
+    def __init__(self, name: _Optional[str] = ..., role: _Optional[str] = ..., namespaces: _Optional[_Iterable[str]] = ..., created_at_ms: _Optional[int] = ..., created_by: _Optional[str] = ..., source: _Optional[str] = ...) -> None: ...
+
+class ListTokensRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTokensResponse(_message.Message):
+    __slots__ = ("tokens",)
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    tokens: _containers.RepeatedCompositeFieldContainer[ApiToken]
+    def __init__(self, tokens: _Optional[_Iterable[_Union[ApiToken, _Mapping]]] = ...) -> None: ...
+
+class CreateTokenRequest(_message.Message):
+    __slots__ = ("token",)
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token: ApiToken
+    def __init__(self, token: _Optional[_Union[ApiToken, _Mapping]] = ...) -> None: ...
+
+class CreateTokenResponse(_message.Message):
+    __slots__ = ("token", "secret")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    token: ApiToken
+    secret: str
+    def __init__(self, token: _Optional[_Union[ApiToken, _Mapping]] = ..., secret: _Optional[str] = ...) -> None: ...
+
+class RevokeTokenRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class RevokeTokenResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

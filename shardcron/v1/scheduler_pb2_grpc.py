@@ -125,6 +125,46 @@ class SchedulerStub:
                 request_serializer=shardcron_dot_v1_dot_scheduler__pb2.DeleteCalendarRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.DeleteCalendarResponse.FromString,
                 _registered_method=True)
+        self.ListNamespaces = channel.unary_unary(
+                '/shardcron.v1.Scheduler/ListNamespaces',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.ListNamespacesRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.ListNamespacesResponse.FromString,
+                _registered_method=True)
+        self.GetNamespace = channel.unary_unary(
+                '/shardcron.v1.Scheduler/GetNamespace',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.GetNamespaceRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.GetNamespaceResponse.FromString,
+                _registered_method=True)
+        self.CreateNamespace = channel.unary_unary(
+                '/shardcron.v1.Scheduler/CreateNamespace',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.CreateNamespaceRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.CreateNamespaceResponse.FromString,
+                _registered_method=True)
+        self.UpdateNamespace = channel.unary_unary(
+                '/shardcron.v1.Scheduler/UpdateNamespace',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.UpdateNamespaceRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.UpdateNamespaceResponse.FromString,
+                _registered_method=True)
+        self.DeleteNamespace = channel.unary_unary(
+                '/shardcron.v1.Scheduler/DeleteNamespace',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.DeleteNamespaceRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.DeleteNamespaceResponse.FromString,
+                _registered_method=True)
+        self.ListTokens = channel.unary_unary(
+                '/shardcron.v1.Scheduler/ListTokens',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.ListTokensRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.ListTokensResponse.FromString,
+                _registered_method=True)
+        self.CreateToken = channel.unary_unary(
+                '/shardcron.v1.Scheduler/CreateToken',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.CreateTokenRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.CreateTokenResponse.FromString,
+                _registered_method=True)
+        self.RevokeToken = channel.unary_unary(
+                '/shardcron.v1.Scheduler/RevokeToken',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.RevokeTokenRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.RevokeTokenResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -263,6 +303,61 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListNamespaces(self, request, context):
+        """Namespaces: each job belongs to one ("default" when a request names none).
+        The ones the caller's token covers, ordered by name.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNamespace(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateNamespace(self, request, context):
+        """ALREADY_EXISTS when it exists.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateNamespace(self, request, context):
+        """Change a namespace's weight or quotas; NOT_FOUND when it does not exist.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteNamespace(self, request, context):
+        """Refused (FAILED_PRECONDITION) while it holds jobs, unless force (its jobs go with it).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTokens(self, request, context):
+        """API tokens kept in the store (only a hash of each secret is stored) and in the
+        nodes' token file; the secret is shown once, by CreateToken.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateToken(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeToken(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -355,6 +450,46 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.DeleteCalendar,
                     request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.DeleteCalendarRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_scheduler__pb2.DeleteCalendarResponse.SerializeToString,
+            ),
+            'ListNamespaces': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListNamespaces,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.ListNamespacesRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.ListNamespacesResponse.SerializeToString,
+            ),
+            'GetNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNamespace,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.GetNamespaceRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.GetNamespaceResponse.SerializeToString,
+            ),
+            'CreateNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateNamespace,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.CreateNamespaceRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.CreateNamespaceResponse.SerializeToString,
+            ),
+            'UpdateNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateNamespace,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.UpdateNamespaceRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.UpdateNamespaceResponse.SerializeToString,
+            ),
+            'DeleteNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteNamespace,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.DeleteNamespaceRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.DeleteNamespaceResponse.SerializeToString,
+            ),
+            'ListTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTokens,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.ListTokensRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.ListTokensResponse.SerializeToString,
+            ),
+            'CreateToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateToken,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.CreateTokenRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.CreateTokenResponse.SerializeToString,
+            ),
+            'RevokeToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeToken,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.RevokeTokenRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.RevokeTokenResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -844,6 +979,222 @@ class Scheduler:
             '/shardcron.v1.Scheduler/DeleteCalendar',
             shardcron_dot_v1_dot_scheduler__pb2.DeleteCalendarRequest.SerializeToString,
             shardcron_dot_v1_dot_scheduler__pb2.DeleteCalendarResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListNamespaces(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/ListNamespaces',
+            shardcron_dot_v1_dot_scheduler__pb2.ListNamespacesRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.ListNamespacesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/GetNamespace',
+            shardcron_dot_v1_dot_scheduler__pb2.GetNamespaceRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.GetNamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/CreateNamespace',
+            shardcron_dot_v1_dot_scheduler__pb2.CreateNamespaceRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.CreateNamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/UpdateNamespace',
+            shardcron_dot_v1_dot_scheduler__pb2.UpdateNamespaceRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.UpdateNamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/DeleteNamespace',
+            shardcron_dot_v1_dot_scheduler__pb2.DeleteNamespaceRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.DeleteNamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/ListTokens',
+            shardcron_dot_v1_dot_scheduler__pb2.ListTokensRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.ListTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/CreateToken',
+            shardcron_dot_v1_dot_scheduler__pb2.CreateTokenRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.CreateTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/RevokeToken',
+            shardcron_dot_v1_dot_scheduler__pb2.RevokeTokenRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.RevokeTokenResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,7 +1,8 @@
 """Namespaces: the name rule, the namespaced identity, and the pinned bytes and shards of namespaced keys.
 
-tests/vectors/shards_namespaced.json was written once by ``shard_vectors`` and is
-never regenerated: if a test here fails, the rule changed, and jobs would move.
+tests/vectors/shards_namespaced.json was written by ``shard_vectors`` (a second time before namespaces
+shipped, when the separator became U+001F: PostgreSQL's text refuses the NUL of the first) and is
+never regenerated again: if a test here fails, the rule changed, and jobs would move.
 ``default`` must hash exactly as shards.json says, or upgrading would move every job.
 """
 
@@ -24,6 +25,10 @@ from shardcron.tenancy.namespaces import (
     shard_key_bytes,
     shard_of,
     shard_vectors,
+    display_key,
+    namespace_of,
+    split_key,
+    store_key,
     validate_namespace,
 )
 from tests.unit.test_sharding import VECTORS as DEFAULT_VECTORS
@@ -103,9 +108,9 @@ def test_job_key_validates_both_parts():
     [
         (JobKey("default", "a"), b"a"),
         (JobKey("default", "é"), b"\xc3\xa9"),
-        (JobKey("team-a", "a"), b"team-a\x00a"),
-        (JobKey("a", "b/c"), b"a\x00b/c"),
-        (JobKey("defaults", "a"), b"defaults\x00a"),
+        (JobKey("team-a", "a"), b"team-a\x1fa"),
+        (JobKey("a", "b/c"), b"a\x1fb/c"),
+        (JobKey("defaults", "a"), b"defaults\x1fa"),
     ],
 )
 def test_key_bytes_are_the_documented_ones(key, expected):
@@ -119,7 +124,7 @@ def test_default_namespace_hashes_exactly_as_shards_json(v):
 
 
 def test_keys_of_different_jobs_never_meet():
-    # ("a", "b") vs ("ab", ...) vs ("default", "a...") : the NUL, which neither part may hold, keeps them apart.
+    # ("a", "b") vs ("ab", ...) vs ("default", "a...") : the U+001F, which neither part may hold, keeps them apart.
     keys = [JobKey(ns, i) for ns in ("default", "a", "ab", "a-b") for i in ("a", "b", "ab", "b-c", "a\x01")]
     assert len({shard_key_bytes(k) for k in keys}) == len(keys)
 
@@ -150,7 +155,7 @@ def test_vector_helper_reproduces_the_file():
 
 def test_same_id_in_two_namespaces_may_land_on_different_shards():
     assert shard_of(JobKey("team-a", "a"), 256) != shard_of(JobKey("team-b", "a"), 256)
-    assert shard_of(JobKey("team-a", "a"), 256) == shard_for("team-a\x00a", 256)
+    assert shard_of(JobKey("team-a", "a"), 256) == shard_for("team-a\x1fa", 256)
 
 
 @pytest.mark.parametrize(
@@ -166,3 +171,27 @@ def test_same_id_in_two_namespaces_may_land_on_different_shards():
 def test_deleting_a_namespace_that_holds_jobs_needs_force(namespace, jobs, force, refusal):
     reason = delete_refusal(namespace, jobs, force=force)
     assert reason is None if refusal is None else refusal in reason
+
+
+@pytest.mark.parametrize(
+    "namespace, job_id, key, shown",
+    [
+        (None, "a", "a", "a"),
+        ("", "a/b", "a/b", "a/b"),
+        ("default", "x", "x", "x"),
+        ("team-a", "a", "team-a\x1fa", "team-a/a"),
+        ("team-a", "a/b", "team-a\x1fa/b", "team-a/a/b"),
+    ],
+)
+def test_store_key_round_trips(namespace, job_id, key, shown):
+    assert store_key(namespace, job_id) == key
+    assert split_key(key) == JobKey(namespace or "default", job_id)
+    assert namespace_of(key) == (namespace or "default")
+    assert display_key(key) == shown
+
+
+def test_an_id_in_a_namespace_leaves_room_for_it_in_the_key():
+    assert job_key("team-a", "x" * 249).id == "x" * 249  # 256 - len("team-a") - 1
+    with pytest.raises(InvalidJob, match=r"250 bytes long; in namespace 'team-a' the limit is 249"):
+        job_key("team-a", "x" * 250)
+    assert job_key("default", "x" * 256).id == "x" * 256  # default keeps the whole 256 bytes

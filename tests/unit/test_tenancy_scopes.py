@@ -28,12 +28,14 @@ PROTO_RPCS = set(scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].methods_
 READ = {"GetJob", "ListJobs", "ListTicks", "WatchTicks", "GetBackfill", "ListBackfills", "GetShards", "GetCalendar",
         "ListCalendars"}
 WRITE = {"PutJob", "PutJobs", "DeleteJob", "PauseJob", "ResumeJob", "TriggerJob", "BackfillJob"}
-ADMIN = {"PutCalendar", "DeleteCalendar", "ListNamespaces", "GetNamespace", "CreateNamespace", "DeleteNamespace",
+ADMIN = {"PutCalendar", "DeleteCalendar", "ListNamespaces", "GetNamespace", "CreateNamespace", "UpdateNamespace",
+         "DeleteNamespace",
          "ListTokens", "CreateToken", "RevokeToken", "Drain", "Reshard"}
 NEEDS = {**dict.fromkeys(READ, Role.READ), **dict.fromkeys(WRITE, Role.WRITE), **dict.fromkeys(ADMIN, Role.ADMIN)}
 # Cluster-wide data any tenant may read / what every namespace shares (only a '*' token may change it).
 ANY = {"GetShards", "GetCalendar", "ListCalendars", "ListNamespaces"}
-CLUSTER = {"PutCalendar", "DeleteCalendar", "CreateNamespace", "DeleteNamespace", "ListTokens", "CreateToken",
+CLUSTER = {"PutCalendar", "DeleteCalendar", "CreateNamespace", "UpdateNamespace", "DeleteNamespace", "ListTokens",
+           "CreateToken",
            "RevokeToken", "Drain", "Reshard"}
 
 
