@@ -56,6 +56,8 @@ STATUS_LENGTH = 16
 META_KEY_LENGTH = 128
 CALENDAR_NAME_LENGTH = 128  # calendars.check_calendar_name caps names at 128 ASCII characters
 BACKFILL_ID_LENGTH = 64
+NAMESPACE_LENGTH = 63  # tenancy.namespaces.MAX_NAMESPACE_LENGTH
+FRACTION_LENGTH = 64  # an exact rate as text, "10/3"
 
 # Alembic's bookkeeping table, named for shardcron so that a database shared
 # with another Alembic-managed application keeps both histories apart.
@@ -108,8 +110,12 @@ jobs = Table(
     Column("created_at_ms", BigInteger, nullable=False),
     Column("updated_at_ms", BigInteger, nullable=False),
     Column("active_since_ms", BigInteger, nullable=False),
+    # The namespace of the key in id (tenancy.namespaces), for listing and counting one namespace.
+    Column("namespace", exact_string(NAMESPACE_LENGTH), nullable=False, server_default="default"),
     # (shard, id): one shard's jobs, and keyset paging by id within a shard.
     Index(None, "shard", "id"),
+    # (namespace, id): one namespace's jobs, and keyset paging by id within it.
+    Index(None, "namespace", "id"),
     **_TABLE_OPTS,
 )
 
@@ -307,6 +313,26 @@ notifications = Table(
     **_TABLE_OPTS,
 )
 
+# One row per namespace: its weight and quotas, and its usage, kept exact and
+# updated under the row's lock in the transaction of every put and delete (see
+# store/namespaces.py), so puts on two leaders cannot both take the last room.
+namespaces = Table(
+    "namespaces",
+    metadata,
+    Column("name", exact_string(NAMESPACE_LENGTH), primary_key=True),
+    Column("weight", Float, nullable=False),
+    Column("max_jobs", BigInteger, nullable=True),
+    Column("max_slots_per_second", String(FRACTION_LENGTH), nullable=True),  # a Fraction as text
+    Column("max_running", BigInteger, nullable=True),
+    Column("jobs", BigInteger, nullable=False),
+    Column("slots_per_second", String(FRACTION_LENGTH), nullable=False),  # a Fraction as text
+    Column("node_id", String(NODE_ID_LENGTH), nullable=False),
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("updated_at_ms", BigInteger, nullable=False),
+    **_TABLE_OPTS,
+)
+
+
 __all__ = [
     "calendar_versions",
     "calendars",
@@ -321,8 +347,10 @@ __all__ = [
     "job_labels",
     "jobs",
     "metadata",
+    "namespaces",
     "notifications",
     "shard_fences",
     "shard_horizons",
     "ticks",
 ]
+
