@@ -159,3 +159,18 @@ def test_an_id_leaves_room_for_its_namespace_and_a_bad_namespace_is_named(cluste
             c.get_job("x", namespace="Team_A")
         c.put_job(job("y" * 249), namespace="team-a")
         c.delete_job("y" * 249, namespace="team-a")
+
+
+def test_a_list_of_every_namespace_pages_by_namespace_then_id(cluster):
+    ensure_namespaces(_clients(cluster)[0], "team-a", "team-b")
+    tag = uuid.uuid4().hex[:6]
+    keys = [(ns, f"{tag}-{i}") for ns in ("default", "team-a", "team-b") for i in ("b", "a", "c/d")]
+    with _clients(cluster)[1] as c:
+        for ns, ident in keys:
+            c.put_job(job(ident, labels={"tag": tag}), namespace=ns)
+        listed = [(j.key.namespace, j.key.id) for j in c.list_jobs(namespace="*", labels={"tag": tag}, page_size=2)]
+        assert listed == sorted(keys)
+        assert [k for k in listed if k[0] == "team-b"] == [
+            (j.key.namespace, j.key.id) for j in c.list_jobs(namespace="team-b", labels={"tag": tag}, page_size=1)]
+        for ns, ident in keys:
+            c.delete_job(ident, namespace=ns)
