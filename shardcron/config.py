@@ -166,7 +166,12 @@ def add_node_flags(p: argparse.ArgumentParser) -> None:
     add_env_flag(p, "--tls-key", "its key")
     add_env_flag(p, "--tls-client-ca", "require client certificates signed by this CA (mTLS)")
     add_env_flag(p, "--tls-ca", "CA to verify other nodes when forwarding", default_text="--tls-client-ca")
-    add_env_flag(p, "--auth-token-file", "require a bearer token from this file (one per line) on every call")
+    add_env_flag(p, "--auth-token-file", "require a scoped bearer token on every call: the file's tokens "
+                                          "(NAME sha256:HASH ROLE NAMESPACES per line, or legacy bare tokens) "
+                                          "plus those created with `shardcron tokens create`")
+    add_env_flag(p, "--node-token", "this node's own secret, sent with the calls it forwards (its scope caps "
+                                    "theirs); prefer the environment variable", default_text="a legacy token of "
+                                    "--auth-token-file")
     add_env_flag(p, "--shell-allow", "with --allow-shell: a regular expression every shell command must match in "
                                      "full")
     add_env_flag(p, "--metrics-listen", "serve Prometheus metrics on host:port", default_text="off")
@@ -378,14 +383,14 @@ def _shell_allow(pattern: str | None, allow_shell: bool):
 def _api_security(a: argparse.Namespace) -> dict:
     from shardcron.api.security import ChannelSecurity, ServerSecurity, load_tokens, server_credentials
 
-    tokens = load_tokens(a.auth_token_file)
+    tokens, legacy_secret = load_tokens(a.auth_token_file)
     server = ServerSecurity(a.tls_cert, a.tls_key, a.tls_client_ca, tokens)
     tls = server_credentials(server) is not None  # validates the flags and the files now
     forward = ChannelSecurity(
         ca_file=(a.tls_ca or a.tls_client_ca) if tls else None,
         cert_file=a.tls_cert if tls and a.tls_client_ca else None,
         key_file=a.tls_key if tls and a.tls_client_ca else None,
-        token=min(tokens) if tokens else None,
+        token=getattr(a, "node_token", None) or legacy_secret,  # this node's own identity when it forwards a call
     )
     if tls and not forward.ca_file:
         raise ConfigError("with --tls-cert, give --tls-ca (the CA of the nodes' certificates) so this node can "

@@ -237,7 +237,7 @@ class BatchWriter:
     async def _forward(self, addr: str, items: list[_Item], timeout_s: float) -> pb.PutJobsResponse:
         request = pb.PutJobsRequest(jobs=[it.proto for it in items])
         return await self.router.stub(addr).PutJobs(request, timeout=max(timeout_s, 0.001),
-                                                    metadata=self.router.metadata)
+                                                    metadata=self.router.forward_metadata())
 
     def _forwarded_results(self, addr: str, items: list[_Item], outcome, results: list, why: dict) -> list[_Item]:
         response = outcome

@@ -398,6 +398,24 @@ class Client:
         """The shard-to-leader map, as ``shardcron shards --json`` prints it."""
         return shard_map_from_proto(self._call("GetShards", pb.GetShardsRequest(), timeout_s))
 
+    # -- tokens (cluster admin) -------------------------------------------------------
+
+    def list_tokens(self, *, timeout_s: float | None = None) -> list[TokenInfo]:
+        """Every token the nodes accept: their token file's (source "file") and the store's."""
+        r = self._call("ListTokens", pb.ListTokensRequest(), timeout_s)
+        return [TokenInfo.of(t) for t in r.tokens]
+
+    def create_token(self, name: str, role: str, namespaces: Iterable[str], *,
+                     timeout_s: float | None = None) -> tuple[TokenInfo, str]:
+        """A new token and its secret: shown this once, only its hash is stored."""
+        req = pb.CreateTokenRequest(token=pb.ApiToken(name=name, role=role, namespaces=list(namespaces)))
+        r = self._call("CreateToken", req, timeout_s)
+        return TokenInfo.of(r.token), r.secret
+
+    def revoke_token(self, name: str, *, timeout_s: float | None = None) -> None:
+        """Every node refuses the token within a few seconds (api/token_source.RELOAD_S)."""
+        self._call("RevokeToken", pb.RevokeTokenRequest(name=name), timeout_s)
+
 
 class TickWatch:
     """An iterator of ``Tick``s from WatchTicks that follows the cluster: when the node it
@@ -457,3 +475,19 @@ def _batches(protos: Iterable[pb.Job]) -> Iterator[list[pb.Job]]:
         size += n
     if batch:
         yield batch
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """A token as the API describes it (never its secret, nor its hash)."""
+
+    name: str
+    role: str
+    namespaces: tuple[str, ...]  # ("*",): every namespace
+    source: str  # "file" or "store"
+    created_at_ms: int
+    created_by: str
+
+    @classmethod
+    def of(cls, p: pb.ApiToken) -> TokenInfo:
+        return cls(p.name, p.role, tuple(p.namespaces), p.source, p.created_at_ms, p.created_by)

@@ -3,7 +3,9 @@
 A call about one job runs on the leader of the job's shard. The node that
 receives it either is that leader (the call runs here, under the shard's
 fence) or forwards it, once, to the leader's advertised address, passing the
-caller's remaining time and returning the leader's status as it is.
+caller's remaining time and returning the leader's status as it is. It passes
+on the CALLER's bearer secret, and this node's own in ``x-shardcron-node-token``:
+the leader checks the caller's scope capped by the node's (``api/auth.py``).
 
 A forwarded call carries ``x-shardcron-forwarded``, and is never forwarded
 again: a node that no longer leads the shard answers UNAVAILABLE with
@@ -22,6 +24,7 @@ it within the keep-alive timeout instead of at each call's deadline.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -31,6 +34,7 @@ from typing import TypeVar
 
 import grpc
 
+from shardcron.api.auth import AUTHORIZATION, FORWARDED_HEADER, NODE_TOKEN_HEADER, caller_secret
 from shardcron.api.security import ChannelSecurity, open_aio_channel, token_metadata
 from shardcron.abc import Backend
 from shardcron.api.status import NODE_HEADER, RETRY_HEADER, CallFailed
@@ -39,7 +43,6 @@ from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
 
-FORWARDED_HEADER = "x-shardcron-forwarded"
 FORWARDED_METADATA = ((FORWARDED_HEADER, "1"),)
 
 DEFAULT_DEADLINE_S = 30.0  # for callers that set none
@@ -166,14 +169,31 @@ class Router:
         self.own_address = own_address
         self.pool = pool
         self.options = options
-        # Every call to a peer says it was forwarded, and carries this node's token if it has one.
-        self.metadata = FORWARDED_METADATA + token_metadata(security)
+        # This node's own secret: in its own header when forwarding a caller's call (the leader caps the
+        # caller's scope by it), and as the bearer of the calls the node makes for itself (watch fan-in).
+        self.node_metadata = token_metadata(security)
+        self._node_header = (((NODE_TOKEN_HEADER, f"Bearer {security.token}"),) if security and security.token
+                             else ())
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, pb_grpc.SchedulerStub] = {}
         self.closed = threading.Event()
 
+    def forward_metadata(self) -> tuple[tuple[str, str], ...]:
+        """What a call forwarded for the caller being served carries: that it was forwarded, the CALLER's
+        secret (never this node's: that would widen the call), and this node's own in its own header."""
+        secret = caller_secret()
+        caller = ((AUTHORIZATION, f"Bearer {secret}"),) if secret else ()
+        return FORWARDED_METADATA + caller + self._node_header
+
+    def own_metadata(self) -> tuple[tuple[str, str], ...]:
+        """What a call this node makes for itself carries (a tick watch's fan-in feed, which serves every
+        watcher here, each filtered by its own caller's scope): this node's secret as the caller's too."""
+        return FORWARDED_METADATA + self.node_metadata + self._node_header
+
     async def blocking(self, fn: Callable[..., T], *args) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+        # With the caller's context (api/auth.py's caller()), which run_in_executor does not pass on.
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self.pool, context.run, fn, *args)
 
     def on_pool(self, fn: Callable[[int], T]) -> Callable[[int], Awaitable[T]]:
         """``fn(fence)``, which blocks on the store, as a ``local`` for ``call``: run on the pool."""
@@ -232,7 +252,8 @@ class Router:
                     why = "this node is taking the shard over"
                 else:
                     try:
-                        return await remote(self.stub(addr), max(deadline.remaining(), 0.001), self.metadata)
+                        return await remote(self.stub(addr), max(deadline.remaining(), 0.001),
+                                            self.forward_metadata())
                     except grpc.RpcError as e:
                         code = e.code()
                         if leader_moved(e):

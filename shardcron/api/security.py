@@ -4,13 +4,12 @@ One ``ChannelSecurity`` describes how to call a node (CA to trust, client
 certificate, token); the CLI, the Python client and node-to-node forwarding
 all build their channels with ``open_channel``, so forwarding uses the same
 credentials as any caller. Tokens travel as ``authorization: Bearer <token>``
-metadata and are compared in constant time. The health service stays open,
+metadata; a node with a token file checks them, and each call's scope, in ``api/auth.py``. The health service stays open,
 so load balancers and orchestrators can probe a node without a token.
 """
 
 from __future__ import annotations
 
-import hmac
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import grpc
 
 from shardcron.config import add_env_flag
 from shardcron.errors import ConfigError
+from shardcron.tenancy.tokens import TokenBook, parse_token_file
 
 OPEN_METHODS_PREFIX = "/grpc.health.v1.Health/"
 
@@ -52,19 +52,20 @@ class ServerSecurity:
     cert_file: str | None = None
     key_file: str | None = None
     client_ca_file: str | None = None  # set: clients must present a certificate it signed (mTLS)
-    tokens: frozenset[str] = frozenset()  # set: every call but health checks needs one of them
+    tokens: TokenBook | None = None  # set: every call but health checks needs a token (api/auth.py)
 
 
-def load_tokens(path: str | None) -> frozenset[str]:
-    """One token per line; blank lines and # comments are ignored."""
+def load_tokens(path: str | None) -> tuple[TokenBook | None, str | None]:
+    """The token file's tokens (``tenancy.tokens.parse_token_file``), and one legacy bare secret of it if
+    it has any (a node of an old cluster forwards with it when given no --node-token)."""
     raw = _read(path, "--auth-token-file")
     if raw is None:
-        return frozenset()
-    tokens = frozenset(t.strip() for t in raw.decode("utf-8", "replace").splitlines()
-                       if t.strip() and not t.strip().startswith("#"))
-    if not tokens:
-        raise ConfigError(f"--auth-token-file: {path} holds no token")
-    return tokens
+        return None, None
+    text = raw.decode("utf-8", "replace")
+    book = parse_token_file(text, f"--auth-token-file {path}")
+    bare = sorted(line.strip() for line in text.splitlines()
+                  if len(line.split()) == 1 and not line.strip().startswith("#"))
+    return book, (bare[0] if bare else None)
 
 
 def server_credentials(sec: ServerSecurity) -> grpc.ServerCredentials | None:
@@ -77,35 +78,6 @@ def server_credentials(sec: ServerSecurity) -> grpc.ServerCredentials | None:
     cert, key = _read(sec.cert_file, "--tls-cert"), _read(sec.key_file, "--tls-key")
     ca = _read(sec.client_ca_file, "--tls-client-ca")
     return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
-
-
-class TokenCheck(grpc.aio.ServerInterceptor):
-    """Refuses calls without a valid bearer token with UNAUTHENTICATED (health checks excepted)."""
-
-    def __init__(self, tokens: frozenset[str]):
-        self._tokens = [t.encode() for t in tokens]
-
-        async def deny(request, context):
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED,
-                                "a valid bearer token is required: pass --token or set SHARDCRON_TOKEN")
-
-        self._deny_unary = grpc.unary_unary_rpc_method_handler(deny)
-        self._deny_stream = grpc.unary_stream_rpc_method_handler(deny)
-
-    def _valid(self, metadata: Sequence[tuple[str, str]]) -> bool:
-        for k, v in metadata or ():
-            if k == "authorization" and v.startswith("Bearer "):
-                given = v[len("Bearer "):].encode()
-                return any(hmac.compare_digest(given, t) for t in self._tokens)
-        return False
-
-    async def intercept_service(self, continuation, details):
-        if details.method.startswith(OPEN_METHODS_PREFIX) or self._valid(details.invocation_metadata):
-            return await continuation(details)
-        handler = await continuation(details)
-        if handler is not None and handler.response_streaming:
-            return self._deny_stream
-        return self._deny_unary
 
 
 class _BearerToken(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):

@@ -36,7 +36,10 @@ from shardcron.api.routing import (
     channel_options,
     is_forwarded,
 )
-from shardcron.api.security import ChannelSecurity, ServerSecurity, TokenCheck, server_credentials
+from shardcron.api.auth import Authorize
+from shardcron.api.security import ChannelSecurity, ServerSecurity, server_credentials
+from shardcron.api.token_source import NodeTokens
+from shardcron.store.tokens import list_tokens
 from shardcron.api.service import SchedulerService
 from shardcron.api.status import NODE_HEADER, RETRY_HEADER, CallFailed, clip, log_if_bug, retry_hint, status_for
 from shardcron.config import NodeConfig
@@ -212,7 +215,13 @@ class ApiServer:
                              options=channel_options(*self.keepalive_ms))
         self.service = SchedulerService(self.backend, self.router, self.stopping, self.limits)
         self.health = health.aio.HealthServicer()
-        interceptors = [TokenCheck(self.security.tokens)] if self.security.tokens else []
+        # Tokens are checked when the node has a token file; the store's tokens then add to the file's.
+        self.tokens = None
+        if self.security.tokens is not None:
+            engine = self.backend.engine
+            self.tokens = NodeTokens(self.security.tokens, lambda: [s.token for s in list_tokens(engine)])
+        self.service.node_tokens = self.tokens  # the token RPCs: file tokens, and reload after a write
+        interceptors = [Authorize(self.tokens)] if self.tokens is not None else []
         self._server = grpc.aio.server(options=server_options(self.limits, *self.keepalive_ms),
                                        interceptors=interceptors)
         self._server.add_generic_rpc_handlers((scheduler_handler(
@@ -234,6 +243,8 @@ class ApiServer:
         return port
 
     def start(self) -> ApiServer:
+        if self.tokens is not None:
+            self.tokens.start()  # the store's tokens, read before the first call; then every RELOAD_S
         self._on_loop(self._start())
         log.info("API listening on %s", self.listen)
         return self
@@ -277,6 +288,8 @@ class ApiServer:
         await self._server.stop(grace)
         await self.router.close()
         self.service.close()
+        if self.tokens is not None:
+            self.tokens.stop()
 
     def _end_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

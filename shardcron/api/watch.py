@@ -211,7 +211,7 @@ class MemberFeeds:
             try:
                 # Every namespace: this feed serves every watcher here, each filtered on arrival.
                 call = self.router.stub(address).WatchTicks(
-                    pb.WatchTicksRequest(local_only=True, namespace=ALL_NAMESPACES), metadata=self.router.metadata)
+                    pb.WatchTicksRequest(local_only=True, namespace=ALL_NAMESPACES), metadata=self.router.own_metadata())
                 async for event in call:
                     backoff = RECONNECT_FIRST_S
                     for q in list(self._watchers):
@@ -288,7 +288,7 @@ class Watches:
             if addr:
                 key = split_key(job_id)
                 call = self.router.stub(addr).WatchTicks(pb.WatchTicksRequest(job_id=key.id, namespace=key.namespace),
-                                                         metadata=self.router.metadata)
+                                                         metadata=self.router.forward_metadata())
                 try:
                     async for event in call:
                         backoff = RECONNECT_FIRST_S

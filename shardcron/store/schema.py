@@ -58,6 +58,9 @@ CALENDAR_NAME_LENGTH = 128  # calendars.check_calendar_name caps names at 128 AS
 BACKFILL_ID_LENGTH = 64
 NAMESPACE_LENGTH = 63  # tenancy.namespaces.MAX_NAMESPACE_LENGTH
 FRACTION_LENGTH = 64  # an exact rate as text, "10/3"
+TOKEN_NAME_LENGTH = 64  # tenancy.tokens caps token names at 64 characters
+TOKEN_HASH_LENGTH = 71  # "sha256:" and 64 hex digits
+ROLE_LENGTH = 16
 
 # Alembic's bookkeeping table, named for shardcron so that a database shared
 # with another Alembic-managed application keeps both histories apart.
@@ -332,8 +335,23 @@ namespaces = Table(
     **_TABLE_OPTS,
 )
 
+# API tokens created through the API (store/tokens.py); a node's token file adds its own.
+# Only the hash of a secret is stored. Not sharded: every node reads the whole table.
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("name", exact_string(TOKEN_NAME_LENGTH), primary_key=True),
+    Column("secret_hash", exact_string(TOKEN_HASH_LENGTH), nullable=False, unique=True),
+    Column("role", String(ROLE_LENGTH), nullable=False),
+    Column("namespaces", Text, nullable=False),  # comma-separated, or "*"
+    Column("created_at_ms", BigInteger, nullable=False),
+    Column("created_by", exact_string(TOKEN_NAME_LENGTH), nullable=False),
+    **_TABLE_OPTS,
+)
+
 
 __all__ = [
+    "api_tokens",
     "calendar_versions",
     "calendars",
     "ID_LENGTH",

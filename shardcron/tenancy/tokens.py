@@ -47,6 +47,14 @@ class TokenFileError(ConfigError):
     """A line of a token file is malformed; the message names the source and the line."""
 
 
+def valid_name_reason(name: str) -> str | None:
+    """None when ``name`` may name a token (file or store), else why not."""
+    if _NAME.fullmatch(name):
+        return None
+    return (f"the name {name[:64]!r} must be 1 to 64 letters, digits, '.', '_', '@' or '-', starting with a "
+            "letter or digit")
+
+
 def new_secret() -> str:
     return SECRET_PREFIX + secrets.token_urlsafe(32)
 
@@ -132,4 +140,4 @@ def _parse_line(fields: list[str], where: str) -> Token:
 
 
 __all__ = ["HASH_PREFIX", "SECRET_PREFIX", "TokenBook", "TokenFileError", "hash_secret", "new_secret",
-           "parse_token_file", "secret_matches", "token_line"]
+           "parse_token_file", "secret_matches", "token_line", "valid_name_reason"]
