@@ -22,7 +22,7 @@ import grpc
 
 from shardcron import clock
 from shardcron.abc import Backend
-from shardcron.api import admission
+from shardcron.api import admission, auth
 from shardcron.api.backfills import BackfillService
 from shardcron.api.batch import BatchWriter
 from shardcron.api.calendar_rpcs import CalendarRpcs
@@ -116,7 +116,7 @@ class SchedulerService(CalendarRpcs, BackfillService, TokenRpcs):
 
     def _readable_namespaces(self) -> frozenset[str] | None:
         """The namespaces the caller may read; None: all (no tokens, or a token on ``*``)."""
-        return None
+        return auth.readable_namespaces()
 
     def _admissible(self, job: Job) -> None:
         admission.check_job(self.backend, job)

@@ -1,0 +1,292 @@
+"""Scoped tokens on a real 3-node cluster (real etcd, real SQLite store) started with a token file:
+tokens created through the API confine each team to its namespace on every node (forwarded calls
+included), a read token cannot write, a watch of '*' shows only the caller's namespaces, a revoked
+token is refused everywhere within the reload bound, a forwarded call is never wider than the
+forwarding node's token, and every write leaves an audit line naming the token."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import uuid
+
+import grpc
+import pytest
+
+from shardcron.api.client import ApiError, Client
+from shardcron.api.security import ChannelSecurity
+from shardcron.dev.testing.cluster import Cluster, wait_until
+from shardcron.jobspec import job_from_dict
+from shardcron.sharding import shard_for
+from shardcron.tenancy.keys import join_key, namespace_of
+from shardcron.tenancy.tokens import hash_secret
+from tests.support.databases import create_database
+
+pytestmark = pytest.mark.cluster
+
+SHARDS = 6
+OPS, NODE, NODE_RO = "ops-secret-" + "x" * 20, "node-secret-" + "y" * 20, "node-ro-secret-" + "z" * 20
+
+
+def _token_file(directory) -> str:
+    path = os.path.join(directory, "tokens")
+    with open(path, "w") as f:
+        f.write("# name  hash  role  namespaces\n"
+                f"ops      {hash_secret(OPS)}  admin  *\n"
+                f"node     {hash_secret(NODE)}  admin  *\n"
+                f"node-ro  {hash_secret(NODE_RO)}  read  *\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster(etcd_server, database_servers, tmp_path_factory):
+    d = tmp_path_factory.mktemp("tokens")
+    url, drop = create_database("sqlite", directory=d)
+    c = Cluster(etcd_server.endpoints, url, f"/t{uuid.uuid4().hex[:12]}", SHARDS, 4, str(d),
+                extra_args=["--auth-token-file", _token_file(str(d))])
+    for name in ("n1", "n2", "n3"):
+        c.add(name, env={"SHARDCRON_NODE_TOKEN": NODE})
+    try:
+        c.wait_settled({"n1", "n2", "n3"}, 120)
+        yield c
+    finally:
+        c.stop_all()
+        drop()
+    for n in c.nodes.values():
+        assert "Traceback" not in n.log_text(), n.log_text()[-6000:]
+        for secret in (OPS, NODE, NODE_RO):
+            assert secret not in n.log_text()
+
+
+def _client(node, secret: str | None, namespace: str | None = None) -> Client:
+    return Client([node.address], security=ChannelSecurity(token=secret), namespace=namespace)
+
+
+def job(job_id: str, **kw):
+    return job_from_dict({"id": job_id, "every": "1h", "executor": {"kind": "noop"}, **kw})
+
+
+@pytest.fixture(scope="module")
+def teams(cluster):
+    """Secrets of write tokens for team-a and team-b and a read token of team-a, created through n1."""
+    tag = uuid.uuid4().hex[:6]
+    with _client(cluster.nodes["n1"], OPS) as admin:
+        secrets = {
+            "a": admin.create_token(f"team-a-{tag}", "write", ["team-a"])[1],
+            "b": admin.create_token(f"team-b-{tag}", "write", ["team-b"])[1],
+            "a-read": admin.create_token(f"team-a-read-{tag}", "read", ["team-a"])[1],
+        }
+    # The other nodes know them once they reload their book (every 2 s).
+    for node in cluster.nodes.values():
+        for secret in secrets.values():
+            wait_until(lambda: _accepted(node, secret), 60, what=f"{node.node_id} to accept a new token")
+    return secrets
+
+
+def _accepted(node, secret: str) -> bool:
+    with _client(node, secret) as c:
+        try:
+            c.shards()
+            return True
+        except ApiError as e:
+            if e.code is grpc.StatusCode.UNAUTHENTICATED:
+                return False
+            raise
+
+
+def _denied(call) -> ApiError:
+    with pytest.raises(ApiError) as e:
+        call()
+    assert e.value.code is grpc.StatusCode.PERMISSION_DENIED, e.value
+    return e.value
+
+
+def _forwarded_from(cluster, node_id: str, namespace: str) -> str:
+    """A job id of ``namespace`` whose shard another node leads: a call to ``node_id`` about it is forwarded."""
+    leaders = cluster.leaders()
+    for i in range(1000):
+        ident = f"fwd-{i}"
+        if leaders[shard_for(join_key(namespace, ident), cluster.shards)] not in (node_id, None):
+            return ident
+    raise AssertionError("no shard led elsewhere")
+
+
+def test_teams_cannot_reach_each_others_jobs_through_any_node(cluster, teams):
+    for node in cluster.nodes.values():
+        a, b = _client(node, teams["a"], "team-a"), _client(node, teams["b"], "team-b")
+        with a, b:
+            mine = _forwarded_from(cluster, node.node_id, "team-a")  # served by forwarding
+            theirs = _forwarded_from(cluster, node.node_id, "team-b")
+            a.put_job(job(mine))
+            b.put_job(job(theirs))
+            assert a.get_job(mine).key.namespace == "team-a"
+            a.trigger_job(mine)
+
+            e = _denied(lambda: a.get_job(theirs, namespace="team-b"))
+            assert "namespace 'team-b'" in e.details and "role read" in e.details and "team-a-" in e.details
+            e = _denied(lambda: a.put_job(job(theirs), namespace="team-b"))
+            assert "namespace 'team-b' needs role write" in e.details
+            for call in (a.delete_job, a.pause_job, a.trigger_job, a.list_ticks):
+                _denied(lambda: call(theirs, namespace="team-b"))
+            _denied(lambda: b.delete_job(mine, namespace="team-a"))
+            _denied(lambda: list(b.list_jobs(namespace="team-a")))
+            e = _denied(lambda: a.put_jobs([job(f"{mine}-2")], namespace="team-b"))
+            assert "PutJobs in namespace 'team-b'" in e.details
+
+            # A read of every namespace shows only the caller's.
+            assert {j.key.namespace for j in a.list_jobs(namespace="*")} == {"team-a"}
+            assert {j.key.namespace for j in b.list_jobs(namespace="*")} == {"team-b"}
+            a.delete_job(mine)
+            b.delete_job(theirs)
+
+
+def test_a_read_token_cannot_write(cluster, teams):
+    with _client(cluster.nodes["n2"], OPS, "team-a") as admin, \
+            _client(cluster.nodes["n2"], teams["a-read"], "team-a") as reader:
+        ident = _forwarded_from(cluster, "n2", "team-a")
+        admin.put_job(job(ident))
+        assert reader.get_job(ident).key.id == ident
+        e = _denied(lambda: reader.put_job(job(ident)))
+        assert "needs role write" in e.details and "role read" in e.details
+        _denied(lambda: reader.delete_job(ident))
+        _denied(lambda: reader.create_token("sneaky", "admin", ["*"]))
+        admin.delete_job(ident)
+
+
+def _watching(watch) -> tuple[list, threading.Thread]:
+    seen: list = []
+
+    def consume():
+        for t in watch:
+            seen.append(t)
+
+    reader = threading.Thread(target=consume, daemon=True)
+    reader.start()
+    return seen, reader
+
+
+def test_a_watch_of_every_namespace_shows_only_the_callers(cluster, teams):
+    n1 = cluster.nodes["n1"]
+    a = _client(n1, teams["a"], "team-a")
+    b = _client(cluster.nodes["n3"], teams["b"], "team-b")
+    admin = _client(n1, OPS)
+    ident = f"pulse-{uuid.uuid4().hex[:6]}"
+    watch_a, watch_all = a.watch_ticks(namespace="*"), admin.watch_ticks(namespace="*")
+    seen_a, reader_a = _watching(watch_a)
+    seen_all, reader_all = _watching(watch_all)
+
+    def succeeded(seen, key, at=None):
+        return any(t.job_id == key and t.status.value == "succeeded" and at in (None, t.scheduled_at_ms)
+                   for t in seen)
+
+    try:
+        a.put_job(job(ident))
+        b.put_job(job(ident))
+        slot_a = a.trigger_job(ident)
+        slot_b = b.trigger_job(ident)
+        wait_until(lambda: succeeded(seen_all, slot_b.job_id), 60, what="the admin's watcher to see team-b's tick")
+        # team-b's event reached n1's watchers before this trigger; team-a's watcher reads its queue in order.
+        again = a.trigger_job(ident)
+        wait_until(lambda: succeeded(seen_a, again.job_id, again.scheduled_at_ms), 60,
+                   what="team-a's watcher to see its second tick")
+        assert succeeded(seen_a, slot_a.job_id, slot_a.scheduled_at_ms)
+        assert {namespace_of(t.job_id) for t in seen_a} == {"team-a"}, "team-a's token saw another namespace's ticks"
+        assert succeeded(seen_all, slot_a.job_id)
+    finally:
+        for w in (watch_a, watch_all):
+            w.cancel()
+        for r in (reader_a, reader_all):
+            r.join(10)
+        a.delete_job(ident)
+        b.delete_job(ident)
+        for c in (a, b, admin):
+            c.close()
+
+
+def test_a_revoked_token_is_refused_on_every_node(cluster, teams):
+    name = f"temp-{uuid.uuid4().hex[:6]}"
+    with _client(cluster.nodes["n2"], OPS) as admin:
+        info, secret = admin.create_token(name, "read", ["team-a"])
+        assert (info.role, info.namespaces, info.source, info.created_by) == ("read", ("team-a",), "store", "ops")
+        listed = {t.name: t for t in admin.list_tokens()}
+        assert listed["ops"].source == "file" and listed[name].source == "store"
+        for node in cluster.nodes.values():
+            wait_until(lambda: _accepted(node, secret), 60, what=f"{node.node_id} to accept {name}")
+        admin.revoke_token(name)
+        assert not _accepted(cluster.nodes["n2"], secret)  # at once on the node that wrote
+        for node in cluster.nodes.values():  # within RELOAD_S on the others
+            wait_until(lambda: not _accepted(node, secret), 60, what=f"{node.node_id} to refuse {name}")
+        e = pytest.raises(ApiError, admin.revoke_token, "ops").value
+        assert e.code is grpc.StatusCode.FAILED_PRECONDITION and "token file" in e.details
+        e = pytest.raises(ApiError, admin.create_token, "node", "read", ["*"]).value
+        assert e.code is grpc.StatusCode.ALREADY_EXISTS
+
+
+def test_no_token_and_unknown_tokens_are_unauthenticated(cluster):
+    for secret in (None, "sct_not-a-token"):
+        with _client(cluster.nodes["n3"], secret) as c:
+            with pytest.raises(ApiError) as e:
+                c.get_job("x")
+            assert e.value.code is grpc.StatusCode.UNAUTHENTICATED and "SHARDCRON_TOKEN" in e.value.details
+
+
+def test_every_write_is_audited_with_the_tokens_name(cluster, teams):
+    n1 = cluster.nodes["n1"]
+    ident = f"audited-{uuid.uuid4().hex[:6]}"
+    with _client(n1, teams["a"], "team-a") as a:
+        a.put_job(job(ident))
+        _denied(lambda: a.delete_job(ident, namespace="team-b"))
+        a.delete_job(ident)
+    wait_until(lambda: f"call=DeleteJob token=team-a-" in n1.log_text() and
+               f"namespace=team-a target={ident}" in n1.log_text(), 30, what="the audit lines")
+    lines = [ln for ln in n1.log_text().splitlines() if f"target={ident}" in ln]
+    assert any("call=PutJob" in ln and "namespace=team-a" in ln for ln in lines), lines
+    assert any("call=DeleteJob" in ln and "namespace=team-b" in ln and ln.endswith("denied") for ln in lines), lines
+
+
+def test_the_cli_creates_lists_and_revokes(cluster):
+    n1 = cluster.nodes["n1"]
+    env = {**os.environ, "SHARDCRON_TOKEN": OPS, "SHARDCRON_SERVER": n1.address}
+    name = f"cli-{uuid.uuid4().hex[:6]}"
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "shardcron", "tokens", *args], capture_output=True, text=True,
+                              timeout=60, env=env)
+
+    made = cli("create", name, "--role", "write", "--namespaces", "team-a,team-b")
+    assert made.returncode == 0, made.stderr
+    assert "cannot be shown again" in made.stdout and "secret: sct_" in made.stdout
+    listed = cli("list")
+    row = next(ln for ln in listed.stdout.splitlines() if ln.startswith(name))
+    assert row.split()[:4] == [name, "write", "team-a,team-b", "store"]
+    bad = cli("create", "x", "--role", "write", "--namespaces", "Team A")
+    assert bad.returncode == 1 and "token.namespaces" in bad.stderr and "Traceback" not in bad.stderr
+    assert cli("revoke", name).returncode == 0
+    gone = cli("revoke", name)
+    assert gone.returncode == 1 and f"no token named '{name}'" in gone.stderr and "Traceback" not in gone.stderr
+
+
+def test_a_forwarded_call_is_not_widened(etcd_server, database_servers, tmp_path):
+    """A node whose own token may only read forwards an admin's write: the leader refuses it."""
+    url, drop = create_database("sqlite", directory=tmp_path)
+    c = Cluster(etcd_server.endpoints, url, f"/t{uuid.uuid4().hex[:12]}", 4, 4, str(tmp_path),
+                extra_args=["--auth-token-file", _token_file(str(tmp_path))])
+    try:
+        c.add("full", env={"SHARDCRON_NODE_TOKEN": NODE})
+        ro = c.add("ro", env={"SHARDCRON_NODE_TOKEN": NODE_RO})
+        c.wait_settled({"full", "ro"}, 120)  # no shard moves after this: the leaders read below stay
+        with _client(ro, OPS) as admin:
+            ident = _forwarded_from(c, "ro", "default")
+            e = _denied(lambda: admin.put_job(job(ident)))
+            assert "needs role write" in e.details and "token 'ops' has role read" in e.details
+            with pytest.raises(ApiError) as missing:
+                admin.get_job(ident)  # a read is within both scopes: forwarded, and answered
+            assert missing.value.code is grpc.StatusCode.NOT_FOUND
+        with _client(c.nodes["full"], OPS) as direct:
+            direct.put_job(job(ident))  # the same caller through the leader's own node may write
+            direct.delete_job(ident)
+    finally:
+        c.stop_all()
+        drop()
