@@ -15,7 +15,9 @@
    (None when auth is off) and ``may_see(namespace)`` to filter reads of ``*``;
    forwarding passes ``caller_secret()`` on (``routing.Router.forward_metadata``);
 4. after a write call returns OK it logs one INFO line on ``shardcron.audit``
-   (``call= token= namespace= target=``), and a ``denied`` line for each refusal.
+   (``call= token= namespace= target=``) on the node the caller reached (not
+   again on the leader it was forwarded to), and a ``denied`` line for each
+   refusal, wherever it is refused.
 """
 
 from __future__ import annotations
@@ -179,9 +181,10 @@ class Authorize(grpc.aio.ServerInterceptor):
         if not method.startswith(SCHEDULER_PREFIX):
             return handler  # reflection: any known token
         name = method[len(SCHEDULER_PREFIX):]
+        forwarded = any(k == FORWARDED_HEADER for k, _ in details.invocation_metadata or ())
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                self._unary(handler.unary_unary, name, token, secret),
+                self._unary(handler.unary_unary, name, token, secret, audited=not forwarded),
                 request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
@@ -206,13 +209,13 @@ class Authorize(grpc.aio.ServerInterceptor):
         audit_log.info("%s", audit_line(name, token, request, "denied"))
         await context.abort(grpc.StatusCode.PERMISSION_DENIED, reason)
 
-    def _unary(self, inner, name: str, token: Token, secret: str | None):
+    def _unary(self, inner, name: str, token: Token, secret: str | None, audited: bool):
         async def checked(request, context):
             if not hasattr(request, "DESCRIPTOR"):  # refused while parsing (too big): the inner handler says so
                 return await inner(request, context)
             await self._admit(context, name, token, secret, request)
             answer = await inner(request, context)  # a failure aborts: no audit line for it
-            if name in WRITE_CALLS:
+            if audited and name in WRITE_CALLS:  # a forwarded write is logged once, by the node it reached
                 audit_log.info("%s", audit_line(name, token, request))
             return answer
         return checked

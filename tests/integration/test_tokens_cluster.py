@@ -103,11 +103,11 @@ def _denied(call) -> ApiError:
     return e.value
 
 
-def _forwarded_from(cluster, node_id: str, namespace: str) -> str:
+def _forwarded_from(cluster, node_id: str, namespace: str, prefix: str = "fwd") -> str:
     """A job id of ``namespace`` whose shard another node leads: a call to ``node_id`` about it is forwarded."""
     leaders = cluster.leaders()
     for i in range(1000):
-        ident = f"fwd-{i}"
+        ident = f"{prefix}-{i}"
         if leaders[shard_for(join_key(namespace, ident), cluster.shards)] not in (node_id, None):
             return ident
     raise AssertionError("no shard led elsewhere")
@@ -234,7 +234,7 @@ def test_no_token_and_unknown_tokens_are_unauthenticated(cluster):
 
 def test_every_write_is_audited_with_the_tokens_name(cluster, teams):
     n1 = cluster.nodes["n1"]
-    ident = f"audited-{uuid.uuid4().hex[:6]}"
+    ident = _forwarded_from(cluster, "n1", "team-a", f"audited-{uuid.uuid4().hex[:6]}")  # n1 forwards it
     with _client(n1, teams["a"], "team-a") as a:
         a.put_job(job(ident))
         _denied(lambda: a.delete_job(ident, namespace="team-b"))
@@ -243,6 +243,10 @@ def test_every_write_is_audited_with_the_tokens_name(cluster, teams):
                f"namespace=team-a target={ident}" in n1.log_text(), 30, what="the audit lines")
     lines = [ln for ln in n1.log_text().splitlines() if f"target={ident}" in ln]
     assert any("call=PutJob" in ln and "namespace=team-a" in ln for ln in lines), lines
+    # One line per write: the leader a call was forwarded to does not log it again.
+    everywhere = [ln for n in cluster.nodes.values() for ln in n.log_text().splitlines()
+                  if f"call=PutJob token=team-a-" in ln and f"target={ident}" in ln]
+    assert len(everywhere) == 1, everywhere
     assert any("call=DeleteJob" in ln and "namespace=team-b" in ln and ln.endswith("denied") for ln in lines), lines
 
 
