@@ -132,6 +132,8 @@ def test_teams_cannot_reach_each_others_jobs_through_any_node(cluster, teams):
                 _denied(lambda: call(theirs, namespace="team-b"))
             _denied(lambda: b.delete_job(mine, namespace="team-a"))
             _denied(lambda: list(b.list_jobs(namespace="team-a")))
+            e = _denied(lambda: next(iter(b.watch_ticks(namespace="team-a"))))  # a stream is checked too
+            assert "WatchTicks in namespace 'team-a' needs role read" in e.details
             e = _denied(lambda: a.put_jobs([job(f"{mine}-2")], namespace="team-b"))
             assert "PutJobs in namespace 'team-b'" in e.details
 
