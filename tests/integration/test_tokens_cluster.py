@@ -296,3 +296,32 @@ def test_a_forwarded_call_is_not_widened(etcd_server, database_servers, tmp_path
     finally:
         c.stop_all()
         drop()
+
+
+def test_a_calendar_lists_only_the_jobs_its_reader_may_see(cluster, teams):
+    from shardcron.scheduling.calendars import parse_calendar
+
+    name = f"holidays-{uuid.uuid4().hex[:6]}"
+    n2 = cluster.nodes["n2"]
+    with _client(n2, OPS) as admin, _client(n2, teams["a"], "team-a") as a, \
+            _client(n2, teams["b"], "team-b") as b:
+        admin.put_calendar(parse_calendar(name, {"exclude_dates": ["2026-12-25"]}))
+        wait_until(lambda: _calendar_known(a, name), 30, what="the calendar to be readable")
+        for c in (a, b):
+            c.put_job(job(name, calendars=[name]))
+        _, jobs = a.get_calendar(name)
+        assert [namespace_of(k) for k in jobs] == ["team-a"]
+        _, jobs = admin.get_calendar(name)
+        assert sorted(namespace_of(k) for k in jobs) == ["team-a", "team-b"]
+        _denied(lambda: a.delete_calendar(name, force=True))
+        for c in (a, b):
+            c.delete_job(name)
+        admin.delete_calendar(name)
+
+
+def _calendar_known(client, name: str) -> bool:
+    try:
+        client.get_calendar(name)
+        return True
+    except ApiError:
+        return False
