@@ -31,6 +31,17 @@ spread over the second make no bursts, and nobody waits for them:
       no  -> go on
       yes -> waited YIELD_TO_STARTS_MAX_MS already? -> go on
              else sleep until the burst ends or is due (at most 5 ms), check again
+
+Executor slots (``exec_gate.py``, issue 15). At most ``executor_slots``
+executions run at once. A start that finds none free waits in the gate, by
+namespace; so does every later start, noop included, while anything waits.
+Each run that ends (``_done``, on the loop) hands its slot to the next start
+the queue picks (``_serve_waiting``), which passes the burst's guard and
+``_start``'s checks again at that moment and records its real start. Nothing
+is dropped: a released shard's waiting starts are taken out and counted not
+started, their rows left claimed for the next leader. With nothing waiting a
+noop pays one unlocked check (``ExecGate.open``); a start with an executor takes
+its slot under the gate's lock.
 """
 
 from __future__ import annotations

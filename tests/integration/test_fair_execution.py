@@ -143,3 +143,25 @@ def test_a_released_shard_leaves_its_waiting_starts_claimed_for_the_next_leader(
     assert done.wait(30)
     statuses = sorted(list_ticks(r.engine, store_key("a", f"a{i}"))[-1].status.value for i in range(A_JOBS))
     assert statuses == ["claimed"] * (A_JOBS - 1) + ["succeeded"], "never dropped: left claimed for a successor"
+
+
+def test_max_running_holds_a_namespaces_start_while_others_run(rig, sink):
+    from shardcron.tenancy.quotas import Quota
+    from shardcron.tenancy.settings import NamespaceSettings
+
+    r = rig([a_job(sink, 0), a_job(sink, 1), b_job(0)], executor_slots=4)
+    r.scheduler.set_namespace_settings({"a": NamespaceSettings(quota=Quota(max_running=1))})
+    r.at(T0)
+    r.at(T0 + 1 * S)  # a0 runs; a1 is over a's max_running with slots free: it waits
+    wait_until(lambda: len(sink.order()) == 1, 30, what="a's first run to reach the sink")
+    assert r.scheduler._gate.waiting == 1 and r.scheduler._gate.running("a") == 1
+    r.clock.now_ms = T0 + 2 * S
+    r.scheduler.claim_due()
+    r.scheduler.dispatch_due()  # b0's noop: queued behind a1 (the queue's order decides), served on a free slot
+    wait_until(lambda: r.ticks(store_key("b", "b0")).get(2, (None,))[0] is TickStatus.SUCCEEDED, 30,
+               what="b0 to run while a1 waits for a's running quota")
+    assert len(sink.order()) == 1, "a1 still waits: a0 runs"
+    r.clock.now_ms = T0 + 2 * S + STEP_MS
+    sink.turns.release()  # a0 ends: a1 may go now
+    wait_until(lambda: len(sink.order()) >= 2, 30, what="a1 to start once a0 ended")
+    assert r.scheduler._gate.running("a") == 1
