@@ -8,7 +8,7 @@ flag as columns; a Job read back is the JSON with those columns applied.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from sqlalchemy import Connection, Engine, bindparam, func, select
@@ -20,6 +20,7 @@ from shardcron.store.engine import reading
 from shardcron.store.fences import run_fenced, run_fenced_many
 from shardcron.store.schema import LABEL_KEY_LENGTH, LABEL_VALUE_LENGTH, job_labels, jobs
 from shardcron.store.sql import chunks
+from shardcron.tenancy.keys import namespace_of
 
 _READ_COLUMNS = (jobs.c.id, jobs.c.shard, jobs.c.spec, jobs.c.version, jobs.c.paused, jobs.c.active_since_ms)
 # What every write sets (see _row); created_at_ms only on insert.
@@ -269,14 +270,18 @@ def list_jobs(
     labels: dict[str, str] | None = None,
     limit: int = 100,
     after_id: str | None = None,
+    namespaces: Collection[str] | None = None,
 ) -> list[Job]:
-    """A page of jobs ordered by id; pass the last id seen as ``after_id`` for the next page.
+    """A page of jobs ordered by key; pass the last key seen as ``after_id`` for the next page.
 
     ``labels``: every given key must be present with exactly the given value.
+    ``namespaces``: only jobs of these (None: every namespace).
     """
     q = select(*_READ_COLUMNS).order_by(jobs.c.id).limit(limit)
     if shard is not None:
         q = q.where(jobs.c.shard == shard)
+    if namespaces is not None:
+        q = q.where(jobs.c.namespace.in_(sorted(namespaces)))
     if after_id is not None:
         q = q.where(jobs.c.id > after_id)
     for key, value in (labels or {}).items():
@@ -314,6 +319,7 @@ def _row(job: Job, shard: int, fence: int, node_id: str, now_ms: int) -> dict:
     """Column values for a write of ``job`` (all but created_at_ms)."""
     return {
         "shard": shard,
+        "namespace": namespace_of(job.id),
         "spec": _spec(job),
         "version": job.version,
         "paused": job.paused,
