@@ -82,7 +82,7 @@ from shardcron.store import fences as fence_store
 from shardcron.store import jobs as job_store
 from shardcron.store import ticks as tick_store
 from shardcron.store.ticks import SlotClaim
-from shardcron.tenancy.namespaces import namespace_of
+from shardcron.tenancy.keys import namespace_of
 from shardcron.tenancy.settings import NamespaceSettings
 
 log = logging.getLogger(__name__)

@@ -33,29 +33,15 @@ class OneAtATimeSink:
         self.sink = Sink(on_request=lambda r: self.turns.acquire(timeout=60))
         self.sink.start()
 
-    def order(self) -> list[tuple[str, int]]:
-        """(job key, slot) of every request, in the order they arrived."""
-        out = []
-        for r in self.sink.requests():
-            key, _, slot = (r.header("idempotency-key") or "").rpartition(":")
-            out.append((key, int(slot)))
-        return out
+    def order(self) -> list[tuple[str, str, int]]:
+        """(namespace, job id, slot) of every request, in the order they arrived."""
+        return [(r.header("x-shardcron-namespace"), r.header("x-shardcron-job-id"),
+                 int(r.header("x-shardcron-scheduled-at-ms"))) for r in self.sink.requests()]
 
     def close(self) -> None:
         for _ in range(1000):
             self.turns.release()
         self.sink.stop()
-
-
-@pytest.fixture(autouse=True)
-def _pre_merge_keys(monkeypatch):
-    # TEMPORARY until main's namespaced keys load from the store: ids "a0", "b1" stand for a/a0, b/b1.
-    import shardcron.scheduling.loop as loop
-    monkeypatch.setattr(loop, "namespace_of", lambda key: key[0])
-
-
-def store_key(ns, job_id):  # noqa: F811 - TEMPORARY, see above
-    return job_id
 
 
 @pytest.fixture
@@ -118,7 +104,8 @@ def test_fair_queuing_serves_the_calm_namespace_before_the_floods_backlog(rig, s
     order = sink.order()
     assert len(order) == 2 * A_JOBS and len(set(order)) == 2 * A_JOBS, "every A slot ran, once"
     # ...and A's own starts keep their order: its first slots before its second ones.
-    assert [slot for _, slot in order] == [T0 + S] * A_JOBS + [T0 + 2 * S] * A_JOBS
+    assert [slot for _, _, slot in order] == [T0 + S] * A_JOBS + [T0 + 2 * S] * A_JOBS
+    assert {ns for ns, _, _ in order} == {"a"}
     stats = r.scheduler.stats.snapshot()
     assert stats.get("not_started", 0) == 0 and stats["by_status"] == {"succeeded": 2 * A_JOBS + B_JOBS}
 
