@@ -669,6 +669,8 @@ class Scheduler:
 
     def _serve_waiting(self) -> None:
         """On the loop: hand every free slot to the next waiting start, in the queue's order."""
+        if self._closing:  # the node stops: what waits stays claimed for the next leader
+            return
         while (served := self._gate.next(time.monotonic())) is not None:
             metrics.namespace_wait.observe(served.namespace, served.waited_s)
             if not self._start_waited(*served.item):
