@@ -77,9 +77,6 @@ def _run(a: argparse.Namespace) -> int:
         raise ConfigError("--jobs and --seconds must be positive")
     if a.flood_jobs <= 0 or a.executor_slots <= 0:
         raise ConfigError("--flood-jobs and --executor-slots must be positive")
-    if a.scenario == "fairness" and a.db:
-        raise ConfigError("--db: bench fairness runs each mode on a fresh SQLite store of its own (the two runs "
-                          "would find each other's jobs in a shared one)")
     if a.neighbour != "none" and a.scenario != "precision":
         raise ConfigError(f"--neighbour is for bench precision, not {a.scenario}")
     node_counts = _counts("--nodes", a.nodes or ("1,2,3" if a.scenario == "scale" else ""))

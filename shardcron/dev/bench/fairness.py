@@ -41,7 +41,7 @@ from shardcron.dev.sink import Sink
 from shardcron.jobspec import job_from_dict
 from shardcron.scheduling.jitter import jitter_offset_ms
 from shardcron.store.schema import ticks
-from shardcron.tenancy.keys import namespace_of
+from shardcron.tenancy.keys import join_key, namespace_of
 
 SINK_SLEEP_S = (0.1, 0.3)  # each answer after a uniform draw from this range: 200 ms on average
 CALM, FLOOD = "calm", "flood"
@@ -96,6 +96,9 @@ def _one_run(env: BenchEnv, sink_url: str, calm_jobs: int, flood_jobs: int, seco
                 "flooding": {**_window(env, flood_from, seconds, calm_jobs, measured_at), "node_cpu_pct": flood_cpu}}
     finally:
         client.close()
+        env.cluster.stop_all()
+        for namespace in (CALM, FLOOD):  # a --db store is shared by both runs: the next starts empty
+            env.forget_jobs(join_key(namespace, namespace), with_ticks=True)
 
 
 def _put(client: Client, namespace: str, specs: list[dict]) -> None:
