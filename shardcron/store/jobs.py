@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from sqlalchemy import Connection, Engine, bindparam, func, select
+from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select
 
 from shardcron.errors import FencedOut, InvalidJob, JobNotFound, ShardcronError, VersionConflict
 from shardcron.jobspec import job_from_json, job_to_json
@@ -272,18 +272,19 @@ def list_jobs(
     after_id: str | None = None,
     namespaces: Collection[str] | None = None,
 ) -> list[Job]:
-    """A page of jobs ordered by key; pass the last key seen as ``after_id`` for the next page.
+    """A page of jobs ordered by namespace, then id; pass the last key seen as ``after_id`` for the next page.
 
     ``labels``: every given key must be present with exactly the given value.
     ``namespaces``: only jobs of these (None: every namespace).
     """
-    q = select(*_READ_COLUMNS).order_by(jobs.c.id).limit(limit)
+    q = select(*_READ_COLUMNS).order_by(jobs.c.namespace, jobs.c.id).limit(limit)
     if shard is not None:
         q = q.where(jobs.c.shard == shard)
     if namespaces is not None:
         q = q.where(jobs.c.namespace.in_(sorted(namespaces)))
-    if after_id is not None:
-        q = q.where(jobs.c.id > after_id)
+    if after_id is not None:  # the key orders like the id within its namespace (tenancy.keys)
+        after_ns = namespace_of(after_id)
+        q = q.where(or_(jobs.c.namespace > after_ns, and_(jobs.c.namespace == after_ns, jobs.c.id > after_id)))
     for key, value in (labels or {}).items():
         has = select(job_labels.c.job_id).where(
             job_labels.c.job_id == jobs.c.id, job_labels.c.key == key, job_labels.c.value == value

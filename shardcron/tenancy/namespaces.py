@@ -26,7 +26,7 @@ hashing what it holds, and ``default`` rows are unchanged by the upgrade. Not NU
 PostgreSQL's text refuses it. The key is at most 256 bytes of UTF-8
 (``MAX_JOB_ID_BYTES``), so an id in a namespace may be 256 - len(namespace) - 1
 bytes long; ``job_key`` says so when one is longer.
-``tests/vectors/shards_namespaced.json`` holds namespaced keys with their bytes,
+``namespaced_vectors`` in ``tests/vectors/shards.json`` hold namespaced keys with their bytes,
 hash and shard for clients in other languages; ``shard_vectors`` writes its entries.
 """
 
@@ -124,7 +124,7 @@ def delete_refusal(namespace: str, job_count: int, *, force: bool) -> str | None
 
 
 def shard_vectors(keys: Iterable[JobKey], shard_counts: Iterable[int]) -> list[dict]:
-    """Entries of ``tests/vectors/shards_namespaced.json``: each key with its bytes, raw hash and shards.
+    """Entries of ``namespaced_vectors`` in ``tests/vectors/shards.json``: each key with its bytes, raw hash and shards.
 
     The raw hash is the shard for a count of 2**32 (the rule's modulo leaves it whole)."""
     counts = list(shard_counts)
