@@ -24,6 +24,15 @@ Rules (``Scheduler`` calls these; the gate itself reads no clock and does no I/O
 - ``remove_where(pred)``: the waiting starts of a shard this node stops leading,
   handed back to the caller (never dropped).
 
+Headroom (fair queuing only). Queue order alone cannot keep a calm namespace's
+lateness while a flood holds every slot: its start still waits for the next
+execution to end, and then for the node's loop. So the gate keeps a few slots
+(``headroom``: 5% of them, at least one) free for namespaces below their share:
+a namespace that already holds its share of the slots (``slots * weight / sum of
+the active namespaces' weights``) may not take one of the last ``headroom`` free
+slots while another namespace is active (running, waiting, or seen starting in the
+last ``ACTIVE_S``). Alone, a namespace takes every slot; first-come has no headroom.
+
 Counts: ``busy`` (slots held) and ``waiting`` are plain ints the hot path reads
 without the lock; they change only under it.
 """
@@ -43,6 +52,8 @@ from shardcron.tenancy.settings import NamespaceSettings
 T = TypeVar("T")
 
 DEFAULT_SLOTS = 1000
+HEADROOM_FRACTION = 0.05  # of the slots, kept for namespaces below their share while one is above it
+ACTIVE_S = 2.0  # a namespace seen starting this recently is active: it counts in the shares
 
 
 class FifoQueue(Generic[T]):
@@ -118,6 +129,8 @@ class ExecGate(Generic[T]):
         self._running: dict[str, int] = {}  # namespace -> slots its executions hold
         self._quotas: dict[str, Quota] = {}  # namespaces with a max_running quota
         self._weighted: set[str] = set()  # namespaces given a weight (to reset when they lose it)
+        self.headroom = max(1, int(slots * HEADROOM_FRACTION)) if fair else 0
+        self._seen: dict[str, float] = {}  # namespace -> when it last asked to start (fair only)
         self._lock = threading.Lock()
 
     # -- the hot path ---------------------------------------------------------------------
@@ -131,7 +144,10 @@ class ExecGate(Generic[T]):
     def enter(self, namespace: str, item: T, now_s: float, *, holds: bool) -> bool:
         """True: go now (a slot taken when ``holds``); False: ``item`` waits in the queue."""
         with self._lock:
-            if self.waiting or self.busy >= self.slots or not self._may_start(namespace):
+            if self.fair:
+                self._seen[namespace] = now_s
+            if (self.waiting or self.busy >= self.slots or not self._may_start(namespace)
+                    or (holds and not self._within_share(namespace, now_s))):
                 self._queue.enqueue(namespace, item, now_s)
                 self.waiting += 1
                 return False
@@ -144,7 +160,12 @@ class ExecGate(Generic[T]):
         with self._lock:
             if not self.waiting or self.busy >= self.slots:
                 return None
-            served = self._queue.pop(now_s, self._may_start if self._quotas else None)
+            eligible = None
+            if self.fair and self.slots - self.busy <= self.headroom:
+                eligible = lambda ns: self._may_start(ns) and self._within_share(ns, now_s)  # noqa: E731
+            elif self._quotas:
+                eligible = self._may_start
+            served = self._queue.pop(now_s, eligible)
             if served is not None:
                 self.waiting -= 1
                 self._take(served.namespace)
@@ -194,6 +215,23 @@ class ExecGate(Generic[T]):
     def _take(self, namespace: str) -> None:
         self.busy += 1
         self._running[namespace] = self._running.get(namespace, 0) + 1
+
+    def _within_share(self, namespace: str, now_s: float) -> bool:
+        """May ``namespace`` take a slot now, as far as the headroom goes (see the module doc)?"""
+        if self.slots - self.busy - 1 >= self.headroom:
+            return True  # the common case: plenty free, no share to compute
+        active = self._active(now_s)
+        active.add(namespace)
+        if len(active) == 1:
+            return True
+        weight = self._queue.weight  # FairQueue: the headroom exists only with fair queuing
+        share = self.slots * weight(namespace) / sum(weight(ns) for ns in active)
+        return self._running.get(namespace, 0) < share
+
+    def _active(self, now_s: float) -> set[str]:
+        for namespace in [ns for ns, at in self._seen.items() if now_s - at > ACTIVE_S]:
+            del self._seen[namespace]
+        return set(self._running) | set(self._queue.namespaces()) | set(self._seen)
 
     def _may_start(self, namespace: str) -> bool:
         quota = self._quotas.get(namespace)

@@ -169,3 +169,58 @@ def test_bad_flags_are_named(argv, env, says, monkeypatch):
     with pytest.raises(ConfigError) as err:
         settings(*argv)
     assert str(err.value) == says
+
+
+# -- headroom: a few slots kept for namespaces below their share -----------------------------------
+
+
+def flood(gate: ExecGate, namespace: str, n: int, now: float = 0.0) -> int:
+    """``n`` starts of ``namespace`` that hold a slot each; how many went at once."""
+    return sum(gate.enter(namespace, f"{namespace}{i}", now, holds=True) for i in range(n))
+
+
+@pytest.mark.parametrize(
+    "slots, headroom",
+    [(1, 1), (19, 1), (20, 1), (40, 2), (100, 5), (1000, 50)],
+)
+def test_headroom_is_five_percent_of_the_slots_and_at_least_one(slots, headroom):
+    assert ExecGate(slots).headroom == headroom
+    assert ExecGate(slots, fair=False).headroom == 0
+
+
+def test_alone_a_namespace_takes_every_slot():
+    gate = ExecGate(100)
+    assert flood(gate, "a", 120) == 100 and gate.waiting == 20
+
+
+@pytest.mark.parametrize("fair, flood_took, calm_at_once", [(True, 95, True), (False, 100, False)])
+def test_a_flood_leaves_the_headroom_to_an_active_namespace_below_its_share(fair, flood_took, calm_at_once):
+    gate = ExecGate(100, fair=fair)
+    gate.enter("calm", "c0", 0.0, holds=False)  # calm is active: it started a noop a moment ago
+    assert flood(gate, "flood", 200, now=0.5) == flood_took
+    # With a backlog waiting, a new start queues (nothing overtakes the queue), then the scheduler serves:
+    assert not gate.enter("calm", "c1", 0.6, holds=True)
+    served = gate.next(0.6)
+    assert (served is not None and served.item == "c1") is calm_at_once
+    if fair:  # the flood's head is passed over, keeping its place and its tag
+        assert gate.running("calm") == 1 and gate.running("flood") == 95 and gate.waiting_by_namespace() == {
+            "flood": 105}
+
+
+def test_the_headroom_goes_back_to_the_flood_once_the_calm_namespace_is_idle():
+    gate = ExecGate(100)
+    gate.enter("calm", "c0", 0.0, holds=False)
+    assert flood(gate, "flood", 200, now=0.5) == 95
+    assert gate.next(1.0) is None, "calm was active a second ago: the headroom stays free"
+    served = gate.next(0.5 + 2.0 + 0.1)  # ACTIVE_S after calm's last start, with nothing of calm running
+    assert served is not None and served.namespace == "flood" and gate.busy == 96
+
+
+def test_each_active_namespace_may_grow_to_its_weighted_share_into_the_headroom():
+    gate = ExecGate(100)
+    gate.set_settings({"heavy": NamespaceSettings(weight=3.0)})
+    gate.enter("light", "l0", 0.0, holds=False)
+    assert flood(gate, "heavy", 95) == 95  # each taken while at least the headroom (5) stays free
+    assert not gate.enter("heavy", "h96", 0.1, holds=True), "heavy holds more than its share (75): not the last 5"
+    assert gate.enter("light", "l1", 0.1, holds=True) is False  # a backlog waits: it queues, then is served
+    assert gate.next(0.1).item == "l1"
