@@ -260,6 +260,7 @@ COMMANDS: dict[str, str] = {
     "fences": "shardcron.cli", "config": "shardcron.cli", "reshard": "shardcron.cli",
     "jobs": "shardcron.cli.jobs", "ticks": "shardcron.cli.jobs",
     "calendars": "shardcron.cli.calendars",
+    "namespaces": "shardcron.cli.namespaces",
     "audit": "shardcron.cli.admin", "db": "shardcron.cli.admin",
     "bench": "shardcron.dev.bench",
     "dev": "shardcron.dev.local_cluster",
