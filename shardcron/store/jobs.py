@@ -31,7 +31,10 @@ log = logging.getLogger(__name__)
 _READ_COLUMNS = (jobs.c.id, jobs.c.shard, jobs.c.spec, jobs.c.version, jobs.c.paused, jobs.c.active_since_ms)
 # What every write sets (see _row); created_at_ms only on insert.
 _WRITE_COLUMNS = ("shard", "namespace", "spec", "version", "paused", "fence", "node_id", "updated_at_ms", "active_since_ms")
-_JOBS_BY_IDS = select(*_READ_COLUMNS).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
+# FOR UPDATE, read in id order, as put_each reads them: the replaced spec gives its rate back to the
+# namespace's usage, so it must be the one this transaction replaces; and every job writer locks its job
+# rows before its namespace rows (store/namespaces.py), so writers cannot deadlock on them.
+_JOBS_BY_IDS = select(*_READ_COLUMNS).where(jobs.c.id.in_(bindparam("ids", expanding=True))).with_for_update()
 # The spec too: the replaced definition's rate is given back to its namespace's quota.
 _VERSIONS_FOR_UPDATE = (
     select(jobs.c.id, jobs.c.version, jobs.c.spec).where(jobs.c.id.in_(bindparam("ids", expanding=True))).with_for_update()
@@ -202,7 +205,7 @@ def import_jobs_many(engine: Engine, by_shard: Mapping[int, tuple[int, Sequence[
         refused.clear()  # a re-run (see run_fenced_many) decides afresh
         wanted = {j.id: (shard, fence, j) for (shard, fence), shard_jobs in live.items() for j in shard_jobs}
         stored = {}
-        for part in chunks(list(wanted)):
+        for part in chunks(sorted(wanted)):
             stored.update({r.id: r for r in conn.execute(_JOBS_BY_IDS, {"ids": list(part)})})
         written: dict[str, Imported] = {}
         inserts, updates = [], []

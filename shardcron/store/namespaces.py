@@ -221,9 +221,10 @@ def lock_rooms(conn: Connection, names: Iterable[str], now_ms: int = 0) -> Rooms
     wanted = sorted(set(names))
     if not wanted:
         return Rooms()
-    if DEFAULT_NAMESPACE in wanted:
-        _ensure_default(conn, now_ms)
     rows = conn.execute(_ROWS_FOR_UPDATE, {"names": wanted}).all()
+    if DEFAULT_NAMESPACE in wanted and not any(r.name == DEFAULT_NAMESPACE for r in rows):
+        _ensure_default(conn, now_ms)  # rarely: only a store whose row went missing
+        rows = conn.execute(_ROWS_FOR_UPDATE, {"names": wanted}).all()
     return Rooms({r.name: _Room(_settings(r).quota, _usage(r), _usage(r)) for r in rows})
 
 

@@ -193,7 +193,16 @@ def test_take_room_and_give_back_in_a_transaction(engine):
         ns.take_room(conn, "team-x", [PutChange(None, Fraction(1))])
 
 
-def test_two_leaders_racing_for_the_last_room_exactly_one_wins(engine):
+def _import(engine, j, shard: int):
+    """A PutJobs' write of one job: its refusal raised, as put_job raises it."""
+    out = js.import_jobs_many(engine, {shard: (FENCES[shard], [j])}, node_id=f"leader-{shard}", now_ms=1000)
+    if out.refused:
+        raise out.refused[j.id]
+    return out.written[j.id]
+
+
+@pytest.mark.parametrize("write", [put, _import], ids=["put", "put_jobs"])
+def test_two_leaders_racing_for_the_last_room_exactly_one_wins(engine, write):
     """Each round: one room left; the leaders of shards 0 and 1 put a new job each at the same moment."""
     create(engine, "team-a", max_jobs=1)
     for round_ in range(4):
@@ -203,7 +212,7 @@ def test_two_leaders_racing_for_the_last_room_exactly_one_wins(engine):
         def racer(shard: int):
             start.wait(30)
             try:
-                answers[shard] = put(engine, job("team-a", f"r{round_}-{shard}"), shard=shard)
+                answers[shard] = write(engine, job("team-a", f"r{round_}-{shard}"), shard)
             except QuotaRefused as e:
                 answers[shard] = e
 
