@@ -103,6 +103,7 @@ from shardcron.store.jobs import get_job, list_jobs
 from shardcron.store.retention import horizons_of_jobs
 from shardcron.store.schema import fence_log, ticks
 from shardcron.store.ticks import runs_busy_since, ticks_between
+from shardcron.tenancy.keys import display_key, namespace_of, split_key
 
 DEFAULT_GRACE_MS = 60_000
 DEFAULT_CLOCK_TOLERANCE_MS = 0
@@ -209,13 +210,16 @@ class AuditReport:
             "unresolved": [_finding_dict(f) for f in self.unresolved],
             "false_overlap": [_finding_dict(f) for f in self.false_overlap],
             "notification_missing": [_finding_dict(f) for f in self.notification_missing],
-            "per_job": {job_id: asdict(s) for job_id, s in sorted(self.per_job.items())},
+            "per_job": {display_key(job_id): {**asdict(s), "job_id": split_key(job_id).id,
+                                              "namespace": split_key(job_id).namespace}
+                        for job_id, s in sorted(self.per_job.items())},
         }
 
 
 def _finding_dict(f: Finding) -> dict:
     d = asdict(f)
     d["kind"] = f.kind.value
+    d["job_id"], d["namespace"] = split_key(f.job_id)[::-1]
     return d
 
 
@@ -483,8 +487,10 @@ def run_audit(
     live_leaders: Callable[[int], bool] | None = None,
     grace_ms: int = DEFAULT_GRACE_MS,
     clock_tolerance_ms: int = DEFAULT_CLOCK_TOLERANCE_MS,
+    namespaces: frozenset[str] | None = None,
 ) -> AuditReport:
-    """Audit the slots in ``(from_ms, to_ms]`` of every job (or of ``job_id``).
+    """Audit the slots in ``(from_ms, to_ms]`` of every job (or of the job keyed ``job_id``; or of the
+    jobs of ``namespaces``).
 
     Reads: the jobs (pages of 1000), the window's ticks (one query), the fence
     log (one query), and, only for a job whose last slots in the window have no
@@ -499,6 +505,9 @@ def run_audit(
     now = clock.wall_ms() if now_ms is None else now_ms
     jobs = _jobs(engine, job_id)
     rows = ticks_between(engine, from_ms + 1, to_ms + 1, job_id)
+    if namespaces is not None:
+        jobs = [j for j in jobs if namespace_of(j.id) in namespaces]
+        rows = [t for t in rows if namespace_of(t.job_id) in namespaces]
     raises = _fence_raises(engine, {t.shard for t in rows})
     horizons = horizons_of_jobs(engine, [j.id for j in jobs])
 

@@ -63,6 +63,7 @@ from shardcron.errors import ShardcronError
 from shardcron.store.engine import make_engine, writing
 from shardcron.store.schema import ID_LENGTH, exact_string
 from shardcron.store.sql import insert_ignoring_duplicates
+from shardcron.tenancy.keys import DEFAULT_NAMESPACE, join_key, slot_idempotency_key
 
 log = logging.getLogger("shardcron.dedupe")
 
@@ -92,6 +93,7 @@ _NAMES: dict[str, tuple[str, ...]] = {
     "fence": ("shardcron_fence", "x-shardcron-fence", "fence"),
     "shard": ("shardcron_shard", "x-shardcron-shard", "shard"),
     "node_id": ("shardcron_node", "x-shardcron-node", "node_id", "node"),
+    "namespace": ("shardcron_namespace", "x-shardcron-namespace", "namespace"),  # absent: default
 }
 _REQUIRED = ("job_id", "scheduled_at_ms", "attempt", "fence")
 _DIGITS = re.compile(r"[0-9]+")
@@ -107,10 +109,16 @@ class TickInfo:
     fence: int
     shard: int | None = None
     node_id: str | None = None
+    namespace: str | None = None  # None: default
+
+    @property
+    def key(self) -> str:
+        """The job's key: unique across namespaces (what the dedupe stores are keyed by)."""
+        return join_key(self.namespace or DEFAULT_NAMESPACE, self.job_id)
 
     @property
     def idempotency_key(self) -> str:
-        return f"{self.job_id}:{self.scheduled_at_ms}"
+        return slot_idempotency_key(self.key, self.scheduled_at_ms)
 
     @classmethod
     def from_mapping(cls, m: Mapping[Any, Any]) -> TickInfo:
@@ -156,7 +164,7 @@ def _parse(field: str, name: str, raw: Any) -> str | int:
             raw = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise NotATick(name, "not UTF-8") from None
-    if field in ("job_id", "node_id"):
+    if field in ("job_id", "node_id", "namespace"):
         if not isinstance(raw, str) or not raw:
             raise NotATick(name, f"expected a non-empty string, got {raw!r}")
         return raw
@@ -233,7 +241,7 @@ class RedisDeduper:
         self.client.delete(self._keys(tick)[1])
 
     def _keys(self, tick: TickInfo) -> tuple[str, str]:
-        tag = f"{self.prefix}{{{tick.job_id}}}"
+        tag = f"{self.prefix}{{{tick.key}}}"
         return f"{tag}:fence", f"{tag}:slot:{tick.scheduled_at_ms}"
 
 
@@ -286,7 +294,7 @@ class SqlDeduper:
     def release(self, tick: TickInfo, *, connection: Connection | Session | None = None) -> None:
         """Forget an admitted slot (its run failed), so a retry or redelivery is FIRST again."""
         stmt = self.slots.delete().where(
-            self.slots.c.job_id == tick.job_id, self.slots.c.scheduled_at_ms == tick.scheduled_at_ms
+            self.slots.c.job_id == tick.key, self.slots.c.scheduled_at_ms == tick.scheduled_at_ms
         )
         if connection is None:
             with writing(self.engine) as conn:
@@ -301,8 +309,8 @@ class SqlDeduper:
         # 1. The job's fence row exists (a no-op if it does) and is locked: every
         #    admission of the job waits here for the one before it to commit.
         #    On SQLite this write takes the database's write lock instead.
-        insert_ignoring_duplicates(conn, self.fences, [{"job_id": tick.job_id, "fence": tick.fence}])
-        highest = conn.execute(select(f.fence).where(f.job_id == tick.job_id).with_for_update()).scalar_one()
+        insert_ignoring_duplicates(conn, self.fences, [{"job_id": tick.key, "fence": tick.fence}])
+        highest = conn.execute(select(f.fence).where(f.job_id == tick.key).with_for_update()).scalar_one()
         if tick.fence < highest:
             return Verdict.STALE_FENCE
         # 2. Record the slot. The unique violation, not a prior SELECT, decides:
@@ -312,14 +320,14 @@ class SqlDeduper:
         try:
             with conn.begin_nested():
                 conn.execute(self.slots.insert().values(
-                    job_id=tick.job_id, scheduled_at_ms=tick.scheduled_at_ms,
+                    job_id=tick.key, scheduled_at_ms=tick.scheduled_at_ms,
                     fence=tick.fence, seen_at_ms=clock.wall_ms(),
                 ))
         except sa_exc.IntegrityError:
             verdict = Verdict.DUPLICATE
         # 3. A higher fence is news even on a duplicate: its leader deposed the older one.
         if tick.fence > highest:
-            conn.execute(update(self.fences).where(f.job_id == tick.job_id).values(fence=tick.fence))
+            conn.execute(update(self.fences).where(f.job_id == tick.key).values(fence=tick.fence))
         return verdict
 
 

@@ -4,6 +4,8 @@ The CLI turns any ``ShardcronError`` into a one-line message and a non-zero
 exit; anything else is a bug.
 """
 
+from shardcron.tenancy.keys import DEFAULT_NAMESPACE, split_key
+
 
 class ShardcronError(Exception):
     """Base class: an expected failure with a message fit for a user."""
@@ -55,15 +57,21 @@ class NotLeader(ShardcronError):
         self.shard = shard
 
 
+def job_named(key: str) -> str:
+    """``job 'id'``, and ``in namespace 'ns'`` for a job outside default: a job's key (tenancy.keys) for a message."""
+    namespace, id_ = split_key(key)
+    return f"job {id_!r}" if namespace == DEFAULT_NAMESPACE else f"job {id_!r} in namespace {namespace!r}"
+
+
 class JobNotFound(ShardcronError):
     def __init__(self, job_id: str):
-        super().__init__(f"job {job_id!r} not found")
+        super().__init__(f"{job_named(job_id)} not found")
         self.job_id = job_id
 
 
 class VersionConflict(ShardcronError):
     def __init__(self, job_id: str, expected: int, actual: int):
-        super().__init__(f"job {job_id!r}: expected version {expected}, found {actual}")
+        super().__init__(f"{job_named(job_id)}: expected version {expected}, found {actual}")
         self.job_id = job_id
         self.expected = expected
         self.actual = actual

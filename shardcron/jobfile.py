@@ -11,6 +11,10 @@ them before its jobs; see ``scheduling/calendars.parse_calendar`` for the keys):
     [calendars.business]             calendars:
     timezone = "Europe/Lisbon"         business:
     windows = { mon-fri = "09:00-18:00" }  timezone: Europe/Lisbon
+
+A top-level ``namespace = "team-a"`` puts every job of the file in that namespace
+(a job's own ``namespace`` key wins); without one, the jobs go to the namespace
+``shardcron jobs apply`` names with ``-n`` (or SHARDCRON_NAMESPACE), else ``default``.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from pathlib import Path
 
 import yaml
 
-from shardcron.errors import InvalidJob, ShardcronError
+from shardcron.errors import InvalidJob, ShardcronError, job_named
 from shardcron.jobspec import job_from_dict
 from shardcron.model import Job
 from shardcron.scheduling.calendars import Calendar, CalendarError, parse_calendar
+from shardcron.tenancy.namespaces import validate_namespace
 
 
 class JobFileError(ShardcronError):
@@ -76,8 +81,15 @@ def load_job_file(path: str, admit: Callable[[Job], None] | None = None) -> list
         raise JobFileError(f"{path}: expected a top-level 'jobs' list or table"
                            + (f" (found {hint[0]!r}: did you mean 'jobs'?)" if hint else ""))
     for key in data:
-        if key not in ("jobs", "calendars"):
-            raise JobFileError(f"{path}: {key}: unknown top-level key; a job file holds only 'jobs' and 'calendars'")
+        if key not in ("jobs", "calendars", "namespace"):
+            raise JobFileError(f"{path}: {key}: unknown top-level key; a job file holds only 'jobs', 'calendars' "
+                               "and 'namespace'")
+    namespace = data.get("namespace")
+    if namespace is not None:
+        try:
+            validate_namespace(namespace)
+        except InvalidJob as e:
+            raise JobFileError(f"{path}: {e}") from None
     raw = data["jobs"]
     if isinstance(raw, Mapping):
         entries = [(str(k), v) for k, v in raw.items()]
@@ -92,13 +104,15 @@ def load_job_file(path: str, admit: Callable[[Job], None] | None = None) -> list
         where = f"job {named!r}" if isinstance(named, str) and named else f"jobs[{i}]"
         try:
             # A file states every job's executor: a forgotten one must not become a noop.
+            if namespace is not None and isinstance(body, Mapping) and "namespace" not in body:
+                body = {**body, "namespace": namespace}
             job = job_from_dict(body, job_id=job_id, require_executor=True)
             if admit is not None:
                 admit(job)
         except InvalidJob as e:
             raise JobFileError(f"{path}: {where}: {e}") from None
         if job.id in seen:
-            raise JobFileError(f"{path}: job id {job.id!r} appears twice")
+            raise JobFileError(f"{path}: {job_named(job.id)} appears twice")
         seen.add(job.id)
         jobs.append(job)
     return jobs

@@ -25,6 +25,7 @@ from croniter import croniter
 from shardcron.coordination.cluster_config import DEFAULT_MIN_INTERVAL_MS
 from shardcron.errors import InvalidJob
 from shardcron.headers import mask_url, masked_headers
+from shardcron.tenancy.keys import DEFAULT_NAMESPACE, split_key
 from shardcron.model import (
     CatchUp,
     ExecutorKind,
@@ -49,7 +50,7 @@ HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
 # a misspelled key that were ignored would silently change what the job does
 # (``timzone`` would run it in UTC).
 SCHEDULE_KEYS = frozenset({"cron", "every", "interval_ms", "at", "at_ms", "timezone", "tz"})
-JOB_KEYS = frozenset({"id", "schedule", "executor", "catchup", "catchup_window", "overlap", "timeout", "retry",
+JOB_KEYS = frozenset({"id", "namespace", "schedule", "executor", "catchup", "catchup_window", "overlap", "timeout", "retry",
                       "paused", "labels", "version", "jitter", "calendars", "history_limit",
                       "on_failure", "on_recovery"})
 RETRY_KEYS = frozenset({"max_attempts", "backoff", "backoff_max"})
@@ -327,6 +328,10 @@ def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bo
             raise InvalidJob(key, "belongs in the schedule table, which is given too: give the schedule in one place")
         _check_keys(d, JOB_KEYS)
     jid = validate_job_id(job_id if job_id is not None else d.get("id"))
+    if d.get("namespace") is not None:  # the job's key holds it (tenancy.keys); absent or empty: default
+        from shardcron.tenancy.namespaces import store_key  # it validates with this module's rules
+
+        jid = store_key(d["namespace"], jid)
     schedule = _parse_schedule(sched)
     if "executor" in d or require_executor:
         executor = parse_executor(d.get("executor"))
@@ -572,8 +577,11 @@ def job_to_dict(job: Job) -> dict[str, Any]:
     else:
         sched["at_ms"] = s.at_ms
     ex = executor_to_dict(job.executor)
+    key = split_key(job.id)
     return {
-        "id": job.id,
+        "id": key.id,
+        # Only outside default: a default job keeps the JSON it was stored with before namespaces.
+        **({"namespace": key.namespace} if key.namespace != DEFAULT_NAMESPACE else {}),
         "schedule": sched,
         "executor": ex,
         "catchup": job.catchup.value,

@@ -1,7 +1,9 @@
 """Structured logs: text or JSON, with node, shard, job, fence and tick on the lines that concern them.
 
 Callers pass the context as ``extra={"shard": 3, "fence": 17, "job": "a"}``;
-the node id is added to every line.
+the node id is added to every line. ``job`` is the job's key: a line about a job
+outside ``default`` shows ``namespace=`` and the id apart, and a key in the
+message reads ``namespace/id`` (the key's U+001F separator is no character to print).
 """
 
 from __future__ import annotations
@@ -11,7 +13,22 @@ import logging
 import sys
 import time
 
+from shardcron.tenancy.keys import KEY_SEPARATOR, split_key
+
 CONTEXT_FIELDS = ("shard", "job", "fence", "tick")
+
+
+def _context(record: logging.LogRecord) -> dict:
+    ctx = {k: getattr(record, k) for k in CONTEXT_FIELDS if hasattr(record, k)}
+    job = ctx.get("job")
+    if isinstance(job, str) and KEY_SEPARATOR in job:
+        key = split_key(job)
+        ctx = {"namespace": key.namespace, **ctx, "job": key.id}
+    return ctx
+
+
+def _message(record: logging.LogRecord) -> str:
+    return record.getMessage().replace(KEY_SEPARATOR, "/")
 
 
 class _NodeFilter(logging.Filter):
@@ -44,8 +61,8 @@ class _OneLineFilter(logging.Filter):
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
-        ctx = " ".join(f"{k}={getattr(record, k)}" for k in CONTEXT_FIELDS if hasattr(record, k))
-        line = f"{ts} {record.levelname:<7} node={getattr(record, 'node', '-')} {record.name}: {record.getMessage()}"
+        ctx = " ".join(f"{k}={v}" for k, v in _context(record).items())
+        line = f"{ts} {record.levelname:<7} node={getattr(record, 'node', '-')} {record.name}: {_message(record)}"
         if ctx:
             line += f"  [{ctx}]"
         if record.exc_info:
@@ -60,11 +77,9 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname.lower(),
             "node": getattr(record, "node", None),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": _message(record),
+            **_context(record),
         }
-        for k in CONTEXT_FIELDS:
-            if hasattr(record, k):
-                d[k] = getattr(record, k)
         if record.exc_info:
             d["exc"] = self.formatException(record.exc_info)
         return json.dumps(d, default=str)

@@ -70,7 +70,8 @@ class CountedHistogram(Collector):
 
 tick_lateness = CountedHistogram("shardcron_tick_lateness_seconds", "Executor start minus scheduled time.",
                                  "shard", _LATENESS_BUCKETS)
-ticks = Counter("shardcron_ticks_total", "Ticks recorded by this node, by final status.", ["status"])
+ticks = Counter("shardcron_ticks_total", "Ticks recorded by this node, by namespace and final status.",
+                ["namespace", "status"])
 caught_up = Counter("shardcron_caught_up_slots_total", "Missed slots claimed and run on taking a shard over.")
 calendar_skips = Counter("shardcron_calendar_skips_total",
                          "Times a job's next claim jumped over slots its calendars exclude.")

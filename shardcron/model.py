@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
+from shardcron.tenancy.keys import JobKey, slot_idempotency_key, split_key
+
 
 class ScheduleKind(StrEnum):
     CRON = "cron"
@@ -208,7 +210,7 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class Job:
-    id: str
+    id: str  # the job's key: the id itself in namespace default, else namespace U+001F id (tenancy.keys)
     schedule: Schedule
     executor: ExecutorSpec
     catchup: CatchUp = CatchUp.ALL
@@ -233,6 +235,11 @@ class Job:
     # Store-assigned: when the current definition (or the last resume) took effect.
     # Slots at or before it are never owed, so a new or resumed job has no backlog.
     active_since_ms: int = 0
+
+    @property
+    def key(self) -> JobKey:
+        """``(namespace, id)``, from ``id``."""
+        return split_key(self.id)
 
 
 @dataclass(frozen=True)
@@ -314,7 +321,7 @@ class ExecutionResult(NamedTuple):
 class TickContext:
     """What an executor is told about the tick it runs, and passes downstream."""
 
-    job_id: str
+    job_id: str  # the job's key: its namespace and id (tenancy.keys)
     scheduled_at_ms: int
     attempt: int
     fence: int
@@ -323,7 +330,7 @@ class TickContext:
 
     @property
     def idempotency_key(self) -> str:
-        return f"{self.job_id}:{self.scheduled_at_ms}"
+        return slot_idempotency_key(self.job_id, self.scheduled_at_ms)
 
 
 class BackfillState(StrEnum):

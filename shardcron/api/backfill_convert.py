@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from shardcron.api.convert import _OVERLAP_FROM_PB, _OVERLAP_TO_PB, BadRequest
 from shardcron.model import Backfill, BackfillState, Overlap
+from shardcron.tenancy.keys import DEFAULT_NAMESPACE, join_key, split_key
 from shardcron.v1 import scheduler_pb2 as pb
 
 _STATE_TO_PB = {BackfillState.ACTIVE: pb.BACKFILL_STATE_ACTIVE, BackfillState.DONE: pb.BACKFILL_STATE_DONE,
@@ -12,7 +13,8 @@ _STATE_FROM_PB = {v: k for k, v in _STATE_TO_PB.items()}
 
 
 def backfill_to_proto(bf: Backfill) -> pb.Backfill:
-    p = pb.Backfill(id=bf.id, job_id=bf.job_id, shard=bf.shard, from_ms=bf.from_ms, to_ms=bf.to_ms,
+    key = split_key(bf.job_id)
+    p = pb.Backfill(id=bf.id, job_id=key.id, namespace=key.namespace, shard=bf.shard, from_ms=bf.from_ms, to_ms=bf.to_ms,
                     overlap=_OVERLAP_TO_PB[bf.overlap], rate_per_s=bf.rate_per_s, state=_STATE_TO_PB[bf.state],
                     planned=bf.planned, done=bf.done, skipped=bf.skipped, created_at_ms=bf.created_at_ms,
                     updated_at_ms=bf.updated_at_ms, node_id=bf.node_id, error=bf.error or "")
@@ -22,7 +24,7 @@ def backfill_to_proto(bf: Backfill) -> pb.Backfill:
 
 
 def backfill_from_proto(p: pb.Backfill) -> Backfill:
-    return Backfill(p.id, p.job_id, p.shard, p.from_ms, p.to_ms, _OVERLAP_FROM_PB.get(p.overlap, Overlap.SKIP),
+    return Backfill(p.id, join_key(p.namespace or DEFAULT_NAMESPACE, p.job_id), p.shard, p.from_ms, p.to_ms, _OVERLAP_FROM_PB.get(p.overlap, Overlap.SKIP),
                     p.rate_per_s, p.planned, p.created_at_ms, _STATE_FROM_PB.get(p.state, BackfillState.ACTIVE),
                     p.cursor_ms if p.HasField("cursor_ms") else None, p.done, p.skipped, 0, p.node_id,
                     p.updated_at_ms, p.error or None)

@@ -17,13 +17,17 @@ import grpc
 from shardcron import clock
 from shardcron.api.backfill_convert import backfill_to_proto, overlap_from_proto
 from shardcron.api.convert import BadRequest
-from shardcron.jobspec import validate_job_id
+from shardcron.errors import job_named
+from shardcron.store.backfills import BackfillNotFound
 from shardcron.scheduling.backfill_plan import BackfillError, owed_slots, validate_backfill
 from shardcron.scheduling.calendar_book import CalendarBook, Unknown
 from shardcron.scheduling.triggers import trigger_for
 from shardcron.store import backfills as backfill_store
 from shardcron.store import jobs as job_store
 from shardcron.model import Backfill, BackfillState
+from shardcron.tenancy.keys import namespace_of
+from shardcron.tenancy.namespaces import namespace_or_default, store_key
+from shardcron.tenancy.scopes import ALL_NAMESPACES
 from shardcron.v1 import scheduler_pb2 as pb
 
 LIST_DEFAULT = 100
@@ -38,7 +42,7 @@ def plan_backfill(engine, request: pb.BackfillJobRequest, *, shard: int, now_ms:
                   calendars: CalendarBook) -> Backfill:
     """The backfill the request asks for, checked, with its owed slots counted (not yet stored): the
     slots the job's calendars (as they are now) allow, as the leader will run them."""
-    job_id = validate_job_id(request.id)
+    job_id = store_key(request.namespace, request.id)
     if request.to_ms > now_ms:
         raise BadRequest("to_ms", f"must not be in the future ({request.to_ms} > now {now_ms}): slots from now "
                                   "on are the live schedule's")
@@ -52,7 +56,7 @@ def plan_backfill(engine, request: pb.BackfillJobRequest, *, shard: int, now_ms:
     recorded = backfill_store.recorded_slots(engine, job_id, checked.from_ms, checked.to_ms)
     cals = calendars.resolve(job.calendars) if job.calendars else ()
     if isinstance(cals, Unknown):
-        raise BadRequest("id", f"job {job_id}: {cals.reason}")
+        raise BadRequest("id", f"{job_named(job_id)}: {cals.reason}")
     planned = sum(1 for _ in owed_slots(trigger, cals, checked.from_ms, checked.to_ms, recorded))
     return Backfill(backfill_store.new_backfill_id(), job_id, shard, checked.from_ms, checked.to_ms, checked.overlap,
                     checked.rate_per_s, planned, now_ms)
@@ -63,7 +67,7 @@ class BackfillService:
 
     async def BackfillJob(self, request: pb.BackfillJobRequest, context: grpc.aio.ServicerContext
                           ) -> pb.BackfillJobResponse:
-        job_id = validate_job_id(request.id)
+        job_id = store_key(request.namespace, request.id)
         shard = self._shard(job_id)
         b = self.backend
 
@@ -84,21 +88,28 @@ class BackfillService:
         if not request.id:
             raise BadRequest("id", "must name a backfill (as BackfillJob answered it)")
 
+        namespace = namespace_or_default(request.namespace)
+
         def answer() -> pb.GetBackfillResponse:
-            return pb.GetBackfillResponse(backfill=backfill_to_proto(backfill_store.get_backfill(self.backend.engine,
-                                                                                                 request.id)))
+            bf = backfill_store.get_backfill(self.backend.engine, request.id)
+            if namespace_of(bf.job_id) != namespace:  # as if absent: its namespace may be one the caller cannot read
+                raise BackfillNotFound(request.id)
+            return pb.GetBackfillResponse(backfill=backfill_to_proto(bf))
 
         return await self.router.blocking(answer)
 
     async def ListBackfills(self, request: pb.ListBackfillsRequest, context: grpc.aio.ServicerContext
                             ) -> pb.ListBackfillsResponse:
-        job_id = validate_job_id(request.job_id, "job_id") if request.job_id else None
+        if request.job_id and request.namespace == ALL_NAMESPACES:
+            raise BadRequest("namespace", "the backfills of one job name its namespace (or none: default), not '*'")
+        job_id = store_key(request.namespace, request.job_id, "job_id") if request.job_id else None
+        namespaces = None if job_id else self._read_namespaces(request.namespace)
         if request.page_size < 0:
             raise BadRequest("page_size", f"must not be negative, got {request.page_size}")
         size = min(request.page_size or LIST_DEFAULT, LIST_MAX)
 
         def answer() -> pb.ListBackfillsResponse:
-            found = backfill_store.list_backfills(self.backend.engine, job_id=job_id, limit=size)
+            found = backfill_store.list_backfills(self.backend.engine, job_id=job_id, limit=size, namespaces=namespaces)
             return pb.ListBackfillsResponse(backfills=[backfill_to_proto(bf) for bf in found])
 
         return await self.router.blocking(answer)

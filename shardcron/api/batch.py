@@ -36,11 +36,12 @@ from shardcron.api.routing import (
     why_not_served,
 )
 from shardcron.api.status import clip, retry_hint, status_for
-from shardcron.errors import FencedOut, InvalidJob
-from shardcron.jobspec import validate_job_id
+from shardcron.errors import FencedOut, InvalidJob, job_named
 from shardcron.model import Job
 from shardcron.sharding import shard_for
 from shardcron.store import jobs as job_store
+from shardcron.tenancy.keys import split_key
+from shardcron.tenancy.namespaces import store_key
 from shardcron.v1 import scheduler_pb2 as pb
 
 
@@ -54,11 +55,12 @@ class _Item:
 
 
 def _result(job_id: str, code: grpc.StatusCode, message: str, *, retryable: bool = False) -> pb.PutJobResult:
-    return pb.PutJobResult(id=job_id, code=code.value[0], message=clip(message), retryable=retryable)
+    """``job_id``: the job's key (or, for one refused before it had one, the id as given)."""
+    return pb.PutJobResult(id=split_key(job_id).id, code=code.value[0], message=clip(message), retryable=retryable)
 
 
 def _ok(job: Job, *, unchanged: bool) -> pb.PutJobResult:
-    return pb.PutJobResult(id=job.id, code=grpc.StatusCode.OK.value[0], job=job_to_proto(job, redact=True),
+    return pb.PutJobResult(id=job.key.id, code=grpc.StatusCode.OK.value[0], job=job_to_proto(job, redact=True),
                            unchanged=unchanged)
 
 
@@ -128,13 +130,13 @@ class BatchWriter:
         items = []
         for i, p in enumerate(request.jobs):
             try:
-                job_id = validate_job_id(p.id)
+                job_id = store_key(p.namespace, p.id)
             except InvalidJob as e:
                 results[i] = _result(p.id, grpc.StatusCode.INVALID_ARGUMENT, str(e))
                 continue
             if job_id in first:
                 results[i] = _result(job_id, grpc.StatusCode.INVALID_ARGUMENT,
-                                     f"id: {job_id!r} appears more than once in this call "
+                                     f"id: {job_named(job_id)} appears more than once in this call "
                                      f"(first as jobs[{first[job_id]}])")
                 continue
             first[job_id] = i

@@ -22,6 +22,7 @@ from shardcron.api.routing import Router
 from shardcron.errors import EtcdUnavailable
 from shardcron.scheduling.calendars import check_calendar_name
 from shardcron.store import calendars as calendar_store
+from shardcron.tenancy.keys import split_key
 from shardcron.v1 import scheduler_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -67,8 +68,10 @@ class CalendarRpcs:
 
         def read() -> pb.GetCalendarResponse:
             s = calendar_store.get_calendar(self.backend.engine, name)
+            users = [split_key(k) for k in calendar_store.jobs_using(self.backend.engine, name,
+                                                                     namespaces=self._readable_namespaces())]
             return pb.GetCalendarResponse(calendar=calendar_to_proto(s.calendar, s.version, s.updated_at_ms),
-                                          jobs=calendar_store.jobs_using(self.backend.engine, name))
+                                          jobs=[k.id for k in users], job_namespaces=[k.namespace for k in users])
 
         return await self.router.blocking(read)
 

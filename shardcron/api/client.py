@@ -44,6 +44,9 @@ from shardcron.model import Backfill, Job, JobRuns, SlotRef, Tick
 from shardcron.scheduling.calendar_book import StoredCalendar
 from shardcron.scheduling.calendars import Calendar
 from shardcron.store.namespaces import StoredNamespace
+from shardcron.tenancy.keys import DEFAULT_NAMESPACE, join_key, split_key
+from shardcron.tenancy.namespaces import namespace_or_default
+from shardcron.tenancy.scopes import ALL_NAMESPACES
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
 
@@ -132,9 +135,12 @@ def _check_timeout(value, name: str) -> None:
 
 class Client:
     def __init__(self, targets: str | Sequence[str], *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 security: ChannelSecurity | None = None):
-        """``security``: TLS trust, client certificate and bearer token (``ChannelSecurity``)."""
+                 security: ChannelSecurity | None = None, namespace: str | None = None):
+        """``security``: TLS trust, client certificate and bearer token (``ChannelSecurity``).
+        ``namespace``: of the jobs this client names by id (None: ``default``); each call may name another.
+        A job's key (``Job.id`` of a job this client returned) names its namespace itself."""
         _check_timeout(timeout_s, "timeout_s")
+        self.namespace = namespace_or_default(namespace)
         self.targets = parse_targets(targets)
         self.security = security
         self.timeout_s = timeout_s
@@ -193,18 +199,35 @@ class Client:
             raise ApiError(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {timeout_s or self.timeout_s:.1f}s")
         raise Unavailable(grpc.StatusCode.UNAVAILABLE, "no shardcron node answers at " + "; ".join(unreachable))
 
+    # -- namespaces of the calls ----------------------------------------------------------
+
+    def _ref(self, job_id: str, namespace: str | None) -> tuple[str, str]:
+        """``(id, namespace)`` of a job named by id (in ``namespace``, else the client's) or by key."""
+        key = split_key(job_id)
+        if job_id != key.id:  # a key: it names its namespace
+            if namespace is not None and namespace_or_default(namespace) != key.namespace:
+                raise ValueError(f"{job_id!r} is a key of namespace {key.namespace!r}, not of {namespace!r}")
+            return key.id, key.namespace
+        return job_id, namespace_or_default(namespace) if namespace is not None else self.namespace
+
+    def _job_proto(self, job: Job, namespace: str | None) -> pb.Job:
+        p = job_to_proto(job, redact=False)
+        p.id, p.namespace = self._ref(job.id, namespace)
+        return p
+
     # -- jobs ------------------------------------------------------------------------
 
-    def put_job(self, job: Job, *, expected_version: int | None = None, timeout_s: float | None = None) -> Job:
+    def put_job(self, job: Job, *, expected_version: int | None = None, timeout_s: float | None = None,
+                namespace: str | None = None) -> Job:
         """Create or replace ``job``; with ``expected_version``, only if the stored one is at that
         version (0: only if it does not exist), else ``Conflict``. Returns the stored job."""
-        req = pb.PutJobRequest(job=job_to_proto(job, redact=False))
+        req = pb.PutJobRequest(job=self._job_proto(job, namespace))
         if expected_version is not None:
             req.expected_version = expected_version
         return stored_job_from_proto(self._call("PutJob", req, timeout_s).job)
 
     def put_jobs(self, jobs: Iterable[Job], *, timeout_s: float | None = None,
-                 in_flight: int = IN_FLIGHT_BATCHES) -> list[PutResult]:
+                 in_flight: int = IN_FLIGHT_BATCHES, namespace: str | None = None) -> list[PutResult]:
         """Create or replace many jobs (unchanged ones are left alone); one result per job, in order.
 
         The jobs go in batches of up to 1,000, ``in_flight`` of them at a time, so
@@ -223,7 +246,7 @@ class Client:
                 ))
 
         with ThreadPoolExecutor(max(1, in_flight), thread_name_prefix="put-jobs") as pool:
-            for batch in _batches(job_to_proto(j, redact=False) for j in jobs):
+            for batch in _batches(self._job_proto(j, namespace) for j in jobs):
                 pending.append(pool.submit(self._call, "PutJobs", pb.PutJobsRequest(jobs=batch), timeout_s))
                 if len(pending) >= in_flight:
                     collect(pending.popleft().result())
@@ -231,59 +254,88 @@ class Client:
                 collect(pending.popleft().result())
         return results
 
-    def get_job(self, job_id: str, *, timeout_s: float | None = None) -> Job:
-        return stored_job_from_proto(self._call("GetJob", pb.GetJobRequest(id=job_id), timeout_s).job)
+    def get_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> Job:
+        job_id, ns = self._ref(job_id, namespace)
+        return stored_job_from_proto(self._call("GetJob", pb.GetJobRequest(id=job_id, namespace=ns), timeout_s).job)
 
-    def get_job_runs(self, job_id: str, *, timeout_s: float | None = None) -> tuple[Job, JobRuns]:
+    def get_job_runs(self, job_id: str, *, timeout_s: float | None = None,
+                     namespace: str | None = None) -> tuple[Job, JobRuns]:
         """The job and its runs: the next owed slot (after jitter) and when it starts, the last
         recorded tick and its status, and its failures in a row (see ``model.JobRuns``)."""
-        p = self._call("GetJob", pb.GetJobRequest(id=job_id), timeout_s).job
+        job_id, ns = self._ref(job_id, namespace)
+        p = self._call("GetJob", pb.GetJobRequest(id=job_id, namespace=ns), timeout_s).job
         return stored_job_from_proto(p), job_runs_from_proto(p.runs)
 
-    def delete_job(self, job_id: str, *, timeout_s: float | None = None) -> None:
-        self._call("DeleteJob", pb.DeleteJobRequest(id=job_id), timeout_s)
+    def delete_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> None:
+        job_id, ns = self._ref(job_id, namespace)
+        self._call("DeleteJob", pb.DeleteJobRequest(id=job_id, namespace=ns), timeout_s)
 
-    def pause_job(self, job_id: str, *, timeout_s: float | None = None) -> Job:
-        return stored_job_from_proto(self._call("PauseJob", pb.PauseJobRequest(id=job_id), timeout_s).job)
+    def pause_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> Job:
+        job_id, ns = self._ref(job_id, namespace)
+        return stored_job_from_proto(self._call("PauseJob", pb.PauseJobRequest(id=job_id, namespace=ns),
+                                                timeout_s).job)
 
-    def resume_job(self, job_id: str, *, timeout_s: float | None = None) -> Job:
-        return stored_job_from_proto(self._call("ResumeJob", pb.ResumeJobRequest(id=job_id), timeout_s).job)
+    def resume_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> Job:
+        job_id, ns = self._ref(job_id, namespace)
+        return stored_job_from_proto(self._call("ResumeJob", pb.ResumeJobRequest(id=job_id, namespace=ns),
+                                                timeout_s).job)
 
-    def trigger_job(self, job_id: str, *, timeout_s: float | None = None) -> SlotRef:
-        """Run the job now, as an extra tick; returns that tick's identity."""
-        r = self._call("TriggerJob", pb.TriggerJobRequest(id=job_id), timeout_s)
-        return SlotRef(r.id, r.scheduled_at_ms)
+    def trigger_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> SlotRef:
+        """Run the job now, as an extra tick; returns that tick's identity (the job's key and slot)."""
+        job_id, ns = self._ref(job_id, namespace)
+        r = self._call("TriggerJob", pb.TriggerJobRequest(id=job_id, namespace=ns), timeout_s)
+        return SlotRef(join_key(r.namespace or DEFAULT_NAMESPACE, r.id), r.scheduled_at_ms)
 
     def backfill_job(self, job_id: str, from_ms: int, to_ms: int, *, rate_per_s: float, overlap: str = "skip",
-                     timeout_s: float | None = None) -> Backfill:
+                     timeout_s: float | None = None, namespace: str | None = None) -> Backfill:
         """Run the job's slots in ``[from_ms, to_ms)`` that have no tick yet (see ``BackfillJob``)."""
-        req = pb.BackfillJobRequest(id=job_id, from_ms=from_ms, to_ms=to_ms, rate_per_s=rate_per_s,
+        job_id, ns = self._ref(job_id, namespace)
+        req = pb.BackfillJobRequest(id=job_id, namespace=ns, from_ms=from_ms, to_ms=to_ms, rate_per_s=rate_per_s,
                                     overlap=overlap_to_proto(overlap))
         return backfill_from_proto(self._call("BackfillJob", req, timeout_s).backfill)
 
-    def get_backfill(self, backfill_id: str, *, timeout_s: float | None = None) -> Backfill:
-        return backfill_from_proto(self._call("GetBackfill", pb.GetBackfillRequest(id=backfill_id), timeout_s).backfill)
+    def get_backfill(self, backfill_id: str, *, timeout_s: float | None = None,
+                     namespace: str | None = None) -> Backfill:
+        """``namespace``: its job's (None: the client's)."""
+        ns = namespace_or_default(namespace) if namespace is not None else self.namespace
+        req = pb.GetBackfillRequest(id=backfill_id, namespace=ns)
+        return backfill_from_proto(self._call("GetBackfill", req, timeout_s).backfill)
 
-    def list_backfills(self, job_id: str | None = None, *, timeout_s: float | None = None) -> list[Backfill]:
-        r = self._call("ListBackfills", pb.ListBackfillsRequest(job_id=job_id or ""), timeout_s)
+    def list_backfills(self, job_id: str | None = None, *, timeout_s: float | None = None,
+                       namespace: str | None = None) -> list[Backfill]:
+        """A job's backfills, or every job's of ``namespace`` (``"*"``: of every namespace the caller may read)."""
+        if job_id:
+            job_id, ns = self._ref(job_id, namespace)
+        else:
+            ns = self._namespaces(namespace)
+        r = self._call("ListBackfills", pb.ListBackfillsRequest(job_id=job_id or "", namespace=ns), timeout_s)
         return [backfill_from_proto(p) for p in r.backfills]
 
+    def _namespaces(self, namespace: str | None) -> str:
+        """What a read of many jobs names: one namespace (None: the client's), or ``*``."""
+        if namespace == ALL_NAMESPACES:
+            return namespace
+        return namespace_or_default(namespace) if namespace is not None else self.namespace
+
     def list_jobs(self, *, labels: dict[str, str] | None = None, shard: int | None = None,
-                  page_size: int = 500) -> Iterator[Job]:
-        """Every matching job, by id (fetched a page at a time)."""
-        for p in self._job_pages(labels, shard, page_size):
+                  page_size: int = 500, namespace: str | None = None) -> Iterator[Job]:
+        """Every matching job, by key (fetched a page at a time); of ``namespace`` (None: the client's;
+        ``"*"``: every namespace the caller may read)."""
+        for p in self._job_pages(labels, shard, page_size, namespace):
             yield stored_job_from_proto(p)
 
     def list_jobs_runs(self, *, labels: dict[str, str] | None = None, shard: int | None = None,
-                       page_size: int = 500) -> Iterator[tuple[Job, JobRuns]]:
+                       page_size: int = 500, namespace: str | None = None) -> Iterator[tuple[Job, JobRuns]]:
         """``list_jobs``, each job with its runs (as ``get_job_runs``)."""
-        for p in self._job_pages(labels, shard, page_size):
+        for p in self._job_pages(labels, shard, page_size, namespace):
             yield stored_job_from_proto(p), job_runs_from_proto(p.runs)
 
-    def _job_pages(self, labels: dict[str, str] | None, shard: int | None, page_size: int) -> Iterator[pb.Job]:
+    def _job_pages(self, labels: dict[str, str] | None, shard: int | None, page_size: int,
+                   namespace: str | None) -> Iterator[pb.Job]:
         token = ""
+        ns = self._namespaces(namespace)
         while True:
-            req = pb.ListJobsRequest(page_size=page_size, page_token=token, labels=labels or {})
+            req = pb.ListJobsRequest(page_size=page_size, page_token=token, labels=labels or {}, namespace=ns)
             if shard is not None:
                 req.shard = shard
             r = self._call("ListJobs", req)
@@ -294,24 +346,29 @@ class Client:
 
     # -- ticks ----------------------------------------------------------------------
 
-    def list_ticks(self, job_id: str, *, limit: int = 50) -> list[Tick]:
+    def list_ticks(self, job_id: str, *, limit: int = 50, namespace: str | None = None) -> list[Tick]:
         """The job's ``limit`` latest ticks, newest first."""
+        job_id, ns = self._ref(job_id, namespace)
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"limit: must be a whole number of at least 1, got {limit!r}")
         out: list[Tick] = []
         token = ""
         while len(out) < limit:
-            r = self._call("ListTicks", pb.ListTicksRequest(job_id=job_id, page_size=min(limit - len(out), 1000),
-                                                            page_token=token))
+            r = self._call("ListTicks", pb.ListTicksRequest(job_id=job_id, namespace=ns,
+                                                            page_size=min(limit - len(out), 1000), page_token=token))
             out += [tick_from_proto(t) for t in r.ticks]
             token = r.next_page_token
             if not token:
                 break
         return out[:limit]
 
-    def watch_ticks(self, job_id: str | None = None) -> TickWatch:
-        """Tick results as they are written (of one job, or all), until ``cancel()``."""
-        return TickWatch(self, job_id or "")
+    def watch_ticks(self, job_id: str | None = None, *, namespace: str | None = None) -> TickWatch:
+        """Tick results as they are written (of one job, or all of ``namespace``: None: the client's;
+        ``"*"``: every namespace the caller may read), until ``cancel()``."""
+        if job_id:
+            job_id, ns = self._ref(job_id, namespace)
+            return TickWatch(self, pb.WatchTicksRequest(job_id=job_id, namespace=ns))
+        return TickWatch(self, pb.WatchTicksRequest(namespace=self._namespaces(namespace)))
 
     # -- calendars ----------------------------------------------------------------------
 
@@ -325,9 +382,10 @@ class Client:
         return stored_calendar_from_proto(self._call("PutCalendar", req, timeout_s).calendar)
 
     def get_calendar(self, name: str, *, timeout_s: float | None = None) -> tuple[StoredCalendar, list[str]]:
-        """The calendar and the ids of the jobs that name it (at most 100)."""
+        """The calendar and the keys of the jobs that name it (at most 100, of namespaces the caller may read)."""
         r = self._call("GetCalendar", pb.GetCalendarRequest(name=name), timeout_s)
-        return stored_calendar_from_proto(r.calendar), list(r.jobs)
+        namespaces = list(r.job_namespaces) or [DEFAULT_NAMESPACE] * len(r.jobs)
+        return stored_calendar_from_proto(r.calendar), [join_key(ns, i) for ns, i in zip(namespaces, r.jobs)]
 
     def list_calendars(self, *, timeout_s: float | None = None) -> list[StoredCalendar]:
         r = self._call("ListCalendars", pb.ListCalendarsRequest(), timeout_s)
@@ -383,9 +441,9 @@ class TickWatch:
     listens to goes away, it reconnects to the next target. ``dropped`` counts the events
     the servers dropped because this watcher was too slow."""
 
-    def __init__(self, client: Client, job_id: str):
+    def __init__(self, client: Client, request: pb.WatchTicksRequest):
         self._client = client
-        self._job_id = job_id
+        self._request = request
         self._cancelled = threading.Event()
         self._call = None
         self.dropped = 0
@@ -401,7 +459,7 @@ class TickWatch:
         failures = 0
         while not self._cancelled.is_set():
             i = c._order()[failures % len(c.targets)]
-            call = self._call = c._stub(i).WatchTicks(pb.WatchTicksRequest(job_id=self._job_id))
+            call = self._call = c._stub(i).WatchTicks(self._request)
             try:
                 for ev in call:
                     failures = 0

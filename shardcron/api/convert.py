@@ -19,6 +19,7 @@ from shardcron.errors import InvalidJob
 from shardcron.headers import MASK, mask_url, masked_headers
 from shardcron.jobspec import job_from_dict
 from shardcron.model import CatchUp, ExecutorKind, Job, JobRuns, Overlap, ScheduleKind, Tick, TickStatus
+from shardcron.tenancy.keys import DEFAULT_NAMESPACE, join_key, split_key
 from shardcron.v1 import scheduler_pb2 as pb
 
 _CATCHUP_TO_PB = {CatchUp.ALL: pb.CATCH_UP_ALL, CatchUp.LATEST: pb.CATCH_UP_LATEST, CatchUp.NONE: pb.CATCH_UP_NONE}
@@ -52,6 +53,8 @@ class BadRequest(InvalidJob):
 def job_dict_from_proto(p: pb.Job) -> dict[str, Any]:
     """The job as jobspec's plain-data input, with only the fields the caller set."""
     d: dict[str, Any] = {"id": p.id}
+    if p.namespace:
+        d["namespace"] = p.namespace
     sched: dict[str, Any] = {}
     if p.HasField("schedule"):
         s = p.schedule
@@ -154,8 +157,10 @@ def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
         sched.interval_ms = s.interval_ms or 0
     else:
         sched.at_ms = s.at_ms or 0
+    key = split_key(job.id)
     p = pb.Job(
-        id=job.id,
+        id=key.id,
+        namespace=key.namespace,
         schedule=sched,
         catchup=_CATCHUP_TO_PB[job.catchup],
         catchup_window_ms=_ms(job.catchup_window_ms),
@@ -309,7 +314,8 @@ def _opt(p, name: str):
 
 
 def tick_to_proto(t: Tick) -> pb.Tick:
-    p = pb.Tick(job_id=t.job_id, scheduled_at_ms=t.scheduled_at_ms, shard=t.shard, fence=t.fence,
+    key = split_key(t.job_id)
+    p = pb.Tick(job_id=key.id, namespace=key.namespace, scheduled_at_ms=t.scheduled_at_ms, shard=t.shard, fence=t.fence,
                 node_id=t.node_id, status=_STATUS_TO_PB[t.status], attempt=t.attempt, manual=t.manual)
     for name in ("claimed_at_ms", "started_at_ms", "finished_at_ms", "exit_code", "http_status", "output", "error"):
         value = getattr(t, name)
@@ -320,7 +326,7 @@ def tick_to_proto(t: Tick) -> pb.Tick:
 
 def tick_from_proto(p: pb.Tick) -> Tick:
     return Tick(
-        job_id=p.job_id, scheduled_at_ms=p.scheduled_at_ms, shard=p.shard, fence=p.fence, node_id=p.node_id,
+        job_id=join_key(p.namespace or DEFAULT_NAMESPACE, p.job_id), scheduled_at_ms=p.scheduled_at_ms, shard=p.shard, fence=p.fence, node_id=p.node_id,
         status=_STATUS_FROM_PB.get(p.status, TickStatus.CLAIMED), attempt=p.attempt, manual=p.manual,
         claimed_at_ms=_opt(p, "claimed_at_ms"), started_at_ms=_opt(p, "started_at_ms"),
         finished_at_ms=_opt(p, "finished_at_ms"), exit_code=_opt(p, "exit_code"),

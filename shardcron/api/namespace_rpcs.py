@@ -32,7 +32,8 @@ from shardcron.api.routing import Router
 from shardcron.api.status import CallFailed
 from shardcron.errors import EtcdUnavailable, JobNotFound
 from shardcron.store import namespaces as namespace_store
-from shardcron.tenancy.namespaces import delete_refusal, split_key
+from shardcron.tenancy.keys import split_key
+from shardcron.tenancy.namespaces import delete_refusal
 from shardcron.tenancy.quotas import QUOTA_KEYS
 from shardcron.v1 import scheduler_pb2 as pb
 

@@ -42,8 +42,8 @@ from shardcron.api.convert import (
 )
 from shardcron.api.routing import Router, is_forwarded
 from shardcron.api.watch import Watches
-from shardcron.errors import JobNotFound, NotLeader
-from shardcron.jobspec import MAX_LABELS, validate_job_id
+from shardcron.errors import InvalidJob, JobNotFound, NotLeader
+from shardcron.jobspec import MAX_LABELS
 from shardcron.model import Job
 from shardcron.scheduling.calendar_book import Unknown
 from shardcron.scheduling.runs import job_runs
@@ -51,6 +51,9 @@ from shardcron.scheduling.triggers import trigger_for
 from shardcron.sharding import shard_for
 from shardcron.store import jobs as job_store
 from shardcron.store import ticks as tick_store
+from shardcron.tenancy.keys import split_key
+from shardcron.tenancy.namespaces import namespace_or_default, store_key
+from shardcron.tenancy.scopes import ALL_NAMESPACES
 from shardcron.v1 import scheduler_pb2 as pb
 
 JOBS_PAGE_DEFAULT = 100
@@ -104,6 +107,17 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService):
     def _shard(self, job_id: str) -> int:
         return shard_for(job_id, self.backend.shard_count)
 
+    def _read_namespaces(self, requested: str) -> frozenset[str] | None:
+        """The namespaces a read covers: the one it names (empty: default), or for ``*`` every one the
+        caller may read (None: every namespace)."""
+        if requested == ALL_NAMESPACES:
+            return self._readable_namespaces()
+        return frozenset({namespace_or_default(requested)})
+
+    def _readable_namespaces(self) -> frozenset[str] | None:
+        """The namespaces the caller may read; None: all (no tokens, or a token on ``*``)."""
+        return None
+
     def _admissible(self, job: Job) -> None:
         admission.check_job(self.backend, job)
 
@@ -155,7 +169,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService):
         return await self.batch.put_jobs(request, context)
 
     async def GetJob(self, request: pb.GetJobRequest, context: grpc.aio.ServicerContext) -> pb.GetJobResponse:
-        job_id = validate_job_id(request.id)
+        job_id = store_key(request.namespace, request.id)
 
         def answer() -> pb.GetJobResponse:
             job = job_store.get_job(self.backend.engine, job_id)
@@ -165,7 +179,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService):
 
     async def DeleteJob(self, request: pb.DeleteJobRequest, context: grpc.aio.ServicerContext
                         ) -> pb.DeleteJobResponse:
-        job_id = validate_job_id(request.id)
+        job_id = store_key(request.namespace, request.id)
         shard = self._shard(job_id)
         b = self.backend
 
@@ -190,7 +204,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService):
         return await self.router.call(shard, context, self.router.on_pool(here), forward)
 
     async def PauseJob(self, request: pb.PauseJobRequest, context: grpc.aio.ServicerContext) -> pb.PauseJobResponse:
-        job_id = validate_job_id(request.id)
+        job_id = store_key(request.namespace, request.id)
 
         async def forward(stub, timeout, md):
             return (await stub.PauseJob(request, timeout=timeout, metadata=md)).job
@@ -199,7 +213,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService):
 
     async def ResumeJob(self, request: pb.ResumeJobRequest, context: grpc.aio.ServicerContext
                         ) -> pb.ResumeJobResponse:
-        job_id = validate_job_id(request.id)
+        job_id = store_key(request.namespace, request.id)
 
         async def forward(stub, timeout, md):
             return (await stub.ResumeJob(request, timeout=timeout, metadata=md)).job
@@ -208,7 +222,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService):
 
     async def TriggerJob(self, request: pb.TriggerJobRequest, context: grpc.aio.ServicerContext
                          ) -> pb.TriggerJobResponse:
-        job_id = validate_job_id(request.id)
+        job_id = store_key(request.namespace, request.id)
         shard = self._shard(job_id)
         b = self.backend
 
@@ -222,7 +236,9 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService):
                 if b.fence_if_leader(shard) is None:  # the shard moved away since: its new leader will answer
                     raise NotLeader(shard) from None
                 raise JobNotFound(job_id) from None
-            return pb.TriggerJobResponse(id=slot.job_id, scheduled_at_ms=slot.scheduled_at_ms, shard=shard)
+            key = split_key(slot.job_id)
+            return pb.TriggerJobResponse(id=key.id, namespace=key.namespace, scheduled_at_ms=slot.scheduled_at_ms,
+                                         shard=shard)
 
         return await self.router.call(shard, context, self.router.on_pool(here),
                                       lambda stub, timeout, md: stub.TriggerJob(request, timeout=timeout, metadata=md))
@@ -238,16 +254,21 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService):
             raise BadRequest("labels", f"at most {MAX_LABELS} labels to match, got {len(request.labels)}")
         if any("\x00" in k + v for k, v in request.labels.items()):
             raise BadRequest("labels", "must not contain NUL characters")  # no stored label can hold one
+        namespaces = self._read_namespaces(request.namespace)
         after = decode_page_token(request.page_token)
         if after is not None:
-            validate_job_id(after, "page_token")  # a token is the last id of a page
+            try:  # a token is the last key of a page
+                store_key(split_key(after).namespace, split_key(after).id, "page_token")
+            except InvalidJob:
+                raise BadRequest("page_token", "is not a token this API returned") from None
         labels = dict(request.labels) or None
 
         def page() -> pb.ListJobsResponse:
             jobs = job_store.list_jobs(self.backend.engine, shard=shard, labels=labels, limit=size + 1,
-                                       after_id=after)
+                                       after_id=after, namespaces=namespaces)
             protos, more = bounded_page(jobs, size, self._with_runs(jobs[:size]))
-            return pb.ListJobsResponse(jobs=protos, next_page_token=encode_page_token(protos[-1].id) if more else "")
+            token = encode_page_token(jobs[len(protos) - 1].id) if more else ""
+            return pb.ListJobsResponse(jobs=protos, next_page_token=token)
 
         return await self.router.blocking(page)
 
@@ -255,7 +276,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService):
 
     async def ListTicks(self, request: pb.ListTicksRequest, context: grpc.aio.ServicerContext
                         ) -> pb.ListTicksResponse:
-        job_id = validate_job_id(request.job_id, "job_id")
+        job_id = store_key(request.namespace, request.job_id, "job_id")
         size = _page_size(request.page_size, TICKS_PAGE_DEFAULT)
         before = decode_page_token(request.page_token)
         if before is not None:
@@ -279,14 +300,18 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService):
     def WatchTicks(self, request: pb.WatchTicksRequest, context: grpc.aio.ServicerContext
                    ) -> AsyncIterator[pb.TickEvent]:
         if request.job_id:
-            validate_job_id(request.job_id, "job_id")
-        if request.local_only:
-            return self.watches.local(request.job_id)
-        if request.job_id:
+            if request.namespace == ALL_NAMESPACES:
+                raise BadRequest("namespace", "a watch of one job names its namespace (or none: default), not '*'")
+            job_id = store_key(request.namespace, request.job_id, "job_id")
+            if request.local_only:
+                return self.watches.local(job_id)
             if is_forwarded(context):
-                return self.watches.forwarded_job(request.job_id)
-            return self.watches.job(request.job_id)
-        return self.watches.all()
+                return self.watches.forwarded_job(job_id)
+            return self.watches.job(job_id)
+        namespaces = self._read_namespaces(request.namespace)
+        if request.local_only:  # another member's fan-in: it filters for each of its watchers
+            return self.watches.local("", namespaces=namespaces)
+        return self.watches.all(namespaces)
 
     # -- shards -----------------------------------------------------------------------
 

@@ -31,6 +31,8 @@ from shardcron.api.routing import Router, not_leader_here
 from shardcron.api.status import CallFailed
 from shardcron.model import Tick
 from shardcron.sharding import shard_for
+from shardcron.tenancy.keys import DEFAULT_NAMESPACE, namespace_of, split_key
+from shardcron.tenancy.scopes import ALL_NAMESPACES
 from shardcron.v1 import scheduler_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -45,15 +47,22 @@ PEER_REFRESH_S = 2.0
 class WatcherQueue:
     """One watcher's events, on the loop. ``put`` never blocks: when full, the oldest event goes."""
 
-    def __init__(self, job_id: str = "", limit: int = QUEUE_LIMIT):
-        self.job_id = job_id  # "" : every job
+    def __init__(self, job_id: str = "", limit: int = QUEUE_LIMIT, namespaces: frozenset[str] | None = None):
+        self.job_id = job_id  # a job's key; "" : every job of ``namespaces``
+        self.namespaces = namespaces  # None: every namespace
         self._items: deque[pb.TickEvent] = deque()
         self._limit = limit
         self._ready = asyncio.Event()
         self._dropped = 0
 
     def wants(self, job_id: str) -> bool:
-        return not self.job_id or self.job_id == job_id
+        if self.job_id:
+            return self.job_id == job_id
+        return self.namespaces is None or namespace_of(job_id) in self.namespaces
+
+    def wants_event(self, event: pb.TickEvent) -> bool:
+        """An event another member streamed (every namespace it records) that this watcher may see."""
+        return self.namespaces is None or (event.tick.namespace or DEFAULT_NAMESPACE) in self.namespaces
 
     def wake(self) -> None:
         self._ready.set()
@@ -200,12 +209,14 @@ class MemberFeeds:
         while not self.router.closed.is_set():
             call = None
             try:
-                call = self.router.stub(address).WatchTicks(pb.WatchTicksRequest(local_only=True),
-                                                            metadata=self.router.metadata)
+                # Every namespace: this feed serves every watcher here, each filtered on arrival.
+                call = self.router.stub(address).WatchTicks(
+                    pb.WatchTicksRequest(local_only=True, namespace=ALL_NAMESPACES), metadata=self.router.metadata)
                 async for event in call:
                     backoff = RECONNECT_FIRST_S
                     for q in list(self._watchers):
-                        q.put(event)
+                        if q.wants_event(event):
+                            q.put(event)
             except grpc.RpcError as e:
                 log.debug("tick feed from %s ended: %s", address, e.details())
             except CallFailed:  # the router is closed: the server is stopping
@@ -232,10 +243,11 @@ class Watches:
 
     # -- this node's own results --------------------------------------------------
 
-    async def local(self, job_id: str, *, lead_shard: int | None = None) -> AsyncIterator[pb.TickEvent]:
-        """This node's tick results (of ``job_id``, or all). With ``lead_shard``, the stream
-        ends as soon as this node stops leading that shard (after what it queued)."""
-        q = WatcherQueue(job_id)
+    async def local(self, job_id: str, *, lead_shard: int | None = None,
+                    namespaces: frozenset[str] | None = None) -> AsyncIterator[pb.TickEvent]:
+        """This node's tick results (of the job keyed ``job_id``, or all of ``namespaces``). With
+        ``lead_shard``, the stream ends as soon as this node stops leading that shard (after what it queued)."""
+        q = WatcherQueue(job_id, namespaces=namespaces)
         self.hub.add(q)
         # Only a stream bound to a shard's leadership has something to check while idle: the
         # others wait without a timer (2,000 idle watchers would otherwise wake the loop 4,000
@@ -274,7 +286,8 @@ class Watches:
                 continue
             addr = self.router.leader_elsewhere(shard)
             if addr:
-                call = self.router.stub(addr).WatchTicks(pb.WatchTicksRequest(job_id=job_id),
+                key = split_key(job_id)
+                call = self.router.stub(addr).WatchTicks(pb.WatchTicksRequest(job_id=key.id, namespace=key.namespace),
                                                          metadata=self.router.metadata)
                 try:
                     async for event in call:
@@ -289,8 +302,9 @@ class Watches:
 
     # -- every job: fan in from every member ---------------------------------------
 
-    async def all(self) -> AsyncIterator[pb.TickEvent]:
-        q = WatcherQueue()
+    async def all(self, namespaces: frozenset[str] | None) -> AsyncIterator[pb.TickEvent]:
+        """Every job's ticks, of ``namespaces`` (None: every namespace), from every member."""
+        q = WatcherQueue(namespaces=namespaces)
         self.hub.add(q)
         self.members.add(q)
         try:

@@ -29,6 +29,8 @@ from shardcron.errors import ConfigError, ShardcronError
 from shardcron.scheduling.retention import PruneState
 from shardcron.store.engine import describe_url, make_engine
 from shardcron.store.migrate import alembic_config, current_revision, head_revision, upgrade
+from shardcron.tenancy.keys import display_key
+from shardcron.tenancy.namespaces import store_key, validate_namespace
 
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 2
@@ -62,7 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="window end, inclusive: ISO-8601 or epoch ms (default: now minus --margin)")
     p.add_argument("--margin", type=float, default=DEFAULT_MARGIN_S, metavar="SECONDS",
                    help="default --to is this long before now (default %(default)s)")
-    p.add_argument("--job", metavar="ID", help="audit this job only")
+    p.add_argument("--job", metavar="ID", help="audit this job only (of --namespace)")
+    p.add_argument("-n", "--namespace", metavar="NAME",
+                   help="audit this namespace's jobs only (default: every namespace; with --job: default)")
     p.add_argument("--grace", type=float, default=audit.DEFAULT_GRACE_MS / 1000, metavar="SECONDS",
                    help="a tick still claimed/running this long after its slot is unresolved (default %(default)s)")
     p.add_argument("--clock-tolerance-ms", type=int, default=audit.DEFAULT_CLOCK_TOLERANCE_MS, metavar="MS",
@@ -102,6 +106,11 @@ def _add_etcd_flags(p: argparse.ArgumentParser) -> None:
 # -- shardcron audit ---------------------------------------------------------------------
 
 
+def _audited_job(a: argparse.Namespace) -> str | None:
+    """--job's key: the job in --namespace (default: default)."""
+    return None if a.job is None else store_key(a.namespace, a.job, "--job")
+
+
 def cmd_audit(a: argparse.Namespace) -> int:
     now = clock.wall_ms()
     if a.margin < 0 or a.grace < 0 or a.clock_tolerance_ms < 0 or a.limit < 0:
@@ -117,7 +126,8 @@ def cmd_audit(a: argparse.Namespace) -> int:
     try:
         require_head(engine, describe_url(a.db))
         report = audit.run_audit(
-            engine, from_ms=from_ms, to_ms=to_ms, job_id=a.job, now_ms=now, live_leaders=live,
+            engine, from_ms=from_ms, to_ms=to_ms, job_id=_audited_job(a), now_ms=now, live_leaders=live,
+            namespaces=None if a.namespace is None else frozenset({validate_namespace(a.namespace, "--namespace")}),
             grace_ms=round(a.grace * 1000), clock_tolerance_ms=a.clock_tolerance_ms,
         )
     finally:
@@ -178,7 +188,7 @@ def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
     jobs = sorted(r.per_job.values(), key=lambda s: (s.findings == 0, s.job_id))
     if jobs:
         table = [
-            [s.job_id, s.state, s.slots_checked, s.ticks, s.missing, s.excused, s.duplicates, s.stale_fence,
+            [display_key(s.job_id), s.state, s.slots_checked, s.ticks, s.missing, s.excused, s.duplicates, s.stale_fence,
              s.unresolved, s.false_overlap]
             for s in jobs[:_JOB_ROWS]
         ]
@@ -202,12 +212,12 @@ def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
             continue
         lines += ["", f"{title}: {len(found)}"]
         if shown and kind in (audit.FindingKind.MISSING, audit.FindingKind.NOTIFICATION_MISSING):  # no row
-            table = [["", f.job_id, rfc3339_ms(f.scheduled_at_ms), f.detail] for f in found[:shown]]
+            table = [["", display_key(f.job_id), rfc3339_ms(f.scheduled_at_ms), f.detail] for f in found[:shown]]
             lines.append(tabulate(table, headers=["", "JOB", "SLOT", "WHAT"], tablefmt="plain",
                                   disable_numparse=True))
         elif shown:
             table = [
-                ["", f.job_id, rfc3339_ms(f.scheduled_at_ms), f.shard, f.fence, f.node_id, f.status, f.detail]
+                ["", display_key(f.job_id), rfc3339_ms(f.scheduled_at_ms), f.shard, f.fence, f.node_id, f.status, f.detail]
                 for f in found[:shown]
             ]
             lines.append(tabulate(table, headers=["", "JOB", "SLOT", "SHARD", "FENCE", "NODE", "STATUS", "DETAIL"],

@@ -14,7 +14,9 @@ import time
 
 from shardcron import clock
 from shardcron.cli.common import fmt_clock_ms, fmt_ms
+from shardcron.errors import job_named
 from shardcron.model import Backfill, BackfillState
+from shardcron.tenancy.keys import display_key, split_key
 from shardcron.scheduling.backfill_plan import BackfillError, parse_overlap, parse_rate
 
 WAIT_POLL_S = 1.0
@@ -22,7 +24,8 @@ DEFAULT_RATE = "10/s"
 
 
 def backfill_json(bf: Backfill) -> dict:
-    return {"id": bf.id, "job_id": bf.job_id, "shard": bf.shard, "from_ms": bf.from_ms, "to_ms": bf.to_ms,
+    key = split_key(bf.job_id)
+    return {"id": bf.id, "job_id": key.id, "namespace": key.namespace, "shard": bf.shard, "from_ms": bf.from_ms, "to_ms": bf.to_ms,
             "from": fmt_ms(bf.from_ms), "to": fmt_ms(bf.to_ms), "overlap": bf.overlap.value,
             "rate_per_s": bf.rate_per_s, "state": bf.state.value, "planned": bf.planned, "done": bf.done,
             "skipped": bf.skipped, "cursor_ms": bf.cursor_ms, "created_at_ms": bf.created_at_ms,
@@ -35,7 +38,7 @@ def progress_line(bf: Backfill) -> str:
 
 
 def describe(bf: Backfill) -> str:
-    return (f"backfill {bf.id} of job {bf.job_id} (shard {bf.shard}): {fmt_ms(bf.from_ms)} .. {fmt_ms(bf.to_ms)}, "
+    return (f"backfill {bf.id} of {job_named(bf.job_id)} (shard {bf.shard}): {fmt_ms(bf.from_ms)} .. {fmt_ms(bf.to_ms)}, "
             f"overlap {bf.overlap.value}, {bf.rate_per_s:g}/s\n  {progress_line(bf)}")
 
 
@@ -80,7 +83,7 @@ def cmd_backfills(a: argparse.Namespace) -> int:
     if a.json:
         _print_json([backfill_json(bf) for bf in found])
         return 0
-    rows = [[bf.id, bf.job_id, fmt_ms(bf.from_ms), fmt_ms(bf.to_ms), bf.state.value, bf.planned, bf.done, bf.skipped]
+    rows = [[bf.id, display_key(bf.job_id), fmt_ms(bf.from_ms), fmt_ms(bf.to_ms), bf.state.value, bf.planned, bf.done, bf.skipped]
             for bf in found]
     print(_table(rows, ["ID", "JOB", "FROM", "TO", "STATE", "PLANNED", "DONE", "SKIPPED"]))
     return 0

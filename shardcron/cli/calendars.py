@@ -23,6 +23,7 @@ from shardcron.cli.common import fmt_ms
 from shardcron.cli.jobs import _client, _common, _print_json, _table
 from shardcron.errors import ShardcronError
 from shardcron.scheduling.calendar_book import StoredCalendar
+from shardcron.tenancy.keys import display_key
 from shardcron.scheduling.calendars import Calendar, CalendarError, calendar_to_dict, describe_windows, parse_calendar
 
 
@@ -61,7 +62,7 @@ def calendar_json(s: StoredCalendar, jobs: list[str] | None = None) -> dict:
     d = {"name": s.calendar.name, "version": s.version, "updated_at_ms": s.updated_at_ms,
          **calendar_to_dict(s.calendar)}
     if jobs is not None:
-        d["jobs"] = jobs
+        d["jobs"] = [display_key(j) for j in jobs]
     return d
 
 
@@ -99,7 +100,7 @@ def cmd_get(a: argparse.Namespace) -> int:
         print(f"excluded date   {day.isoformat()}")
     for start, end in cal.excluded_ranges:
         print(f"excluded range  {fmt_ms(start)} .. {fmt_ms(end)}")
-    print(f"used by         {', '.join(jobs) if jobs else '(no job)'}")
+    print(f"used by         {', '.join(display_key(j) for j in jobs) if jobs else '(no job)'}")
     return 0
 
 

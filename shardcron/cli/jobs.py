@@ -18,9 +18,12 @@ from tabulate import tabulate
 from shardcron.api.security import add_client_flags, channel_security_from_args
 from shardcron.cli import backfill
 from shardcron.cli.common import fmt_ms
-from shardcron.errors import ConfigError, InvalidJob, ShardcronError
+from shardcron.errors import ConfigError, InvalidJob, ShardcronError, job_named
 from shardcron.jobspec import format_duration_ms
 from shardcron.model import Job, JobRuns, ScheduleKind, Tick
+from shardcron.tenancy.keys import split_key
+from shardcron.tenancy.namespaces import NAMESPACE_ENV, namespace_from_cli
+from shardcron.tenancy.scopes import ALL_NAMESPACES
 
 DEFAULT_SERVER = "127.0.0.1:7070"
 
@@ -68,6 +71,7 @@ def job_json(job: Job, shard: int | None = None) -> dict:
     from shardcron.jobspec import job_to_dict
 
     d = job_to_dict(job)
+    d["namespace"] = job.key.namespace
     d["active_since_ms"] = job.active_since_ms
     if shard is not None:
         d["shard"] = shard
@@ -93,8 +97,9 @@ def _runs_cells(runs: JobRuns) -> list:
 
 
 def tick_json(t: Tick) -> dict:
+    key = split_key(t.job_id)
     return {
-        "job_id": t.job_id, "scheduled_at_ms": t.scheduled_at_ms, "shard": t.shard, "fence": t.fence,
+        "job_id": key.id, "namespace": key.namespace, "scheduled_at_ms": t.scheduled_at_ms, "shard": t.shard, "fence": t.fence,
         "node_id": t.node_id, "status": t.status.value, "attempt": t.attempt, "manual": t.manual,
         "claimed_at_ms": t.claimed_at_ms, "started_at_ms": t.started_at_ms, "finished_at_ms": t.finished_at_ms,
         "exit_code": t.exit_code, "http_status": t.http_status, "output": t.output, "error": t.error,
@@ -106,7 +111,7 @@ TICK_HEADERS = ["SCHEDULED", "STATUS", "ATTEMPT", "NODE", "FENCE", "DURATION", "
 
 
 def _job_row(job: Job, shard: int | None) -> list:
-    return [job.id, "-" if shard is None else shard, _schedule(job), _executor(job),
+    return [job.key.id, "-" if shard is None else shard, _schedule(job), _executor(job),
             "paused" if job.paused else "active", job.version, _labels(job)]
 
 
@@ -141,7 +146,17 @@ def _client(a: argparse.Namespace):
     if not a.request_timeout > 0:
         raise ConfigError(f"--request-timeout: must be more than 0 seconds, got {a.request_timeout:g}")
     servers = a.server or [os.environ.get("SHARDCRON_SERVER") or DEFAULT_SERVER]
-    return Client(servers, timeout_s=a.request_timeout, security=channel_security_from_args(a))
+    return Client(servers, timeout_s=a.request_timeout, security=channel_security_from_args(a),
+                  namespace=namespace_from_cli(getattr(a, "namespace", None), os.environ))
+
+
+def _listed_namespace(a: argparse.Namespace) -> str | None:
+    """``*`` with --all-namespaces (-A), else None: the client's namespace (-n)."""
+    if getattr(a, "all_namespaces", False):
+        if getattr(a, "namespace", None):
+            raise ConfigError("--all-namespaces and --namespace: give one of them")
+        return ALL_NAMESPACES
+    return None
 
 
 def _shard_of(client, job_ids: list[str]):
@@ -346,7 +361,7 @@ def cmd_put(a: argparse.Namespace) -> int:
         _print_json(job_json(stored, shard))
     else:
         verb = "created" if stored.version == 1 else "updated"
-        print(f"job {stored.id} {verb} (version {stored.version}, shard {shard})")
+        print(f"{job_named(stored.id)} {verb} (version {stored.version}, shard {shard})")
     return 0
 
 
@@ -381,7 +396,7 @@ def _cmd_pause(a: argparse.Namespace, paused: bool) -> int:
     if a.json:
         _print_json(job_json(job))
     else:
-        print(f"job {job.id} {'paused' if paused else 'resumed'} (version {job.version})")
+        print(f"{job_named(job.id)} {'paused' if paused else 'resumed'} (version {job.version})")
     return 0
 
 
@@ -396,21 +411,26 @@ def cmd_resume(a: argparse.Namespace) -> int:
 def cmd_trigger(a: argparse.Namespace) -> int:
     with _client(a) as c:
         slot = c.trigger_job(a.id)
+    key = split_key(slot.job_id)
     if a.json:
-        _print_json({"id": slot.job_id, "scheduled_at_ms": slot.scheduled_at_ms})
+        _print_json({"id": key.id, "namespace": key.namespace, "scheduled_at_ms": slot.scheduled_at_ms})
     else:
-        print(f"job {slot.job_id} triggered: tick {fmt_ms(slot.scheduled_at_ms)}")
+        print(f"{job_named(slot.job_id)} triggered: tick {fmt_ms(slot.scheduled_at_ms)}")
     return 0
 
 
 def cmd_list(a: argparse.Namespace) -> int:
     labels = dict(_pairs(a.label, "=", "--label"))
+    namespace = _listed_namespace(a)
     with _client(a) as c:
-        listed = list(c.list_jobs_runs(labels=labels, shard=a.shard))
+        listed = list(c.list_jobs_runs(labels=labels, shard=a.shard, namespace=namespace))
         jobs = [j for j, _ in listed]
         shards = _shard_of(c, [j.id for j in jobs]) if jobs else {}
     if a.json:
         _print_json([{**job_json(j, shards.get(j.id)), "runs": runs_json(r)} for j, r in listed])
+    elif jobs and namespace:  # every namespace: each row says whose
+        print(_table([[j.key.namespace] + _job_row(j, shards.get(j.id)) + _runs_cells(r) for j, r in listed],
+                     ["NAMESPACE"] + JOB_HEADERS))
     elif jobs:
         print(_table([_job_row(j, shards.get(j.id)) + _runs_cells(r) for j, r in listed], JOB_HEADERS))
     else:
@@ -521,6 +541,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="give up on the call after this long; more than 0 (default %(default)s)")
+    p.add_argument("-n", "--namespace", metavar="NAME",
+                   help=f"the namespace of the jobs named [{NAMESPACE_ENV}] (default: default)")
     add_client_flags(p)
 
 
@@ -622,6 +644,8 @@ def register(subparsers) -> None:
     ls = _add(sub, "list", cmd_list, "list jobs", with_id=False)
     ls.add_argument("--label", action="append", metavar="K=V", help="only jobs with this label; repeatable")
     ls.add_argument("--shard", type=int, metavar="K", help="only shard K's jobs")
+    ls.add_argument("-A", "--all-namespaces", action="store_true",
+                    help="jobs of every namespace the token may read")
 
     apply = _add(sub, "apply", cmd_apply, "create or replace every job of a TOML, YAML or JSON file", with_id=False)
     apply.add_argument("-f", "--file", required=True, metavar="FILE", help="the jobs file")

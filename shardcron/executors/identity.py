@@ -1,7 +1,8 @@
 """A tick's identity as every executor hands it downstream: one way to build it, for every kind.
 
-The identity of a slot is ``(job_id, scheduled_at_ms)``; its idempotency key
-is ``"<job_id>:<scheduled_at_ms>"`` (``TickContext.idempotency_key``) and its
+The identity of a slot is ``(job_id, scheduled_at_ms)``, the job's key holding its
+namespace; its idempotency key is ``"<job_id>:<scheduled_at_ms>"`` in ``default``
+and ``"<namespace>/<uuid>"`` elsewhere (``tenancy.keys.slot_idempotency_key``) and its
 message or task id a UUID derived from that key (``slot_uuid``). Both are the
 same on every leader and every attempt, so a successor that retries a slot
 re-sends the same id, and a broker or queue that deduplicates by id (JetStream's
@@ -18,9 +19,7 @@ import uuid
 
 from shardcron.clock import rfc3339_ms
 from shardcron.model import TickContext
-
-# uuid5 namespace of shardcron slot ids. Fixed forever: changing it would change every task id.
-SLOT_NAMESPACE = uuid.UUID("6d2a0c55-3f8e-5b7e-9a47-6b1f2f0f9c11")
+from shardcron.tenancy.keys import DEFAULT_NAMESPACE, SLOT_NAMESPACE, split_key
 
 IDEMPOTENCY_KEY = "Idempotency-Key"
 
@@ -31,9 +30,14 @@ def slot_uuid(ctx: TickContext) -> str:
 
 
 def tick_values(ctx: TickContext) -> dict[str, str]:
-    """The tick's identity, as strings, under plain names: every spelling below is made from it."""
+    """The tick's identity, as strings, under plain names: every spelling below is made from it.
+
+    ``job_id`` is the id within its namespace; ``namespace`` is sent only for a job outside
+    ``default``, so the keyword arguments an existing task function receives do not change."""
+    key = split_key(ctx.job_id)
     return {
-        "job_id": ctx.job_id,
+        "job_id": key.id,
+        **({"namespace": key.namespace} if key.namespace != DEFAULT_NAMESPACE else {}),
         "scheduled_at": rfc3339_ms(ctx.scheduled_at_ms),
         "scheduled_at_ms": str(ctx.scheduled_at_ms),
         "attempt": str(ctx.attempt),
@@ -46,7 +50,7 @@ def tick_values(ctx: TickContext) -> dict[str, str]:
     }
 
 
-_HEADER_NAMES = {"job_id": "X-Shardcron-Job-Id", "scheduled_at": "X-Shardcron-Scheduled-At",
+_HEADER_NAMES = {"job_id": "X-Shardcron-Job-Id", "namespace": "X-Shardcron-Namespace", "scheduled_at": "X-Shardcron-Scheduled-At",
                  "scheduled_at_ms": "X-Shardcron-Scheduled-At-Ms", "attempt": "X-Shardcron-Attempt",
                  "fence": "X-Shardcron-Fence", "shard": "X-Shardcron-Shard", "node": "X-Shardcron-Node",
                  "idempotency_key": IDEMPOTENCY_KEY, "notification": "X-Shardcron-Notification"}

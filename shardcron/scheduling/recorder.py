@@ -33,6 +33,7 @@ from shardcron import metrics
 from shardcron.errors import StoreUnavailable
 from shardcron.model import ExecutionResult, SlotRef, TickStatus
 from shardcron.store import ticks as tick_store
+from shardcron.tenancy.keys import namespace_of
 
 log = logging.getLogger(__name__)
 
@@ -166,8 +167,9 @@ class Recorder:
                 self._on_fenced(shard, fence, len(writes))
                 continue
             self.written += len(writes)
-            for status, count in Counter(w.status for w in writes).items():
-                metrics.ticks.labels(status.value).inc(count)  # per status, not per tick: labels() is a lookup under a lock
+            # Per namespace and status, not per tick: labels() is a lookup under a lock.
+            for (namespace, status), count in Counter((namespace_of(w.slot.job_id), w.status) for w in writes).items():
+                metrics.ticks.labels(namespace, status.value).inc(count)
             for listener in self.listeners:
                 try:
                     listener(writes)

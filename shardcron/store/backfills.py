@@ -16,7 +16,7 @@ The audit uses the same rule (``backfilled_slots``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from sqlalchemy import Engine, and_, case, func, select
@@ -26,6 +26,7 @@ from shardcron.model import Backfill, BackfillState, Overlap, TickStatus
 from shardcron.store.engine import reading
 from shardcron.store.fences import run_fenced
 from shardcron.store.schema import backfills, ticks
+from shardcron.store.sql import key_in_namespaces
 from shardcron.store.text import clip
 
 
@@ -55,11 +56,14 @@ def get_backfill(engine: Engine, backfill_id: str) -> Backfill:
     return _from_row(row)
 
 
-def list_backfills(engine: Engine, *, job_id: str | None = None, limit: int = 100) -> list[Backfill]:
-    """Newest first; a job's, or everyone's."""
+def list_backfills(engine: Engine, *, job_id: str | None = None, limit: int = 100,
+                   namespaces: Collection[str] | None = None) -> list[Backfill]:
+    """Newest first; a job's, or everyone's (``namespaces``: only of these; None: every namespace)."""
     q = select(backfills).order_by(backfills.c.created_at_ms.desc(), backfills.c.id).limit(limit)
     if job_id is not None:
         q = q.where(backfills.c.job_id == job_id)
+    if namespaces is not None:
+        q = q.where(key_in_namespaces(backfills.c.job_id, namespaces))
     with reading(engine) as conn:
         return [_from_row(r) for r in conn.execute(q)]
 

@@ -13,7 +13,7 @@ one definition forever.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import Engine, func, select
@@ -24,6 +24,7 @@ from shardcron.scheduling.calendar_book import StoredCalendar
 from shardcron.scheduling.calendars import Calendar, calendar_to_dict, parse_calendar
 from shardcron.store.engine import reading, writing
 from shardcron.store.schema import calendar_versions, calendars, jobs
+from shardcron.tenancy.keys import display_key
 
 MAX_USERS_LISTED = 100  # jobs named in an answer about who uses a calendar
 
@@ -38,7 +39,7 @@ class CalendarInUse(ShardcronError):
     """A delete refused because jobs still name the calendar (FAILED_PRECONDITION)."""
 
     def __init__(self, name: str, job_ids: list[str]):
-        shown = ", ".join(job_ids[:10]) + (f" and {len(job_ids) - 10} more" if len(job_ids) > 10 else "")
+        shown = ", ".join(display_key(k) for k in job_ids[:10]) + (f" and {len(job_ids) - 10} more" if len(job_ids) > 10 else "")
         super().__init__(f"calendar {name!r} is used by {len(job_ids)} job(s): {shown}; change those jobs "
                          "first, or delete with --force (they then owe no slot until it is put again)")
         self.name = name
@@ -151,8 +152,10 @@ def delete_calendar(engine: Engine, name: str, *, now_ms: int, force: bool = Fal
                                                        effective_at_ms=now_ms))
 
 
-def jobs_using(engine: Engine, name: str, limit: int = MAX_USERS_LISTED) -> list[str]:
-    """Ids of jobs whose definition names ``name``, by id, at most ``limit``.
+def jobs_using(engine: Engine, name: str, limit: int = MAX_USERS_LISTED,
+               namespaces: Collection[str] | None = None) -> list[str]:
+    """Keys of jobs whose definition names ``name``, by key, at most ``limit``; of ``namespaces`` only
+    (None: every namespace; the API lists only the caller's).
 
     The spec is JSON text: a LIKE finds the candidates (only jobs with calendars at all),
     and each is parsed to be sure. A full scan of jobs, paid on a delete or a get only.
@@ -161,6 +164,8 @@ def jobs_using(engine: Engine, name: str, limit: int = MAX_USERS_LISTED) -> list
 
     q = (select(jobs.c.id, jobs.c.spec).where(jobs.c.spec.contains('"calendars"'))
          .order_by(jobs.c.id))
+    if namespaces is not None:
+        q = q.where(jobs.c.namespace.in_(sorted(namespaces)))
     out = []
     with reading(engine) as conn:
         for row in conn.execute(q):

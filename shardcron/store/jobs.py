@@ -8,12 +8,12 @@ flag as columns; a Job read back is the JSON with those columns applied.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from fractions import Fraction
 import logging
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
-from sqlalchemy import Connection, Engine, bindparam, func, select
+from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select
 
 from shardcron.errors import FencedOut, InvalidJob, JobNotFound, ShardcronError, VersionConflict
 from shardcron.jobspec import job_from_json, job_to_json
@@ -23,14 +23,15 @@ from shardcron.store.fences import run_fenced, run_fenced_many
 from shardcron.store.namespaces import give_back, lock_rooms, rate_of_spec
 from shardcron.store.schema import LABEL_KEY_LENGTH, LABEL_VALUE_LENGTH, job_labels, jobs
 from shardcron.store.sql import chunks
-from shardcron.tenancy.namespaces import display_key, namespace_of
+from shardcron.tenancy.keys import display_key, namespace_of
 from shardcron.tenancy.quotas import PutChange, job_rate
 
 log = logging.getLogger(__name__)
 
 _READ_COLUMNS = (jobs.c.id, jobs.c.shard, jobs.c.spec, jobs.c.version, jobs.c.paused, jobs.c.active_since_ms)
 # What every write sets (see _row); created_at_ms only on insert.
-_WRITE_COLUMNS = ("shard", "namespace", "spec", "version", "paused", "fence", "node_id", "updated_at_ms", "active_since_ms")
+_WRITE_COLUMNS = ("shard", "namespace", "spec", "version", "paused", "fence", "node_id", "updated_at_ms",
+                  "active_since_ms")
 # FOR UPDATE, read in id order, as put_each reads them: the replaced spec gives its rate back to the
 # namespace's usage, so it must be the one this transaction replaces; and every job writer locks its job
 # rows before its namespace rows (store/namespaces.py), so writers cannot deadlock on them.
@@ -317,16 +318,21 @@ def list_jobs(
     labels: dict[str, str] | None = None,
     limit: int = 100,
     after_id: str | None = None,
+    namespaces: Collection[str] | None = None,
 ) -> list[Job]:
-    """A page of jobs ordered by id; pass the last id seen as ``after_id`` for the next page.
+    """A page of jobs ordered by namespace, then id; pass the last key seen as ``after_id`` for the next page.
 
     ``labels``: every given key must be present with exactly the given value.
+    ``namespaces``: only jobs of these (None: every namespace).
     """
-    q = select(*_READ_COLUMNS).order_by(jobs.c.id).limit(limit)
+    q = select(*_READ_COLUMNS).order_by(jobs.c.namespace, jobs.c.id).limit(limit)
     if shard is not None:
         q = q.where(jobs.c.shard == shard)
-    if after_id is not None:
-        q = q.where(jobs.c.id > after_id)
+    if namespaces is not None:
+        q = q.where(jobs.c.namespace.in_(sorted(namespaces)))
+    if after_id is not None:  # the key orders like the id within its namespace (tenancy.keys)
+        after_ns = namespace_of(after_id)
+        q = q.where(or_(jobs.c.namespace > after_ns, and_(jobs.c.namespace == after_ns, jobs.c.id > after_id)))
     for key, value in (labels or {}).items():
         has = select(job_labels.c.job_id).where(
             job_labels.c.job_id == jobs.c.id, job_labels.c.key == key, job_labels.c.value == value

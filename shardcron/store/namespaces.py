@@ -28,13 +28,15 @@ from fractions import Fraction
 from sqlalchemy import Connection, Engine, bindparam, func, select
 from sqlalchemy import exc as sa_exc
 
-from shardcron.errors import InvalidJob, NamespaceExists, NamespaceMissing, NamespaceNotFound, QuotaRefused, \
-    ShardcronError
+from shardcron.errors import (InvalidJob, NamespaceExists, NamespaceMissing, NamespaceNotFound, QuotaRefused,
+                              ShardcronError)
 from shardcron.store.engine import reading, writing
 from shardcron.store.schema import jobs, namespaces
 from shardcron.store.sql import insert_ignoring_duplicates
-from shardcron.tenancy.namespaces import DEFAULT_NAMESPACE, delete_refusal
-from shardcron.tenancy.quotas import QUOTA_KEYS, PutChange, Quota, QuotaExceeded, Usage, check_put, job_rate, usage_after
+from shardcron.tenancy.keys import DEFAULT_NAMESPACE
+from shardcron.tenancy.namespaces import delete_refusal
+from shardcron.tenancy.quotas import (QUOTA_KEYS, PutChange, Quota, QuotaExceeded, Usage, check_put, job_rate,
+                                      usage_after)
 from shardcron.tenancy.settings import NamespaceSettings
 
 MAX_WEIGHT = 1_000_000.0  # a share a million times another's is already "all of it"

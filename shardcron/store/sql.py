@@ -3,12 +3,14 @@ batching helpers shared by the store modules."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Connection, Table, false, or_, true
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import mysql, postgresql, sqlite
+
+from shardcron.tenancy.keys import DEFAULT_NAMESPACE, KEY_SEPARATOR
 
 T = TypeVar("T")
 
@@ -59,3 +61,14 @@ def is_deadlock(e: BaseException | None) -> bool:
         return True
     args = getattr(orig, "args", ())
     return bool(args) and args[0] in _MARIADB_RETRYABLE and isinstance(e, sa_exc.OperationalError)
+
+
+def key_in_namespaces(key_column, namespaces: Collection[str] | None):
+    """A condition on a column of job keys (``tenancy.keys``): the key is in one of ``namespaces``
+    (None: any). For tables that keep only the key (ticks, backfills); ``jobs`` has its own column.
+    Namespace names hold no LIKE wildcard, so ``startswith`` needs no escaping."""
+    if namespaces is None:
+        return true()
+    conditions = [~key_column.contains(KEY_SEPARATOR, autoescape=False) if ns == DEFAULT_NAMESPACE
+                  else key_column.startswith(ns + KEY_SEPARATOR) for ns in sorted(namespaces)]
+    return or_(*conditions) if conditions else false()

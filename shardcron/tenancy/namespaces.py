@@ -26,7 +26,7 @@ hashing what it holds, and ``default`` rows are unchanged by the upgrade. Not NU
 PostgreSQL's text refuses it. The key is at most 256 bytes of UTF-8
 (``MAX_JOB_ID_BYTES``), so an id in a namespace may be 256 - len(namespace) - 1
 bytes long; ``job_key`` says so when one is longer.
-``tests/vectors/shards_namespaced.json`` holds namespaced keys with their bytes,
+``namespaced_vectors`` in ``tests/vectors/shards.json`` hold namespaced keys with their bytes,
 hash and shard for clients in other languages; ``shard_vectors`` writes its entries.
 """
 
@@ -34,18 +34,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
 
 from shardcron.errors import InvalidJob
 from shardcron.jobspec import MAX_JOB_ID_BYTES, validate_job_id
 from shardcron.sharding import shard_for
+from shardcron.tenancy.keys import DEFAULT_NAMESPACE, JobKey, display_key, join_key, namespace_of, split_key
 
-DEFAULT_NAMESPACE = "default"
 MAX_NAMESPACE_LENGTH = 63
 NAMESPACE_ENV = "SHARDCRON_NAMESPACE"  # the CLI's --namespace/-n when the flag is not given
 
 _NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
-_KEY_SEPARATOR = "\x1f"  # the ASCII unit separator: refused in ids and namespaces alike
 
 
 class InvalidNamespace(InvalidJob):
@@ -79,16 +77,6 @@ def namespace_from_cli(flag: str | None, environ: Mapping[str, str]) -> str:
     return namespace_or_default(environ.get(NAMESPACE_ENV), NAMESPACE_ENV)
 
 
-class JobKey(NamedTuple):
-    """A job's identity: ids are unique within a namespace, not across namespaces."""
-
-    namespace: str
-    id: str
-
-    def __str__(self) -> str:  # for log lines and messages; never parsed back (ids may hold '/')
-        return f"{self.namespace}/{self.id}"
-
-
 def job_key(namespace: str | None, job_id: str, field: str = "id") -> JobKey:
     """The validated identity of the job ``job_id`` in ``namespace`` (None or empty: ``default``)."""
     key = JobKey(namespace_or_default(namespace), validate_job_id(job_id, field))
@@ -106,27 +94,9 @@ def store_key(namespace: str | None, job_id: str, field: str = "id") -> str:
     return shard_key(job_key(namespace, job_id, field))
 
 
-def split_key(key: str) -> JobKey:
-    """A stored key back to ``(namespace, id)``; a key without the separator is a ``default`` job."""
-    namespace, sep, job_id = key.partition(_KEY_SEPARATOR)
-    return JobKey(namespace, job_id) if sep else JobKey(DEFAULT_NAMESPACE, key)
-
-
-def namespace_of(key: str) -> str:
-    """The namespace of a stored key, without building the pair."""
-    cut = key.find(_KEY_SEPARATOR)
-    return DEFAULT_NAMESPACE if cut < 0 else key[:cut]
-
-
-def display_key(key: str) -> str:
-    """A stored key for people: the id in ``default``, ``namespace/id`` elsewhere (for log lines and
-    messages; never parsed back, since ids may hold '/')."""
-    return key if _KEY_SEPARATOR not in key else key.replace(_KEY_SEPARATOR, "/", 1)
-
-
 def shard_key(key: JobKey) -> str:
     """The text whose UTF-8 bytes the shard rule hashes: the id alone in ``default``, else namespace U+001F id."""
-    return key.id if key.namespace == DEFAULT_NAMESPACE else key.namespace + _KEY_SEPARATOR + key.id
+    return join_key(key.namespace, key.id)
 
 
 def shard_key_bytes(key: JobKey) -> bytes:
@@ -154,7 +124,7 @@ def delete_refusal(namespace: str, job_count: int, *, force: bool) -> str | None
 
 
 def shard_vectors(keys: Iterable[JobKey], shard_counts: Iterable[int]) -> list[dict]:
-    """Entries of ``tests/vectors/shards_namespaced.json``: each key with its bytes, raw hash and shards.
+    """Entries of ``namespaced_vectors`` in ``tests/vectors/shards.json``: each key with its bytes, raw hash and shards.
 
     The raw hash is the shard for a count of 2**32 (the rule's modulo leaves it whole)."""
     counts = list(shard_counts)

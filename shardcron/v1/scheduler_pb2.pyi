@@ -539,10 +539,12 @@ class Backfill(_message.Message):
     def __init__(self, id: _Optional[str] = ..., job_id: _Optional[str] = ..., shard: _Optional[int] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., rate_per_s: _Optional[float] = ..., state: _Optional[_Union[BackfillState, str]] = ..., planned: _Optional[int] = ..., done: _Optional[int] = ..., skipped: _Optional[int] = ..., cursor_ms: _Optional[int] = ..., created_at_ms: _Optional[int] = ..., updated_at_ms: _Optional[int] = ..., node_id: _Optional[str] = ..., error: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class GetBackfillRequest(_message.Message):
-    __slots__ = ("id",)
+    __slots__ = ("id", "namespace")
     ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     id: str
-    def __init__(self, id: _Optional[str] = ...) -> None: ...
+    namespace: str
+    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
 
 class GetBackfillResponse(_message.Message):
     __slots__ = ("backfill",)

@@ -158,3 +158,46 @@ def test_a_store_written_at_the_first_revision_upgrades_to_head_with_nothing_los
         assert last_ticks(engine, 3) == {"nightly": 3000}  # the manual run at 4000 is not where it left off
     finally:
         engine.dispose()
+
+
+def test_namespaces_arrive_with_every_stored_job_in_default_and_its_usage_counted(db_url):
+    """0006 -> 0007: no job or tick changes, every job is in ``default``, and default's usage row
+    counts the jobs and sums their peak rates exactly (10 s + every minute + a one-off: 1/10 + 1/60)."""
+    from fractions import Fraction
+
+    from alembic import command
+
+    from shardcron.jobspec import job_from_dict, job_to_json
+    from shardcron.store import get_job, list_jobs
+    from shardcron.store.migrate import alembic_config
+
+    specs = {"every-10s": {"every": "10s"}, "minutely": {"cron": "0 * * * * *"}, "once": {"at": "2031-01-01T00:00:00Z"}}
+    engine = make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            cfg = alembic_config()
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "0006")
+        with engine.begin() as conn:
+            for job_id, when in specs.items():
+                spec = job_to_json(job_from_dict({"id": job_id, **when}))
+                conn.execute(text("INSERT INTO jobs (id, shard, spec, version, paused, fence, node_id, created_at_ms, "
+                                  "updated_at_ms, active_since_ms) VALUES (:id, 1, :spec, 1, :no, 7, 'n1', 0, 0, 0)"),
+                             {"id": job_id, "spec": spec, "no": False})
+            conn.execute(text("INSERT INTO ticks (job_id, scheduled_at_ms, shard, fence, node_id, status, attempt, "
+                              "manual) VALUES ('every-10s', 1000, 1, 7, 'n1', 'succeeded', 1, :no)"), {"no": False})
+
+        rc, out, err = shardcron("db", "upgrade", "--db", db_url)
+        assert (rc, err) == (0, ""), err
+        assert current_revision(engine) == head_revision()
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM ticks")).scalar_one() == 1
+            assert sorted(conn.execute(text("SELECT id, namespace FROM jobs")).all()) == [
+                ("every-10s", "default"), ("minutely", "default"), ("once", "default")]
+            row = conn.execute(text("SELECT weight, jobs, slots_per_second FROM namespaces WHERE name = 'default'")).one()
+        assert (row.weight, row.jobs, Fraction(row.slots_per_second)) == (1.0, 3, Fraction(1, 10) + Fraction(1, 60))
+        assert get_job(engine, "minutely").schedule.cron == "0 * * * * *"
+        assert {j.id for j in list_jobs(engine, namespaces={"default"})} == set(specs)
+        assert list_jobs(engine, namespaces={"team-a"}) == []
+    finally:
+        engine.dispose()

@@ -37,7 +37,7 @@ def test_a_running_node_exposes_lateness_histogram_and_health_gauges(etcd_server
         m = wait_until(lateness_counted, 60, 0.5, "the lateness histogram to count ticks")
         assert m[("shardcron_session_alive", ())] == 1
         assert m[("shardcron_shards_led", ())] == 2
-        assert m[("shardcron_ticks_total", (("status", "succeeded"),))] >= 1
+        assert m[("shardcron_ticks_total", (("namespace", "default"), ("status", "succeeded")))] >= 1
         assert ("shardcron_lease_renewal_age_seconds", ()) in m
         assert m[("shardcron_oldest_overdue_slot_seconds", ())] < 5
         assert any(name == "shardcron_etcd_call_seconds_count" for name, _ in m)

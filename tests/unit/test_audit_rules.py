@@ -298,7 +298,7 @@ def test_report_is_clean_only_without_findings_and_serialises():
     d = json.loads(json.dumps(gap.to_dict()))
     assert d["clean"] is False and d["excused"] == 3
     assert d["missing"] == [{"kind": "missing", "job_id": "j", "scheduled_at_ms": 5 * S, "detail": "no tick row",
-                             "shard": None, "fence": None, "node_id": None, "status": None}]
+                             "shard": None, "fence": None, "node_id": None, "status": None, "namespace": "default"}]
     assert d["per_job"]["j"]["slots_checked"] == 10
     assert d["duplicates"] == d["stale_fence"] == d["unresolved"] == d["false_overlap"] == []
     phantom = replace(empty, false_overlap=find_false_overlap([overlap_skip(2)]))

@@ -1,6 +1,6 @@
 """Namespaces: the name rule, the namespaced identity, and the pinned bytes and shards of namespaced keys.
 
-tests/vectors/shards_namespaced.json was written by ``shard_vectors`` (a second time before namespaces
+The ``namespaced_vectors`` of tests/vectors/shards.json were written by ``shard_vectors`` (a second time before namespaces
 shipped, when the separator became U+001F: PostgreSQL's text refuses the NUL of the first) and is
 never regenerated again: if a test here fails, the rule changed, and jobs would move.
 ``default`` must hash exactly as shards.json says, or upgrading would move every job.
@@ -34,9 +34,9 @@ from shardcron.tenancy.namespaces import (
 from tests.unit.test_sharding import VECTORS as DEFAULT_VECTORS
 from tests.unit.test_sharding import murmur3_x86_32
 
-VECTORS_FILE = Path(__file__).resolve().parents[1] / "vectors" / "shards_namespaced.json"
+VECTORS_FILE = Path(__file__).resolve().parents[1] / "vectors" / "shards.json"
 DOC = json.loads(VECTORS_FILE.read_text(encoding="utf-8"))
-VECTORS = DOC["vectors"]
+VECTORS = DOC["namespaced_vectors"]
 
 
 @pytest.mark.parametrize("name", ["default", "a", "0", "team-a", "x-1", "a" * 63, "billing2026"])
