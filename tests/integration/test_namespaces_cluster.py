@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import uuid
+from fractions import Fraction
 
 import grpc
 import pytest
@@ -136,3 +137,59 @@ def test_quotas_refuse_with_resource_exhausted_through_any_node(cluster):
             for i in range(2):
                 c0.delete_job(f"q-{tag}-{i}")
         assert c0.get_namespace("default").usage == base.usage  # every job given back
+
+
+def test_a_namespaces_quotas_refuse_through_any_node(cluster):
+    _, nodes, _ = cluster
+    name = f"quota-{uuid.uuid4().hex[:6]}"
+    with Client(nodes[0].address) as c0:
+        c0.create_namespace(name, quota={"max_jobs": 3, "max_slots_per_second": Fraction(1, 2)})
+        for i, n in enumerate(nodes):  # each node takes one room, whichever shard's leader it forwards to
+            with Client(n.address, namespace=name) as c:
+                c.put_job(noop(f"j{i}", "10s"))
+        for n in nodes:
+            with Client(n.address, namespace=name) as c:
+                with pytest.raises(ApiError) as e:
+                    c.put_job(noop("one-more"))
+                assert e.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert str(e.value) == f"namespace {name!r} would hold 4 jobs; its quota max_jobs is 3"
+                with pytest.raises(ApiError) as e:
+                    c.put_job(noop("j0", "1s"))  # a replacement takes no job's room, but a faster rate
+                assert e.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert str(e.value) == (f"namespace {name!r} would admit 1.2 slots per second; "
+                                        "its quota max_slots_per_second is 0.5")
+        described = c0.get_namespace(name)
+        assert (described.usage.jobs, described.usage.slots_per_second) == (3, Fraction(3, 10))
+        with Client(nodes[1].address, namespace=name) as c1:
+            # One result per job; jobs of shards led by different nodes commit in their own transactions,
+            # so this batch is one whose answers do not depend on their order (the store test checks order).
+            results = c1.put_jobs([noop("j1", "5s"), noop("j2", "1s"), noop("j3")])
+        assert [r.code for r in results] == ["OK", "RESOURCE_EXHAUSTED", "RESOURCE_EXHAUSTED"]
+        assert "its quota max_slots_per_second is 0.5" in results[1].message
+        assert results[2].message == f"namespace {name!r} would hold 4 jobs; its quota max_jobs is 3"
+        assert c0.get_namespace(name).usage.slots_per_second == Fraction(1, 5) + Fraction(2, 10)
+        with pytest.raises(ApiError) as e:
+            c0.put_job(noop("x"), namespace=f"never-{name}")
+        assert e.value.code is grpc.StatusCode.FAILED_PRECONDITION
+        assert f"create it first with `shardcron namespaces create never-{name}`" in str(e.value)
+
+
+def test_a_namespace_with_jobs_is_deleted_only_by_force_through_the_cli(cluster):
+    _, nodes, _ = cluster
+    name = f"doomed-{uuid.uuid4().hex[:6]}"
+    ok(cli(nodes[0], "namespaces", "create", name))
+    with Client(nodes[1].address, namespace=name) as c:
+        results = c.put_jobs([noop(f"job-{i}") for i in range(12)])  # over every shard, so every leader
+        assert all(r.ok for r in results), results
+    with Client(nodes[2].address) as c2:
+        c2.put_job(noop("job-0"))  # the same id in default: not the namespace's, and it stays
+        try:
+            refused = one_line_error(cli(nodes[2], "namespaces", "delete", name))
+            assert f"namespace {name!r} still holds 12 jobs" in refused and "force" in refused
+            assert ok(cli(nodes[2], "namespaces", "delete", name, "--force")) == \
+                f"namespace {name} deleted with its 12 jobs\n"
+            assert list(c2.list_jobs(namespace=name)) == []
+            assert c2.get_job("job-0").key.namespace == "default"
+            assert name not in {n.name for n in c2.list_namespaces()}
+        finally:
+            c2.delete_job("job-0")
