@@ -109,10 +109,11 @@ def _row(n: StoredNamespace) -> list:
 
 def describe(n: StoredNamespace) -> str:
     q = n.settings.quota
+    max_jobs = "no limit" if q.max_jobs is None else str(q.max_jobs)
+    max_rate = "no limit" if q.max_slots_per_second is None else fmt_rate(q.max_slots_per_second)
     lines = [("namespace", n.name), ("weight", f"{n.settings.weight:g}"),
-             ("jobs", f"{n.usage.jobs} of {_limit(q.max_jobs) if q.max_jobs is not None else 'no limit'}"),
-             ("slots per second", f"{fmt_rate(n.usage.slots_per_second)} of "
-                                  f"{fmt_rate(q.max_slots_per_second) if q.max_slots_per_second is not None else 'no limit'}"),
+             ("jobs", f"{n.usage.jobs} of {max_jobs}"),
+             ("slots per second", f"{fmt_rate(n.usage.slots_per_second)} of {max_rate}"),
              ("max running", f"{q.max_running} per node" if q.max_running is not None else "no limit"),
              ("created", fmt_ms(n.created_at_ms)), ("updated", fmt_ms(n.updated_at_ms))]
     return "\n".join(f"{k:<17} {v}" for k, v in lines)

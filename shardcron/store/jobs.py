@@ -38,7 +38,8 @@ _WRITE_COLUMNS = ("shard", "namespace", "spec", "version", "paused", "fence", "n
 _JOBS_BY_IDS = select(*_READ_COLUMNS).where(jobs.c.id.in_(bindparam("ids", expanding=True))).with_for_update()
 # The spec too: the replaced definition's rate is given back to its namespace's quota.
 _VERSIONS_FOR_UPDATE = (
-    select(jobs.c.id, jobs.c.version, jobs.c.spec).where(jobs.c.id.in_(bindparam("ids", expanding=True))).with_for_update()
+    select(jobs.c.id, jobs.c.version, jobs.c.spec).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
+    .with_for_update()
 )
 # Many jobs' updates as one executemany; parameters are the columns prefixed b_.
 _UPDATE_BY_ID = (

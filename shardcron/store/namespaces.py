@@ -200,7 +200,8 @@ class Rooms:
         if room is not None:
             u = room.usage
             # Never below 0: a count that drifted (a row restored by hand) must not refuse what is within it.
-            room.usage = replace(u, jobs=max(0, u.jobs - 1), slots_per_second=max(Fraction(0), u.slots_per_second - rate))
+            room.usage = replace(u, jobs=max(0, u.jobs - 1),
+                                 slots_per_second=max(Fraction(0), u.slots_per_second - rate))
 
     def save(self, conn: Connection) -> None:
         rows = [{"b_name": n, "b_jobs": r.usage.jobs, "b_rate": _fraction_text(r.usage.slots_per_second)}
