@@ -55,6 +55,7 @@ from shardcron.executors.base import CANCEL_POLL_S, now_ms, truncate_output
 from shardcron.model import ExecutionResult, ExecutorSpec, PythonSpec, SlotRef, TickContext
 from shardcron.store.effects import TickNotOwned, record_success_in
 from shardcron.store.engine import make_engine
+from shardcron.tenancy.keys import DEFAULT_NAMESPACE, split_key
 
 log = logging.getLogger(__name__)
 
@@ -73,16 +74,17 @@ THREAD_NAME = "shardcron-python"
 class CallContext:
     """What a Python job's function is told about the tick it runs (its first argument)."""
 
-    job_id: str
+    job_id: str  # the id within its namespace
     scheduled_at_ms: int
     scheduled_at: datetime  # the slot, timezone-aware UTC
     attempt: int
     fence: int
     shard: int
     node_id: str
-    idempotency_key: str  # "<job_id>:<scheduled_at_ms>", the same on every attempt and leader
+    idempotency_key: str  # the same on every attempt and leader (executors/identity.py)
     cancel: threading.Event = field(default_factory=threading.Event)  # set on timeout or shard loss: stop soon
     session: Session | None = None  # with session = true; commits with the tick's fenced result
+    namespace: str = DEFAULT_NAMESPACE
 
 
 class PythonExecutor:
@@ -176,7 +178,8 @@ class _Call:
         self.timeout_s = timeout_s
         self.started = started
         self.ctx = CallContext(
-            job_id=ctx.job_id, scheduled_at_ms=ctx.scheduled_at_ms,
+            job_id=split_key(ctx.job_id).id, namespace=split_key(ctx.job_id).namespace,
+            scheduled_at_ms=ctx.scheduled_at_ms,
             scheduled_at=datetime.fromtimestamp(ctx.scheduled_at_ms / 1000, tz=UTC), attempt=ctx.attempt,
             fence=ctx.fence, shard=ctx.shard, node_id=ctx.node_id, idempotency_key=ctx.idempotency_key,
         )

@@ -3,7 +3,8 @@
 A notification is sent through the same executors as a tick, with the failed (or recovered) slot's
 identity (job, scheduled time, fence, shard, node: ``executors/identity.py``) plus its kind
 (``X-Shardcron-Notification: on_failure``, ``shardcron_notification``), and an idempotency key of
-its own, ``<job_id>:<scheduled_at_ms>:<kind>``: the same from every leader and every send, and never
+its own, the slot's key (``tenancy.keys.slot_idempotency_key``) and ``:<kind>``: the same from every
+leader and every send, and never
 the slot's own key, so a receiver that drops repeated keys drops a resent notification and never
 mistakes it for the slot's run.
 
@@ -17,6 +18,7 @@ from dataclasses import dataclass, replace
 
 from shardcron.clock import rfc3339_ms
 from shardcron.model import ExecutorKind, ExecutorSpec, Tick, TickContext
+from shardcron.tenancy.keys import DEFAULT_NAMESPACE, slot_idempotency_key, split_key
 
 ERROR_EXCERPT_CHARS = 2000  # of the tick's error, in the event: enough to tell why, small enough for any chat hook
 
@@ -27,13 +29,16 @@ class NotificationContext(TickContext):
 
     @property
     def idempotency_key(self) -> str:
-        return f"{self.job_id}:{self.scheduled_at_ms}:{self.notification}"
+        return f"{slot_idempotency_key(self.job_id, self.scheduled_at_ms)}:{self.notification}"
 
 
 def event(kind: str, job_id: str, scheduled_at_ms: int, tick: Tick | None) -> dict:
     """What the notification says about the slot (``tick``: its row, None if it is gone)."""
-    out = {"notification": kind, "job_id": job_id, "scheduled_at": rfc3339_ms(scheduled_at_ms),
+    key = split_key(job_id)
+    out = {"notification": kind, "job_id": key.id, "scheduled_at": rfc3339_ms(scheduled_at_ms),
            "scheduled_at_ms": scheduled_at_ms}
+    if key.namespace != DEFAULT_NAMESPACE:  # a default job's event is what it was before namespaces
+        out["namespace"] = key.namespace
     if tick is not None:
         out.update(status=tick.status.value, attempts=tick.attempt, exit_code=tick.exit_code,
                    http_status=tick.http_status,
