@@ -123,7 +123,7 @@ class NamespaceRpcs:
                 if request.force:
                     continue  # a put raced in after the sweep: sweep again
                 raise
-            self._namespace_changed(name, clock.wall_ms())
+            await self.router.blocking(self._namespace_changed, name, clock.wall_ms())  # etcd: off the loop
             return pb.DeleteNamespaceResponse(jobs_deleted=deleted)
         raise namespace_store.NamespaceInUse(
             f"namespace {name!r} still receives jobs while it is deleted ({deleted} deleted in {DELETE_PASSES} "
