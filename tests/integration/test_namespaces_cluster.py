@@ -16,7 +16,7 @@ import pytest
 
 from shardcron import Client
 from shardcron.api.client import ApiError
-from shardcron.dev.testing.cluster import Cluster
+from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.jobspec import job_from_dict
 
 pytestmark = pytest.mark.cluster
@@ -193,3 +193,19 @@ def test_a_namespace_with_jobs_is_deleted_only_by_force_through_the_cli(cluster)
             assert name not in {n.name for n in c2.list_namespaces()}
         finally:
             c2.delete_job("job-0")
+
+
+def test_a_jobs_file_job_of_a_missing_namespace_is_left_out_and_the_rest_imported(make_cluster, tmp_path):
+    path = tmp_path / "jobs.toml"
+    path.write_text('[jobs.kept]\nevery = "1h"\nexecutor = { kind = "noop" }\n\n'
+                    '[jobs.stray]\nnamespace = "ghost"\nevery = "1h"\nexecutor = { kind = "noop" }\n')
+    c = make_cluster(f"sqlite:///{tmp_path}/store.db", shards=2, extra_args=["--jobs", str(path)])
+    node = c.add("solo")
+    c.wait_balanced({"solo"}, 60)
+    warning = "job ghost/stray of the jobs file not imported: namespace 'ghost' does not exist"
+    wait_until(lambda: warning in node.log_text(), 60, 0.2, what="the leader's warning")
+    with Client(node.address) as client:
+        kept = wait_until(lambda: client.get_job("kept"), 60, 0.2, what="the other job imported")
+        assert kept.key.namespace == "default"
+        assert list(client.list_jobs(namespace="ghost")) == []
+    assert node.alive()
