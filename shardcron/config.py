@@ -49,6 +49,8 @@ class NodeConfig:
     # (notifications.rate.Rate; None: no limit): --notify-on-failure, --notify-on-recovery, --notify-rate.
     notify_defaults: object = None
     notify_rate: object = None
+    executor_slots: int = 1000  # executions running at once on this node; the starts beyond wait (exec_gate.py)
+    fair_queuing: bool = True  # waiting starts served by weighted fair queuing across namespaces; False: first-come
 
 
 def env_default(name: str, default):
@@ -159,6 +161,11 @@ def add_node_flags(p: argparse.ArgumentParser) -> None:
     add_env_flag(p, "--shutdown-grace", "seconds to wait for running ticks on stop or hand-over", 5.0)
     add_env_flag(p, "--lookahead-ms", "claim slots this far ahead, in one transaction", 600,
                  default_text="%(default)s: not a whole second, so claiming never coincides with whole-second starts")
+    add_env_flag(p, "--executor-slots", "executions running at once on this node; a start beyond them waits for a "
+                                        "free slot (and the HTTP pool allows this many requests to one host)", 1000)
+    add_env_flag(p, "--fair-queuing", "how starts waiting for a slot are served: 'on', by weighted fair queuing "
+                                      "across namespaces; 'off', first come first served (the baseline)", "on",
+                 choices=["on", "off"])
     add_env_flag(p, "--tick-retention", "delete ticks whose slot is older than this (e.g. 30d), in small batches by "
                                         "each shard's leader; never nearer now than a job's catch-up window",
                  "none", default_text="none: keep every tick")
@@ -258,6 +265,14 @@ def _number(name: str, raw, kind, minimum):
     return value
 
 
+def _on_off(name: str, raw) -> bool:
+    """'on' or 'off' (the environment variable is not checked by argparse's choices)."""
+    value = str(raw).strip().lower()
+    if value not in ("on", "off"):
+        raise ConfigError(f"--{name}: expected 'on' or 'off', got {raw!r}")
+    return value == "on"
+
+
 def _hostport(name: str, value: str) -> str:
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
@@ -287,6 +302,8 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         settle=_number("settle", a.settle, float, 0.0),
         shutdown_grace=_number("shutdown-grace", a.shutdown_grace, float, 0.0),
         lookahead_ms=_number("lookahead-ms", a.lookahead_ms, int, 0),
+        executor_slots=_number("executor-slots", a.executor_slots, int, 1),
+        fair_queuing=_on_off("fair-queuing", a.fair_queuing),
         min_interval_ms=None if a.min_interval is None else parse_min_interval_ms(a.min_interval),
         log_format=a.log_format,
         log_level=a.log_level,

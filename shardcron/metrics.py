@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
-from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from shardcron.errors import ConfigError
@@ -105,8 +105,45 @@ oldest_overdue = Gauge("shardcron_oldest_overdue_slot_seconds",
                        "Age of the oldest slot that is due but not started; 0 when none. "
                        "Alert on it to catch a schedule that silently stopped.")
 backfill_slots = Counter("shardcron_backfill_slots_total", "Slots claimed and started by backfills on this node.")
+namespace_wait = CountedHistogram("shardcron_namespace_wait_seconds",
+                                  "Time a start waited for a free executor slot, by namespace (only starts that "
+                                  "waited: --executor-slots were all busy, or the namespace was at max_running).",
+                                  "namespace", _LATENESS_BUCKETS)
 backfill_remaining = Gauge("shardcron_backfill_remaining_slots",
                            "Slots the backfills this node runs still owe (planned minus done); 0 when none.")
+
+
+class LabelledGaugeFunction(Collector):
+    """A gauge with one label, read at scrape time from ``watch(fn)``: ``fn() -> {label: value}``.
+
+    The starts waiting per namespace change with every start under overload; counting
+    them at scrape time costs the hot path nothing."""
+
+    def __init__(self, name: str, documentation: str, label: str, registry: CollectorRegistry | None = REGISTRY):
+        self._name, self._doc, self._label = name, documentation, label
+        self._fn: Callable[[], dict[str, float]] = dict
+        if registry is not None:
+            registry.register(self)
+
+    def watch(self, fn: Callable[[], dict[str, float]]) -> None:
+        self._fn = fn
+
+    def describe(self):
+        return [GaugeMetricFamily(self._name, self._doc, labels=[self._label])]
+
+    def collect(self):
+        family = GaugeMetricFamily(self._name, self._doc, labels=[self._label])
+        try:
+            values = self._fn()
+        except Exception:  # noqa: BLE001 - a scrape must never fail because of one gauge
+            values = {}
+        for label, value in sorted(values.items()):
+            family.add_metric([label], float(value))
+        yield family
+
+
+namespace_waiting = LabelledGaugeFunction("shardcron_namespace_waiting",
+                                          "Starts waiting for a free executor slot now, by namespace.", "namespace")
 
 
 def watch_gauge(gauge: Gauge, fn: Callable[[], float]) -> None:

@@ -62,11 +62,14 @@ def executor_for(kind: ExecutorKind, *, allow_shell: bool) -> Executor:
 class Executors:
     """A node's executors. ``engine``: the store, for Python jobs that take a fenced session;
     ``workers``: the threads that run blocking executors (shell, Python, the sync broker clients),
-    so at most that many of those run at once."""
+    so at most that many of those run at once; ``http_pool``: requests in flight to one host (None: the http
+    executor's default). A node passes its ``--executor-slots``: its gate bounds executions already, and a
+    smaller pool would queue the gate's starts again, first come, below the fair queue."""
 
     def __init__(self, *, engine=None, allow_shell: bool = False, allow_python: tuple[str, ...] = (),
-                 workers: int = 64):
+                 workers: int = 64, http_pool: int | None = None):
         self.engine = engine
+        self.http_pool = http_pool
         self.allow_shell = allow_shell
         self.allow_python = tuple(allow_python)
         self.connections = Connections()
@@ -99,7 +102,7 @@ class Executors:
         if kind is ExecutorKind.HTTP:
             from shardcron.executors.http import HttpExecutor
 
-            return HttpExecutor(self.loop)
+            return HttpExecutor(self.loop) if self.http_pool is None else HttpExecutor(self.loop, max_per_host=self.http_pool)
         if kind is ExecutorKind.PYTHON:
             from shardcron.executors.python import PythonExecutor
 

@@ -30,7 +30,9 @@ ticks before it opened instead of paying a TCP (and TLS) handshake each:
   connection"). It bounds what a burst of ticks opens against one service,
   and it keeps httpcore's pool small, which is what its cost grows with. After
   the wait a tick starts only if ``cancel`` still allows it: one that waited
-  must not send after its shard or lease was lost. ``MAX_CONNECTIONS`` (128)
+  must not send after its shard or lease was lost. A node's executors raise it
+  to the node's ``--executor-slots`` (its gate bounds executions; a smaller pool
+  would queue them first-come below the fair queue). ``MAX_CONNECTIONS`` (128, or more)
   bounds each client across hosts, so one slow host never holds back a tick
   to another.
 
@@ -204,9 +206,10 @@ class HttpExecutor:
 
 
 def _make_client(scheme: str, max_per_host: int) -> HttpxClient | AiohttpClient:
+    total = max(MAX_CONNECTIONS, max_per_host)  # one host may use the whole per-host allowance
     if scheme == "https":
-        return HttpxClient(max_connections=MAX_CONNECTIONS, max_keepalive=MAX_KEEPALIVE, keepalive_s=KEEPALIVE_EXPIRY_S)
-    return AiohttpClient(max_connections=MAX_CONNECTIONS, max_per_host=max_per_host, keepalive_s=KEEPALIVE_EXPIRY_S)
+        return HttpxClient(max_connections=total, max_keepalive=MAX_KEEPALIVE, keepalive_s=KEEPALIVE_EXPIRY_S)
+    return AiohttpClient(max_connections=total, max_per_host=max_per_host, keepalive_s=KEEPALIVE_EXPIRY_S)
 
 
 async def _close_all(clients: list[HttpxClient | AiohttpClient]) -> None:

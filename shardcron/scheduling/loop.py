@@ -31,6 +31,17 @@ spread over the second make no bursts, and nobody waits for them:
       no  -> go on
       yes -> waited YIELD_TO_STARTS_MAX_MS already? -> go on
              else sleep until the burst ends or is due (at most 5 ms), check again
+
+Executor slots (``exec_gate.py``, issue 15). At most ``executor_slots``
+executions run at once. A start that finds none free waits in the gate, by
+namespace; so does every later start, noop included, while anything waits.
+Each run that ends (``_done``, on the loop) hands its slot to the next start
+the queue picks (``_serve_waiting``), which passes the burst's guard and
+``_start``'s checks again at that moment and records its real start. Nothing
+is dropped: a released shard's waiting starts are taken out and counted not
+started, their rows left claimed for the next leader. With nothing waiting a
+noop pays one unlocked check (``ExecGate.open``); a start with an executor takes
+its slot under the gate's lock.
 """
 
 from __future__ import annotations
@@ -53,6 +64,7 @@ from shardcron.executors import Executors
 from shardcron.model import ExecutionResult, ExecutorKind, Job, SlotRef, TickStatus
 from shardcron.scheduling.calendar_book import CalendarBook, Unknown
 from shardcron.scheduling.calendars import next_allowed
+from shardcron.scheduling.exec_gate import DEFAULT_SLOTS, ExecGate
 from shardcron.scheduling.backfill_runner import BackfillRunner
 from shardcron.scheduling.heap import ClaimDue, DispatchDue, TimerHeap
 from shardcron.scheduling.jitter import jitter_offset_ms
@@ -70,6 +82,8 @@ from shardcron.store import fences as fence_store
 from shardcron.store import jobs as job_store
 from shardcron.store import ticks as tick_store
 from shardcron.store.ticks import SlotClaim
+from shardcron.tenancy.keys import namespace_of
+from shardcron.tenancy.settings import NamespaceSettings
 
 log = logging.getLogger(__name__)
 
@@ -111,13 +125,18 @@ class Scheduler:
         clock: Clock = SYSTEM_CLOCK,
         calendars: CalendarBook | None = None,
         tick_retention_ms: int | None = None,
+        executor_slots: int = DEFAULT_SLOTS,
+        fair_queuing: bool = True,
     ):
         self.engine = engine
         self.node_id = node_id
         self.shard_count = shard_count
         self.allow_shell = allow_shell
         self.executors = Executors(engine=engine, allow_shell=allow_shell, allow_python=allow_python,
-                                   workers=workers)
+                                   workers=workers, http_pool=executor_slots)
+        # At most executor_slots executions at once; the starts beyond wait there, by namespace (exec_gate.py).
+        self._gate: ExecGate[tuple[int, int, Dispatch]] = ExecGate(executor_slots, fair=fair_queuing)
+        metrics.namespace_waiting.watch(self._gate.waiting_by_namespace)
         self.lookahead_ms = lookahead_ms
         self._report_fenced = on_fenced
         self._now_ms = self.now_ms = clock.wall_ms  # bound once: it is on every hot path
@@ -275,6 +294,13 @@ class Scheduler:
             return
         with run.lock:
             run.released = True
+        # Its starts waiting for a slot are not started here: their rows stay claimed for the next leader.
+        waiting = self._gate.remove_where(lambda ns, item: item[0] == shard and item[1] == run.fence)
+        if waiting:
+            self.stats.add(not_started=len(waiting))
+            metrics.not_started.inc(len(waiting))
+            log.info("shard %d: %d starts waiting for an executor slot left for the next leader", shard,
+                     len(waiting), extra={"shard": shard})
 
         def drain():
             with run.lock:
@@ -293,6 +319,12 @@ class Scheduler:
             on_done()
         else:
             threading.Thread(target=drain, name=f"release-{shard}", daemon=True).start()
+
+    def set_namespace_settings(self, mapping: dict[str, NamespaceSettings]) -> None:
+        """Each namespace's weight (its share of the executor slots under overload) and quota (its
+        ``max_running`` executions on this node); a namespace not named runs with the defaults."""
+        self._gate.set_settings(mapping)
+        self._wake_gate()  # a raised max_running may let waiting starts go on slots free now
 
     # -- job changes (the API calls these on the shard's leader) ---------------------
 
@@ -543,17 +575,21 @@ class Scheduler:
         # Book-keeping for the ticks that completed inline comes after the whole
         # burst has started, so the last start of a burst waits for no one's records.
         if burst.inline:
-            ok = TickStatus.SUCCEEDED
-            results: dict[int, ExecutionResult] = {}  # one per start millisecond: a burst shares a few
-            self.recorder.put_many([
-                ResultWrite(shard, fence, d.slot, d.attempt,
-                            results.get(t) or results.setdefault(t, ExecutionResult(True, t, t)), ok)
-                for shard, fence, d, t in burst.inline])
-            late = Counter((shard, t - d.slot.scheduled_at_ms - d.offset_ms) for shard, _, d, t in burst.inline)
-            for (shard, lateness_ms), count in late.items():
-                self._observe_lateness(shard, lateness_ms, count)
-            self.stats.add(started=len(burst.inline))
-            self.stats.add_status(ok, len(burst.inline))
+            self._completed_inline(burst.inline)
+
+    def _completed_inline(self, inline: list[tuple[int, int, Dispatch, int]]) -> None:
+        """Record noop ticks that completed at their start (``at``), and their lateness."""
+        ok = TickStatus.SUCCEEDED
+        results: dict[int, ExecutionResult] = {}  # one per start millisecond: a burst shares a few
+        self.recorder.put_many([
+            ResultWrite(shard, fence, d.slot, d.attempt,
+                        results.get(t) or results.setdefault(t, ExecutionResult(True, t, t)), ok)
+            for shard, fence, d, t in inline])
+        late = Counter((shard, t - d.slot.scheduled_at_ms - d.offset_ms) for shard, _, d, t in inline)
+        for (shard, lateness_ms), count in late.items():
+            self._observe_lateness(shard, lateness_ms, count)
+        self.stats.add(started=len(inline))
+        self.stats.add_status(ok, len(inline))
 
     def _start_group(self, shard: int, fence: int, ds: list[Dispatch], burst: "_Burst") -> None:
         """Start one shard's due ticks under one acquisition of the shard's lock.
@@ -578,8 +614,8 @@ class Scheduler:
                     return  # the rows stay claimed: whoever leads next re-claims them
                 self._start(run, d, burst)
 
-    def _start(self, run: ShardRun, d: Dispatch, burst: "_Burst") -> None:
-        """One tick, with ``run.lock`` held."""
+    def _start(self, run: ShardRun, d: Dispatch, burst: "_Burst", gated: bool = False) -> None:
+        """One tick, with ``run.lock`` held. ``gated``: it waited for an executor slot and holds one now."""
         job_id = d.slot.job_id
         entry = run.jobs.get(job_id)
         if entry is None:
@@ -603,6 +639,8 @@ class Scheduler:
             now = self._now_ms()
             self._record(run, d, ExecutionResult(False, now, now, error=OVERLAP_SKIP_REASON), TickStatus.SKIPPED)
             return
+        if not gated and not self._admit(run, d, job):
+            return  # it waits for a slot; the checks above run again when it gets one (_start_waited)
         if job.executor.kind is ExecutorKind.NOOP:
             # No side effect to guard: it completes here, and the recorder writes it.
             burst.inline.append((run.shard, run.fence, d, self._now_ms()))
@@ -611,6 +649,53 @@ class Scheduler:
         metrics.running_executors.inc()
         burst.on_loop.append((run, d, TickRun(job, d.slot, d.attempt, run.shard, run.fence, self.node_id,
                                               run.stop, run.cancel, d.offset_ms)))
+
+    # -- the executor slots (exec_gate.py) ----------------------------------------------------
+
+    def _admit(self, run: ShardRun, d: Dispatch, job: Job) -> bool:
+        """May the start go now? A noop needs a free slot but takes none (it ends as it starts)."""
+        noop = job.executor.kind is ExecutorKind.NOOP
+        if noop and self._gate.open():  # the hot path: nothing waits, a slot is free
+            return True
+        if self._gate.enter(namespace_of(d.slot.job_id), (run.shard, run.fence, d), time.monotonic(), holds=not noop):
+            return True
+        if self._gate.busy < self._gate.slots:  # queued behind a quota with slots free: nobody else will look
+            self._wake_gate()
+        return False
+
+    def _wake_gate(self) -> None:
+        if self._gate.waiting:
+            self.executors.loop.call_soon(self._serve_waiting)
+
+    def _serve_waiting(self) -> None:
+        """On the loop: hand every free slot to the next waiting start, in the queue's order."""
+        if self._closing:  # the node stops: what waits stays claimed for the next leader
+            return
+        while (served := self._gate.next(time.monotonic())) is not None:
+            metrics.namespace_wait.observe(served.namespace, served.waited_s)
+            if not self._start_waited(*served.item):
+                self._gate.leave(served.namespace)  # it did not become an execution: the slot is free again
+
+    def _start_waited(self, shard: int, fence: int, d: Dispatch) -> bool:
+        """Start a tick that waited, under the guard a burst's ticks pass; True if it now runs on its slot."""
+        run = self._current(shard, fence)
+        burst = _Burst()
+        if run is not None:
+            with run.lock:
+                if run.active and run.session.can_act():
+                    self._start(run, d, burst, gated=True)
+                else:
+                    run = None
+        if run is None:  # the shard moved or its lease is in doubt: the row stays claimed for the next leader
+            self.stats.add(not_started=1)
+            metrics.not_started.inc()
+            return False
+        if burst.inline:
+            self._completed_inline(burst.inline)
+        if burst.on_loop:
+            self._start_on_loop(burst.on_loop)
+            return True
+        return False
 
     def _start_on_loop(self, ticks: list[tuple[ShardRun, Dispatch, TickRun]]) -> None:
         loop = asyncio.get_running_loop()
@@ -656,6 +741,9 @@ class Scheduler:
         with run.lock:
             run.run_ended(job_id)
         metrics.running_executors.dec()
+        self._gate.leave(namespace_of(job_id))
+        if self._gate.waiting:
+            self._serve_waiting()
 
     def _fenced(self, shard: int, fence: int, count: int = 1) -> None:
         self.stats.add(fenced_rejections=count)

@@ -68,3 +68,17 @@ def test_submit_through_a_forwarding_node(tmp_path):
     cpu = f["modes"]["unary PutJob (16 callers)"]["cpu_ms_per_call"]
     assert set(cpu) == {"caller", "forwarder", "leader", "rest"}
     assert cpu["caller"] > 0 and min(cpu.values()) >= 0  # a node's counters tick every 10 ms: 40 calls may read 0
+
+
+def test_fairness_both_modes(tmp_path):
+    f = bench(tmp_path, "fairness", "--jobs", "10", "--flood-jobs", "100", "--executor-slots", "5",
+              "--seconds", "3", "--shards", "8")["shardcron"]
+    assert f["executor_slots"] == 5 and set(f["modes"]) == {"on", "off"}
+    for mode in ("on", "off"):
+        for window in ("idle", "flooding"):
+            w = f["modes"][mode][window]
+            assert w["expected"] == 30 and 0 <= w["started"] <= w["recorded"] <= w["expected"], (mode, window, w)
+            assert w["censored"] == w["recorded"] - w["started"]
+        assert f["modes"][mode]["flooding"]["flood_starts_per_s"] > 0
+    assert f["modes"]["on"]["idle"]["started"] == f["modes"]["on"]["idle"]["expected"]
+    assert f["fair_p99_ratio"] is not None

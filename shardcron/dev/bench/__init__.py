@@ -1,4 +1,4 @@
-"""``shardcron bench``: precision, throughput, scale, failover, submission and dispatch figures, on this machine.
+"""``shardcron bench``: precision, throughput, scale, failover, submission, dispatch and fairness figures, on this machine.
 
 It starts what it needs (an etcd unless ``--etcd``, a SQLite store in a
 temporary directory unless ``--db``, ``--nodes`` node processes), runs one
@@ -18,9 +18,15 @@ from shardcron.errors import ConfigError, ShardcronError
 def register(sub) -> None:
     p = sub.add_parser("bench", help="measure tick precision, throughput, scale, failover, submission and dispatch speed")
     p.add_argument("scenario",
-                   choices=["precision", "throughput", "scale", "failover", "submit", "at-size", "dispatch"])
+                   choices=["precision", "throughput", "scale", "failover", "submit", "at-size", "dispatch",
+                            "fairness"])
     p.add_argument("--jobs", type=int, default=None,
-                   help="jobs firing every second (default 1000); at-size: jobs held (default 100000)")
+                   help="jobs firing every second (default 1000); at-size: jobs held (default 100000); "
+                        "fairness: the calm namespace's noop jobs (default 100)")
+    p.add_argument("--flood-jobs", type=int, default=2000,
+                   help="fairness: the flooding namespace's http jobs, each every second (default %(default)s)")
+    p.add_argument("--executor-slots", type=int, default=100,
+                   help="fairness: the node's --executor-slots (default %(default)s)")
     p.add_argument("--seconds", type=int, default=60, help="measured window (default %(default)s)")
     p.add_argument("--nodes", default=None,
                    help="node processes (default 1; 3 for failover); scale: node counts to compare (default 1,2,3)")
@@ -66,9 +72,11 @@ def _run(a: argparse.Namespace) -> int:
     from shardcron.dev.testing.etcd_server import EtcdCluster
 
     if a.jobs is None:
-        a.jobs = 100_000 if a.scenario == "at-size" else 1000
+        a.jobs = {"at-size": 100_000, "fairness": 100}.get(a.scenario, 1000)
     if a.jobs <= 0 or a.seconds <= 0:
         raise ConfigError("--jobs and --seconds must be positive")
+    if a.flood_jobs <= 0 or a.executor_slots <= 0:
+        raise ConfigError("--flood-jobs and --executor-slots must be positive")
     if a.neighbour != "none" and a.scenario != "precision":
         raise ConfigError(f"--neighbour is for bench precision, not {a.scenario}")
     node_counts = _counts("--nodes", a.nodes or ("1,2,3" if a.scenario == "scale" else ""))
@@ -109,6 +117,17 @@ def _run(a: argparse.Namespace) -> int:
                 from shardcron.dev.bench import dispatch
 
                 figures = dispatch.run(make_env, a.kind, rates, a.seconds, a.broker)
+        finally:
+            if shared:
+                shared.stop()
+    elif a.scenario == "fairness":
+        from shardcron.dev.bench import fairness
+
+        shared = None if a.etcd else EtcdCluster(1).start()
+        try:
+            figures = fairness.run(lambda extra: BenchEnv(nodes=1, shards=a.shards, ttl=a.ttl, db=a.db,
+                                                          etcd=a.etcd or shared.endpoints, extra_args=extra),
+                                   a.jobs, a.flood_jobs, a.seconds, a.executor_slots)
         finally:
             if shared:
                 shared.stop()
@@ -219,6 +238,11 @@ def render(out: dict) -> str:
         if errors:
             lines.append("first failure: " + "; ".join(errors))
         lines += [f"{s['rate']}/s not measured: {s['error']}" for s in f["steps"] if "error" in s]
+    elif f["scenario"] == "fairness":
+        from shardcron.dev.bench import fairness
+
+        lines.append(tabulate(fairness.render(f), headers=fairness.HEADERS, tablefmt="github"))
+        lines.append("\n" + fairness.verdict(f))
     elif f["scenario"] == "at-size":
         from shardcron.dev.bench import at_size
 
