@@ -201,7 +201,7 @@ class Node:
                 self.calendar_watch.bump(",".join(written), clock.wall_ms())
         self.calendar_watch.load_now()  # before any shard is led: its first claims follow the calendars
         self.namespace_watch = NamespaceWatch(self.etcd, self.layout, self.engine,
-                                              _namespace_settings_sink(self.scheduler))
+                                              self.scheduler.set_namespace_settings)
         self.namespace_watch.load_now()  # likewise: its first starts follow the namespaces' weights and quotas
         settings = CoordinatorSettings(
             node_id=cfg.node_id, address=cfg.advertise, shard_count=shard_count, ttl_s=cfg.ttl,
@@ -282,16 +282,6 @@ def _admit_imports(path: str | None, jobs: list, admit) -> None:
             admit(job)
         except InvalidJob as e:
             raise JobFileError(f"{path}: job {job.id!r}: {e}") from None
-
-
-def _namespace_settings_sink(scheduler: Scheduler):
-    """Where the namespaces' settings go: ``Scheduler.set_namespace_settings`` (fair queuing and
-    max_running). A scheduler without it (before the fair queue is merged) keeps none."""
-    apply = getattr(scheduler, "set_namespace_settings", None)
-    if apply is None:
-        return lambda settings: log.debug("scheduler has no set_namespace_settings: %d namespaces not applied",
-                                          len(settings))
-    return apply
 
 
 def _start_api(node: Node):

@@ -1,7 +1,6 @@
 """A namespace's settings reach a running node's scheduler and follow a live change (real etcd, real
 SQLite, a real HTTP sink): with max_running 1 the namespace's slow runs on a node never overlap;
-removed through the API, they do, without a restart. Needs the scheduler's set_namespace_settings
-(the fair queue); without it there is nothing on the node to observe."""
+removed through the API, they do, without a restart."""
 
 from __future__ import annotations
 
@@ -12,12 +11,9 @@ import pytest
 from shardcron import Client
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.jobspec import job_from_dict
-from shardcron.scheduling.loop import Scheduler
 from tests.support.sinks import _no_proxy_for_localhost, sink  # noqa: F401 - fixtures
 
-pytestmark = [pytest.mark.cluster,
-              pytest.mark.skipif(not hasattr(Scheduler, "set_namespace_settings"),
-                                 reason="the scheduler takes no namespace settings on this branch")]
+pytestmark = pytest.mark.cluster
 
 RUN_MS = 1500  # each run is longer than the jobs' 1 s interval: three jobs always have runs to overlap
 
