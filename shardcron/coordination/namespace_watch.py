@@ -31,6 +31,7 @@ class NamespaceWatch:
         self._engine = engine
         self._apply = apply
         self._current: Settings | None = None
+        self.reloads = 0  # reads of the store so far (whether or not they found a change)
         self._watch = StoreWatch(etcd, layout.namespaces, "namespaces", self._reload, reload_s)
 
     @property
@@ -54,6 +55,7 @@ class NamespaceWatch:
 
     def _reload(self, cause: str) -> None:
         settings = namespace_settings(self._engine)
+        self.reloads += 1
         metrics.namespace_reloads.labels(cause).inc()
         if settings == self._current:
             return

@@ -20,11 +20,11 @@ from shardcron.jobspec import job_from_json, job_to_json
 from shardcron.model import Job
 from shardcron.store.engine import reading
 from shardcron.store.fences import run_fenced, run_fenced_many
-from shardcron.store.namespaces import give_back, lock_rooms, rate_of_spec
+from shardcron.store.namespaces import give_back, lock_rooms, rate_of_spec, schedule_rate
 from shardcron.store.schema import LABEL_KEY_LENGTH, LABEL_VALUE_LENGTH, job_labels, jobs
 from shardcron.store.sql import chunks
 from shardcron.tenancy.keys import display_key, namespace_of
-from shardcron.tenancy.quotas import PutChange, job_rate
+from shardcron.tenancy.quotas import PutChange
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def put_each(engine: Engine, puts: Sequence[Put], *, node_id: str, now_ms: int) 
             if p.expected_version is not None and p.expected_version != actual:
                 out[i] = VersionConflict(p.job.id, p.expected_version, actual)
                 continue
-            rate = job_rate(p.job.schedule)
+            rate = schedule_rate(p.job.schedule)
             refused = rooms.admit(namespace_of(p.job.id), PutChange(rates.get(p.job.id), rate))
             if refused is not None:
                 out[i] = refused
@@ -222,7 +222,7 @@ def import_jobs_many(engine: Engine, by_shard: Mapping[int, tuple[int, Sequence[
                     written[job_id] = Imported(replace(job, version=row.version, active_since_ms=row.active_since_ms),
                                                True)
                     continue
-            change = PutChange(None if row is None else rate_of_spec(row.spec), job_rate(job.schedule))
+            change = PutChange(None if row is None else rate_of_spec(row.spec), schedule_rate(job.schedule))
             why = rooms.admit(namespace_of(job_id), change)
             if why is not None:
                 refused[job_id] = why

@@ -25,11 +25,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
+from croniter import CroniterError
 from sqlalchemy import Connection, Engine, bindparam, func, select
 from sqlalchemy import exc as sa_exc
 
 from shardcron.errors import (InvalidJob, NamespaceExists, NamespaceMissing, NamespaceNotFound, QuotaRefused,
                               ShardcronError)
+from shardcron.jobspec import shortest_gap_ms
+from shardcron.model import Schedule
 from shardcron.store.engine import reading, writing
 from shardcron.store.schema import jobs, namespaces
 from shardcron.store.sql import insert_ignoring_duplicates
@@ -257,6 +260,17 @@ def give_back(conn: Connection, namespace: str, removed_rates: Sequence[Fraction
     rooms.save(conn)
 
 
+def schedule_rate(schedule: Schedule) -> Fraction:
+    """``quotas.job_rate``, never failing: a cron whose shortest gap croniter cannot walk to (a date that
+    never comes, such as 30 February) is rated by the gap its fields imply, a lower bound of the real one,
+    so its rate is never understated."""
+    try:
+        return job_rate(schedule)
+    except CroniterError:
+        gap = shortest_gap_ms(schedule, below_ms=1)  # the fields' bound: no walk through the calendar
+        return Fraction(0) if not gap else Fraction(1000, gap)
+
+
 def rate_of_spec(spec: str | None) -> Fraction:
     """The peak rate of a stored job spec. One this version cannot read counts 0, as migration 0007
     counted it (the node and the audit report such a job on their own)."""
@@ -267,7 +281,7 @@ def rate_of_spec(spec: str | None) -> Fraction:
     try:
         # Read with a stand-in id: the spec of a namespaced job holds its key, which the id rule refuses
         # (it holds U+001F), and the rate is the schedule's alone.
-        return job_rate(job_from_dict(json.loads(spec), job_id="rate").schedule)
+        return schedule_rate(job_from_dict(json.loads(spec), job_id="rate").schedule)
     except (InvalidJob, ValueError):
         return Fraction(0)
 
@@ -328,4 +342,4 @@ def _stored(row) -> StoredNamespace:
 
 __all__ = ["MAX_WEIGHT", "NamespaceInUse", "Rooms", "StoredNamespace", "check_weight", "count_jobs",
            "create_namespace", "delete_namespace", "get_namespace", "give_back", "job_keys", "list_namespaces",
-           "lock_rooms", "namespace_settings", "rate_of_spec", "take_room", "update_namespace"]
+           "lock_rooms", "namespace_settings", "rate_of_spec", "schedule_rate", "take_room", "update_namespace"]

@@ -119,6 +119,12 @@ def test_usage_follows_put_replace_and_delete(engine):
     assert ns.count_jobs(engine, "team-a") == 1 and ns.job_keys(engine, "team-a") == [store_key("team-a", "b")]
 
 
+def test_a_cron_croniter_cannot_walk_is_rated_by_its_fields(engine):
+    create(engine, "team-a")
+    put(engine, replace(job_from_dict({"id": "never", "cron": "0 0 30 2 *"}), id=store_key("team-a", "never")))
+    assert usage(engine, "team-a") == (1, Fraction(1, 86400))  # 30 February: at most daily, never understated
+
+
 def test_quotas_refuse_growth_with_the_reason(engine):
     create(engine, "team-a", max_jobs=2, max_slots_per_second=Fraction(1))
     put(engine, job("team-a", "a", "2s"))
