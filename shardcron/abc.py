@@ -88,6 +88,9 @@ class Backend(Protocol):
 
     def calendar_written(self, name: str, calendar: object, now_ms: int) -> None:
         """This node wrote calendar ``name`` (``calendar`` None: deleted): every node must reload it."""
+    def namespace_written(self, name: str, now_ms: int) -> None:
+        """This node created, changed or deleted namespace ``name``: every node must reload the namespaces."""
+
     def backfill_added(self, shard: int) -> None:
         """A backfill of a led shard was stored: have the scheduler run it."""
 

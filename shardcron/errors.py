@@ -93,3 +93,40 @@ class TriggerBusy(ShardcronError):
         super().__init__(f"job {job_id!r}: no free millisecond for a manual tick near {at_ms}; "
                          "too many triggers at once, retry")
         self.job_id = job_id
+
+
+class QuotaRefused(ShardcronError):
+    """A put that would cross one of its namespace's quotas (RESOURCE_EXHAUSTED).
+
+    ``exceeded`` is the ``tenancy.quotas.QuotaExceeded`` saying which quota, its limit and the
+    would-be value; the message is its ``reason``."""
+
+    def __init__(self, exceeded):
+        super().__init__(exceeded.reason)
+        self.exceeded = exceeded
+
+
+class NamespaceNotFound(ShardcronError):
+    """A namespace RPC named a namespace that does not exist (NOT_FOUND)."""
+
+    def __init__(self, name: str):
+        super().__init__(f"namespace {name!r} not found; `shardcron namespaces list` shows the namespaces")
+        self.name = name
+
+
+class NamespaceMissing(ShardcronError):
+    """A job put into a namespace that was never created (FAILED_PRECONDITION): namespaces are made on
+    purpose, so a typo in a job file cannot start a namespace of its own, without quotas."""
+
+    def __init__(self, name: str):
+        super().__init__(f"namespace {name!r} does not exist: create it first with "
+                         f"`shardcron namespaces create {name}`")
+        self.name = name
+
+
+class NamespaceExists(ShardcronError):
+    """CreateNamespace of a name that is taken (ALREADY_EXISTS)."""
+
+    def __init__(self, name: str):
+        super().__init__(f"namespace {name!r} already exists; `shardcron namespaces update {name}` changes it")
+        self.name = name

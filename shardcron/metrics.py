@@ -77,6 +77,8 @@ calendar_skips = Counter("shardcron_calendar_skips_total",
                          "Times a job's next claim jumped over slots its calendars exclude.")
 calendar_reloads = Counter("shardcron_calendar_reloads_total", "Reloads of the stored calendars, by cause.",
                            ["cause"])
+namespace_reloads = Counter("shardcron_namespace_reloads_total",
+                            "Reloads of the stored namespaces' weights and quotas, by cause.", ["cause"])
 notifications = Counter("shardcron_notifications_total",
                         "Failure and recovery notifications, by kind and outcome (sent, failed, suppressed).",
                         ["kind", "outcome"])

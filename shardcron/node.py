@@ -15,6 +15,7 @@ from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.cluster_config import ClusterConfig
 from shardcron.coordination.membership import ensure_cluster_config
 from shardcron.coordination.calendar_watch import CalendarWatch
+from shardcron.coordination.namespace_watch import NamespaceWatch
 from shardcron.jobfile import JobFileError, load_file_calendars, load_job_file
 from shardcron.jobspec import check_admissible
 from shardcron.scheduling.calendar_book import CalendarBook
@@ -94,6 +95,11 @@ class NodeBackend:
             self._node.scheduler.calendars_changed({name})
         self._node.calendar_watch.bump(name, now_ms)
 
+    def namespace_written(self, name: str, now_ms: int) -> None:
+        """This node created, changed or deleted namespace ``name``: every node (this one through the
+        watch) reloads the namespaces' weights and quotas."""
+        self._node.namespace_watch.bump(name, now_ms)
+
     def backfill_added(self, shard: int) -> None:
         self._node.scheduler.backfills.backfill_added(shard)
 
@@ -143,6 +149,7 @@ class Node:
         self.etcd: Etcd | None = None
         self.scheduler: Scheduler | None = None
         self.calendar_watch: CalendarWatch | None = None
+        self.namespace_watch: NamespaceWatch | None = None
         self.coordinator: Coordinator | None = None
         self.cluster_config: ClusterConfig | None = None  # as read at start; the view mirrors it live
         self.api = None
@@ -193,6 +200,9 @@ class Node:
             if written:
                 self.calendar_watch.bump(",".join(written), clock.wall_ms())
         self.calendar_watch.load_now()  # before any shard is led: its first claims follow the calendars
+        self.namespace_watch = NamespaceWatch(self.etcd, self.layout, self.engine,
+                                              self.scheduler.set_namespace_settings)
+        self.namespace_watch.load_now()  # likewise: its first starts follow the namespaces' weights and quotas
         settings = CoordinatorSettings(
             node_id=cfg.node_id, address=cfg.advertise, shard_count=shard_count, ttl_s=cfg.ttl,
             settle_s=cfg.settle, resign_grace_s=cfg.shutdown_grace, started_at_ms=now,
@@ -208,6 +218,7 @@ class Node:
                             lambda: self.coordinator.session.seconds_since_renewal() if self.coordinator.session else 0)
         self.scheduler.start()
         self.calendar_watch.start()
+        self.namespace_watch.start()
         self.notifier = Notifier(self.scheduler, defaults=cfg.notify_defaults or NO_DEFAULTS,
                                  default_rate=cfg.notify_rate)
         self.notifier.start()
@@ -250,6 +261,8 @@ class Node:
             self.api.stop()
         if self.calendar_watch:
             self.calendar_watch.stop()
+        if self.namespace_watch:
+            self.namespace_watch.stop()
         if getattr(self, "notifier", None):
             self.notifier.close()
         if self.scheduler:

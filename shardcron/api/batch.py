@@ -179,10 +179,13 @@ class BatchWriter:
             try:
                 outcome = job_store.import_jobs_many(
                     b.engine, {shard: (fence, [it.job for it in items]) for shard, (fence, items) in local.items()},
-                    node_id=b.node_id, now_ms=now)
+                    node_id=b.node_id, now_ms=now,
+                    order={it.job.id: it.index for _, items in local.values() for it in items})  # quotas: in order
                 written, fenced_out = outcome.written, outcome.fenced_out
+                refused = outcome.refused
             except (InvalidJob, sa_exc.DataError):
                 written, fenced_out = self._write_one_by_one(local, results, now)
+                refused = {}
         except Exception as e:  # noqa: BLE001 - mapped per job, like a single call's status
             code, message = status_for(e)
             if code is grpc.StatusCode.INTERNAL:
@@ -205,6 +208,8 @@ class BatchWriter:
             for it in items:
                 done = written.get(it.id)
                 if done is None:
+                    if it.job.id in refused:  # over its namespace's quota (RESOURCE_EXHAUSTED), or no namespace
+                        results[it.index] = _result(it.id, *status_for(refused[it.job.id]))
                     continue  # refused on its own (a result is set)
                 if not done.unchanged:
                     b.job_written(shard, done.job)
@@ -228,6 +233,8 @@ class BatchWriter:
                 except (InvalidJob, sa_exc.DataError) as e:
                     results[it.index] = _result(it.id, *status_for(e))
                     continue
+                for why in outcome.refused.values():
+                    results[it.index] = _result(it.id, *status_for(why))
                 written.update(outcome.written)
                 fenced_out.update(outcome.fenced_out)
         return written, fenced_out

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import grpc
 
@@ -36,11 +37,13 @@ from shardcron.api.convert import (
     tick_from_proto,
 )
 from shardcron.api.calendar_convert import calendar_to_proto, stored_calendar_from_proto
+from shardcron.api.namespace_convert import namespace_request, stored_namespace_from_proto
 from shardcron.api.routing import CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, answered_by_a_node
 from shardcron.errors import ShardcronError
 from shardcron.model import Backfill, Job, JobRuns, SlotRef, Tick
 from shardcron.scheduling.calendar_book import StoredCalendar
 from shardcron.scheduling.calendars import Calendar
+from shardcron.store.namespaces import StoredNamespace
 from shardcron.tenancy.keys import DEFAULT_NAMESPACE, join_key, split_key
 from shardcron.tenancy.namespaces import namespace_or_default
 from shardcron.tenancy.scopes import ALL_NAMESPACES
@@ -415,6 +418,39 @@ class Client:
     def revoke_token(self, name: str, *, timeout_s: float | None = None) -> None:
         """Every node refuses the token within a few seconds (api/token_source.RELOAD_S)."""
         self._call("RevokeToken", pb.RevokeTokenRequest(name=name), timeout_s)
+    # -- namespaces --------------------------------------------------------------------
+
+    def list_namespaces(self, *, timeout_s: float | None = None) -> list[StoredNamespace]:
+        """Every namespace the caller may see, by name, with its settings and usage."""
+        r = self._call("ListNamespaces", pb.ListNamespacesRequest(), timeout_s)
+        return [stored_namespace_from_proto(n) for n in r.namespaces]
+
+    def get_namespace(self, name: str, *, timeout_s: float | None = None) -> StoredNamespace:
+        r = self._call("GetNamespace", pb.GetNamespaceRequest(name=name), timeout_s)
+        return stored_namespace_from_proto(r.namespace)
+
+    def create_namespace(self, name: str, *, weight: float | None = None,
+                         quota: dict[str, int | Fraction | None] | None = None,
+                         timeout_s: float | None = None) -> StoredNamespace:
+        """A new namespace (``Conflict``-free: ALREADY_EXISTS when it exists); ``quota`` by
+        ``tenancy.quotas.QUOTA_KEYS``, a missing one is no limit."""
+        req = pb.CreateNamespaceRequest(namespace=namespace_request(name, weight=weight, quota=quota))
+        return stored_namespace_from_proto(self._call("CreateNamespace", req, timeout_s).namespace)
+
+    def update_namespace(self, name: str, *, weight: float | None = None,
+                         quota: dict[str, int | Fraction | None] | None = None,
+                         timeout_s: float | None = None) -> StoredNamespace:
+        """Change the weight (None: unchanged) and the quotas named in ``quota`` (a value of None removes
+        that limit); quotas not named stay as they are."""
+        quota = quota or {}
+        req = pb.UpdateNamespaceRequest(namespace=namespace_request(name, weight=weight, quota=quota),
+                                        quota_fields=list(quota), keep_quotas=not quota)
+        return stored_namespace_from_proto(self._call("UpdateNamespace", req, timeout_s).namespace)
+
+    def delete_namespace(self, name: str, *, force: bool = False, timeout_s: float | None = None) -> int:
+        """Refused while it holds jobs, unless ``force`` (its jobs are deleted with it); how many jobs went."""
+        r = self._call("DeleteNamespace", pb.DeleteNamespaceRequest(name=name, force=force), timeout_s)
+        return r.jobs_deleted
 
 
 class TickWatch:

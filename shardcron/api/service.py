@@ -27,6 +27,7 @@ from shardcron.api.backfills import BackfillService
 from shardcron.api.batch import BatchWriter
 from shardcron.api.calendar_rpcs import CalendarRpcs
 from shardcron.api.token_rpcs import TokenRpcs
+from shardcron.api.namespace_rpcs import NamespaceRpcs
 from shardcron.api.group_commit import GroupCommit
 from shardcron.api.limits import ApiLimits, TriggerBudget
 from shardcron.api.convert import (
@@ -84,7 +85,7 @@ def bounded_page(items: list, size: int, to_proto, max_bytes: int = PAGE_BYTES) 
     return page, len(items) > size
 
 
-class SchedulerService(CalendarRpcs, BackfillService, TokenRpcs):
+class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
     """Made on the API server's loop (its watches hold the loop). The calendar and backfill RPCs are in
     ``api/calendar_rpcs.py`` and ``api/backfills.py``."""
 

@@ -19,7 +19,10 @@ from shardcron.errors import (
     FencedOut,
     InvalidJob,
     JobNotFound,
+    NamespaceExists,
+    NamespaceNotFound,
     NotLeader,
+    QuotaRefused,
     SessionLost,
     ShardcronError,
     StoreUnavailable,
@@ -60,8 +63,12 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return exc.code(), exc.details() or ""
     if isinstance(exc, InvalidJob):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-    if isinstance(exc, JobNotFound | CalendarNotFound):
+    if isinstance(exc, JobNotFound | CalendarNotFound | NamespaceNotFound):
         return grpc.StatusCode.NOT_FOUND, str(exc)
+    if isinstance(exc, NamespaceExists):
+        return grpc.StatusCode.ALREADY_EXISTS, str(exc)
+    if isinstance(exc, QuotaRefused):  # names the namespace, the quota, its limit and the would-be value
+        return grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc)
     if isinstance(exc, VersionConflict):
         return grpc.StatusCode.ABORTED, str(exc)
     if isinstance(exc, FencedOut | NotLeader | SessionLost):

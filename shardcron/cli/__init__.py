@@ -261,6 +261,7 @@ COMMANDS: dict[str, str] = {
     "jobs": "shardcron.cli.jobs", "ticks": "shardcron.cli.jobs",
     "calendars": "shardcron.cli.calendars",
     "tokens": "shardcron.cli.tokens",
+    "namespaces": "shardcron.cli.namespaces",
     "audit": "shardcron.cli.admin", "db": "shardcron.cli.admin",
     "bench": "shardcron.dev.bench",
     "dev": "shardcron.dev.local_cluster",

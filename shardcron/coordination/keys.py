@@ -6,6 +6,8 @@
     <prefix>/reshard                 a reshard in progress: every node hands every shard over
     <prefix>/calendars               bumped by every calendar write (the calendars live in the store):
                                      each node watches it and reloads them
+    <prefix>/namespaces              bumped by every namespace write (weights and quotas live in the
+                                     store): each node watches it and reloads them
     <prefix>/shard/<k>/<lease hex>   a candidate for shard k, bound to the candidate's lease;
                                      the lowest create revision leads, and that revision is
                                      the shard's fencing token
@@ -39,6 +41,10 @@ class KeyLayout:
     @property
     def calendars(self) -> str:
         return f"{self.prefix}/calendars"
+
+    @property
+    def namespaces(self) -> str:
+        return f"{self.prefix}/namespaces"
 
     @property
     def nodes(self) -> str:

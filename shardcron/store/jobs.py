@@ -8,8 +8,10 @@ flag as columns; a Job read back is the JSON with those columns applied.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from fractions import Fraction
 
 from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select
 
@@ -18,16 +20,26 @@ from shardcron.jobspec import job_from_json, job_to_json
 from shardcron.model import Job
 from shardcron.store.engine import reading
 from shardcron.store.fences import run_fenced, run_fenced_many
+from shardcron.store.namespaces import give_back, lock_rooms, rate_of_spec, schedule_rate
 from shardcron.store.schema import LABEL_KEY_LENGTH, LABEL_VALUE_LENGTH, job_labels, jobs
 from shardcron.store.sql import chunks
-from shardcron.tenancy.keys import namespace_of
+from shardcron.tenancy.keys import display_key, namespace_of
+from shardcron.tenancy.quotas import PutChange
+
+log = logging.getLogger(__name__)
 
 _READ_COLUMNS = (jobs.c.id, jobs.c.shard, jobs.c.spec, jobs.c.version, jobs.c.paused, jobs.c.active_since_ms)
 # What every write sets (see _row); created_at_ms only on insert.
-_WRITE_COLUMNS = ("shard", "spec", "version", "paused", "fence", "node_id", "updated_at_ms", "active_since_ms")
-_JOBS_BY_IDS = select(*_READ_COLUMNS).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
+_WRITE_COLUMNS = ("shard", "namespace", "spec", "version", "paused", "fence", "node_id", "updated_at_ms",
+                  "active_since_ms")
+# FOR UPDATE, read in id order, as put_each reads them: the replaced spec gives its rate back to the
+# namespace's usage, so it must be the one this transaction replaces; and every job writer locks its job
+# rows before its namespace rows (store/namespaces.py), so writers cannot deadlock on them.
+_JOBS_BY_IDS = select(*_READ_COLUMNS).where(jobs.c.id.in_(bindparam("ids", expanding=True))).with_for_update()
+# The spec too: the replaced definition's rate is given back to its namespace's quota.
 _VERSIONS_FOR_UPDATE = (
-    select(jobs.c.id, jobs.c.version).where(jobs.c.id.in_(bindparam("ids", expanding=True))).with_for_update()
+    select(jobs.c.id, jobs.c.version, jobs.c.spec).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
+    .with_for_update()
 )
 # Many jobs' updates as one executemany; parameters are the columns prefixed b_.
 _UPDATE_BY_ID = (
@@ -69,8 +81,10 @@ def put_job(
 def put_each(engine: Engine, puts: Sequence[Put], *, node_id: str, now_ms: int) -> list[Job | ShardcronError]:
     """Many puts, each as ``put_job`` would do it, in one fenced transaction: one answer per
     put, in order, the stored job or the error that put alone would have raised
-    (``VersionConflict``, ``FencedOut``, ``InvalidJob``). Puts of one job apply in turn,
-    so the second sees the version the first wrote. What lets a leader commit
+    (``VersionConflict``, ``FencedOut``, ``InvalidJob``, ``QuotaRefused``, ``NamespaceMissing``).
+    Puts of one job apply in turn, so the second sees the version the first wrote.
+    Each admitted put is counted in its namespace's usage in the same transaction,
+    under the namespace row's lock (``store/namespaces.py``), in put order. What lets a leader commit
     concurrent API calls together (see api/group_commit.py).
     """
     answers: list[Job | ShardcronError | None] = [None] * len(puts)
@@ -97,9 +111,13 @@ def put_each(engine: Engine, puts: Sequence[Put], *, node_id: str, now_ms: int) 
         # FOR UPDATE, in id order: two transactions of one leader writing one job
         # must not both read version N and both write N+1, nor deadlock.
         versions: dict[str, int] = {}
+        rates: dict[str, Fraction] = {}  # the rate of each job as it stands (stored, then as staged)
         for part in chunks(ids):
-            versions.update({r.id: r.version for r in conn.execute(_VERSIONS_FOR_UPDATE, {"ids": list(part)})})
+            for r in conn.execute(_VERSIONS_FOR_UPDATE, {"ids": list(part)}):
+                versions[r.id] = r.version
+                rates[r.id] = rate_of_spec(r.spec)
         existed = set(versions)
+        rooms = lock_rooms(conn, {namespace_of(job_id) for job_id in ids}, now_ms)
         staged: dict[str, tuple[Job, int, int]] = {}
         for i in mine:
             p = puts[i]
@@ -107,11 +125,18 @@ def put_each(engine: Engine, puts: Sequence[Put], *, node_id: str, now_ms: int) 
             if p.expected_version is not None and p.expected_version != actual:
                 out[i] = VersionConflict(p.job.id, p.expected_version, actual)
                 continue
+            rate = schedule_rate(p.job.schedule)
+            refused = rooms.admit(namespace_of(p.job.id), PutChange(rates.get(p.job.id), rate))
+            if refused is not None:
+                out[i] = refused
+                continue
+            rates[p.job.id] = rate
             out[i] = stored = replace(p.job, version=actual + 1, active_since_ms=now_ms)
             versions[p.job.id] = stored.version
             staged[p.job.id] = (stored, p.shard, p.fence)
         _write(conn, [w for w in staged.values() if w[0].id not in existed],
                [w for w in staged.values() if w[0].id in existed], node_id=node_id, now_ms=now_ms)
+        rooms.save(conn)
         return out
 
     done = run_fenced_many(engine, by_fence, work)
@@ -135,6 +160,9 @@ class Imported:
 class ImportOutcome:
     written: dict[str, Imported]  # by job id, for the shards whose fence held
     fenced_out: dict[int, int | None]  # shard -> its stored fence, for the shards whose fence moved
+    # by job id: not written, because its namespace's quota refused it (QuotaRefused) or its
+    # namespace does not exist (NamespaceMissing)
+    refused: dict[str, ShardcronError] = field(default_factory=dict)
 
 
 def import_jobs(engine: Engine, jobs_: Iterable[Job], *, shard: int, fence: int, node_id: str, now_ms: int) -> int:
@@ -148,16 +176,24 @@ def import_jobs(engine: Engine, jobs_: Iterable[Job], *, shard: int, fence: int,
     outcome = import_jobs_many(engine, {shard: (fence, list(jobs_))}, node_id=node_id, now_ms=now_ms)
     if outcome.fenced_out:
         raise FencedOut(shard, fence, outcome.fenced_out[shard])
+    for job_id, why in outcome.refused.items():
+        # A leader importing its file goes on with the other jobs: one job over quota must not stop a shard.
+        log.warning("shard %d: job %s of the jobs file not imported: %s", shard, display_key(job_id), why,
+                    extra={"shard": shard})
     return sum(1 for i in outcome.written.values() if not i.unchanged)
 
 
 def import_jobs_many(engine: Engine, by_shard: Mapping[int, tuple[int, Sequence[Job]]], *, node_id: str,
-                     now_ms: int) -> ImportOutcome:
+                     now_ms: int, order: Mapping[str, int] | None = None) -> ImportOutcome:
     """``import_jobs`` for several shards of one leader: ``{shard: (fence, jobs)}``.
 
     One fenced transaction for them all, a few statements per 500 jobs, and
     nothing read per job, so that a PutJobs of thousands costs a handful of
     round trips. Shards whose fence moved are left out and reported.
+
+    Namespace quotas admit the new and changed jobs in ``order`` (job id -> its
+    place in the request, as PutJobs received them; by default the order given),
+    each while it fits what the ones before it left; the others are ``refused``.
     """
     for _, shard_jobs in by_shard.values():
         for j in shard_jobs:
@@ -165,32 +201,41 @@ def import_jobs_many(engine: Engine, by_shard: Mapping[int, tuple[int, Sequence[
     if not any(shard_jobs for _, shard_jobs in by_shard.values()):
         return ImportOutcome({}, {})
 
+    refused: dict[str, ShardcronError] = {}
+
     def work(conn: Connection, live: dict[tuple[int, int], Sequence[Job]]) -> dict[str, Imported]:
+        refused.clear()  # a re-run (see run_fenced_many) decides afresh
         wanted = {j.id: (shard, fence, j) for (shard, fence), shard_jobs in live.items() for j in shard_jobs}
         stored = {}
-        for part in chunks(list(wanted)):
+        for part in chunks(sorted(wanted)):
             stored.update({r.id: r for r in conn.execute(_JOBS_BY_IDS, {"ids": list(part)})})
         written: dict[str, Imported] = {}
         inserts, updates = [], []
-        for job_id, (shard, fence, job) in wanted.items():
+        rooms = lock_rooms(conn, {namespace_of(job_id) for job_id in wanted}, now_ms)
+        ids = list(wanted) if order is None else sorted(wanted, key=lambda k: order.get(k, len(order)))
+        for job_id in ids:
+            shard, fence, job = wanted[job_id]
             row = stored.get(job_id)
-            if row is None:
-                new = replace(job, version=1, active_since_ms=now_ms)
-                inserts.append((new, shard, fence))
-                written[job_id] = Imported(new, unchanged=False)
+            if row is not None:
+                job = replace(job, paused=bool(row.paused))  # the API's pause outlives a re-import
+                if row.shard == shard and _spec(job) == _normalised_spec(row.spec):
+                    written[job_id] = Imported(replace(job, version=row.version, active_since_ms=row.active_since_ms),
+                                               True)
+                    continue
+            change = PutChange(None if row is None else rate_of_spec(row.spec), schedule_rate(job.schedule))
+            why = rooms.admit(namespace_of(job_id), change)
+            if why is not None:
+                refused[job_id] = why
                 continue
-            job = replace(job, paused=bool(row.paused))  # the API's pause outlives a re-import
-            if row.shard == shard and _spec(job) == _normalised_spec(row.spec):
-                written[job_id] = Imported(replace(job, version=row.version, active_since_ms=row.active_since_ms), True)
-                continue
-            new = replace(job, version=row.version + 1, active_since_ms=now_ms)
-            updates.append((new, shard, fence))
+            new = replace(job, version=1 if row is None else row.version + 1, active_since_ms=now_ms)
+            (inserts if row is None else updates).append((new, shard, fence))
             written[job_id] = Imported(new, unchanged=False)
         _write(conn, inserts, updates, node_id=node_id, now_ms=now_ms)
+        rooms.save(conn)
         return written
 
     out = run_fenced_many(engine, {(shard, fence): shard_jobs for shard, (fence, shard_jobs) in by_shard.items()}, work)
-    return ImportOutcome(out.value, out.fenced_out)
+    return ImportOutcome(out.value, out.fenced_out, dict(refused))
 
 
 def _write(conn: Connection, inserts: Sequence[tuple[Job, int, int]], updates: Sequence[tuple[Job, int, int]], *,
@@ -208,13 +253,17 @@ def _write(conn: Connection, inserts: Sequence[tuple[Job, int, int]], updates: S
 
 
 def delete_job(engine: Engine, job_id: str, *, shard: int, fence: int) -> None:
-    """Delete the job and its labels; its ticks stay, as history. ``JobNotFound`` if absent."""
+    """Delete the job and its labels; its ticks stay, as history. ``JobNotFound`` if absent.
+    Its namespace's usage gives its room back in the same transaction."""
 
     def work(conn: Connection) -> None:
+        spec = conn.execute(select(jobs.c.spec).where(jobs.c.id == job_id, jobs.c.shard == shard)
+                            .with_for_update()).scalar()
+        if spec is None:
+            raise JobNotFound(job_id)
         conn.execute(job_labels.delete().where(job_labels.c.job_id == job_id))
-        gone = conn.execute(jobs.delete().where(jobs.c.id == job_id, jobs.c.shard == shard)).rowcount
-        if gone == 0:
-            raise JobNotFound(job_id)  # rolls the label delete back
+        conn.execute(jobs.delete().where(jobs.c.id == job_id, jobs.c.shard == shard))
+        give_back(conn, namespace_of(job_id), [rate_of_spec(spec)])
 
     run_fenced(engine, shard, fence, work)
 

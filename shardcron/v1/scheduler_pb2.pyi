@@ -863,12 +863,14 @@ class CreateNamespaceResponse(_message.Message):
     def __init__(self, namespace: _Optional[_Union[Namespace, _Mapping]] = ...) -> None: ...
 
 class UpdateNamespaceRequest(_message.Message):
-    __slots__ = ("namespace", "quota_fields")
+    __slots__ = ("namespace", "quota_fields", "keep_quotas")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     QUOTA_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    KEEP_QUOTAS_FIELD_NUMBER: _ClassVar[int]
     namespace: Namespace
     quota_fields: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, namespace: _Optional[_Union[Namespace, _Mapping]] = ..., quota_fields: _Optional[_Iterable[str]] = ...) -> None: ...
+    keep_quotas: bool
+    def __init__(self, namespace: _Optional[_Union[Namespace, _Mapping]] = ..., quota_fields: _Optional[_Iterable[str]] = ..., keep_quotas: _Optional[bool] = ...) -> None: ...
 
 class UpdateNamespaceResponse(_message.Message):
     __slots__ = ("namespace",)

@@ -18,7 +18,9 @@ from shardcron.dev.testing.cluster import wait_until
 from shardcron.jobspec import job_from_dict
 from shardcron.model import Job, TickStatus
 from shardcron.store import list_ticks
+from shardcron.store.namespaces import create_namespace
 from shardcron.tenancy.namespaces import store_key
+from shardcron.tenancy.settings import NamespaceSettings
 from tests.integration.test_scheduler import S, T0, engine, rig  # noqa: F401 - the fixtures
 
 STEP_MS = 100
@@ -42,6 +44,13 @@ class OneAtATimeSink:
         for _ in range(1000):
             self.turns.release()
         self.sink.stop()
+
+
+@pytest.fixture(autouse=True)
+def _namespaces(engine):
+    """The namespaces of these tests' jobs exist, as every namespaced put needs (store/namespaces.py)."""
+    for name in ("a", "b"):
+        create_namespace(engine, name, NamespaceSettings(), node_id="test", now_ms=0)
 
 
 @pytest.fixture

@@ -16,8 +16,11 @@ from sqlalchemy import select
 from shardcron.dev.sink import Sink
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.store.engine import make_engine
+from shardcron.store.migrate import ensure_schema
+from shardcron.store.namespaces import create_namespace
 from shardcron.store.schema import ticks
 from shardcron.tenancy.keys import join_key, namespace_of
+from shardcron.tenancy.settings import NamespaceSettings
 from tests.integration.test_cluster import write_jobs
 
 pytestmark = pytest.mark.cluster
@@ -37,6 +40,16 @@ def held_sink():
     s.stop()
 
 
+def create_namespaces(db: str, *names: str) -> None:
+    engine = make_engine(db)
+    try:
+        ensure_schema(engine, auto_upgrade=True)
+        for name in names:
+            create_namespace(engine, name, NamespaceSettings(), node_id="test", now_ms=0)
+    finally:
+        engine.dispose()
+
+
 def started(db: str) -> list:
     engine = make_engine(db)
     try:
@@ -52,6 +65,7 @@ def test_calm_ticks_are_served_between_the_floods_starts(etcd_server, etcd_prefi
              "executor": {"kind": "http", "url": held_sink.url + "/slow"}} for i in range(FLOOD_JOBS)]
     jobs.append({"id": "c0", "namespace": "calm", "every": "1s", "executor": {"kind": "noop"}})
     db = f"sqlite:///{tmp_path}/store.db"
+    create_namespaces(db, "flood", "calm")  # a job file's namespaces must exist (store/namespaces.py)
     c = Cluster(etcd_server.endpoints, db, etcd_prefix, 1, 4, str(tmp_path),
                 extra_args=["--jobs", write_jobs(tmp_path / "jobs.toml", jobs), "--executor-slots", "1"])
     try:

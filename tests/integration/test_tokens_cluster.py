@@ -149,6 +149,8 @@ def test_teams_cannot_reach_each_others_jobs_through_any_node(cluster, teams):
             assert "PutJobs in namespace 'team-b'" in e.details
 
             # A read of every namespace shows only the caller's.
+            if hasattr(a, "list_namespaces"):
+                _denied(a.list_namespaces)  # ListNamespaces needs admin; a team's admin sees only its own
             assert {j.key.namespace for j in a.list_jobs(namespace="*")} == {"team-a"}
             assert {j.key.namespace for j in b.list_jobs(namespace="*")} == {"team-b"}
             a.delete_job(mine)
@@ -336,3 +338,16 @@ def _calendar_known(client, name: str) -> bool:
         return True
     except ApiError:
         return False
+
+
+def test_a_team_admin_lists_only_its_namespaces(cluster, teams):
+    name = f"team-a-admin-{uuid.uuid4().hex[:6]}"
+    n3 = cluster.nodes["n3"]
+    with _client(n3, OPS) as ops:
+        _, secret = ops.create_token(name, "admin", ["team-a"])
+        assert {"team-a", "team-b", "default"} <= {n.name for n in ops.list_namespaces()}
+    with _client(n3, secret) as team_admin:
+        assert [n.name for n in team_admin.list_namespaces()] == ["team-a"]
+        _denied(lambda: team_admin.create_namespace("team-c"))  # namespaces are the cluster's to share out
+    with _client(n3, OPS) as ops:
+        ops.revoke_token(name)

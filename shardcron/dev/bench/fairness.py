@@ -32,9 +32,10 @@ import random
 import time
 from collections.abc import Callable
 
+import grpc
 from sqlalchemy import func, select
 
-from shardcron.api.client import Client
+from shardcron.api.client import ApiError, Client
 from shardcron.dev.bench.harness import BenchEnv, percentile, proc_cpu_seconds, read_store
 from shardcron.dev.bench.scenarios import WARMUP_S, _db_kind, _window_start
 from shardcron.dev.sink import Sink
@@ -102,6 +103,11 @@ def _one_run(env: BenchEnv, sink_url: str, calm_jobs: int, flood_jobs: int, seco
 
 
 def _put(client: Client, namespace: str, specs: list[dict]) -> None:
+    try:  # a namespace's jobs need the namespace first (store/namespaces.py); a shared --db store keeps it
+        client.create_namespace(namespace)
+    except ApiError as e:
+        if e.code is not grpc.StatusCode.ALREADY_EXISTS:
+            raise
     results = client.put_jobs([job_from_dict(s) for s in specs], namespace=namespace)
     failed = [r for r in results if not r.ok]
     if failed:
