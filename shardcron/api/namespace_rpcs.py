@@ -30,18 +30,13 @@ from shardcron.api.namespace_convert import (
 )
 from shardcron.api.routing import Router
 from shardcron.api.status import CallFailed
+from shardcron.api.auth import may_see
 from shardcron.errors import EtcdUnavailable, JobNotFound
 from shardcron.store import namespaces as namespace_store
 from shardcron.tenancy.keys import split_key
 from shardcron.tenancy.namespaces import delete_refusal
 from shardcron.tenancy.quotas import QUOTA_KEYS
 from shardcron.v1 import scheduler_pb2 as pb
-
-try:  # the token interceptor (api/auth.py) comes with the tokens branch; MERGE: import it plainly then
-    from shardcron.api.auth import may_see
-except ImportError:  # no tokens checked on this branch: every namespace is the caller's
-    def may_see(namespace: str) -> bool:
-        return True
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """API tokens created through the API: name, the hash of the secret, role and namespaces.
 
-Revision ID: 0009
+Revision ID: 0008
 Revises: 0007
 
 Only the SHA-256 of a secret is stored (tenancy.tokens); the secret is shown once,
@@ -16,8 +16,8 @@ from alembic import op
 
 from shardcron.store.migrations.revision_types import TABLE_OPTIONS, exact
 
-revision = "0009"
-down_revision = "0007"  # MERGE: the lead relinks this to 0008
+revision = "0008"
+down_revision = "0007"
 branch_labels = None
 depends_on = None
 
