@@ -6,8 +6,6 @@ unknown names, and a calendar a job names is deleted only by force."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import uuid
 
 import grpc
@@ -25,6 +23,7 @@ from shardcron.sharding import shard_for
 from shardcron.store import make_engine
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
+from tests.support.commands import node_command
 
 pytestmark = pytest.mark.cluster
 
@@ -45,11 +44,6 @@ def cluster(etcd_server, tmp_path_factory):
     for n in nodes:
         text = n.log_text()
         assert "Traceback" not in text, f"node {n.node_id} logged a traceback:\n{text[-6000:]}"
-
-
-def cli(node, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardcron", *args, "--server", node.address],
-                          capture_output=True, text=True, timeout=60)
 
 
 def _excluding(name: str, start_ms: int, end_ms: int):
@@ -124,7 +118,7 @@ def test_jobs_get_says_why_the_next_slot_is_later(cluster):
         _, runs = c.get_job_runs(jid)
     assert runs.next_slot_ms == until, runs
     assert name in runs.next_reason and "excluded range" in runs.next_reason, runs.next_reason
-    out = cli(nodes[1], "jobs", "get", jid)
+    out = node_command(nodes[1], "jobs", "get", jid)
     assert out.returncode == 0, out.stderr
     assert "next: slots from" in out.stdout and name in out.stdout, out.stdout
 
@@ -143,37 +137,37 @@ def test_calendars_cli_put_get_list_and_delete(cluster, tmp_path):
     f = tmp_path / "cal.toml"
     f.write_text(f'[calendars.{name}]\ntimezone = "Europe/Lisbon"\nexclude_dates = [2026-12-25]\n'
                  'windows = { mon-fri = "09:00-18:00" }\n')
-    out = cli(nodes[0], "calendars", "put", str(f))
+    out = node_command(nodes[0], "calendars", "put", str(f))
     assert out.returncode == 0 and f"calendar {name} version 1" in out.stdout, out.stderr
-    out = cli(nodes[1], "calendars", "get", name, "--json")
+    out = node_command(nodes[1], "calendars", "get", name, "--json")
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
     assert got["timezone"] == "Europe/Lisbon" and got["exclude_dates"] == ["2026-12-25"] and got["version"] == 1
     assert [w["days"] for w in got["windows"]] == ["mon", "tue", "wed", "thu", "fri"] and got["jobs"] == []
-    out = cli(nodes[1], "calendars", "list")
+    out = node_command(nodes[1], "calendars", "list")
     assert out.returncode == 0 and name in out.stdout and "Europe/Lisbon" in out.stdout, out.stdout
     ics = tmp_path / "holidays.ics"
     ics.write_text("BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//t//EN\r\nBEGIN:VEVENT\r\nUID:1\r\n"
                    "SUMMARY:Christmas\r\nDTSTART;VALUE=DATE:20261225\r\nDTEND;VALUE=DATE:20261226\r\n"
                    "END:VEVENT\r\nEND:VCALENDAR\r\n")
-    out = cli(nodes[0], "calendars", "put", str(ics), "--name", f"{name}-ics", "--json")
+    out = node_command(nodes[0], "calendars", "put", str(ics), "--name", f"{name}-ics", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)[0]["exclude_dates"] == ["2026-12-25"]
 
     jid = f"cal-user-{uuid.uuid4().hex[:6]}"
-    wait_until(lambda: cli(nodes[1], "jobs", "put", jid, "--every", "1h", "--noop", "--paused",
+    wait_until(lambda: node_command(nodes[1], "jobs", "put", jid, "--every", "1h", "--noop", "--paused",
                            "--calendar", name).returncode == 0, 20, 0.3, what="the job put on node b")
-    out = cli(nodes[0], "calendars", "delete", name)
+    out = node_command(nodes[0], "calendars", "delete", name)
     assert out.returncode == 1, out.stdout
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("shardcron: error: "), out.stderr
     assert jid in lines[0] and "--force" in lines[0], lines[0]
-    assert json.loads(cli(nodes[0], "calendars", "get", name, "--json").stdout)["jobs"] == [jid]
-    out = cli(nodes[0], "calendars", "delete", name, "--force")
+    assert json.loads(node_command(nodes[0], "calendars", "get", name, "--json").stdout)["jobs"] == [jid]
+    out = node_command(nodes[0], "calendars", "delete", name, "--force")
     assert out.returncode == 0 and f"calendar {name} deleted" in out.stdout, out.stderr
-    out = cli(nodes[0], "calendars", "get", name)
+    out = node_command(nodes[0], "calendars", "get", name)
     assert out.returncode == 1 and "not found" in out.stderr, out.stderr
-    out = cli(nodes[0], "jobs", "get", jid, "--json")  # owes nothing until the calendar is put again
+    out = node_command(nodes[0], "jobs", "get", jid, "--json")  # owes nothing until the calendar is put again
     runs = json.loads(out.stdout)["runs"]
     assert runs["next_slot_ms"] is None and "does not exist" in runs["next_reason"], runs
 
@@ -188,7 +182,7 @@ def test_calendars_put_refuses_a_bad_file_naming_the_field(cluster, tmp_path, bo
     _, nodes, _ = cluster
     f = tmp_path / "bad.toml"
     f.write_text(f"[calendars.bad]\n{body}\n")
-    out = cli(nodes[0], "calendars", "put", str(f))
+    out = node_command(nodes[0], "calendars", "put", str(f))
     assert out.returncode == 1, out.stdout
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("shardcron: error: "), out.stderr
@@ -244,7 +238,7 @@ def test_jobs_apply_puts_a_files_calendars_before_its_jobs(cluster, tmp_path):
     f = tmp_path / "jobs.yaml"
     f.write_text(f"calendars:\n  {name}:\n    timezone: America/New_York\n    windows: {{'sat,sun': '10:00-12:00'}}\n"
                  f"jobs:\n  - id: {jid}\n    every: 1h\n    calendars: [{name}]\n    executor: {{kind: noop}}\n")
-    out = cli(nodes[1], "jobs", "apply", "-f", str(f))
+    out = node_command(nodes[1], "jobs", "apply", "-f", str(f))
     assert out.returncode == 0, out.stderr
     assert f"calendar {name} version 1" in out.stdout and jid in out.stdout, out.stdout
     with Client(nodes[0].address) as c:

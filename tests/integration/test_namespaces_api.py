@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import threading
 import uuid
 
 import pytest
@@ -12,10 +11,10 @@ from shardcron import Client
 from shardcron.api.client import InvalidRequest, NotFound
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.errors import InvalidJob
-from shardcron.jobspec import job_from_dict
 from shardcron.sharding import shard_for
 from shardcron.tenancy.keys import join_key
 from tests.support.databases import create_database
+from tests.support.tenancy import ensure_namespaces, hourly_job, watching
 
 pytestmark = pytest.mark.cluster
 
@@ -44,27 +43,13 @@ def _clients(cluster, namespace=None) -> list[Client]:
     return [Client([n.address], namespace=namespace) for n in cluster.nodes.values()]
 
 
-def ensure_namespaces(client: Client, *names: str) -> None:
-    create = getattr(client, "create_namespace", None)
-    for name in names:
-        if create is not None:
-            try:
-                create(name)
-            except Exception as e:  # noqa: BLE001 - made by an earlier test of this module
-                assert "already exists" in str(e), e
-
-
-def job(job_id: str, **kw):
-    return job_from_dict({"id": job_id, "every": "1h", "executor": {"kind": "noop"}, **kw})
-
-
 def test_one_id_in_two_namespaces_is_two_jobs_through_either_node(cluster):
     ensure_namespaces(_clients(cluster)[0], "team-a", "team-b")
     for c in _clients(cluster):
         with c:
             ident = f"report-{uuid.uuid4().hex[:6]}"
-            mine = c.put_job(job(ident, labels={"owner": "default"}))
-            a = c.put_job(job(ident, labels={"owner": "a"}), namespace="team-a")
+            mine = c.put_job(hourly_job(ident, labels={"owner": "default"}))
+            a = c.put_job(hourly_job(ident, labels={"owner": "a"}), namespace="team-a")
             assert (mine.key.namespace, a.key.namespace) == ("default", "team-a")
             assert mine.key.id == a.key.id == ident and mine.id != a.id
             assert c.get_job(ident).labels == {"owner": "default"}
@@ -90,24 +75,12 @@ def test_a_namespaced_job_lands_on_the_shard_of_its_key(cluster):
     ensure_namespaces(_clients(cluster)[0], "team-a")
     with _clients(cluster, namespace="team-a")[1] as c:
         ids = [f"s{i}" for i in range(40)]
-        results = c.put_jobs([job(i) for i in ids])
+        results = c.put_jobs([hourly_job(i) for i in ids])
         assert all(r.ok for r in results), [r.message for r in results if not r.ok]
         shards = {j.key.id: shard for j in c.list_jobs() if j.key.id in ids for shard in [shard_for(j.id, SHARDS)]}
         assert shards == {i: shard_for(join_key("team-a", i), SHARDS) for i in ids}
         for i in ids:
             c.delete_job(i)
-
-
-def _watching(watch) -> tuple[list, threading.Thread]:
-    seen: list = []
-
-    def consume():
-        for t in watch:
-            seen.append(t)
-
-    reader = threading.Thread(target=consume, daemon=True)
-    reader.start()
-    return seen, reader
 
 
 def test_ticks_triggers_and_watches_stay_in_their_namespace(cluster):
@@ -116,16 +89,16 @@ def test_ticks_triggers_and_watches_stay_in_their_namespace(cluster):
     every = _clients(cluster)[0]  # the same node as team-a's watcher, watching every namespace
     ident = f"pulse-{uuid.uuid4().hex[:6]}"
     watch_a, watch_all = a.watch_ticks(), every.watch_ticks(namespace="*")
-    seen_a, reader_a = _watching(watch_a)
-    seen_all, reader_all = _watching(watch_all)
+    seen_a, reader_a = watching(watch_a)
+    seen_all, reader_all = watching(watch_all)
 
     def succeeded(seen, job_id, at=None):
         return any(t.job_id == job_id and t.status.value == "succeeded" and at in (None, t.scheduled_at_ms)
                    for t in seen)
 
     try:
-        a.put_job(job(ident))
-        b.put_job(job(ident))
+        a.put_job(hourly_job(ident))
+        b.put_job(hourly_job(ident))
         slot_a = a.trigger_job(ident)
         slot_b = b.trigger_job(ident)
         assert (slot_a.job_id, slot_b.job_id) == (join_key("team-a", ident), join_key("team-b", ident))
@@ -154,10 +127,10 @@ def test_an_id_leaves_room_for_its_namespace_and_a_bad_namespace_is_named(cluste
     ensure_namespaces(_clients(cluster)[0], "team-a")
     with _clients(cluster)[0] as c:
         with pytest.raises(InvalidRequest, match="in namespace 'team-a' the limit is 249"):
-            c.put_job(job("x" * 250), namespace="team-a")
+            c.put_job(hourly_job("x" * 250), namespace="team-a")
         with pytest.raises(InvalidJob, match="lowercase letters"):
             c.get_job("x", namespace="Team_A")
-        c.put_job(job("y" * 249), namespace="team-a")
+        c.put_job(hourly_job("y" * 249), namespace="team-a")
         c.delete_job("y" * 249, namespace="team-a")
 
 
@@ -167,7 +140,7 @@ def test_a_list_of_every_namespace_pages_by_namespace_then_id(cluster):
     keys = [(ns, f"{tag}-{i}") for ns in ("default", "team-a", "team-b") for i in ("b", "a", "c/d")]
     with _clients(cluster)[1] as c:
         for ns, ident in keys:
-            c.put_job(job(ident, labels={"tag": tag}), namespace=ns)
+            c.put_job(hourly_job(ident, labels={"tag": tag}), namespace=ns)
         listed = [(j.key.namespace, j.key.id) for j in c.list_jobs(namespace="*", labels={"tag": tag}, page_size=2)]
         assert listed == sorted(keys)
         assert [k for k in listed if k[0] == "team-b"] == [

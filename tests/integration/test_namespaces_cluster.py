@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import uuid
 from fractions import Fraction
 
@@ -18,6 +17,7 @@ from shardcron import Client
 from shardcron.api.client import ApiError
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.jobspec import job_from_dict
+from tests.support.commands import node_command
 
 pytestmark = pytest.mark.cluster
 
@@ -40,11 +40,6 @@ def cluster(etcd_server, tmp_path_factory):
         assert "Traceback" not in text, f"node {n.node_id} logged a traceback:\n{text[-6000:]}"
 
 
-def cli(node, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardcron", *args, "--server", node.address],
-                          capture_output=True, text=True, timeout=120)
-
-
 def ok(r: subprocess.CompletedProcess) -> str:
     assert r.returncode == 0, r.stderr
     return r.stdout
@@ -64,39 +59,39 @@ def noop(job_id: str, every: str = "1h"):
 def test_namespaces_through_the_cli(cluster):
     _, nodes, _ = cluster
     name = f"team-{uuid.uuid4().hex[:6]}"
-    assert ok(cli(nodes[0], "namespaces", "create", name, "--weight", "2", "--max-jobs", "10",
+    assert ok(node_command(nodes[0], "namespaces", "create", name, "--weight", "2", "--max-jobs", "10",
                   "--max-slots-per-second", "10/3")) == f"namespace {name} created\n"
-    listed = ok(cli(nodes[1], "namespaces", "list"))
+    listed = ok(node_command(nodes[1], "namespaces", "list"))
     header, *rows = listed.splitlines()
     assert header.split() == ["NAME", "WEIGHT", "JOBS", "MAX", "JOBS", "SLOTS/S", "MAX", "SLOTS/S", "MAX", "RUNNING"]
     assert any(r.split() == [name, "2", "0", "10", "0", "3.333", "(10/3)", "-"] for r in rows), listed
     assert any(r.split()[0] == "default" for r in rows), listed
-    described = ok(cli(nodes[2], "namespaces", "describe", name))
+    described = ok(node_command(nodes[2], "namespaces", "describe", name))
     assert "weight            2\n" in described and "jobs              0 of 10\n" in described
     assert "slots per second  0 of 3.333 (10/3)\n" in described and "max running       no limit\n" in described
-    as_json = json.loads(ok(cli(nodes[2], "namespaces", "describe", name, "--json")))
+    as_json = json.loads(ok(node_command(nodes[2], "namespaces", "describe", name, "--json")))
     assert as_json["quota"] == {"max_jobs": 10, "max_slots_per_second": "10/3", "max_running": None}
 
     # update: only what is given changes; 'none' removes a limit
-    updated = ok(cli(nodes[1], "namespaces", "update", name, "--max-jobs", "none", "--max-running", "4"))
+    updated = ok(node_command(nodes[1], "namespaces", "update", name, "--max-jobs", "none", "--max-running", "4"))
     assert "jobs              0 of no limit\n" in updated and "max running       4 per node\n" in updated
     assert "slots per second  0 of 3.333 (10/3)\n" in updated
-    weighted = json.loads(ok(cli(nodes[0], "namespaces", "update", name, "--weight", "0.5", "--json")))
+    weighted = json.loads(ok(node_command(nodes[0], "namespaces", "update", name, "--weight", "0.5", "--json")))
     assert weighted["weight"] == 0.5 and weighted["quota"]["max_running"] == 4
 
-    assert "already exists" in one_line_error(cli(nodes[0], "namespaces", "create", name))
-    assert "name: 'Team_A' must be lowercase" in one_line_error(cli(nodes[0], "namespaces", "describe",
+    assert "already exists" in one_line_error(node_command(nodes[0], "namespaces", "create", name))
+    assert "name: 'Team_A' must be lowercase" in one_line_error(node_command(nodes[0], "namespaces", "describe",
                                                                          "Team_A"))
-    assert "--max-jobs: must be a whole number" in one_line_error(cli(nodes[0], "namespaces", "create", "x",
+    assert "--max-jobs: must be a whole number" in one_line_error(node_command(nodes[0], "namespaces", "create", "x",
                                                                       "--max-jobs", "lots"))
-    assert "--weight: must be a number above 0" in one_line_error(cli(nodes[0], "namespaces", "update", name,
+    assert "--weight: must be a number above 0" in one_line_error(node_command(nodes[0], "namespaces", "update", name,
                                                                       "--weight", "0"))
-    assert "nothing to change" in one_line_error(cli(nodes[0], "namespaces", "update", name))
-    assert "'default' cannot be deleted" in one_line_error(cli(nodes[0], "namespaces", "delete", "default"))
+    assert "nothing to change" in one_line_error(node_command(nodes[0], "namespaces", "update", name))
+    assert "'default' cannot be deleted" in one_line_error(node_command(nodes[0], "namespaces", "delete", "default"))
 
-    assert ok(cli(nodes[2], "namespaces", "delete", name)) == f"namespace {name} deleted\n"
-    assert f"namespace {name!r} not found" in one_line_error(cli(nodes[0], "namespaces", "describe", name))
-    assert f"namespace {name!r} not found" in one_line_error(cli(nodes[0], "namespaces", "delete", name))
+    assert ok(node_command(nodes[2], "namespaces", "delete", name)) == f"namespace {name} deleted\n"
+    assert f"namespace {name!r} not found" in one_line_error(node_command(nodes[0], "namespaces", "describe", name))
+    assert f"namespace {name!r} not found" in one_line_error(node_command(nodes[0], "namespaces", "delete", name))
 
 
 def test_quotas_refuse_with_resource_exhausted_through_any_node(cluster):
@@ -177,16 +172,16 @@ def test_a_namespaces_quotas_refuse_through_any_node(cluster):
 def test_a_namespace_with_jobs_is_deleted_only_by_force_through_the_cli(cluster):
     _, nodes, _ = cluster
     name = f"doomed-{uuid.uuid4().hex[:6]}"
-    ok(cli(nodes[0], "namespaces", "create", name))
+    ok(node_command(nodes[0], "namespaces", "create", name))
     with Client(nodes[1].address, namespace=name) as c:
         results = c.put_jobs([noop(f"job-{i}") for i in range(12)])  # over every shard, so every leader
         assert all(r.ok for r in results), results
     with Client(nodes[2].address) as c2:
         c2.put_job(noop("job-0"))  # the same id in default: not the namespace's, and it stays
         try:
-            refused = one_line_error(cli(nodes[2], "namespaces", "delete", name))
+            refused = one_line_error(node_command(nodes[2], "namespaces", "delete", name))
             assert f"namespace {name!r} still holds 12 jobs" in refused and "force" in refused
-            assert ok(cli(nodes[2], "namespaces", "delete", name, "--force")) == \
+            assert ok(node_command(nodes[2], "namespaces", "delete", name, "--force")) == \
                 f"namespace {name} deleted with its 12 jobs\n"
             assert list(c2.list_jobs(namespace=name)) == []
             assert c2.get_job("job-0").key.namespace == "default"

@@ -9,20 +9,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import uuid
 
 import grpc
 import pytest
 
-from shardcron.api.client import ApiError, Client
-from shardcron.api.security import ChannelSecurity
+from shardcron.api.client import ApiError
 from shardcron.dev.testing.cluster import Cluster, wait_until
-from shardcron.jobspec import job_from_dict
 from shardcron.sharding import shard_for
 from shardcron.tenancy.keys import join_key, namespace_of
 from shardcron.tenancy.tokens import hash_secret
 from tests.support.databases import create_database
+from tests.support.tenancy import accepted, denied, ensure_namespaces, hourly_job, token_client, watching
 
 pytestmark = pytest.mark.cluster
 
@@ -60,20 +58,12 @@ def cluster(etcd_server, database_servers, tmp_path_factory):
             assert secret not in n.log_text()
 
 
-def _client(node, secret: str | None, namespace: str | None = None) -> Client:
-    return Client([node.address], security=ChannelSecurity(token=secret), namespace=namespace)
-
-
-def job(job_id: str, **kw):
-    return job_from_dict({"id": job_id, "every": "1h", "executor": {"kind": "noop"}, **kw})
-
-
 @pytest.fixture(scope="module")
 def teams(cluster):
     """Secrets of write tokens for team-a and team-b and a read token of team-a, created through n1."""
     tag = uuid.uuid4().hex[:6]
-    with _client(cluster.nodes["n1"], OPS) as admin:
-        _ensure_namespaces(admin, "team-a", "team-b")
+    with token_client(cluster.nodes["n1"], OPS) as admin:
+        ensure_namespaces(admin, "team-a", "team-b")
         secrets = {
             "a": admin.create_token(f"team-a-{tag}", "write", ["team-a"])[1],
             "b": admin.create_token(f"team-b-{tag}", "write", ["team-b"])[1],
@@ -82,36 +72,8 @@ def teams(cluster):
     # The other nodes know them once they reload their book (every 2 s).
     for node in cluster.nodes.values():
         for secret in secrets.values():
-            wait_until(lambda: _accepted(node, secret), 60, what=f"{node.node_id} to accept a new token")
+            wait_until(lambda: accepted(node, secret), 60, what=f"{node.node_id} to accept a new token")
     return secrets
-
-
-def _ensure_namespaces(admin: Client, *names: str) -> None:
-    """Namespaces must exist before their jobs once namespace RPCs are merged; before, nothing to do."""
-    create = getattr(admin, "create_namespace", None)
-    for name in names if create is not None else ():
-        try:
-            create(name)
-        except ApiError as e:
-            assert e.code is grpc.StatusCode.ALREADY_EXISTS, e
-
-
-def _accepted(node, secret: str) -> bool:
-    with _client(node, secret) as c:
-        try:
-            c.shards()
-            return True
-        except ApiError as e:
-            if e.code is grpc.StatusCode.UNAUTHENTICATED:
-                return False
-            raise
-
-
-def _denied(call) -> ApiError:
-    with pytest.raises(ApiError) as e:
-        call()
-    assert e.value.code is grpc.StatusCode.PERMISSION_DENIED, e.value
-    return e.value
 
 
 def _forwarded_from(cluster, node_id: str, namespace: str, prefix: str = "fwd") -> str:
@@ -126,31 +88,31 @@ def _forwarded_from(cluster, node_id: str, namespace: str, prefix: str = "fwd") 
 
 def test_teams_cannot_reach_each_others_jobs_through_any_node(cluster, teams):
     for node in cluster.nodes.values():
-        a, b = _client(node, teams["a"], "team-a"), _client(node, teams["b"], "team-b")
+        a, b = token_client(node, teams["a"], "team-a"), token_client(node, teams["b"], "team-b")
         with a, b:
             mine = _forwarded_from(cluster, node.node_id, "team-a")  # served by forwarding
             theirs = _forwarded_from(cluster, node.node_id, "team-b")
-            a.put_job(job(mine))
-            b.put_job(job(theirs))
+            a.put_job(hourly_job(mine))
+            b.put_job(hourly_job(theirs))
             assert a.get_job(mine).key.namespace == "team-a"
             a.trigger_job(mine)
 
-            e = _denied(lambda: a.get_job(theirs, namespace="team-b"))
+            e = denied(lambda: a.get_job(theirs, namespace="team-b"))
             assert "namespace 'team-b'" in e.details and "role read" in e.details and "team-a-" in e.details
-            e = _denied(lambda: a.put_job(job(theirs), namespace="team-b"))
+            e = denied(lambda: a.put_job(hourly_job(theirs), namespace="team-b"))
             assert "namespace 'team-b' needs role write" in e.details
             for call in (a.delete_job, a.pause_job, a.trigger_job, a.list_ticks):
-                _denied(lambda: call(theirs, namespace="team-b"))
-            _denied(lambda: b.delete_job(mine, namespace="team-a"))
-            _denied(lambda: list(b.list_jobs(namespace="team-a")))
-            e = _denied(lambda: next(iter(b.watch_ticks(namespace="team-a"))))  # a stream is checked too
+                denied(lambda: call(theirs, namespace="team-b"))
+            denied(lambda: b.delete_job(mine, namespace="team-a"))
+            denied(lambda: list(b.list_jobs(namespace="team-a")))
+            e = denied(lambda: next(iter(b.watch_ticks(namespace="team-a"))))  # a stream is checked too
             assert "WatchTicks in namespace 'team-a' needs role read" in e.details
-            e = _denied(lambda: a.put_jobs([job(f"{mine}-2")], namespace="team-b"))
+            e = denied(lambda: a.put_jobs([hourly_job(f"{mine}-2")], namespace="team-b"))
             assert "PutJobs in namespace 'team-b'" in e.details
 
             # A read of every namespace shows only the caller's.
             if hasattr(a, "list_namespaces"):
-                _denied(a.list_namespaces)  # ListNamespaces needs admin; a team's admin sees only its own
+                denied(a.list_namespaces)  # ListNamespaces needs admin; a team's admin sees only its own
             assert {j.key.namespace for j in a.list_jobs(namespace="*")} == {"team-a"}
             assert {j.key.namespace for j in b.list_jobs(namespace="*")} == {"team-b"}
             a.delete_job(mine)
@@ -158,47 +120,35 @@ def test_teams_cannot_reach_each_others_jobs_through_any_node(cluster, teams):
 
 
 def test_a_read_token_cannot_write(cluster, teams):
-    with _client(cluster.nodes["n2"], OPS, "team-a") as admin, \
-            _client(cluster.nodes["n2"], teams["a-read"], "team-a") as reader:
+    with token_client(cluster.nodes["n2"], OPS, "team-a") as admin, \
+            token_client(cluster.nodes["n2"], teams["a-read"], "team-a") as reader:
         ident = _forwarded_from(cluster, "n2", "team-a")
-        admin.put_job(job(ident))
+        admin.put_job(hourly_job(ident))
         assert reader.get_job(ident).key.id == ident
-        e = _denied(lambda: reader.put_job(job(ident)))
+        e = denied(lambda: reader.put_job(hourly_job(ident)))
         assert "needs role write" in e.details and "role read" in e.details
-        _denied(lambda: reader.delete_job(ident))
-        _denied(lambda: reader.create_token("sneaky", "admin", ["*"]))
+        denied(lambda: reader.delete_job(ident))
+        denied(lambda: reader.create_token("sneaky", "admin", ["*"]))
         admin.delete_job(ident)
-
-
-def _watching(watch) -> tuple[list, threading.Thread]:
-    seen: list = []
-
-    def consume():
-        for t in watch:
-            seen.append(t)
-
-    reader = threading.Thread(target=consume, daemon=True)
-    reader.start()
-    return seen, reader
 
 
 def test_a_watch_of_every_namespace_shows_only_the_callers(cluster, teams):
     n1 = cluster.nodes["n1"]
-    a = _client(n1, teams["a"], "team-a")
-    b = _client(cluster.nodes["n3"], teams["b"], "team-b")
-    admin = _client(n1, OPS)
+    a = token_client(n1, teams["a"], "team-a")
+    b = token_client(cluster.nodes["n3"], teams["b"], "team-b")
+    admin = token_client(n1, OPS)
     ident = f"pulse-{uuid.uuid4().hex[:6]}"
     watch_a, watch_all = a.watch_ticks(namespace="*"), admin.watch_ticks(namespace="*")
-    seen_a, reader_a = _watching(watch_a)
-    seen_all, reader_all = _watching(watch_all)
+    seen_a, reader_a = watching(watch_a)
+    seen_all, reader_all = watching(watch_all)
 
     def succeeded(seen, key, at=None):
         return any(t.job_id == key and t.status.value == "succeeded" and at in (None, t.scheduled_at_ms)
                    for t in seen)
 
     try:
-        a.put_job(job(ident))
-        b.put_job(job(ident))
+        a.put_job(hourly_job(ident))
+        b.put_job(hourly_job(ident))
         slot_a = a.trigger_job(ident)
         slot_b = b.trigger_job(ident)
         wait_until(lambda: succeeded(seen_all, slot_b.job_id), 60, what="the admin's watcher to see team-b's tick")
@@ -222,17 +172,17 @@ def test_a_watch_of_every_namespace_shows_only_the_callers(cluster, teams):
 
 def test_a_revoked_token_is_refused_on_every_node(cluster, teams):
     name = f"temp-{uuid.uuid4().hex[:6]}"
-    with _client(cluster.nodes["n2"], OPS) as admin:
+    with token_client(cluster.nodes["n2"], OPS) as admin:
         info, secret = admin.create_token(name, "read", ["team-a"])
         assert (info.role, info.namespaces, info.source, info.created_by) == ("read", ("team-a",), "store", "ops")
         listed = {t.name: t for t in admin.list_tokens()}
         assert listed["ops"].source == "file" and listed[name].source == "store"
         for node in cluster.nodes.values():
-            wait_until(lambda: _accepted(node, secret), 60, what=f"{node.node_id} to accept {name}")
+            wait_until(lambda: accepted(node, secret), 60, what=f"{node.node_id} to accept {name}")
         admin.revoke_token(name)
-        assert not _accepted(cluster.nodes["n2"], secret)  # at once on the node that wrote
+        assert not accepted(cluster.nodes["n2"], secret)  # at once on the node that wrote
         for node in cluster.nodes.values():  # within RELOAD_S on the others
-            wait_until(lambda: not _accepted(node, secret), 60, what=f"{node.node_id} to refuse {name}")
+            wait_until(lambda: not accepted(node, secret), 60, what=f"{node.node_id} to refuse {name}")
         e = pytest.raises(ApiError, admin.revoke_token, "ops").value
         assert e.code is grpc.StatusCode.FAILED_PRECONDITION and "token file" in e.details
         e = pytest.raises(ApiError, admin.create_token, "node", "read", ["*"]).value
@@ -241,7 +191,7 @@ def test_a_revoked_token_is_refused_on_every_node(cluster, teams):
 
 def test_no_token_and_unknown_tokens_are_unauthenticated(cluster):
     for secret in (None, "sct_not-a-token"):
-        with _client(cluster.nodes["n3"], secret) as c:
+        with token_client(cluster.nodes["n3"], secret) as c:
             with pytest.raises(ApiError) as e:
                 c.get_job("x")
             assert e.value.code is grpc.StatusCode.UNAUTHENTICATED and "SHARDCRON_TOKEN" in e.value.details
@@ -250,17 +200,17 @@ def test_no_token_and_unknown_tokens_are_unauthenticated(cluster):
 def test_every_write_is_audited_with_the_tokens_name(cluster, teams):
     n1 = cluster.nodes["n1"]
     ident = _forwarded_from(cluster, "n1", "team-a", f"audited-{uuid.uuid4().hex[:6]}")  # n1 forwards it
-    with _client(n1, teams["a"], "team-a") as a:
-        a.put_job(job(ident))
-        _denied(lambda: a.delete_job(ident, namespace="team-b"))
+    with token_client(n1, teams["a"], "team-a") as a:
+        a.put_job(hourly_job(ident))
+        denied(lambda: a.delete_job(ident, namespace="team-b"))
         a.delete_job(ident)
-    wait_until(lambda: f"call=DeleteJob token=team-a-" in n1.log_text() and
+    wait_until(lambda: "call=DeleteJob token=team-a-" in n1.log_text() and
                f"namespace=team-a target={ident}" in n1.log_text(), 30, what="the audit lines")
     lines = [ln for ln in n1.log_text().splitlines() if f"target={ident}" in ln]
     assert any("call=PutJob" in ln and "namespace=team-a" in ln for ln in lines), lines
     # One line per write: the leader a call was forwarded to does not log it again.
     everywhere = [ln for n in cluster.nodes.values() for ln in n.log_text().splitlines()
-                  if f"call=PutJob token=team-a-" in ln and f"target={ident}" in ln]
+                  if "call=PutJob token=team-a-" in ln and f"target={ident}" in ln]
     assert len(everywhere) == 1, everywhere
     assert any("call=DeleteJob" in ln and "namespace=team-b" in ln and ln.endswith("denied") for ln in lines), lines
 
@@ -296,15 +246,15 @@ def test_a_forwarded_call_is_not_widened(etcd_server, database_servers, tmp_path
         c.add("full", env={"SHARDCRON_NODE_TOKEN": NODE})
         ro = c.add("ro", env={"SHARDCRON_NODE_TOKEN": NODE_RO})
         c.wait_settled({"full", "ro"}, 120)  # no shard moves after this: the leaders read below stay
-        with _client(ro, OPS) as admin:
+        with token_client(ro, OPS) as admin:
             ident = _forwarded_from(c, "ro", "default")
-            e = _denied(lambda: admin.put_job(job(ident)))
+            e = denied(lambda: admin.put_job(hourly_job(ident)))
             assert "needs role write" in e.details and "token 'ops' has role read" in e.details
             with pytest.raises(ApiError) as missing:
                 admin.get_job(ident)  # a read is within both scopes: forwarded, and answered
             assert missing.value.code is grpc.StatusCode.NOT_FOUND
-        with _client(c.nodes["full"], OPS) as direct:
-            direct.put_job(job(ident))  # the same caller through the leader's own node may write
+        with token_client(c.nodes["full"], OPS) as direct:
+            direct.put_job(hourly_job(ident))  # the same caller through the leader's own node may write
             direct.delete_job(ident)
     finally:
         c.stop_all()
@@ -316,17 +266,17 @@ def test_a_calendar_lists_only_the_jobs_its_reader_may_see(cluster, teams):
 
     name = f"holidays-{uuid.uuid4().hex[:6]}"
     n2 = cluster.nodes["n2"]
-    with _client(n2, OPS) as admin, _client(n2, teams["a"], "team-a") as a, \
-            _client(n2, teams["b"], "team-b") as b:
+    with token_client(n2, OPS) as admin, token_client(n2, teams["a"], "team-a") as a, \
+            token_client(n2, teams["b"], "team-b") as b:
         admin.put_calendar(parse_calendar(name, {"exclude_dates": ["2026-12-25"]}))
         wait_until(lambda: _calendar_known(a, name), 30, what="the calendar to be readable")
         for c in (a, b):
-            c.put_job(job(name, calendars=[name]))
+            c.put_job(hourly_job(name, calendars=[name]))
         _, jobs = a.get_calendar(name)
         assert [namespace_of(k) for k in jobs] == ["team-a"]
         _, jobs = admin.get_calendar(name)
         assert sorted(namespace_of(k) for k in jobs) == ["team-a", "team-b"]
-        _denied(lambda: a.delete_calendar(name, force=True))
+        denied(lambda: a.delete_calendar(name, force=True))
         for c in (a, b):
             c.delete_job(name)
         admin.delete_calendar(name)
@@ -343,11 +293,11 @@ def _calendar_known(client, name: str) -> bool:
 def test_a_team_admin_lists_only_its_namespaces(cluster, teams):
     name = f"team-a-admin-{uuid.uuid4().hex[:6]}"
     n3 = cluster.nodes["n3"]
-    with _client(n3, OPS) as ops:
+    with token_client(n3, OPS) as ops:
         _, secret = ops.create_token(name, "admin", ["team-a"])
         assert {"team-a", "team-b", "default"} <= {n.name for n in ops.list_namespaces()}
-    with _client(n3, secret) as team_admin:
+    with token_client(n3, secret) as team_admin:
         assert [n.name for n in team_admin.list_namespaces()] == ["team-a"]
-        _denied(lambda: team_admin.create_namespace("team-c"))  # namespaces are the cluster's to share out
-    with _client(n3, OPS) as ops:
+        denied(lambda: team_admin.create_namespace("team-c"))  # namespaces are the cluster's to share out
+    with token_client(n3, OPS) as ops:
         ops.revoke_token(name)

@@ -40,3 +40,8 @@ def admin_command(*argv: str) -> tuple[int, str, str]:
             print(f"shardcron: error: {e}", file=sys.stderr)
             rc = 1
     return rc, out.getvalue(), err.getvalue()
+
+
+def node_command(node, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
+    """``shardcron ARGS --server <node's address>``: an API command served by one node."""
+    return shardcron(*args, "--server", node.address, timeout_s=timeout_s)
