@@ -172,6 +172,9 @@ class Notifier:
                 continue
             self._sweep(run)
             self._swept.add((shard, run.fence))
+            # Once per takeover: from here on, this leadership's failures are notified as they land.
+            log.info("shard %d: notifications swept for fence %d", shard, run.fence,
+                     extra={"shard": shard, "fence": run.fence})
 
     def _sweep(self, run) -> None:
         """What a predecessor may have left: failed slots not claimed, recoveries not claimed, claims not sent."""

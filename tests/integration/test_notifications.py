@@ -155,9 +155,10 @@ def test_a_leader_killed_at_a_notification_crash_point_leaves_nothing_owed(fresh
         victim = c.add("victim", env={"SHARDCRON_TEST_CRASH_NOTIFY": f"{point}:{jid}"})
         c.wait_all_led(60)
         c.add("successor")
-        # The victim's notifier sweeps its new leadership within its 1 s poll; the job fails only after
-        # that, so the failure reaches the crash point by the live path, not by that first sweep.
-        time.sleep(3)
+        # The job fails only after the victim's notifier swept its new leadership, so the failure
+        # reaches the crash point by the live path, not by that first sweep.
+        wait_until(lambda: "shard 0: notifications swept for fence" in victim.log_text(), 30,
+                   what="the victim's notifier to sweep its leadership")
         engine = make_engine(db)
         with Client(victim.address) as client:
             client.put_job(job_from_dict({"id": jid, "every": "1s",
