@@ -576,6 +576,10 @@ class Scheduler:
         # burst has started, so the last start of a burst waits for no one's records.
         if burst.inline:
             self._completed_inline(burst.inline)
+        # Starts this burst queued while slots are free (behind a quota, or beside a flood's backlog kept
+        # out of the headroom) are served here, at once: the executors' loop is busiest exactly then.
+        if self._gate.waiting and self._gate.busy < self._gate.slots:
+            self._serve_waiting(on_loop=False)
 
     def _completed_inline(self, inline: list[tuple[int, int, Dispatch, int]]) -> None:
         """Record noop ticks that completed at their start (``at``), and their lateness."""
@@ -659,24 +663,23 @@ class Scheduler:
             return True
         if self._gate.enter(namespace_of(d.slot.job_id), (run.shard, run.fence, d), time.monotonic(), holds=not noop):
             return True
-        if self._gate.busy < self._gate.slots:  # queued behind a quota with slots free: nobody else will look
-            self._wake_gate()
         return False
 
     def _wake_gate(self) -> None:
         if self._gate.waiting:
             self.executors.loop.call_soon(self._serve_waiting)
 
-    def _serve_waiting(self) -> None:
-        """On the loop: hand every free slot to the next waiting start, in the queue's order."""
+    def _serve_waiting(self, on_loop: bool = True) -> None:
+        """Hand every free slot to the next waiting start, in the queue's order: on the executors' loop
+        (an execution ended), or on the dispatcher (``on_loop=False``: its starts go to the loop after)."""
         if self._closing:  # the node stops: what waits stays claimed for the next leader
             return
         while (served := self._gate.next(time.monotonic())) is not None:
             metrics.namespace_wait.observe(served.namespace, served.waited_s)
-            if not self._start_waited(*served.item):
+            if not self._start_waited(*served.item, on_loop=on_loop):
                 self._gate.leave(served.namespace)  # it did not become an execution: the slot is free again
 
-    def _start_waited(self, shard: int, fence: int, d: Dispatch) -> bool:
+    def _start_waited(self, shard: int, fence: int, d: Dispatch, on_loop: bool = True) -> bool:
         """Start a tick that waited, under the guard a burst's ticks pass; True if it now runs on its slot."""
         run = self._current(shard, fence)
         burst = _Burst()
@@ -693,7 +696,10 @@ class Scheduler:
         if burst.inline:
             self._completed_inline(burst.inline)
         if burst.on_loop:
-            self._start_on_loop(burst.on_loop)
+            if on_loop:
+                self._start_on_loop(burst.on_loop)
+            else:
+                self.executors.loop.call_soon(self._start_on_loop, burst.on_loop)
             return True
         return False
 
