@@ -19,6 +19,7 @@ from shardcron.coordination.namespace_watch import NamespaceWatch
 from shardcron.jobfile import JobFileError, load_file_calendars, load_job_file
 from shardcron.jobspec import check_admissible
 from shardcron.scheduling.calendar_book import CalendarBook
+from shardcron.scheduling import gc_pacing
 from shardcron.scheduling.loop import Scheduler
 from shardcron.store.engine import check_connection, describe_url, make_engine, normalise_url
 from shardcron.errors import ConfigError, InvalidJob
@@ -293,9 +294,6 @@ def _start_api(node: Node):
     return start_server(node.backend, node.cfg)
 
 
-GC_THRESHOLDS = (50_000, 20, 20)
-
-
 def run_node(cfg: NodeConfig) -> int:
     node = Node(cfg)
     signal.signal(signal.SIGTERM, node.request_stop)
@@ -312,10 +310,9 @@ def run_node(cfg: NodeConfig) -> int:
     gc.freeze()
     # A node's own objects live about a second (a claimed slot waits a lookahead for its start), long enough
     # to be promoted, so with the default thresholds (700, 10, 10) full collections ran several times a second
-    # at 10,000 ticks/s, 40-56 ms each, finding nothing to free: a pause in the middle of a burst, and a tenth
-    # of the node's CPU. Young collections every 50,000 allocations still catch the short cycles (exceptions,
-    # tasks); a full one comes after 400 of them, minutes apart at that rate.
-    gc.set_threshold(*GC_THRESHOLDS)
+    # at 10,000 ticks/s, 40-56 ms each, finding nothing to free. These high thresholds are only the backstop:
+    # the dispatcher collects sooner and smaller, in the gaps between starts (scheduling/gc_pacing.py).
+    gc.set_threshold(*gc_pacing.HARD)
     node.wait()
     if node.coordinator and node.coordinator.fatal:
         raise ConfigError(node.coordinator.fatal)

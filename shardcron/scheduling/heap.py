@@ -15,6 +15,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -111,22 +112,42 @@ class TimerHeap:
         with self.cond:
             return self._take(now_ms + slack_ms)
 
-    def wait_due(self, now_ms: Callable[[], int], slack_ms: int, closing: Callable[[], bool]) -> list:
-        """Wait until the top is due (within ``slack_ms``), then take everything due; [] when closing."""
+    def take_more_due(self, now_ms: int) -> list:
+        """Every entry due by ``now_ms``, taken while the loop still handles what it took before (which
+        stays counted as in hand until ``handled``)."""
+        with self.cond:
+            return self._take(now_ms, more=True)
+
+    def wait_due(self, now_ms: Callable[[], int], slack_ms: int, closing: Callable[[], bool],
+                 idle_s: float | None = None) -> list:
+        """Wait until the top is due (within ``slack_ms``), then take everything due; [] when closing,
+        or when ``idle_s`` passed with nothing due (the loop has something to do between starts)."""
+        give_up = None if idle_s is None else time.monotonic() + idle_s
         with self.cond:
             while not closing():
                 now = now_ms()
                 heap = self._heap
                 if heap and heap[0][0] <= now + slack_ms:
                     return self._take(now + slack_ms)
-                self.cond.wait(None if not heap else max(0.0, (heap[0][0] - now - slack_ms) / 1000.0))
+                wait = None if not heap else max(0.0, (heap[0][0] - now - slack_ms) / 1000.0)
+                if give_up is not None:
+                    left = give_up - time.monotonic()
+                    if left <= 0:
+                        break
+                    wait = left if wait is None else min(wait, left)
+                self.cond.wait(wait)
         return []
+
+    def next_due_ms(self) -> int | None:
+        """When the top is due; None when the heap is empty."""
+        with self.cond:
+            return self._heap[0][0] if self._heap else None
 
     def wake(self) -> None:
         with self.cond:
             self.cond.notify_all()
 
-    def _take(self, until_ms: int) -> list:
+    def _take(self, until_ms: int, more: bool = False) -> list:
         heap, due, count = self._heap, [], self._due_count
         while heap and heap[0][0] <= until_ms:
             due_ms, _, group = heapq.heappop(heap)
@@ -136,5 +157,5 @@ class TimerHeap:
                 count[due_ms] = left
             else:
                 del count[due_ms]
-        self._in_hand = len(due)  # set with the same hold of the lock: no one sees the burst in neither place
+        self._in_hand = self._in_hand + len(due) if more else len(due)  # set with the same hold of the lock: no one sees the burst in neither place
         return due

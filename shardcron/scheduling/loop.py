@@ -32,6 +32,14 @@ spread over the second make no bursts, and nobody waits for them:
       yes -> waited YIELD_TO_STARTS_MAX_MS already? -> go on
              else sleep until the burst ends or is due (at most 5 ms), check again
 
+A burst is started in parts of ``LOOK_AGAIN_EVERY`` starts; between two parts
+the dispatcher takes what came due since the burst began and starts it first.
+A burst of one namespace's thousands of starts (most of which will wait in the
+gate anyway) then delays another namespace's start by one part, not by the
+whole burst. And the cyclic collector, which stops every thread, runs between
+starts: after each pass the dispatcher collects if a generation is due and
+its pause fits the gap before the next start (``gc_pacing.py``).
+
 Executor slots (``exec_gate.py``, issue 15). At most ``executor_slots``
 executions run at once. A start that finds none free waits in the gate, by
 namespace; so does every later start, noop included, while anything waits.
@@ -65,6 +73,7 @@ from shardcron.model import ExecutionResult, ExecutorKind, Job, SlotRef, TickSta
 from shardcron.scheduling.calendar_book import CalendarBook, Unknown
 from shardcron.scheduling.calendars import next_allowed
 from shardcron.scheduling.exec_gate import DEFAULT_SLOTS, ExecGate
+from shardcron.scheduling.gc_pacing import IDLE_CHECK_S, GcPacer
 from shardcron.scheduling.backfill_runner import BackfillRunner
 from shardcron.scheduling.heap import ClaimDue, DispatchDue, TimerHeap
 from shardcron.scheduling.jitter import jitter_offset_ms
@@ -93,6 +102,7 @@ CLAIM_BATCH_MS = 50  # claim entries due within this of each other are claimed i
 QUIET_BEFORE_BURST_MS = CLAIM_BATCH_MS + 10  # claims and result writes wait for a burst due this soon...
 YIELD_TO_STARTS_MAX_MS = 250  # ...or under way, for at most this long (see the module doc)
 GUARD_EVERY = 64  # a burst re-checks its shard and session this often (see _start_group)
+LOOK_AGAIN_EVERY = 64  # starts of a burst between two looks for ticks due since it began (_dispatch_many)
 BURST_MIN = 200  # starts due at one millisecond that make a burst worth waiting for (about 2 ms of starts)
 # The error of a claimed slot a calendar excluded by the time it was due (a change within the lookahead).
 CALENDAR_SKIP_PREFIX = "excluded by a calendar changed after the slot was claimed: "
@@ -556,19 +566,33 @@ class Scheduler:
     # -- dispatch loop ------------------------------------------------------------------------
 
     def _dispatch_loop(self) -> None:
+        gc_pacer = GcPacer()  # collections go in the gaps between starts (gc_pacing.py)
         while not self._closing:
             try:
-                self._dispatch_many(self._dispatch.wait_due(self._now_ms, 0, lambda: self._closing))
+                self._dispatch_many(self._dispatch.wait_due(self._now_ms, 0, lambda: self._closing,
+                                                            idle_s=IDLE_CHECK_S))
             finally:
                 self._dispatch.handled()
+            next_due = self._dispatch.next_due_ms()
+            gc_pacer.between_starts(None if next_due is None else next_due - self._now_ms())
 
-    def _dispatch_many(self, due: list[DispatchDue]) -> None:
+    def _dispatch_many(self, due: list[DispatchDue], interleave: bool = True) -> None:
         groups: dict[tuple[int, int], list[Dispatch]] = defaultdict(list)  # in slot order of first appearance
         for e in due:
             groups[(e.shard, e.fence)].append(e.dispatch)
         burst = _Burst()
+        since_look = 0
         for (shard, fence), ds in groups.items():
-            self._start_group(shard, fence, ds, burst)
+            for i in range(0, len(ds), LOOK_AGAIN_EVERY):
+                part = ds[i:i + LOOK_AGAIN_EVERY] if len(ds) > LOOK_AGAIN_EVERY else ds
+                self._start_group(shard, fence, part, burst)
+                since_look += len(part)
+                if interleave and since_look >= LOOK_AGAIN_EVERY:
+                    since_look = 0
+                    # Ticks that came due while this burst went on start now, not at its end: a flood's
+                    # burst (queued in the gate anyway) must not make another namespace's start late.
+                    if more := self._dispatch.take_more_due(self._now_ms()):
+                        self._dispatch_many(more, interleave=False)
         # One hand-off to the loop for the whole burst, not a wake-up per tick.
         if burst.on_loop:
             self.executors.loop.call_soon(self._start_on_loop, burst.on_loop)

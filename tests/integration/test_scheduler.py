@@ -33,13 +33,16 @@ NODE = "n1"
 
 
 class SteppedClock:
-    """Wall time that moves only when the test says so."""
+    """Wall time that moves only when the test says so: by setting ``now_ms``, or ``step_ms`` per read."""
 
     def __init__(self, now_ms: int):
         self.now_ms = now_ms
+        self.step_ms = 0
 
     def wall_ms(self) -> int:
-        return self.now_ms
+        now = self.now_ms
+        self.now_ms += self.step_ms
+        return now
 
 
 class LeaseOnClock:
@@ -318,6 +321,33 @@ def test_a_jittered_slot_is_claimed_a_lookahead_before_its_slot_and_starts_at_sl
         assert r.ticks("jit")[10 * k] == OK and _started_at(r, "jit", slot) == slot + off
     assert len({jitter_offset_ms("jit", T0 + 10 * k * S, 9 * S) for k in (1, 2, 3)}) > 1
     assert late == [0, 0, 0], "lateness is measured from slot + offset, and each started right then"
+
+
+def test_a_tick_that_comes_due_while_a_burst_starts_starts_within_the_burst_not_after_it(rig):
+    """A burst of 300 starts at one millisecond, and a jittered tick due while it goes on: every read of
+    the clock moves it 20 ms, so the burst spans 6 s of the test's wall time. The dispatcher looks for
+    newly due ticks between parts of the burst (a flood's burst must not make another namespace late)."""
+    from shardcron.scheduling.jitter import jitter_offset_ms
+
+    slot = T0 + 10 * S
+    jit = next(j for j in (_jittered(f"jit-{i}") for i in range(200))
+               if 2 * S <= jitter_offset_ms(j.id, slot, 9 * S) <= 4 * S)
+    offset = jitter_offset_ms(jit.id, slot, 9 * S)
+    burst = [job_from_dict({"id": f"b{i:03}", "every": "10s"}) for i in range(300)]
+    r = rig(burst + [jit])
+    r.at(slot - S)  # the claims, a lookahead early
+    r.clock.step_ms = 20
+    r.at(slot)
+    r.clock.step_ms = 0
+    r.at(r.clock.now_ms)  # whatever the burst left due starts now, after it
+    burst_starts = sorted(_started_at(r, j.id, slot) for j in burst)
+    jit_start = _started_at(r, jit.id, slot)
+    assert None not in burst_starts and jit_start is not None
+    assert jit_start >= slot + offset, "nothing starts before its slot and offset"
+    assert jit_start < burst_starts[-1], (
+        f"the tick due at +{offset} ms started at +{jit_start - slot} ms, after the whole burst "
+        f"(+{burst_starts[0] - slot} to +{burst_starts[-1] - slot} ms)")
+    assert all(r.ticks(j.id)[10] == OK for j in burst + [jit])
 
 
 def test_a_reclaimed_jittered_orphan_waits_for_its_offset_and_a_late_one_starts_at_once(engine):
