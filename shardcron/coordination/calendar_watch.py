@@ -21,29 +21,19 @@ from shardcron.store import calendars as calendar_store
 log = logging.getLogger(__name__)
 
 
-class CalendarWatch:
+class CalendarWatch(StoreWatch):
     def __init__(self, etcd: Etcd, layout: KeyLayout, engine: Engine, book: CalendarBook,
                  on_change: Callable[[set[str]], None], reload_s: float = RELOAD_S):
+        super().__init__(etcd, layout.calendars, "calendars", reload_s=reload_s)
         self._engine = engine
         self._book = book
         self._on_change = on_change
-        self._watch = StoreWatch(etcd, layout.calendars, "calendars", self._reload, reload_s)
 
     def load_now(self) -> None:
         """The first load, before the scheduler takes any shard (raises when the store is down)."""
         self._book.replace(c.calendar for c in calendar_store.list_calendars(self._engine))
 
-    def start(self) -> None:
-        self._watch.start()
-
-    def stop(self) -> None:
-        self._watch.stop()
-
-    def bump(self, name: str, now_ms: int) -> None:
-        """After this node wrote calendar ``name``: every node (this one included, through the watch) reloads."""
-        self._watch.bump(name, now_ms)
-
-    def _reload(self, cause: str) -> None:
+    def reload(self, cause: str) -> None:
         changed = self._book.replace(s.calendar for s in calendar_store.list_calendars(self._engine))
         metrics.calendar_reloads.labels(cause).inc()
         if changed:

@@ -25,14 +25,14 @@ log = logging.getLogger(__name__)
 Settings = dict[str, NamespaceSettings]
 
 
-class NamespaceWatch:
+class NamespaceWatch(StoreWatch):
     def __init__(self, etcd: Etcd, layout: KeyLayout, engine: Engine, apply: Callable[[Settings], None],
                  reload_s: float = RELOAD_S):
+        super().__init__(etcd, layout.namespaces, "namespaces", reload_s=reload_s)
         self._engine = engine
         self._apply = apply
         self._current: Settings | None = None
         self.reloads = 0  # reads of the store so far (whether or not they found a change)
-        self._watch = StoreWatch(etcd, layout.namespaces, "namespaces", self._reload, reload_s)
 
     @property
     def current(self) -> Settings:
@@ -41,19 +41,9 @@ class NamespaceWatch:
 
     def load_now(self) -> None:
         """The first load, before the scheduler takes any shard (raises when the store is down)."""
-        self._reload("start")
+        self.reload("start")
 
-    def start(self) -> None:
-        self._watch.start()
-
-    def stop(self) -> None:
-        self._watch.stop()
-
-    def bump(self, name: str, now_ms: int) -> None:
-        """After this node wrote namespace ``name``: every node (this one included, through the watch) reloads."""
-        self._watch.bump(name, now_ms)
-
-    def _reload(self, cause: str) -> None:
+    def reload(self, cause: str) -> None:
         settings = namespace_settings(self._engine)
         self.reloads += 1
         metrics.namespace_reloads.labels(cause).inc()

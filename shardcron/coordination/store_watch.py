@@ -28,10 +28,12 @@ RELOAD_S = 30.0
 
 
 class StoreWatch:
-    """``what`` names the settings in log lines and the thread; ``reload(cause)``: cause is
-    ``start``, ``watch`` (a bump, or a broken watch) or ``periodic``."""
+    """``what`` names the settings in log lines and the thread. A subclass reads and applies them in
+    ``reload(cause)`` (or a caller passes ``reload``); cause is ``start``, ``watch`` (a bump, or a broken
+    watch) or ``periodic``."""
 
-    def __init__(self, etcd: Etcd, key: str, what: str, reload: Callable[[str], None], reload_s: float = RELOAD_S):
+    def __init__(self, etcd: Etcd, key: str, what: str, reload: Callable[[str], None] | None = None,
+                 reload_s: float = RELOAD_S):
         self._etcd = etcd
         self._key = key
         self._what = what
@@ -57,6 +59,13 @@ class StoreWatch:
     def bump(self, name: str, now_ms: int) -> None:
         """After this node wrote ``name``: every node (this one included, through the watch) reloads."""
         self._etcd.put(self._key, json.dumps({"name": name, "at_ms": now_ms}).encode())
+
+    def reload(self, cause: str) -> None:
+        """Read the settings from the store and apply what changed (raises a ``ShardcronError`` when the store
+        is away: the copy loaded before is kept)."""
+        if self._reload_fn is None:
+            raise NotImplementedError(f"{type(self).__name__} reloads nothing: override reload or pass one")
+        self._reload_fn(cause)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -90,7 +99,7 @@ class StoreWatch:
 
     def _reload(self) -> None:
         try:
-            self._reload_fn(self._cause)
+            self.reload(self._cause)
         except ShardcronError as e:
             log.warning("%s: reload failed (%s); keeping the ones loaded before", self._what, e)
 
