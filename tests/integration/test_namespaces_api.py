@@ -14,7 +14,7 @@ from shardcron.errors import InvalidJob
 from shardcron.sharding import shard_for
 from shardcron.tenancy.keys import join_key
 from tests.support.databases import create_database
-from tests.support.tenancy import ensure_namespaces, hourly_job, watching
+from tests.support.tenancy import ensure_namespaces, hourly_job, succeeded, watched
 
 pytestmark = pytest.mark.cluster
 
@@ -88,35 +88,24 @@ def test_ticks_triggers_and_watches_stay_in_their_namespace(cluster):
     a, b = _clients(cluster, namespace="team-a")[0], _clients(cluster, namespace="team-b")[1]
     every = _clients(cluster)[0]  # the same node as team-a's watcher, watching every namespace
     ident = f"pulse-{uuid.uuid4().hex[:6]}"
-    watch_a, watch_all = a.watch_ticks(), every.watch_ticks(namespace="*")
-    seen_a, reader_a = watching(watch_a)
-    seen_all, reader_all = watching(watch_all)
-
-    def succeeded(seen, job_id, at=None):
-        return any(t.job_id == job_id and t.status.value == "succeeded" and at in (None, t.scheduled_at_ms)
-                   for t in seen)
-
     try:
-        a.put_job(hourly_job(ident))
-        b.put_job(hourly_job(ident))
-        slot_a = a.trigger_job(ident)
-        slot_b = b.trigger_job(ident)
-        assert (slot_a.job_id, slot_b.job_id) == (join_key("team-a", ident), join_key("team-b", ident))
-        wait_until(lambda: succeeded(seen_all, slot_b.job_id), 60, what="the '*' watcher to see team-b's tick")
-        # team-b's event reached this node's watchers before this trigger: team-a's watcher reads
-        # its queue in order, so by the time it sees the next team-a tick it would have seen team-b's.
-        again = a.trigger_job(ident)
-        wait_until(lambda: succeeded(seen_a, again.job_id, again.scheduled_at_ms), 60,
-                   what="team-a's watcher to see its second triggered tick")
-        assert succeeded(seen_a, slot_a.job_id, slot_a.scheduled_at_ms)
-        assert {t.job_id for t in seen_a} == {slot_a.job_id}, "a team-a watcher saw another namespace's ticks"
+        with watched(a.watch_ticks(), every.watch_ticks(namespace="*")) as (seen_a, seen_all):
+            a.put_job(hourly_job(ident))
+            b.put_job(hourly_job(ident))
+            slot_a = a.trigger_job(ident)
+            slot_b = b.trigger_job(ident)
+            assert (slot_a.job_id, slot_b.job_id) == (join_key("team-a", ident), join_key("team-b", ident))
+            wait_until(lambda: succeeded(seen_all, slot_b.job_id), 60, what="the '*' watcher to see team-b's tick")
+            # team-b's event reached this node's watchers before this trigger: team-a's watcher reads
+            # its queue in order, so by the time it sees the next team-a tick it would have seen team-b's.
+            again = a.trigger_job(ident)
+            wait_until(lambda: succeeded(seen_a, again.job_id, again.scheduled_at_ms), 60,
+                       what="team-a's watcher to see its second triggered tick")
+            assert succeeded(seen_a, slot_a.job_id, slot_a.scheduled_at_ms)
+            assert {t.job_id for t in seen_a} == {slot_a.job_id}, "a team-a watcher saw another namespace's ticks"
         assert [t.scheduled_at_ms for t in a.list_ticks(ident)] == [again.scheduled_at_ms, slot_a.scheduled_at_ms]
         assert [t.job_id for t in b.list_ticks(ident)] == [slot_b.job_id]
     finally:
-        for w in (watch_a, watch_all):
-            w.cancel()
-        for r in (reader_a, reader_all):
-            r.join(10)
         for c in (a, b):
             c.delete_job(ident)
         for c in (a, b, every):

@@ -20,7 +20,7 @@ from shardcron.sharding import shard_for
 from shardcron.tenancy.keys import join_key, namespace_of
 from shardcron.tenancy.tokens import hash_secret
 from tests.support.databases import create_database
-from tests.support.tenancy import accepted, denied, ensure_namespaces, hourly_job, token_client, watching
+from tests.support.tenancy import accepted, denied, ensure_namespaces, hourly_job, succeeded, token_client, watched
 
 pytestmark = pytest.mark.cluster
 
@@ -138,32 +138,23 @@ def test_a_watch_of_every_namespace_shows_only_the_callers(cluster, teams):
     b = token_client(cluster.nodes["n3"], teams["b"], "team-b")
     admin = token_client(n1, OPS)
     ident = f"pulse-{uuid.uuid4().hex[:6]}"
-    watch_a, watch_all = a.watch_ticks(namespace="*"), admin.watch_ticks(namespace="*")
-    seen_a, reader_a = watching(watch_a)
-    seen_all, reader_all = watching(watch_all)
-
-    def succeeded(seen, key, at=None):
-        return any(t.job_id == key and t.status.value == "succeeded" and at in (None, t.scheduled_at_ms)
-                   for t in seen)
-
     try:
-        a.put_job(hourly_job(ident))
-        b.put_job(hourly_job(ident))
-        slot_a = a.trigger_job(ident)
-        slot_b = b.trigger_job(ident)
-        wait_until(lambda: succeeded(seen_all, slot_b.job_id), 60, what="the admin's watcher to see team-b's tick")
-        # team-b's event reached n1's watchers before this trigger; team-a's watcher reads its queue in order.
-        again = a.trigger_job(ident)
-        wait_until(lambda: succeeded(seen_a, again.job_id, again.scheduled_at_ms), 60,
-                   what="team-a's watcher to see its second tick")
-        assert succeeded(seen_a, slot_a.job_id, slot_a.scheduled_at_ms)
-        assert {namespace_of(t.job_id) for t in seen_a} == {"team-a"}, "team-a's token saw another namespace's ticks"
-        assert succeeded(seen_all, slot_a.job_id)
+        with watched(a.watch_ticks(namespace="*"), admin.watch_ticks(namespace="*")) as (seen_a, seen_all):
+            a.put_job(hourly_job(ident))
+            b.put_job(hourly_job(ident))
+            slot_a = a.trigger_job(ident)
+            slot_b = b.trigger_job(ident)
+            wait_until(lambda: succeeded(seen_all, slot_b.job_id), 60,
+                       what="the admin's watcher to see team-b's tick")
+            # team-b's event reached n1's watchers before this trigger; team-a's watcher reads its queue in order.
+            again = a.trigger_job(ident)
+            wait_until(lambda: succeeded(seen_a, again.job_id, again.scheduled_at_ms), 60,
+                       what="team-a's watcher to see its second tick")
+            assert succeeded(seen_a, slot_a.job_id, slot_a.scheduled_at_ms)
+            assert {namespace_of(t.job_id) for t in seen_a} == {"team-a"}, \
+                "team-a's token saw another namespace's ticks"
+            assert succeeded(seen_all, slot_a.job_id)
     finally:
-        for w in (watch_a, watch_all):
-            w.cancel()
-        for r in (reader_a, reader_all):
-            r.join(10)
         a.delete_job(ident)
         b.delete_job(ident)
         for c in (a, b, admin):

@@ -4,6 +4,8 @@ watching ticks from a thread."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import grpc
 import pytest
@@ -61,3 +63,21 @@ def watching(watch) -> tuple[list, threading.Thread]:
     reader = threading.Thread(target=consume, daemon=True)
     reader.start()
     return seen, reader
+
+
+@contextmanager
+def watched(*watches) -> Iterator[list[list]]:
+    """The ticks each watch yields, collected as they come; the watches cancelled and read out on leaving."""
+    readers = [watching(w) for w in watches]
+    try:
+        yield [seen for seen, _ in readers]
+    finally:
+        for w in watches:
+            w.cancel()
+        for _, reader in readers:
+            reader.join(10)
+
+
+def succeeded(seen: list, key: str, at: int | None = None) -> bool:
+    """``seen`` holds a succeeded tick of the job ``key`` (of the slot ``at``, when one is named)."""
+    return any(t.job_id == key and t.status.value == "succeeded" and at in (None, t.scheduled_at_ms) for t in seen)
