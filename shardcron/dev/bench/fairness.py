@@ -28,6 +28,7 @@ slot only. (``shardcron_namespace_wait_seconds`` shows the same waits live.)
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from collections.abc import Callable
@@ -36,7 +37,7 @@ import grpc
 from sqlalchemy import func, select
 
 from shardcron.api.client import ApiError, Client
-from shardcron.dev.bench.harness import BenchEnv, percentile, proc_cpu_seconds, read_store
+from shardcron.dev.bench.harness import BenchEnv, machine_busy_cpu_seconds, percentile, proc_cpu_seconds, read_store
 from shardcron.dev.bench.scenarios import WARMUP_S, _db_kind, _window_start
 from shardcron.dev.sink import Sink
 from shardcron.jobspec import job_from_dict
@@ -53,7 +54,7 @@ DEFAULT_FLOOD_JOBS = 2000
 TARGET_RATIO = 2.0  # issue 15: calm's p99 with the flood within 2x of its p99 alone, with fair queuing
 
 HEADERS = ["fair queuing", "window", "calm ticks", "started", "p50 ms", "p99 ms", "max ms", "flood starts/s",
-           "node CPU %"]
+           "node CPU %", "machine CPU %"]
 
 
 def run(make_env: Callable[[list[str]], BenchEnv], calm_jobs: int, flood_jobs: int, seconds: int,
@@ -93,8 +94,8 @@ def _one_run(env: BenchEnv, sink_url: str, calm_jobs: int, flood_jobs: int, seco
         flood_cpu = _cpu_over(pid, flood_from, seconds)
         time.sleep(GRACE_S)
         measured_at = int(time.time() * 1000)
-        return {"idle": {**_window(env, idle_from, seconds, calm_jobs, measured_at), "node_cpu_pct": idle_cpu},
-                "flooding": {**_window(env, flood_from, seconds, calm_jobs, measured_at), "node_cpu_pct": flood_cpu}}
+        return {"idle": {**_window(env, idle_from, seconds, calm_jobs, measured_at), **idle_cpu},
+                "flooding": {**_window(env, flood_from, seconds, calm_jobs, measured_at), **flood_cpu}}
     finally:
         client.close()
         env.cluster.stop_all()
@@ -136,12 +137,14 @@ def _window(env: BenchEnv, from_ms: int, seconds: int, calm_jobs: int, measured_
             "max_ms": lateness[-1] if lateness else None, "flood_starts_per_s": round(flood_started / seconds, 1)}
 
 
-def _cpu_over(pid: int, from_ms: int, seconds: int) -> float:
-    """Wait for the window from ``from_ms``; the node's CPU over it, in % of one core."""
+def _cpu_over(pid: int, from_ms: int, seconds: int) -> dict:
+    """Wait for the window from ``from_ms``; the node's CPU over it, in % of one core, and the whole
+    machine's (the node, its store's server, the sink, this process), in % of all its cores."""
     _sleep_until(from_ms)
-    cpu0 = proc_cpu_seconds(pid)
+    node0, machine0 = proc_cpu_seconds(pid), machine_busy_cpu_seconds()
     _sleep_until(from_ms + seconds * 1000)
-    return round(100 * (proc_cpu_seconds(pid) - cpu0) / seconds, 1)
+    return {"node_cpu_pct": round(100 * (proc_cpu_seconds(pid) - node0) / seconds, 1),
+            "machine_cpu_pct": round(100 * (machine_busy_cpu_seconds() - machine0) / seconds / os.cpu_count(), 1)}
 
 
 def _sleep_until(at_ms: int) -> None:
@@ -155,6 +158,15 @@ def _ratio(loaded, idle):
     return round(loaded / max(idle, 1), 2)  # a 0 ms idle p99 compares as 1 ms
 
 
+def _added(mode: dict) -> str:
+    """The flood's cost in calm's p99, in the lateness's own whole milliseconds (at 1 or 2 ms idle, one
+    millisecond more is already 1.5x or 2x: the ratio alone overstates small differences)."""
+    idle, loaded = mode["idle"]["p99_ms"], mode["flooding"]["p99_ms"]
+    if idle is None or loaded is None:
+        return ""
+    return f", {int(loaded - idle):+d} ms (lateness in whole ms)"
+
+
 def render(f: dict) -> list[list]:
     rows = []
     for mode in ("on", "off"):
@@ -163,7 +175,8 @@ def render(f: dict) -> list[list]:
             bound = ">=" if w["censored"] else ""
             rows.append([mode, "A idle" if window == "idle" else "A flooding", f"{w['recorded']}/{w['expected']}",
                          w["started"], f"{bound}{w['p50_ms']}", f"{bound}{w['p99_ms']}", f"{bound}{w['max_ms']}",
-                         w["flood_starts_per_s"] if window == "flooding" else "-", w["node_cpu_pct"]])
+                         w["flood_starts_per_s"] if window == "flooding" else "-", w["node_cpu_pct"],
+                         w["machine_cpu_pct"]])
     return rows
 
 
@@ -173,7 +186,7 @@ def verdict(f: dict) -> str:
             f"{f['sink_sleep_ms'][0]}-{f['sink_sleep_ms'][1]} ms; calm: {f['calm_jobs']} noop jobs/s (jitter {CALM_JITTER_MS} ms); "
             f"lateness from the ticks table (started_at - scheduled_at - jitter offset), store {f['db']}.\n"
             f"fair queuing: calm p99 flooding / idle = {f['fair_p99_ratio']}x (target <= {TARGET_RATIO}x: "
-            f"{'met' if f['target_met'] else 'NOT met'}); first-come: "
+            f"{'met' if f['target_met'] else 'NOT met'}){_added(f['modes']['on'])}; first-come: "
             f"{_ratio(off['flooding']['p99_ms'], off['idle']['p99_ms'])}x"
             f"{' or more' if off['flooding']['censored'] else ''}")
 
