@@ -51,6 +51,7 @@ class NodeConfig:
     notify_rate: object = None
     executor_slots: int = 1000  # executions running at once on this node; the starts beyond wait (exec_gate.py)
     fair_queuing: bool = True  # waiting starts served by weighted fair queuing across namespaces; False: first-come
+    dispatcher_priority: str = "normal"  # "realtime": the dispatcher thread under SCHED_FIFO (scheduling/realtime.py)
 
 
 def env_default(name: str, default):
@@ -166,6 +167,10 @@ def add_node_flags(p: argparse.ArgumentParser) -> None:
     add_env_flag(p, "--fair-queuing", "how starts waiting for a slot are served: 'on', by weighted fair queuing "
                                       "across namespaces; 'off', first come first served (the baseline)", "on",
                  choices=["on", "off"])
+    add_env_flag(p, "--dispatcher-priority", "'realtime' runs the thread that starts every tick under SCHED_FIFO, "
+                                             "so a busy machine wakes it on time (needs CAP_SYS_NICE); 'normal' "
+                                             "leaves it to the operating system's usual sharing", "normal",
+                 choices=["normal", "realtime"])
     add_env_flag(p, "--tick-retention", "delete ticks whose slot is older than this (e.g. 30d), in small batches by "
                                         "each shard's leader; never nearer now than a job's catch-up window",
                  "none", default_text="none: keep every tick")
@@ -271,11 +276,15 @@ def _number(name: str, raw, kind, minimum):
 
 
 def _on_off(name: str, raw) -> bool:
-    """'on' or 'off' (the environment variable is not checked by argparse's choices)."""
+    return _one_of(name, raw, ("on", "off")) == "on"
+
+
+def _one_of(name: str, raw, choices: tuple[str, ...]) -> str:
+    """One of ``choices`` (the environment variable is not checked by argparse's choices)."""
     value = str(raw).strip().lower()
-    if value not in ("on", "off"):
-        raise ConfigError(f"--{name}: expected 'on' or 'off', got {raw!r}")
-    return value == "on"
+    if value not in choices:
+        raise ConfigError(f"--{name}: expected {' or '.join(repr(c) for c in choices)}, got {raw!r}")
+    return value
 
 
 def _hostport(name: str, value: str) -> str:
@@ -309,6 +318,7 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         lookahead_ms=_number("lookahead-ms", a.lookahead_ms, int, 0),
         executor_slots=_number("executor-slots", a.executor_slots, int, 1),
         fair_queuing=_on_off("fair-queuing", a.fair_queuing),
+        dispatcher_priority=_one_of("dispatcher-priority", a.dispatcher_priority, ("normal", "realtime")),
         min_interval_ms=None if a.min_interval is None else parse_min_interval_ms(a.min_interval),
         log_format=a.log_format,
         log_level=a.log_level,

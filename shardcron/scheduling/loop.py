@@ -80,6 +80,7 @@ from shardcron.scheduling.jitter import jitter_offset_ms
 from shardcron.scheduling.policies import OVERLAP_SKIP_REASON, overlap_allows
 from shardcron.scheduling.marks import RunningMarks
 from shardcron.scheduling.pruner import Pruner
+from shardcron.scheduling.realtime import make_realtime
 from shardcron.scheduling.recorder import Recorder, ResultWrite
 from shardcron.scheduling.runner import StoreDownBeforeStart, TickRun, run_tick
 from shardcron.scheduling.shard_run import JobEntry, ShardRun
@@ -137,6 +138,7 @@ class Scheduler:
         tick_retention_ms: int | None = None,
         executor_slots: int = DEFAULT_SLOTS,
         fair_queuing: bool = True,
+        realtime_dispatcher: bool = False,
     ):
         self.engine = engine
         self.node_id = node_id
@@ -161,6 +163,7 @@ class Scheduler:
         self._dispatch = TimerHeap()  # DispatchDue
         self._closing = False
         self._threads_running = False  # a test steps the loop itself, with nobody to yield to
+        self._realtime_dispatcher = realtime_dispatcher  # under SCHED_FIFO (realtime.py)
         self.recorder = Recorder(engine, self._fenced, before_write=self._yield_to_starts)
         self.marks = RunningMarks(engine)
         # Deletes expired ticks of the led shards; waits for bursts of starts like the recorder.
@@ -181,6 +184,8 @@ class Scheduler:
         self.pruner.start()
         for t in self._threads:
             t.start()
+        if self._realtime_dispatcher:
+            make_realtime(self._threads[1].native_id)
 
     def close(self) -> None:
         self._closing = True

@@ -27,6 +27,8 @@ def register(sub) -> None:
                    help="fairness: the flooding namespace's http jobs, each every second (default %(default)s)")
     p.add_argument("--executor-slots", type=int, default=100,
                    help="fairness: the node's --executor-slots (default %(default)s)")
+    p.add_argument("--dispatcher-priority", choices=["normal", "realtime"], default="normal",
+                   help="fairness: the node's --dispatcher-priority (default %(default)s; realtime needs CAP_SYS_NICE)")
     p.add_argument("--seconds", type=int, default=60, help="measured window (default %(default)s)")
     p.add_argument("--nodes", default=None,
                    help="node processes (default 1; 3 for failover); scale: node counts to compare (default 1,2,3)")
@@ -127,7 +129,7 @@ def _run(a: argparse.Namespace) -> int:
         try:
             figures = fairness.run(lambda extra: BenchEnv(nodes=1, shards=a.shards, ttl=a.ttl, db=a.db,
                                                           etcd=a.etcd or shared.endpoints, extra_args=extra),
-                                   a.jobs, a.flood_jobs, a.seconds, a.executor_slots)
+                                   a.jobs, a.flood_jobs, a.seconds, a.executor_slots, a.dispatcher_priority)
         finally:
             if shared:
                 shared.stop()

@@ -58,21 +58,22 @@ HEADERS = ["fair queuing", "window", "calm ticks", "started", "p50 ms", "p99 ms"
 
 
 def run(make_env: Callable[[list[str]], BenchEnv], calm_jobs: int, flood_jobs: int, seconds: int,
-        slots: int = DEFAULT_SLOTS) -> dict:
+        slots: int = DEFAULT_SLOTS, dispatcher_priority: str = "normal") -> dict:
     draw = random.Random(15)
     sink = Sink(on_request=lambda r: time.sleep(draw.uniform(*SINK_SLEEP_S)))
     sink.start()
     try:
         modes = {}
         for mode in ("on", "off"):
-            with make_env(["--executor-slots", str(slots), "--fair-queuing", mode]) as env:
+            with make_env(["--executor-slots", str(slots), "--fair-queuing", mode,
+                           "--dispatcher-priority", dispatcher_priority]) as env:
                 modes[mode] = _one_run(env, sink.url, calm_jobs, flood_jobs, seconds)
                 db = _db_kind(env.db)
     finally:
         sink.stop()
     on = modes["on"]
     ratio = _ratio(on["flooding"]["p99_ms"], on["idle"]["p99_ms"])
-    return {"scenario": "fairness", "executor_slots": slots, "calm_jobs": calm_jobs, "flood_jobs": flood_jobs,
+    return {"scenario": "fairness", "executor_slots": slots, "dispatcher_priority": dispatcher_priority, "calm_jobs": calm_jobs, "flood_jobs": flood_jobs,
             "seconds": seconds, "sink_sleep_ms": [int(x * 1000) for x in SINK_SLEEP_S], "db": db, "modes": modes,
             "fair_p99_ratio": ratio, "target_met": ratio is not None and ratio <= TARGET_RATIO
             and not on["flooding"]["censored"]}
@@ -182,7 +183,7 @@ def render(f: dict) -> list[list]:
 
 def verdict(f: dict) -> str:
     off = f["modes"]["off"]
-    return (f"{f['executor_slots']} executor slots, flood: {f['flood_jobs']} http jobs/s to a sink that answers in "
+    return (f"{f['executor_slots']} executor slots, dispatcher priority {f.get('dispatcher_priority', 'normal')}, flood: {f['flood_jobs']} http jobs/s to a sink that answers in "
             f"{f['sink_sleep_ms'][0]}-{f['sink_sleep_ms'][1]} ms; calm: {f['calm_jobs']} noop jobs/s (jitter {CALM_JITTER_MS} ms); "
             f"lateness from the ticks table (started_at - scheduled_at - jitter offset), store {f['db']}.\n"
             f"fair queuing: calm p99 flooding / idle = {f['fair_p99_ratio']}x (target <= {TARGET_RATIO}x: "
