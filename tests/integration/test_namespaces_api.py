@@ -13,6 +13,7 @@ from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.errors import InvalidJob
 from shardcron.sharding import shard_for
 from shardcron.tenancy.keys import join_key
+from tests.support.clusters import stopped_after
 from tests.support.databases import create_database
 from tests.support.tenancy import ensure_namespaces, hourly_job, succeeded, watched
 
@@ -28,14 +29,9 @@ def cluster(etcd_server, database_servers, tmp_path_factory):
     c = Cluster(etcd_server.endpoints, url, f"/t{uuid.uuid4().hex[:12]}", SHARDS, 4, str(d))
     c.add("n1")
     c.add("n2")
-    try:
+    with stopped_after(c, drop):
         c.wait_balanced({"n1", "n2"}, 90)
         yield c
-    finally:
-        c.stop_all()
-        drop()
-    for n in c.nodes.values():
-        assert "Traceback" not in n.log_text(), n.log_text()[-6000:]
 
 
 def _clients(cluster, namespace=None) -> list[Client]:

@@ -14,6 +14,7 @@ import pytest
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.jobspec import job_from_dict
 from shardcron.tenancy.tokens import hash_secret
+from tests.support.clusters import stopped_after
 from tests.support.tenancy import accepted, denied, token_client
 
 pytestmark = pytest.mark.cluster
@@ -31,13 +32,9 @@ def cluster(etcd_server, tmp_path_factory):
                 extra_args=["--auth-token-file", tokens])
     for name in ("n1", "n2", "n3"):
         c.add(name, env={"SHARDCRON_NODE_TOKEN": NODE})
-    try:
+    with stopped_after(c):
         c.wait_balanced({"n1", "n2", "n3"}, 120)
         yield c
-    finally:
-        c.stop_all()
-    for n in c.nodes.values():
-        assert "Traceback" not in n.log_text(), n.log_text()[-6000:]
 
 
 def test_a_teams_tokens_see_and_manage_only_what_their_role_allows(cluster):

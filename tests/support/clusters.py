@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 import pytest
 
 from shardcron.dev.testing.cluster import Cluster
@@ -23,6 +26,23 @@ def make_cluster(etcd_server, etcd_prefix, tmp_path):
     for c in made:
         c.stop_all()
     for c in made:
-        for n in c.nodes.values():
-            text = n.log_text()
-            assert "Traceback" not in text, f"{n.node_id} logged a traceback:\n{text[-4000:]}"
+        assert_no_traceback(c)
+
+
+def assert_no_traceback(c: Cluster) -> None:
+    for n in c.nodes.values():
+        text = n.log_text()
+        assert "Traceback" not in text, f"{n.node_id} logged a traceback:\n{text[-4000:]}"
+
+
+@contextmanager
+def stopped_after(c: Cluster, *cleanup: Callable[[], None]) -> Iterator[Cluster]:
+    """``c`` for the block (a module fixture's ``yield`` inside it); then stopped, ``cleanup`` run, and
+    every node's log checked for tracebacks."""
+    try:
+        yield c
+    finally:
+        c.stop_all()
+        for f in cleanup:
+            f()
+    assert_no_traceback(c)
