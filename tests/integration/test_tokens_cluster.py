@@ -19,8 +19,10 @@ from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.sharding import shard_for
 from shardcron.tenancy.keys import join_key, namespace_of
 from shardcron.tenancy.tokens import hash_secret
+from tests.support.clusters import stopped_after
 from tests.support.databases import create_database
-from tests.support.tenancy import accepted, denied, ensure_namespaces, hourly_job, succeeded, token_client, watched
+from tests.support.tenancy import (accepted, admitted, denied, ensure_namespaces, hourly_job, succeeded,
+                                   token_client, watched)
 
 pytestmark = pytest.mark.cluster
 
@@ -46,14 +48,10 @@ def cluster(etcd_server, database_servers, tmp_path_factory):
                 extra_args=["--auth-token-file", _token_file(str(d))])
     for name in ("n1", "n2", "n3"):
         c.add(name, env={"SHARDCRON_NODE_TOKEN": NODE})
-    try:
+    with stopped_after(c, drop):
         c.wait_settled({"n1", "n2", "n3"}, 120)
         yield c
-    finally:
-        c.stop_all()
-        drop()
     for n in c.nodes.values():
-        assert "Traceback" not in n.log_text(), n.log_text()[-6000:]
         for secret in (OPS, NODE, NODE_RO):
             assert secret not in n.log_text()
 
@@ -260,9 +258,9 @@ def test_a_calendar_lists_only_the_jobs_its_reader_may_see(cluster, teams):
     with token_client(n2, OPS) as admin, token_client(n2, teams["a"], "team-a") as a, \
             token_client(n2, teams["b"], "team-b") as b:
         admin.put_calendar(parse_calendar(name, {"exclude_dates": ["2026-12-25"]}))
-        wait_until(lambda: _calendar_known(a, name), 30, what="the calendar to be readable")
         for c in (a, b):
-            c.put_job(hourly_job(name, calendars=[name]))
+            wait_until(lambda: admitted(c, hourly_job(name, calendars=[name])), 30,
+                       what="the job admitted once its calendar is known where it is admitted")
         _, jobs = a.get_calendar(name)
         assert [namespace_of(k) for k in jobs] == ["team-a"]
         _, jobs = admin.get_calendar(name)
@@ -271,14 +269,6 @@ def test_a_calendar_lists_only_the_jobs_its_reader_may_see(cluster, teams):
         for c in (a, b):
             c.delete_job(name)
         admin.delete_calendar(name)
-
-
-def _calendar_known(client, name: str) -> bool:
-    try:
-        client.get_calendar(name)
-        return True
-    except ApiError:
-        return False
 
 
 def test_a_team_admin_lists_only_its_namespaces(cluster, teams):

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 import grpc
 import pytest
 
-from shardcron.api.client import ApiError, Client
+from shardcron.api.client import ApiError, Client, InvalidRequest
 from shardcron.api.security import ChannelSecurity
 from shardcron.jobspec import job_from_dict
 
@@ -81,3 +81,14 @@ def watched(*watches) -> Iterator[list[list]]:
 def succeeded(seen: list, key: str, at: int | None = None) -> bool:
     """``seen`` holds a succeeded tick of the job ``key`` (of the slot ``at``, when one is named)."""
     return any(t.job_id == key and t.status.value == "succeeded" and at in (None, t.scheduled_at_ms) for t in seen)
+
+
+def admitted(client: Client, job) -> bool:
+    """Put ``job``; False while the node that admits it does not know one of its calendars yet (each node's
+    copy follows the store through a watch, so a calendar put a moment ago may need a moment there)."""
+    try:
+        client.put_job(job)
+    except InvalidRequest as e:
+        assert "unknown calendar" in str(e), e
+        return False
+    return True
