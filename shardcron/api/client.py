@@ -330,18 +330,36 @@ class Client:
         for p in self._job_pages(labels, shard, page_size, namespace):
             yield stored_job_from_proto(p), job_runs_from_proto(p.runs)
 
+    def job_page(self, *, page_token: str = "", page_size: int = 100, labels: dict[str, str] | None = None,
+                 shard: int | None = None, namespace: str | None = None, id_prefix: str = "",
+                 paused: bool | None = None, timeout_s: float | None = None
+                 ) -> tuple[list[tuple[Job, JobRuns]], str]:
+        """One page of jobs with their runs, and the token of the next page ("" after the last).
+        ``id_prefix``: only ids that start with it; ``paused``: only paused (True) or active (False) jobs."""
+        req = self._list_request(labels, shard, page_size, namespace, id_prefix=id_prefix, paused=paused)
+        req.page_token = page_token
+        r = self._call("ListJobs", req, timeout_s)
+        return [(stored_job_from_proto(p), job_runs_from_proto(p.runs)) for p in r.jobs], r.next_page_token
+
+    def _list_request(self, labels: dict[str, str] | None, shard: int | None, page_size: int,
+                      namespace: str | None, *, id_prefix: str = "", paused: bool | None = None
+                      ) -> pb.ListJobsRequest:
+        req = pb.ListJobsRequest(page_size=page_size, labels=labels or {}, namespace=self._namespaces(namespace),
+                                 id_prefix=id_prefix)
+        if shard is not None:
+            req.shard = shard
+        if paused is not None:
+            req.paused = paused
+        return req
+
     def _job_pages(self, labels: dict[str, str] | None, shard: int | None, page_size: int,
                    namespace: str | None) -> Iterator[pb.Job]:
-        token = ""
-        ns = self._namespaces(namespace)
+        req = self._list_request(labels, shard, page_size, namespace)
         while True:
-            req = pb.ListJobsRequest(page_size=page_size, page_token=token, labels=labels or {}, namespace=ns)
-            if shard is not None:
-                req.shard = shard
             r = self._call("ListJobs", req)
             yield from r.jobs
-            token = r.next_page_token
-            if not token:
+            req.page_token = r.next_page_token
+            if not req.page_token:
                 return
 
     # -- ticks ----------------------------------------------------------------------

@@ -60,6 +60,7 @@ from shardcron.v1 import scheduler_pb2 as pb
 JOBS_PAGE_DEFAULT = 100
 TICKS_PAGE_DEFAULT = 50
 PAGE_MAX = 1000
+MAX_ID_PREFIX_BYTES = 256  # an id is at most 256 bytes (jobspec)
 # A page ends before the one that would take it past this many bytes (it always holds at
 # least one: a job is at most a few MiB, and callers accept routing.MAX_ANSWER_BYTES).
 PAGE_BYTES = 4 * 1024 * 1024
@@ -263,10 +264,14 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
             except InvalidJob:
                 raise BadRequest("page_token", "is not a token this API returned") from None
         labels = dict(request.labels) or None
+        if len(request.id_prefix.encode()) > MAX_ID_PREFIX_BYTES or "\x00" in request.id_prefix:
+            raise BadRequest("id_prefix", f"must be at most {MAX_ID_PREFIX_BYTES} bytes, without NUL characters")
+        paused = request.paused if request.HasField("paused") else None
 
         def page() -> pb.ListJobsResponse:
             jobs = job_store.list_jobs(self.backend.engine, shard=shard, labels=labels, limit=size + 1,
-                                       after_id=after, namespaces=namespaces)
+                                       after_id=after, namespaces=namespaces, id_prefix=request.id_prefix,
+                                       paused=paused)
             protos, more = bounded_page(jobs, size, self._with_runs(jobs[:size]))
             token = encode_page_token(jobs[len(protos) - 1].id) if more else ""
             return pb.ListJobsResponse(jobs=protos, next_page_token=token)

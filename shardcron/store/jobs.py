@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
-from sqlalchemy import Connection, Engine, and_, bindparam, func, or_, select
+from sqlalchemy import Connection, Engine, and_, bindparam, false, func, or_, select
 
 from shardcron.errors import FencedOut, InvalidJob, JobNotFound, ShardcronError, VersionConflict
 from shardcron.jobspec import job_from_json, job_to_json
@@ -23,7 +23,7 @@ from shardcron.store.fences import run_fenced, run_fenced_many
 from shardcron.store.namespaces import give_back, lock_rooms, rate_of_spec, schedule_rate
 from shardcron.store.schema import LABEL_KEY_LENGTH, LABEL_VALUE_LENGTH, job_labels, jobs
 from shardcron.store.sql import chunks
-from shardcron.tenancy.keys import display_key, namespace_of
+from shardcron.tenancy.keys import display_key, join_key, namespace_of
 from shardcron.tenancy.quotas import PutChange
 
 log = logging.getLogger(__name__)
@@ -320,17 +320,31 @@ def list_jobs(
     limit: int = 100,
     after_id: str | None = None,
     namespaces: Collection[str] | None = None,
+    id_prefix: str = "",
+    paused: bool | None = None,
 ) -> list[Job]:
     """A page of jobs ordered by namespace, then id; pass the last key seen as ``after_id`` for the next page.
 
     ``labels``: every given key must be present with exactly the given value.
     ``namespaces``: only jobs of these (None: every namespace).
+    ``id_prefix``: only ids that start with it (in each namespace: a range of the primary key).
+    ``paused``: only paused (True) or only active (False) jobs.
     """
     q = select(*_READ_COLUMNS).order_by(jobs.c.namespace, jobs.c.id).limit(limit)
     if shard is not None:
         q = q.where(jobs.c.shard == shard)
     if namespaces is not None:
         q = q.where(jobs.c.namespace.in_(sorted(namespaces)))
+    if paused is not None:
+        q = q.where(jobs.c.paused == paused)
+    if id_prefix:
+        with reading(engine) as conn:
+            searched = sorted(namespaces) if namespaces is not None else \
+                conn.execute(select(jobs.c.namespace).distinct()).scalars().all()
+        # The namespace too: a key of namespace "pay" starts with "pa" as well.
+        q = q.where(or_(false(), *(and_(jobs.c.namespace == ns,
+                                        jobs.c.id.startswith(join_key(ns, id_prefix), autoescape=True))
+                                   for ns in searched)))
     if after_id is not None:  # the key orders like the id within its namespace (tenancy.keys)
         after_ns = namespace_of(after_id)
         q = q.where(or_(jobs.c.namespace > after_ns, and_(jobs.c.namespace == after_ns, jobs.c.id > after_id)))

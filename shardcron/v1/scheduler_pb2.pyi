@@ -402,7 +402,7 @@ class DeleteJobResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token", "labels", "shard", "namespace")
+    __slots__ = ("page_size", "page_token", "labels", "shard", "namespace", "id_prefix", "paused")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -415,12 +415,16 @@ class ListJobsRequest(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    ID_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
     labels: _containers.ScalarMap[str, str]
     shard: int
     namespace: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., shard: _Optional[int] = ..., namespace: _Optional[str] = ...) -> None: ...
+    id_prefix: str
+    paused: bool
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., shard: _Optional[int] = ..., namespace: _Optional[str] = ..., id_prefix: _Optional[str] = ..., paused: _Optional[bool] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
     __slots__ = ("jobs", "next_page_token")

@@ -218,6 +218,7 @@ def test_a_payload_of_exactly_1_mib_is_accepted(stub):
     ("ListJobs", pb.ListJobsRequest(shard=SHARDS), "shard"),
     ("ListJobs", pb.ListJobsRequest(labels={"k": "a\x00"}), "labels"),
     ("ListJobs", pb.ListJobsRequest(page_token="AA=="), "page_token"),  # a NUL: no job id holds one
+    ("ListJobs", pb.ListJobsRequest(id_prefix="x" * 257), "id_prefix"),
     ("PutJob", pb.PutJobRequest(job=noop_job("a"), expected_version=-1), "expected_version"),
 ])
 def test_other_bad_requests_name_their_field(stub, method, request_, field):
@@ -279,6 +280,28 @@ def test_list_jobs_pages_and_filters(node):
 
         on_2 = list(c.list_jobs(labels={"batch": tag}, shard=2))
         assert {j.id for j in on_2} == {f"{tag}-{i:02d}" for i in range(25) if shard_for(f"{tag}-{i:02d}", SHARDS) == 2}
+
+
+def test_list_jobs_searches_by_id_prefix_and_paused_a_page_at_a_time(node):
+    tag = uuid.uuid4().hex[:6]
+    with Client(node.address) as c:
+        ids = [f"{tag}-{kind}-{i}" for kind in ("etl", "mail") for i in range(6)] + [f"{tag}_%-etl"]
+        assert all(r.ok for r in c.put_jobs([job_from_dict({"id": i, "every": "1h"}) for i in ids]))
+        c.pause_job(f"{tag}-etl-1")
+        c.pause_job(f"{tag}-mail-2")
+        page, token = c.job_page(id_prefix=f"{tag}-etl", page_size=4)
+        assert [j.id for j, _ in page] == [f"{tag}-etl-{i}" for i in range(4)] and token
+        rest, token = c.job_page(id_prefix=f"{tag}-etl", page_size=4, page_token=token)
+        assert [j.id for j, _ in rest] == [f"{tag}-etl-4", f"{tag}-etl-5"] and token == ""
+        paused, _ = c.job_page(id_prefix=tag, paused=True)
+        assert [j.id for j, _ in paused] == [f"{tag}-etl-1", f"{tag}-mail-2"]
+        active, _ = c.job_page(id_prefix=f"{tag}-mail", paused=False)
+        assert len(active) == 5 and all(not j.paused for j, _ in active)
+        # % and _ are not wildcards: the prefix is matched as written.
+        literal, _ = c.job_page(id_prefix=f"{tag}_%")
+        assert [j.id for j, _ in literal] == [f"{tag}_%-etl"]
+        none, token = c.job_page(id_prefix=f"{tag}-nothing")
+        assert none == [] and token == ""
 
 
 def test_a_batch_reports_each_job_and_duplicates(node):
