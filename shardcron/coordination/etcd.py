@@ -24,9 +24,14 @@ from pyetcd.client import EtcdTokenCallCredentials
 from pyetcd.utils import prefix_range_end
 
 from shardcron import metrics
+from shardcron.coordination.endpoint_choice import next_endpoint
 from shardcron.errors import ConfigError, EtcdUnavailable
 
 log = logging.getLogger(__name__)
+
+# After a member fails, other members are preferred over it for this long: about
+# etcd's election time, so a dead leader is not retried before the others elect.
+MEMBER_REST_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -100,12 +105,14 @@ class Etcd:
             raise EtcdUnavailable(f"etcd at {endpoints}: {_reason(e)}") from None
         self._security = sec
         self._lock = threading.Lock()
+        self._failed_at: dict[str, float] = {}
         self._closed = False
 
     # -- plumbing -----------------------------------------------------------
 
     def _call(self, what: str, fn, *args, timeout: float | None = None):
         stub_timeout = self.timeout_s if timeout is None else timeout
+        member = self._client._current_endpoint_label
         t0 = time.perf_counter()
         try:
             try:
@@ -119,7 +126,7 @@ class Etcd:
                 return fn(*args, stub_timeout, credentials=self._client.call_credentials,
                           metadata=self._client.metadata)
         except grpc.RpcError as e:
-            self._failover(e)
+            self._failover(e, member)
             raise EtcdUnavailable(f"etcd {what} at {self.endpoints}: {_reason(e)}") from None
         except ValueError as e:  # pyetcd raises this when every endpoint is marked failed
             raise EtcdUnavailable(f"etcd {what} at {self.endpoints}: {e}") from None
@@ -133,23 +140,27 @@ class Etcd:
         self._client.call_credentials = grpc.metadata_call_credentials(EtcdTokenCallCredentials(resp.token))
         self._client._clear_old_stubs()
 
-    def _failover(self, err: grpc.RpcError) -> None:
-        """After a connection-level error, move to the next endpoint, round robin.
+    def _failover(self, err: grpc.RpcError, member: str) -> None:
+        """After a connection-level error on ``member``, move to another (see ``endpoint_choice``).
 
         pyetcd's own failover skips endpoints marked failed within ``time_retry``;
         with ``time_retry=0`` (needed so a single endpoint is never quarantined)
         nothing ever counts as failed and it would stay on a dead member. So the
-        rotation is done here; the next call reconnects on the next member.
+        choice is made here; the next call reconnects on the chosen member.
         """
         if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                               grpc.StatusCode.INTERNAL):
             return
         with self._lock:
-            labels = list(self._client.endpoints)
-            if len(labels) < 2:
-                return
+            now = time.monotonic()
+            self._failed_at[member] = now
             current = self._client._current_endpoint_label
-            nxt = labels[(labels.index(current) + 1) % len(labels)] if current in labels else labels[0]
+            if current != member:
+                return  # another call already moved the client off it
+            labels = list(self._client.endpoints)
+            nxt = next_endpoint(labels, member, self._failed_at, now, MEMBER_REST_S)
+            if nxt == current:
+                return
             log.warning("etcd endpoint %s failed (%s); switching to %s", current, err.code().name, nxt)
             self._client._current_endpoint_label = nxt  # also drops the old stubs and watcher
 

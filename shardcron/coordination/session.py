@@ -32,6 +32,11 @@ log = logging.getLogger(__name__)
 # acting this much before the computed deadline.
 SAFETY_MARGIN_S = 0.15
 
+# After a failed renewal, try again this soon (the client has moved to another
+# member by then): when a member dies, the lease has TTL - TTL/3 left to find a
+# live one, and a half-second pause per try spent most of it.
+RETRY_AFTER_FAILURE_S = 0.1
+
 
 class Session:
     def __init__(self, etcd: Etcd, ttl_s: int, *, name: str = "session"):
@@ -128,13 +133,15 @@ class Session:
                 return
             sent = clock.monotonic()
             # The call must return before the lease could expire, so that a hung
-            # network does not hold this thread past the deadline.
-            timeout = max(0.2, min(interval, self.valid_until() - sent))
+            # network does not hold this thread past the deadline; and a member
+            # that hangs (one in a leader election) may take half an interval,
+            # not all of it, so another member still gets a try.
+            timeout = max(0.2, min(interval / 2, self.valid_until() - sent))
             try:
                 ttl = self._etcd.keepalive_once(self.lease_id, timeout)
             except EtcdUnavailable as e:
                 log.warning("lease %x renewal failed: %s", self.lease_id, e)
-                next_renewal = clock.monotonic() + min(0.5, interval / 2)
+                next_renewal = clock.monotonic() + min(RETRY_AFTER_FAILURE_S, interval / 2)
                 continue
             if ttl <= 0:
                 self._lose("etcd reports the lease expired (TTL<=0)")
