@@ -22,8 +22,9 @@ from shardcron.store.engine import reading
 from shardcron.store.fences import run_fenced, run_fenced_many
 from shardcron.store.namespaces import give_back, lock_rooms, rate_of_spec, schedule_rate
 from shardcron.store.schema import LABEL_KEY_LENGTH, LABEL_VALUE_LENGTH, job_labels, jobs
+from shardcron.store.schema import namespaces as namespace_rows
 from shardcron.store.sql import chunks
-from shardcron.tenancy.keys import display_key, join_key, namespace_of
+from shardcron.tenancy.keys import DEFAULT_NAMESPACE, display_key, join_key, namespace_of
 from shardcron.tenancy.quotas import PutChange
 
 log = logging.getLogger(__name__)
@@ -338,9 +339,11 @@ def list_jobs(
     if paused is not None:
         q = q.where(jobs.c.paused == paused)
     if id_prefix:
-        with reading(engine) as conn:
-            searched = sorted(namespaces) if namespaces is not None else \
-                conn.execute(select(jobs.c.namespace).distinct()).scalars().all()
+        if namespaces is not None:
+            searched = sorted(namespaces)
+        else:  # every job's namespace has a row (jobs are admitted against it), and default always exists
+            with reading(engine) as conn:
+                searched = sorted({DEFAULT_NAMESPACE, *conn.execute(select(namespace_rows.c.name)).scalars()})
         # The namespace too: a key of namespace "pay" starts with "pa" as well.
         q = q.where(or_(false(), *(and_(jobs.c.namespace == ns,
                                         jobs.c.id.startswith(join_key(ns, id_prefix), autoescape=True))
