@@ -132,3 +132,20 @@ def test_a_list_of_every_namespace_pages_by_namespace_then_id(cluster):
             (j.key.namespace, j.key.id) for j in c.list_jobs(namespace="team-b", labels={"tag": tag}, page_size=1)]
         for ns, ident in keys:
             c.delete_job(ident, namespace=ns)
+
+
+def test_an_id_search_stays_inside_each_namespace(cluster):
+    """A search of every namespace matches ids, never a namespace's name (keys begin with it)."""
+    ensure_namespaces(_clients(cluster)[0], "team-a", "team-b")
+    tag = uuid.uuid4().hex[:6]
+    with _clients(cluster)[0] as c:
+        for ns, ident in (("default", f"{tag}-x"), ("team-a", f"{tag}-y"), ("team-b", "other")):
+            c.put_job(hourly_job(ident), namespace=ns)
+        found, _ = c.job_page(namespace="*", id_prefix=tag)
+        assert sorted((j.key.namespace, j.key.id) for j, _ in found) == [("default", f"{tag}-x"),
+                                                                          ("team-a", f"{tag}-y")]
+        assert c.job_page(namespace="*", id_prefix="team")[0] == [], "a namespace's name is no id"
+        only_a, _ = c.job_page(namespace="team-a", id_prefix=tag)
+        assert [j.key.id for j, _ in only_a] == [f"{tag}-y"]
+        for ns, ident in (("default", f"{tag}-x"), ("team-a", f"{tag}-y"), ("team-b", "other")):
+            c.delete_job(ident, namespace=ns)
