@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages shardcron's dev cluster and test suite need:
 # the etcd server, iptables and iproute2 (fault tests), docker-compose (to
-# validate compose/docker-compose.yml; no engine is needed), python3-venv.
+# validate compose/docker-compose.yml; no engine is needed), python3-venv, and Debian's chromium and
+# chromium-driver, which the dashboard's browser tests drive (nothing downloads a browser build).
 # As root it uses apt-get; otherwise it says what to install and stops.
 set -euo pipefail
 
@@ -12,6 +13,8 @@ command -v iptables >/dev/null 2>&1 || missing+=(iptables)
 command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v docker-compose >/dev/null 2>&1 || missing+=(docker-compose)
 python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || missing+=(python3-venv)
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 
 [ ${#missing[@]} -eq 0 ] && exit 0
 
