@@ -36,6 +36,7 @@ class NodeConfig:
     # one must agree with it. None: take the cluster's (1s for a new cluster).
     min_interval_ms: int | None
     metrics_listen: str | None = None
+    http_listen: str | None = None  # the web dashboard (shardcron/dashboard); may be metrics_listen's address
     health_listen: str | None = None  # grpc.health.v1 Check on a port of its own (api/health_port.py)
     shell_allow: object = None  # re.Pattern every shell command must fully match, when set
     allow_python: tuple[str, ...] = ()  # module prefixes Python jobs may call (--allow-python)
@@ -187,6 +188,9 @@ def add_node_flags(p: argparse.ArgumentParser) -> None:
     add_env_flag(p, "--shell-allow", "with --allow-shell: a regular expression every shell command must match in "
                                      "full")
     add_env_flag(p, "--metrics-listen", "serve Prometheus metrics on host:port", default_text="off")
+    add_env_flag(p, "--http-listen", "serve the web dashboard on host:port (the same tokens as the API, TLS when "
+                                     "the API has it; may be --metrics-listen's address, then /metrics is there "
+                                     "too; needs the 'dashboard' extra)", default_text="off")
     add_env_flag(p, "--health-listen", "also answer grpc.health.v1 Check on host:port, on threads of its own, so "
                                        "no API load delays a probe (plain text, no token)", default_text="off")
     add_api_limit_flags(p)
@@ -323,6 +327,7 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         log_format=a.log_format,
         log_level=a.log_level,
         metrics_listen=_hostport("metrics-listen", a.metrics_listen) if a.metrics_listen else None,
+        http_listen=_hostport("http-listen", a.http_listen) if a.http_listen else None,
         health_listen=_hostport("health-listen", a.health_listen) if a.health_listen else None,
         etcd_security=etcd_security(a),
         **_api_security(a),

@@ -16,6 +16,7 @@ from shardcron.coordination.cluster_config import ClusterConfig
 from shardcron.coordination.membership import ensure_cluster_config
 from shardcron.coordination.calendar_watch import CalendarWatch
 from shardcron.coordination.namespace_watch import NamespaceWatch
+from shardcron.dashboard import require_extra as require_dashboard_extra
 from shardcron.jobfile import JobFileError, load_file_calendars, load_job_file
 from shardcron.jobspec import check_admissible
 from shardcron.scheduling.calendar_book import CalendarBook
@@ -154,6 +155,7 @@ class Node:
         self.coordinator: Coordinator | None = None
         self.cluster_config: ClusterConfig | None = None  # as read at start; the view mirrors it live
         self.api = None
+        self.dashboard = None
 
     def start(self) -> None:
         """Connect to everything and join. Raises a ShardcronError with a clear message on bad set-up."""
@@ -169,7 +171,9 @@ class Node:
         imports = load_job_file(cfg.jobs, admit=admit(0)) if cfg.jobs else []
         file_calendars = load_file_calendars(cfg.jobs) if cfg.jobs else []
 
-        if cfg.metrics_listen:
+        if cfg.http_listen:
+            require_dashboard_extra()  # before anything connects: a missing extra is a clear error at once
+        if cfg.metrics_listen and cfg.metrics_listen != cfg.http_listen:  # else the dashboard serves /metrics
             metrics.serve(cfg.metrics_listen)
         self.engine = make_engine(cfg.db)
         metrics.instrument_engine(self.engine)
@@ -215,6 +219,8 @@ class Node:
         self.shard_count = shard_count
         self.backend = NodeBackend(self)
         self.api = _start_api(self)
+        if cfg.http_listen:
+            self.dashboard = _start_dashboard(self)
         metrics.watch_gauge(metrics.oldest_overdue, self.scheduler.oldest_overdue_s)
         metrics.watch_gauge(metrics.lease_renewal_age,
                             lambda: self.coordinator.session.seconds_since_renewal() if self.coordinator.session else 0)
@@ -259,6 +265,8 @@ class Node:
         self.close()
 
     def close(self) -> None:
+        if self.dashboard:
+            self.dashboard.stop()
         if self.api:
             self.api.stop()
         if self.calendar_watch:
@@ -293,6 +301,23 @@ def _start_api(node: Node):
     except ImportError:
         return None
     return start_server(node.backend, node.cfg)
+
+
+def _start_dashboard(node: Node):
+    from prometheus_client import REGISTRY
+
+    from shardcron.dashboard.history import MetricsHistory
+    from shardcron.dashboard.server import Dashboard, DashboardServer
+
+    cfg = node.cfg
+    sec = cfg.api_security
+    tls_files = (sec.cert_file, sec.key_file) if sec is not None and sec.cert_file else None
+    dashboard = Dashboard(node_id=cfg.node_id, api_target=cfg.advertise, forward_security=cfg.forward_security,
+                          tokens=getattr(node.api, "tokens", None), history=MetricsHistory(REGISTRY).start(),
+                          tls_files=tls_files, serve_metrics=cfg.metrics_listen == cfg.http_listen)
+    server = DashboardServer(dashboard, cfg.http_listen).start()
+    log.info("dashboard on %s://%s", "https" if tls_files else "http", cfg.http_listen)
+    return server
 
 
 def run_node(cfg: NodeConfig) -> int:

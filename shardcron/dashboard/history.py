@@ -1,0 +1,134 @@
+"""The node's own metrics over time, for the health page's charts.
+
+A sampler thread reads this node's Prometheus registry every ``every_s`` and
+keeps the last ``keep`` readings (an hour at the defaults). The charts are
+differences between consecutive readings: lateness percentiles per shard
+(from the lateness histogram's buckets, interpolated as Prometheus'
+``histogram_quantile`` does), and fenced writes, caught-up slots and failed
+ticks per interval. The maths is pure, below, and table-tested.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+LATENESS = "shardcron_tick_lateness_seconds"
+FENCED = "shardcron_fenced_writes"
+CAUGHT_UP = "shardcron_caught_up_slots"
+TICKS = "shardcron_ticks"
+
+
+@dataclass(frozen=True)
+class Reading:
+    at_s: float
+    bounds: tuple[float, ...] = ()  # the lateness buckets' finite upper bounds
+    lateness: dict[str, tuple[int, ...]] = field(default_factory=dict)  # shard -> cumulative counts, +Inf last
+    fenced: float = 0.0
+    caught_up: float = 0.0
+    failed: float = 0.0
+
+
+def read_registry(families: Iterable, at_s: float) -> Reading:
+    """One reading of the metric families a registry's ``collect()`` yields."""
+    buckets: dict[str, dict[float, float]] = {}
+    fenced = caught_up = failed = 0.0
+    for family in families:
+        for s in family.samples:
+            if family.name == LATENESS and s.name.endswith("_bucket"):
+                buckets.setdefault(s.labels.get("shard", ""), {})[float(s.labels["le"])] = s.value
+            elif family.name == FENCED and s.name.endswith("_total"):
+                fenced += s.value
+            elif family.name == CAUGHT_UP and s.name.endswith("_total"):
+                caught_up += s.value
+            elif family.name == TICKS and s.name.endswith("_total") and s.labels.get("status") == "failed":
+                failed += s.value
+    bounds: tuple[float, ...] = ()
+    lateness = {}
+    for shard, by_le in buckets.items():
+        les = sorted(by_le)
+        bounds = tuple(le for le in les if math.isfinite(le))
+        lateness[shard] = tuple(int(by_le[le]) for le in les)
+    return Reading(at_s, bounds, lateness, fenced, caught_up, failed)
+
+
+def quantile(bounds: Sequence[float], cumulative: Sequence[int], q: float) -> float | None:
+    """The ``q`` quantile of a histogram given by cumulative bucket counts (+Inf last); None when empty.
+
+    As Prometheus' ``histogram_quantile``: linear within the bucket the rank
+    falls in; a rank in the +Inf bucket reads as the highest finite bound.
+    """
+    total = cumulative[-1] if cumulative else 0
+    if total <= 0:
+        return None
+    rank = q * total
+    lower_bound, lower_count = 0.0, 0
+    for bound, count in zip((*bounds, math.inf), cumulative):
+        if count >= rank:
+            if math.isinf(bound):
+                return bounds[-1] if bounds else None
+            in_bucket = count - lower_count
+            return lower_bound + (bound - lower_bound) * ((rank - lower_count) / in_bucket if in_bucket else 1.0)
+        lower_bound, lower_count = bound, count
+    return bounds[-1] if bounds else None
+
+
+def chart_series(readings: Sequence[Reading]) -> dict:
+    """What the health page draws, one point per interval between consecutive readings.
+
+    ``lateness_ms``: shard -> [p50, p99 per interval] (None where the shard
+    started nothing); ``fenced``, ``caught_up``, ``failed``: counts per interval.
+    """
+    out = {"t": [], "lateness_p50_ms": {}, "lateness_p99_ms": {}, "fenced": [], "caught_up": [], "failed": []}
+    shards = sorted({s for r in readings for s in r.lateness}, key=lambda s: (len(s), s))
+    for s in shards:
+        out["lateness_p50_ms"][s] = []
+        out["lateness_p99_ms"][s] = []
+    for before, after in zip(readings, readings[1:]):
+        out["t"].append(round(after.at_s, 3))
+        for s in shards:
+            now, then = after.lateness.get(s), before.lateness.get(s)
+            delta = [a - b for a, b in zip(now, then or (0,) * len(now))] if now else []
+            for key, q in (("lateness_p50_ms", 0.5), ("lateness_p99_ms", 0.99)):
+                value = quantile(after.bounds, delta, q) if delta else None
+                out[key][s].append(None if value is None else round(value * 1000, 3))
+        out["fenced"].append(max(0.0, after.fenced - before.fenced))
+        out["caught_up"].append(max(0.0, after.caught_up - before.caught_up))
+        out["failed"].append(max(0.0, after.failed - before.failed))
+    return out
+
+
+class MetricsHistory:
+    """Samples ``registry`` every ``every_s`` in a daemon thread; ``series()`` for the charts."""
+
+    def __init__(self, registry, *, every_s: float = 5.0, keep: int = 721):
+        self._registry = registry
+        self._every_s = every_s
+        self._readings: deque[Reading] = deque(maxlen=keep)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dashboard-metrics", daemon=True)
+
+    def start(self) -> MetricsHistory:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def sample(self) -> None:
+        self._readings.append(read_registry(self._registry.collect(), time.time()))
+
+    def series(self) -> dict:
+        return chart_series(list(self._readings))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s):
+            try:
+                self.sample()
+            except Exception:  # noqa: BLE001 - a failed reading leaves a gap in a chart, nothing more
+                continue

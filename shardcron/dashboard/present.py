@@ -1,0 +1,79 @@
+"""How values read on the pages: times, durations, statuses, a colour per leader. Pure."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import mmh3
+
+from shardcron.jobspec import format_duration_ms
+from shardcron.model import Job, ScheduleKind, Tick
+
+# Eight colours far apart for the shard grid, readable under white text.
+LEADER_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
+NO_LEADER = "#9e9e9e"
+
+STATUS_COLOURS = {"succeeded": "#2ca02c", "failed": "#d62728", "abandoned": "#ff7f0e", "skipped": "#9e9e9e",
+                  "running": "#1f77b4", "claimed": "#17becf"}
+
+
+def leader_colours(nodes: list[str]) -> dict[str, str]:
+    """A distinct colour for each node, as stable as possible while nodes come and go.
+
+    Each node wants the colour its name hashes to; in name order, a node whose
+    colour is taken takes the next free one. A node keeps its colour unless a
+    node earlier in name order arrives wanting the same one.
+    """
+    taken: dict[int, str] = {}
+    out = {}
+    for node in sorted(set(nodes)):
+        want = mmh3.hash(node, signed=False) % len(LEADER_PALETTE)
+        for step in range(len(LEADER_PALETTE)):
+            slot = (want + step) % len(LEADER_PALETTE)
+            if slot not in taken:
+                break
+        else:
+            slot = want  # more nodes than colours: share (the cell names its leader anyway)
+        taken[slot] = node
+        out[node] = LEADER_PALETTE[slot]
+    return out
+
+
+def utc(ms: int | None) -> str:
+    if ms is None:
+        return "—"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def duration(ms: int | None) -> str:
+    return "—" if ms is None else format_duration_ms(int(ms))
+
+
+def schedule_text(job: Job) -> str:
+    s = job.schedule
+    tz = "" if s.timezone in ("", "UTC") else f" ({s.timezone})"
+    if s.kind is ScheduleKind.CRON:
+        return f"cron {s.cron}{tz}"
+    if s.kind is ScheduleKind.INTERVAL:
+        return f"every {format_duration_ms(s.interval_ms)}"
+    return f"once at {utc(s.at_ms)}"
+
+
+def lateness_ms(tick: Tick) -> int | None:
+    return None if tick.started_at_ms is None else tick.started_at_ms - tick.scheduled_at_ms
+
+
+def tick_point(tick: Tick) -> dict:
+    """A tick as the timeline and the live table take it (JSON)."""
+    return {"slot_ms": tick.scheduled_at_ms, "status": tick.status.value, "lateness_ms": lateness_ms(tick),
+            "attempt": tick.attempt, "manual": tick.manual, "node": tick.node_id, "fence": tick.fence,
+            "slot": utc(tick.scheduled_at_ms), "started": utc(tick.started_at_ms),
+            "finished": utc(tick.finished_at_ms), "error": tick.error or ""}
+
+
+def palette_css() -> str:
+    """The colour classes the pages use (no inline styles under the CSP): served as /palette.css."""
+    rules = [f".c{c[1:]} {{ background: {c}; }}" for c in LEADER_PALETTE]
+    rules.append(f".cnone {{ background: {NO_LEADER}; }}")
+    rules += [f".s-{status} {{ background: {c}; }}" for status, c in STATUS_COLOURS.items()]
+    return "\n".join(rules) + "\n"

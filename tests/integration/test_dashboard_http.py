@@ -1,0 +1,124 @@
+"""The dashboard over plain HTTP(S), without a browser: TLS with the API's certificate, bearer tokens,
+the shared metrics port, a node without tokens, and the clear errors of a bad set-up."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import uuid
+
+import httpx
+import pytest
+
+from shardcron import Client
+from shardcron.api.security import ChannelSecurity
+from shardcron.dev.testing.cluster import Cluster, wait_until
+from shardcron.dev.testing.etcd_server import free_port
+from shardcron.tenancy.tokens import hash_secret
+from tests.support.clusters import stopped_after
+from tests.support.pki import make_pki
+from tests.support.tenancy import hourly_job
+
+pytestmark = pytest.mark.cluster
+
+ADMIN, READER = "admin-secret-" + "a" * 24, "reader-secret-" + "r" * 24
+
+
+def _answers(url: str, **kw) -> bool:
+    try:
+        httpx.get(url, timeout=2, **kw)
+        return True
+    except httpx.HTTPError:
+        return False
+
+
+def test_tls_bearer_tokens_and_the_shared_metrics_port(tmp_path, etcd_server):
+    pki = make_pki(tmp_path)
+    (tmp_path / "tokens").write_text(f"admin {hash_secret(ADMIN)} admin *\nreader {hash_secret(READER)} read *\n")
+    port = free_port()
+    flags = ["--tls-cert", pki["server.pem"], "--tls-key", pki["server-key.pem"], "--tls-ca", pki["ca.pem"],
+             "--auth-token-file", str(tmp_path / "tokens"), "--http-listen", f"127.0.0.1:{port}",
+             "--metrics-listen", f"127.0.0.1:{port}"]
+    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/s.db", f"/t{uuid.uuid4().hex[:12]}", 2, 4,
+                str(tmp_path), extra_args=flags)
+    node = c.add("n0", env={"SHARDCRON_NODE_TOKEN": ADMIN})
+    base = f"https://127.0.0.1:{port}"
+    trust = ssl.create_default_context(cafile=pki["ca.pem"])
+    with stopped_after(c):
+        c.wait_all_led(90)
+        wait_until(lambda: _answers(base + "/login", verify=trust), 60, 0.2, "the dashboard to answer")
+        with pytest.raises(httpx.HTTPError):
+            httpx.get(f"http://127.0.0.1:{port}/login", timeout=5)  # TLS only: plain HTTP gets nowhere
+        with Client([node.address], security=ChannelSecurity(pki["ca.pem"], token=ADMIN)) as api:
+            api.put_job(hourly_job("visible"))
+
+        with httpx.Client(base_url=base, verify=trust, timeout=30) as http:
+            anonymous = http.get("/jobs")
+            assert anonymous.status_code == 303 and anonymous.headers["location"].startswith("/login")
+            assert http.get("/jobs", headers={"Authorization": "Bearer wrong"}).status_code == 303
+            listed = http.get("/jobs", headers={"Authorization": f"Bearer {READER}"})
+            assert listed.status_code == 200 and 'data-job="visible"' in listed.text
+            assert "set-cookie" not in listed.headers, "a bearer request opens no session"
+            # A script with a read token is refused a write, with the API's reason and status.
+            refused = http.post("/job/pause", data={"id": "visible", "namespace": "default"},
+                                headers={"Authorization": f"Bearer {READER}"})
+            assert refused.status_code == 403 and "needs role write" in refused.text
+            done = http.post("/job/pause", data={"id": "visible", "namespace": "default"},
+                             headers={"Authorization": f"Bearer {ADMIN}"})
+            assert done.status_code == 200 and "paused" in done.text
+            # The login form sets a cookie only a secure, same-site request sends back.
+            login = http.post("/login", data={"token": ADMIN, "next": "/jobs?status=paused"})
+            assert login.status_code == 303 and login.headers["location"] == "/jobs?status=paused"
+            cookie = login.headers["set-cookie"].lower()
+            assert "httponly" in cookie and "samesite=strict" in cookie and "secure" in cookie
+            assert ADMIN not in login.headers["set-cookie"] and ADMIN not in login.headers["location"]
+            assert 'data-job="visible"' in http.get("/jobs?status=paused").text
+            # /metrics shares the port, open as the metrics port always is (Prometheus sends no token).
+            metrics = http.get("/metrics")
+            assert metrics.status_code == 200 and "shardcron_shards_led" in metrics.text
+
+
+def test_a_node_without_tokens_serves_a_session_for_csrf_and_says_it_is_open(tmp_path, etcd_server):
+    port = free_port()
+    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/s.db", f"/t{uuid.uuid4().hex[:12]}", 2, 4,
+                str(tmp_path), extra_args=["--http-listen", f"127.0.0.1:{port}"])
+    c.add("n0")
+    base = f"http://127.0.0.1:{port}"
+    with stopped_after(c):
+        c.wait_all_led(90)
+        wait_until(lambda: _answers(base + "/cluster"), 60, 0.2, "the dashboard to answer")
+        with httpx.Client(base_url=base, timeout=30, follow_redirects=True) as http:
+            page = http.get("/cluster")
+            assert page.status_code == 200 and "checks no API tokens" in page.text
+            assert http.cookies.get("shardcron_session"), "a session, so actions can carry a CSRF token"
+            assert http.get("/login").url.path == "/cluster", "nothing to log in with"
+            forged = http.post("/job/pause", data={"id": "x", "namespace": "default"})
+            assert forged.status_code == 403, "no auth is no excuse for CSRF"
+        assert not _answers(f"http://127.0.0.1:{free_port()}/"), "sanity: a closed port does not answer"
+
+
+def test_a_taken_port_and_a_missing_extra_are_clear_errors(tmp_path, etcd_server):
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    # A module named jinja2 that fails to import stands for the extra not being installed.
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "jinja2.py").write_text("raise ImportError('No module named jinja2')\n")
+    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/s.db", f"/t{uuid.uuid4().hex[:12]}", 2, 4,
+                str(tmp_path))
+    try:
+        busy = c.add("busy", extra_args=["--http-listen", f"127.0.0.1:{port}"])
+        assert busy.proc.wait(90) != 0
+        text = busy.log_text()
+        assert f"--http-listen 127.0.0.1:{port}" in text and "Traceback" not in text, text[-3000:]
+        bare = c.add("bare", extra_args=["--http-listen", f"127.0.0.1:{free_port()}"],
+                     env={"PYTHONPATH": str(shim)})
+        assert bare.proc.wait(90) != 0
+        text = bare.log_text()
+        assert "'dashboard' extra" in text and "pip install 'shardcron[dashboard]'" in text, text[-3000:]
+        assert "Traceback" not in text
+    finally:
+        c.stop_all()
+        taken.close()
