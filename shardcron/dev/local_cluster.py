@@ -54,6 +54,8 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ttl", type=int, default=5, help="session TTL in seconds (default %(default)s)")
     p.add_argument("--base-port", type=int, default=7071, help="first node's gRPC port (default %(default)s)")
     p.add_argument("--sink-port", type=int, default=8089, help="demo HTTP sink port (default %(default)s)")
+    p.add_argument("--http-base-port", type=int, default=8081,
+                   help="first node's dashboard port; 0: no dashboard (default %(default)s)")
     p.add_argument("--dir", default=None, help="working directory (default: a new temporary one)")
     p.add_argument("--for-seconds", type=float, default=None, help="stop by itself after this long")
 
@@ -70,9 +72,11 @@ def main(a: argparse.Namespace) -> int:
         raise ShardcronError(f"--for-seconds: must be more than 0, got {a.for_seconds:g}")
     workdir = a.dir or tempfile.mkdtemp(prefix="shardcron-dev-")
     os.makedirs(workdir, exist_ok=True)
-    busy = [p for p in range(a.base_port, a.base_port + a.nodes) if port_open("127.0.0.1", p)]
+    dashboards = [a.http_base_port + i for i in range(a.nodes)] if a.http_base_port else []
+    busy = [p for p in [*range(a.base_port, a.base_port + a.nodes), *dashboards] if port_open("127.0.0.1", p)]
     if busy:
-        raise ShardcronError(f"port(s) {busy} already in use: is another `shardcron dev` running? (or pass --base-port)")
+        raise ShardcronError(f"port(s) {busy} already in use: is another `shardcron dev` running? "
+                             "(or pass --base-port / --http-base-port)")
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -90,7 +94,8 @@ def main(a: argparse.Namespace) -> int:
         db = f"sqlite:///{db_path}"
         cluster = Cluster(etcd.endpoints, db, "/cron", a.shards, a.ttl, workdir)
         for i in range(a.nodes):
-            cluster.add(f"node-{i + 1}", port=a.base_port + i)
+            cluster.add(f"node-{i + 1}", port=a.base_port + i,
+                        extra_args=["--http-listen", f"127.0.0.1:{dashboards[i]}"] if dashboards else [])
         print(f"shardcron dev: etcd at {etcd.endpoints}, store {db}, sink {sink.url}, logs in {workdir}")
         members = {f"node-{i + 1}" for i in range(a.nodes)}
         wait_until(lambda: stop.is_set() or cluster.wait_balanced(members, 0.5), 90, 0.2,
@@ -121,7 +126,9 @@ def main(a: argparse.Namespace) -> int:
               + (f"  redis-cli XREVRANGE {DEMO_STREAM} + - COUNT 3   # one entry per slot, never two\n"
                  if redis else "")
               + f"  grpcurl -plaintext {servers[0]} list\n"
-              f"\nStreaming ticks (Ctrl-C stops everything; logs and the store stay in {workdir}):", flush=True)
+              + "".join(f"\nDashboard of node-{i + 1}: http://127.0.0.1:{port}/" for i, port in enumerate(dashboards))
+              + ("\n" if dashboards else "")
+              + f"\nStreaming ticks (Ctrl-C stops everything; logs and the store stay in {workdir}):", flush=True)
         _stream_ticks(client, stop, a.for_seconds)
         client.close()
         return 0

@@ -54,11 +54,12 @@ def exports(text: str) -> dict[str, str]:
 
 
 def test_dev_cluster_streams_ticks_and_leaves_nothing_behind_on_ctrl_c(tmp_path):
-    base = free_port()  # the command refuses busy ports itself, naming them
+    base, http_base = free_port(), free_port()  # the command refuses busy ports itself, naming them
     # No --dir: the temporary directory `make dev` announces, made under TMPDIR.
     env = {**without_shardcron_env(), "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shardcron", "dev", "--base-port", str(base), "--sink-port", str(free_port())],
+        [sys.executable, "-m", "shardcron", "dev", "--base-port", str(base), "--sink-port", str(free_port()),
+         "--http-base-port", str(http_base)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
     lines: list[str] = []
     seen = threading.Event()
@@ -91,6 +92,12 @@ def test_dev_cluster_streams_ticks_and_leaves_nothing_behind_on_ctrl_c(tmp_path)
         shards = subprocess.run([sys.executable, "-m", "shardcron", "shards", "--json"], capture_output=True,
                                 text=True, timeout=60, env=as_told)
         assert json.loads(shards.stdout)["shard_count"] == 16
+        # Each node's dashboard, as announced, shows the cluster (the dev cluster checks no tokens).
+        announced = re.findall(r"Dashboard of (node-\d): (http://\S+)", "".join(lines))
+        assert [n for n, _ in announced] == ["node-1", "node-2", "node-3"]
+        import httpx
+        page = httpx.get(announced[2][1] + "cluster", follow_redirects=True, timeout=30)
+        assert page.status_code == 200 and 'id="shard-grid"' in page.text and "node-1" in page.text
         logs_dir = re.search(r"logs in (\S+)", "".join(lines)).group(1)
         assert logs_dir.startswith(str(tmp_path)) and os.path.isdir(logs_dir)
 
