@@ -65,6 +65,11 @@ def test_three_nodes_hold_100k_jobs_over_256_shards(tmp_path, etcd_server, fresh
         listing = figures["jobs_list_command"]
         assert listing["jobs"] == counts[listing["shard"]]
 
+        # The dashboard's job list pages at size: a full first page where 50 or more match, none paused.
+        pages = figures["dashboard_jobs"]
+        assert {name: p["rows"] for name, p in pages.items()} == {
+            "every job": 50, "search by id": 50, f"shard {listing['shard']}": 50, "label team=t7": 50, "paused": 0}
+
         # `shards` (etcd alone) shows every shard led and, once the leaders have
         # proclaimed their counts, every job. The run returns once the drain is undone
         # and every shard is back on its placed node; a count proclaim may still lag

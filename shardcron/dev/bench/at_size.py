@@ -11,6 +11,9 @@ What it measures, against the targets of the scale-out issue:
   orphans loaded, the plan made) in under 1 s, per shard, from the
   ``ready to tick`` log lines;
 - memory: each node's peak RSS, under 300 MB;
+- the dashboard's job list (``--http-listen``): the first page of every job,
+  a search by id, a shard, a label and the paused ones, each a whole HTTP
+  request from the server's side of the socket, in under 300 ms;
 - hand-over: how long each moved shard had no ready leader, during the drain
   and after it is undone (the shards go back), from etcd's watch
   (``dev/testing/history.py``); hand-overs are paced so that this stays about
@@ -40,7 +43,7 @@ from shardcron.store.engine import make_engine
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.dev.testing.history import LeaderHistory
 
-TARGETS = {"submit_s": 60.0, "command_s": 1.0, "takeover_s": 1.0, "rss_mb": 300.0}
+TARGETS = {"submit_s": 60.0, "command_s": 1.0, "takeover_s": 1.0, "rss_mb": 300.0, "page_ms": 300.0}
 ZONES = ("UTC", "Europe/Lisbon", "America/New_York", "Asia/Tokyo", "America/Sao_Paulo")
 TICKING = 1000  # the first TICKING jobs tick every 10 s
 _READY = re.compile(r"shard (\d+): ready to tick (\d+) ms after winning it \((\d+) jobs\)")
@@ -99,8 +102,39 @@ def takeovers(log_text: str, since_line: int = 0) -> list[tuple[int, int, int]]:
             if (m := _READY.search(line))]
 
 
+def dashboard_pages(base_url: str, shard: int, runs: int = 5) -> dict:
+    """Wall time of the dashboard's job-list pages (the first page of each filter), ``runs`` times each.
+
+    The nodes check no tokens here, so the first request opens a session (a cookie, for CSRF) and
+    is not timed; each timed one is a whole request and answer, the page rendered from a ListJobs
+    call through the node's API.
+    """
+    import httpx
+
+    pages = {"every job": "/jobs", "search by id": "/jobs?q=fleet-0421", f"shard {shard}": f"/jobs?shard={shard}",
+             "label team=t7": "/jobs?label=team%3Dt7", "paused": "/jobs?status=paused"}
+    out = {}
+    with httpx.Client(base_url=base_url, follow_redirects=True, timeout=30) as http:
+        http.get("/jobs").raise_for_status()
+        for name, path in pages.items():
+            took, rows = [], 0
+            for _ in range(runs):
+                t0 = time.perf_counter()
+                r = http.get(path)
+                took.append((time.perf_counter() - t0) * 1000)
+                r.raise_for_status()
+                rows = r.text.count("<tr data-job=")
+            out[name] = {"path": path, "rows": rows, "median_ms": round(statistics.median(took), 1),
+                         "max_ms": round(max(took), 1)}
+    return out
+
+
 def run(env: BenchEnv, count: int = 100_000) -> dict:
-    env.start_nodes(count=3)
+    from shardcron.dev.testing.etcd_server import free_port
+
+    http_ports: dict[str, int] = {}
+    env.start_nodes(count=3, extra_args=lambda node: [
+        "--http-listen", f"127.0.0.1:{http_ports.setdefault(node, free_port())}"])
     cluster = env.cluster
     nodes = sorted(cluster.nodes)
     addresses = [cluster.nodes[n].address for n in nodes]
@@ -118,6 +152,7 @@ def run(env: BenchEnv, count: int = 100_000) -> dict:
     listed = json.loads(time_command([*list_cmd, "--json"], runs=1)["output"])
     figures["jobs_list_command"] = {"shard": busiest, "jobs": len(listed),
                                     **{k: v for k, v in listing.items() if k != "output"}}
+    figures["dashboard_jobs"] = dashboard_pages(f"http://127.0.0.1:{http_ports[nodes[0]]}", busiest)
 
     victim = nodes[0]
     marks = {n: len(cluster.nodes[n].log_text().splitlines()) for n in nodes}
@@ -185,6 +220,8 @@ def render(f: dict) -> list[list]:
         ["shardcron shards", f"median {sh['median_s']} s, max {sh['max_s']} s", f"< {t['command_s']:.0f} s"],
         [f"shardcron jobs list --shard {jl['shard']} ({jl['jobs']} jobs)",
          f"median {jl['median_s']} s, max {jl['max_s']} s", f"< {t['command_s']:.0f} s"],
+        *([f"dashboard jobs page: {name} ({p['rows']} rows)", f"median {p['median_ms']} ms, max {p['max_ms']} ms",
+           f"< {t.get('page_ms', 300):.0f} ms"] for name, p in f.get("dashboard_jobs", {}).items()),
         [f"takeover of {to['shards']} shards (~{to['jobs_per_shard_median']:.0f} jobs each)",
          f"median {to['median_ms']} ms, max {to['max_ms']} ms", f"< {t['takeover_s'] * 1000:.0f} ms"],
         ["peak RSS per node", ", ".join(f"{n} {v} MB" for n, v in f["peak_rss_mb"].items()) + f" (max {rss})",
