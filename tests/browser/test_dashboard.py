@@ -135,10 +135,18 @@ def test_the_cluster_page_shows_every_shard_led_and_the_nodes(cluster, base, pag
 
 
 def test_the_job_list_searches_and_pages_on_the_server(cluster, base, page, assert_console_clean, shot):
-    with api(cluster) as c:
-        c.put_jobs([hourly_job(f"bulk-{i:03d}") for i in range(120)])
     log_in(page, base, OPS, "/jobs")
     rows = page.locator("#job-table tbody tr[data-job]")
+    assert rows.count() == 19, "the module's jobs: 12 nightly, 6 heartbeats, 1 flaky"
+    with api(cluster) as c:
+        wait_until(lambda: c.get_job_runs("flaky-endpoint")[1].failures_in_a_row > 0, 60, 0.5,
+                   "flaky-endpoint to have failed")
+    page.reload()
+    assert page.locator('tr.failing[data-job="flaky-endpoint"]').count() == 1, "failures in a row stand out"
+    shot(page, "jobs")
+    with api(cluster) as c:
+        c.put_jobs([hourly_job(f"bulk-{i:03d}") for i in range(120)])
+    page.reload()
     assert rows.count() == 50
     page.fill("input[name=q]", "bulk-1")
     wait_until(lambda: rows.count() == 20 and rows.first.get_attribute("data-job") == "bulk-100", 30, 0.2,
@@ -156,8 +164,6 @@ def test_the_job_list_searches_and_pages_on_the_server(cluster, base, page, asse
         f"nightly-{i:02d}" for i in range(1, 12, 2)}
     page.goto(base + "/jobs?shard=99")
     assert "shard" in page.locator("#job-table .flash.error").inner_text(), "a bad filter is named, not a crash"
-    page.goto(base + "/jobs")
-    shot(page, "jobs")
     assert_console_clean(page)
 
 
@@ -193,6 +199,12 @@ def test_a_trigger_appears_on_the_timeline_without_a_reload(cluster, base, page,
         ticks = c.list_ticks("nightly-05")
     manual = [t for t in ticks if t.manual]  # (an hourly slot may also fall due meanwhile)
     assert len(manual) == 1 and manual[0].status.value == "succeeded"
+    assert_console_clean(page)
+    # The picture: a job that ticks every second, its timeline filling as the page watches.
+    page.goto(base + "/job?namespace=default&id=heartbeat-1")
+    points = page.locator("#timeline")
+    start = int(points.get_attribute("data-points"))
+    wait_until(lambda: int(points.get_attribute("data-points")) >= start + 3, 60, 0.2, "live ticks of heartbeat-1")
     shot(page, "job")
     assert_console_clean(page)
 
@@ -229,8 +241,9 @@ def test_the_health_page_draws_the_nodes_metrics(cluster, base, page, assert_con
     log_in(page, base, OPS, "/health")
     # Samples every 5 s: two give the first interval (a README picture waits for a few more).
     intervals = 6 if os.environ.get("SHARDCRON_UPDATE_SCREENSHOTS") == "1" else 1
-    page.wait_for_function(f"Number(document.getElementById('health-charts').dataset.samples || 0) >= {intervals}",
-                           timeout=WAIT_MS)
+    charts = page.locator("#health-charts")
+    wait_until(lambda: int(charts.get_attribute("data-samples") or 0) >= intervals, 90, 0.5,
+               f"{intervals} intervals of the node's metrics on the page")
     assert page.locator("#chart-events .uplot").count() == 1
     assert page.locator("#chart-p99 .uplot").count() == 1
     shot(page, "health")
