@@ -21,6 +21,9 @@ from shardcron.errors import ShardcronError
 
 MAP_EVERY_S = 0.5
 KEEPALIVE_S = 15.0
+# Event streams one dashboard holds open at once; beyond them, 503 (each job stream is a WatchTicks
+# stream and a thread, which the API's --max-streams bounds too).
+MAX_STREAMS = 200
 
 
 def sse_event(name: str, data: str) -> bytes:
@@ -38,9 +41,25 @@ class Streams:
     def __init__(self, pages):
         self.pages = pages
         self.d = pages.d
+        self._open = 0
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.get("/events/cluster", self.cluster), web.get("/events/job", self.job)]
+        return [web.get("/events/cluster", self._counted(self.cluster)),
+                web.get("/events/job", self._counted(self.job))]
+
+    def _counted(self, handler):
+        async def serve(request: web.Request) -> web.StreamResponse:
+            self.pages.signed_in(request)  # an anonymous visitor is refused before anything is held
+            if self._open >= MAX_STREAMS:
+                raise web.HTTPServiceUnavailable(
+                    text=f"this node's dashboard holds {MAX_STREAMS} live streams already; close a tab or try "
+                         "another node")
+            self._open += 1  # one event loop: no lock needed
+            try:
+                return await handler(request)
+            finally:
+                self._open -= 1
+        return serve
 
     async def cluster(self, request: web.Request) -> web.StreamResponse:
         v = self.pages.signed_in(request)

@@ -50,7 +50,12 @@ class Pages:
                 return None
             return Visitor(Session("", secret, token, csrf=""), by_bearer=True)  # kept nowhere
         session = self.d.sessions.find(request.cookies.get(COOKIE), time.monotonic())
-        return Visitor(session, by_bearer=False) if session else None
+        if session is None:
+            return None
+        if self.d.checks_tokens and self.d.identify(session.secret) is None:
+            self.d.sessions.close(session.id)  # revoked since the login: the session ends with it
+            return None
+        return Visitor(session, by_bearer=False)
 
     def signed_in(self, request: web.Request) -> Visitor:
         """The visitor, or an answer that stops here: the login form for a page, 401 for anything else."""

@@ -73,6 +73,16 @@ def test_tls_bearer_tokens_and_the_shared_metrics_port(tmp_path, etcd_server):
             assert "httponly" in cookie and "samesite=strict" in cookie and "secure" in cookie
             assert ADMIN not in login.headers["set-cookie"] and ADMIN not in login.headers["location"]
             assert 'data-job="visible"' in http.get("/jobs?status=paused").text
+            # A session ends when its token is revoked, at its next request.
+            with Client([node.address], security=ChannelSecurity(pki["ca.pem"], token=ADMIN)) as api:
+                _, temporary = api.create_token("temporary", "read", ["*"])
+                with httpx.Client(base_url=base, verify=trust, timeout=30) as other:
+                    assert other.post("/login", data={"token": temporary}).status_code == 303
+                    assert other.get("/jobs").status_code == 200
+                    api.revoke_token("temporary")
+                    wait_until(lambda: other.get("/jobs").status_code == 303, 30, 0.2,
+                               "the revoked token's session to end")
+                    assert other.get("/jobs").headers["location"].startswith("/login")
             # /metrics shares the port, open as the metrics port always is (Prometheus sends no token).
             metrics = http.get("/metrics")
             assert metrics.status_code == 200 and "shardcron_shards_led" in metrics.text
