@@ -217,6 +217,8 @@ class Pages:
             if ok and action in ("pause", "resume"):
                 answer.headers["HX-Trigger"] = "job-changed"
             return answer
+        if ok and not v.by_bearer:  # a browser without script posted the form: back to the job's page
+            raise web.HTTPSeeOther("/job?" + urlencode({"namespace": namespace, "id": job_id}))
         return self.render(request, "_flash.html", v, status=status, ok=ok, message=message)
 
     async def palette(self, request):

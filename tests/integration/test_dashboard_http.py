@@ -3,6 +3,7 @@ the shared metrics port, a node without tokens, and the clear errors of a bad se
 
 from __future__ import annotations
 
+import re
 import socket
 import ssl
 import uuid
@@ -73,6 +74,13 @@ def test_tls_bearer_tokens_and_the_shared_metrics_port(tmp_path, etcd_server):
             assert "httponly" in cookie and "samesite=strict" in cookie and "secure" in cookie
             assert ADMIN not in login.headers["set-cookie"] and ADMIN not in login.headers["location"]
             assert 'data-job="visible"' in http.get("/jobs?status=paused").text
+            # The form without script: a plain POST with the session's CSRF field, then back to the job.
+            job_page = http.get("/job?namespace=default&id=visible").text
+            csrf = re.search(r'name="csrf" value="([^"]+)"', job_page).group(1)
+            resumed = http.post("/job/resume", data={"id": "visible", "namespace": "default", "csrf": csrf},
+                                headers={"Origin": base})
+            assert resumed.status_code == 303 and resumed.headers["location"] == "/job?namespace=default&id=visible"
+            assert 'id="job-state">active<' in http.get(resumed.headers["location"]).text
             # A session ends when its token is revoked, at its next request.
             with Client([node.address], security=ChannelSecurity(pki["ca.pem"], token=ADMIN)) as api:
                 _, temporary = api.create_token("temporary", "read", ["*"])
