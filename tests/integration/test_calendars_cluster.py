@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from shardcron import Client
-from shardcron.api.client import ApiError, InvalidRequest
+from shardcron.api.client import ApiError
 from shardcron.audit import run_audit
 from shardcron.clock import wall_ms
 from shardcron.dev.testing.cluster import Cluster, wait_until
@@ -24,6 +24,7 @@ from shardcron.store import make_engine
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
 from tests.support.commands import node_command
+from tests.support.tenancy import admitted
 
 pytestmark = pytest.mark.cluster
 
@@ -61,7 +62,8 @@ def test_a_job_runs_only_where_its_calendar_allows_and_follows_a_live_change(clu
     with Client(other.address) as oc, Client(nodes[0].address) as c0:
         oc.put_calendar(_excluding(name, *first))
         # The node that will schedule it knows the calendar through the watch: the job is admitted there too.
-        wait_until(lambda: _admitted(c0, jid, name), 20, 0.2, what="the job admitted with its calendar")
+        job = job_from_dict({"id": jid, "every": "1s", "calendars": [name], "executor": {"kind": "noop"}})
+        wait_until(lambda: admitted(c0, job), 20, 0.2, what="the job admitted with its calendar")
         wait_until(lambda: _slots_through(c0, jid, first[1] + 2000), 30, 0.3, what="slots past the first range")
         # A live change, made through the node that does not schedule the job: a new range from 3 s on.
         t1 = (wall_ms() // 1000 + 3) * 1000
@@ -92,16 +94,6 @@ def test_a_job_runs_only_where_its_calendar_allows_and_follows_a_live_change(clu
     assert report.per_job[jid].slots_checked == len(allowed)
 
 
-def _admitted(client: Client, jid: str, name: str) -> bool:
-    try:
-        client.put_job(job_from_dict({"id": jid, "every": "1s", "calendars": [name],
-                                      "executor": {"kind": "noop"}}))
-    except InvalidRequest as e:
-        assert "unknown calendar" in str(e), e
-        return False
-    return True
-
-
 def _slots_through(client: Client, jid: str, until_ms: int) -> bool:
     return any(t.scheduled_at_ms >= until_ms and t.status.is_final for t in client.list_ticks(jid, limit=5))
 
@@ -114,21 +106,14 @@ def test_jobs_get_says_why_the_next_slot_is_later(cluster):
     until = (now // 3_600_000 + 48) * 3_600_000  # two days ahead, on the hour
     with Client(nodes[0].address) as c:
         c.put_calendar(_excluding(name, now - 1000, until))
-        wait_until(lambda: _admitted_hourly(c, jid, name), 20, 0.2, what="the job admitted")
+        job = job_from_dict({"id": jid, "every": "1h", "calendars": [name], "executor": {"kind": "noop"}})
+        wait_until(lambda: admitted(c, job), 20, 0.2, what="the job admitted")
         _, runs = c.get_job_runs(jid)
     assert runs.next_slot_ms == until, runs
     assert name in runs.next_reason and "excluded range" in runs.next_reason, runs.next_reason
     out = node_command(nodes[1], "jobs", "get", jid)
     assert out.returncode == 0, out.stderr
     assert "next: slots from" in out.stdout and name in out.stdout, out.stdout
-
-
-def _admitted_hourly(c: Client, jid: str, name: str) -> bool:
-    try:
-        c.put_job(job_from_dict({"id": jid, "every": "1h", "calendars": [name], "executor": {"kind": "noop"}}))
-    except InvalidRequest:
-        return False
-    return True
 
 
 def test_calendars_cli_put_get_list_and_delete(cluster, tmp_path):
