@@ -29,15 +29,12 @@ RELOAD_S = 30.0
 
 class StoreWatch:
     """``what`` names the settings in log lines and the thread. A subclass reads and applies them in
-    ``reload(cause)`` (or a caller passes ``reload``); cause is ``start``, ``watch`` (a bump, or a broken
-    watch) or ``periodic``."""
+    ``reload(cause)``; cause is ``start``, ``watch`` (a bump, or a broken watch) or ``periodic``."""
 
-    def __init__(self, etcd: Etcd, key: str, what: str, reload: Callable[[str], None] | None = None,
-                 reload_s: float = RELOAD_S):
+    def __init__(self, etcd: Etcd, key: str, what: str, reload_s: float = RELOAD_S):
         self._etcd = etcd
         self._key = key
         self._what = what
-        self._reload_fn = reload
         self._reload_s = reload_s
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -63,9 +60,7 @@ class StoreWatch:
     def reload(self, cause: str) -> None:
         """Read the settings from the store and apply what changed (raises a ``ShardcronError`` when the store
         is away: the copy loaded before is kept)."""
-        if self._reload_fn is None:
-            raise NotImplementedError(f"{type(self).__name__} reloads nothing: override reload or pass one")
-        self._reload_fn(cause)
+        raise NotImplementedError
 
     def _run(self) -> None:
         while not self._stop.is_set():

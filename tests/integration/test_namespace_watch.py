@@ -14,6 +14,7 @@ from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.namespace_watch import NamespaceWatch
 from shardcron.coordination.store_watch import StoreWatch
 from shardcron.dev.testing.cluster import wait_until
+from shardcron.errors import StoreUnavailable
 from shardcron.store import ensure_schema, make_engine
 from shardcron.store import namespaces as ns
 from shardcron.tenancy.quotas import Quota
@@ -93,14 +94,14 @@ def test_a_failing_reload_keeps_the_copy_and_the_watch_alive(etcd, etcd_prefix):
     attempts: list[str] = []
     reloaded = threading.Event()
 
-    def reload(cause: str) -> None:
-        attempts.append(cause)
-        if len(attempts) == 1:
-            from shardcron.errors import StoreUnavailable
-            raise StoreUnavailable("the store is away")
-        reloaded.set()
+    class Things(StoreWatch):
+        def reload(self, cause: str) -> None:
+            attempts.append(cause)
+            if len(attempts) == 1:
+                raise StoreUnavailable("the store is away")
+            reloaded.set()
 
-    w = StoreWatch(etcd, f"{etcd_prefix}/things", "things", reload, reload_s=3600)
+    w = Things(etcd, f"{etcd_prefix}/things", "things", reload_s=3600)
     w.start()
     try:
         wait_until(lambda: attempts, 30, what="the first reload")
