@@ -157,5 +157,6 @@ class TimerHeap:
                 count[due_ms] = left
             else:
                 del count[due_ms]
-        self._in_hand = self._in_hand + len(due) if more else len(due)  # set with the same hold of the lock: no one sees the burst in neither place
+        # Set under the same hold of the lock: no reader sees the burst in neither place.
+        self._in_hand = self._in_hand + len(due) if more else len(due)
         return due

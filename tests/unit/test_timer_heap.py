@@ -31,7 +31,6 @@ def test_wait_due_takes_what_is_due_without_waiting_for_idle():
 
 def test_take_more_due_adds_to_what_the_loop_has_in_hand():
     heap = TimerHeap()
-    heap.push_many([])
     for job, at in (("a", 1), ("b", 1), ("c", 3), ("d", 9)):
         heap.push_dispatch(at, 0, 1, _d(job, at))
     assert len(heap.take_due(1, 0)) == 2

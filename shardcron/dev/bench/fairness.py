@@ -73,8 +73,9 @@ def run(make_env: Callable[[list[str]], BenchEnv], calm_jobs: int, flood_jobs: i
         sink.stop()
     on = modes["on"]
     ratio = _ratio(on["flooding"]["p99_ms"], on["idle"]["p99_ms"])
-    return {"scenario": "fairness", "executor_slots": slots, "dispatcher_priority": dispatcher_priority, "calm_jobs": calm_jobs, "flood_jobs": flood_jobs,
-            "seconds": seconds, "sink_sleep_ms": [int(x * 1000) for x in SINK_SLEEP_S], "db": db, "modes": modes,
+    return {"scenario": "fairness", "executor_slots": slots, "dispatcher_priority": dispatcher_priority,
+            "calm_jobs": calm_jobs, "flood_jobs": flood_jobs, "seconds": seconds,
+            "sink_sleep_ms": [int(x * 1000) for x in SINK_SLEEP_S], "db": db, "modes": modes,
             "fair_p99_ratio": ratio, "target_met": ratio is not None and ratio <= TARGET_RATIO
             and not on["flooding"]["censored"]}
 
@@ -183,8 +184,10 @@ def render(f: dict) -> list[list]:
 
 def verdict(f: dict) -> str:
     off = f["modes"]["off"]
-    return (f"{f['executor_slots']} executor slots, dispatcher priority {f.get('dispatcher_priority', 'normal')}, flood: {f['flood_jobs']} http jobs/s to a sink that answers in "
-            f"{f['sink_sleep_ms'][0]}-{f['sink_sleep_ms'][1]} ms; calm: {f['calm_jobs']} noop jobs/s (jitter {CALM_JITTER_MS} ms); "
+    return (f"{f['executor_slots']} executor slots, dispatcher priority {f.get('dispatcher_priority', 'normal')}, "
+            f"flood: {f['flood_jobs']} http jobs/s to a sink that answers in "
+            f"{f['sink_sleep_ms'][0]}-{f['sink_sleep_ms'][1]} ms; calm: {f['calm_jobs']} noop jobs/s "
+            f"(jitter {CALM_JITTER_MS} ms); "
             f"lateness from the ticks table (started_at - scheduled_at - jitter offset), store {f['db']}.\n"
             f"fair queuing: calm p99 flooding / idle = {f['fair_p99_ratio']}x (target <= {TARGET_RATIO}x: "
             f"{'met' if f['target_met'] else 'NOT met'}){_added(f['modes']['on'])}; first-come: "
