@@ -21,6 +21,7 @@ from shardcron.jobfile import JobFileError, load_file_calendars, load_job_file
 from shardcron.jobspec import check_admissible
 from shardcron.scheduling.calendar_book import CalendarBook
 from shardcron.scheduling import gc_pacing
+from shardcron.scheduling.realtime import check_realtime_allowed
 from shardcron.scheduling.loop import Scheduler
 from shardcron.store.engine import check_connection, describe_url, make_engine, normalise_url
 from shardcron.errors import ConfigError, InvalidJob
@@ -173,6 +174,8 @@ class Node:
 
         if cfg.http_listen:
             require_dashboard_extra()  # before anything connects: a missing extra is a clear error at once
+        if cfg.dispatcher_priority == "realtime":
+            check_realtime_allowed()  # likewise, before it joins: not once it has started serving
         if cfg.metrics_listen and cfg.metrics_listen != cfg.http_listen:  # else the dashboard serves /metrics
             metrics.serve(cfg.metrics_listen)
         self.engine = make_engine(cfg.db)

@@ -40,4 +40,24 @@ def make_realtime(thread_id: int, set_scheduler: Callable | None = None) -> None
         raise ConfigError(f"--dispatcher-priority realtime: SCHED_FIFO refused ({e.strerror or e})") from e
 
 
-__all__ = ["PRIORITIES", "REALTIME_PRIORITY", "make_realtime"]
+def check_realtime_allowed() -> None:
+    """Make a short-lived thread real-time, so a node that may not is refused before it joins the cluster
+    (the same ``ConfigError`` as ``make_realtime``), not after it has started serving."""
+    import threading
+
+    failure: list[ConfigError] = []
+
+    def probe() -> None:
+        try:
+            make_realtime(threading.get_native_id())
+        except ConfigError as e:
+            failure.append(e)
+
+    t = threading.Thread(target=probe, name="realtime-probe")
+    t.start()
+    t.join()
+    if failure:
+        raise failure[0]
+
+
+__all__ = ["PRIORITIES", "REALTIME_PRIORITY", "check_realtime_allowed", "make_realtime"]

@@ -73,3 +73,4 @@ def test_without_cap_sys_nice_the_node_refuses_to_start_and_names_what_it_needs(
     assert node.proc.returncode not in (0, None)
     assert "--dispatcher-priority realtime" in log and "CAP_SYS_NICE" in log, log[-2000:]
     assert "Traceback" not in log, log[-4000:]
+    assert "session started" not in log and "API listening" not in log, "refused before it joined: " + log[-2000:]
