@@ -14,6 +14,7 @@ from shardcron.store.schema import ticks
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.dev.testing.etcd_server import EtcdCluster
 from tests.integration.test_cluster import assert_every_slot_once, write_jobs
+from tests.support.clusters import assert_no_traceback
 
 pytestmark = pytest.mark.cluster
 
@@ -78,8 +79,7 @@ def test_a_rebuilt_etcd_is_refused_until_the_fences_are_rebased(tmp_path, fresh_
             assert all(r["fence"] > fence_before for r in json.loads(shards.stdout)["shards"])
         finally:
             c2.stop_all()
-            for n in c2.nodes.values():
-                assert "Traceback" not in n.log_text()
+            assert_no_traceback(c2)
     finally:
         new.stop()
         engine.dispose()

@@ -17,6 +17,7 @@ from shardcron.store.engine import make_engine
 from shardcron.store.schema import ticks
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from tests.integration.test_cluster import write_jobs
+from tests.support.clusters import assert_no_traceback
 
 pytestmark = pytest.mark.cluster
 TTL = 4
@@ -46,8 +47,7 @@ def node_cluster(etcd_server, etcd_prefix, tmp_path):
     yield make
     for c in made:
         c.stop_all()
-        for n in c.nodes.values():
-            assert "Traceback" not in n.log_text(), n.log_text()[-4000:]
+        assert_no_traceback(c)
 
 
 def rows(db: str, job_id: str) -> list:

@@ -11,6 +11,7 @@ import pytest
 
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from tests.integration.test_scale_out import audit
+from tests.support.clusters import stopped_after
 
 pytestmark = pytest.mark.cluster
 TTL = 4
@@ -28,7 +29,7 @@ def test_reshard_up_and_down_under_load_keeps_every_slot_exactly_once(tmp_path, 
                                          for i in range(60)]}))
     c = Cluster(etcd_server.endpoints, db, etcd_prefix, 16, TTL, str(tmp_path), extra_args=["--jobs", str(jobs)])
     etcd_args = ["--etcd", etcd_server.endpoints, "--prefix", etcd_prefix]
-    try:
+    with stopped_after(c):
         c.add("n0")
         c.add("n1")
         c.wait_balanced({"n0", "n1"}, 90)
@@ -60,7 +61,3 @@ def test_reshard_up_and_down_under_load_keeps_every_slot_exactly_once(tmp_path, 
         wait_until(lambda: audit(db, started_ms, end_ms)["clean"], 60, 2.0, "a clean audit across both reshards")
         report = audit(db, started_ms, end_ms)
         assert report["slots_checked"] >= 60 * ((end_ms - started_ms) // 1000 - 1)
-    finally:
-        c.stop_all()
-    for n in c.nodes.values():
-        assert "Traceback" not in n.log_text(), n.log_text()[-3000:]
