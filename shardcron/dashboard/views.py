@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from collections.abc import Callable
 from urllib.parse import urlencode
@@ -19,6 +20,8 @@ from shardcron.dashboard.sessions import Session
 from shardcron.errors import ShardcronError
 from shardcron.jobspec import job_to_dict, parse_time_ms
 from shardcron.tenancy.keys import split_key
+
+log = logging.getLogger(__name__)
 
 JOBS_PAGE = 50
 TICKS_SHOWN = 200
@@ -112,8 +115,10 @@ class Pages:
         secret = (form.get("token") or "").strip()
         token = self.d.identify(secret) if secret else None
         if token is None:
+            log.warning("dashboard: a login with an unknown token from %s was refused", request.remote)
             return self.render(request, "login.html", None, status=401, next=target,
                                error="That token is not known to this cluster.")
+        log.info("dashboard: token %r logged in from %s", token.name, request.remote)
         raise self._open_session_and_return(request, secret, token, target)
 
     async def logout(self, request):
