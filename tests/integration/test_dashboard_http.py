@@ -67,6 +67,18 @@ def test_tls_bearer_tokens_and_the_shared_metrics_port(tmp_path, etcd_server):
             done = http.post("/job/pause", data={"id": "visible", "namespace": "default"},
                              headers={"Authorization": f"Bearer {ADMIN}"})
             assert done.status_code == 200 and "paused" in done.text
+            # A backfill from the form's fields; a bad field is named, not a crash.
+            admin = {"Authorization": f"Bearer {ADMIN}"}
+            form = {"id": "visible", "namespace": "default", "from": "2026-01-01T00:00:00Z",
+                    "to": "2026-01-01T03:00:00Z", "rate": "5"}
+            for field, bad, named in (("rate", "fast", "rate:"), ("rate", "0", "rate:"),
+                                      ("from", "yesterday", "from")):
+                refused = http.post("/job/backfill", data={**form, field: bad}, headers=admin)
+                assert refused.status_code == 400 and named in refused.text, (field, bad, refused.text)
+            started = http.post("/job/backfill", data=form, headers=admin)
+            assert started.status_code == 200 and "started: 3 slots" in started.text, started.text
+            unknown = http.post("/job/explode", data=form, headers=admin)
+            assert unknown.status_code == 404 and "pause, resume, trigger or backfill" in unknown.text
             # The login form sets a cookie only a secure, same-site request sends back.
             login = http.post("/login", data={"token": ADMIN, "next": "/jobs?status=paused"})
             assert login.status_code == 303 and login.headers["location"] == "/jobs?status=paused"
