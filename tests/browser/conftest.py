@@ -1,7 +1,7 @@
 """Debian's chromium, driven by Playwright's Python package: never a downloaded browser build.
 
 Fixtures:
-- ``chromium``: one headless browser for the session (``/usr/bin/chromium``; ``make setup`` installs it);
+- ``chromium``: one headless browser for the browser tests (``/usr/bin/chromium``; ``make setup`` installs it);
 - ``page``: a fresh context and page per test; ``page.console_errors`` collects every console error and
   uncaught page error as it happens;
 - ``assert_console_clean(page)``: fails naming them;
@@ -28,7 +28,10 @@ ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 
 
-@pytest.fixture(scope="session")
+# Package scope, not session: Playwright's sync API runs an event loop on the main thread while it is
+# open, and every later test that calls asyncio.run() would fail with "cannot be called from a running
+# event loop". It closes when the last browser test is done.
+@pytest.fixture(scope="package")
 def chromium():
     if not os.access(CHROMIUM, os.X_OK):
         pytest.fail(f"{CHROMIUM} is missing: run `make setup` (it installs Debian's chromium and chromium-driver), "
