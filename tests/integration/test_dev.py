@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -47,6 +49,28 @@ def without_shardcron_env() -> dict:
     return {k: v for k, v in os.environ.items() if not k.startswith("SHARDCRON_")}
 
 
+def free_ports_below_ephemeral(count: int, avoid: range = range(0)) -> int:
+    """The first of ``count`` consecutive free loopback ports below the kernel's ephemeral range."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        ephemeral_low = int(f.read().split()[0])
+    rng = random.Random()
+    for _ in range(200):
+        first = rng.randrange(10_000, ephemeral_low - count)
+        ports = range(first, first + count)
+        if not set(ports) & set(avoid) and all(_bindable(p) for p in ports):
+            return first
+    raise RuntimeError(f"no {count} consecutive free ports between 10000 and {ephemeral_low}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
 def exports(text: str) -> dict[str, str]:
     """The ``export NAME=VALUE`` lines `shardcron dev` prints."""
     found = re.findall(r"^\s*export (SHARDCRON_[A-Z_]+)=(\S+)$", text, re.MULTILINE)
@@ -54,7 +78,10 @@ def exports(text: str) -> dict[str, str]:
 
 
 def test_dev_cluster_streams_ticks_and_leaves_nothing_behind_on_ctrl_c(tmp_path):
-    base, http_base = free_port(), free_port()  # the command refuses busy ports itself, naming them
+    # Runs of consecutive ports below the ephemeral range: etcd's ports and outgoing connections come from
+    # that range, and one of them took a dashboard's port between the check and the bind once.
+    base = free_ports_below_ephemeral(3)
+    http_base = free_ports_below_ephemeral(3, avoid=range(base, base + 3))
     # No --dir: the temporary directory `make dev` announces, made under TMPDIR.
     env = {**without_shardcron_env(), "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
