@@ -115,14 +115,14 @@ def main(a: argparse.Namespace) -> int:
 
         cmd_shards(argparse.Namespace(etcd=etcd.endpoints, prefix="/cron", json=False, etcd_ca=None,
                                       etcd_cert=None, etcd_key=None, etcd_user=None, etcd_password_file=None))
-        print(f"\nTry, from another terminal (.venv/bin is on PATH after `. .venv/bin/activate`):\n"
+        print("\nTry, from another terminal (.venv/bin is on PATH after `. .venv/bin/activate`):\n"
               + "".join(f"  export {name}={value}\n" for name, value in cluster_env(servers[0], etcd.endpoints, db))
               + f"  shardcron jobs put hello --every 10s --http {sink.url.rstrip('/')}/hello\n"
-              f"  shardcron jobs list\n"
-              f"  shardcron ticks heartbeat --limit 5\n"
-              f"  shardcron shards\n"
-              f"  shardcron nodes\n"
-              f"  shardcron audit\n"
+              "  shardcron jobs list\n"
+              "  shardcron ticks heartbeat --limit 5\n"
+              "  shardcron shards\n"
+              "  shardcron nodes\n"
+              "  shardcron audit\n"
               + (f"  redis-cli XREVRANGE {DEMO_STREAM} + - COUNT 3   # one entry per slot, never two\n"
                  if redis else "")
               + f"  grpcurl -plaintext {servers[0]} list\n"
