@@ -6,7 +6,6 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Callable
 from urllib.parse import urlencode
 
 import grpc
@@ -86,10 +85,11 @@ class Pages:
 
     # -- calling the API as the visitor ---------------------------------------------------
 
-    async def call(self, v: Visitor, fn: Callable, *args, **kwargs):
+    async def call(self, v: Visitor, method: str, *args, **kwargs):
+        """``Client.<method>(*args, **kwargs)`` with the visitor's token, in a worker thread (the client blocks)."""
         client = self.d.client_for(v.session.secret)
         return await asyncio.get_running_loop().run_in_executor(
-            None, functools.partial(getattr(client, fn), *args, **kwargs))
+            None, functools.partial(getattr(client, method), *args, **kwargs))
 
     def render(self, request: web.Request, template: str, v: Visitor | None, status: int = 200, **context):
         html = self.d.templates.get_template(template).render(
