@@ -117,8 +117,12 @@ class MetricsHistory:
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """End the sampler, waiting at most ``timeout_s`` for a reading in progress (a stuck collector
+        must not hold up the node's shutdown: the thread is a daemon). Safe to call again."""
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
 
     def sample(self) -> None:
         self._readings.append(read_registry(self._registry.collect(), time.time()))

@@ -78,7 +78,11 @@ class Dashboard:
         return app
 
     def close(self) -> None:
+        """Ends the live streams, the API channels and the metrics sampler; a second call does nothing."""
+        if self.closing.is_set():
+            return
         self.closing.set()
+        self.history.stop()
         with self._clients_lock:
             for client in self._clients.values():
                 client.close()

@@ -4,13 +4,15 @@ sessions and the guards' small decisions."""
 from __future__ import annotations
 
 import math
+import threading
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from shardcron.dashboard import present
 from shardcron.dashboard.guard import local_path
-from shardcron.dashboard.history import Reading, chart_series, quantile, read_registry
+from shardcron.dashboard.history import MetricsHistory, Reading, chart_series, quantile, read_registry
+from shardcron.dashboard.server import Dashboard
 from shardcron.dashboard.sessions import Sessions
 from shardcron.metrics import CountedHistogram
 
@@ -106,3 +108,15 @@ def test_palette_css_has_a_class_for_every_colour_the_pages_use():
     for colour in (*present.LEADER_PALETTE, present.NO_LEADER, *present.STATUS_COLOURS.values()):
         assert colour in css
     assert ".cnone" in css and ".s-failed" in css
+
+
+def test_closing_the_dashboard_stops_its_metrics_sampler_once():
+    before = set(threading.enumerate())
+    history = MetricsHistory(CollectorRegistry(), every_s=0.05).start()
+    (sampler,) = [t for t in threading.enumerate() if t not in before and t.name == "dashboard-metrics"]
+    dashboard = Dashboard(node_id="n0", api_target="127.0.0.1:1", forward_security=None, tokens=None,
+                          history=history)
+    dashboard.close()
+    assert not sampler.is_alive(), "close joins the sampler thread"
+    dashboard.close()  # the node's stop and the server's both close it: the second does nothing
+    MetricsHistory(CollectorRegistry()).stop()  # never started: nothing to join
