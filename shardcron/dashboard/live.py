@@ -17,6 +17,7 @@ import time
 from aiohttp import web
 
 from shardcron.dashboard import present
+from shardcron.dashboard.guard import Visitor
 from shardcron.errors import ShardcronError
 
 MAP_EVERY_S = 0.5
@@ -48,21 +49,21 @@ class Streams:
                 web.get("/events/job", self._counted(self.job))]
 
     def _counted(self, handler):
+        """``handler(request, visitor)``, for a signed-in visitor, while fewer than MAX_STREAMS are open."""
         async def serve(request: web.Request) -> web.StreamResponse:
-            self.pages.signed_in(request)  # an anonymous visitor is refused before anything is held
+            v = self.pages.signed_in(request)  # an anonymous visitor is refused before anything is held
             if self._open >= MAX_STREAMS:
                 raise web.HTTPServiceUnavailable(
                     text=f"this node's dashboard holds {MAX_STREAMS} live streams already; close a tab or try "
                          "another node")
             self._open += 1  # one event loop: no lock needed
             try:
-                return await handler(request)
+                return await handler(request, v)
             finally:
                 self._open -= 1
         return serve
 
-    async def cluster(self, request: web.Request) -> web.StreamResponse:
-        v = self.pages.signed_in(request)
+    async def cluster(self, request: web.Request, v: Visitor) -> web.StreamResponse:
         stream = await _open_stream(request)
         sent, quiet_since = None, time.monotonic()
         template = self.d.templates.get_template("_cluster.html")
@@ -81,8 +82,7 @@ class Streams:
             pass
         return stream
 
-    async def job(self, request: web.Request) -> web.StreamResponse:
-        v = self.pages.signed_in(request)
+    async def job(self, request: web.Request, v: Visitor) -> web.StreamResponse:
         job_id, namespace = request.query.get("id", ""), request.query.get("namespace", "default")
         loop = asyncio.get_running_loop()
         ticks: asyncio.Queue = asyncio.Queue(maxsize=1000)
