@@ -65,6 +65,11 @@ class Pages:
         if v is not None:
             return v
         if not self.d.checks_tokens:  # nothing to log in with: a session just for CSRF
+            # A form of a page whose session has gone (idle, or the node restarted): redirected, it would come
+            # back as a GET of an action (405), and a new session could not have its CSRF token anyway.
+            if request.method not in ("GET", "HEAD"):
+                raise web.HTTPForbidden(text="this page's session has ended (idle too long, or the node restarted): "
+                                             "reload the page, then try again")
             raise self._open_session_and_return(request, None, None, request.path_qs)
         if request.method == "GET" and "json" not in request.path and not request.path.startswith("/events/"):
             raise web.HTTPSeeOther("/login?" + urlencode({"next": request.path_qs}))

@@ -124,6 +124,9 @@ def test_a_node_without_tokens_serves_a_session_for_csrf_and_says_it_is_open(tmp
             assert http.get("/login").url.path == "/cluster", "nothing to log in with"
             forged = http.post("/job/pause", data={"id": "x", "namespace": "default"})
             assert forged.status_code == 403, "no auth is no excuse for CSRF"
+        with httpx.Client(base_url=base, timeout=30) as stale:  # a page left open while its session ended
+            refused = stale.post("/job/pause", data={"id": "x", "namespace": "default", "csrf": "gone"})
+            assert refused.status_code == 403 and "reload the page" in refused.text, (refused, refused.text)
         assert not _answers(f"http://127.0.0.1:{free_port()}/"), "sanity: a closed port does not answer"
 
 
