@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 
 import mmh3
 
@@ -15,6 +16,9 @@ NO_LEADER = "#9e9e9e"
 
 STATUS_COLOURS = {"succeeded": "#2ca02c", "failed": "#d62728", "abandoned": "#ff7f0e", "skipped": "#9e9e9e",
                   "running": "#1f77b4", "claimed": "#17becf"}
+
+# The health page's counters per interval: a fenced write is the alarming one.
+COUNTER_COLOURS = {"fenced": "#d62728", "caught_up": "#1f77b4", "failed": "#ff7f0e"}
 
 
 def leader_colours(nodes: list[str]) -> dict[str, str]:
@@ -77,3 +81,12 @@ def palette_css() -> str:
     rules.append(f".cnone {{ background: {NO_LEADER}; }}")
     rules += [f".s-{status} {{ background: {c}; }}" for status, c in STATUS_COLOURS.items()]
     return "\n".join(rules) + "\n"
+
+
+def script_colours() -> str:
+    """The colours app.js draws its charts with, as JSON for the page's ``<body data-colours>``: the
+    script has none of its own, so each colour is defined here only (and no inline script is needed).
+
+    ``status`` in the order the timeline lists them; ``series`` for one line per shard.
+    """
+    return json.dumps({"status": STATUS_COLOURS, "series": LEADER_PALETTE, "counters": COUNTER_COLOURS})

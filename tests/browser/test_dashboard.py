@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 
+from shardcron.dashboard import present
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.dev.testing.etcd_server import free_port
 from shardcron.jobspec import job_from_dict
@@ -186,6 +187,9 @@ def test_pause_and_resume_with_the_buttons_and_the_api_agrees(cluster, base, pag
 def test_a_trigger_appears_on_the_timeline_without_a_reload(cluster, base, page, assert_console_clean, shot):
     log_in(page, base, OPS, "/job?namespace=default&id=nightly-05")
     page.wait_for_selector("#timeline .uplot", timeout=WAIT_MS)
+    for status, colour in present.STATUS_COLOURS.items():  # present.py's colours, handed to the script
+        marker = page.locator(f'#timeline .u-series:has(.u-label:text-is("{status}")) .u-marker')
+        assert marker.evaluate("el => getComputedStyle(el).borderTopColor") == _rgb(colour), status
     before = int(page.locator("#timeline").get_attribute("data-points"))
     mark_page(page)
     page.on("dialog", lambda d: d.accept())

@@ -3,8 +3,11 @@ sessions and the guards' small decisions."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import threading
+from importlib import resources
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
@@ -120,3 +123,11 @@ def test_closing_the_dashboard_stops_its_metrics_sampler_once():
     assert not sampler.is_alive(), "close joins the sampler thread"
     dashboard.close()  # the node's stop and the server's both close it: the second does nothing
     MetricsHistory(CollectorRegistry()).stop()  # never started: nothing to join
+
+
+def test_the_scripts_colours_are_defined_in_python_only():
+    colours = json.loads(present.script_colours())
+    assert list(colours["status"].items()) == list(present.STATUS_COLOURS.items()), "the timeline's order too"
+    assert colours["series"] == list(present.LEADER_PALETTE) and colours["counters"] == present.COUNTER_COLOURS
+    script = (resources.files("shardcron.dashboard") / "static" / "app.js").read_text()
+    assert not re.findall(r"#[0-9a-fA-F]{3,8}\b", script), "app.js takes its colours from the page"

@@ -3,8 +3,9 @@
 (function () {
   "use strict";
 
-  var STATUS_COLOURS = {succeeded: "#2ca02c", failed: "#d62728", abandoned: "#ff7f0e",
-                        skipped: "#9e9e9e", running: "#1f77b4", claimed: "#17becf"};
+  // Every colour comes from dashboard/present.py, on the page (<body data-colours>): none is defined here.
+  var COLOURS = JSON.parse(document.body.dataset.colours);
+  var STATUS_COLOURS = COLOURS.status;
   var STATUSES = Object.keys(STATUS_COLOURS);
   var TIMELINE_POINTS = 500;
 
@@ -84,10 +85,9 @@
   // -- health: lateness percentiles per shard, and the fault counters, over time ----------
   function lines(t, byShard, unit) {
     var shards = Object.keys(byShard);
-    var palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
     return {
       series: [{}].concat(shards.map(function (s, i) {
-        return {label: "shard " + s, stroke: palette[i % palette.length], spanGaps: true,
+        return {label: "shard " + s, stroke: COLOURS.series[i % COLOURS.series.length], spanGaps: true,
                 value: function (u, v) { return v === null ? "" : v + unit; }};
       })),
       data: [t].concat(shards.map(function (s) { return byShard[s]; }))
@@ -100,8 +100,9 @@
       var specs = {
         "chart-p99": lines(h.t, h.lateness_p99_ms, " ms"),
         "chart-p50": lines(h.t, h.lateness_p50_ms, " ms"),
-        "chart-events": {series: [{}, {label: "fenced writes", stroke: "#d62728"}, {label: "caught-up slots", stroke: "#1f77b4"},
-                                  {label: "failed ticks", stroke: "#ff7f0e"}],
+        "chart-events": {series: [{}, {label: "fenced writes", stroke: COLOURS.counters.fenced},
+                                  {label: "caught-up slots", stroke: COLOURS.counters.caught_up},
+                                  {label: "failed ticks", stroke: COLOURS.counters.failed}],
                          data: [h.t, h.fenced, h.caught_up, h.failed]}
       };
       Object.keys(specs).forEach(function (id) {
