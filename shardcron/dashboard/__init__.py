@@ -13,6 +13,7 @@ Content-Security-Policy (no inline script or style at all).
     history.py   the node's own metrics sampled over time (pure maths + a sampler thread)
     views.py     the pages and the actions
     live.py      the server-sent event streams (shard map, a job's ticks)
+    map_feed.py  one reader of the shard map per dashboard, shared by the cluster pages' streams
     server.py    aiohttp in a thread of its own, beside the node
 """
 

@@ -1,15 +1,18 @@
 """Server-sent event streams: the shard map as it changes, and a job's ticks as they are recorded.
 
 The browser never polls: it holds one EventSource per page. The shard map is
-read here, as the visitor, every ``MAP_EVERY_S``, and sent only when its
-rendering changed; a job's ticks come from the API's ``WatchTicks`` stream,
-read in a thread, one event per tick. A comment line every ``KEEPALIVE_S``
-keeps proxies from closing a quiet stream.
+read every ``MAP_EVERY_S`` by one reader that all of this dashboard's cluster
+streams follow (``map_feed.py`` says why that shows no visitor more than the
+API would), and sent only when its rendering changed; a job's ticks come from
+the API's ``WatchTicks`` stream, as the visitor, read in a thread, one event
+per tick. A comment line every ``KEEPALIVE_S`` keeps proxies from closing a
+quiet stream.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -18,6 +21,7 @@ from aiohttp import web
 
 from shardcron.dashboard import present
 from shardcron.dashboard.guard import Visitor
+from shardcron.dashboard.map_feed import ShardMapFeed
 from shardcron.errors import ShardcronError
 
 MAP_EVERY_S = 0.5
@@ -43,6 +47,8 @@ class Streams:
         self.pages = pages
         self.d = pages.d
         self._open = 0
+        self.map_feed = ShardMapFeed(pages.coloured_shard_map, self._render_map,
+                                     lambda v: pages.still_known(v.session.secret), MAP_EVERY_S)
 
     def routes(self) -> list[web.RouteDef]:
         return [web.get("/events/cluster", self._counted(self.cluster)),
@@ -66,21 +72,23 @@ class Streams:
     async def cluster(self, request: web.Request, v: Visitor) -> web.StreamResponse:
         stream = await _open_stream(request)
         sent, quiet_since = None, time.monotonic()
-        template = self.d.templates.get_template("_cluster.html")
         try:
-            while not self.d.closing.is_set():
-                shard_map, error = await self.pages.shard_map(v)
-                html = template.render(map=shard_map, error=error, present=present)
-                if html != sent:
-                    await stream.write(sse_event("cluster", html))
-                    sent, quiet_since = html, time.monotonic()
-                elif time.monotonic() - quiet_since > KEEPALIVE_S:
-                    await stream.write(b": still here\n\n")
-                    quiet_since = time.monotonic()
-                await asyncio.sleep(MAP_EVERY_S)
+            async with contextlib.aclosing(self.map_feed.renderings(v)) as renderings:
+                async for html in renderings:
+                    if self.d.closing.is_set():
+                        break
+                    if html is not None and html != sent:
+                        await stream.write(sse_event("cluster", html))
+                        sent, quiet_since = html, time.monotonic()
+                    elif time.monotonic() - quiet_since > KEEPALIVE_S:
+                        await stream.write(b": still here\n\n")
+                        quiet_since = time.monotonic()
         except (ConnectionResetError, asyncio.CancelledError):
             pass
         return stream
+
+    def _render_map(self, shard_map: dict | None, error: str | None) -> str:
+        return self.d.templates.get_template("_cluster.html").render(map=shard_map, error=error, present=present)
 
     async def job(self, request: web.Request, v: Visitor) -> web.StreamResponse:
         job_id, namespace = request.query.get("id", ""), request.query.get("namespace", "default")

@@ -49,6 +49,8 @@ class Dashboard:
                                             autoescape=True, undefined=jinja2.StrictUndefined)
         self._clients: OrderedDict[str | None, Client] = OrderedDict()
         self._clients_lock = threading.Lock()
+        self.pages = Pages(self)
+        self.streams = Streams(self.pages)  # one per dashboard: its cluster streams share one map reader
 
     @property
     def checks_tokens(self) -> bool:
@@ -70,8 +72,8 @@ class Dashboard:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[guard.security_headers], client_max_size=64 * 1024)
-        pages = Pages(self)
-        app.add_routes(pages.routes() + Streams(pages).routes())
+        app.add_routes(self.pages.routes() + self.streams.routes())
+        app.on_cleanup.append(lambda _app: self.streams.map_feed.close())
         app.router.add_static("/static/", str(resources.files("shardcron.dashboard") / "static"))
         if self.serve_metrics:
             app.router.add_get("/metrics", _metrics)

@@ -54,10 +54,14 @@ class Pages:
         session = self.d.sessions.find(request.cookies.get(COOKIE), time.monotonic())
         if session is None:
             return None
-        if self.d.checks_tokens and self.d.identify(session.secret) is None:
+        if not self.still_known(session.secret):
             self.d.sessions.close(session.id)  # revoked since the login: the session ends with it
             return None
         return Visitor(session, by_bearer=False)
+
+    def still_known(self, secret: str | None) -> bool:
+        """Whether the node still knows this token (False once it is revoked); always, without tokens."""
+        return not self.d.checks_tokens or self.d.identify(secret) is not None
 
     def signed_in(self, request: web.Request) -> Visitor:
         """The visitor, or an answer that stops here: the login form for a page, 401 for anything else."""
@@ -140,13 +144,18 @@ class Pages:
         return self.render(request, "cluster.html", v, map=shard_map, error=error)
 
     async def shard_map(self, v: Visitor) -> tuple[dict | None, str | None]:
+        """The map as ``v`` may see it, or why not."""
         try:
-            m = await self.call(v, "shards", timeout_s=10)
+            return await self.coloured_shard_map(v), None
         except ShardcronError as e:
             return None, str(e)
+
+    async def coloured_shard_map(self, v: Visitor) -> dict:
+        """GetShards as ``v``, with a colour for each node; a refusal or failure raises (ShardcronError)."""
+        m = await self.call(v, "shards", timeout_s=10)
         m["colours"] = present.leader_colours([n["node"] for n in m["nodes"]] +
                                               [s["leader"] for s in m["shards"] if s["leader"]])
-        return m, None
+        return m
 
     async def jobs(self, request):
         v = self.signed_in(request)

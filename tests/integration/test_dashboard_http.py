@@ -6,13 +6,19 @@ from __future__ import annotations
 import re
 import socket
 import ssl
+import time
 import uuid
+from collections.abc import Iterator
 
 import httpx
 import pytest
+from prometheus_client import CollectorRegistry
 
 from shardcron import Client
-from shardcron.api.security import ChannelSecurity
+from shardcron.api.security import ChannelSecurity, load_tokens
+from shardcron.api.token_source import NodeTokens
+from shardcron.dashboard.history import MetricsHistory
+from shardcron.dashboard.server import Dashboard, DashboardServer
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.dev.testing.etcd_server import free_port
 from shardcron.tenancy.tokens import hash_secret
@@ -31,6 +37,21 @@ def _answers(url: str, **kw) -> bool:
         return True
     except httpx.HTTPError:
         return False
+
+
+def _events(response: httpx.Response, within_s: float = 60) -> Iterator[tuple[str, str]]:
+    """The (event, data) pairs of a server-sent event stream as they come, until it ends; fails after ``within_s``."""
+    deadline = time.monotonic() + within_s
+    name, data = "", []
+    for line in response.iter_lines():
+        assert time.monotonic() < deadline, f"the event stream went on for {within_s} s"
+        if line.startswith("event: "):
+            name = line[len("event: "):]
+        elif line.startswith("data: "):
+            data.append(line[len("data: "):])
+        elif not line and name:
+            yield name, "\n".join(data)
+            name, data = "", []
 
 
 def test_tls_bearer_tokens_and_the_shared_metrics_port(tmp_path, etcd_server):
@@ -99,7 +120,14 @@ def test_tls_bearer_tokens_and_the_shared_metrics_port(tmp_path, etcd_server):
                 with httpx.Client(base_url=base, verify=trust, timeout=30) as other:
                     assert other.post("/login", data={"token": temporary}).status_code == 303
                     assert other.get("/jobs").status_code == 200
-                    api.revoke_token("temporary")
+                    with other.stream("GET", "/events/cluster") as live:  # a cluster page left open
+                        events = _events(live)
+                        assert 'id="shard-grid"' in next(events)[1]
+                        api.revoke_token("temporary")
+                        rest = list(events)
+                    assert rest, "the stream ended at once, without saying why"
+                    last = rest[-1][1]
+                    assert "has been revoked" in last and 'id="shard-grid"' not in last, rest
                     wait_until(lambda: other.get("/jobs").status_code == 303, 30, 0.2,
                                "the revoked token's session to end")
                     assert other.get("/jobs").headers["location"].startswith("/login")
@@ -128,6 +156,40 @@ def test_a_node_without_tokens_serves_a_session_for_csrf_and_says_it_is_open(tmp
             refused = stale.post("/job/pause", data={"id": "x", "namespace": "default", "csrf": "gone"})
             assert refused.status_code == 403 and "reload the page" in refused.text, (refused, refused.text)
         assert not _answers(f"http://127.0.0.1:{free_port()}/"), "sanity: a closed port does not answer"
+
+
+def test_a_dashboards_cluster_streams_share_one_reader_of_the_map(tmp_path, etcd_server):
+    """Two visitors, each with a token of their own, follow one reading of the map, which stops with the last."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"admin {hash_secret(ADMIN)} admin *\nreader {hash_secret(READER)} read *\n")
+    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/s.db", f"/t{uuid.uuid4().hex[:12]}", 2, 4,
+                str(tmp_path), extra_args=["--auth-token-file", str(tokens)])
+    node = c.add("n0", env={"SHARDCRON_NODE_TOKEN": ADMIN})
+    with stopped_after(c):
+        c.wait_all_led(90)
+        # A dashboard in this process, over the node's API, so that its reader can be watched.
+        dashboard = Dashboard(node_id="n0", api_target=node.address, forward_security=None,
+                              tokens=NodeTokens(load_tokens(str(tokens))[0]),
+                              history=MetricsHistory(CollectorRegistry()))
+        port = free_port()
+        server = DashboardServer(dashboard, f"127.0.0.1:{port}").start()
+        feed = dashboard.streams.map_feed
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http, \
+                    http.stream("GET", "/events/cluster", headers={"Authorization": f"Bearer {ADMIN}"}) as a, \
+                    http.stream("GET", "/events/cluster", headers={"Authorization": f"Bearer {READER}"}) as b:
+                pages = [_events(a, 120), _events(b, 120)]
+                for page in pages:
+                    assert 'id="shard-grid"' in next(page)[1], "each stream's first reading is its own"
+                wait_until(lambda: feed.followers == 2, 30, 0.05, "both streams to follow the shared reader")
+                assert feed.reading
+                c.add("n1", env={"SHARDCRON_NODE_TOKEN": ADMIN})
+                for page in pages:  # a change of the map reaches both, from the one reader
+                    assert any('data-node="n1"' in html for _, html in page), "n1 never appeared"
+            wait_until(lambda: feed.followers == 0 and not feed.reading, 30, 0.05,
+                       "the reader to stop when no cluster page is open")
+        finally:
+            server.stop()
 
 
 def test_a_taken_port_and_a_missing_extra_are_clear_errors(tmp_path, etcd_server):
