@@ -70,6 +70,7 @@ class Recorder:
         self._unwritten: dict[int, int] = defaultdict(int)  # shard -> writes queued or in flight
         metrics.watch_gauge(metrics.results_unwritten, self.unwritten)
         self._closing = False
+        self._flushing = 0  # callers of flush() waiting: a linger is cut short for them
         self._thread = threading.Thread(target=self._run, name="recorder", daemon=True)
         self.written = 0
         self.rejected = 0
@@ -82,13 +83,24 @@ class Recorder:
         with self._cond:
             self._pending.append(write)
             self._unwritten[write.shard] += 1
-            self._cond.notify_all()
+            self._wake_writer()
 
     def put_many(self, writes: list[ResultWrite]) -> None:
         with self._cond:
             self._pending.extend(writes)
             for w in writes:
                 self._unwritten[w.shard] += 1
+            self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        """With ``_cond`` held, after a put: wake the writer only when the put changes what it waits for.
+
+        It waits for a first result, then lingers for a full batch or the end of ``linger_s``. A notify per
+        put cut every linger short (results spread over the second were written one or two at a time, a
+        transaction each), and each was a thread switch and a GIL hand-off on the hot path.
+        """
+        n = len(self._pending)
+        if n == 1 or n >= self._max_batch:
             self._cond.notify_all()
 
     def unwritten(self) -> int:
@@ -100,11 +112,16 @@ class Recorder:
         """Wait until every write queued for ``shard`` is written or rejected."""
         end = time.monotonic() + timeout_s
         with self._cond:
-            while self._unwritten.get(shard, 0) > 0:
-                left = end - time.monotonic()
-                if left <= 0:
-                    return False
-                self._cond.wait(left)
+            self._flushing += 1  # a handover waits for this: the writer stops lingering
+            self._cond.notify_all()
+            try:
+                while self._unwritten.get(shard, 0) > 0:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(left)
+            finally:
+                self._flushing -= 1
         return True
 
     def close(self, timeout_s: float = 10.0) -> None:
@@ -122,8 +139,12 @@ class Recorder:
                     self._cond.wait()
                 if not self._pending and self._closing:
                     return
-                if not self._closing and len(self._pending) < self._max_batch:
-                    self._cond.wait(self._linger_s)
+                linger_until = time.monotonic() + self._linger_s
+                while not self._closing and not self._flushing and len(self._pending) < self._max_batch:
+                    left = linger_until - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
                 batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch:]
             try:
                 self._before_write()

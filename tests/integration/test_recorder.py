@@ -84,3 +84,65 @@ def test_a_listener_that_raises_neither_stops_the_writer_nor_writes_twice(store_
         assert {t.status for t in list_ticks(store_engine, "j")} == {TickStatus.SUCCEEDED}
     finally:
         recorder.close()
+
+
+def test_results_that_arrive_one_by_one_within_the_linger_are_written_in_one_transaction(store_engine):
+    """The linger gathers spread-out results (an execution ends every few ms beside a flood): one
+    transaction for all of them, not one per put (each put used to cut the linger short)."""
+    ensure_shards(store_engine, 1)
+    raise_fence(store_engine, 0, FENCE, "n", 1)
+    slots = [SlotRef("j", 60_000 + 1000 * i) for i in range(10)]
+    claim_ticks(store_engine, [SlotClaim(s.job_id, s.scheduled_at_ms) for s in slots], shard=0, fence=FENCE,
+                node_id="n", now_ms=59_000)
+    batches: list[int] = []
+
+    def counted(engine, groups):
+        batches.append(sum(len(items) for items in groups.values()))
+        return record_results_many(engine, groups)
+
+    # A linger far longer than the puts take, even on a busy machine: 10 puts 10 ms apart.
+    recorder = Recorder(store_engine, lambda *a: None, linger_s=3.0, write=counted)
+    recorder.start()
+    try:
+        for s in slots:
+            at = s.scheduled_at_ms
+            recorder.put(ResultWrite(0, FENCE, s, 1, ExecutionResult(True, at, at + 1), TickStatus.SUCCEEDED))
+            threading.Event().wait(0.01)
+        assert recorder.flush(0, 30)
+        assert batches == [10], f"one transaction for the ten results, got batches of {batches}"
+        assert {t.status for t in list_ticks(store_engine, "j")} == {TickStatus.SUCCEEDED}
+    finally:
+        recorder.close()
+
+
+def test_a_full_batch_is_written_without_waiting_out_the_linger(store_engine):
+    ensure_shards(store_engine, 1)
+    raise_fence(store_engine, 0, FENCE, "n", 1)
+    slots = [SlotRef("j", 60_000 + 1000 * i) for i in range(4)]
+    claim_ticks(store_engine, [SlotClaim(s.job_id, s.scheduled_at_ms) for s in slots], shard=0, fence=FENCE,
+                node_id="n", now_ms=59_000)
+    recorder = Recorder(store_engine, lambda *a: None, linger_s=3600.0, max_batch=2)
+    recorder.start()
+    try:
+        recorder.put_many([ResultWrite(0, FENCE, s, 1, ExecutionResult(True, s.scheduled_at_ms, s.scheduled_at_ms + 1),
+                                       TickStatus.SUCCEEDED) for s in slots])
+        assert recorder.flush(0, 30), "two full batches are written at once, not after an hour's linger"
+    finally:
+        recorder.close()
+
+
+def test_a_flush_cuts_the_linger_short(store_engine):
+    """A handover flushes its shard's results: it must not wait out the writer's linger."""
+    ensure_shards(store_engine, 1)
+    raise_fence(store_engine, 0, FENCE, "n", 1)
+    slot = SlotRef("j", 60_000)
+    claim_ticks(store_engine, [SlotClaim("j", 60_000)], shard=0, fence=FENCE, node_id="n", now_ms=59_000)
+    recorder = Recorder(store_engine, lambda *a: None, linger_s=3600.0)
+    recorder.start()
+    try:
+        recorder.put(ResultWrite(0, FENCE, slot, 1, ExecutionResult(True, 60_000, 60_001), TickStatus.SUCCEEDED))
+        assert recorder.flush(0, 30), "the flush had the result written, not an hour later"
+        [tick] = list_ticks(store_engine, "j")
+        assert tick.status is TickStatus.SUCCEEDED
+    finally:
+        recorder.close()
