@@ -83,16 +83,16 @@ class Recorder:
         with self._cond:
             self._pending.append(write)
             self._unwritten[write.shard] += 1
-            self._wake_writer()
+            self._wake_writer(added=1)
 
     def put_many(self, writes: list[ResultWrite]) -> None:
         with self._cond:
             self._pending.extend(writes)
             for w in writes:
                 self._unwritten[w.shard] += 1
-            self._wake_writer()
+            self._wake_writer(added=len(writes))
 
-    def _wake_writer(self) -> None:
+    def _wake_writer(self, added: int) -> None:
         """With ``_cond`` held, after a put: wake the writer only when the put changes what it waits for.
 
         It waits for a first result, then lingers for a full batch or the end of ``linger_s``. A notify per
@@ -100,7 +100,7 @@ class Recorder:
         transaction each), and each was a thread switch and a GIL hand-off on the hot path.
         """
         n = len(self._pending)
-        if n == 1 or n >= self._max_batch:
+        if added and (n == added or n >= self._max_batch):  # the first results, or a full batch
             self._cond.notify_all()
 
     def unwritten(self) -> int:

@@ -146,3 +146,20 @@ def test_a_flush_cuts_the_linger_short(store_engine):
         assert tick.status is TickStatus.SUCCEEDED
     finally:
         recorder.close()
+
+
+def test_a_first_batch_of_results_put_together_wakes_the_writer(store_engine):
+    """put_many into an empty queue (a burst of noop ticks) must wake the waiting writer, whatever its size."""
+    ensure_shards(store_engine, 1)
+    raise_fence(store_engine, 0, FENCE, "n", 1)
+    slots = [SlotRef("j", 60_000 + 1000 * i) for i in range(3)]
+    claim_ticks(store_engine, [SlotClaim(s.job_id, s.scheduled_at_ms) for s in slots], shard=0, fence=FENCE,
+                node_id="n", now_ms=59_000)
+    recorder = Recorder(store_engine, lambda *a: None, linger_s=0.01)
+    recorder.start()
+    try:
+        recorder.put_many([ResultWrite(0, FENCE, s, 1, ExecutionResult(True, s.scheduled_at_ms, s.scheduled_at_ms + 1),
+                                       TickStatus.SUCCEEDED) for s in slots])
+        wait_until(lambda: recorder.written == 3, 30, what="the three results written without a flush")
+    finally:
+        recorder.close()
