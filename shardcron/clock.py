@@ -22,6 +22,11 @@ def wall_ms() -> int:
     return int(time.time() * 1000) + _OFFSET_MS
 
 
+def wall_ms_exact() -> float:
+    """``wall_ms`` with its fraction: for aiming a wait at a millisecond, not past it."""
+    return time.time() * 1000 + _OFFSET_MS
+
+
 def monotonic() -> float:
     return time.monotonic()
 

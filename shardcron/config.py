@@ -53,6 +53,7 @@ class NodeConfig:
     executor_slots: int = 1000  # executions running at once on this node; the starts beyond wait (exec_gate.py)
     fair_queuing: bool = True  # waiting starts served by weighted fair queuing across namespaces; False: first-come
     dispatcher_priority: str = "normal"  # "realtime": the dispatcher thread under SCHED_FIFO (scheduling/realtime.py)
+    start_lead_max_ms: float = 5.0  # the dispatcher takes the GIL at most this early for a start (gil_lead.py); 0: off
 
 
 def env_default(name: str, default):
@@ -88,6 +89,7 @@ def add_env_flag(p, flag: str, help_: str, default=None, *, default_text=_SHOW_D
 
 
 DEFAULT_DB = "sqlite:///shardcron.db"
+START_LEAD_LIMIT_MS = 20.0  # a longer hold of the GIL would stall the node's other threads (scheduling/gil_lead.py)
 
 
 def add_db_flag(p) -> None:
@@ -172,6 +174,9 @@ def add_node_flags(p: argparse.ArgumentParser) -> None:
                                              "so a busy machine wakes it on time (needs CAP_SYS_NICE); 'normal' "
                                              "leaves it to the operating system's usual sharing", "normal",
                  choices=["normal", "realtime"])
+    add_env_flag(p, "--start-lead-max-ms", "the thread that starts every tick takes the GIL up to this many ms "
+                                           "before a start is due and keeps it until then, so the node's other "
+                                           "threads cannot make the start late; 0 turns it off", 5.0)
     add_env_flag(p, "--tick-retention", "delete ticks whose slot is older than this (e.g. 30d), in small batches by "
                                         "each shard's leader; never nearer now than a job's catch-up window",
                  "none", default_text="none: keep every tick")
@@ -279,6 +284,12 @@ def _number(name: str, raw, kind, minimum):
     return value
 
 
+def _at_most(name: str, value, maximum):
+    if not value <= maximum:  # NaN too
+        raise ConfigError(f"--{name}: must be at most {maximum}, got {value}")
+    return value
+
+
 def _on_off(name: str, raw) -> bool:
     return _one_of(name, raw, ("on", "off")) == "on"
 
@@ -323,6 +334,8 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         executor_slots=_number("executor-slots", a.executor_slots, int, 1),
         fair_queuing=_on_off("fair-queuing", a.fair_queuing),
         dispatcher_priority=_one_of("dispatcher-priority", a.dispatcher_priority, ("normal", "realtime")),
+        start_lead_max_ms=_at_most("start-lead-max-ms", _number("start-lead-max-ms", a.start_lead_max_ms, float, 0.0),
+                                   START_LEAD_LIMIT_MS),
         min_interval_ms=None if a.min_interval is None else parse_min_interval_ms(a.min_interval),
         log_format=a.log_format,
         log_level=a.log_level,

@@ -105,6 +105,11 @@ oldest_overdue = Gauge("shardcron_oldest_overdue_slot_seconds",
                        "Age of the oldest slot that is due but not started; 0 when none. "
                        "Alert on it to catch a schedule that silently stopped.")
 backfill_slots = Counter("shardcron_backfill_slots_total", "Slots claimed and started by backfills on this node.")
+start_lead_held = Counter("shardcron_start_lead_held_seconds_total",
+                          "Time the dispatcher held the GIL waiting for a due start (--start-lead-max-ms): the "
+                          "node's other threads ran no Python meanwhile. At most a quarter of the time.")
+start_lead = Gauge("shardcron_start_lead_seconds",
+                   "How early the dispatcher now aims for a start: what getting the GIL has recently taken.")
 namespace_wait = CountedHistogram("shardcron_namespace_wait_seconds",
                                   "Time a start waited for a free executor slot, by namespace (only starts that "
                                   "waited: --executor-slots were all busy, or the namespace was at max_running).",

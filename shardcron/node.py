@@ -198,7 +198,7 @@ class Node:
             self.engine, cfg.node_id, shard_count, allow_shell=cfg.allow_shell, allow_python=cfg.allow_python,
             lookahead_ms=cfg.lookahead_ms, tick_retention_ms=cfg.tick_retention_ms,
             executor_slots=cfg.executor_slots, fair_queuing=cfg.fair_queuing,
-            realtime_dispatcher=cfg.dispatcher_priority == "realtime",
+            realtime_dispatcher=cfg.dispatcher_priority == "realtime", start_lead_max_ms=cfg.start_lead_max_ms,
             on_fenced=lambda shard, fence: self.coordinator.report_fenced(shard, fence), imports=imports,
             calendars=calendars,
         )

@@ -138,6 +138,35 @@ class TimerHeap:
                 self.cond.wait(wait)
         return []
 
+    def wait_near(self, now_ms: Callable[[], float], lead_ms: float, closing: Callable[[], bool],
+                  idle_s: float) -> tuple[int, float | None, bool] | None:
+        """Wait until the top is due, or due within ``lead_ms`` (``gil_lead.py``); take nothing.
+        ``(top's due_ms, the instant the last wait aimed at or None, whether it is returned early)``; None
+        when closing, or when ``idle_s`` passed with nothing due. ``now_ms`` has the fraction."""
+        give_up = time.monotonic() + idle_s
+        aimed_at: float | None = None
+        early = False
+        with self.cond:
+            while not closing():
+                now = now_ms()
+                heap = self._heap
+                if heap:
+                    top = heap[0][0]
+                    if top <= now:
+                        return top, aimed_at, early
+                    if top - now <= lead_ms:  # near enough: the caller holds the GIL from here
+                        return top, aimed_at, True
+                    early = lead_ms > 0
+                    aimed_at = top - lead_ms
+                    wait = (aimed_at - now) / 1000.0
+                else:
+                    aimed_at, wait = None, None
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(left if wait is None else min(wait, left))
+        return None
+
     def next_due_ms(self) -> int | None:
         """When the top is due; None when the heap is empty."""
         with self.cond:

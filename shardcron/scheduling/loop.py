@@ -40,6 +40,12 @@ whole burst. And the cyclic collector, which stops every thread, runs between
 starts: after each pass the dispatcher collects if a generation is due and
 its pause fits the gap before the next start (``gc_pacing.py``).
 
+The dispatcher needs the GIL at the instant a start is due, and on a busy node
+the threads that hand it to each other on every socket call keep it from a
+freshly woken thread for milliseconds. So it wakes early by what getting the
+GIL has recently taken and sleeps the rest holding it (``gil_lead.py``,
+``--start-lead-max-ms``), within a budget of a quarter of the time.
+
 Executor slots (``exec_gate.py``, issue 15). At most ``executor_slots``
 executions run at once. A start that finds none free waits in the gate, by
 namespace; so does every later start, noop included, while anything waits.
@@ -65,7 +71,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.engine import Engine
 
 from shardcron import metrics
-from shardcron.clock import SYSTEM_CLOCK, Clock
+from shardcron.clock import SYSTEM_CLOCK, Clock, wall_ms_exact
 from shardcron.coordination.session import Session
 from shardcron.errors import JobRunning, StoreUnavailable, TriggerBusy
 from shardcron.executors import Executors
@@ -74,6 +80,7 @@ from shardcron.scheduling.calendar_book import CalendarBook, Unknown
 from shardcron.scheduling.calendars import next_allowed
 from shardcron.scheduling.exec_gate import DEFAULT_SLOTS, ExecGate
 from shardcron.scheduling.gc_pacing import IDLE_CHECK_S, GcPacer
+from shardcron.scheduling.gil_lead import LEAD_MAX_MS, StartLead
 from shardcron.scheduling.backfill_runner import BackfillRunner
 from shardcron.scheduling.heap import ClaimDue, DispatchDue, TimerHeap
 from shardcron.scheduling.jitter import jitter_offset_ms
@@ -139,6 +146,7 @@ class Scheduler:
         executor_slots: int = DEFAULT_SLOTS,
         fair_queuing: bool = True,
         realtime_dispatcher: bool = False,
+        start_lead_max_ms: float = LEAD_MAX_MS,
     ):
         self.engine = engine
         self.node_id = node_id
@@ -152,6 +160,7 @@ class Scheduler:
         self.lookahead_ms = lookahead_ms
         self._report_fenced = on_fenced
         self._now_ms = self.now_ms = clock.wall_ms  # bound once: it is on every hot path
+        self._now_ms_exact = wall_ms_exact if clock is SYSTEM_CLOCK else clock.wall_ms  # with the fraction
         self.calendars = calendars if calendars is not None else CalendarBook()
         self.stats = Stats()
         self._imports: dict[int, list[Job]] = defaultdict(list)
@@ -164,6 +173,7 @@ class Scheduler:
         self._closing = False
         self._threads_running = False  # a test steps the loop itself, with nobody to yield to
         self._realtime_dispatcher = realtime_dispatcher  # under SCHED_FIFO (realtime.py)
+        self._start_lead = StartLead(start_lead_max_ms)  # 0: the dispatcher never holds the GIL ahead of a start
         self.recorder = Recorder(engine, self._fenced, before_write=self._yield_to_starts)
         self.marks = RunningMarks(engine)
         # Deletes expired ticks of the led shards; waits for bursts of starts like the recorder.
@@ -572,14 +582,27 @@ class Scheduler:
 
     def _dispatch_loop(self) -> None:
         gc_pacer = GcPacer()  # collections go in the gaps between starts (gc_pacing.py)
+        lead = self._start_lead  # the GIL is taken before a start is due (gil_lead.py)
         while not self._closing:
             try:
-                self._dispatch_many(self._dispatch.wait_due(self._now_ms, 0, lambda: self._closing,
-                                                            idle_s=IDLE_CHECK_S))
+                self._dispatch_many(self._wait_for_starts(lead))
             finally:
                 self._dispatch.handled()
             next_due = self._dispatch.next_due_ms()
             gc_pacer.between_starts(None if next_due is None else next_due - self._now_ms())
+
+    def _wait_for_starts(self, lead: StartLead) -> list[DispatchDue]:
+        """Wait for the next due starts, holding the GIL for their instant if the lead allows; take them."""
+        got = self._dispatch.wait_near(self._now_ms_exact, lead.lead_ms(), lambda: self._closing, IDLE_CHECK_S)
+        if got is None:
+            return []
+        top, aimed_at, early = got
+        now = self._now_ms_exact()
+        if aimed_at is not None and now >= aimed_at:
+            lead.observe(now - aimed_at)
+        if early and now < top:
+            lead.hold_until(time.monotonic() + (top - now) / 1000.0)
+        return self._dispatch.take_due(self._now_ms(), 0)
 
     def _dispatch_many(self, due: list[DispatchDue], interleave: bool = True) -> None:
         groups: dict[tuple[int, int], list[Dispatch]] = defaultdict(list)  # in slot order of first appearance

@@ -29,6 +29,8 @@ def register(sub) -> None:
                    help="fairness: the node's --executor-slots (default %(default)s)")
     p.add_argument("--dispatcher-priority", choices=["normal", "realtime"], default="normal",
                    help="fairness: the node's --dispatcher-priority (default %(default)s; realtime needs CAP_SYS_NICE)")
+    p.add_argument("--start-lead-max-ms", type=float, default=None,
+                   help="fairness: the node's --start-lead-max-ms (default: the node's own; 0 turns the lead off)")
     p.add_argument("--seconds", type=int, default=60, help="measured window (default %(default)s)")
     p.add_argument("--nodes", default=None,
                    help="node processes (default 1; 3 for failover); scale: node counts to compare (default 1,2,3)")
@@ -129,7 +131,8 @@ def _run(a: argparse.Namespace) -> int:
         try:
             figures = fairness.run(lambda extra: BenchEnv(nodes=1, shards=a.shards, ttl=a.ttl, db=a.db,
                                                           etcd=a.etcd or shared.endpoints, extra_args=extra),
-                                   a.jobs, a.flood_jobs, a.seconds, a.executor_slots, a.dispatcher_priority)
+                                   a.jobs, a.flood_jobs, a.seconds, a.executor_slots, a.dispatcher_priority,
+                                   a.start_lead_max_ms)
         finally:
             if shared:
                 shared.stop()

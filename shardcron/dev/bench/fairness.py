@@ -58,15 +58,17 @@ HEADERS = ["fair queuing", "window", "calm ticks", "started", "p50 ms", "p99 ms"
 
 
 def run(make_env: Callable[[list[str]], BenchEnv], calm_jobs: int, flood_jobs: int, seconds: int,
-        slots: int = DEFAULT_SLOTS, dispatcher_priority: str = "normal") -> dict:
+        slots: int = DEFAULT_SLOTS, dispatcher_priority: str = "normal",
+        start_lead_max_ms: float | None = None) -> dict:
     draw = random.Random(15)
     sink = Sink(on_request=lambda r: time.sleep(draw.uniform(*SINK_SLEEP_S)))
     sink.start()
     try:
         modes = {}
+        lead = [] if start_lead_max_ms is None else ["--start-lead-max-ms", str(start_lead_max_ms)]
         for mode in ("on", "off"):
             with make_env(["--executor-slots", str(slots), "--fair-queuing", mode,
-                           "--dispatcher-priority", dispatcher_priority]) as env:
+                           "--dispatcher-priority", dispatcher_priority, *lead]) as env:
                 modes[mode] = _one_run(env, sink.url, calm_jobs, flood_jobs, seconds)
                 db = _db_kind(env.db)
     finally:
@@ -74,6 +76,7 @@ def run(make_env: Callable[[list[str]], BenchEnv], calm_jobs: int, flood_jobs: i
     on = modes["on"]
     ratio = _ratio(on["flooding"]["p99_ms"], on["idle"]["p99_ms"])
     return {"scenario": "fairness", "executor_slots": slots, "dispatcher_priority": dispatcher_priority,
+            "start_lead_max_ms": start_lead_max_ms,
             "calm_jobs": calm_jobs, "flood_jobs": flood_jobs, "seconds": seconds,
             "sink_sleep_ms": [int(x * 1000) for x in SINK_SLEEP_S], "db": db, "modes": modes,
             "fair_p99_ratio": ratio, "target_met": ratio is not None and ratio <= TARGET_RATIO
@@ -184,7 +187,9 @@ def render(f: dict) -> list[list]:
 
 def verdict(f: dict) -> str:
     off = f["modes"]["off"]
+    lead = f.get("start_lead_max_ms")
     return (f"{f['executor_slots']} executor slots, dispatcher priority {f.get('dispatcher_priority', 'normal')}, "
+            f"{'start lead: the node default' if lead is None else f'start lead at most {lead:g} ms'}, "
             f"flood: {f['flood_jobs']} http jobs/s to a sink that answers in "
             f"{f['sink_sleep_ms'][0]}-{f['sink_sleep_ms'][1]} ms; calm: {f['calm_jobs']} noop jobs/s "
             f"(jitter {CALM_JITTER_MS} ms); "
