@@ -1,11 +1,12 @@
 """The dispatcher under the real-time scheduling policy (``--dispatcher-priority realtime``).
 
 The dispatcher sleeps until the next due start and must then run at once. On a
-busy machine the operating system may wake it milliseconds late: beside a
-flood of 2,000 HTTP slots a second on a 2-core machine, ``bench fairness``
-found it in its timed wait, not waiting for the GIL, while a calm namespace's
-starts came 2 to 8 ms late. Under ``SCHED_FIFO`` it preempts every normal
-thread the moment its timer fires (calm's p99 on PostgreSQL: 5-6 ms -> 3 ms).
+busy machine the operating system may wake it late; under ``SCHED_FIFO`` it
+preempts every normal thread the moment its timer fires. Beside ``bench
+fairness``'s flood on a 2-core machine this helped a little (calm's p99 on
+PostgreSQL 5 -> 4 ms), but ``perf sched`` later showed the kernel waking the
+dispatcher on time anyway: what made it late was the GIL, which
+``gil_lead.py`` takes care of. So this stays opt-in.
 
 At priority 1, the lowest real-time one: above every normal thread, below the
 kernel's own. The kernel's real-time throttling (``sched_rt_runtime_us``, 95% of
