@@ -86,14 +86,25 @@ def test_a_listener_that_raises_neither_stops_the_writer_nor_writes_twice(store_
         recorder.close()
 
 
+def claimed_slots(engine, count: int) -> list[SlotRef]:
+    """``count`` slots of job "j" claimed on shard 0 under FENCE, one a second from 60 s."""
+    ensure_shards(engine, 1)
+    raise_fence(engine, 0, FENCE, "n", 1)
+    slots = [SlotRef("j", 60_000 + 1000 * i) for i in range(count)]
+    claim_ticks(engine, [SlotClaim(s.job_id, s.scheduled_at_ms) for s in slots], shard=0, fence=FENCE,
+                node_id="n", now_ms=59_000)
+    return slots
+
+
+def succeeded(slot: SlotRef) -> ResultWrite:
+    at = slot.scheduled_at_ms
+    return ResultWrite(0, FENCE, slot, 1, ExecutionResult(True, at, at + 1), TickStatus.SUCCEEDED)
+
+
 def test_results_that_arrive_one_by_one_within_the_linger_are_written_in_one_transaction(store_engine):
     """The linger gathers spread-out results (an execution ends every few ms beside a flood): one
     transaction for all of them, not one per put (each put used to cut the linger short)."""
-    ensure_shards(store_engine, 1)
-    raise_fence(store_engine, 0, FENCE, "n", 1)
-    slots = [SlotRef("j", 60_000 + 1000 * i) for i in range(10)]
-    claim_ticks(store_engine, [SlotClaim(s.job_id, s.scheduled_at_ms) for s in slots], shard=0, fence=FENCE,
-                node_id="n", now_ms=59_000)
+    slots = claimed_slots(store_engine, 10)
     batches: list[int] = []
 
     def counted(engine, groups):
@@ -105,8 +116,7 @@ def test_results_that_arrive_one_by_one_within_the_linger_are_written_in_one_tra
     recorder.start()
     try:
         for s in slots:
-            at = s.scheduled_at_ms
-            recorder.put(ResultWrite(0, FENCE, s, 1, ExecutionResult(True, at, at + 1), TickStatus.SUCCEEDED))
+            recorder.put(succeeded(s))
             threading.Event().wait(0.01)
         assert recorder.flush(0, 30)
         assert batches == [10], f"one transaction for the ten results, got batches of {batches}"
@@ -116,16 +126,11 @@ def test_results_that_arrive_one_by_one_within_the_linger_are_written_in_one_tra
 
 
 def test_a_full_batch_is_written_without_waiting_out_the_linger(store_engine):
-    ensure_shards(store_engine, 1)
-    raise_fence(store_engine, 0, FENCE, "n", 1)
-    slots = [SlotRef("j", 60_000 + 1000 * i) for i in range(4)]
-    claim_ticks(store_engine, [SlotClaim(s.job_id, s.scheduled_at_ms) for s in slots], shard=0, fence=FENCE,
-                node_id="n", now_ms=59_000)
+    slots = claimed_slots(store_engine, 4)
     recorder = Recorder(store_engine, lambda *a: None, linger_s=3600.0, max_batch=2)
     recorder.start()
     try:
-        recorder.put_many([ResultWrite(0, FENCE, s, 1, ExecutionResult(True, s.scheduled_at_ms, s.scheduled_at_ms + 1),
-                                       TickStatus.SUCCEEDED) for s in slots])
+        recorder.put_many([succeeded(s) for s in slots])
         assert recorder.flush(0, 30), "two full batches are written at once, not after an hour's linger"
     finally:
         recorder.close()
@@ -133,14 +138,11 @@ def test_a_full_batch_is_written_without_waiting_out_the_linger(store_engine):
 
 def test_a_flush_cuts_the_linger_short(store_engine):
     """A handover flushes its shard's results: it must not wait out the writer's linger."""
-    ensure_shards(store_engine, 1)
-    raise_fence(store_engine, 0, FENCE, "n", 1)
-    slot = SlotRef("j", 60_000)
-    claim_ticks(store_engine, [SlotClaim("j", 60_000)], shard=0, fence=FENCE, node_id="n", now_ms=59_000)
+    [slot] = claimed_slots(store_engine, 1)
     recorder = Recorder(store_engine, lambda *a: None, linger_s=3600.0)
     recorder.start()
     try:
-        recorder.put(ResultWrite(0, FENCE, slot, 1, ExecutionResult(True, 60_000, 60_001), TickStatus.SUCCEEDED))
+        recorder.put(succeeded(slot))
         assert recorder.flush(0, 30), "the flush had the result written, not an hour later"
         [tick] = list_ticks(store_engine, "j")
         assert tick.status is TickStatus.SUCCEEDED
@@ -150,16 +152,11 @@ def test_a_flush_cuts_the_linger_short(store_engine):
 
 def test_a_first_batch_of_results_put_together_wakes_the_writer(store_engine):
     """put_many into an empty queue (a burst of noop ticks) must wake the waiting writer, whatever its size."""
-    ensure_shards(store_engine, 1)
-    raise_fence(store_engine, 0, FENCE, "n", 1)
-    slots = [SlotRef("j", 60_000 + 1000 * i) for i in range(3)]
-    claim_ticks(store_engine, [SlotClaim(s.job_id, s.scheduled_at_ms) for s in slots], shard=0, fence=FENCE,
-                node_id="n", now_ms=59_000)
+    slots = claimed_slots(store_engine, 3)
     recorder = Recorder(store_engine, lambda *a: None, linger_s=0.01)
     recorder.start()
     try:
-        recorder.put_many([ResultWrite(0, FENCE, s, 1, ExecutionResult(True, s.scheduled_at_ms, s.scheduled_at_ms + 1),
-                                       TickStatus.SUCCEEDED) for s in slots])
+        recorder.put_many([succeeded(s) for s in slots])
         wait_until(lambda: recorder.written == 3, 30, what="the three results written without a flush")
     finally:
         recorder.close()
