@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
 import threading
 import time
 
 import pytest
 
 from shardcron.clock import wall_ms_exact
+from shardcron.config import add_node_flags, node_config_from_args
+from shardcron.errors import ConfigError
 from shardcron.model import SlotRef
 from shardcron.scheduling.gil_lead import HOLD_AVAILABLE, HoldBudget, StartLead, lead_for
 from shardcron.scheduling.heap import DispatchDue, TimerHeap
@@ -135,3 +138,28 @@ def test_wait_near_gives_up_after_idle_and_when_closing():
     assert heap.wait_near(wall_ms_exact, 1.0, lambda: False, 0.05) is None
     heap.push_many([_entry(int(wall_ms_exact()) + 60_000)])
     assert heap.wait_near(wall_ms_exact, 1.0, lambda: True, 5.0) is None
+
+
+def node_settings(*argv: str):
+    p = argparse.ArgumentParser()
+    add_node_flags(p)
+    return node_config_from_args(p.parse_args(list(argv)))
+
+
+def test_the_start_lead_flag_defaults_to_5_ms_and_takes_0_to_turn_it_off(monkeypatch):
+    assert node_settings().start_lead_max_ms == 5.0
+    assert node_settings("--start-lead-max-ms", "0").start_lead_max_ms == 0.0
+    monkeypatch.setenv("SHARDCRON_START_LEAD_MAX_MS", "2.5")
+    assert node_settings().start_lead_max_ms == 2.5
+
+
+@pytest.mark.parametrize("value, says", [
+    ("-1", "--start-lead-max-ms: must be at least 0.0, got -1.0"),
+    ("25", "--start-lead-max-ms: must be at most 20.0, got 25.0"),
+    ("nan", "--start-lead-max-ms: must be at most 20.0, got nan"),
+    ("soon", "--start-lead-max-ms: expected a number, got 'soon'"),
+])
+def test_a_bad_start_lead_is_named(value, says):
+    with pytest.raises(ConfigError) as err:
+        node_settings("--start-lead-max-ms", value)
+    assert str(err.value) == says
