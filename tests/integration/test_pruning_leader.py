@@ -23,12 +23,19 @@ def run_for(r, seconds: int) -> None:
         r.at(T0 + k * S)
 
 
+def prune(r) -> int:
+    """Prune shard 0 once the results of the steps so far are written (the recorder lingers 0.1 s for more:
+    a history_limit counts finished ticks, and a result still in memory is not one yet)."""
+    assert r.scheduler.recorder.flush(0, 30), "the recorder did not write its results"
+    return r.scheduler.pruner.prune_shard(r.scheduler._run_of(0))
+
+
 def test_the_leader_prunes_expired_ticks_and_the_audit_says_pruned(rig):
     r = rig([every_second("a"), every_second("b", history_limit=3)], tick_retention_ms=10 * S)
     run_for(r, 20)
     assert sorted(r.ticks("a")) == list(range(1, 21))
 
-    deleted = r.scheduler.pruner.prune_shard(r.scheduler._run_of(0))
+    deleted = prune(r)
 
     # Retention: slots before now - 10 s go; history_limit 3: b keeps its newest 3.
     assert sorted(r.ticks("a")) == list(range(10, 21))
@@ -40,11 +47,11 @@ def test_the_leader_prunes_expired_ticks_and_the_audit_says_pruned(rig):
     # b's history is pruned again only when a tenth of its limit can have come, but at least 10 s apart.
     for k in range(21, 26):
         r.at(T0 + k * S)
-    r.scheduler.pruner.prune_shard(r.scheduler._run_of(0))
+    prune(r)
     assert sorted(r.ticks("a")) == list(range(15, 26)) and sorted(r.ticks("b")) == list(range(18, 26))
     for k in range(26, 31):
         r.at(T0 + k * S)
-    r.scheduler.pruner.prune_shard(r.scheduler._run_of(0))
+    prune(r)
     assert sorted(r.ticks("b")) == [28, 29, 30]
 
     report = run_audit(r.engine, from_ms=T0, to_ms=T0 + 30 * S, now_ms=T0 + 30 * S)
