@@ -69,6 +69,8 @@ class Backend(Protocol):
     min_interval_ms: int  # the cluster's minimum gap between a job's slots, read live (`shardcron config`)
     engine: Engine
     joined: threading.Event  # set while the node is a live member of the cluster (health: SERVING)
+    etcd: object  # coordination.etcd.Etcd: the forwarding secret and the tokens' bump key (api/peers.py)
+    layout: object  # coordination.keys.KeyLayout: where those keys are
 
     def fence_if_leader(self, shard: int) -> int | None:
         """This node's fence for ``shard`` if it leads it right now, else None."""

@@ -46,6 +46,8 @@ class NodeBackend:
         self.allow_python = node.cfg.allow_python
         self.engine = node.engine
         self.joined = node.coordinator.joined
+        self.etcd = node.etcd  # the API's forwarding seal and token watch live under the cluster's prefix
+        self.layout = node.layout
         # Replaced, never changed in place: the recorder reads it for every batch without the lock.
         self._listeners: tuple = ()
         self._lock = threading.Lock()

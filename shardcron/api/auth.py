@@ -2,12 +2,15 @@
 
 ``Authorize`` is a server interceptor (on when the node has a token file):
 
-1. it identifies the caller from ``authorization: Bearer <secret>`` with the
-   node's ``NodeTokens`` (UNAUTHENTICATED, saying how to pass a token, when none
-   or an unknown one; health checks stay open). A call another node forwarded
-   (``x-shardcron-forwarded``) carries the CALLER's secret there and the
-   forwarding node's own in ``x-shardcron-node-token``: the identity checked is
-   ``scopes.forwarded_identity(caller, node)``, never wider than the caller's;
+1. it identifies the caller from ``authorization: Bearer <secret>`` (or the bare
+   secret; ``tenancy.tokens.secret_from_authorization``) with the node's
+   ``NodeTokens`` (UNAUTHENTICATED, saying how to pass a token, when none or an
+   unknown one; health checks stay open). A call another node forwarded carries
+   the forwarded marker sealed with the cluster's secret (``api/peers.py``), the
+   CALLER's secret, and the forwarding node's own in ``x-shardcron-node-token``:
+   the identity checked is ``scopes.forwarded_identity(caller, node)``, never
+   wider than the caller's. A marker without a valid seal is ignored: the call
+   is checked, routed, limited and logged as the direct call it is;
 2. it wraps the method's handler, so that once the request is deserialized it
    asks ``scopes.authorize(token, method, namespace)`` for every namespace the
    request names (``namespace_of_request``): PERMISSION_DENIED with the reason;
@@ -15,39 +18,82 @@
    (None when auth is off) and ``may_see(namespace)`` to filter reads of ``*``;
    forwarding passes ``caller_secret()`` on (``routing.Router.forward_metadata``);
 4. after a write call returns OK it logs one INFO line on ``shardcron.audit``
-   (``call= token= namespace= target=``) on the node the caller reached (not
-   again on the leader it was forwarded to), and a ``denied`` line for each
-   refusal, wherever it is refused.
+   (``call= token= namespace= target=``) on the node that applied it, with the
+   original caller's token name: a node that forwarded the write to its leader
+   logs nothing for it (``Router.call`` says so through ``sent_elsewhere``), and
+   the leader logs it. A ``denied`` line is logged for each refusal, wherever it
+   is refused;
+5. a stream ends as soon as its token is revoked (``NodeTokens.on_revoked``,
+   told by the etcd watch of ``api/token_source.py``): UNAUTHENTICATED, "token
+   revoked". The marker of a sealed forwarded call is kept for the servicer code
+   in a contextvar: ``forwarded_by_peer()``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import contextvars
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import grpc
 
+from shardcron.api.peers import Seal
 from shardcron.api.status import status_for
 from shardcron.api.token_source import NodeTokens
 from shardcron.errors import InvalidJob
 from shardcron.tenancy.namespaces import namespace_or_default
 from shardcron.tenancy.scopes import ALL_NAMESPACES, Token, authorize, forwarded_identity, may_read
+from shardcron.tenancy.tokens import secret_from_authorization
 
+log = logging.getLogger(__name__)
 audit_log = logging.getLogger("shardcron.audit")
 
 OPEN_METHODS_PREFIX = "/grpc.health.v1.Health/"
 SCHEDULER_PREFIX = "/shardcron.v1.Scheduler/"
 AUTHORIZATION = "authorization"
-BEARER = "Bearer "
 NODE_TOKEN_HEADER = "x-shardcron-node-token"  # the forwarding node's own secret, next to its caller's
-FORWARDED_HEADER = "x-shardcron-forwarded"  # routing.FORWARDED_HEADER (not imported: routing imports us)
+REVOKED = "token revoked: this stream's token was revoked; log in or pass another token"
 
 HOW_TO_PASS = ("a valid bearer token is required: pass --token or set SHARDCRON_TOKEN "
                "(metadata 'authorization: Bearer <secret>')")
 
 _caller: contextvars.ContextVar[Token | None] = contextvars.ContextVar("shardcron_caller", default=None)
 _secret: contextvars.ContextVar[str | None] = contextvars.ContextVar("shardcron_caller_secret", default=None)
+_forwarded: contextvars.ContextVar[bool] = contextvars.ContextVar("shardcron_forwarded_by_peer", default=False)
+
+
+@dataclass
+class _Applied:
+    """Where the write being served was applied, as ``Router.call`` and the batch writer learn it:
+    shared (not copied) by the tasks a call starts, so a forward made in one of them still counts."""
+
+    elsewhere: bool = False  # the whole call went on to its shard's leader, which logs it
+    items_elsewhere: set[int] = field(default_factory=set)  # PutJobs: the jobs (by index) a leader applied
+
+
+_applied: contextvars.ContextVar[_Applied | None] = contextvars.ContextVar("shardcron_applied", default=None)
+
+
+def forwarded_by_peer() -> bool:
+    """Whether the call being served came from a member node (its forwarded marker's seal matched)."""
+    return _forwarded.get()
+
+
+def sent_elsewhere(elsewhere: bool = True) -> None:
+    """The write being served was applied by another node (True), or here after all (False)."""
+    applied = _applied.get()
+    if applied is not None:
+        applied.elsewhere = elsewhere
+
+
+def item_sent_elsewhere(index: int) -> None:
+    """Job ``index`` of the PutJobs being served was applied by its leader, which logs it."""
+    applied = _applied.get()
+    if applied is not None:
+        applied.items_elsewhere.add(index)
 
 
 def caller() -> Token | None:
@@ -129,38 +175,53 @@ def check(token: Token, method: str, request) -> str | None:
     return None
 
 
-def audit_line(method: str, token: Token, request, outcome: str = "ok") -> str:
+def audit_line(method: str, token: Token, request, outcome: str = "ok", target: str | None = None) -> str:
     names = namespace_of_request(method, request) if method in _NAMESPACES_OF else ()
-    target = _TARGET_OF[method](request) if method in _TARGET_OF else "-"
+    if target is None:
+        target = _TARGET_OF[method](request) if method in _TARGET_OF else "-"
     return (f"call={method} token={token.name} namespace={','.join(names) or '-'} target={target}"
             + ("" if outcome == "ok" else f" {outcome}"))
 
 
+def applied_here_target(request, answer, applied: _Applied) -> str | None:
+    """A PutJobs audit line's target: the jobs this node wrote (OK, and not applied by a leader it forwarded
+    them to); None when it wrote none."""
+    ids = [j.id for i, (j, r) in enumerate(zip(request.jobs, answer.results, strict=False))
+           if r.code == 0 and i not in applied.items_elsewhere]
+    if not ids:
+        return None
+    return ",".join(ids[:20]) + (f",+{len(ids) - 20}" if len(ids) > 20 else "")
+
+
 # -- the interceptor ----------------------------------------------------------------------
 
-def _bearer(metadata: Sequence[tuple[str, str]] | None, header: str) -> str | None:
-    for k, v in metadata or ():
-        if k == header:
-            return v[len(BEARER):] if v.startswith(BEARER) else v
-    return None
+def bearer_of(metadata: Sequence[tuple[str, str]] | None, header: str = AUTHORIZATION) -> str | None:
+    """The secret ``header`` names (``Bearer`` in any case, or bare; surrounding whitespace dropped)."""
+    value = next((v for k, v in metadata or () if k == header), None)
+    return secret_from_authorization(value) if isinstance(value, str) else None
 
 
-def identify(tokens: NodeTokens, metadata) -> tuple[Token | None, str | None]:
-    """The identity a call is checked as, and the caller's secret (to pass on when forwarding)."""
-    secret = _bearer(metadata, AUTHORIZATION)
+def identify(tokens: NodeTokens, metadata, seal: Seal) -> tuple[Token | None, str | None, bool]:
+    """The identity a call is checked as, the caller's secret (to pass on when forwarding), and whether a
+    member node forwarded it (its marker is sealed: else the marker is ignored)."""
+    secret = bearer_of(metadata)
     token = tokens.identify(secret) if secret else None
-    if not any(k == FORWARDED_HEADER for k, _ in metadata or ()):
-        return token, secret
-    node_secret = _bearer(metadata, NODE_TOKEN_HEADER)
+    if not seal.sealed(metadata, secret):
+        return token, secret, False
+    node_secret = bearer_of(metadata, NODE_TOKEN_HEADER)
     node = tokens.identify(node_secret) if node_secret else None
     if token is None and node is None:
-        return None, None
-    return forwarded_identity(token, node), secret
+        return None, None, True
+    return forwarded_identity(token, node), secret, True
 
 
 class Authorize(grpc.aio.ServerInterceptor):
-    def __init__(self, tokens: NodeTokens):
+    """On every node: it checks a forwarded marker's seal (``forwarded_by_peer``). With ``tokens`` (the node
+    has a token file) it also identifies, authorizes and audits every call, and ends a revoked token's streams."""
+
+    def __init__(self, tokens: NodeTokens | None, seal: Seal):
         self.tokens = tokens
+        self.seal = seal
 
         async def unauthenticated(request, context):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, HOW_TO_PASS)
@@ -172,23 +233,26 @@ class Authorize(grpc.aio.ServerInterceptor):
         method = details.method
         if method.startswith(OPEN_METHODS_PREFIX):
             return await continuation(details)
-        token, secret = identify(self.tokens, details.invocation_metadata)
+        metadata = details.invocation_metadata
+        if self.tokens is None:
+            token, secret, forwarded = None, None, self.seal.sealed(metadata, bearer_of(metadata))
+        else:
+            token, secret, forwarded = identify(self.tokens, metadata, self.seal)
         handler = await continuation(details)
         if handler is None:
             return None
-        if token is None:
+        if self.tokens is not None and token is None:
             return self._deny_stream if handler.response_streaming else self._deny_unary
         if not method.startswith(SCHEDULER_PREFIX):
             return handler  # reflection: any known token
         name = method[len(SCHEDULER_PREFIX):]
-        forwarded = any(k == FORWARDED_HEADER for k, _ in details.invocation_metadata or ())
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
-                self._unary(handler.unary_unary, name, token, secret, audited=not forwarded),
+                self._unary(handler.unary_unary, name, token, secret, forwarded),
                 request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
-                self._stream(handler.unary_stream, name, token, secret),
+                self._stream(handler.unary_stream, name, token, secret, forwarded),
                 request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
         return handler
 
@@ -209,25 +273,89 @@ class Authorize(grpc.aio.ServerInterceptor):
         audit_log.info("%s", audit_line(name, token, request, "denied"))
         await context.abort(grpc.StatusCode.PERMISSION_DENIED, reason)
 
-    def _unary(self, inner, name: str, token: Token, secret: str | None, audited: bool):
+    def _unary(self, inner, name: str, token: Token | None, secret: str | None, forwarded: bool):
         async def checked(request, context):
-            if not hasattr(request, "DESCRIPTOR"):  # refused while parsing (too big): the inner handler says so
+            _forwarded.set(forwarded)
+            if token is None or not hasattr(request, "DESCRIPTOR"):  # no tokens; or refused while parsing
                 return await inner(request, context)
             await self._admit(context, name, token, secret, request)
+            applied = _Applied()
+            _applied.set(applied)
             answer = await inner(request, context)  # a failure aborts: no audit line for it
-            if audited and name in WRITE_CALLS:  # a forwarded write is logged once, by the node it reached
-                audit_log.info("%s", audit_line(name, token, request))
+            if name in WRITE_CALLS:
+                _audit(name, token, request, answer, applied)
             return answer
         return checked
 
-    def _stream(self, inner, name: str, token: Token, secret: str | None):
+    def _stream(self, inner, name: str, token: Token | None, secret: str | None, forwarded: bool):
         async def checked(request, context):
+            _forwarded.set(forwarded)
+            if token is None:
+                async for event in inner(request, context):
+                    yield event
+                return
             if hasattr(request, "DESCRIPTOR"):
                 await self._admit(context, name, token, secret, request)
-            async for event in inner(request, context):
+            async for event in self._until_revoked(inner(request, context), token, context):
                 yield event
         return checked
 
+    async def _until_revoked(self, events, token: Token, context):
+        """``events`` until ``token`` is revoked; then the stream ends UNAUTHENTICATED, saying so.
 
-__all__ = ["Authorize", "NODE_TOKEN_HEADER", "WRITE_CALLS", "audit_line", "caller", "caller_secret", "check",
-           "identify", "may_see", "namespace_of_request", "readable_namespaces"]
+        The revocation comes from the tokens' reload thread. While the stream waits for its next event
+        it is woken by cancelling the call's task (caught here, and only then); while an event is being
+        sent, the flag is seen before the next one."""
+        task = asyncio.current_task()
+        state = _StreamState()
+
+        def revoked() -> None:
+            state.revoked = True
+            if state.waiting and task is not None:
+                task.cancel()
+
+        assert self.tokens is not None
+        unsubscribe = self.tokens.when_revoked(token.secret_hash, asyncio.get_running_loop(), revoked)
+        try:
+            async with contextlib.aclosing(events) as it:
+                while not state.revoked:
+                    state.waiting = True
+                    try:
+                        event = await it.__anext__()
+                    except StopAsyncIteration:
+                        return
+                    except asyncio.CancelledError:
+                        if not state.revoked:
+                            raise
+                        task.uncancel()
+                        break
+                    finally:
+                        state.waiting = False
+                    yield event
+        finally:
+            unsubscribe()
+        log.info("a stream of token %r ended: the token was revoked", token.name)
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, REVOKED)
+
+
+@dataclass
+class _StreamState:
+    revoked: bool = False
+    waiting: bool = False  # awaiting the next event (not sending one)
+
+
+def _audit(name: str, token: Token, request, answer, applied: _Applied) -> None:
+    """One line for a write applied here; none for one its shard's leader applied (it logs it)."""
+    if applied.elsewhere:
+        return
+    target = None
+    if name == "PutJobs":
+        target = applied_here_target(request, answer, applied)
+        if target is None:
+            return
+    audit_log.info("%s", audit_line(name, token, request, target=target))
+
+
+__all__ = ["AUTHORIZATION", "Authorize", "NODE_TOKEN_HEADER", "REVOKED", "WRITE_CALLS", "audit_line", "bearer_of",
+           "caller", "caller_secret", "check", "forwarded_by_peer", "identify", "item_sent_elsewhere", "may_see",
+           "namespace_of_request", "readable_namespaces", "sent_elsewhere"]

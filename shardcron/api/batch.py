@@ -27,6 +27,7 @@ from shardcron.abc import Backend
 from shardcron.api import admission
 from shardcron.api.convert import job_from_proto, job_to_proto
 from shardcron.api.limits import exhausted
+from shardcron.api.auth import item_sent_elsewhere
 from shardcron.api.routing import (
     Deadline,
     Router,
@@ -264,6 +265,7 @@ class BatchWriter:
                 retry.append(it)
             else:
                 results[it.index] = r
+                item_sent_elsewhere(it.index)  # its leader applied (or refused) it, and audit-logs it
         if len(response.results) != len(items):
             for it in items[len(response.results):]:
                 results[it.index] = _result(it.id, grpc.StatusCode.INTERNAL, f"{addr} returned too few results")

@@ -7,7 +7,9 @@ caller's remaining time and returning the leader's status as it is. It passes
 on the CALLER's bearer secret, and this node's own in ``x-shardcron-node-token``:
 the leader checks the caller's scope capped by the node's (``api/auth.py``).
 
-A forwarded call carries ``x-shardcron-forwarded``, and is never forwarded
+A forwarded call carries ``x-shardcron-forwarded``, sealed with the cluster's
+forwarding secret (``api/peers.py``); a marker without that seal is ignored, so
+only a member node's call counts as forwarded. A forwarded call is never forwarded
 again: a node that no longer leads the shard answers UNAVAILABLE with
 ``x-shardcron-retry``, and the node that forwarded it asks the new leader.
 While the shard has no leader (failover), the receiving node retries with a
@@ -34,7 +36,8 @@ from typing import TypeVar
 
 import grpc
 
-from shardcron.api.auth import AUTHORIZATION, FORWARDED_HEADER, NODE_TOKEN_HEADER, caller_secret
+from shardcron.api.auth import AUTHORIZATION, NODE_TOKEN_HEADER, caller_secret, forwarded_by_peer, sent_elsewhere
+from shardcron.api.peers import FORWARDED_HEADER, Seal, node_local_seal
 from shardcron.api.security import ChannelSecurity, open_aio_channel, token_metadata
 from shardcron.abc import Backend
 from shardcron.api.status import NODE_HEADER, RETRY_HEADER, CallFailed
@@ -42,8 +45,6 @@ from shardcron.errors import FencedOut, NotLeader
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
 
 T = TypeVar("T")
-
-FORWARDED_METADATA = ((FORWARDED_HEADER, "1"),)
 
 DEFAULT_DEADLINE_S = 30.0  # for callers that set none
 _NO_DEADLINE_S = 10**6  # grpc reports "no deadline" as a far-away one
@@ -127,7 +128,9 @@ class Deadline:
 
 
 def is_forwarded(context: grpc.aio.ServicerContext) -> bool:
-    return any(k == FORWARDED_HEADER for k, _ in (context.invocation_metadata() or ()))
+    """Whether the call being served (``context``) was forwarded by a member node: its marker's seal was
+    checked when it arrived (``auth.Authorize``); a marker from anyone else does not count."""
+    return forwarded_by_peer()
 
 
 def answered_by_a_node(e: grpc.RpcError) -> bool:
@@ -163,8 +166,9 @@ class Router:
     (a store read or write) on the server's pool."""
 
     def __init__(self, backend: Backend, own_address: str, security: ChannelSecurity | None = None,
-                 *, pool: Executor | None = None, options: tuple = CHANNEL_OPTIONS):
+                 *, pool: Executor | None = None, options: tuple = CHANNEL_OPTIONS, seal: Seal | None = None):
         self.backend = backend
+        self.seal = seal or node_local_seal()  # the cluster's: what makes a forwarded marker count
         self.security = security  # forwarding presents the same credentials as any caller
         self.own_address = own_address
         self.pool = pool
@@ -183,12 +187,13 @@ class Router:
         secret (never this node's: that would widen the call), and this node's own in its own header."""
         secret = caller_secret()
         caller = ((AUTHORIZATION, f"Bearer {secret}"),) if secret else ()
-        return FORWARDED_METADATA + caller + self._node_header
+        return (self.seal.marker(secret),) + caller + self._node_header
 
     def own_metadata(self) -> tuple[tuple[str, str], ...]:
         """What a call this node makes for itself carries (a tick watch's fan-in feed, which serves every
         watcher here, each filtered by its own caller's scope): this node's secret as the caller's too."""
-        return FORWARDED_METADATA + self.node_metadata + self._node_header
+        own = self.security.token if self.security else None
+        return (self.seal.marker(own),) + self.node_metadata + self._node_header
 
     async def blocking(self, fn: Callable[..., T], *args) -> T:
         # With the caller's context (api/auth.py's caller()), which run_in_executor does not pass on.
@@ -237,7 +242,9 @@ class Router:
             fence = self.backend.fence_if_leader(shard)
             if fence is not None:
                 try:
-                    return await local(fence)
+                    answer = await local(fence)
+                    sent_elsewhere(False)
+                    return answer
                 except (FencedOut, NotLeader) as e:
                     if forwarded:
                         raise not_leader_here(node_id, shard) from e
@@ -252,8 +259,10 @@ class Router:
                     why = "this node is taking the shard over"
                 else:
                     try:
-                        return await remote(self.stub(addr), max(deadline.remaining(), 0.001),
-                                            self.forward_metadata())
+                        answer = await remote(self.stub(addr), max(deadline.remaining(), 0.001),
+                                              self.forward_metadata())
+                        sent_elsewhere()  # the leader applied it, and audit-logs it
+                        return answer
                     except grpc.RpcError as e:
                         code = e.code()
                         if leader_moved(e):

@@ -37,6 +37,7 @@ from shardcron.api.routing import (
     is_forwarded,
 )
 from shardcron.api.auth import Authorize
+from shardcron.api.peers import Seal, cluster_seal, node_local_seal
 from shardcron.api.security import ChannelSecurity, ServerSecurity, server_credentials
 from shardcron.api.token_source import NodeTokens
 from shardcron.store.tokens import list_tokens
@@ -208,9 +209,16 @@ class ApiServer:
     def _on_loop(self, coro, timeout: float | None = None):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
+    def _seal(self) -> Seal:
+        """The cluster's forwarding seal, from etcd (created there by the first node); a node-local one for a
+        stand-in backend without etcd, which has no peer to forward to."""
+        etcd, layout = getattr(self.backend, "etcd", None), getattr(self.backend, "layout", None)
+        return cluster_seal(etcd, layout.forwarding_secret) if etcd is not None else node_local_seal()
+
     async def _build(self, advertise: str, forward: ChannelSecurity | None) -> int:
+        seal = self._seal()
         self.router = Router(self.backend, advertise, forward, pool=self.pool,
-                             options=channel_options(*self.keepalive_ms))
+                             options=channel_options(*self.keepalive_ms), seal=seal)
         self.service = SchedulerService(self.backend, self.router, self.stopping, self.limits)
         self.health = health.aio.HealthServicer()
         # Tokens are checked when the node has a token file; the store's tokens then add to the file's.
@@ -218,10 +226,12 @@ class ApiServer:
         if self.security.tokens is not None:
             engine = self.backend.engine
             self.tokens = NodeTokens(self.security.tokens, lambda: [s.token for s in list_tokens(engine)])
+            if getattr(self.backend, "etcd", None) is not None:
+                self.tokens.watch(self.backend.etcd, self.backend.layout.tokens)
         self.service.node_tokens = self.tokens  # the token RPCs: file tokens, and reload after a write
-        interceptors = [Authorize(self.tokens)] if self.tokens is not None else []
+        # Always: it checks a forwarded marker's seal; with tokens, it authorizes and audits too.
         self._server = grpc.aio.server(options=server_options(self.limits, *self.keepalive_ms),
-                                       interceptors=interceptors)
+                                       interceptors=[Authorize(self.tokens, seal)])
         self._server.add_generic_rpc_handlers((scheduler_handler(
             self.service, self.backend.node_id, self.slots, self.limits.max_request_bytes),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)

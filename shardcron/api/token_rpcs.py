@@ -1,8 +1,9 @@
 """The token RPCs (ListTokens, CreateToken, RevokeToken), mixed into ``SchedulerService``.
 
 Tokens are cluster-wide: the node that receives a call writes ``api_tokens``
-itself (no leader, no fence) and reloads its own book at once; the other nodes
-see the change within ``token_source.RELOAD_S``. The interceptor has already
+itself (no leader, no fence), reloads its own book at once and bumps etcd's
+``<prefix>/tokens``, so every other node reloads too, and ends a revoked token's
+streams (``token_source.NodeTokens.written``). The interceptor has already
 checked that the caller is an admin on ``*`` (``scopes.CALLS``: CLUSTER reach).
 
 A token's name is unique across the token file and the store; a file token
@@ -105,7 +106,7 @@ class TokenRpcs:
                 stored = token_store.create_token(self.backend.engine, token, created_by=by, now_ms=clock.wall_ms())
             except token_store.TokenExists as e:
                 raise CallFailed(grpc.StatusCode.ALREADY_EXISTS, str(e)) from None
-            tokens.reload()
+            tokens.written(token.name, clock.wall_ms())
             return stored
 
         stored = await self.router.blocking(write)
@@ -126,7 +127,7 @@ class TokenRpcs:
                 token_store.revoke_token(self.backend.engine, request.name)
             except token_store.TokenNotFound as e:
                 raise CallFailed(grpc.StatusCode.NOT_FOUND, str(e)) from None
-            tokens.reload()
+            tokens.written(request.name, clock.wall_ms())  # every node ends the token's streams
 
         await self.router.blocking(delete)
         return pb.RevokeTokenResponse()

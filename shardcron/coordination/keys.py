@@ -8,6 +8,10 @@
                                      each node watches it and reloads them
     <prefix>/namespaces              bumped by every namespace write (weights and quotas live in the
                                      store): each node watches it and reloads them
+    <prefix>/tokens                  bumped by every API token write (the tokens live in the store):
+                                     each node watches it, reloads them and ends a revoked token's streams
+    <prefix>/forwarding-secret       the cluster's secret, created once by the first node to start: a
+                                     forwarded call's marker is sealed with it (api/peers.py)
     <prefix>/shard/<k>/<lease hex>   a candidate for shard k, bound to the candidate's lease;
                                      the lowest create revision leads, and that revision is
                                      the shard's fencing token
@@ -45,6 +49,14 @@ class KeyLayout:
     @property
     def namespaces(self) -> str:
         return f"{self.prefix}/namespaces"
+
+    @property
+    def tokens(self) -> str:
+        return f"{self.prefix}/tokens"
+
+    @property
+    def forwarding_secret(self) -> str:
+        return f"{self.prefix}/forwarding-secret"
 
     @property
     def nodes(self) -> str:

@@ -55,6 +55,19 @@ def valid_name_reason(name: str) -> str | None:
             "letter or digit")
 
 
+def secret_from_authorization(value: str | None) -> str | None:
+    """The secret an ``authorization`` value names, without surrounding whitespace: ``Bearer <secret>``
+    (the scheme in any case) or the bare secret. None when it names none: empty, ``Bearer`` alone, another
+    scheme, or words a secret cannot hold (a secret has no whitespace). The API and the dashboard both read
+    tokens with it, so a token one accepts the other accepts too."""
+    words = (value or "").split()
+    if len(words) == 2 and words[0].lower() == "bearer":
+        return words[1]
+    if len(words) == 1 and words[0].lower() != "bearer":
+        return words[0]
+    return None
+
+
 def new_secret() -> str:
     return SECRET_PREFIX + secrets.token_urlsafe(32)
 
@@ -140,4 +153,4 @@ def _parse_line(fields: list[str], where: str) -> Token:
 
 
 __all__ = ["HASH_PREFIX", "SECRET_PREFIX", "TokenBook", "TokenFileError", "hash_secret", "new_secret",
-           "parse_token_file", "secret_matches", "token_line", "valid_name_reason"]
+           "parse_token_file", "secret_from_authorization", "secret_matches", "token_line", "valid_name_reason"]

@@ -14,12 +14,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from shardcron import Client
 from shardcron.api.client import LimitExceeded
-from shardcron.api.routing import FORWARDED_METADATA
 from shardcron.api.status import NODE_HEADER
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.model import TickStatus
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
+from tests.support.peers import cluster_seal_of
 
 pytestmark = pytest.mark.cluster
 
@@ -28,12 +28,13 @@ PER_PEER = 3
 MAX_REQUEST = 64 * 1024
 MAX_JOBS = 5
 TRIGGERS = "3/1m"
+PREFIX = f"/t{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture(scope="module")
 def node(etcd_server, tmp_path_factory):
     d = tmp_path_factory.mktemp("limits")
-    c = Cluster(etcd_server.endpoints, f"sqlite:///{d}/store.db", f"/t{uuid.uuid4().hex[:12]}", 2, 4, str(d))
+    c = Cluster(etcd_server.endpoints, f"sqlite:///{d}/store.db", PREFIX, 2, 4, str(d))
     n = c.add("limited", extra_args=[
         "--allow-shell", "--max-streams", str(MAX_STREAMS), "--max-streams-per-peer", str(PER_PEER),
         "--max-request-bytes", "64KiB", "--max-jobs-per-call", str(MAX_JOBS), "--trigger-rate", TRIGGERS])
@@ -72,7 +73,8 @@ def _opened(call) -> bool:
     return any(k == NODE_HEADER for k, _ in call.initial_metadata() or ())
 
 
-def test_streams_per_peer_then_per_node(node):
+def test_streams_per_peer_then_per_node(node, etcd_server):
+    forwarded = (cluster_seal_of(etcd_server.endpoints, PREFIX).marker(None),)  # what a member node sends
     opened = []
     try:
         with grpc.insecure_channel(node.address) as ch:
@@ -89,8 +91,8 @@ def test_streams_per_peer_then_per_node(node):
             assert "--max-streams-per-peer" in details and "127.0.0.1" in details
             # Streams that other nodes open on a caller's behalf count against the node only.
             for _ in range(MAX_STREAMS - PER_PEER):
-                assert _opened(watch(FORWARDED_METADATA))
-            details = _refused(lambda: next(watch(FORWARDED_METADATA)))
+                assert _opened(watch(forwarded))
+            details = _refused(lambda: next(watch(forwarded)))
             assert "--max-streams" in details and "--max-streams-per-peer" not in details
             _still_answers(node)
             # Closing streams gives their slots back (once the node has seen the cancels).

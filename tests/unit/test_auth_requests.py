@@ -10,7 +10,7 @@ import pytest
 from shardcron.api import auth
 from shardcron.api.auth import (NODE_TOKEN_HEADER, WRITE_CALLS, audit_line, check, identify,
                                 namespace_of_request)
-from shardcron.api.routing import FORWARDED_HEADER
+from shardcron.api.peers import FORWARDED_HEADER, Seal
 from shardcron.api.token_source import NodeTokens
 from shardcron.errors import InvalidJob
 from shardcron.tenancy.scopes import CALLS, Role, Token
@@ -163,32 +163,55 @@ def _md(*pairs):
     return tuple(pairs)
 
 
+SEAL = Seal(b"the cluster's forwarding secret")
+
+
 def test_identify_a_direct_call():
     tokens = _book()
-    token, secret = identify(tokens, _md(("authorization", "Bearer team-a-writer-secret")))
-    assert token.name == "team-a-writer" and secret == "team-a-writer-secret"
-    assert identify(tokens, _md(("authorization", "Bearer wrong"))) == (None, "wrong")
-    assert identify(tokens, ()) == (None, None)
+    token, secret, forwarded = identify(tokens, _md(("authorization", "Bearer team-a-writer-secret")), SEAL)
+    assert token.name == "team-a-writer" and secret == "team-a-writer-secret" and not forwarded
+    assert identify(tokens, _md(("authorization", "Bearer wrong")), SEAL) == (None, "wrong", False)
+    assert identify(tokens, (), SEAL) == (None, None, False)
+
+
+@pytest.mark.parametrize("value", ["Bearer team-a-writer-secret", "bearer team-a-writer-secret",
+                                   "BEARER\tteam-a-writer-secret", "team-a-writer-secret",
+                                   " team-a-writer-secret\n", "Bearer team-a-writer-secret\t", "\tbearer  team-a-writer-secret "])
+def test_the_api_reads_a_token_with_any_bearer_case_or_bare_and_strips_whitespace(value):
+    token, secret, _ = identify(_book(), _md(("authorization", value)), SEAL)
+    assert token is not None and token.name == "team-a-writer" and secret == "team-a-writer-secret"
 
 
 def test_a_forwarded_call_is_never_wider_than_its_caller_nor_its_node():
     tokens = _book()
-    fwd = (FORWARDED_HEADER, "1")
+
+    def fwd(secret):
+        return SEAL.marker(secret)
     # An admin caller through a read-only node: read.
-    token, _ = identify(tokens, _md(fwd, ("authorization", "Bearer ops-secret"),
-                                    (NODE_TOKEN_HEADER, "Bearer node-secret")))
-    assert token.name == "ops" and token.role is Role.READ
+    token, _, forwarded = identify(tokens, _md(fwd("ops-secret"), ("authorization", "Bearer ops-secret"),
+                                               (NODE_TOKEN_HEADER, "Bearer node-secret")), SEAL)
+    assert forwarded and token.name == "ops" and token.role is Role.READ
     assert check(token, "PutJob", pb.PutJobRequest(job=_job("team-a"))) is not None
     # A team caller through an admin node: the team's scope.
-    token, _ = identify(tokens, _md(fwd, ("authorization", "Bearer team-a-writer-secret"),
-                                    (NODE_TOKEN_HEADER, "Bearer ops-secret")))
+    token, _, _ = identify(tokens, _md(fwd("team-a-writer-secret"), ("authorization", "Bearer team-a-writer-secret"),
+                                       (NODE_TOKEN_HEADER, "Bearer ops-secret")), SEAL)
     assert token.role is Role.WRITE and token.namespaces == frozenset({"team-a"})
     # The node's token alone: no rights at all.
-    token, _ = identify(tokens, _md(fwd, (NODE_TOKEN_HEADER, "Bearer ops-secret")))
+    token, _, _ = identify(tokens, _md(fwd(None), (NODE_TOKEN_HEADER, "Bearer ops-secret")), SEAL)
     assert token is not None and not token.namespaces
     assert check(token, "GetJob", pb.GetJobRequest(id="j")) is not None
     # Neither known: unauthenticated.
-    assert identify(tokens, _md(fwd, ("authorization", "Bearer nope")))[0] is None
+    assert identify(tokens, _md(fwd("nope"), ("authorization", "Bearer nope")), SEAL)[0] is None
+
+
+@pytest.mark.parametrize("marker", ["1", "v1.", "v1." + "0" * 64, Seal(b"another cluster's secret!").seal("ops-secret"),
+                                    SEAL.seal("team-a-writer-secret")])  # the last: sealed for another caller
+def test_a_marker_without_this_clusters_seal_for_this_caller_is_ignored(marker):
+    """A client that sends the forwarded marker itself is a direct caller: its own token, unnarrowed by any
+    node token and not trusted as a peer (so it is routed, limited and audit-logged)."""
+    token, secret, forwarded = identify(_book(), _md((FORWARDED_HEADER, marker), ("authorization", "Bearer ops-secret"),
+                                                     (NODE_TOKEN_HEADER, "Bearer node-secret")), SEAL)
+    assert not forwarded and token.name == "ops" and token.role is Role.ADMIN and secret == "ops-secret"
 
 
 def test_may_see_without_a_caller_sees_everything():
