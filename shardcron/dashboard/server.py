@@ -71,7 +71,7 @@ class Dashboard:
             return client
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[guard.security_headers], client_max_size=64 * 1024)
+        app = web.Application(middlewares=[guard.security_headers], client_max_size=guard.MAX_BODY_BYTES)
         app.add_routes(self.pages.routes() + self.streams.routes())
         app.on_cleanup.append(lambda _app: self.streams.map_feed.close())
         app.router.add_static("/static/", str(resources.files("shardcron.dashboard") / "static"))

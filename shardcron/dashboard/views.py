@@ -19,6 +19,7 @@ from shardcron.dashboard.sessions import Session
 from shardcron.errors import ShardcronError
 from shardcron.jobspec import job_to_dict, parse_time_ms
 from shardcron.tenancy.keys import split_key
+from shardcron.tenancy.tokens import secret_from_authorization
 
 log = logging.getLogger(__name__)
 
@@ -81,8 +82,8 @@ class Pages:
 
     def checked_action(self, request: web.Request, form) -> Visitor:
         v = self.signed_in(request)
-        if not v.by_bearer and not (guard.same_origin(request) and guard.csrf_ok(request, v.session,
-                                                                                  form.get(guard.CSRF_FIELD))):
+        csrf = _field_or_400(form, guard.CSRF_FIELD)
+        if not v.by_bearer and not (guard.same_origin(request) and guard.csrf_ok(request, v.session, csrf)):
             raise web.HTTPForbidden(text="the request did not carry this session's CSRF token; reload the page")
         return v
 
@@ -118,10 +119,10 @@ class Pages:
 
     async def login(self, request):
         form = await request.post()
-        target = guard.local_path(form.get("next"))
+        target = guard.local_path(_field_or_400(form, "next"))
         if not guard.same_origin(request):
             raise web.HTTPForbidden(text="a login from another site is refused")
-        secret = (form.get("token") or "").strip()
+        secret = secret_from_authorization(_field_or_400(form, "token"))  # as the API reads it
         token = self.d.identify(secret) if secret else None
         if token is None:
             log.warning("dashboard: a login with an unknown token from %s was refused", request.remote)
@@ -211,8 +212,9 @@ class Pages:
         form = await request.post()
         v = self.checked_action(request, form)
         action = request.match_info["action"]
-        job_id, namespace = form.get("id", ""), form.get("namespace", "default")
+        job_id, namespace = "", "default"
         try:
+            job_id, namespace = guard.field(form, "id"), guard.field(form, "namespace", "default")
             if action in ("pause", "resume"):
                 await self.call(v, f"{action}_job", job_id, namespace=namespace, timeout_s=10)
                 message = f"{job_id} {'paused' if action == 'pause' else 'resumed'}."
@@ -221,8 +223,8 @@ class Pages:
                 message = f"{job_id} triggered: slot {present.utc(slot.scheduled_at_ms)}."
             elif action == "backfill":
                 backfill = await self.call(
-                    v, "backfill_job", job_id, parse_time_ms(form.get("from", ""), field="from"),
-                    parse_time_ms(form.get("to", ""), field="to"), rate_per_s=_rate(form.get("rate", "")),
+                    v, "backfill_job", job_id, parse_time_ms(guard.field(form, "from"), field="from"),
+                    parse_time_ms(guard.field(form, "to"), field="to"), rate_per_s=_rate(guard.field(form, "rate")),
                     namespace=namespace, timeout_s=10)
                 message = f"backfill {backfill.id} started: {backfill.planned} slots."
             else:
@@ -251,6 +253,14 @@ class Pages:
     async def health_json(self, request):
         self.signed_in(request)
         return web.json_response(self.d.history.series())
+
+
+def _field_or_400(values, name: str) -> str:
+    """``guard.field``, or a 400 answer naming the field."""
+    try:
+        return guard.field(values, name)
+    except guard.FieldTooLong as e:
+        raise web.HTTPBadRequest(text=str(e)) from None
 
 
 def _labels(text: str) -> dict[str, str] | None:

@@ -99,8 +99,25 @@ def test_sessions_expire_when_idle_and_the_oldest_go_first():
 
 
 @pytest.mark.parametrize("target, expected", [
-    ("/jobs?q=a", "/jobs?q=a"), (None, "/cluster"), ("", "/cluster"), ("https://evil.example/", "/cluster"),
-    ("//evil.example/x", "/cluster"), ("/\\evil.example", "/cluster"), ("jobs", "/cluster"),
+    # paths of this site go through as they are
+    ("/jobs?q=a", "/jobs?q=a"), ("/cluster", "/cluster"), ("/job?id=a%2Fb&namespace=team-a", "/job?id=a%2Fb&namespace=team-a"),
+    ("/jobs?q=%C3%A9t%C3%A9", "/jobs?q=%C3%A9t%C3%A9"),
+    # nothing, or not a path
+    (None, "/"), ("", "/"), ("jobs", "/"), ("evil.example/x", "/"),
+    # another host or scheme
+    ("https://evil.example/", "/"), ("http://evil.example/", "/"), ("javascript:alert(1)", "/"),
+    ("//evil.example/x", "/"), ("///evil.example/x", "/"), ("/\\evil.example", "/"), ("\\\\evil.example", "/"),
+    ("/x\\..\\evil", "/"),
+    # browsers drop tabs and newlines: /<tab>/x is //x (the finding: /login?next=/%09/evil.example/phish)
+    ("/\t/evil.example/phish", "/"), ("/%09/evil.example/phish", "/"), ("\t//evil.example", "/"),
+    ("/\n/evil.example", "/"), ("/%0a/evil.example", "/"), ("/%0D%0A/evil.example", "/"), (" //evil.example", "/"),
+    # control and format characters (NUL, DEL, bidi overrides, zero-width space)
+    ("/jobs\x00", "/"), ("/jobs\x7f", "/"), ("/jobs\u202e", "/"), ("/jobs\u200b", "/"), ("/%E2%80%AEjobs", "/"),
+    # encoded slashes and backslashes, once or twice
+    ("/%2Fevil.example", "/"), ("/%2fevil.example", "/"), ("/%5Cevil.example", "/"), ("/%252Fevil.example", "/"),
+    ("%2F%2Fevil.example", "/"), ("/%25252525252F", "/"),
+    # over the field's limit
+    ("/" + "a" * 5000, "/"),
 ])
 def test_after_login_only_a_path_of_this_site(target, expected):
     assert local_path(target) == expected

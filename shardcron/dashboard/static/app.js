@@ -78,6 +78,7 @@
     });
     events.addEventListener("watch-error", function (e) {
       el.dataset.error = JSON.parse(e.data).watch_error;
+      events.close();  // the server has ended this watch (refused, or its token revoked): no reconnecting
     });
     window.addEventListener("resize", function () { chart.setSize({width: width(el), height: 220}); });
   }
