@@ -2,7 +2,12 @@
 
 Refused unless the node's ``--allow-python`` prefixes cover the module, on
 dotted boundaries (``myapp`` covers ``myapp`` and ``myapp.tasks``, not
-``myappx``): calling a function is running code, like a shell job.
+``myappx``): calling a function is running code, like a shell job. Right
+before the call the target is resolved again by ``python_target.py``: it must
+be a function or a class's method *defined* under a prefix, reached through
+classes only, so ``myapp:os.system`` is refused even though ``myapp`` imports
+``os``. Admission checks the same (``check_target``); a job row that skipped
+it still fails here, naming the rule.
 
 The function is called as ``fn(ctx, *args, **kwargs)`` with a ``CallContext``,
 in a thread of its own, while the tick's worker thread waits for it, for the
@@ -35,7 +40,6 @@ the scheduler's store writes of connections.
 
 from __future__ import annotations
 
-import importlib
 import json
 import logging
 import threading
@@ -52,6 +56,7 @@ from sqlalchemy.orm import Session
 from shardcron.dispatch_spec import python_module_allowed
 from shardcron.errors import FencedOut, ShardcronError
 from shardcron.executors.base import CANCEL_POLL_S, now_ms, truncate_output
+from shardcron.executors.python_target import TargetRefused, one_line, resolve_target
 from shardcron.model import ExecutionResult, ExecutorSpec, PythonSpec, SlotRef, TickContext
 from shardcron.store.effects import TickNotOwned, record_success_in
 from shardcron.store.engine import make_engine
@@ -66,7 +71,6 @@ CANCEL_GRACE_S = 2.0
 COMMIT_WAIT_S = 30.0
 # Added to the job's timeout for PostgreSQL's idle_in_transaction_session_timeout (see _open_transaction).
 _IDLE_MARGIN_MS = 10_000
-_MAX_ERROR_CHARS = 1000
 THREAD_NAME = "shardcron-python"
 
 
@@ -124,7 +128,7 @@ class PythonExecutor:
             return failed(refused)
         if cancel.is_set():
             return failed(f"cancelled: before {p.target} was called")
-        call = _Call(p, ctx, self._session_engine if p.session else None, timeout_s, started)
+        call = _Call(p, ctx, self._session_engine if p.session else None, timeout_s, started, self._allow)
         try:
             threading.Thread(target=call.perform, name=f"{THREAD_NAME}-{ctx.job_id}", daemon=True).start()
         except RuntimeError as e:  # out of threads
@@ -171,8 +175,9 @@ class _Call:
     """
 
     def __init__(self, spec: PythonSpec, ctx: TickContext, engine: Callable[[], Engine] | None, timeout_s: float,
-                 started: int):
+                 started: int, allow: tuple[str, ...]):
         self.spec = spec
+        self.allow = allow  # --allow-python: the target is resolved under it right before the call
         self.tick = ctx
         self.engine = engine  # gives the engine sessions are opened on; None: no session
         self.timeout_s = timeout_s
@@ -215,16 +220,16 @@ class _Call:
 
     def perform(self) -> None:
         try:
-            fn = _resolve(self.spec.target)
-            if isinstance(fn, str):
-                self._fail(fn)
-            elif self.engine is None:
+            fn = resolve_target(self.spec.target, self.allow)
+            if self.engine is None:
                 self._call_plain(fn)
             else:
                 self._call_in_session(fn)
+        except TargetRefused as e:
+            self._fail(str(e))
         except Exception as e:  # noqa: BLE001 - a bug here must still end the call with a result
             log.warning("python job %s: unexpected error around the call", self.tick.job_id, exc_info=True)
-            self._fail(f"{type(e).__name__}: {_one_line(e)}")
+            self._fail(f"{type(e).__name__}: {one_line(e)}")
         finally:
             self.done.set()
 
@@ -300,7 +305,7 @@ class _Call:
             self._fail(f"{e}: the writes of {self.spec.target} were rolled back")
             return
         except sa_exc.SQLAlchemyError as e:
-            self._log(logging.WARNING, "committing %s's writes failed: %s", self.spec.target, _one_line(e))
+            self._log(logging.WARNING, "committing %s's writes failed: %s", self.spec.target, one_line(e))
             self._fail(f"committing the writes of {self.spec.target} failed (rolled back unless the tick's record "
                        f"says succeeded): {_db_reason(e)}")
             return
@@ -316,7 +321,7 @@ class _Call:
         except Exception as e:  # noqa: BLE001 - every failure of the job is a result
             if self._abandoned is None:
                 self._log(logging.WARNING, "%s raised %s", self.spec.target, type(e).__name__, exc_info=True)
-            return None, f"{type(e).__name__}: {_one_line(e)}"
+            return None, f"{type(e).__name__}: {one_line(e)}"
 
     def _claim(self) -> bool:
         """Mark the call finishing, unless it was abandoned (then it must not commit nor report)."""
@@ -346,25 +351,6 @@ class _Call:
                 t.fence, *args, exc_info=exc_info, extra={"job": t.job_id, "shard": t.shard, "fence": t.fence})
 
 
-def _resolve(target: str):
-    """The callable named by ``package.module:attr.path``, or a one-line reason why not (a str)."""
-    module_name, colon, path = target.partition(":")
-    if not colon or not module_name or not path:
-        return f"invalid target {target!r}: expected package.module:function"
-    try:
-        obj = importlib.import_module(module_name)
-    except Exception as e:  # noqa: BLE001 - an import runs arbitrary code: any failure is the job's
-        return f"cannot import {module_name}: {type(e).__name__}: {_one_line(e)}"
-    for name in path.split("."):
-        try:
-            obj = getattr(obj, name)
-        except AttributeError:
-            return f"{module_name} has no attribute {path!r}"
-    if not callable(obj):
-        return f"{target} is not callable ({type(obj).__name__})"
-    return obj
-
-
 def _output(value: Any) -> str:
     if value is None:
         return ""
@@ -381,9 +367,4 @@ def _output(value: Any) -> str:
 
 def _db_reason(e: sa_exc.SQLAlchemyError) -> str:
     orig = getattr(e, "orig", None) or e
-    return f"{type(orig).__name__}: {_one_line(orig)}"
-
-
-def _one_line(e: BaseException) -> str:
-    text = " ".join(str(e).split()) or type(e).__name__
-    return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 1] + "…"
+    return f"{type(orig).__name__}: {one_line(orig)}"

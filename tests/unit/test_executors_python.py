@@ -65,10 +65,11 @@ def test_no_allow_python_says_so():
 @pytest.mark.parametrize(("target", "error"), [
     ("tests.support.pyjobs", "invalid target 'tests.support.pyjobs': expected package.module:function"),
     ("tests.support.pyjobs:", "invalid target 'tests.support.pyjobs:': expected package.module:function"),
-    ("tests.support.nosuch:fn", "cannot import tests.support.nosuch: ModuleNotFoundError: "
-                                "No module named 'tests.support.nosuch'"),
-    ("tests.support.pyjobs:nosuch", "tests.support.pyjobs has no attribute 'nosuch'"),
-    ("tests.support.pyjobs:echo.nosuch", "tests.support.pyjobs has no attribute 'echo.nosuch'"),
+    ("tests.support.nosuch:fn", "cannot import tests.support.nosuch for tests.support.nosuch:fn: "
+                                "ModuleNotFoundError: No module named 'tests.support.nosuch'"),
+    ("tests.support.pyjobs:nosuch", "tests.support.pyjobs:nosuch: tests.support.pyjobs has no attribute 'nosuch'"),
+    ("tests.support.pyjobs:echo.nosuch", "tests.support.pyjobs:echo.nosuch is refused: 'echo' is a function, not a "
+                                         "class: after the colon a target walks through classes only"),
     ("tests.support.pyjobs:NOT_CALLABLE", "tests.support.pyjobs:NOT_CALLABLE is not callable (int)"),
 ])
 def test_bad_targets_fail_clearly(target, error):
