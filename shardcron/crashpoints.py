@@ -1,4 +1,5 @@
-"""Crash points for the fault tests: a node kills itself with SIGKILL at a named point.
+"""Crash points for the fault tests: a node kills itself with SIGKILL at a named point, or one of its
+workers fails (``fail_worker``). Test-only, every one of them: never set these variables in production.
 
 ``SHARDCRON_TEST_CRASH_AFTER_DISPATCH=<job id>`` makes a node die the first
 time an attempt of that job has been handed to its executor and succeeded
@@ -14,6 +15,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 
 _CRASH_AFTER_DISPATCH = os.environ.get("SHARDCRON_TEST_CRASH_AFTER_DISPATCH") or None
 
@@ -37,3 +39,44 @@ def notify(point: str, job_id: str) -> None:
         return
     print(f"crash point: notify {point} of {job_id}: SIGKILL", file=sys.stderr, flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+# ``SHARDCRON_TEST_FAIL_THREAD=<worker name>``: the node's long-lived worker of that name (a thread's name, as
+# ``claimer``, ``n1-keepalive`` or ``shardcron-loop``; a task's, as ``marks-commit``) raises a RuntimeError at
+# the top of its loop, as a bug would, to show that the node then stops loudly (``lifeline.py``). With
+# ``SHARDCRON_TEST_FAIL_WHEN=<path>`` it does so only once that file exists, so a test lets the node lead
+# shards first. An event loop's thread ends instead (its loop stops: ``fail_loop``), since nothing raised
+# inside a loop's callback reaches its thread.
+_FAIL_WORKER = os.environ.get("SHARDCRON_TEST_FAIL_THREAD") or None
+_FAIL_WHEN = os.environ.get("SHARDCRON_TEST_FAIL_WHEN") or None
+
+
+class InjectedFailure(RuntimeError):
+    """The failure ``SHARDCRON_TEST_FAIL_THREAD`` asks for."""
+
+
+def fail_worker(name: str | None = None) -> None:
+    """At the top of a long-lived worker's loop; ``name`` defaults to the current thread's."""
+    if _FAIL_WORKER is None:
+        return
+    if _fail_armed(name or threading.current_thread().name):
+        raise InjectedFailure(f"injected failure of worker {_FAIL_WORKER!r} (SHARDCRON_TEST_FAIL_THREAD)")
+
+
+def fail_loop(loop) -> None:
+    """In an event loop's thread, before it runs the loop: stops that loop once its failure is armed."""
+    if _FAIL_WORKER is None or threading.current_thread().name != _FAIL_WORKER:
+        return
+
+    def check() -> None:
+        if _fail_armed(_FAIL_WORKER):
+            print(f"crash point: the event loop of {_FAIL_WORKER!r} is stopped", file=sys.stderr, flush=True)
+            loop.stop()
+        else:
+            loop.call_later(0.1, check)
+
+    loop.call_soon(check)
+
+
+def _fail_armed(name: str) -> bool:
+    return name == _FAIL_WORKER and (_FAIL_WHEN is None or os.path.exists(_FAIL_WHEN))
