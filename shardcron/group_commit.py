@@ -33,16 +33,23 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import Generic, TypeVar
 
+from shardcron import crashpoints
+from shardcron.lifeline import UNWATCHED, Lifeline
+
 T = TypeVar("T")
 R = TypeVar("R")
 
 
 class GroupCommit(Generic[T, R]):
-    """``pool`` runs the batches (the loop's default executor if None)."""
+    """``pool`` runs the batches (the loop's default executor if None). ``name`` names the committer task,
+    which reports through ``lifeline`` if it dies (it ends, as it should, whenever the queue is empty)."""
 
     def __init__(self, write_batch: Callable[[list[T]], Sequence[R | BaseException]], *, max_batch: int = 256,
-                 linger_s: float = 0.0, pool: Executor | None = None):
+                 linger_s: float = 0.0, pool: Executor | None = None, name: str = "group-commit",
+                 lifeline: Lifeline = UNWATCHED):
         self._write_batch = write_batch
+        self._name = name
+        self._lifeline = lifeline
         self._max_batch = max_batch
         self._linger_s = linger_s
         self._pool = pool
@@ -67,7 +74,7 @@ class GroupCommit(Generic[T, R]):
         answer = loop.create_future()
         self._queue.append((item, answer))
         if self._committer is None:
-            self._committer = loop.create_task(self._commit_queued())
+            self._committer = self._lifeline.task(loop, self._commit_queued(), self._name, may_end=True)
         elif self._full is not None and len(self._queue) >= self._max_batch and not self._full.done():
             self._full.set_result(None)
         return await answer
@@ -77,6 +84,7 @@ class GroupCommit(Generic[T, R]):
         batch: list[tuple[T, asyncio.Future]] = []
         try:
             while self._queue:
+                crashpoints.fail_worker(self._name)
                 if self._linger_s > 0 and (self._together or len(self._queue) > 1):
                     await self._linger(loop)
                 batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch:]

@@ -19,6 +19,7 @@ from shardcron.coordination.namespace_watch import NamespaceWatch
 from shardcron.dashboard import require_extra as require_dashboard_extra
 from shardcron.jobfile import JobFileError, load_file_calendars, load_job_file
 from shardcron.jobspec import check_admissible
+from shardcron.lifeline import EXIT_WORKER_DIED, Lifeline
 from shardcron.scheduling.calendar_book import CalendarBook
 from shardcron.scheduling import gc_pacing
 from shardcron.scheduling.realtime import check_realtime_allowed
@@ -46,6 +47,7 @@ class NodeBackend:
         self.allow_python = node.cfg.allow_python
         self.engine = node.engine
         self.joined = node.coordinator.joined
+        self.lifeline = node.lifeline  # the API's and the dashboard's long-lived threads and tasks report through it
         self.etcd = node.etcd  # the API's forwarding seal and token watch live under the cluster's prefix
         self.layout = node.layout
         # Replaced, never changed in place: the recorder reads it for every batch without the lock.
@@ -150,6 +152,9 @@ class Node:
         self.cfg = cfg
         self.layout = KeyLayout(cfg.prefix)
         self.stopping = threading.Event()
+        # Every long-lived thread and task is spawned through it: the first to die stops the node (worker_died).
+        self.lifeline = Lifeline(self.worker_died, stopping=self.stopping)
+        self.died: str | None = None  # the worker whose death stops this node
         self.engine = None
         self.etcd: Etcd | None = None
         self.scheduler: Scheduler | None = None
@@ -202,17 +207,17 @@ class Node:
             executor_slots=cfg.executor_slots, fair_queuing=cfg.fair_queuing,
             realtime_dispatcher=cfg.dispatcher_priority == "realtime", start_lead_max_ms=cfg.start_lead_max_ms,
             on_fenced=lambda shard, fence: self.coordinator.report_fenced(shard, fence), imports=imports,
-            calendars=calendars,
+            calendars=calendars, lifeline=self.lifeline,
         )
         self.calendar_watch = CalendarWatch(self.etcd, self.layout, self.engine, calendars,
-                                            self.scheduler.calendars_changed)
+                                            self.scheduler.calendars_changed, lifeline=self.lifeline)
         if file_calendars:
             written = import_calendars(self.engine, file_calendars, node_id=cfg.node_id, now_ms=clock.wall_ms())
             if written:
                 self.calendar_watch.bump(",".join(written), clock.wall_ms())
         self.calendar_watch.load_now()  # before any shard is led: its first claims follow the calendars
         self.namespace_watch = NamespaceWatch(self.etcd, self.layout, self.engine,
-                                              self.scheduler.set_namespace_settings)
+                                              self.scheduler.set_namespace_settings, lifeline=self.lifeline)
         self.namespace_watch.load_now()  # likewise: its first starts follow the namespaces' weights and quotas
         settings = CoordinatorSettings(
             node_id=cfg.node_id, address=cfg.advertise, shard_count=shard_count, ttl_s=cfg.ttl,
@@ -220,7 +225,7 @@ class Node:
             fence_offset=self.epoch.offset,
         )
         self.coordinator = Coordinator(self.etcd, self.layout, settings, self.scheduler,
-                                       verify_etcd=self._check_etcd_identity)
+                                       verify_etcd=self._check_etcd_identity, lifeline=self.lifeline)
         self.shard_count = shard_count
         self.backend = NodeBackend(self)
         self.api = _start_api(self)
@@ -233,9 +238,10 @@ class Node:
         self.calendar_watch.start()
         self.namespace_watch.start()
         self.notifier = Notifier(self.scheduler, defaults=cfg.notify_defaults or NO_DEFAULTS,
-                                 default_rate=cfg.notify_rate)
+                                 default_rate=cfg.notify_rate, lifeline=self.lifeline)
         self.notifier.start()
-        self._coord_thread = threading.Thread(target=self.coordinator.run, name="coordinator", daemon=True)
+        # Its return is the node's to handle (wait() sees ``stopped``); only a raise is a death.
+        self._coord_thread = self.lifeline.thread(self.coordinator.run, "coordinator", may_end=True)
         self._coord_thread.start()
         log.info("node %s started: %d shards, ttl %ss, etcd %s", cfg.node_id, shard_count, cfg.ttl, cfg.etcd)
 
@@ -252,6 +258,16 @@ class Node:
             )
         return epoch
 
+    def worker_died(self, name: str, error: BaseException | None) -> None:
+        """The lifeline's report of the first worker to die (on the dying thread): the node stops at once
+        (``wait`` wakes and does it)."""
+        self.died = name
+        what = f"died: {error!r}" if error is not None else "ended unexpectedly"
+        log.error("worker %r %s; the node stops now: its shards are handed over at once, its lease revoked, and it "
+                  "exits with code %d for its supervisor to restart it", name, what, EXIT_WORKER_DIED,
+                  exc_info=error)
+        self.stopping.set()
+
     def request_stop(self, *_args) -> None:
         if not self.stopping.is_set():
             log.info("stop requested: handing shards over (grace %.1fs)", self.cfg.shutdown_grace)
@@ -264,12 +280,21 @@ class Node:
         while not self.stopping.wait(0.5):
             if self.coordinator and self.coordinator.stopped.is_set():
                 break
-        if self.coordinator:
+        if self.coordinator and self.died is not None:
+            # Shards resign without a grace (nothing waits for the dead worker's part), then the lease is
+            # revoked. If the coordinator is what died (its own exit revoked it then) or hangs, from here.
+            self.coordinator.request_stop(grace_s=0.0)
+            if not self.coordinator.stopped.wait(self.cfg.ttl):
+                log.warning("the coordinator has not handed the shards over within %ss; revoking the lease",
+                            self.cfg.ttl)
+                self.coordinator.revoke_lease()
+        elif self.coordinator:
             # Shards resign (bounded by the grace), then the lease is revoked.
             self.coordinator.stopped.wait(self.cfg.shutdown_grace + self.cfg.ttl + 5)
         self.close()
 
     def close(self) -> None:
+        self.stopping.set()  # what ends from here on ends on purpose (lifeline.py)
         if self.dashboard:
             self.dashboard.stop()
         if self.api:
@@ -346,8 +371,8 @@ def run_node(cfg: NodeConfig) -> int:
     gc.set_threshold(*gc_pacing.HARD)
     node.wait()
     if node.coordinator and node.coordinator.fatal:
-        raise ConfigError(node.coordinator.fatal)
-    return 1 if node.coordinator and node.coordinator.crashed else 0
+        raise ConfigError(node.coordinator.fatal)  # exit code 1, as any configuration error
+    return EXIT_WORKER_DIED if node.died is not None else 0
 
 
 def _dialect(db_url: str) -> str | None:

@@ -15,6 +15,7 @@ from shardcron import metrics
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.store_watch import RELOAD_S, StoreWatch
+from shardcron.lifeline import UNWATCHED, Lifeline
 from shardcron.scheduling.calendar_book import CalendarBook
 from shardcron.store import calendars as calendar_store
 
@@ -23,8 +24,8 @@ log = logging.getLogger(__name__)
 
 class CalendarWatch(StoreWatch):
     def __init__(self, etcd: Etcd, layout: KeyLayout, engine: Engine, book: CalendarBook,
-                 on_change: Callable[[set[str]], None], reload_s: float = RELOAD_S):
-        super().__init__(etcd, layout.calendars, "calendars", reload_s=reload_s)
+                 on_change: Callable[[set[str]], None], reload_s: float = RELOAD_S, lifeline: Lifeline = UNWATCHED):
+        super().__init__(etcd, layout.calendars, "calendars", reload_s=reload_s, lifeline=lifeline)
         self._engine = engine
         self._book = book
         self._on_change = on_change

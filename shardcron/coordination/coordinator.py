@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shardcron import clock, metrics
+from shardcron import clock, crashpoints, metrics
 from shardcron.abc import ShardWork
 from shardcron.coordination import membership
 from shardcron.coordination.etcd import Etcd
@@ -40,6 +40,7 @@ from shardcron.coordination.shard_actions import ShardActions
 from shardcron.coordination.shard_table import ShardTable
 from shardcron.coordination.view import ClusterView
 from shardcron.errors import ConfigError, EtcdUnavailable, SessionLost
+from shardcron.lifeline import UNWATCHED, Lifeline
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +61,9 @@ class CoordinatorSettings:
 
 class Coordinator:
     def __init__(self, etcd: Etcd, layout: KeyLayout, settings: CoordinatorSettings, work: ShardWork,
-                 verify_etcd: Callable[[], None] = lambda: None):
+                 verify_etcd: Callable[[], None] = lambda: None, lifeline: Lifeline = UNWATCHED):
         self.etcd = etcd
+        self._lifeline = lifeline  # each session's keep-alive thread reports its death through it
         self.layout = layout
         self.s = settings
         self.work = work
@@ -72,7 +74,6 @@ class Coordinator:
         self.session: Session | None = None
         self.joined = threading.Event()  # set once registered and watching; cleared on session loss
         self.stopped = threading.Event()  # set when run() has returned
-        self.crashed = False
         self.fatal: str | None = None
         self._events: queue.Queue = queue.Queue()
         self._stopping = False
@@ -85,8 +86,17 @@ class Coordinator:
 
     # -- public -----------------------------------------------------------------
 
-    def request_stop(self) -> None:
-        self._events.put(Stop())
+    def request_stop(self, grace_s: float | None = None) -> None:
+        """Hand every shard over (each waiting at most ``grace_s`` for its running ticks; None: the
+        configured grace), leave, and revoke the lease."""
+        self._events.put(Stop(grace_s))
+
+    def revoke_lease(self) -> None:
+        """From another thread, when this one is gone or stuck: revoke the lease, so that every key of this
+        node (its shards' leader keys too) goes at once. A no-op once the session is closed or lost."""
+        session = self.session
+        if session is not None and not session.done.is_set():
+            session.close()
 
     def report_fenced(self, shard: int, fence: int) -> None:
         """Called by the scheduling side when a write under ``fence`` was rejected."""
@@ -101,7 +111,11 @@ class Coordinator:
         return self.table.leader_fence(shard)
 
     def run(self) -> None:
-        """Until stopped: open a session, join, keep shards; after a session loss, start over."""
+        """Until stopped: open a session, join, keep shards; after a session loss, start over.
+
+        Any other exception (a bug) leaves it, through the node's lifeline, after the shards are let go
+        and the lease revoked: its keys go at once, and standbys take the shards without waiting for
+        the TTL."""
         backoff = 0.5
         try:
             while not self._stopping:
@@ -111,28 +125,22 @@ class Coordinator:
                     self._serve()
                 except (EtcdUnavailable, SessionLost) as e:
                     log.warning("coordination interrupted: %s; retrying in %.1fs", e, backoff)
-                    self._drop_session(str(e))
+                    self._drop_session(str(e), revoke=False)  # etcd is away, or the lease is gone already
                     if self._wait_stop(backoff):
                         break
                     backoff = min(backoff * 2, 5.0)
         except ConfigError as e:
             log.error("refusing to lead any shard: %s", e)
-            self.crashed = True
             self.fatal = str(e)
-        except Exception:
-            # A bug, not a fault we can ride out: stop leading everything and let the
-            # node exit non-zero so a supervisor restarts it clean.
-            log.exception("coordinator crashed; the node stops")
-            self.crashed = True
         finally:
-            self._drop_session("node stopping")
+            self._drop_session("node stopping", revoke=True)
             self.stopped.set()
 
     # -- session ------------------------------------------------------------------
 
     def _open_session(self) -> None:
         self._verify_etcd()
-        session = Session(self.etcd, self.s.ttl_s, name=self.s.node_id)
+        session = Session(self.etcd, self.s.ttl_s, name=self.s.node_id, lifeline=self._lifeline)
         self.session = session
         for slot in self.table.slots.values():
             slot.stop = threading.Event()
@@ -163,7 +171,8 @@ class Coordinator:
         metrics.session_alive.set(0)
         self._events.put(SessionLostEvent(reason))
 
-    def _drop_session(self, reason: str) -> None:
+    def _drop_session(self, reason: str, revoke: bool = False) -> None:
+        """Let every shard go and end the session: revoked (its keys go at once) or orphaned (they expire)."""
         self.joined.clear()
         if self._cancel_watch:
             self._cancel_watch()
@@ -180,7 +189,7 @@ class Coordinator:
         metrics.session_alive.set(0)
         if self.session:
             session, self.session = self.session, None
-            if self._stopping and not session.done.is_set():
+            if revoke and not session.done.is_set():
                 session.close()
             else:
                 session.orphan()
@@ -203,6 +212,7 @@ class Coordinator:
     def _serve(self) -> None:
         self._reconcile()
         while True:
+            crashpoints.fail_worker()
             timeout = self._next_wakeup()
             try:
                 ev = self._events.get(timeout=timeout)
@@ -237,6 +247,8 @@ class Coordinator:
             if not self._stopping:
                 log.info("stopping: handing every shard over")
             self._stopping = True
+            if ev.grace_s is not None:
+                self.s.resign_grace_s = min(self.s.resign_grace_s, ev.grace_s)
         elif isinstance(ev, WatchBroken):
             log.warning("watch on %s broke (%s); re-reading", self.layout.root, ev.reason)
             self._try_resync()

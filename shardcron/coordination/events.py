@@ -14,7 +14,10 @@ from shardcron.coordination.etcd import WatchEvent
 
 @dataclass(frozen=True)
 class Stop:
-    """The node is stopping: hand every shard over, then leave."""
+    """The node is stopping: hand every shard over, then leave. ``grace_s``: how long a resigning shard
+    waits for its running ticks (None: the configured grace; 0 when a worker died and nothing may wait)."""
+
+    grace_s: float | None = None
 
 
 @dataclass(frozen=True)

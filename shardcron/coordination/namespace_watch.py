@@ -17,6 +17,7 @@ from shardcron import metrics
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.store_watch import RELOAD_S, StoreWatch
+from shardcron.lifeline import UNWATCHED, Lifeline
 from shardcron.store.namespaces import namespace_settings
 from shardcron.tenancy.settings import NamespaceSettings
 
@@ -27,8 +28,8 @@ Settings = dict[str, NamespaceSettings]
 
 class NamespaceWatch(StoreWatch):
     def __init__(self, etcd: Etcd, layout: KeyLayout, engine: Engine, apply: Callable[[Settings], None],
-                 reload_s: float = RELOAD_S):
-        super().__init__(etcd, layout.namespaces, "namespaces", reload_s=reload_s)
+                 reload_s: float = RELOAD_S, lifeline: Lifeline = UNWATCHED):
+        super().__init__(etcd, layout.namespaces, "namespaces", reload_s=reload_s, lifeline=lifeline)
         self._engine = engine
         self._apply = apply
         self._current: Settings | None = None

@@ -22,9 +22,10 @@ import logging
 import threading
 from collections.abc import Callable
 
-from shardcron import clock
+from shardcron import clock, crashpoints
 from shardcron.coordination.etcd import Etcd
 from shardcron.errors import EtcdUnavailable
+from shardcron.lifeline import UNWATCHED, Lifeline
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ RETRY_AFTER_FAILURE_S = 0.1
 
 
 class Session:
-    def __init__(self, etcd: Etcd, ttl_s: int, *, name: str = "session"):
+    def __init__(self, etcd: Etcd, ttl_s: int, *, name: str = "session", lifeline: Lifeline = UNWATCHED):
         self._etcd = etcd
         self._name = name
         sent = clock.monotonic()
@@ -51,7 +52,8 @@ class Session:
         self.lost_reason: str | None = None
         self._closed = False
         self._callbacks: list[Callable[[str], None]] = []
-        self._thread = threading.Thread(target=self._keepalive, name=f"{name}-keepalive", daemon=True)
+        # It ends when the lease is lost or closed (may_end), which the coordinator handles; only a raise is a death.
+        self._thread = lifeline.thread(self._keepalive, f"{name}-keepalive", may_end=True)
         self._thread.start()
         log.info("session started lease=%x ttl=%ss", self.lease_id, self.ttl_s)
 
@@ -119,6 +121,7 @@ class Session:
         interval = self.ttl_s / 3.0
         next_renewal = self._last_confirmed + interval
         while True:
+            crashpoints.fail_worker()
             with self._cond:
                 while not self._closed:
                     now = clock.monotonic()

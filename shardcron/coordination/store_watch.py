@@ -19,8 +19,10 @@ import logging
 import threading
 from collections.abc import Callable
 
+from shardcron import crashpoints
 from shardcron.coordination.etcd import Etcd
 from shardcron.errors import ShardcronError
+from shardcron.lifeline import UNWATCHED, Lifeline
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +33,7 @@ class StoreWatch:
     """``what`` names the settings in log lines and the thread. A subclass reads and applies them in
     ``reload(cause)``; cause is ``start``, ``watch`` (a bump, or a broken watch) or ``periodic``."""
 
-    def __init__(self, etcd: Etcd, key: str, what: str, reload_s: float = RELOAD_S):
+    def __init__(self, etcd: Etcd, key: str, what: str, reload_s: float = RELOAD_S, lifeline: Lifeline = UNWATCHED):
         self._etcd = etcd
         self._key = key
         self._what = what
@@ -40,7 +42,7 @@ class StoreWatch:
         self._stop = threading.Event()
         self._cause = "start"
         self._cancel: Callable[[], None] | None = None
-        self._thread = threading.Thread(target=self._run, name=what, daemon=True)
+        self._thread = lifeline.thread(self._run, what)
 
     def start(self) -> None:
         self._thread.start()
@@ -64,6 +66,7 @@ class StoreWatch:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            crashpoints.fail_worker()
             if self._cancel is None:
                 self._watch()
             self._reload()

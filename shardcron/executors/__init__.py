@@ -25,6 +25,7 @@ from shardcron.executors.describe import describe
 from shardcron.executors.extras import require_extra
 from shardcron.executors.noop import NoopExecutor
 from shardcron.executors.shell import ShellExecutor
+from shardcron.lifeline import UNWATCHED, Lifeline
 from shardcron.model import ExecutionResult, ExecutorKind, ExecutorSpec, TickContext
 
 _SHARED: dict[ExecutorKind, Executor] = {
@@ -67,13 +68,13 @@ class Executors:
     smaller pool would queue the gate's starts again, first come, below the fair queue."""
 
     def __init__(self, *, engine=None, allow_shell: bool = False, allow_python: tuple[str, ...] = (),
-                 workers: int = 64, http_pool: int | None = None):
+                 workers: int = 64, http_pool: int | None = None, lifeline: Lifeline = UNWATCHED):
         self.engine = engine
         self.http_pool = http_pool
         self.allow_shell = allow_shell
         self.allow_python = tuple(allow_python)
         self.connections = Connections()
-        self.loop = LoopThread()
+        self.loop = LoopThread(lifeline=lifeline)
         self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tick")
         self._lock = threading.Lock()
         self._made: dict[ExecutorKind, Executor] = {}

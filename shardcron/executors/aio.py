@@ -28,6 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
 from shardcron.executors.base import CANCEL_POLL_S
+from shardcron.lifeline import UNWATCHED, Lifeline
 
 T = TypeVar("T")
 
@@ -41,8 +42,9 @@ class CancelSignal(Protocol):
 
 
 class LoopThread:
-    def __init__(self, name: str = "shardcron-loop") -> None:
+    def __init__(self, name: str = "shardcron-loop", lifeline: Lifeline = UNWATCHED) -> None:
         self._name = name
+        self._lifeline = lifeline  # its thread ends only when close() stops the loop, as the node stops
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -62,7 +64,7 @@ class LoopThread:
         with self._lock:
             if self._loop is None:
                 self._loop = asyncio.new_event_loop()
-                self._thread = threading.Thread(target=self._loop.run_forever, name=self._name, daemon=True)
+                self._thread = self._lifeline.loop_thread(self._loop, self._name)
                 self._thread.start()
             return self._loop
 

@@ -30,6 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from shardcron import crashpoints, metrics
 from shardcron.errors import FencedOut, StoreUnavailable
+from shardcron.lifeline import UNWATCHED, Lifeline
 from shardcron.model import Job, TickStatus
 from shardcron.notifications.context import NotificationContext, event, with_event_body
 from shardcron.notifications.owed import (
@@ -60,7 +61,7 @@ SENDERS = 4
 
 class Notifier:
     def __init__(self, scheduler, *, defaults: Defaults = NO_DEFAULTS, default_rate: Rate | None = DEFAULT_RATE,
-                 poll_s: float = 1.0):
+                 poll_s: float = 1.0, lifeline: Lifeline = UNWATCHED):
         self._scheduler = scheduler
         self._engine = scheduler.engine
         self._executors = scheduler.executors
@@ -76,7 +77,7 @@ class Notifier:
         self._sending: set[tuple[str, int, str]] = set()
         self._closing = False
         self._senders = ThreadPoolExecutor(SENDERS, thread_name_prefix="notify")
-        self._thread = threading.Thread(target=self._run, name="notifier", daemon=True)
+        self._thread = lifeline.thread(self._run, "notifier")
         scheduler.recorder.listeners.append(self._on_landed)
 
     def start(self) -> None:
@@ -108,6 +109,7 @@ class Notifier:
     def _run(self) -> None:
         last_resend_check = time.monotonic()
         while True:
+            crashpoints.fail_worker()
             with self._cond:
                 if not self._landed and not self._closing:
                     self._cond.wait(self._poll_s)

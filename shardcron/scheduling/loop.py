@@ -70,11 +70,12 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.engine import Engine
 
-from shardcron import metrics
+from shardcron import crashpoints, metrics
 from shardcron.clock import SYSTEM_CLOCK, Clock, wall_ms_exact
 from shardcron.coordination.session import Session
 from shardcron.errors import JobRunning, StoreUnavailable, TriggerBusy
 from shardcron.executors import Executors
+from shardcron.lifeline import UNWATCHED, Lifeline
 from shardcron.model import ExecutionResult, ExecutorKind, Job, SlotRef, TickStatus
 from shardcron.scheduling.calendar_book import CalendarBook, Unknown
 from shardcron.scheduling.calendars import next_allowed
@@ -147,13 +148,14 @@ class Scheduler:
         fair_queuing: bool = True,
         realtime_dispatcher: bool = False,
         start_lead_max_ms: float = LEAD_MAX_MS,
+        lifeline: Lifeline = UNWATCHED,
     ):
         self.engine = engine
         self.node_id = node_id
         self.shard_count = shard_count
         self.allow_shell = allow_shell
         self.executors = Executors(engine=engine, allow_shell=allow_shell, allow_python=allow_python,
-                                   workers=workers, http_pool=executor_slots)
+                                   workers=workers, http_pool=executor_slots, lifeline=lifeline)
         # At most executor_slots executions at once; the starts beyond wait there, by namespace (exec_gate.py).
         self._gate: ExecGate[tuple[int, int, Dispatch]] = ExecGate(executor_slots, fair=fair_queuing)
         metrics.namespace_waiting.watch(self._gate.waiting_by_namespace)
@@ -174,16 +176,16 @@ class Scheduler:
         self._threads_running = False  # a test steps the loop itself, with nobody to yield to
         self._realtime_dispatcher = realtime_dispatcher  # under SCHED_FIFO (realtime.py)
         self._start_lead = StartLead(start_lead_max_ms)  # 0: the dispatcher never holds the GIL ahead of a start
-        self.recorder = Recorder(engine, self._fenced, before_write=self._yield_to_starts)
-        self.marks = RunningMarks(engine)
+        self.recorder = Recorder(engine, self._fenced, before_write=self._yield_to_starts, lifeline=lifeline)
+        self.marks = RunningMarks(engine, lifeline=lifeline)
         # Deletes expired ticks of the led shards; waits for bursts of starts like the recorder.
         self.pruner = Pruner(engine, self._led_runs, retention_ms=tick_retention_ms, now_ms=self._now_ms,
-                             before_batch=self._yield_to_starts)
+                             before_batch=self._yield_to_starts, lifeline=lifeline)
         self._ticks: set[asyncio.Task] = set()  # the ticks' coroutines (the loop keeps only weak references)
         self.backfills = BackfillRunner(self)  # the led shards' backfills, each shard's on a thread of its own
         self._threads = [
-            threading.Thread(target=self._claim_loop, name="claimer", daemon=True),
-            threading.Thread(target=self._dispatch_loop, name="dispatcher", daemon=True),
+            lifeline.thread(self._claim_loop, "claimer"),
+            lifeline.thread(self._dispatch_loop, "dispatcher"),
         ]
 
     # -- lifecycle ----------------------------------------------------------------
@@ -502,6 +504,7 @@ class Scheduler:
 
     def _claim_loop(self) -> None:
         while not self._closing:
+            crashpoints.fail_worker()
             # Entries due within CLAIM_BATCH_MS are taken together: one transaction per shard.
             due = self._claims.wait_due(self._now_ms, CLAIM_BATCH_MS, lambda: self._closing)
             self._yield_to_starts()
@@ -584,6 +587,7 @@ class Scheduler:
         gc_pacer = GcPacer()  # collections go in the gaps between starts (gc_pacing.py)
         lead = self._start_lead  # the GIL is taken before a start is due (gil_lead.py)
         while not self._closing:
+            crashpoints.fail_worker()
             try:
                 self._dispatch_many(self._wait_for_starts(lead))
             finally:

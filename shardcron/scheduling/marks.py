@@ -22,6 +22,7 @@ from sqlalchemy.engine import Engine
 
 from shardcron.errors import FencedOut
 from shardcron.group_commit import GroupCommit
+from shardcron.lifeline import UNWATCHED, Lifeline
 from shardcron.model import SlotRef
 from shardcron.store import ticks as tick_store
 
@@ -38,12 +39,13 @@ class RunningMark:
 class RunningMarks:
     """Used by the ticks' coroutines on the node's loop; ``close()`` ends the writer thread."""
 
-    def __init__(self, engine: Engine, *, max_batch: int = 2048):
+    def __init__(self, engine: Engine, *, max_batch: int = 2048, lifeline: Lifeline = UNWATCHED):
         self._engine = engine
         # One batch at a time is written: one thread is all the batches need.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marks")
         self._batches: GroupCommit[RunningMark, None] = GroupCommit(self._write, max_batch=max_batch,
-                                                                    pool=self._writer)
+                                                                    pool=self._writer, name="marks-commit",
+                                                                    lifeline=lifeline)
 
     @property
     def queued(self) -> int:

@@ -33,9 +33,10 @@ from collections.abc import Callable
 
 from sqlalchemy.engine import Engine
 
-from shardcron import metrics
+from shardcron import crashpoints, metrics
 from shardcron.errors import FencedOut, StoreUnavailable
 from shardcron.jobspec import shortest_gap_ms
+from shardcron.lifeline import UNWATCHED, Lifeline
 from shardcron.scheduling.retention import (
     MIN_DELETE_BATCH,
     history_prune_every_ms,
@@ -57,7 +58,8 @@ TURN_S = 5.0
 
 class Pruner:
     def __init__(self, engine: Engine, led_runs: Callable[[], list[ShardRun]], *, retention_ms: int | None,
-                 now_ms: Callable[[], int], before_batch: Callable[[], None] = lambda: None):
+                 now_ms: Callable[[], int], before_batch: Callable[[], None] = lambda: None,
+                 lifeline: Lifeline = UNWATCHED):
         self._engine = engine
         self._led_runs = led_runs
         self._retention_ms = retention_ms
@@ -66,7 +68,7 @@ class Pruner:
         self._batch = MIN_DELETE_BATCH  # steered by each batch's time; kept across passes
         self._history_due: dict[int, dict[str, int]] = {}  # shard -> job id -> when its history is pruned next
         self._closing = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="pruner", daemon=True)
+        self._thread = lifeline.thread(self._run, "pruner")
         self.pruned = 0
         self._turn_ends = 0.0  # time.monotonic() at which the current shard's turn is over
         self._behind = False  # a turn ran out of time: the next pass follows at once
@@ -82,6 +84,7 @@ class Pruner:
     def _run(self) -> None:
         every_s = prune_every_ms(self._retention_ms) / 1000
         while not self._closing.wait(0 if self._behind else every_s):
+            crashpoints.fail_worker()
             self._behind = False
             for run in self._led_runs():
                 if self._closing.is_set():

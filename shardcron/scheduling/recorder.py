@@ -29,8 +29,9 @@ from typing import NamedTuple
 
 from sqlalchemy.engine import Engine
 
-from shardcron import metrics
+from shardcron import crashpoints, metrics
 from shardcron.errors import StoreUnavailable
+from shardcron.lifeline import UNWATCHED, Lifeline
 from shardcron.model import ExecutionResult, SlotRef, TickStatus
 from shardcron.store import ticks as tick_store
 from shardcron.tenancy.keys import namespace_of
@@ -56,7 +57,7 @@ MAX_BACKOFF_S = 5.0
 class Recorder:
     def __init__(self, engine: Engine, on_fenced: Callable[[int, int, int], None], *, max_batch: int = 5000,
                  linger_s: float = 0.1, write: WriteBatch = tick_store.record_results_many,
-                 before_write: Callable[[], None] = lambda: None):
+                 before_write: Callable[[], None] = lambda: None, lifeline: Lifeline = UNWATCHED):
         self._engine = engine
         self._on_fenced = on_fenced  # (shard, fence, rejected writes)
         self._write_batch = write  # the store's own; a test wraps it to inject failures
@@ -71,7 +72,7 @@ class Recorder:
         metrics.watch_gauge(metrics.results_unwritten, self.unwritten)
         self._closing = False
         self._flushing = 0  # callers of flush() waiting: a linger is cut short for them
-        self._thread = threading.Thread(target=self._run, name="recorder", daemon=True)
+        self._thread = lifeline.thread(self._run, "recorder")
         self.written = 0
         self.rejected = 0
         self.listeners: list[Callable[[list[ResultWrite]], None]] = []  # told of the writes that landed, per batch
@@ -134,6 +135,7 @@ class Recorder:
     def _run(self) -> None:
         backoff = 0.1
         while True:
+            crashpoints.fail_worker()
             with self._cond:
                 while not self._pending and not self._closing:
                     self._cond.wait()
