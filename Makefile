@@ -1,18 +1,22 @@
 # `make dev`  : set up everything, then run a local 3-node cluster with demo jobs.
 # `make test` : set up everything, then run the whole suite.
+# `make fuzz` : set up everything, then run the fuzz tests with 30 times their examples (hypothesis profile "fuzz").
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test setup venv system-deps services unit proto clean
+.PHONY: dev test fuzz setup venv system-deps services unit proto clean
 
 dev: setup
 	$(VENV)/bin/shardcron dev
 
 test: setup services
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
+
+fuzz: setup services
+	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -ra -m fuzz $(PYTEST_ARGS)
 
 unit: setup
 	$(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)
