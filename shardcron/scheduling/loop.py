@@ -183,6 +183,7 @@ class Scheduler:
                              before_batch=self._yield_to_starts, lifeline=lifeline)
         self._ticks: set[asyncio.Task] = set()  # the ticks' coroutines (the loop keeps only weak references)
         self.backfills = BackfillRunner(self)  # the led shards' backfills, each shard's on a thread of its own
+        self._lifeline = lifeline
         self._threads = [
             lifeline.thread(self._claim_loop, "claimer"),
             lifeline.thread(self._dispatch_loop, "dispatcher"),
@@ -345,7 +346,8 @@ class Scheduler:
             self._forget(run)
             on_done()
         else:
-            threading.Thread(target=drain, name=f"release-{shard}", daemon=True).start()
+            # It ends once the shard is drained; raising, it would leave the shard resigning for good.
+            self._lifeline.thread(drain, f"release-{shard}", may_end=True).start()
 
     def set_namespace_settings(self, mapping: dict[str, NamespaceSettings]) -> None:
         """Each namespace's weight (its share of the executor slots under overload) and quota (its
