@@ -12,7 +12,7 @@ that step the loop through time.
 
 import os
 import time
-from datetime import UTC, datetime
+from datetime import datetime, timedelta
 from typing import Protocol
 
 _OFFSET_MS = int(os.environ.get("SHARDCRON_TEST_CLOCK_OFFSET_MS", "0") or 0)
@@ -44,6 +44,15 @@ SYSTEM_CLOCK: Clock = _SystemClock()
 
 def rfc3339_ms(epoch_ms: int) -> str:
     """``1767225605000`` -> ``"2026-01-01T00:00:05.000Z"``: how shardcron prints and sends an
-    instant (reports, the CLI, executors' slot headers). Exact: no float rounding."""
+    instant (reports, the CLI, executors' slot headers). Exact: no float rounding.
+
+    Total: an instant outside years 1-9999 (a job stored before the spec bounded its times)
+    reads ``"(out of range: N ms)"``, so a listing shows it instead of failing."""
     seconds, millis = divmod(epoch_ms, 1000)
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S") + f".{millis:03d}Z"
+    try:
+        return (_EPOCH + timedelta(seconds=seconds)).isoformat(timespec="seconds") + f".{millis:03d}Z"
+    except OverflowError:
+        return f"(out of range: {epoch_ms} ms)"
+
+
+_EPOCH = datetime(1970, 1, 1)  # naive UTC: its isoformat has no offset to strip

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
+from shardcron.bounds import INT64_MAX, check_int, shown
 from shardcron.errors import InvalidJob
 from shardcron.jobspec import (
     MAX_PAYLOAD_BYTES,
@@ -22,8 +23,10 @@ from shardcron.jobspec import (
     _int,
     _parse_headers,
     _utf8_size,
+    check_printable,
     parse_duration_ms,
 )
+from shardcron.nesting import check_json_value
 from shardcron.model import (
     AmqpSpec,
     ArqSpec,
@@ -68,9 +71,11 @@ _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _NATS_TOKEN = re.compile(r"[^\s.*>]+")
 
 
-def parse(kind: ExecutorKind, d: Mapping) -> ExecutorSpec:
+def parse(kind: ExecutorKind, d: Mapping, *, bounded: bool = True) -> ExecutorSpec:
+    """The settings of a dispatch executor; ``bounded``: check its values' bounds too (``bounds.py``; a job
+    read back from the store is not, see ``jobspec.job_from_dict``)."""
     _check_keys(d, EXECUTOR_KEYS[kind], "executor", f" of the {kind.value} executor")
-    return _PARSERS[kind](d)
+    return _PARSERS[kind](d, bounded)
 
 
 def to_dict(spec: ExecutorSpec) -> dict[str, Any]:
@@ -104,7 +109,8 @@ def _url(d: Mapping, kind: ExecutorKind) -> str:
 
 
 def _name(d: Mapping, key: str, *, required: bool, default: str | None = None, what: str = "",
-          pattern: re.Pattern | None = None, hint: str = "", allow_empty: bool = False) -> str | None:
+          pattern: re.Pattern | None = None, hint: str = "", allow_empty: bool = False,
+          bounded: bool = True) -> str | None:
     field = f"executor.{key}"
     value = d.get(key)
     if value is None:
@@ -112,7 +118,7 @@ def _name(d: Mapping, key: str, *, required: bool, default: str | None = None, w
             raise InvalidJob(field, f"missing: {what}")
         return default
     if not isinstance(value, str):
-        raise InvalidJob(field, f"must be a string, got {value!r}")
+        raise InvalidJob(field, f"must be a string, got {shown(value)}")
     if not value and allow_empty:
         return value
     if not value.strip() or value != value.strip():
@@ -121,8 +127,10 @@ def _name(d: Mapping, key: str, *, required: bool, default: str | None = None, w
         raise InvalidJob(field, f"is {len(value)} characters long; the limit is {MAX_NAME_CHARS}")
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
         raise InvalidJob(field, "must not contain control characters")
+    if bounded:
+        check_printable(value, field)
     if pattern is not None and not pattern.fullmatch(value):
-        raise InvalidJob(field, f"{value!r} is not {hint}")
+        raise InvalidJob(field, f"{shown(value)} is not {hint}")
     return value
 
 
@@ -136,16 +144,21 @@ def _json_size(value: Any, field: str) -> None:
         raise InvalidJob(field, f"is larger than {MAX_PAYLOAD_BYTES} bytes as JSON")
 
 
-def _args(d: Mapping) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _args(d: Mapping, bounded: bool) -> tuple[tuple[Any, ...], dict[str, Any]]:
     args = d.get("args", ()) or ()
     if isinstance(args, str) or not isinstance(args, list | tuple):
-        raise InvalidJob("executor.args", f"must be a list of JSON values, got {args!r:.60}")
+        raise InvalidJob("executor.args", f"must be a list of JSON values, got {shown(args)}")
     kwargs = d.get("kwargs", {}) or {}
     if not isinstance(kwargs, Mapping):
-        raise InvalidJob("executor.kwargs", f"must be a table of name = JSON value, got {kwargs!r:.60}")
+        raise InvalidJob("executor.kwargs", f"must be a table of name = JSON value, got {shown(kwargs)}")
     for name in kwargs:
         if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name):
-            raise InvalidJob("executor.kwargs", f"{name!r} is not a valid keyword argument name")
+            raise InvalidJob("executor.kwargs", f"{shown(name)} is not a valid keyword argument name")
+    # Before anything walks them recursively (json.dumps below): depth, 64-bit integers, finite floats.
+    # A stored job's values were walked by json.dumps when it was written, so they are shallow enough for it.
+    if bounded:
+        check_json_value(list(args), "executor.args")
+        check_json_value(dict(kwargs), "executor.kwargs")
     _json_size(list(args), "executor.args")
     _json_size(dict(kwargs), "executor.kwargs")
     # Through JSON and back: what is stored is exactly what the worker will get (tuples become lists, ...).
@@ -155,7 +168,7 @@ def _args(d: Mapping) -> tuple[tuple[Any, ...], dict[str, Any]]:
 def _bool(d: Mapping, key: str, default: bool) -> bool:
     value = d.get(key, default)
     if not isinstance(value, bool):
-        raise InvalidJob(f"executor.{key}", f"must be true or false, got {value!r}")
+        raise InvalidJob(f"executor.{key}", f"must be true or false, got {shown(value)}")
     return value
 
 
@@ -174,7 +187,7 @@ def _optional_duration(d: Mapping, key: str, minimum_ms: int, why: str) -> int |
         return None
     ms = parse_duration_ms(value, f"executor.{key}")
     if ms < minimum_ms:
-        raise InvalidJob(f"executor.{key}", f"{why}, got {value!r}")
+        raise InvalidJob(f"executor.{key}", f"{why}, got {shown(value)}")
     return ms
 
 
@@ -189,20 +202,21 @@ def _with_args(out: dict, s) -> dict:
 # -- one parser and one serialiser per kind ---------------------------------------------------------
 
 
-def _celery(d: Mapping) -> ExecutorSpec:
-    args, kwargs = _args(d)
+def _celery(d: Mapping, bounded: bool) -> ExecutorSpec:
+    args, kwargs = _args(d, bounded)
     priority = d.get("priority")
     if priority is not None:
         priority = _int(priority, "executor.priority", 0)
         if priority > MAX_PRIORITY:
-            raise InvalidJob("executor.priority", f"at most {MAX_PRIORITY}, got {priority}")
+            raise InvalidJob("executor.priority", f"at most {MAX_PRIORITY}, got {shown(priority)}")
     expires_ms = _optional_duration(d, "expires", 1, "must be a positive duration")
     return ExecutorSpec(ExecutorKind.CELERY, celery=CelerySpec(
         url=_url(d, ExecutorKind.CELERY),
-        task=_name(d, "task", required=True, what="the registered Celery task name, such as app.tasks.report"),
+        task=_name(d, "task", bounded=bounded,
+                   required=True, what="the registered Celery task name, such as app.tasks.report"),
         args=args, kwargs=kwargs,
-        queue=_name(d, "queue", required=False),
-        routing_key=_name(d, "routing_key", required=False),
+        queue=_name(d, "queue", bounded=bounded, required=False),
+        routing_key=_name(d, "routing_key", bounded=bounded, required=False),
         priority=priority, expires_ms=expires_ms,
     ))
 
@@ -217,13 +231,14 @@ def _celery_dict(s: CelerySpec) -> dict:
     return _with_args(out, s)
 
 
-def _rq(d: Mapping) -> ExecutorSpec:
-    args, kwargs = _args(d)
+def _rq(d: Mapping, bounded: bool) -> ExecutorSpec:
+    args, kwargs = _args(d, bounded)
     return ExecutorSpec(ExecutorKind.RQ, rq=RqSpec(
         url=_url(d, ExecutorKind.RQ),
-        func=_name(d, "func", required=True, what="the dotted path a worker imports, such as app.tasks.report",
+        func=_name(d, "func", bounded=bounded,
+                   required=True, what="the dotted path a worker imports, such as app.tasks.report",
                    pattern=_DOTTED, hint="a dotted path such as app.tasks.report"),
-        queue=_name(d, "queue", required=False, default="default"),
+        queue=_name(d, "queue", bounded=bounded, required=False, default="default"),
         args=args, kwargs=kwargs,
     ))
 
@@ -232,16 +247,18 @@ def _rq_dict(s: RqSpec) -> dict:
     return _with_args({"url": s.url, "func": s.func, "queue": s.queue}, s)
 
 
-def _arq(d: Mapping) -> ExecutorSpec:
-    args, kwargs = _args(d)
-    tick_kwarg = _name(d, "tick_kwarg", required=False, pattern=_IDENTIFIER, hint="a keyword argument name")
+def _arq(d: Mapping, bounded: bool) -> ExecutorSpec:
+    args, kwargs = _args(d, bounded)
+    tick_kwarg = _name(d, "tick_kwarg", bounded=bounded,
+                       required=False, pattern=_IDENTIFIER, hint="a keyword argument name")
     if tick_kwarg is not None and tick_kwarg in kwargs:
-        raise InvalidJob("executor.tick_kwarg", f"{tick_kwarg!r} is also one of the kwargs")
+        raise InvalidJob("executor.tick_kwarg", f"{shown(tick_kwarg)} is also one of the kwargs")
     return ExecutorSpec(ExecutorKind.ARQ, arq=ArqSpec(
         url=_url(d, ExecutorKind.ARQ),
-        function=_name(d, "function", required=True, what="the name of a function in the worker's functions",
+        function=_name(d, "function", bounded=bounded,
+                       required=True, what="the name of a function in the worker's functions",
                        pattern=_IDENTIFIER, hint="a function name"),
-        queue=_name(d, "queue", required=False, default="arq:queue"),
+        queue=_name(d, "queue", bounded=bounded, required=False, default="arq:queue"),
         args=args, kwargs=kwargs, tick_kwarg=tick_kwarg,
     ))
 
@@ -253,10 +270,11 @@ def _arq_dict(s: ArqSpec) -> dict:
     return _with_args(out, s)
 
 
-def _nats(d: Mapping) -> ExecutorSpec:
-    subject = _name(d, "subject", required=True, what="the subject to publish to, such as jobs.reports")
+def _nats(d: Mapping, bounded: bool) -> ExecutorSpec:
+    subject = _name(d, "subject", bounded=bounded,
+                    required=True, what="the subject to publish to, such as jobs.reports")
     if not all(_NATS_TOKEN.fullmatch(token) for token in subject.split(".")):
-        raise InvalidJob("executor.subject", f"{subject!r} is not a subject to publish to: dot-separated tokens, "
+        raise InvalidJob("executor.subject", f"{shown(subject)} is not a subject to publish to: dot-separated tokens, "
                                              "no white space and no wildcards (* or >)")
     return ExecutorSpec(ExecutorKind.NATS, nats=NatsSpec(
         url=_url(d, ExecutorKind.NATS), subject=subject, jetstream=_bool(d, "jetstream", True),
@@ -269,11 +287,12 @@ def _nats_dict(s: NatsSpec) -> dict:
             "headers": [list(p) for p in s.headers]}
 
 
-def _amqp(d: Mapping) -> ExecutorSpec:
-    exchange = _name(d, "exchange", required=False, default="", allow_empty=True)
-    routing_key = _name(d, "routing_key", required=exchange == "", default="", allow_empty=exchange != "",
+def _amqp(d: Mapping, bounded: bool) -> ExecutorSpec:
+    exchange = _name(d, "exchange", bounded=bounded, required=False, default="", allow_empty=True)
+    routing_key = _name(d, "routing_key", bounded=bounded,
+                        required=exchange == "", default="", allow_empty=exchange != "",
                         what="with the default exchange, the routing key names the queue to deliver to")
-    content_type = _name(d, "content_type", required=False, default="application/json")
+    content_type = _name(d, "content_type", bounded=bounded, required=False, default="application/json")
     return ExecutorSpec(ExecutorKind.AMQP, amqp=AmqpSpec(
         url=_url(d, ExecutorKind.AMQP), routing_key=routing_key, exchange=exchange, body=_body(d),
         headers=_parse_headers(d.get("headers"), "executor.headers"), persistent=_bool(d, "persistent", True),
@@ -286,7 +305,7 @@ def _amqp_dict(s: AmqpSpec) -> dict:
             "headers": [list(p) for p in s.headers], "persistent": s.persistent, "content_type": s.content_type}
 
 
-def _redis_stream(d: Mapping) -> ExecutorSpec:
+def _redis_stream(d: Mapping, bounded: bool) -> ExecutorSpec:
     raw = d.get("fields", {}) or {}
     if not isinstance(raw, Mapping):
         raise InvalidJob("executor.fields", "must be a table of name = string")
@@ -295,18 +314,18 @@ def _redis_stream(d: Mapping) -> ExecutorSpec:
     fields = []
     for name, value in raw.items():
         if not isinstance(name, str) or not name or not isinstance(value, str):
-            raise InvalidJob("executor.fields", f"field {name!r}: names and values must be non-empty strings")
+            raise InvalidJob("executor.fields", f"field {shown(name)}: names and values must be non-empty strings")
         if name.lower().startswith("shardcron_"):
-            raise InvalidJob("executor.fields", f"field {name!r}: names starting with shardcron_ carry the tick")
+            raise InvalidJob("executor.fields", f"field {shown(name)}: names starting with shardcron_ carry the tick")
         fields.append((name, value))
     _json_size(dict(fields), "executor.fields")
     maxlen = d.get("maxlen")
     if maxlen is not None:
-        maxlen = _int(maxlen, "executor.maxlen", 1)
+        maxlen = check_int(maxlen, "executor.maxlen", 1, INT64_MAX, " (Redis takes a signed 64-bit count)")
     ttl_ms = _optional_duration(d, "dedupe_ttl", 60_000, "must be at least 1m (it must outlast a failover)")
     return ExecutorSpec(ExecutorKind.REDIS_STREAM, redis_stream=RedisStreamSpec(
         url=_url(d, ExecutorKind.REDIS_STREAM),
-        stream=_name(d, "stream", required=True, what="the stream key to XADD to"),
+        stream=_name(d, "stream", bounded=bounded, required=True, what="the stream key to XADD to"),
         fields=tuple(fields), maxlen=maxlen, dedupe_ttl_ms=ttl_ms,
     ))
 
@@ -320,12 +339,12 @@ def _redis_stream_dict(s: RedisStreamSpec) -> dict:
     return out
 
 
-def _python(d: Mapping) -> ExecutorSpec:
-    target = _name(d, "target", required=True, what="the callable to run, as package.module:function")
+def _python(d: Mapping, bounded: bool) -> ExecutorSpec:
+    target = _name(d, "target", bounded=bounded, required=True, what="the callable to run, as package.module:function")
     module, colon, function = target.partition(":")
     if not colon or not _DOTTED.fullmatch(module) or not _DOTTED.fullmatch(function):
-        raise InvalidJob("executor.target", f"{target!r} is not package.module:function")
-    args, kwargs = _args(d)
+        raise InvalidJob("executor.target", f"{shown(target)} is not package.module:function")
+    args, kwargs = _args(d, bounded)
     return ExecutorSpec(ExecutorKind.PYTHON, python=PythonSpec(
         target=target, args=args, kwargs=kwargs, session=_bool(d, "session", False)))
 
@@ -334,7 +353,7 @@ def _python_dict(s: PythonSpec) -> dict:
     return _with_args({"target": s.target, "session": s.session}, s)
 
 
-_PARSERS: dict[ExecutorKind, Callable[[Mapping], ExecutorSpec]] = {
+_PARSERS: dict[ExecutorKind, Callable[[Mapping, bool], ExecutorSpec]] = {
     ExecutorKind.CELERY: _celery, ExecutorKind.RQ: _rq, ExecutorKind.ARQ: _arq, ExecutorKind.NATS: _nats,
     ExecutorKind.AMQP: _amqp, ExecutorKind.REDIS_STREAM: _redis_stream, ExecutorKind.PYTHON: _python,
 }

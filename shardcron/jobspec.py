@@ -16,12 +16,26 @@ import re
 import zoneinfo
 from collections.abc import Mapping
 from dataclasses import replace
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
+from shardcron.bounds import (
+    CRON_HORIZON_MS,
+    DAY_MS,
+    MAX_ATTEMPTS,
+    MAX_DURATION_MS,
+    MAX_HISTORY_LIMIT,
+    MAX_JITTER_MS,
+    MAX_VERSION,
+    check_int,
+    check_time_ms,
+    shown,
+    unprintable,
+)
+from shardcron.clock import wall_ms
 from shardcron.coordination.cluster_config import DEFAULT_MIN_INTERVAL_MS
 from shardcron.errors import InvalidJob
 from shardcron.headers import mask_url, masked_headers
@@ -43,7 +57,6 @@ MAX_JOB_ID_BYTES = 256
 MAX_PAYLOAD_BYTES = 1024 * 1024
 MAX_LABELS = 64
 MAX_LABEL_CHARS = 256
-MAX_DURATION_MS = 10 * 365 * 86_400_000
 HTTP_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"})
 
 # The keys each level of a job takes. Anything else is refused, naming the key:
@@ -77,7 +90,7 @@ def parse_duration_ms(text: str | int | float, field: str = "duration") -> int:
 
     Decimal arithmetic, so a value near the limit is judged exactly, not after float rounding.
     """
-    bad = InvalidJob(field, f"expected a duration such as 30s, 5m or 1h30m, got {text!r}")
+    bad = InvalidJob(field, f"expected a duration such as 30s, 5m or 1h30m, got {shown(text)}")
     if isinstance(text, bool) or (isinstance(text, float) and not math.isfinite(text)):
         raise bad
     if isinstance(text, int | float):
@@ -96,7 +109,7 @@ def parse_duration_ms(text: str | int | float, field: str = "duration") -> int:
             if pos != len(s) or not s:
                 raise bad
     if abs(total) > MAX_DURATION_MS:
-        raise InvalidJob(field, f"{text!r} is longer than the limit of ten years")
+        raise InvalidJob(field, f"{shown(text)} is longer than the limit of ten years")
     return int(total.to_integral_value())
 
 
@@ -117,9 +130,9 @@ def format_duration_ms(ms: int | None) -> str:
 def parse_time_ms(text: str | int | float | datetime, timezone: str = "UTC", field: str = "at") -> int:
     """An ISO-8601 time (naive times are read in ``timezone``) or epoch milliseconds."""
     if isinstance(text, bool):
-        raise InvalidJob(field, f"expected an ISO-8601 time, got {text!r}")
+        raise InvalidJob(field, f"expected an ISO-8601 time, got {shown(text)}")
     if isinstance(text, float) and not math.isfinite(text):
-        raise InvalidJob(field, f"expected an ISO-8601 time, got {text!r}")
+        raise InvalidJob(field, f"expected an ISO-8601 time, got {shown(text)}")
     if isinstance(text, int | float):
         return int(text)
     if isinstance(text, datetime):
@@ -128,10 +141,15 @@ def parse_time_ms(text: str | int | float | datetime, timezone: str = "UTC", fie
         try:
             dt = datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
         except ValueError:
-            raise InvalidJob(field, f"expected an ISO-8601 time such as 2030-01-01T09:00:00+01:00, got {text!r}") from None
+            raise InvalidJob(field, "expected an ISO-8601 time such as 2030-01-01T09:00:00+01:00, "
+                                    f"got {shown(text)}") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=load_timezone(timezone))
-    return int(dt.timestamp() * 1000)
+    return (dt - _EPOCH_UTC) // _ONE_MS  # whole milliseconds, exact: no float rounding near year 9999
+
+
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MS = timedelta(milliseconds=1)
 
 
 def load_timezone(name: str, field: str = "timezone") -> zoneinfo.ZoneInfo:
@@ -140,7 +158,7 @@ def load_timezone(name: str, field: str = "timezone") -> zoneinfo.ZoneInfo:
     try:
         return zoneinfo.ZoneInfo(name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
-        raise InvalidJob(field, f"unknown timezone {name!r}; use an IANA name such as Europe/Lisbon") from None
+        raise InvalidJob(field, f"unknown timezone {shown(name)}; use an IANA name such as Europe/Lisbon") from None
 
 
 def validate_cron(expr: str, field: str = "schedule.cron") -> str:
@@ -149,9 +167,9 @@ def validate_cron(expr: str, field: str = "schedule.cron") -> str:
     expr = " ".join(expr.split())
     n = len(expr.split(" "))
     if n not in (5, 6):
-        raise InvalidJob(field, f"{expr!r} has {n} fields; expected 5, or 6 with seconds first")
+        raise InvalidJob(field, f"{shown(expr)} has {n} fields; expected 5, or 6 with seconds first")
     if not _valid_cron(expr):
-        raise InvalidJob(field, f"{expr!r} is not a valid cron expression")
+        raise InvalidJob(field, f"{shown(expr)} is not a valid cron expression")
     return expr
 
 
@@ -162,22 +180,37 @@ def _valid_cron(expr: str) -> bool:
     return croniter.is_valid(expr, second_at_beginning=True)
 
 
-def validate_job_id(job_id: Any, field: str = "id") -> str:
+def validate_job_id(job_id: Any, field: str = "id", *, printable: bool = True) -> str:
+    """``job_id`` if it is a valid id: 1-256 bytes of UTF-8, printable (``check_printable``) unless not
+    ``printable`` (an id read back from the store, where only control characters were ever refused)."""
     if not isinstance(job_id, str) or not job_id:
         raise InvalidJob(field, "must be a non-empty string")
+    if len(job_id) > MAX_JOB_ID_BYTES:  # each character is at least a byte: no need to encode a huge one
+        raise InvalidJob(field, f"is {len(job_id)} characters long; the limit is {MAX_JOB_ID_BYTES} bytes")
     try:
         size = len(job_id.encode("utf-8"))
     except UnicodeEncodeError:
         raise InvalidJob(field, "must be valid Unicode (no lone surrogates)") from None
     if size > MAX_JOB_ID_BYTES:
         raise InvalidJob(field, f"is {size} bytes long; the limit is {MAX_JOB_ID_BYTES}")
-    if _CONTROL_CHAR.search(job_id):
+    if printable:
+        check_printable(job_id, field)
+    elif _CONTROL_CHAR.search(job_id):
         raise InvalidJob(field, "must not contain control characters")
     return job_id
 
 
-# C0 controls and DEL: refused in ids and labels (a regex search: every PutJob checks an id).
+# C0 controls and DEL: refused in every id and label, even one read back from the store.
 _CONTROL_CHAR = re.compile("[\x00-\x1f\x7f]")
+
+
+def check_printable(text: str, field: str, what: str = "") -> None:
+    """Refuse ``text`` holding a character a listing would not show as it is (``bounds.unprintable``):
+    a control character, a bidi override or a zero-width space would make one id look like another."""
+    bad = unprintable(text)
+    if bad is not None:
+        raise InvalidJob(field, f"{what}must hold printable characters only, and {bad} is not (no control characters, "
+                                "bidi or zero-width format characters, private-use, unassigned or non-ASCII spaces)")
 
 
 def _check_keys(d: Mapping, allowed: frozenset[str], where: str = "", what: str = "") -> None:
@@ -199,14 +232,14 @@ def _enum(cls, value, field):
             return cls(value.lower())
     except ValueError:
         pass
-    raise InvalidJob(field, f"{value!r} is not one of: {', '.join(m.value for m in cls)}")
+    raise InvalidJob(field, f"{shown(value)} is not one of: {', '.join(m.value for m in cls)}")
 
 
 def _int(value, field, minimum=None):
     if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidJob(field, f"must be a whole number, got {value!r}")
+        raise InvalidJob(field, f"must be a whole number, got {shown(value)}")
     if minimum is not None and value < minimum:
-        raise InvalidJob(field, f"must be at least {minimum}, got {value}")
+        raise InvalidJob(field, f"must be at least {minimum}, got {shown(value)}")
     return value
 
 
@@ -215,11 +248,45 @@ def _duration(d: Mapping, key: str, field: str, default: int, minimum: int = 1) 
         return default
     ms = parse_duration_ms(d[key], field)
     if ms < minimum:
-        raise InvalidJob(field, f"must be at least {minimum} ms, got {d[key]!r}")
+        raise InvalidJob(field, f"must be at least {minimum} ms, got {shown(d[key])}")
     return ms
 
 
-def _parse_schedule(d: Mapping) -> Schedule:
+def _parse_schedule(d: Mapping, *, bounded: bool = True) -> Schedule:
+    """The schedule table; ``bounded``: also check its bounds (``check_schedule_bounds``)."""
+    schedule = _parse_schedule_fields(d)
+    if bounded:
+        check_schedule_bounds(schedule)
+    return schedule
+
+
+def check_schedule_bounds(schedule: Schedule, now_ms: int | None = None) -> None:
+    """Refuse a schedule outside its bounds (``bounds.py``): an interval longer than ten years, a single run
+    outside years 1970-9999, a cron expression with no slot in the ten years from ``now_ms`` (the clock)."""
+    if schedule.kind is ScheduleKind.INTERVAL and schedule.interval_ms > MAX_DURATION_MS:
+        raise InvalidJob("schedule.interval_ms", f"{shown(schedule.interval_ms)} ms is longer than the limit of ten "
+                                                 f"years ({MAX_DURATION_MS} ms)")
+    if schedule.kind is ScheduleKind.ONCE:
+        check_time_ms(schedule.at_ms, "schedule.at")
+    if schedule.kind is ScheduleKind.CRON:
+        day = (wall_ms() if now_ms is None else now_ms) // DAY_MS
+        if not _cron_fires_within(schedule.cron, schedule.timezone, day):
+            raise InvalidJob("schedule.cron", f"{shown(schedule.cron)} never fires in the next ten years (a date "
+                                              "that does not exist, such as February 30?); it would never run")
+
+
+@functools.lru_cache(maxsize=4096)
+def _cron_fires_within(expr: str, timezone: str, day: int) -> bool:
+    """Whether ``expr`` has a slot in the ten years from the start of ``day`` (days since the epoch).
+    Cached per day: a fleet shares a few hundred expressions, and the answer moves only over years."""
+    from shardcron.scheduling.triggers import CronTrigger  # it imports the model this module builds
+
+    start = day * DAY_MS
+    slot = CronTrigger(expr, timezone).next_after(start)
+    return slot is not None and slot <= start + CRON_HORIZON_MS
+
+
+def _parse_schedule_fields(d: Mapping) -> Schedule:
     _check_keys(d, SCHEDULE_KEYS, "schedule")
     tz = d.get("timezone", d.get("tz", "UTC")) or "UTC"
     load_timezone(tz)
@@ -233,7 +300,7 @@ def _parse_schedule(d: Mapping) -> Schedule:
         raw = d[key]
         ms = _int(raw, "schedule.interval_ms") if key == "interval_ms" else parse_duration_ms(raw, "schedule.every")
         if ms <= 0:
-            raise InvalidJob(f"schedule.{key}", f"the interval must be positive, got {raw!r}")
+            raise InvalidJob(f"schedule.{key}", f"the interval must be positive, got {shown(raw)}")
         return Schedule(ScheduleKind.INTERVAL, interval_ms=ms, timezone=tz)
     at = d["at_ms"] if key == "at_ms" else d["at"]
     return Schedule(ScheduleKind.ONCE, at_ms=parse_time_ms(at, tz, "schedule.at"), timezone=tz)
@@ -247,9 +314,9 @@ def _parse_headers(raw, field) -> tuple[tuple[str, str], ...]:
     try:
         for k, v in items:
             if not isinstance(k, str) or not k or any(c in k for c in ":\r\n \t") or not k.isascii():
-                raise InvalidJob(field, f"bad header name {k!r}")
+                raise InvalidJob(field, f"bad header name {shown(k)}")
             if not isinstance(v, str) or any(c in v for c in "\r\n") or _utf8_size(v, field) > 8192:
-                raise InvalidJob(field, f"header {k!r} has a bad value")
+                raise InvalidJob(field, f"header {shown(k)} has a bad value")
             out.append((k, v))
     except (TypeError, ValueError):
         raise InvalidJob(field, "must be a table of name = value") from None
@@ -259,7 +326,8 @@ def _parse_headers(raw, field) -> tuple[tuple[str, str], ...]:
 _KINDS = ", ".join(k.value for k in ExecutorKind)
 
 
-def parse_executor(d: Mapping | None) -> ExecutorSpec:
+def parse_executor(d: Mapping | None, *, bounded: bool = True) -> ExecutorSpec:
+    """An executor table; ``bounded``: check its values' bounds too (see ``job_from_dict``'s ``stored``)."""
     if d is None:
         raise InvalidJob("executor", f"missing: every job needs one, of kind {_KINDS}")
     if not isinstance(d, Mapping):
@@ -274,7 +342,7 @@ def parse_executor(d: Mapping | None) -> ExecutorSpec:
     if kind not in EXECUTOR_KEYS:
         from shardcron import dispatch_spec  # it builds on this module's helpers
 
-        return dispatch_spec.parse(kind, d)
+        return dispatch_spec.parse(kind, d, bounded=bounded)
     if kind is ExecutorKind.SHELL:
         cmd = d.get("command")
         if not isinstance(cmd, str) or not cmd.strip():
@@ -288,12 +356,12 @@ def parse_executor(d: Mapping | None) -> ExecutorSpec:
     try:
         parts = urlsplit(url)
     except ValueError:
-        raise InvalidJob("executor.url", f"{url!r} is not a valid URL") from None
+        raise InvalidJob("executor.url", f"{shown(url)} is not a valid URL") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise InvalidJob("executor.url", f"{url!r} is not an http:// or https:// URL")
+        raise InvalidJob("executor.url", f"{shown(url)} is not an http:// or https:// URL")
     method = str(d.get("method", "POST")).upper()
     if method not in HTTP_METHODS:
-        raise InvalidJob("executor.method", f"{method!r} is not one of {', '.join(sorted(HTTP_METHODS))}")
+        raise InvalidJob("executor.method", f"{shown(method)} is not one of {', '.join(sorted(HTTP_METHODS))}")
     body = d.get("body", "") or ""
     if not isinstance(body, str):
         raise InvalidJob("executor.body", "must be a string")
@@ -306,14 +374,20 @@ def parse_executor(d: Mapping | None) -> ExecutorSpec:
     return ExecutorSpec(kind, http=HttpSpec(url, method, headers, body, tuple(secret)))
 
 
-def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bool = False) -> Job:
+def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bool = False,
+                  stored: bool = False) -> Job:
     """Parse and validate a job given as plain data (a TOML/YAML table or JSON).
 
     Every key must be one the job takes (``InvalidJob`` names the first that is
     not). The schedule is either a ``schedule`` table or its keys at the top
     level, not both. ``require_executor``: a job without ``executor`` is refused
     (job files and the API); otherwise it is a noop, for in-process callers.
+    Every value is checked against its bound (``bounds.py``), except when
+    ``stored``: a job read back from the store was admitted when it was written,
+    possibly under looser bounds, and must stay readable (listed, shown, deleted);
+    what runs it copes with any value its type holds (triggers end at year 9999).
     """
+    bounded = not stored
     if not isinstance(d, Mapping):
         raise InvalidJob("job", "must be a table")
     flat = "schedule" not in d
@@ -327,14 +401,14 @@ def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bo
         for key in sorted(SCHEDULE_KEYS.intersection(d)):
             raise InvalidJob(key, "belongs in the schedule table, which is given too: give the schedule in one place")
         _check_keys(d, JOB_KEYS)
-    jid = validate_job_id(job_id if job_id is not None else d.get("id"))
+    jid = validate_job_id(job_id if job_id is not None else d.get("id"), printable=bounded)
     if d.get("namespace") is not None:  # the job's key holds it (tenancy.keys); absent or empty: default
         from shardcron.tenancy.namespaces import store_key  # it validates with this module's rules
 
         jid = store_key(d["namespace"], jid)
-    schedule = _parse_schedule(sched)
+    schedule = _parse_schedule(sched, bounded=bounded)
     if "executor" in d or require_executor:
-        executor = parse_executor(d.get("executor"))
+        executor = parse_executor(d.get("executor"), bounded=bounded)
     else:
         executor = ExecutorSpec(ExecutorKind.NOOP)
     retry_d = d.get("retry", {}) or {}
@@ -346,24 +420,26 @@ def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bo
         backoff_initial_ms=_duration(retry_d, "backoff", "retry.backoff", 1000),
         backoff_max_ms=_duration(retry_d, "backoff_max", "retry.backoff_max", 60_000),
     )
-    if retry.max_attempts > 100:
-        raise InvalidJob("retry.max_attempts", f"at most 100, got {retry.max_attempts}")
+    if retry.max_attempts > MAX_ATTEMPTS:
+        raise InvalidJob("retry.max_attempts", f"at most {MAX_ATTEMPTS}, got {shown(retry.max_attempts)}")
     labels = d.get("labels", {}) or {}
     if not isinstance(labels, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
         raise InvalidJob("labels", "must be a table of string = string")
     if len(labels) > MAX_LABELS:
         raise InvalidJob("labels", f"at most {MAX_LABELS} labels, got {len(labels)}")
     for k, v in labels.items():
-        if _CONTROL_CHAR.search(k) or _CONTROL_CHAR.search(v):
-            raise InvalidJob("labels", f"label {k[:40]!r}: keys and values must not contain control characters")
+        if bounded:
+            check_printable(k + v, "labels", f"label {shown(k, 40)}: keys and values ")
+        elif _CONTROL_CHAR.search(k + v):  # the store's rule when the job was written, kept for reading it back
+            raise InvalidJob("labels", f"label {shown(k, 40)}: keys and values must not contain control characters")
         if not k or len(k) > MAX_LABEL_CHARS or len(v) > MAX_LABEL_CHARS:
-            raise InvalidJob("labels", f"label {k[:40]!r}: keys must be 1-{MAX_LABEL_CHARS} and values at most "
+            raise InvalidJob("labels", f"label {shown(k, 40)}: keys must be 1-{MAX_LABEL_CHARS} and values at most "
                                        f"{MAX_LABEL_CHARS} characters")
         _utf8_size(k + v, "labels")
     paused = d.get("paused", False)
     if not isinstance(paused, bool):
-        raise InvalidJob("paused", f"must be true or false, got {paused!r}")
-    jitter_ms = _jitter(d.get("jitter"), schedule)
+        raise InvalidJob("paused", f"must be true or false, got {shown(paused)}")
+    jitter_ms = _jitter(d.get("jitter"), schedule, bounded=bounded)
     calendars = _calendar_names(d.get("calendars"))
     from shardcron.notifications.spec import parse_table  # it builds on parse_executor
 
@@ -378,12 +454,12 @@ def job_from_dict(d: Mapping, job_id: str | None = None, *, require_executor: bo
         retry=retry,
         paused=paused,
         labels=dict(labels),
-        version=_int(d.get("version", 0), "version", 0),
+        version=check_int(d.get("version", 0), "version", 0, MAX_VERSION, " (the store's version column)"),
         jitter_ms=jitter_ms,
         calendars=calendars,
-        history_limit=_history_limit(d.get("history_limit")),
-        on_failure=parse_table(d.get("on_failure"), "on_failure"),
-        on_recovery=parse_table(d.get("on_recovery"), "on_recovery"),
+        history_limit=_history_limit(d.get("history_limit"), bounded=bounded),
+        on_failure=parse_table(d.get("on_failure"), "on_failure", bounded=bounded),
+        on_recovery=parse_table(d.get("on_recovery"), "on_recovery", bounded=bounded),
     )
 
 
@@ -394,7 +470,7 @@ def _calendar_names(raw) -> tuple[str, ...]:
     from shardcron.scheduling.calendars import check_calendar_name  # it imports this module's neighbours
 
     if isinstance(raw, str) or not isinstance(raw, list | tuple):
-        raise InvalidJob("calendars", f"must be a list of calendar names such as [\"business\"], got {raw!r}")
+        raise InvalidJob("calendars", f"must be a list of calendar names such as [\"business\"], got {shown(raw)}")
     names: list[str] = []
     for i, name in enumerate(raw):
         reason = check_calendar_name(name)
@@ -405,25 +481,34 @@ def _calendar_names(raw) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _history_limit(raw) -> int | None:
-    """The job's history limit (absent: keep every tick), a whole number of ticks, at least 1."""
+def _history_limit(raw, *, bounded: bool) -> int | None:
+    """The job's history limit (absent: keep every tick), a whole number of ticks, at least 1
+    and, when ``bounded``, at most ``bounds.MAX_HISTORY_LIMIT``."""
     if raw is None:
         return None
     from shardcron.scheduling.retention import RetentionError, parse_history_limit  # it imports this module
 
     try:
-        return parse_history_limit(raw, "history_limit")
+        limit = parse_history_limit(raw, "history_limit")
     except RetentionError as e:
         raise InvalidJob("history_limit", e.reason) from None
+    if bounded and limit > MAX_HISTORY_LIMIT:
+        raise InvalidJob("history_limit", f"at most {MAX_HISTORY_LIMIT} ticks, got {shown(limit)}; to keep every "
+                                          "tick, leave history_limit out")
+    return limit
 
 
-def _jitter(raw, schedule: Schedule) -> int:
-    """The job's jitter in ms (absent: 0), refused when not shorter than the schedule's shortest gap."""
+def _jitter(raw, schedule: Schedule, *, bounded: bool) -> int:
+    """The job's jitter in ms (absent: 0), refused when not shorter than the schedule's shortest gap
+    and, when ``bounded``, when longer than ``bounds.MAX_JITTER_MS``."""
     if raw is None or raw == "":
         return 0  # the usual case: nothing parsed, no gap computed
     from shardcron.scheduling.jitter import check_jitter, parse_jitter  # it imports this module
 
     jitter_ms = parse_jitter(raw, "jitter")
+    if bounded and jitter_ms > MAX_JITTER_MS:
+        raise InvalidJob("jitter", f"{format_duration_ms(jitter_ms)} is longer than the limit of "
+                                   f"{format_duration_ms(MAX_JITTER_MS)}")
     if jitter_ms:
         # below_ms: only "is the gap at most the jitter?" matters, which spares walking a cron's calendar.
         check_jitter(jitter_ms, shortest_gap_ms(schedule, below_ms=jitter_ms + 1), "jitter")
@@ -483,10 +568,14 @@ def _cron_overnight_walked_s(expr: str) -> int:
     day_fields = " ".join(expr.split(" ")[-3:])  # day of month, month, day of week
     last_of_day = croniter(f"{second} {minute} {hour} {day_fields}", datetime(2030, 1, 1), second_at_beginning=True)
     gaps = []
-    for _ in range(400):
-        t = last_of_day.get_next(datetime)
-        gaps.append(int((croniter(expr, t, second_at_beginning=True).get_next(datetime) - t).total_seconds()))
-    return min(gaps)
+    try:
+        for _ in range(400):
+            t = last_of_day.get_next(datetime)
+            gaps.append(int((croniter(expr, t, second_at_beginning=True).get_next(datetime) - t).total_seconds()))
+    except (CroniterBadDateError, OverflowError, ValueError):
+        pass  # no more slots (a date that never comes, or past year 9999): the gaps found so far are all there are
+    # None found: an expression that never fires (one read back from the store) has no two slots closer than any.
+    return min(gaps, default=MAX_DURATION_MS // 1000)
 
 
 def _values(field: list, size: int) -> list[int]:
@@ -517,7 +606,7 @@ def check_admissible(job: Job, *, allow_shell: bool, now_ms: int, shell_allow=No
         _check_python(job.executor.python, allow_python, store_dialect)
     gap = shortest_gap_ms(job.schedule, below_ms=min_interval_ms)
     if gap is not None and gap < min_interval_ms:
-        field, what = (("schedule.cron", f"{job.schedule.cron!r} has slots {format_duration_ms(gap)} apart")
+        field, what = (("schedule.cron", f"{shown(job.schedule.cron)} has slots {format_duration_ms(gap)} apart")
                        if job.schedule.kind is ScheduleKind.CRON else
                        ("schedule.every", f"every {format_duration_ms(gap)}"))
         raise InvalidJob(field, f"{what}: shorter than this cluster's minimum interval of "
@@ -626,7 +715,8 @@ def job_to_json(job: Job) -> str:
 
 
 def job_from_json(text: str) -> Job:
-    return job_from_dict(json.loads(text))
+    """A job as the store holds it (``job_to_json``): read back without the gate's bounds (``stored``)."""
+    return job_from_dict(json.loads(text), stored=True)
 
 
 def redacted(job: Job) -> dict[str, Any]:

@@ -15,9 +15,11 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from shardcron.bounds import INT64_MAX
 from shardcron.errors import InvalidJob
 from shardcron.headers import MASK, mask_url, masked_headers
 from shardcron.jobspec import job_from_dict
+from shardcron.nesting import load_json
 from shardcron.model import CatchUp, ExecutorKind, Job, JobRuns, Overlap, ScheduleKind, Tick, TickStatus
 from shardcron.tenancy.keys import DEFAULT_NAMESPACE, join_key, split_key
 from shardcron.v1 import scheduler_pb2 as pb
@@ -37,7 +39,6 @@ _STATUS_TO_PB = {
 _STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
 
 SECRET_MASK = MASK
-INT64_MAX = 2**63 - 1
 
 
 class BadRequest(InvalidJob):
@@ -128,20 +129,15 @@ def executor_dict_from_proto(p) -> dict[str, Any] | None:
 
 def job_from_proto(p: pb.Job) -> Job:
     """A job as the caller defined it, validated by jobspec; version and active_since_ms are ignored."""
-    job = job_from_dict(job_dict_from_proto(p), require_executor=True)
-    # jobspec reads durations through floats, so an int64 that is near the top of
-    # the range can come back just past it: the job could then not be answered.
-    for field, ms in (("timeout", job.timeout_ms), ("catchup_window", job.catchup_window_ms),
-                      ("retry.backoff", job.retry.backoff_initial_ms), ("retry.backoff_max", job.retry.backoff_max_ms),
-                      ("jitter", job.jitter_ms)):
-        if ms > INT64_MAX:
-            raise InvalidJob(field, f"is too long: at most {INT64_MAX} ms")
-    return job
+    # Every value is bounded there (bounds.py), well inside the message's int64 fields.
+    return job_from_dict(job_dict_from_proto(p), require_executor=True)
 
 
 def stored_job_from_proto(p: pb.Job) -> Job:
-    """A job as the server returned it, with its store-assigned version and active_since_ms."""
-    return replace(job_from_proto(p), version=p.version, active_since_ms=p.active_since_ms)
+    """A job as the server returned it, with its store-assigned version and active_since_ms.
+    Read as stored (``job_from_dict``'s ``stored``): one admitted under looser bounds must still list."""
+    job = job_from_dict(job_dict_from_proto(p), require_executor=True, stored=True)
+    return replace(job, version=p.version, active_since_ms=p.active_since_ms)
 
 
 # -- jobs: model -> proto -------------------------------------------------------------
@@ -272,10 +268,8 @@ def _dispatch_dict_from_proto(kind: str, m) -> dict[str, Any]:
 
 
 def _json_field(text: str, field: str):
-    try:
-        return json.loads(text)
-    except ValueError as e:
-        raise InvalidJob(field, f"is not valid JSON: {e}") from None
+    # Depth-checked before json.loads, whose C parser recurses per level.
+    return load_json(text, field)
 
 
 def _dispatch_to_proto(p, ex, *, redact: bool) -> None:

@@ -11,15 +11,17 @@ URL (an http POST webhook: ``https://hooks.example/shardcron``) or the executor 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
+from shardcron.bounds import MAX_FILE_DEPTH, shown
 from shardcron.errors import InvalidJob
 from shardcron.model import ExecutorSpec
+from shardcron.nesting import load_json
 
 
-def parse_table(raw, field: str) -> ExecutorSpec | None:
-    """A job file's ``on_failure`` / ``on_recovery`` table (None or absent: no notification)."""
+def parse_table(raw, field: str, *, bounded: bool = True) -> ExecutorSpec | None:
+    """A job file's ``on_failure`` / ``on_recovery`` table (None or absent: no notification);
+    ``bounded``: check its values' bounds too (see ``jobspec.job_from_dict``'s ``stored``)."""
     from shardcron.jobspec import parse_executor  # jobspec imports this module
 
     if raw is None:
@@ -27,7 +29,7 @@ def parse_table(raw, field: str) -> ExecutorSpec | None:
     if not isinstance(raw, Mapping):
         raise InvalidJob(field, "must be an executor table with a kind (http, nats, celery, ...)")
     try:
-        spec = parse_executor(raw)
+        spec = parse_executor(raw, bounded=bounded)
     except InvalidJob as e:
         raise InvalidJob(field + e.field.removeprefix("executor"), e.reason) from None
     if spec.python is not None and spec.python.session:
@@ -41,13 +43,11 @@ def parse_cli(text: str, field: str) -> ExecutorSpec:
     text = text.strip()
     if text.startswith(("http://", "https://")):
         return parse_table({"kind": "http", "url": text}, field)
-    try:
-        table = json.loads(text)
-    except ValueError:
+    if not text.startswith("{"):
         raise InvalidJob(field, "expected an http(s):// URL or an executor table as JSON, such as "
                                 '{"kind": "nats", "url": "nats://127.0.0.1", "subject": "alerts"}; '
-                                f"got {text[:80]!r}") from None
-    return parse_table(table, field)
+                                f"got {shown(text)}")
+    return parse_table(load_json(text, field, MAX_FILE_DEPTH), field)
 
 
 def to_table(spec: ExecutorSpec) -> dict:

@@ -105,7 +105,7 @@ def count_slots(trigger: Trigger, from_ms: int, to_ms: int, cap: int) -> int:
         return 0
     if isinstance(trigger, IntervalTrigger):
         first = trigger.next_after(from_ms - 1)
-        return 0 if first >= to_ms else min(cap + 1, (to_ms - 1 - first) // trigger.interval_ms + 1)
+        return 0 if first is None or first >= to_ms else min(cap + 1, (to_ms - 1 - first) // trigger.interval_ms + 1)
     n, after = 0, from_ms - 1
     while n <= cap:
         slot = trigger.next_after(after)

@@ -61,6 +61,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 
 from shardcron.abc import Trigger
+from shardcron.bounds import MAX_TIME_MS, MIN_TIME_MS, shown
 from shardcron.errors import ShardcronError
 from shardcron.scheduling.triggers import _transition_ms  # the one search for a tz transition; shared, not copied
 
@@ -87,7 +88,7 @@ class CalendarError(ShardcronError, ValueError):
     """A calendar definition is malformed. ``field`` names the offending field."""
 
     def __init__(self, calendar: str, field: str, reason: str):
-        super().__init__(f"calendar {calendar!r}: {field}: {reason}")
+        super().__init__(f"calendar {shown(calendar)}: {field}: {reason}")
         self.calendar = calendar
         self.field = field
         self.reason = reason
@@ -363,7 +364,7 @@ def check_calendar_name(name: object) -> str | None:
     """Why ``name`` cannot name a calendar, or None when it can."""
     if isinstance(name, str) and _NAME.fullmatch(name):
         return None
-    return f"{name!r} must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
+    return f"{shown(name)} must be 1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
 
 
 def describe_windows(windows: Sequence[Window] | None) -> str:
@@ -411,17 +412,17 @@ def _given(mapping: Mapping, key: str, default: object) -> object:
 
 def _zone(calendar: str, tz_name: object) -> zoneinfo.ZoneInfo:
     if not isinstance(tz_name, str) or not tz_name:
-        raise CalendarError(calendar, "timezone", f"{tz_name!r} is not an IANA zone name such as Europe/Lisbon")
+        raise CalendarError(calendar, "timezone", f"{shown(tz_name)} is not an IANA zone name such as Europe/Lisbon")
     try:
         return zoneinfo.ZoneInfo(tz_name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
-        raise CalendarError(calendar, "timezone", f"unknown timezone {tz_name!r}; "
+        raise CalendarError(calendar, "timezone", f"unknown timezone {shown(tz_name)}; "
                                                   "use an IANA name such as Europe/Lisbon") from None
 
 
 def _list(calendar: str, raw: object, field_: str) -> list:
     if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, Iterable):
-        raise CalendarError(calendar, field_, f"expected a list, got {raw!r}")
+        raise CalendarError(calendar, field_, f"expected a list, got {shown(raw)}")
     return list(raw)
 
 
@@ -435,12 +436,19 @@ def _parse_dates(calendar: str, raw: object) -> Iterable[date]:
                 raise ValueError
             yield date.fromisoformat(item.strip())
         except ValueError:
-            raise CalendarError(calendar, f"exclude_dates[{i}]", f"expected a date as YYYY-MM-DD, got {item!r}") from None
+            raise CalendarError(calendar, f"exclude_dates[{i}]", f"expected a date as YYYY-MM-DD, got {shown(item)}") from None
 
 
 def _parse_instant(calendar: str, raw: object, field_: str) -> int:
-    if isinstance(raw, int) and not isinstance(raw, bool):
-        return raw  # epoch ms, as the API sends it
+    """An instant with a UTC offset, or epoch ms (as the API sends it), within years 1970-9999 (``bounds.py``)."""
+    ms = raw if isinstance(raw, int) and not isinstance(raw, bool) else _instant_ms(calendar, raw, field_)
+    if not MIN_TIME_MS <= ms <= MAX_TIME_MS:
+        raise CalendarError(calendar, field_, f"{shown(raw)} is outside 1970-01-01T00:00:00Z .. "
+                                              "9999-12-31T23:59:59.999Z")
+    return ms
+
+
+def _instant_ms(calendar: str, raw: object, field_: str) -> int:
     dt = raw
     if isinstance(raw, str):
         try:
@@ -449,9 +457,9 @@ def _parse_instant(calendar: str, raw: object, field_: str) -> int:
             dt = None
     if not isinstance(dt, datetime):
         raise CalendarError(calendar, field_, f"expected an ISO-8601 time such as 2026-11-24T10:00:00+00:00, "
-                                              f"got {raw!r}")
+                                              f"got {shown(raw)}")
     if dt.utcoffset() is None:
-        raise CalendarError(calendar, field_, f"{raw!r} has no UTC offset; add one such as Z or +01:00")
+        raise CalendarError(calendar, field_, f"{shown(raw)} has no UTC offset; add one such as Z or +01:00")
     return (dt - _EPOCH_UTC) // _MS
 
 
@@ -459,11 +467,11 @@ def _parse_ranges(calendar: str, raw: object) -> Iterable[tuple[int, int]]:
     for i, item in enumerate(_list(calendar, raw, "exclude_ranges")):
         where = f"exclude_ranges[{i}]"
         if not isinstance(item, Mapping) or set(item) != RANGE_KEYS:
-            raise CalendarError(calendar, where, f"expected a table with exactly 'from' and 'to', got {item!r}")
+            raise CalendarError(calendar, where, f"expected a table with exactly 'from' and 'to', got {shown(item)}")
         start = _parse_instant(calendar, item["from"], f"{where}.from")
         end = _parse_instant(calendar, item["to"], f"{where}.to")
         if start >= end:
-            raise CalendarError(calendar, where, f"'from' ({item['from']!r}) must be before 'to' ({item['to']!r})")
+            raise CalendarError(calendar, where, f"'from' ({shown(item['from'])}) must be before 'to' ({shown(item['to'])})")
         yield start, end
 
 
@@ -476,14 +484,14 @@ def _parse_windows(calendar: str, raw: object) -> tuple[Window, ...]:
             for j, span in enumerate([spans] if isinstance(spans, str) else _list(calendar, spans, where)):
                 at = where if isinstance(spans, str) else f"{where}[{j}]"
                 if not isinstance(span, str) or span.count("-") != 1:
-                    raise CalendarError(calendar, at, f"expected HH:MM-HH:MM such as 09:00-18:00, got {span!r}")
+                    raise CalendarError(calendar, at, f"expected HH:MM-HH:MM such as 09:00-18:00, got {shown(span)}")
                 start, end = span.split("-")
                 specs.append((at, days, start, end))
     else:
         for i, item in enumerate(_list(calendar, raw, "windows")):
             where = f"windows[{i}]"
             if not isinstance(item, Mapping) or set(item) != WINDOW_KEYS:
-                raise CalendarError(calendar, where, f"expected a table with days, start and end, got {item!r}")
+                raise CalendarError(calendar, where, f"expected a table with days, start and end, got {shown(item)}")
             specs.append((where, item["days"], item["start"], item["end"]))
     if not specs:
         raise CalendarError(calendar, "windows", "is empty; leave it out to allow every hour")
@@ -510,14 +518,14 @@ def _parse_clock(calendar: str, text: object, field_: str, allow_24: bool) -> in
         if (hour < 24 and minute < 60) or (allow_24 and hour == 24 and minute == 0):
             return (hour * 60 + minute) * 60_000
     allowed = "00:00 to 24:00" if allow_24 else "00:00 to 23:59"
-    raise CalendarError(calendar, field_, f"expected a wall-clock time HH:MM from {allowed}, got {text!r}")
+    raise CalendarError(calendar, field_, f"expected a wall-clock time HH:MM from {allowed}, got {shown(text)}")
 
 
 def _parse_days(calendar: str, raw: object, field_: str) -> list[int]:
     """"mon", "mon-fri", "fri-mon" (wraps), "sat,sun", "*", or a list of those."""
     parts = raw if isinstance(raw, list | tuple) else str(raw).split(",") if isinstance(raw, str) else None
     if not parts:
-        raise CalendarError(calendar, field_, f"expected days such as mon-fri or sat,sun, got {raw!r}")
+        raise CalendarError(calendar, field_, f"expected days such as mon-fri or sat,sun, got {shown(raw)}")
     out: list[int] = []
     for part in parts:
         text = part.strip().lower() if isinstance(part, str) else None
@@ -528,7 +536,7 @@ def _parse_days(calendar: str, raw: object, field_: str) -> list[int]:
             first, last = WEEKDAYS.index(ends[0]), WEEKDAYS.index(ends[-1])
             out.extend((first + k) % 7 for k in range((last - first) % 7 + 1))
         else:
-            raise CalendarError(calendar, field_, f"{part!r} is not a day or range of days; "
+            raise CalendarError(calendar, field_, f"{shown(part)} is not a day or range of days; "
                                                   f"use {', '.join(WEEKDAYS)}, a range such as mon-fri, or *")
     return out
 
@@ -540,7 +548,7 @@ def _merge_windows(calendar: str, windows: Iterable[Window]) -> tuple[Window, ..
     out: list[Window] = []
     for w in sorted(windows):
         if not (0 <= w.weekday < 7 and 0 <= w.start_ms < w.end_ms <= DAY_MS):
-            raise CalendarError(calendar, "windows", f"{w!r} is not a weekday 0-6 with 0 <= start < end <= 24:00")
+            raise CalendarError(calendar, "windows", f"{shown(w)} is not a weekday 0-6 with 0 <= start < end <= 24:00")
         if out and out[-1].weekday == w.weekday and w.start_ms <= out[-1].end_ms:
             out[-1] = Window(w.weekday, out[-1].start_ms, max(out[-1].end_ms, w.end_ms))
         else:

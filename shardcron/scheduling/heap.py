@@ -21,6 +21,10 @@ from dataclasses import dataclass
 
 from shardcron.scheduling.takeover import Dispatch
 
+# The longest single wait for a heap's top. A push wakes the waiter anyway; the bound only keeps a
+# slot far ahead (year 9999 is 2.5e11 s away) within what Condition.wait takes (threading.TIMEOUT_MAX).
+MAX_WAIT_S = 3600.0
+
 
 @dataclass(slots=True)
 class ClaimDue:
@@ -129,7 +133,8 @@ class TimerHeap:
                 heap = self._heap
                 if heap and heap[0][0] <= now + slack_ms:
                     return self._take(now + slack_ms)
-                wait = None if not heap else max(0.0, (heap[0][0] - now - slack_ms) / 1000.0)
+                # At most MAX_WAIT_S: a slot centuries ahead would overflow threading's TIMEOUT_MAX.
+                wait = None if not heap else min(MAX_WAIT_S, max(0.0, (heap[0][0] - now - slack_ms) / 1000.0))
                 if give_up is not None:
                     left = give_up - time.monotonic()
                     if left <= 0:

@@ -28,6 +28,8 @@ Cron slots, read in the job's IANA timezone
       05:30Z and not again at 06:30Z.
     * An expression that matches nothing within 50 years (croniter's search
       limit, e.g. "0 0 30 2 *") has no more slots: ``next_after`` returns None.
+    * No slot falls after the end of year 9999 (``bounds.MAX_TIME_MS``), the
+      last instant a ``datetime`` holds: past it every trigger has ended.
     * Results are strictly increasing, and ``next_after`` is right for any
       ``after_ms``, including one inside the repeated hour. This holds because
       the naive-local -> UTC map above is monotone (non-decreasing), so the
@@ -45,6 +47,7 @@ from datetime import datetime, timedelta, timezone
 from croniter import CroniterBadDateError, croniter
 
 from shardcron.abc import Trigger
+from shardcron.bounds import MAX_TIME_MS
 from shardcron.model import Schedule, ScheduleKind
 
 _EPOCH = datetime(1970, 1, 1)
@@ -54,7 +57,7 @@ _SECOND = timedelta(seconds=1)
 
 
 class IntervalTrigger:
-    """Slots at ``anchor_ms + k * interval_ms``."""
+    """Slots at ``anchor_ms + k * interval_ms``, up to the end of year 9999."""
 
     __slots__ = ("interval_ms", "anchor_ms")
 
@@ -64,10 +67,11 @@ class IntervalTrigger:
         self.interval_ms = interval_ms
         self.anchor_ms = anchor_ms
 
-    def next_after(self, after_ms: int) -> int:
+    def next_after(self, after_ms: int) -> int | None:
         # Python's % is never negative for a positive divisor, so this holds on
         # either side of the anchor.
-        return after_ms + self.interval_ms - (after_ms - self.anchor_ms) % self.interval_ms
+        slot = after_ms + self.interval_ms - (after_ms - self.anchor_ms) % self.interval_ms
+        return slot if slot <= MAX_TIME_MS else None
 
     def __repr__(self) -> str:
         return f"IntervalTrigger({self.interval_ms}, anchor_ms={self.anchor_ms})"
@@ -82,7 +86,7 @@ class OnceTrigger:
         self.at_ms = at_ms
 
     def next_after(self, after_ms: int) -> int | None:
-        return self.at_ms if self.at_ms > after_ms else None
+        return self.at_ms if after_ms < self.at_ms <= MAX_TIME_MS else None
 
     def __repr__(self) -> str:
         return f"OnceTrigger({self.at_ms})"
@@ -116,16 +120,16 @@ class CronTrigger:
         return f"CronTrigger({self.expr!r}, {self.timezone!r})"
 
     def next_after(self, after_ms: int) -> int | None:
-        if self._exhausted_after is not None and after_ms >= self._exhausted_after:
+        if after_ms >= MAX_TIME_MS or (self._exhausted_after is not None and after_ms >= self._exhausted_after):
             return None
-        start = self._naive_start(after_ms)
         with self._lock:
             try:
-                candidate = self._cron.get_next(datetime, start_time=start)
+                # Both may pass year 9999 near its end: a local time ahead of UTC, the next candidate.
+                candidate = self._cron.get_next(datetime, start_time=self._naive_start(after_ms))
                 while True:
                     slot = self._to_utc_ms(candidate)
                     if slot > after_ms:
-                        return slot
+                        return slot if slot <= MAX_TIME_MS else None
                     candidate = self._cron.get_next(datetime)
             except (CroniterBadDateError, OverflowError):
                 self._exhausted_after = after_ms

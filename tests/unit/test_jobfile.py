@@ -21,7 +21,7 @@ TOML_CASES = [
     ('[[jobs]]\nevery = "1s"\nexecutor = { kind = "noop" }\n\n[[jobs]]\nevery = "1s"\n', "jobs[0]: id:"),
     ('[[job]]\nid = "x"\n', "expected a top-level 'jobs' list or table (found 'job': did you mean 'jobs'?)"),
     ('jbos = 1\n[[jobs]]\nid = "x"\nevery = "1s"\nexecutor = { kind = "noop" }\n',
-     "jbos: unknown top-level key"),
+     "'jbos': unknown top-level key"),
 ]
 
 
