@@ -34,12 +34,16 @@ unresolved
     not given, every such row is reported).
 false overlap
     A slot recorded ``skipped`` by the overlap policy ("the previous run is
-    still going") when no earlier run of the job was in flight at the moment
-    of the skip (the skipped row's ``finished_at_ms``): no earlier row that was
-    not itself skipped was unresolved, or finished later than
-    ``OVERLAP_SLACK_MS`` before the skip. The skip is legitimate only while a
-    run goes on; one without a run is a slot silently not run, the failure a
-    leader that lost count of its runs would show (issue 10).
+    still going") when no earlier run of the job had *started* and not
+    finished at the moment of the skip (the skipped row's ``finished_at_ms``):
+    no row of the job that was not itself skipped had a ``started_at_ms`` at or
+    before the skip and was unresolved, or finished later than
+    ``OVERLAP_SLACK_MS`` before it. A row merely claimed then (a catch-up slot
+    waiting its turn) explains nothing: overlap means a run handed to its
+    executor (``scheduling/job_line.py``). The skip is legitimate only while a
+    run goes on; one without a run is a slot silently not run, the failure of a
+    leader that lost count of its runs, or that judged a live slot before the
+    earlier slot it waited behind had started.
 
 notification missing
     A failed slot of a job with its own ``on_failure`` (or a recovery, for
@@ -438,14 +442,16 @@ def _skipped_at(t: Tick) -> int:
 
 
 def find_false_overlap(rows: Iterable[Tick], slack_ms: int = OVERLAP_SLACK_MS) -> list[Finding]:
-    """Rows skipped by the overlap policy while no earlier run of their job was in flight.
+    """Rows skipped by the overlap policy while no earlier run of their job had started and not finished.
 
     A skip is judged at its row's ``finished_at_ms`` (when the leader decided;
     its slot when unset). A run covers it when the run's row is of the same
-    job, not skipped, scheduled no later than that moment, and either still
-    unresolved or finished no more than ``slack_ms`` before it. ``rows`` may
-    hold a job's earlier rows too (runs before an audit window can cover
-    skips inside it); every overlap skip given is judged.
+    job, not skipped, scheduled no later than that moment, had started by
+    then (``started_at_ms`` set and not after it: a row only claimed, or
+    started later, was not going), and either is still unresolved or finished
+    no more than ``slack_ms`` before it. ``rows`` may hold a job's earlier rows
+    too (runs before an audit window can cover skips inside it); every overlap
+    skip given is judged.
     """
     runs: dict[str, list[Tick]] = defaultdict(list)
     skips: list[Tick] = []
@@ -458,16 +464,32 @@ def find_false_overlap(rows: Iterable[Tick], slack_ms: int = OVERLAP_SLACK_MS) -
     for t in skips:
         decided = _skipped_at(t)
         earlier = [r for r in runs.get(t.job_id, ()) if r.scheduled_at_ms <= decided]
-        if any(r.finished_at_ms is None or r.finished_at_ms >= decided - slack_ms for r in earlier):
+        if any(is_going_at(r, decided, slack_ms) for r in earlier):
             continue
-        last = max((r.finished_at_ms for r in earlier if r.finished_at_ms is not None), default=None)
-        before = f"the last one finished at {rfc3339_ms(last)}" if last is not None else "none had run"
         out.append(Finding(
             FindingKind.FALSE_OVERLAP, t.job_id, t.scheduled_at_ms,
-            f"skipped at {rfc3339_ms(decided)} as overlapping, but no earlier run of the job was in flight ({before})",
+            f"skipped at {rfc3339_ms(decided)} as overlapping, but no earlier run of the job had started and "
+            f"not finished ({_why_not_going(earlier, decided)})",
             shard=t.shard, fence=t.fence, node_id=t.node_id, status=TickStatus(t.status).value,
         ))
     return sorted(out, key=_order)
+
+
+def is_going_at(r: Tick, at_ms: int, slack_ms: int = 0) -> bool:
+    """Whether run ``r`` had started by ``at_ms`` and not finished (more than ``slack_ms``) before it."""
+    return (r.started_at_ms is not None and r.started_at_ms <= at_ms
+            and (r.finished_at_ms is None or r.finished_at_ms >= at_ms - slack_ms))
+
+
+def _why_not_going(earlier: Sequence[Tick], at_ms: int) -> str:
+    """What the earlier runs were doing at ``at_ms``, for the finding's message."""
+    late = [r for r in earlier if r.started_at_ms is None or r.started_at_ms > at_ms]
+    if late:
+        first = min(late, key=lambda r: r.scheduled_at_ms)
+        when = f": it started at {rfc3339_ms(first.started_at_ms)}" if first.started_at_ms is not None else ""
+        return f"slot {rfc3339_ms(first.scheduled_at_ms)} was claimed and had not started{when}"
+    last = max((r.finished_at_ms for r in earlier if r.finished_at_ms is not None), default=None)
+    return f"the last one finished at {rfc3339_ms(last)}" if last is not None else "none had run"
 
 
 def _order(f: Finding) -> tuple[int, str]:
@@ -683,6 +705,7 @@ __all__ = [
     "OVERLAP_SLACK_MS",
     "find_duplicates",
     "find_false_overlap",
+    "is_going_at",
     "find_missing",
     "find_stale",
     "find_unresolved",

@@ -56,6 +56,13 @@ is dropped: a released shard's waiting starts are taken out and counted not
 started, their rows left claimed for the next leader. With nothing waiting a
 noop pays one unlocked check (``ExecGate.open``); a start with an executor takes
 its slot under the gate's lock.
+
+Overlap (``job_line.py``, ``policies.overlap_verdict``). A slot is skipped for
+overlap only while an earlier run of its job has started (been handed to its
+executor) and not finished. A slot behind an earlier one that is due and not
+started (a catch-up slot waiting its turn, a start in the gate or on its way
+to the loop) waits in the job's line, in slot order, and is judged when the
+line moves: an earlier slot of the job started, ended, or was settled.
 """
 
 from __future__ import annotations
@@ -85,7 +92,7 @@ from shardcron.scheduling.gil_lead import LEAD_MAX_MS, StartLead
 from shardcron.scheduling.backfill_runner import BackfillRunner
 from shardcron.scheduling.heap import ClaimDue, DispatchDue, TimerHeap
 from shardcron.scheduling.jitter import jitter_offset_ms
-from shardcron.scheduling.policies import OVERLAP_SKIP_REASON, overlap_allows
+from shardcron.scheduling.policies import OVERLAP_SKIP_REASON, OverlapVerdict, overlap_allows, overlap_verdict
 from shardcron.scheduling.marks import RunningMarks
 from shardcron.scheduling.pruner import Pruner
 from shardcron.scheduling.realtime import make_realtime
@@ -106,7 +113,6 @@ from shardcron.tenancy.settings import NamespaceSettings
 log = logging.getLogger(__name__)
 
 CLAIM_RETRY_MS = 500  # after a store error, claims and starts are retried this soon (slots stay owed)
-CATCH_UP_WAIT_MS = 100  # a missed slot waiting for the job's previous run looks again this soon
 CLAIM_BATCH_MS = 50  # claim entries due within this of each other are claimed in one transaction
 QUIET_BEFORE_BURST_MS = CLAIM_BATCH_MS + 10  # claims and result writes wait for a burst due this soon...
 YIELD_TO_STARTS_MAX_MS = 250  # ...or under way, for at most this long (see the module doc)
@@ -322,6 +328,10 @@ class Scheduler:
             return
         with run.lock:
             run.released = True
+            parked = run.lines.drop_parked()  # slots waiting in their jobs' lines: left claimed too
+        if parked:
+            self.stats.add(not_started=parked)
+            metrics.not_started.inc(parked)
         # Its starts waiting for a slot are not started here: their rows stay claimed for the next leader.
         waiting = self._gate.remove_where(lambda ns, item: item[0] == shard and item[1] == run.fence)
         if waiting:
@@ -364,7 +374,7 @@ class Scheduler:
         trigger = trigger_for(job.schedule)
         # The new definition owes every slot of its own schedule after it took
         # effect; a slot the old one already claimed is simply not claimed again.
-        # Runs of the old definition still going stay counted in run.running.
+        # Runs of the old definition still going stay on the job's line (run.lines, keyed by job id).
         with run.lock:
             entry = run.jobs[job.id] = JobEntry(job, trigger, gen=run.next_gen(), claimed_through=job.active_since_ms)
         self._push_next_claim(run, entry)
@@ -673,6 +683,8 @@ class Scheduler:
                 if not k % GUARD_EVERY and not (run.active and run.session.can_act()):
                     self.stats.add(not_started=len(ds) - k)
                     metrics.not_started.inc(len(ds) - k)
+                    for left in ds[k:]:  # a slot that waited in its job's line leaves it
+                        self._settle(run, left)
                     return  # the rows stay claimed: whoever leads next re-claims them
                 self._start(run, d, burst)
 
@@ -681,33 +693,37 @@ class Scheduler:
         job_id = d.slot.job_id
         entry = run.jobs.get(job_id)
         if entry is None:
-            now = self._now_ms()
-            self._record(run, d, ExecutionResult(False, now, now, error="job deleted before its slot"),
-                         TickStatus.SKIPPED)
+            self._skip(run, d, "job deleted before its slot")
             return
         job = entry.job
         # Claimed a lookahead ago: a calendar changed since may exclude it now. Not run, recorded skipped.
         if job.calendars and not d.manual and (why := self._calendar_excludes(job, d.slot.scheduled_at_ms)):
-            now = self._now_ms()
-            self._record(run, d, ExecutionResult(False, now, now, error=f"{CALENDAR_SKIP_PREFIX}{why}"),
-                         TickStatus.SKIPPED)
+            self._skip(run, d, f"{CALENDAR_SKIP_PREFIX}{why}")
             return
-        running = run.runs_of(job_id)
-        # Every policy allows a start when nothing of the job runs (the usual case: no call for it).
-        if running and not overlap_allows(d.overlap or job.overlap, running):  # manual runs too: "skip": one at a time
-            if d.catch_up:
-                self._push_dispatch(run, d, not_before_ms=self._now_ms() + CATCH_UP_WAIT_MS)
+        # A job with nothing started, going or waiting here has no line: it starts (the usual case).
+        if (line := run.lines.get(job_id)) is not None:
+            verdict = overlap_verdict(d.overlap or job.overlap, going=line.going,  # manual runs too
+                                      earlier_unstarted=line.unstarted_before(d.slot.scheduled_at_ms),
+                                      catch_up=d.catch_up)
+            if verdict is OverlapVerdict.WAIT:
+                run.lines.park(d)  # judged again when the job's line moves (job_line.py)
                 return
-            now = self._now_ms()
-            self._record(run, d, ExecutionResult(False, now, now, error=OVERLAP_SKIP_REASON), TickStatus.SKIPPED)
-            return
+            if verdict is OverlapVerdict.SKIP:
+                self._skip(run, d, OVERLAP_SKIP_REASON)
+                return
+        noop = job.executor.kind is ExecutorKind.NOOP
         if not gated and not self._admit(run, d, job):
+            if not noop:  # a waiting noop holds no one up: it ends as it starts
+                run.lines.admitting(job_id, d.slot.scheduled_at_ms)
             return  # it waits for a slot; the checks above run again when it gets one (_start_waited)
-        if job.executor.kind is ExecutorKind.NOOP:
+        if noop:
             # No side effect to guard: it completes here, and the recorder writes it.
             burst.inline.append((run.shard, run.fence, d, self._now_ms()))
+            self._settle(run, d)
             return
-        run.run_started(job_id)
+        # Handed to the loop, not started: later slots of the job wait for its start (_run_tick).
+        run.lines.admitting(job_id, d.slot.scheduled_at_ms)
+        run.tick_handed()
         metrics.running_executors.inc()
         burst.on_loop.append((run, d, TickRun(job, d.slot, d.attempt, run.shard, run.fence, self.node_id,
                                               run.stop, run.cancel, d.offset_ms)))
@@ -746,6 +762,7 @@ class Scheduler:
                 if run.active and run.session.can_act():
                     self._start(run, d, burst, gated=True)
                 else:
+                    self._settle(run, d)  # not started: later slots of its job no longer wait for it
                     run = None
         if run is None:  # the shard moved or its lease is in doubt: the row stays claimed for the next leader
             self.stats.add(not_started=1)
@@ -770,9 +787,18 @@ class Scheduler:
 
     async def _run_tick(self, run: ShardRun, d: Dispatch, tick: TickRun) -> None:
         job_id, shard, fence = d.slot.job_id, run.shard, run.fence
+        started = again = False
+
+        def slot_started() -> None:  # ADMITTING -> GOING (job_line.py): a later slot's turn may come now
+            nonlocal started
+            started = True
+            with run.lock:
+                self._let_go(run, run.lines.started(job_id, d.slot.scheduled_at_ms))
+
         try:
             status = await run_tick(tick, self.marks, self.recorder, self.executors,
-                                    self._fenced, lambda late: self._started(shard, late), now_ms=self._now_ms)
+                                    self._fenced, lambda late: self._started(shard, late), now_ms=self._now_ms,
+                                    on_slot_started=slot_started)
             if status is None:
                 self.stats.add(not_started=1)
                 metrics.not_started.inc()
@@ -782,11 +808,27 @@ class Scheduler:
             log.warning("tick %s@%d: %s; trying again in %d ms", job_id, d.slot.scheduled_at_ms, e,
                         CLAIM_RETRY_MS, extra={"shard": shard, "job": job_id, "fence": fence})
             if run.active:
+                again = True
                 self._push_dispatch(run, d._replace(attempt=e.attempt), not_before_ms=self._now_ms() + CLAIM_RETRY_MS)
         except Exception:  # noqa: BLE001 - a bug in one tick must not stop the others
             log.exception("tick %s@%d crashed", job_id, d.slot.scheduled_at_ms)
         finally:
-            self._done(run, job_id)
+            self._done(run, d, started=started, again=again)
+
+    def _skip(self, run: ShardRun, d: Dispatch, reason: str) -> None:
+        """Record the slot skipped, decided now (the row's times: the audit judges an overlap skip by them)."""
+        now = self._now_ms()
+        self._record(run, d, ExecutionResult(False, now, now, error=reason), TickStatus.SKIPPED)
+        self._settle(run, d)
+
+    def _settle(self, run: ShardRun, d: Dispatch) -> None:
+        """The slot leaves its job's line without starting (recorded, completed inline, or dropped)."""
+        self._let_go(run, run.lines.settled(d.slot.job_id, d.slot.scheduled_at_ms))
+
+    def _let_go(self, run: ShardRun, parked: Dispatch | None) -> None:
+        """WAITING -> DUE: the job's line moved, its next waiting slot is judged again, now."""
+        if parked is not None:
+            self._push_dispatch(run, parked)  # it was due already: at once
 
     def _record(self, run: ShardRun, d: Dispatch, result: ExecutionResult, status: TickStatus) -> None:
         w = ResultWrite(run.shard, run.fence, d.slot, d.attempt, result, status)
@@ -800,10 +842,18 @@ class Scheduler:
     def _observe_lateness(self, shard: int, lateness_ms: int, count: int = 1) -> None:
         metrics.tick_lateness.observe(str(shard), max(0, lateness_ms) / 1000.0, count)
 
-    def _done(self, run: ShardRun, job_id: str) -> None:
-        """A run has ended: the job's count on its shard goes down, whatever became of its entry."""
+    def _done(self, run: ShardRun, d: Dispatch, *, started: bool, again: bool) -> None:
+        """A tick's coroutine has ended: off its job's line (GOING or ADMITTING -> settled), whatever
+        became of its entry; ``again``: it comes due again after a failed mark (-> ADMITTING)."""
+        job_id = d.slot.job_id
         with run.lock:
-            run.run_ended(job_id)
+            run.tick_ended()
+            if again:
+                run.lines.admitting(job_id, d.slot.scheduled_at_ms)
+            if started:
+                self._let_go(run, run.lines.ended(job_id))
+            elif not again:
+                self._settle(run, d)
         metrics.running_executors.dec()
         self._gate.leave(namespace_of(job_id))
         if self._gate.waiting:

@@ -63,7 +63,8 @@ OVERLAP_SKIP_REASON = "overlap policy: the previous run is still going"
 
 
 def overlap_allows(policy: Overlap, running_now: int) -> bool:
-    """Whether a slot that comes due may start while ``running_now`` runs of the job go on.
+    """Whether a run may start while ``running_now`` started runs of the job go on (a manual
+    trigger asks this at once; a due slot asks ``overlap_verdict``, which also keeps slot order).
 
     SKIP (the default) starts one only when nothing of the job is running: a
     job slower than its period would otherwise pile up runs without bound.
@@ -77,6 +78,39 @@ def overlap_allows(policy: Overlap, running_now: int) -> bool:
     if policy is Overlap.SKIP:
         return running_now == 0
     raise ValueError(f"unknown overlap policy {policy!r}")
+
+
+class OverlapVerdict(StrEnum):
+    START = "start"  # it goes on to its executor slot and starts
+    SKIP = "skip"  # recorded skipped with OVERLAP_SKIP_REASON: a run of the job has started and goes on
+    WAIT = "wait"  # it queues behind the job's earlier slots and is judged again when the line moves
+
+
+def overlap_verdict(policy: Overlap, *, going: int, earlier_unstarted: bool, catch_up: bool) -> OverlapVerdict:
+    """What a due slot does about the job's other runs (``job_line.py`` holds the facts).
+
+    ``going``: runs of the job that have started (been handed to their executor) and not
+    finished; a run waiting out a retry backoff has started and counts. ``earlier_unstarted``:
+    an earlier slot of the job is due here and has not started (waiting in the line, for an
+    executor slot, or on its way to its executor).
+
+    Overlap is about runs that have *started*. Under SKIP a slot behind an unstarted earlier
+    slot waits its turn (slots of a job start in slot order); at its turn it starts when
+    nothing goes, and is skipped when a run goes, unless it is a catch-up slot, which waits
+    for that run instead, so that catch-up "all" runs every missed slot, in turn. ALLOW
+    starts every slot at once, whatever else of the job waits or goes.
+    """
+    if going < 0:
+        raise ValueError(f"going must not be negative, got {going}")
+    if policy is Overlap.ALLOW:
+        return OverlapVerdict.START
+    if policy is not Overlap.SKIP:
+        raise ValueError(f"unknown overlap policy {policy!r}")
+    if earlier_unstarted:
+        return OverlapVerdict.WAIT
+    if not going:
+        return OverlapVerdict.START
+    return OverlapVerdict.WAIT if catch_up else OverlapVerdict.SKIP
 
 
 class OrphanAction(StrEnum):
@@ -116,5 +150,5 @@ def backoff_ms(retry: RetryPolicy, attempt: int) -> int:
     return min(retry.backoff_max_ms, retry.backoff_initial_ms << min(attempt - 1, 62))
 
 
-__all__ = ["OVERLAP_SKIP_REASON", "CatchUpPlan", "OrphanAction", "backoff_ms", "overlap_allows", "plan_catch_up",
-           "settle_orphan"]
+__all__ = ["OVERLAP_SKIP_REASON", "CatchUpPlan", "OrphanAction", "OverlapVerdict", "backoff_ms", "overlap_allows",
+           "overlap_verdict", "plan_catch_up", "settle_orphan"]

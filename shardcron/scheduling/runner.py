@@ -13,7 +13,12 @@ The order is the promise. Before every attempt:
    the next leader treats it as an orphan that may have run (retry or
    abandon), which can cost a retry but never runs it twice at once.
 Only then does the executor run (``Executors.run``: on the loop for the
-asyncio ones, on a worker thread for the blocking ones). Retries are driven by
+asyncio ones, on a worker thread for the blocking ones). The moment the first
+attempt is handed to it is the slot's start: the caller hears of it then
+(``on_slot_started``: the job's line counts the run as going from there, see
+``job_line.py``), and the row records it as ``started_at_ms`` (a later
+attempt's mark keeps it), so an overlap skip decided after it is explained by
+the row, and one decided before it never counted this run. Retries are driven by
 tenacity, with the backoff from ``policies.backoff_ms`` and a sleep that a lost
 shard cuts short.
 
@@ -96,13 +101,16 @@ class TickRun:
 
 async def run_tick(run: TickRun, marks: RunningMarks, recorder: Recorder, executors: Executors,
                    on_fenced: Callable[[int, int, int], None], on_started: Callable[[int], None], *,
-                   now_ms: Callable[[], int] = clock.wall_ms) -> TickStatus | None:
+                   now_ms: Callable[[], int] = clock.wall_ms,
+                   on_slot_started: Callable[[], None] = lambda: None) -> TickStatus | None:
     """Run every attempt the retry policy allows, on the executors' loop. Returns the final status,
-    or None when aborted."""
+    or None when aborted. ``on_started``: each attempt, with its lateness; ``on_slot_started``: once,
+    when the first attempt is handed to its executor."""
     executors.for_kind(run.job.executor.kind)  # a kind this node cannot run fails here, before any mark
     first = run.attempt
     remaining = max(1, run.job.retry.max_attempts - first + 1)
     state = {"attempt": first - 1}
+    slot_started: list[int] = []  # when the first attempt was handed to its executor (once it was)
 
     async def attempt_once() -> ExecutionResult:
         state["attempt"] += 1
@@ -110,8 +118,9 @@ async def run_tick(run: TickRun, marks: RunningMarks, recorder: Recorder, execut
         if run.cancel.is_set():
             raise _Abort("shard lost or lease not provably held")
         started = now_ms()
+        marked_start = slot_started[0] if slot_started else started  # a later attempt keeps the slot's start
         try:
-            await marks.mark(RunningMark(run.shard, run.fence, run.slot, n, started))
+            await marks.mark(RunningMark(run.shard, run.fence, run.slot, n, marked_start))
         except FencedOut as e:
             log.error("shard %d: not starting %s@%d: %s", run.shard, run.slot.job_id, run.slot.scheduled_at_ms, e,
                       extra={"shard": run.shard, "job": run.slot.job_id, "fence": run.fence})
@@ -123,6 +132,9 @@ async def run_tick(run: TickRun, marks: RunningMarks, recorder: Recorder, execut
             raise _Abort("shard lost or lease not provably held once the running mark was written "
                          "(marked running, not started)")
         on_started(started - run.slot.scheduled_at_ms - run.offset_ms)
+        if not slot_started:
+            slot_started.append(now_ms())
+            on_slot_started()
         ctx = TickContext(run.slot.job_id, run.slot.scheduled_at_ms, n, run.fence, run.shard, run.node_id)
         result = await executors.run(run.job.executor, ctx, run.job.timeout_ms / 1000.0, run.cancel)
         crashpoints.after_dispatch(run.slot.job_id, result.ok)
@@ -153,5 +165,7 @@ async def run_tick(run: TickRun, marks: RunningMarks, recorder: Recorder, execut
                     state["attempt"], e, extra={"shard": run.shard, "job": run.slot.job_id, "fence": run.fence})
         return None
     status = TickStatus.SUCCEEDED if result.ok else TickStatus.FAILED
+    if slot_started and result.started_at_ms != slot_started[0]:
+        result = result._replace(started_at_ms=slot_started[0])  # the slot's start, not its last attempt's
     recorder.put(ResultWrite(run.shard, run.fence, run.slot, state["attempt"], result, status))
     return status

@@ -232,11 +232,17 @@ def test_find_unresolved(row, live, expected):
 # -- false overlap -----------------------------------------------------------------------------
 
 
-def ran(at_s: float, finished_s: float | None, job_id: str = "j", **kw) -> Tick:
-    """A run of slot ``at_s`` that finished at ``finished_s`` (None: still claimed or running)."""
+def ran(at_s: float, finished_s: float | None, job_id: str = "j", started_s: float | None = None, **kw) -> Tick:
+    """A run of slot ``at_s`` that started at ``started_s`` (its slot when not given) and finished at
+    ``finished_s`` (None: still running)."""
     status = kw.pop("status", TickStatus.SUCCEEDED if finished_s is not None else TickStatus.RUNNING)
-    return tick(job_id, int(at_s * S), status=status, started=int(at_s * S),
+    return tick(job_id, int(at_s * S), status=status, started=int((at_s if started_s is None else started_s) * S),
                 finished=None if finished_s is None else int(finished_s * S), **kw)
+
+
+def claimed(at_s: float, job_id: str = "j") -> Tick:
+    """Slot ``at_s``, claimed and not started."""
+    return tick(job_id, int(at_s * S), status=TickStatus.CLAIMED)
 
 
 def overlap_skip(at_s: float, job_id: str = "j", decided_s: float | None = None) -> Tick:
@@ -264,7 +270,19 @@ SLACK_S = OVERLAP_SLACK_MS / S
         pytest.param([ran(1.5, 3, manual=True), overlap_skip(2)], [], id="a manual run in flight covers it"),
         pytest.param([ran(1, 3, status=TickStatus.FAILED), overlap_skip(2)], [],
                      id="a failed run, still retrying then, covers it"),
-        pytest.param([ran(1, None, status=TickStatus.CLAIMED), overlap_skip(2)], [], id="a claimed run covers it"),
+        pytest.param([claimed(1), overlap_skip(2)], [2], id="a claimed, unstarted slot does not cover it"),
+        pytest.param([ran(1, 2.5, started_s=2.181), overlap_skip(2, decided_s=2.016)], [2],
+                     id="an earlier slot claimed but started after the skip (a catch-up waiting its turn)"),
+        pytest.param([ran(1, None, started_s=2.181), overlap_skip(2, decided_s=2.016)], [2],
+                     id="... still running now, started after the skip"),
+        pytest.param([ran(0, 1.9 - SLACK_S), ran(1, 2.5, started_s=2.181), overlap_skip(2, decided_s=2.016)], [2],
+                     id="... and the run before it had finished beyond the slack"),
+        pytest.param([ran(1, 2.5, started_s=2.016), overlap_skip(2, decided_s=2.016)], [],
+                     id="started at the very moment of the skip: it covers it"),
+        pytest.param([ran(0, 2.05), ran(1, 2.5, started_s=2.181), overlap_skip(2, decided_s=2.016)], [],
+                     id="the slot before the catch-up was still going: it covers it"),
+        pytest.param([ran(1, 3, started_s=1.2, status=TickStatus.FAILED), overlap_skip(2)], [],
+                     id="a run in its retry backoff has started and not finished: it covers it"),
         pytest.param([tick(at=1 * S, status=TickStatus.SKIPPED, finished=1 * S, error="catch-up policy"),
                       overlap_skip(2)], [2], id="a skipped row is not a run"),
         pytest.param([tick(at=2 * S, status=TickStatus.SKIPPED, finished=2 * S, error="catch-up policy")], [],
@@ -281,10 +299,18 @@ def test_find_false_overlap(rows, expected):
 
 def test_a_false_overlap_names_the_last_run():
     [f] = find_false_overlap([ran(1, 1.5), overlap_skip(3)])
-    assert f.detail == ("skipped at 1970-01-01T00:00:03.000Z as overlapping, but no earlier run of the job was in "
-                        "flight (the last one finished at 1970-01-01T00:00:01.500Z)")
+    assert f.detail == ("skipped at 1970-01-01T00:00:03.000Z as overlapping, but no earlier run of the job had "
+                        "started and not finished (the last one finished at 1970-01-01T00:00:01.500Z)")
     [f] = find_false_overlap([overlap_skip(3)])
     assert f.detail.endswith("(none had run)")
+
+
+def test_a_false_overlap_names_the_earlier_slot_that_had_not_started():
+    [f] = find_false_overlap([ran(1, 2.5, started_s=2.181), overlap_skip(2, decided_s=2.016)])
+    assert f.detail.endswith("(slot 1970-01-01T00:00:01.000Z was claimed and had not started: it started at "
+                             "1970-01-01T00:00:02.181Z)")
+    [f] = find_false_overlap([claimed(1), overlap_skip(2)])
+    assert f.detail.endswith("(slot 1970-01-01T00:00:01.000Z was claimed and had not started)")
 
 
 # -- the report ------------------------------------------------------------------------------
@@ -327,10 +353,10 @@ def test_the_text_report_shows_false_overlaps_per_job_and_in_detail():
     per_job = {"j": JobSummary("j", slots_checked=4, ticks=3, false_overlap=len(found))}
     lines = format_report(replace(AuditReport(4, [], [], [], [], per_job), false_overlap=found)).splitlines()
     assert lines[2].rstrip().endswith("FALSE OVERLAP") and lines[3].split()[-1] == "2"
-    assert any(line.startswith("overlap skips with no earlier run in flight") and line.endswith(": 2")
+    assert any(line.startswith("overlap skips with no earlier run started and going") and line.endswith(": 2")
                for line in lines)
     assert sum(line.split()[:2] == ["j", "1970-01-01T00:00:03.000Z"] for line in lines) == 1
-    assert sum("no earlier run of the job was in flight" in line for line in lines) == 2
+    assert sum("no earlier run of the job had started and not finished" in line for line in lines) == 2
     assert lines[-1] == "FOUND: 2 false overlap"
 
 

@@ -6,8 +6,10 @@ from shardcron.model import CatchUp, Overlap, RetryPolicy, TickStatus
 from shardcron.scheduling.policies import (
     CatchUpPlan,
     OrphanAction,
+    OverlapVerdict,
     backoff_ms,
     overlap_allows,
+    overlap_verdict,
     plan_catch_up,
     settle_orphan,
 )
@@ -107,6 +109,44 @@ def test_every_overlap_policy_allows_a_start_when_nothing_runs(policy):
 def test_overlap_rejects_negative_count():
     with pytest.raises(ValueError):
         overlap_allows(Overlap.SKIP, -1)
+
+
+START, SKIP, WAIT = OverlapVerdict.START, OverlapVerdict.SKIP, OverlapVerdict.WAIT
+
+
+@pytest.mark.parametrize(
+    "policy, going, earlier_unstarted, catch_up, verdict",
+    [
+        pytest.param(Overlap.SKIP, 0, False, False, START, id="skip: nothing goes, nothing waits ahead: start"),
+        pytest.param(Overlap.SKIP, 0, False, True, START, id="skip: a catch-up slot with nothing going starts"),
+        pytest.param(Overlap.SKIP, 1, False, False, SKIP, id="skip: a started run goes: the live slot is skipped"),
+        pytest.param(Overlap.SKIP, 2, False, False, SKIP, id="skip: several going (allow before a re-put)"),
+        pytest.param(Overlap.SKIP, 1, False, True, WAIT, id="skip: a catch-up slot waits for the run, not skipped"),
+        pytest.param(Overlap.SKIP, 0, True, False, WAIT,
+                     id="skip: an earlier slot claimed, not started: the live slot waits its turn"),
+        pytest.param(Overlap.SKIP, 1, True, False, WAIT,
+                     id="skip: a run goes AND an earlier slot waits: wait (judged when it is its turn)"),
+        pytest.param(Overlap.SKIP, 0, True, True, WAIT, id="skip: catch-up slots start in slot order"),
+        pytest.param(Overlap.SKIP, 1, True, True, WAIT, id="skip: a catch-up slot behind another and a run"),
+        pytest.param(Overlap.ALLOW, 0, False, False, START, id="allow: start"),
+        pytest.param(Overlap.ALLOW, 3, False, False, START, id="allow: runs going do not matter"),
+        pytest.param(Overlap.ALLOW, 3, True, False, START, id="allow: unstarted earlier slots do not matter"),
+        pytest.param(Overlap.ALLOW, 1, True, True, START, id="allow: a catch-up slot starts at once"),
+    ],
+)
+def test_overlap_verdict(policy, going, earlier_unstarted, catch_up, verdict):
+    assert overlap_verdict(policy, going=going, earlier_unstarted=earlier_unstarted, catch_up=catch_up) is verdict
+
+
+@pytest.mark.parametrize("policy", list(Overlap))
+def test_every_overlap_verdict_starts_a_slot_with_nothing_going_or_waiting(policy):
+    # A job with no line is started without asking (Scheduler._start): a new policy must keep this true.
+    assert overlap_verdict(policy, going=0, earlier_unstarted=False, catch_up=False) is START
+
+
+def test_overlap_verdict_rejects_a_negative_count():
+    with pytest.raises(ValueError):
+        overlap_verdict(Overlap.SKIP, going=-1, earlier_unstarted=False, catch_up=False)
 
 
 NO_RETRY = RetryPolicy(max_attempts=1)
