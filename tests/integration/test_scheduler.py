@@ -407,3 +407,38 @@ def test_missed_jittered_slots_caught_up_by_a_new_leader_start_at_once_and_the_s
         assert r.ticks("jit")[0] == OK and _started_at(r, "jit", T0) == T0 + off
     finally:
         r.close()
+
+
+def test_a_live_slot_waits_behind_unstarted_catch_up_slots_and_is_judged_at_its_turn(engine, held):
+    """Overlap means started: the live slot is not skipped while the catch-up slots ahead of it have
+    not started; they start one at a time, in slot order, and the live slot is judged after them."""
+    from shardcron.audit import find_false_overlap
+
+    job = slow(held)
+    left_by_a_dead_leader(engine, job, T0 - 3 * S)  # T0 - 2 s, T0 - 1 s and T0 are owed
+    r = Rig(engine, [])
+    try:
+        r.at(T0)  # the first catch-up slot starts (and is held); the others wait their turn
+        wait_until(lambda: held.calls("slow") == [T0 - 2 * S], 30, what="the first catch-up run to reach the sink")
+        r.at(T0 + S)  # the live slot T0 + 1 s is due while T0 - 1 s and T0 have not started
+        assert {s: st for s, (st, _) in r.ticks("slow").items()} == {
+            -3: TickStatus.SUCCEEDED, -2: TickStatus.RUNNING, -1: TickStatus.CLAIMED, 0: TickStatus.CLAIMED,
+            1: TickStatus.CLAIMED, 2: TickStatus.CLAIMED}
+        held.let_go()
+        step = iter(range(T0 + S + 1, T0 + 2 * S))  # the line moves as runs end; each step starts what came due
+
+        def live_slot_settled() -> bool:
+            r.at(next(step))
+            return r.ticks("slow")[1][0] in (TickStatus.SUCCEEDED, TickStatus.SKIPPED)
+
+        wait_until(live_slot_settled, 30, what="the live slot's turn")
+        got = r.ticks("slow")
+        assert [got[s][0] for s in (-2, -1, 0)] == [TickStatus.SUCCEEDED] * 3
+        assert held.calls("slow")[:3] == [T0 - 2 * S, T0 - S, T0], "catch-up slots start in slot order"
+        rows = {t.scheduled_at_ms: t for t in list_ticks(engine, "slow")}
+        assert rows[T0 - S].started_at_ms <= rows[T0].started_at_ms <= rows[T0 + S].finished_at_ms
+        if got[1] == SKIPPED:  # T0's run was still going at the live slot's turn: a true overlap
+            assert rows[T0].finished_at_ms >= rows[T0 + S].finished_at_ms
+        assert find_false_overlap(rows.values()) == []
+    finally:
+        r.close()
