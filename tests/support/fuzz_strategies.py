@@ -344,10 +344,17 @@ def sometimes_wild_text(pool: st.SearchStrategy) -> st.SearchStrategy:
     return st.integers(0, 3).flatmap(lambda n: nasty_text if n == 3 else pool)
 
 
+# Durations in ms: a second, a minute, an hour, a day, two days, ten years and just past it.
+DURATION_MS_EDGES = (1, 999, 1000, 60_000, 3_600_000, 86_400_000, 172_800_000, 315_360_000_000, 315_360_000_001)
+
+
 def _int_values(field: FieldDescriptor) -> st.SearchStrategy:
     lo, hi = _INT_RANGES[field.type]
     edges = [v for v in INT_EDGES + TIME_MS_EDGES if lo <= v <= hi] + [lo, hi]
-    return st.one_of(st.sampled_from(edges), st.integers(max(lo, -(10**4)), min(hi, 10**4)), st.integers(lo, hi))
+    plausible = st.integers(max(lo, -(10**4)), min(hi, 10**4))
+    if field.name.endswith("_ms"):  # a duration or an instant: the values the spec bounds
+        plausible = st.sampled_from([v for v in DURATION_MS_EDGES + TIME_MS_EDGES if lo <= v <= hi])
+    return st.one_of(plausible, st.sampled_from(edges), st.integers(lo, hi))
 
 
 def _scalar(field: FieldDescriptor, depth: int) -> st.SearchStrategy:
@@ -418,10 +425,10 @@ def _messages(draw, descriptor, depth: int):
     for oneof in descriptor.oneofs:
         members = [f for f in oneof.fields]
         if len(members) > 1 or not members[0].has_presence or draw(st.booleans()):
-            if draw(st.integers(0, 4)):
+            if draw(st.integers(0, 4)) != 4:
                 _put(draw, m, draw(st.sampled_from(members)), depth)
     for field in descriptor.fields:
-        if field.name not in in_oneof and draw(st.integers(0, 2)):
+        if field.name not in in_oneof and draw(st.integers(0, 2)) != 2:
             _put(draw, m, field, depth)
     return m
 
