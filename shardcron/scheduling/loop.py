@@ -719,7 +719,8 @@ class Scheduler:
         if noop:
             # No side effect to guard: it completes here, and the recorder writes it.
             burst.inline.append((run.shard, run.fence, d, self._now_ms()))
-            self._settle(run, d)
+            if line is not None:  # it waited in its job's line: the next one's turn
+                self._settle(run, d)
             return
         # Handed to the loop, not started: later slots of the job wait for its start (_run_tick).
         run.lines.admitting(job_id, d.slot.scheduled_at_ms)

@@ -6,9 +6,10 @@ long at least. Their only node is killed with SIGKILL, and the successor starts 
 it owes each job at least that many missed slots. Each of them takes a broker call, and they go
 one at a time (a catch-up slot waits for the job's previous run), so the catch-up lasts longer
 than a second and is certain to spill past the next live slot: that live slot must wait behind
-the unstarted catch-up, and be judged only when it is its turn. Every overlap skip must then have an earlier run of the job that had
-started by the skip's decision and had not finished, and none may sit in front of an earlier
-slot that had not started yet; the audit's rule (``audit.find_false_overlap``) finds nothing.
+the unstarted catch-up, and be judged only when it is its turn. Every overlap skip must then
+have an earlier run of the job that had started by the skip's decision and had not finished,
+and none may sit in front of an earlier slot that had not started yet; the audit's rule
+(``audit.find_false_overlap``) finds nothing.
 """
 
 from __future__ import annotations
