@@ -203,7 +203,7 @@ def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
         audit.FindingKind.DUPLICATE: "duplicate slots (more than one row: the schema is broken)",
         audit.FindingKind.STALE_FENCE: "stale fences (written by a deposed leader)",
         audit.FindingKind.UNRESOLVED: "unresolved ticks",
-        audit.FindingKind.FALSE_OVERLAP: "overlap skips with no earlier run in flight (the job silently stopped)",
+        audit.FindingKind.FALSE_OVERLAP: "overlap skips with no started run going (the job silently stopped)",
         audit.FindingKind.NOTIFICATION_MISSING: "failed slots or recoveries whose notification is owed and missing",
     }
     for kind, title in titles.items():
