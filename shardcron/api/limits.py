@@ -8,10 +8,11 @@ tests/unit/test_api_limits.py.
 
 Streams are counted per node and per caller address (the peer's IP, not its
 port: one client opening many connections is still one client). A stream a
-node opens to another node on a caller's behalf (``x-shardcron-forwarded``)
-counts against the node-wide limit only: nodes share one feed per member for
-every all-jobs watcher, so what they open is already bounded by what their
-own callers were allowed to open.
+node opens to another node on a caller's behalf (``x-shardcron-forwarded``,
+sealed with the cluster's secret: ``api/peers.py``; a marker from anyone else is
+ignored, so a client cannot claim it) counts against the node-wide limit
+only: nodes share one feed per member for every all-jobs watcher, so what they
+open is already bounded by what their own callers were allowed to open.
 """
 
 from __future__ import annotations

@@ -42,6 +42,12 @@ class ChannelSecurity:
     key_file: str | None = None
     token: str | None = None
 
+    def __post_init__(self):
+        # A secret read from a file or an environment variable often ends in a newline, which gRPC
+        # refuses in metadata ("Invalid metadata"): it is the secret without surrounding whitespace.
+        if self.token is not None:
+            object.__setattr__(self, "token", self.token.strip() or None)
+
     @property
     def tls(self) -> bool:
         return bool(self.ca_file or self.cert_file)
@@ -61,7 +67,7 @@ def load_tokens(path: str | None) -> tuple[TokenBook | None, str | None]:
     raw = _read(path, "--auth-token-file")
     if raw is None:
         return None, None
-    text = raw.decode("utf-8", "replace")
+    text = raw.decode("utf-8-sig", "replace")  # an editor's byte-order mark is not part of the first name
     book = parse_token_file(text, f"--auth-token-file {path}")
     bare = sorted(line.strip() for line in text.splitlines()
                   if len(line.split()) == 1 and not line.strip().startswith("#"))

@@ -217,3 +217,49 @@ def test_a_taken_port_and_a_missing_extra_are_clear_errors(tmp_path, etcd_server
     finally:
         c.stop_all()
         taken.close()
+
+
+def test_tokens_forms_and_redirects_are_read_strictly(tmp_path, etcd_server):
+    """The dashboard reads a token as the API does (Bearer in any case, or bare; whitespace dropped), sends
+    a login only to a path of its own, and refuses an oversized field or body by name."""
+    (tmp_path / "tokens").write_text(f"admin {hash_secret(ADMIN)} admin *\n")
+    port = free_port()
+    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/s.db", f"/t{uuid.uuid4().hex[:12]}", 2, 4,
+                str(tmp_path), extra_args=["--auth-token-file", str(tmp_path / "tokens"),
+                                           "--http-listen", f"127.0.0.1:{port}"])
+    node = c.add("n0", env={"SHARDCRON_NODE_TOKEN": ADMIN})
+    base = f"http://127.0.0.1:{port}"
+    with stopped_after(c):
+        c.wait_all_led(90)
+        wait_until(lambda: _answers(base + "/login"), 60, 0.2, "the dashboard to answer")
+        with Client([node.address], security=ChannelSecurity(token=ADMIN)) as api:
+            api.put_job(hourly_job("visible"))
+        with httpx.Client(base_url=base, timeout=30) as http:
+            for value in (f"Bearer {ADMIN}", f"bearer {ADMIN}", f"BEARER {ADMIN}", ADMIN, f"Bearer  {ADMIN}"):
+                listed = http.get("/jobs", headers={"Authorization": value})
+                assert listed.status_code == 200 and 'data-job="visible"' in listed.text, value
+            for token in (f"{ADMIN}\n", f" {ADMIN}", f"\t{ADMIN} "):  # pasted with a newline or a space
+                with httpx.Client(base_url=base, timeout=30) as browser:
+                    login = browser.post("/login", data={"token": token, "next": "/jobs"})
+                    assert login.status_code == 303 and login.headers["location"] == "/jobs", repr(token)
+            # The open redirect of the finding, and its cousins: each lands on this site's root.
+            for target in ("/\t/evil.example/phish", "//evil.example/phish", "/\\evil.example", "https://evil.example",
+                           "/%2F/evil.example"):
+                with httpx.Client(base_url=base, timeout=30) as browser:
+                    login = browser.post("/login", data={"token": ADMIN, "next": target})
+                    assert login.status_code == 303 and login.headers["location"] == "/", (target, login.headers)
+            page = http.get("/login", params={"next": "/\t/evil.example/phish"}).text
+            assert "evil.example" not in page
+            admin = {"Authorization": f"Bearer {ADMIN}"}
+            for name, limit in (("id", 256), ("namespace", 64), ("from", 64), ("rate", 32)):
+                form = {"id": "visible", "namespace": "default", "from": "2026-01-01T00:00:00Z",
+                        "to": "2026-01-01T03:00:00Z", "rate": "5", name: "x" * (limit + 1)}
+                refused = http.post("/job/backfill", data=form, headers=admin)
+                assert refused.status_code == 400, (name, refused.text)
+                assert f"{name}: at most {limit} characters, got {limit + 1}" in refused.text, refused.text
+                assert "x" * 40 not in refused.text, "the value is not echoed"
+            too_long = http.get("/events/job", params={"id": "x" * 300}, headers=admin)
+            assert too_long.status_code == 400 and "id: at most 256 characters" in too_long.text
+            huge = http.post("/job/pause", data={"id": "visible", "namespace": "default", "pad": "x" * 100_000},
+                             headers=admin)
+            assert huge.status_code == 413, huge.status_code

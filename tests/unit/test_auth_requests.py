@@ -11,10 +11,11 @@ from shardcron.api import auth
 from shardcron.api.auth import (NODE_TOKEN_HEADER, WRITE_CALLS, audit_line, check, identify,
                                 namespace_of_request)
 from shardcron.api.peers import FORWARDED_HEADER, Seal
+from shardcron.api.security import ChannelSecurity, load_tokens, token_metadata
 from shardcron.api.token_source import NodeTokens
 from shardcron.errors import InvalidJob
 from shardcron.tenancy.scopes import CALLS, Role, Token
-from shardcron.tenancy.tokens import hash_secret, parse_token_file
+from shardcron.tenancy.tokens import hash_secret, parse_token_file, secret_from_authorization
 from shardcron.v1 import scheduler_pb2 as pb
 
 RPCS = [m.name for m in pb.DESCRIPTOR.services_by_name["Scheduler"].methods]
@@ -216,3 +217,31 @@ def test_a_marker_without_this_clusters_seal_for_this_caller_is_ignored(marker):
 
 def test_may_see_without_a_caller_sees_everything():
     assert auth.caller() is None and auth.may_see("team-b") and auth.readable_namespaces() is None
+
+
+@pytest.mark.parametrize("value, secret", [
+    ("Bearer sct_abc", "sct_abc"), ("bearer sct_abc", "sct_abc"), ("BEARER sct_abc", "sct_abc"),
+    ("bEaReR\tsct_abc", "sct_abc"), ("sct_abc", "sct_abc"), (" sct_abc", "sct_abc"), ("sct_abc\n", "sct_abc"),
+    ("\tBearer   sct_abc \r\n", "sct_abc"),
+    # no secret named
+    (None, None), ("", None), ("   ", None), ("Bearer", None), ("bearer ", None), ("Basic dXNlcjpwYXNz", None),
+    ("Bearer a b", None),
+])
+def test_one_reading_of_an_authorization_value_for_the_api_and_the_dashboard(value, secret):
+    assert secret_from_authorization(value) == secret
+
+
+@pytest.mark.parametrize("given, kept", [("sct_abc\n", "sct_abc"), (" sct_abc\t", "sct_abc"), ("\n", None),
+                                         ("sct_abc", "sct_abc"), (None, None)])
+def test_a_channels_token_is_the_secret_without_surrounding_whitespace(given, kept):
+    sec = ChannelSecurity(token=given)
+    assert sec.token == kept
+    assert token_metadata(sec) == ((("authorization", f"Bearer {kept}"),) if kept else ())
+
+
+def test_a_token_file_with_a_byte_order_mark_and_crlf_lines_is_read(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_bytes(b"\xef\xbb\xbfops " + hash_secret("ops-secret").encode() + b" admin *\r\nlegacy-secret \r\n")
+    book, bare = load_tokens(str(path))
+    assert book.identify("ops-secret").name == "ops" and book.identify("legacy-secret") is not None
+    assert bare == "legacy-secret"

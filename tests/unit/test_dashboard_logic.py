@@ -13,11 +13,13 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from shardcron.dashboard import present
-from shardcron.dashboard.guard import local_path
+from shardcron.dashboard.guard import FIELD_LIMITS, FieldTooLong, Visitor, field, local_path
+from shardcron.dashboard.live import visitor_key, watch_refusal
 from shardcron.dashboard.history import MetricsHistory, Reading, chart_series, quantile, read_registry
 from shardcron.dashboard.server import Dashboard
-from shardcron.dashboard.sessions import Sessions
+from shardcron.dashboard.sessions import Session, Sessions
 from shardcron.metrics import CountedHistogram
+from shardcron.tenancy.scopes import Role, Token
 
 BOUNDS = (0.001, 0.01, 0.1)
 
@@ -148,3 +150,35 @@ def test_the_scripts_colours_are_defined_in_python_only():
     assert colours["series"] == list(present.LEADER_PALETTE) and colours["counters"] == present.COUNTER_COLOURS
     script = (resources.files("shardcron.dashboard") / "static" / "app.js").read_text()
     assert not re.findall(r"#[0-9a-fA-F]{3,8}\b", script), "app.js takes its colours from the page"
+
+
+def _visitor(token: Token | None, session_id: str = "") -> Visitor:
+    return Visitor(Session(session_id, None, token, csrf=""), by_bearer=not session_id)
+
+
+TEAM_A_READER = Token("reader-a", "sha256:" + "0" * 64, Role.READ, frozenset({"team-a"}))
+
+
+@pytest.mark.parametrize("namespace, refused", [("team-a", False), ("team-b", True), ("", True), ("default", True),
+                                                ("Not A Name!", True)])
+def test_a_job_stream_is_refused_before_it_opens_when_the_api_would_refuse_it(namespace, refused):
+    reason = watch_refusal(_visitor(TEAM_A_READER), namespace)
+    assert (reason is not None) is refused, reason
+    assert watch_refusal(_visitor(None, "s1"), "team-b") is None, "without tokens the API decides"
+
+
+def test_a_visitor_is_its_token_else_its_session_else_its_address():
+    assert visitor_key(_visitor(TEAM_A_READER, "s1"), "10.0.0.1") == visitor_key(_visitor(TEAM_A_READER), "10.0.0.2")
+    assert visitor_key(_visitor(None, "s1"), "10.0.0.1") != visitor_key(_visitor(None, "s2"), "10.0.0.1")
+    assert visitor_key(_visitor(None), "10.0.0.1") != visitor_key(_visitor(None), "10.0.0.2")
+
+
+@pytest.mark.parametrize("name", sorted(FIELD_LIMITS))
+def test_every_form_field_has_a_limit_named_in_its_error(name):
+    limit = FIELD_LIMITS[name]
+    assert field({name: "x" * limit}, name) == "x" * limit
+    with pytest.raises(FieldTooLong, match=f"^{name}: at most {limit} characters, got {limit + 1}$"):
+        field({name: "x" * (limit + 1)}, name)
+    with pytest.raises(FieldTooLong, match=f"^{name}: expected text"):
+        field({name: object()}, name)
+    assert field({}, name, "dflt") == "dflt"
