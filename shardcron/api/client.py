@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 import grpc
@@ -126,6 +126,38 @@ def parse_targets(targets: str | Sequence[str]) -> list[str]:
     return out
 
 
+class BadToken(ShardcronError):
+    """A token that cannot be sent: empty, or holding a character a bearer token cannot hold."""
+
+
+def bearer_secret(token: str, source: str = "the token") -> str:
+    """The secret ``token`` names, as it goes into ``authorization: Bearer <secret>``.
+
+    Surrounding whitespace is dropped (the newline of a file read with ``$(cat ...)``, a
+    pasted tab), and so is a ``Bearer`` scheme in any case, as the API and the dashboard
+    read it. What is left must be printable ASCII without spaces: gRPC refuses anything
+    else in metadata with an opaque error, so it is refused here, naming ``source``. The
+    message never quotes the token: it is a secret.
+    """
+    secret = token.strip()
+    words = secret.split(maxsplit=1)
+    if len(words) == 2 and words[0].lower() == "bearer":
+        secret = words[1]
+    if not secret:
+        raise BadToken(f"{source} is empty (only whitespace)")
+    if secret.lower() == "bearer":
+        raise BadToken(f"{source} is the word Bearer alone, with no token after it")
+    bad = next((i for i, c in enumerate(secret) if not "!" <= c <= "~"), None)
+    if bad is not None:
+        raise BadToken(f"{source} holds {_char_name(secret[bad])} at character {bad + 1}: a token is printable "
+                       "ASCII with no whitespace inside (check how it was copied)")
+    return secret
+
+
+def _char_name(c: str) -> str:
+    return {" ": "a space", "\t": "a tab", "\n": "a line break", "\r": "a carriage return"}.get(c, f"U+{ord(c):04X}")
+
+
 def _check_timeout(value, name: str) -> None:
     # 0 would mean "the default" to `timeout_s or ...`, and a negative one a call
     # that gives up before it starts: neither is what the caller meant.
@@ -142,6 +174,8 @@ class Client:
         _check_timeout(timeout_s, "timeout_s")
         self.namespace = namespace_or_default(namespace)
         self.targets = parse_targets(targets)
+        if security is not None and security.token:
+            security = replace(security, token=bearer_secret(security.token))
         self.security = security
         self.timeout_s = timeout_s
         self._channels: list[grpc.Channel | None] = [None] * len(self.targets)

@@ -1,7 +1,11 @@
 """The ``shardcron`` command.
 
 Every expected failure is a ``ShardcronError`` and becomes one line on stderr
-and exit status 1; a traceback in front of a user is a bug.
+and exit status 1; a bad flag is one line and exit status 2, as argparse has it.
+A traceback in front of a user is a bug: anything else that reaches ``main``
+is one line naming it, and ``SHARDCRON_DEBUG=1`` prints its traceback too.
+A closed standard output (``shardcron shards | head -3``) ends the command
+quietly with status 141, the shell's 128 + SIGPIPE (see ``EXIT_BROKEN_PIPE``).
 """
 
 from __future__ import annotations
@@ -9,14 +13,18 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
+import traceback
 from datetime import UTC, datetime
 
 from tabulate import tabulate
 
 from shardcron import __version__
+from shardcron.cli.args import MAX_SHARD, seconds, whole
 from shardcron.cli.common import fmt_ms, open_etcd
 from shardcron.config import add_common_etcd_flags, add_db_flag, add_node_flags, etcd_security, node_config_from_args
+from shardcron.bounds import cut
 from shardcron.errors import ShardcronError
 
 
@@ -152,8 +160,6 @@ def cmd_reshard(a: argparse.Namespace) -> int:
     from shardcron.errors import ConfigError
     from shardcron.store.engine import make_engine
 
-    if not a.timeout > 0:
-        raise ConfigError(f"--timeout: must be more than 0 seconds, got {a.timeout:g}")
     layout = KeyLayout(a.prefix)
     with open_etcd(a) as etcd:
         if a.abort:
@@ -246,8 +252,8 @@ def register(sub) -> None:
     rs = sub.add_parser("reshard", help="change the shard count of the running cluster")
     add_common_etcd_flags(rs)
     add_db_flag(rs)
-    rs.add_argument("--shards", type=int, required=False, help="the new shard count")
-    rs.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the hand-over")
+    rs.add_argument("--shards", type=whole(1, MAX_SHARD), required=False, help="the new shard count")
+    rs.add_argument("--timeout", type=seconds(), default=120.0, help="seconds to wait for the hand-over")
     rs.add_argument("--abort", action="store_true", help="cancel a reshard that has not cut over yet")
     rs.set_defaults(func=cmd_reshard)
 
@@ -268,9 +274,17 @@ COMMANDS: dict[str, str] = {
 }
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line (exit status 2): the usage of ``jobs put`` alone is
+    twenty lines, and would bury the error. Its subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {cut(message, MESSAGE_CHARS)} (see {self.prog} --help)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; with ``command``, only the commands of its module."""
-    p = argparse.ArgumentParser(prog="shardcron", description="A sharded multi-leader cron cluster.")
+    p = Parser(prog="shardcron", description="A sharded multi-leader cron cluster.")
     p.add_argument("--version", action="version", version=f"shardcron {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -287,14 +301,71 @@ def _named_command(argv: list[str]) -> str | None:
     return first if first in COMMANDS else None
 
 
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_BUG = 70  # EX_SOFTWARE: an exception no command expects
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+# 128 + SIGPIPE: what a shell reports for a command killed by writing to a closed pipe, as C tools
+# (and Python before it ignored SIGPIPE) are. Python's own recipe exits 1, which a pipeline
+# would read as a failure of the command rather than of its reader going away.
+EXIT_BROKEN_PIPE = 141
+DEBUG_ENV = "SHARDCRON_DEBUG"
+MESSAGE_CHARS = 2000  # an error line quotes a caller's value, never megabytes of it
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the command ``argv`` names; its exit status (see the module doc)."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(_named_command(argv))
-    a = parser.parse_args(argv)
     try:
-        return a.func(a)
-    except ShardcronError as e:
-        print(f"shardcron: error: {e}", file=sys.stderr)
-        return 1
+        try:
+            a = build_parser(_named_command(argv)).parse_args(argv)
+            status = a.func(a)
+        except SystemExit:  # --help, --version and usage errors print, then exit
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()  # inside the guard: a pipe's buffered output fails here, not at exit
+        return status
+    except BrokenPipeError:
+        return stdout_gone()
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except ShardcronError as e:
+        return say_error(str(e), EXIT_ERROR)
+    except grpc_error() as e:
+        return say_error(f"the API call failed: {e.code().name}: {e.details()}", EXIT_ERROR)
+    except Exception as e:  # noqa: BLE001 - the last line of defence: a traceback in front of a user is a bug
+        if os.environ.get(DEBUG_ENV):
+            traceback.print_exc()
+        return say_error(f"unexpected {type(e).__name__}: {e} (a bug in shardcron; rerun with {DEBUG_ENV}=1 "
+                         "for the traceback)", EXIT_BUG)
+
+
+def say_error(message: str, status: int) -> int:
+    """``message`` as one line on stderr; ``status``. A stderr that is gone too is no reason to raise."""
+    try:
+        print(f"shardcron: error: {cut(message, MESSAGE_CHARS)}", file=sys.stderr, flush=True)
+    except OSError:
+        pass
+    return status
+
+
+def stdout_gone() -> int:
+    """The reader of standard output went away (``| head``): stop quietly. Standard output is
+    pointed at /dev/null first, or the interpreter's flush at exit would fail and complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor (a test's stand-in stdout)
+        pass
+    return EXIT_BROKEN_PIPE
+
+
+def grpc_error() -> type[BaseException]:
+    """``grpc.RpcError`` if grpc is loaded (a command that never called the API did not import it)."""
+    grpc = sys.modules.get("grpc")
+    return grpc.RpcError if grpc is not None else _NeverRaised
+
+
+class _NeverRaised(Exception):
+    """Stands for ``grpc.RpcError`` when grpc is not imported: nothing raises it."""

@@ -23,6 +23,8 @@ from tabulate import tabulate
 
 from shardcron import audit, clock
 from shardcron.clock import rfc3339_ms
+from shardcron.bounds import MAX_DURATION_MS, MAX_TIME_MS, MIN_TIME_MS, shown
+from shardcron.cli.args import seconds, whole
 from shardcron.cli.common import open_etcd
 from shardcron.config import add_db_flag, add_etcd_security_flags, add_prefix_flag, etcd_security
 from shardcron.errors import ConfigError, ShardcronError
@@ -40,6 +42,7 @@ DEFAULT_WINDOW_MS = 3_600_000
 # catches up within its lease TTL): the default window ends this long ago.
 DEFAULT_MARGIN_S = 30.0
 DEFAULT_SHOWN = 20  # findings of each kind in the text report
+MAX_SHOWN = 1_000_000  # --limit: more lines than anyone reads; --json prints all
 _JOB_ROWS = 50  # per-job lines in the text report
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -62,18 +65,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="window start, exclusive: ISO-8601 or epoch ms (default: one hour before --to)")
     p.add_argument("--to", metavar="TIME",
                    help="window end, inclusive: ISO-8601 or epoch ms (default: now minus --margin)")
-    p.add_argument("--margin", type=float, default=DEFAULT_MARGIN_S, metavar="SECONDS",
+    p.add_argument("--margin", type=seconds(zero=True), default=DEFAULT_MARGIN_S, metavar="SECONDS",
                    help="default --to is this long before now (default %(default)s)")
     p.add_argument("--job", metavar="ID", help="audit this job only (of --namespace)")
     p.add_argument("-n", "--namespace", metavar="NAME",
                    help="audit this namespace's jobs only (default: every namespace; with --job: default)")
-    p.add_argument("--grace", type=float, default=audit.DEFAULT_GRACE_MS / 1000, metavar="SECONDS",
+    p.add_argument("--grace", type=seconds(zero=True), default=audit.DEFAULT_GRACE_MS / 1000, metavar="SECONDS",
                    help="a tick still claimed/running this long after its slot is unresolved (default %(default)s)")
-    p.add_argument("--clock-tolerance-ms", type=int, default=audit.DEFAULT_CLOCK_TOLERANCE_MS, metavar="MS",
+    p.add_argument("--clock-tolerance-ms", type=whole(0, MAX_DURATION_MS), default=audit.DEFAULT_CLOCK_TOLERANCE_MS,
+                   metavar="MS",
                    help="allowed wall-clock skew between nodes when comparing claim/start times with "
                         "fence raises (default %(default)s)")
     _add_etcd_flags(p)
-    p.add_argument("--limit", type=int, default=DEFAULT_SHOWN, metavar="N",
+    p.add_argument("--limit", type=whole(0, MAX_SHOWN), default=DEFAULT_SHOWN, metavar="N",
                    help="findings of each kind to print (default %(default)s; --json prints all)")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     p.set_defaults(func=cmd_audit)
@@ -113,8 +117,6 @@ def _audited_job(a: argparse.Namespace) -> str | None:
 
 def cmd_audit(a: argparse.Namespace) -> int:
     now = clock.wall_ms()
-    if a.margin < 0 or a.grace < 0 or a.clock_tolerance_ms < 0 or a.limit < 0:
-        raise ConfigError("--margin, --grace, --clock-tolerance-ms and --limit must not be negative")
     to_ms = parse_time_ms(a.to, "--to") if a.to else now - round(a.margin * 1000)
     from_ms = parse_time_ms(a.from_, "--from") if a.from_ else to_ms - DEFAULT_WINDOW_MS
     if from_ms >= to_ms:
@@ -140,19 +142,23 @@ def cmd_audit(a: argparse.Namespace) -> int:
 
 
 def parse_time_ms(text: str, flag: str) -> int:
-    """ISO-8601 (a time without an offset is UTC) or integer epoch milliseconds."""
+    """ISO-8601 (a time without an offset is UTC) or integer epoch milliseconds, within years 1970-9999."""
     s = text.strip()
-    if re.fullmatch(r"-?\d+", s):
-        return int(s)
-    try:
-        dt = datetime.fromisoformat(s)
-    except ValueError:
-        raise ConfigError(
-            f"{flag}: expected ISO-8601 (2026-03-08T07:00:00Z) or epoch milliseconds, got {text!r}"
-        ) from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=UTC)
-    return (dt - _EPOCH) // _MS
+    if re.fullmatch(r"-?\d{1,20}", s):
+        ms = int(s)
+    else:
+        try:
+            dt = datetime.fromisoformat(s)
+        except ValueError:
+            raise ConfigError(
+                f"{flag}: expected ISO-8601 (2026-03-08T07:00:00Z) or epoch milliseconds, got {shown(text)}"
+            ) from None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=UTC)
+        ms = (dt - _EPOCH) // _MS
+    if not MIN_TIME_MS <= ms <= MAX_TIME_MS:
+        raise ConfigError(f"{flag}: {shown(text)} is outside 1970-01-01T00:00:00Z .. 9999-12-31T23:59:59.999Z")
+    return ms
 
 
 def etcd_live_leaders(endpoints: str, prefix: str, security=None) -> Callable[[int], bool]:

@@ -19,6 +19,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from shardcron.bounds import MAX_VERSION
+from shardcron.cli.args import whole
 from shardcron.cli.common import fmt_ms
 from shardcron.cli.jobs import _client, _common, _print_json, _table
 from shardcron.errors import ShardcronError
@@ -33,15 +35,12 @@ class CalendarFileError(ShardcronError):
 
 def read_calendar_file(path: str, name: str | None = None, tz: str | None = None) -> list[Calendar]:
     """The calendars FILE defines (see the module doc); every error names the file and the field."""
-    from shardcron.jobfile import load_file_calendars, read_data_file
+    from shardcron.jobfile import load_file_calendars, read_data_file, read_text_file
 
     p = Path(path)
     try:
         if p.suffix.lower() == ".ics":
-            try:
-                text = p.read_text(encoding="utf-8")
-            except OSError as e:
-                raise CalendarFileError(f"{path}: cannot read: {e.strerror or e}") from None
+            text = read_text_file(path)  # as a job file is read: bounded, UTF-8 only
             return [parse_calendar(name or p.stem, {"ics": text, "timezone": tz or "UTC"})]
         data = read_data_file(path)
         if isinstance(data, dict) and "calendars" in data:
@@ -136,7 +135,7 @@ def register(subparsers) -> None:
     put.add_argument("file", metavar="FILE")
     put.add_argument("--name", help="the calendar's name (an .ics file, or a file of one calendar without one)")
     put.add_argument("--tz", metavar="ZONE", help="an .ics file's timezone for floating times (default UTC)")
-    put.add_argument("--expected-version", type=int, metavar="N",
+    put.add_argument("--expected-version", type=whole(0, MAX_VERSION), metavar="N",
                      help="only if the stored calendar is at version N (0: only create)")
     put.set_defaults(func=cmd_put)
 

@@ -12,20 +12,26 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 
 from tabulate import tabulate
 
 from shardcron.api.security import add_client_flags, channel_security_from_args
+from shardcron.bounds import INT64_MAX, MAX_ATTEMPTS, MAX_HISTORY_LIMIT, MAX_VERSION
 from shardcron.cli import backfill
+from shardcron.cli.args import MAX_SHARD, seconds, whole
 from shardcron.cli.common import fmt_ms
+from shardcron.dispatch_spec import MAX_PRIORITY
 from shardcron.errors import ConfigError, InvalidJob, ShardcronError, job_named
-from shardcron.jobspec import format_duration_ms
+from shardcron.jobspec import MAX_PAYLOAD_BYTES, format_duration_ms
 from shardcron.model import Job, JobRuns, ScheduleKind, Tick
 from shardcron.tenancy.keys import split_key
 from shardcron.tenancy.namespaces import NAMESPACE_ENV, namespace_from_cli
 from shardcron.tenancy.scopes import ALL_NAMESPACES
 
 DEFAULT_SERVER = "127.0.0.1:7070"
+# ``ticks --limit``: more than a job keeps at most (bounds.MAX_HISTORY_LIMIT) would never be listed.
+MAX_LISTED_TICKS = MAX_HISTORY_LIMIT
 
 
 class ApplyFailed(ShardcronError):
@@ -141,12 +147,14 @@ def _print_json(value) -> None:
 
 
 def _client(a: argparse.Namespace):
-    from shardcron.api.client import Client
+    from shardcron.api.client import Client, bearer_secret
 
-    if not a.request_timeout > 0:
-        raise ConfigError(f"--request-timeout: must be more than 0 seconds, got {a.request_timeout:g}")
     servers = a.server or [os.environ.get("SHARDCRON_SERVER") or DEFAULT_SERVER]
-    return Client(servers, timeout_s=a.request_timeout, security=channel_security_from_args(a),
+    security = channel_security_from_args(a)
+    if security.token:  # checked here to name where it came from; Client checks any token again
+        source = "--token" if getattr(a, "token", None) else "SHARDCRON_TOKEN"
+        security = replace(security, token=bearer_secret(security.token, source))
+    return Client(servers, timeout_s=a.request_timeout, security=security,
                   namespace=namespace_from_cli(getattr(a, "namespace", None), os.environ))
 
 
@@ -266,16 +274,25 @@ def _dispatch_executor(a: argparse.Namespace, kind: str) -> dict:
 
 
 def _read_body_file(path: str) -> str:
-    """The request body from ``path`` (``-``: standard input), as UTF-8 text."""
+    """The request body from ``path`` (``-``: standard input), as UTF-8 text.
+
+    Read no further than the body limit plus one byte: ``/dev/urandom`` or a runaway
+    pipe is refused at once instead of read until memory runs out."""
+    where = "standard input" if path == "-" else path
     try:
         if path == "-":
-            return sys.stdin.buffer.read().decode("utf-8")
-        with open(path, "rb") as f:
-            return f.read().decode("utf-8")
+            raw = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
+        else:
+            with open(path, "rb") as f:
+                raw = f.read(MAX_PAYLOAD_BYTES + 1)
     except OSError as e:
-        raise ConfigError(f"--body-file: cannot read {path}: {e.strerror or e}") from None
+        raise ConfigError(f"--body-file: cannot read {where}: {e.strerror or e}") from None
+    if len(raw) > MAX_PAYLOAD_BYTES:
+        raise ConfigError(f"--body-file: {where} is larger than the body limit of {MAX_PAYLOAD_BYTES} bytes (1 MiB)")
+    try:
+        return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"--body-file: {path} is not UTF-8 text (byte {e.start}); the body is sent as text") \
+        raise ConfigError(f"--body-file: {where} is not UTF-8 text (byte {e.start}); the body is sent as text") \
             from None
 
 
@@ -474,8 +491,6 @@ def cmd_apply(a: argparse.Namespace) -> int:
 
 
 def cmd_ticks(a: argparse.Namespace) -> int:
-    if a.limit < 1:
-        raise ConfigError(f"--limit: must be at least 1, got {a.limit}")
     with _client(a) as c:
         ticks = c.list_ticks(a.id, limit=a.limit)
         if not ticks:
@@ -539,7 +554,7 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help=f"a node's API address; repeat to give others to try [SHARDCRON_SERVER] "
                         f"(default {DEFAULT_SERVER})")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--request-timeout", type=float, default=30.0, metavar="SECONDS",
+    p.add_argument("--request-timeout", type=seconds(), default=30.0, metavar="SECONDS",
                    help="give up on the call after this long; more than 0 (default %(default)s)")
     p.add_argument("-n", "--namespace", metavar="NAME",
                    help=f"the namespace of the jobs named [{NAMESPACE_ENV}] (default: default)")
@@ -588,14 +603,14 @@ def register(subparsers) -> None:
     dispatch.add_argument("--queue", metavar="NAME", help="queue (celery, rq: default; arq: arq:queue)")
     dispatch.add_argument("--routing-key", metavar="KEY", help="celery: the routing key")
     dispatch.add_argument("--exchange", metavar="NAME", help="amqp: the exchange (default: the default exchange)")
-    dispatch.add_argument("--priority", type=int, metavar="N", help="celery: the task's priority (0-255)")
+    dispatch.add_argument("--priority", type=whole(0, MAX_PRIORITY), metavar="N", help="celery: the task's priority (0-255)")
     dispatch.add_argument("--expires", metavar="D", help="celery: workers drop the task this long after its slot")
     dispatch.add_argument("--no-jetstream", action="store_true", help="nats: a core publish (no ack, no dedupe)")
     dispatch.add_argument("--transient", action="store_true", help="amqp: not persistent (delivery mode 1)")
     dispatch.add_argument("--content-type", metavar="TYPE", help="amqp: the message's content type "
                                                                  "(default application/json)")
     dispatch.add_argument("--field", action="append", metavar="K=V", help="redis-stream: an entry field; repeatable")
-    dispatch.add_argument("--maxlen", type=int, metavar="N", help="redis-stream: trim the stream to about N entries")
+    dispatch.add_argument("--maxlen", type=whole(1, INT64_MAX), metavar="N", help="redis-stream: trim the stream to about N entries")
     dispatch.add_argument("--dedupe-ttl", metavar="D", help="redis-stream: how long a slot's dedupe marker lives "
                                                             "(default: longer than the catch-up window)")
     dispatch.add_argument("--tick-kwarg", metavar="NAME", help="arq: pass the tick as this keyword argument")
@@ -616,7 +631,7 @@ def register(subparsers) -> None:
     put.add_argument("--catchup-window", metavar="D", help="how far back missed slots are owed (default 1h)")
     put.add_argument("--overlap", choices=["skip", "allow"], help="when the previous run is still going (default skip)")
     put.add_argument("--timeout", dest="timeout_job", metavar="D", help="the job's run timeout (default 60s)")
-    put.add_argument("--history-limit", type=int, metavar="N",
+    put.add_argument("--history-limit", type=whole(1, MAX_HISTORY_LIMIT), metavar="N",
                      help="keep at most the job's N newest ticks; older finished ones are deleted (default: all)")
     put.add_argument("--jitter", metavar="D", help="start each slot a fixed offset in [0, D) after it, the same on "
                                                    "every leader; shorter than the gap between slots (default 0)")
@@ -626,12 +641,12 @@ def register(subparsers) -> None:
                                                           "http(s):// webhook URL, or an executor table as JSON")
     put.add_argument("--on-recovery", metavar="SPEC", help="run once when a slot succeeds after failed ones "
                                                            "(same SPEC forms)")
-    put.add_argument("--retries", type=int, metavar="N",
+    put.add_argument("--retries", type=whole(0, MAX_ATTEMPTS - 1), metavar="N",
                      help="retries after a failed attempt, so N+1 attempts at most (default 0)")
     put.add_argument("--retry-backoff", metavar="D", help="first retry delay (default 1s)")
     put.add_argument("--label", action="append", metavar="K=V", help="label; repeatable")
     put.add_argument("--paused", action="store_true", help="create it paused")
-    put.add_argument("--expected-version", type=int, metavar="N",
+    put.add_argument("--expected-version", type=whole(0, MAX_VERSION), metavar="N",
                      help="only if the stored job is at version N (0: only create)")
 
     _add(sub, "get", cmd_get, "show a job")
@@ -643,7 +658,7 @@ def register(subparsers) -> None:
 
     ls = _add(sub, "list", cmd_list, "list jobs", with_id=False)
     ls.add_argument("--label", action="append", metavar="K=V", help="only jobs with this label; repeatable")
-    ls.add_argument("--shard", type=int, metavar="K", help="only shard K's jobs")
+    ls.add_argument("--shard", type=whole(0, MAX_SHARD - 1), metavar="K", help="only shard K's jobs")
     ls.add_argument("-A", "--all-namespaces", action="store_true",
                     help="jobs of every namespace the token may read")
 
@@ -651,5 +666,6 @@ def register(subparsers) -> None:
     apply.add_argument("-f", "--file", required=True, metavar="FILE", help="the jobs file")
 
     ticks = _add(subparsers, "ticks", cmd_ticks, "a job's ticks, newest first")
-    ticks.add_argument("--limit", type=int, default=20, metavar="N", help="how many (default %(default)s)")
+    ticks.add_argument("--limit", type=whole(1, MAX_LISTED_TICKS), default=20, metavar="N",
+                       help="how many (default %(default)s)")
     ticks.add_argument("--follow", "-f", action="store_true", help="then print each new result as it is written")

@@ -9,9 +9,11 @@ namespace's share of a saturated node's executors (default 1).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from fractions import Fraction
 
+from shardcron.bounds import INT64_MAX, shown
 from shardcron.cli.common import fmt_ms
 from shardcron.cli.jobs import _client, _common, _print_json, _table
 from shardcron.errors import ShardcronError
@@ -23,20 +25,25 @@ QUOTA_FLAGS = {"max_jobs": "--max-jobs", "max_slots_per_second": "--max-slots-pe
                "max_running": "--max-running"}
 
 
+# A rate as a decimal or a fraction of whole numbers, each part within int64's 18 safe digits.
+_RATE = re.compile(r"\d{1,18}(\.\d{1,18})?|\d{1,18}/\d{1,18}")
+
+
 class NamespaceFlagError(ShardcronError):
     pass
 
 
 def parse_count(text: str, flag: str) -> int | None:
-    """A whole number of at least 0, or ``none`` (no limit)."""
+    """A whole number from 0 to the API's int64 limit, or ``none`` (no limit)."""
     if text.strip().lower() == NO_LIMIT:
         return None
     try:
         value = int(text)
-    except ValueError:
+    except ValueError:  # also past int()'s 4300 digits
         value = -1
-    if value < 0:
-        raise NamespaceFlagError(f"{flag}: must be a whole number of at least 0 or '{NO_LIMIT}', got {text!r}")
+    if not 0 <= value <= INT64_MAX:
+        raise NamespaceFlagError(f"{flag}: must be a whole number of at least 0 or '{NO_LIMIT}' (at most "
+                                 f"{INT64_MAX}), got {shown(text)}")
     return value
 
 
@@ -44,13 +51,16 @@ def parse_rate(text: str, flag: str) -> Fraction | None:
     """A number of at least 0 kept exact (``2.5``, ``10/3``), or ``none`` (no limit)."""
     if text.strip().lower() == NO_LIMIT:
         return None
-    try:
-        value = Fraction(text.strip())
-    except (ValueError, ZeroDivisionError):
-        value = Fraction(-1)
+    value = Fraction(-1)
+    # Plain digits only: Fraction("1e999999999") would build a billion-digit integer first.
+    if _RATE.fullmatch(text.strip()):
+        try:
+            value = Fraction(text.strip())
+        except ZeroDivisionError:
+            pass
     if value < 0:
         raise NamespaceFlagError(f"{flag}: must be a number of at least 0 (e.g. 2.5 or 10/3) or '{NO_LIMIT}', "
-                                 f"got {text!r}")
+                                 f"got {shown(text)}")
     return value
 
 
@@ -60,7 +70,7 @@ def parse_weight(text: str) -> float:
     except ValueError:
         value = 0.0
     if not value > 0 or value == float("inf"):
-        raise NamespaceFlagError(f"--weight: must be a number above 0, got {text!r}")
+        raise NamespaceFlagError(f"--weight: must be a number above 0, got {shown(text)}")
     return value
 
 

@@ -16,9 +16,10 @@ import argparse
 import threading
 
 from shardcron import clock
+from shardcron.cli.args import whole
 from shardcron.clock import rfc3339_ms
 from shardcron.config import add_db_flag
-from shardcron.errors import ConfigError, FencedOut
+from shardcron.errors import FencedOut
 from shardcron.scheduling.pruner import in_batches
 from shardcron.scheduling.retention import MAX_DELETE_BATCH, MIN_DELETE_BATCH, prune_before_ms
 from shardcron.store.engine import describe_url
@@ -38,7 +39,7 @@ def register(db_sub: argparse._SubParsersAction) -> None:
     add_db_flag(p)
     p.add_argument("--before", required=True, metavar="TIME",
                    help="delete ticks scheduled before this: ISO-8601 or epoch ms (not in the future)")
-    p.add_argument("--batch", type=int, default=MIN_DELETE_BATCH, metavar="N",
+    p.add_argument("--batch", type=whole(MIN_DELETE_BATCH, MAX_DELETE_BATCH), default=MIN_DELETE_BATCH, metavar="N",
                    help=f"rows in the first DELETE; later ones are sized to ~50 ms each "
                         f"({MIN_DELETE_BATCH}-{MAX_DELETE_BATCH}, default %(default)s)")
     p.set_defaults(func=cmd_db_prune)
@@ -48,8 +49,6 @@ def cmd_db_prune(a: argparse.Namespace) -> int:
     from shardcron.cli.admin import open_store, parse_time_ms, require_head
 
     before = parse_time_ms(a.before, "--before")
-    if not MIN_DELETE_BATCH <= a.batch <= MAX_DELETE_BATCH:
-        raise ConfigError(f"--batch: must be between {MIN_DELETE_BATCH} and {MAX_DELETE_BATCH}, got {a.batch}")
     now = clock.wall_ms()
     prune_before_ms(before, now, 0)  # refuses a time in the future, naming --before, before connecting
     engine = open_store(a.db, create=False)

@@ -84,20 +84,24 @@ def test_node_flags_read_their_variable_and_name_it_in_the_help():
 
 
 @pytest.mark.parametrize("argv, line", [
-    (["dev", "--nodes", "0"], "--nodes: must be at least 1, got 0"),
-    (["dev", "--shards", "-2"], "--shards: must be at least 1, got -2"),
-    (["dev", "--ttl", "1"], "--ttl: must be at least 2, got 1"),
-    (["dev", "--for-seconds", "0"], "--for-seconds: must be more than 0, got 0"),
-    (["reshard", "--shards", "4", "--timeout", "0"], "--timeout: must be more than 0 seconds, got 0"),
-    (["ticks", "x", "--limit", "0"], "--limit: must be at least 1, got 0"),
-    (["jobs", "list", "--request-timeout", "-1"], "--request-timeout: must be more than 0 seconds, got -1"),
+    (["dev", "--nodes", "0"], "argument --nodes: must be a whole number from 1 to 64, got '0'"),
+    (["dev", "--shards", "-2"], "argument --shards: must be a whole number from 1 to 4096, got '-2'"),
+    (["dev", "--ttl", "1"], "argument --ttl: must be a whole number from 2 to 3600, got '1'"),
+    (["dev", "--for-seconds", "0"], "argument --for-seconds: must be a number of seconds more than 0 and at most "
+                                    "315360000, got '0'"),
+    (["reshard", "--shards", "4", "--timeout", "0"], "argument --timeout: must be a number of seconds more than 0 "
+                                                     "and at most 315360000, got '0'"),
+    (["ticks", "x", "--limit", "0"], "argument --limit: must be a whole number from 1 to 1000000, got '0'"),
+    (["jobs", "list", "--request-timeout", "-1"], "argument --request-timeout: must be a number of seconds more "
+                                                  "than 0 and at most 315360000, got '-1'"),
 ])
 def test_bad_numbers_are_one_line_naming_the_flag_before_anything_starts(argv, line):
     # Checked before any etcd, node or port is touched: these run with nothing listening.
     out = subprocess.run([sys.executable, "-m", "shardcron", *argv, *(["--server", "127.0.0.1:1"]
                           if argv[0] in ("ticks", "jobs") else ["--etcd", "127.0.0.1:1"] if argv[0] == "reshard"
                           else [])], capture_output=True, text=True, timeout=60)
-    assert (out.returncode, out.stdout, out.stderr) == (1, "", f"shardcron: error: {line}\n")
+    prog = "shardcron " + " ".join(w for w in argv[:2] if not w.startswith("-") and w != "x")
+    assert (out.returncode, out.stdout, out.stderr) == (2, "", f"{prog}: error: {line} (see {prog} --help)\n")
 
 
 def test_the_node_min_interval_is_unset_by_default_and_says_it_takes_the_cluster_s():
