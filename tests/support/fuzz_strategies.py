@@ -212,7 +212,7 @@ def url_for(kind: str) -> st.SearchStrategy:
 def name_like(valid: str) -> st.SearchStrategy:
     return valid_or(st.just(valid), names)
 names = st.one_of(st.sampled_from(("app.tasks.report", "report", "jobs.reports", "q", "", " q", "a" * 256,
-                                   "a.b.c", "_x", "1x", "x-y", "a..b", "jobs.*", "jobs.>", "tests.support.pyjobs:noop",
+                                   "a.b.c", "_x", "1x", "x-y", "a..b", "jobs.*", "jobs.>", "tests.support.pyjobs:echo",
                                    "os:system", "myapp:os.system", "myapp:__builtins__", "a:b:c", "a:")),
                   short_nasty_text)
 headers = st.one_of(st.dictionaries(short_nasty_text, short_nasty_text, max_size=3),
@@ -243,7 +243,7 @@ EXECUTOR_FIELDS = {
     "redis-stream": {"url": url_for("redis-stream"), "stream": name_like("events"),
                      "fields": st.dictionaries(short_nasty_text, short_nasty_text, max_size=3),
                      "maxlen": ints, "dedupe_ttl": durations},
-    "python": {"target": name_like("tests.support.pyjobs:noop"), "args": task_args, "kwargs": task_kwargs, "session": st.booleans()},
+    "python": {"target": name_like("tests.support.pyjobs:echo"), "args": task_args, "kwargs": task_kwargs, "session": st.booleans()},
 }
 
 
