@@ -3,7 +3,8 @@
 The RPCs are read from the generated descriptor, so a new one is fuzzed without a change here. Each call
 sends a random message of the RPC's request type (``fuzz_strategies.messages``: extremes per field type,
 strings each field is checked for, nested messages) or raw bytes that are no message at all, with an admin,
-a write or a read token, a token the node does not know, or none. No answer may be INTERNAL or UNKNOWN,
+a write or a read token, a token the node does not know, or none, sometimes with a peer's forwarding
+metadata forged; and jobs the spec accepts at its edges are put for real. No answer may be INTERNAL or UNKNOWN,
 the node's log must hold no traceback, and afterwards the node must still schedule: a job ``every 1s``
 created before the fuzzing keeps getting ticks.
 
@@ -24,7 +25,9 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from shardcron.dev.testing.cluster import wait_until
+from shardcron.api.auth import NODE_TOKEN_HEADER
 from shardcron.api.convert import job_to_proto
+from shardcron.api.peers import FORWARDED_HEADER
 from shardcron.errors import InvalidJob
 from shardcron.jobspec import job_from_dict
 from shardcron.model import Job
@@ -54,6 +57,11 @@ ADMIN = "fuzz-admin-" + uuid.uuid4().hex
 NODE = "fuzz-node-" + uuid.uuid4().hex
 # The namespace the fuzzer's strings name most (tests.support.fuzz_strategies.namespaces): the tokens' scope.
 TEAM = "team-a"
+# What only a peer node sends (a forwarded call's marker and seal, the forwarding node's own token): from a
+# client, forged or garbled, it must be ignored or refused, never crash the call.
+PEER_METADATA = ((FORWARDED_HEADER, "1"), (FORWARDED_HEADER, "v1."), (FORWARDED_HEADER, "v1." + "0" * 64),
+                 (FORWARDED_HEADER, "v2.x" * 1000), (NODE_TOKEN_HEADER, NODE), (NODE_TOKEN_HEADER, "not-a-node"),
+                 (NODE_TOKEN_HEADER, ""))
 SERVER_FAULTS = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
 UNARY_DEADLINE_S = 30  # generous: a shared 2-core machine; DEADLINE_EXCEEDED is an acceptable answer
 STREAM_DEADLINE_S = 1.5  # a watch that is accepted stays open: it ends at its deadline
@@ -63,10 +71,11 @@ def _identity(b: bytes) -> bytes:
     return b
 
 
-def call(channel: grpc.Channel, method, payload: bytes, secret: str | None) -> tuple[grpc.StatusCode, str]:
+def call(channel: grpc.Channel, method, payload: bytes, secret: str | None,
+         extra: tuple[tuple[str, str], ...] = ()) -> tuple[grpc.StatusCode, str]:
     """Send ``payload`` as the request of ``method``: the status the node answered and its details."""
     path = f"/{SERVICE.full_name}/{method.name}"
-    metadata = (("authorization", f"Bearer {secret}"),) if secret is not None else ()
+    metadata = ((("authorization", f"Bearer {secret}"),) if secret is not None else ()) + extra
     try:
         if method.server_streaming:
             stream = channel.unary_stream(path, request_serializer=_identity, response_deserializer=_identity)(
@@ -146,10 +155,10 @@ def test_every_rpc_answers_random_and_malformed_requests_without_a_server_fault(
     answered: Counter = Counter()
 
     @fuzz_settings(600)
-    @given(request=requests(), secret=callers)
-    def fuzz(request, secret):
+    @given(request=requests(), secret=callers, extra=st.lists(st.sampled_from(PEER_METADATA), max_size=2, unique=True))
+    def fuzz(request, secret, extra):
         method, payload = request
-        code, details = call(channel, method, payload, secret)
+        code, details = call(channel, method, payload, secret, tuple(extra))
         event(f"{method.name}: {code.name}")
         answered[method.name, code.name] += 1
         assert code not in SERVER_FAULTS, f"{method.name} answered {code.name}: {details[:500]}"
