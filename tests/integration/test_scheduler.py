@@ -442,3 +442,25 @@ def test_a_live_slot_waits_behind_unstarted_catch_up_slots_and_is_judged_at_its_
         assert find_false_overlap(rows.values()) == []
     finally:
         r.close()
+
+
+def test_a_run_waiting_out_its_retry_backoff_is_going_and_its_row_keeps_its_first_start(rig, held, engine):
+    """A slot between attempts has started and not finished: the next slot is skipped, and the row's
+    ``started_at_ms`` stays its first attempt's start, so the audit sees the skip explained."""
+    from shardcron.audit import find_false_overlap
+
+    held.let_go()
+    job = job_from_dict({"id": "flaky", "every": "1s", "overlap": "skip",
+                         "retry": {"max_attempts": 2, "backoff": "1s"},
+                         "executor": {"kind": "http", "url": held.sink.url + "/status/500"}})
+    r = rig([job])
+    r.at(T0)
+    r.at(T0 + S)  # attempt 1 fails at once; attempt 2 comes a second of backoff later
+    wait_until(lambda: held.calls("flaky") == [T0 + S], 30, what="the first attempt to reach the sink")
+    r.at(T0 + 2 * S)
+    assert r.ticks("flaky")[2] == SKIPPED
+    r.wait_status("flaky", 1, TickStatus.FAILED)
+    assert held.calls("flaky") == [T0 + S, T0 + S], "two attempts"
+    rows = {t.scheduled_at_ms: t for t in list_ticks(engine, "flaky")}
+    assert rows[T0 + S].started_at_ms == T0 + S and rows[T0 + S].attempt == 2
+    assert find_false_overlap(rows.values()) == []
