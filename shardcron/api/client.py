@@ -529,6 +529,8 @@ class TickWatch:
         while not self._cancelled.is_set():
             i = c._order()[failures % len(c.targets)]
             call = self._call = c._stub(i).WatchTicks(self._request)
+            if self._cancelled.is_set():  # cancel() ran after the loop's check and saw no call to cancel
+                call.cancel()
             try:
                 for ev in call:
                     failures = 0

@@ -13,11 +13,23 @@ import argparse
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
+
+from shardcron.cli.args import MAX_PORT, seconds, whole
 from shardcron.cli.common import fmt_clock_ms
 from shardcron.errors import ShardcronError
+
+# Each stops dev as Ctrl-C does, its cleanup included: SIGHUP comes with a closed terminal,
+# whose default action would end dev at once and leave every child running.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# A local cluster for a first look: every node is a process on this machine, with ports of its
+# own; past these, dev is not what is wanted (a real cluster is).
+MAX_NODES = 64
+MAX_DEV_SHARDS = 4096
+MAX_TTL_S = 3600
 
 
 DEMO_REDIS = "redis://127.0.0.1:6379/0"
@@ -49,27 +61,30 @@ def register(sub) -> None:
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nodes", type=int, default=3, help="node processes to start (default %(default)s)")
-    p.add_argument("--shards", type=int, default=16, help="shard count (default %(default)s)")
-    p.add_argument("--ttl", type=int, default=5, help="session TTL in seconds (default %(default)s)")
-    p.add_argument("--base-port", type=int, default=7071, help="first node's gRPC port (default %(default)s)")
-    p.add_argument("--sink-port", type=int, default=8089, help="demo HTTP sink port (default %(default)s)")
-    p.add_argument("--http-base-port", type=int, default=8081,
+    p.add_argument("--nodes", type=whole(1, MAX_NODES), default=3,
+                   help="node processes to start (default %(default)s)")
+    p.add_argument("--shards", type=whole(1, MAX_DEV_SHARDS), default=16, help="shard count (default %(default)s)")
+    p.add_argument("--ttl", type=whole(2, MAX_TTL_S), default=5, help="session TTL in seconds (default %(default)s)")
+    p.add_argument("--base-port", type=whole(1, MAX_PORT), default=7071,
+                   help="first node's gRPC port (default %(default)s)")
+    p.add_argument("--sink-port", type=whole(0, MAX_PORT), default=8089,
+                   help="demo HTTP sink port; 0: any free one (default %(default)s)")
+    p.add_argument("--http-base-port", type=whole(0, MAX_PORT), default=8081,
                    help="first node's dashboard port; 0: no dashboard (default %(default)s)")
     p.add_argument("--dir", default=None, help="working directory (default: a new temporary one)")
-    p.add_argument("--for-seconds", type=float, default=None, help="stop by itself after this long")
+    p.add_argument("--for-seconds", type=seconds(), default=None, help="stop by itself after this long")
 
 
 def main(a: argparse.Namespace) -> int:
+    from shardcron.dev.reaper import Reaper
     from shardcron.dev.sink import Sink
     from shardcron.dev.testing.cluster import Cluster, wait_until
     from shardcron.dev.testing.etcd_server import EtcdCluster, port_open
 
-    for flag, value, minimum in (("--nodes", a.nodes, 1), ("--shards", a.shards, 1), ("--ttl", a.ttl, 2)):
-        if value < minimum:
-            raise ShardcronError(f"{flag}: must be at least {minimum}, got {value}")
-    if a.for_seconds is not None and not a.for_seconds > 0:
-        raise ShardcronError(f"--for-seconds: must be more than 0, got {a.for_seconds:g}")
+    last_port = a.base_port + a.nodes - 1
+    if last_port > MAX_PORT or (a.http_base_port and a.http_base_port + a.nodes - 1 > MAX_PORT):
+        raise ShardcronError(f"--nodes {a.nodes} from --base-port {a.base_port} (or --http-base-port "
+                             f"{a.http_base_port}) runs past port {MAX_PORT}")
     workdir = a.dir or tempfile.mkdtemp(prefix="shardcron-dev-")
     os.makedirs(workdir, exist_ok=True)
     dashboards = [a.http_base_port + i for i in range(a.nodes)] if a.http_base_port else []
@@ -78,14 +93,18 @@ def main(a: argparse.Namespace) -> int:
         raise ShardcronError(f"port(s) {busy} already in use: is another `shardcron dev` running? "
                              "(or pass --base-port / --http-base-port)")
     stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, lambda *_: stop.set())
 
+    reaper = Reaper()  # first: whatever happens to dev from here on, the children do not outlive it
     etcd = EtcdCluster(1, base_dir=os.path.join(workdir, "etcd"))
     sink = Sink()
     cluster = None
     try:
-        etcd.start()
+        for m in etcd.members:
+            etcd.start_member(m)
+            reaper.watch(m.proc.pid)
+        etcd.wait_ready()
         sink.start(port=a.sink_port)
         db_path = os.path.join(workdir, "shardcron.db")
         for suffix in ("", "-wal", "-shm"):
@@ -94,8 +113,9 @@ def main(a: argparse.Namespace) -> int:
         db = f"sqlite:///{db_path}"
         cluster = Cluster(etcd.endpoints, db, "/cron", a.shards, a.ttl, workdir)
         for i in range(a.nodes):
-            cluster.add(f"node-{i + 1}", port=a.base_port + i,
-                        extra_args=["--http-listen", f"127.0.0.1:{dashboards[i]}"] if dashboards else [])
+            node = cluster.add(f"node-{i + 1}", port=a.base_port + i,
+                               extra_args=["--http-listen", f"127.0.0.1:{dashboards[i]}"] if dashboards else [])
+            reaper.watch(node.pid)
         print(f"shardcron dev: etcd at {etcd.endpoints}, store {db}, sink {sink.url}, logs in {workdir}")
         members = {f"node-{i + 1}" for i in range(a.nodes)}
         wait_until(lambda: stop.is_set() or cluster.wait_balanced(members, 0.5), 90, 0.2,
@@ -133,17 +153,58 @@ def main(a: argparse.Namespace) -> int:
         client.close()
         return 0
     finally:
-        print("\nstopping the nodes, the sink and etcd ...", file=sys.stderr)
-        if cluster:
-            cluster.stop_all()
-        sink.stop()
-        etcd.stop()
+        stop_everything(cluster, sink, etcd, reaper)
         # The logs stay where the start-up line said they are: after a surprise
         # they are what a newcomer reads. etcd's data (preallocated WAL files of
         # tens of MB) does not, unless the caller chose the directory.
         if a.dir is None:
             shutil.rmtree(os.path.join(workdir, "etcd"), ignore_errors=True)
-        print(f"logs and the store are kept in {workdir} (remove it when done)", file=sys.stderr)
+        say(f"logs and the store are kept in {workdir} (remove it when done)")
+
+
+def stop_everything(cluster, sink, etcd, reaper) -> None:
+    """Stop the nodes (each resigns its shards), the sink and etcd, then kill whatever is left.
+
+    Every step runs whatever the one before it did: a step that raises is reported and
+    the next one still runs, and nothing here prints in a way that can raise (the terminal
+    or the ``| tee`` that showed dev's output may be gone by now; that is often why dev stops).
+    """
+    say("\nstopping the nodes, the sink and etcd ...")
+    steps = [("the nodes", cluster.stop_all if cluster else None), ("the sink", sink.stop), ("etcd", etcd.stop)]
+    for what, step in steps:
+        if step is None:
+            continue
+        try:
+            step()
+        except Exception as e:  # noqa: BLE001 - the next step must run; the leftovers are killed below
+            say(f"stopping {what} failed ({type(e).__name__}: {e}); killing what is left")
+    procs = [m.proc for m in etcd.members] + ([n.proc for n in cluster.nodes.values()] if cluster else [])
+    for proc in filter(None, procs):
+        if kill_group(proc):
+            reaper.forget(proc.pid)  # reaped: its pid may be reused, so the reaper must not signal it
+    reaper.close()
+
+
+def kill_group(proc: subprocess.Popen) -> bool:
+    """SIGKILL ``proc``'s process group (it leads one) if it still runs; whether it is reaped."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    try:
+        proc.wait(10)
+        return True
+    except subprocess.TimeoutExpired:  # unkillable for now (stuck in the kernel): the reaper tries again
+        return False
+
+
+def say(line: str) -> None:
+    """``line`` on stderr, or nowhere when stderr is gone: a print must never cut a cleanup short."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except (OSError, ValueError):  # a closed pipe; a closed file object
+        pass
 
 
 def cluster_env(server: str, etcd_endpoints: str, db: str) -> list[tuple[str, str]]:

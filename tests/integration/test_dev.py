@@ -6,15 +6,17 @@ import json
 import os
 import random
 import re
+import select
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
-from shardcron.dev.testing.etcd_server import free_port
+from shardcron.dev.testing.etcd_server import free_port, port_open
 
 pytestmark = pytest.mark.cluster
 
@@ -154,3 +156,118 @@ def test_an_unreachable_etcd_names_the_flag_and_the_variable():
         assert out.returncode == 1 and "Traceback" not in out.stderr
         line, = out.stderr.strip().splitlines()
         assert f"127.0.0.1:{port}" in line and "--etcd (or SHARDCRON_ETCD)" in line, line
+
+
+# -- nothing left behind, whichever way dev ends -------------------------------------------------------
+
+
+class RunningDev:
+    """`shardcron dev` on free ports, its stdout and stderr into a pipe whose read end the test holds."""
+
+    def __init__(self, tmp_path):
+        self.base = free_ports_below_ephemeral(3)
+        self.http_base = free_ports_below_ephemeral(3, avoid=range(self.base, self.base + 3))
+        self.sink_port = free_port()
+        read_end, write_end = os.pipe()
+        env = {**without_shardcron_env(), "TMPDIR": str(tmp_path)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "shardcron", "dev", "--base-port", str(self.base), "--sink-port",
+             str(self.sink_port), "--http-base-port", str(self.http_base)],
+            stdout=write_end, stderr=write_end, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        os.close(write_end)
+        self.read_end: int | None = read_end
+        self.text = ""
+        self.children: set[int] = set()
+
+    def read_until(self, marker: str, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while marker not in self.text:
+            left = deadline - time.monotonic()
+            assert left > 0, f"no {marker!r} from dev within {timeout_s} s:\n{self.text[-3000:]}"
+            ready, _, _ = select.select([self.read_end], [], [], min(left, 1.0))
+            if ready:
+                chunk = os.read(self.read_end, 65536)
+                assert chunk, f"dev ended its output before {marker!r}:\n{self.text[-3000:]}"
+                self.text += chunk.decode("utf-8", "replace")
+
+    def ports(self) -> list[int]:
+        etcd_port = int(re.search(r"etcd at (?:https?://)?127\.0\.0\.1:(\d+)", self.text).group(1))
+        return [*range(self.base, self.base + 3), *range(self.http_base, self.http_base + 3), self.sink_port,
+                etcd_port]
+
+    def close_output(self) -> None:
+        """What a `| tee` that dies with Ctrl-C does to dev: every later write to stdout or stderr fails."""
+        os.close(self.read_end)
+        self.read_end = None
+
+    def kill_leftovers(self) -> None:
+        for pid in [self.proc.pid, *self.children]:
+            try:
+                os.killpg(pid, signal.SIGKILL)  # each child leads a process group of its own
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self.read_end is not None:
+            os.close(self.read_end)
+
+
+def nothing_left(children: set[int], ports: list[int]) -> bool:
+    return not [p for p in children if alive(p)] and not [p for p in ports if port_open("127.0.0.1", p)]
+
+
+def assert_nothing_left(dev: RunningDev, ports: list[int], timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not nothing_left(dev.children, ports):
+        if time.monotonic() > deadline:
+            left = [p for p in dev.children if alive(p)]
+            listening = [p for p in ports if port_open("127.0.0.1", p)]
+            raise AssertionError(f"processes left behind: {left}; ports still listening: {listening}")
+        time.sleep(0.2)
+
+
+def test_dev_stops_every_child_when_its_output_pipe_is_gone(tmp_path):
+    # `make dev 2>&1 | tee log`, then Ctrl-C: tee dies with the Ctrl-C, so dev's cleanup writes to a closed pipe.
+    dev = RunningDev(tmp_path)
+    try:
+        dev.read_until("Streaming ticks", 180)
+        dev.children = descendants(dev.proc.pid)
+        assert len(dev.children) >= 4, "three nodes and an etcd run under `shardcron dev`"
+        ports = dev.ports()
+        dev.close_output()
+        dev.proc.send_signal(signal.SIGINT)
+        status = dev.proc.wait(120)
+        assert_nothing_left(dev, ports)
+        # 141 when a tick's line met the closed pipe first; 0 when the Ctrl-C ended the stream first.
+        assert status in (0, 141)
+    finally:
+        dev.kill_leftovers()
+
+
+def test_dev_killed_outright_takes_its_children_with_it(tmp_path):
+    # SIGKILL runs no cleanup at all: the reaper dev starts first stops the children when dev's pipe to it ends.
+    dev = RunningDev(tmp_path)
+    try:
+        dev.read_until("Streaming ticks", 180)
+        dev.children = descendants(dev.proc.pid)
+        assert len(dev.children) >= 4, "three nodes and an etcd run under `shardcron dev`"
+        ports = dev.ports()
+        dev.proc.kill()
+        dev.proc.wait(30)
+        assert_nothing_left(dev, ports)
+    finally:
+        dev.kill_leftovers()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM])
+def test_dev_stops_every_child_on_hang_up_and_terminate(tmp_path, sig):
+    # SIGHUP comes with a closed terminal window; its default action ended dev with no cleanup at all.
+    dev = RunningDev(tmp_path)
+    try:
+        dev.read_until("Streaming ticks", 180)
+        dev.children = descendants(dev.proc.pid)
+        ports = dev.ports()
+        dev.proc.send_signal(sig)
+        dev.read_until("logs and the store are kept in", 120)
+        assert dev.proc.wait(60) == 0
+        assert_nothing_left(dev, ports)
+    finally:
+        dev.kill_leftovers()
