@@ -245,3 +245,22 @@ def test_a_token_file_with_a_byte_order_mark_and_crlf_lines_is_read(tmp_path):
     book, bare = load_tokens(str(path))
     assert book.identify("ops-secret").name == "ops" and book.identify("legacy-secret") is not None
     assert bare == "legacy-secret"
+
+
+def test_a_reload_that_finds_a_token_gone_tells_its_subscribers_once():
+    store = [_token("team-a-writer", Role.WRITE, "team-a"), _token("team-b-reader", Role.READ, "team-b")]
+    tokens = NodeTokens(parse_token_file(FILE.format(ops=hash_secret("ops-secret"), node=hash_secret("node-secret"))),
+                        lambda: list(store))
+    tokens.reload()
+    heard: list[frozenset[str]] = []
+    unsubscribe = tokens.on_revoked(heard.append)
+    tokens.reload()
+    assert heard == [], "nothing gone, nothing told"
+    del store[0]
+    tokens.reload()
+    tokens.reload()
+    assert heard == [frozenset({hash_secret("team-a-writer-secret")})]
+    unsubscribe()
+    store.clear()
+    tokens.reload()
+    assert len(heard) == 1, "an unsubscribed listener hears nothing more"
