@@ -97,6 +97,8 @@ def parse_duration_ms(text: str | int | float, field: str = "duration") -> int:
         total = Decimal(str(text)) * 1000
     else:
         s = str(text).strip().lower()
+        if len(s) > 64:  # no duration is this long; the part regex below backtracks quadratically on digits
+            raise bad
         if re.fullmatch(r"\d+(\.\d+)?", s):
             total = Decimal(s) * 1000
         else:

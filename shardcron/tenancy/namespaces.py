@@ -78,8 +78,11 @@ def namespace_from_cli(flag: str | None, environ: Mapping[str, str]) -> str:
 
 
 def job_key(namespace: str | None, job_id: str, field: str = "id") -> JobKey:
-    """The validated identity of the job ``job_id`` in ``namespace`` (None or empty: ``default``)."""
-    key = JobKey(namespace_or_default(namespace), validate_job_id(job_id, field))
+    """The validated identity of the job ``job_id`` in ``namespace`` (None or empty: ``default``).
+
+    Not the printable rule: jobspec applies it where a job is defined, and a lookup (get, pause,
+    delete) must still find a job stored before that rule, whatever its id holds."""
+    key = JobKey(namespace_or_default(namespace), validate_job_id(job_id, field, printable=False))
     if key.namespace != DEFAULT_NAMESPACE:
         room = MAX_JOB_ID_BYTES - len(key.namespace) - 1
         size = len(key.id.encode("utf-8"))
