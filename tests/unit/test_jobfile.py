@@ -50,3 +50,43 @@ def test_a_good_file_loads(tmp_path):
     a, b = load_job_file(str(path))
     assert (a.id, a.schedule.timezone, b.id, b.schedule.timezone, b.retry.max_attempts) == \
         ("a", "Asia/Tokyo", "b", "Europe/Lisbon", 2)
+
+
+# -- malformed files: each class refused with a clear error, never a traceback -------------------
+
+NOOP_JOB = '[[jobs]]\nid = "t"\nevery = "1s"\nexecutor = { kind = "noop" }\n'
+LAUGHS = "".join(f"  - &l{i} [" + ", ".join([f"*l{i - 1}" if i else '"lol"'] * 9) + "]\n" for i in range(9))
+
+MALFORMED = [
+    ("latin.toml", NOOP_JOB.replace('"t"', '"caf\xe9"').encode("latin-1"), "not UTF-8: byte 0xe9 at offset 18"),
+    ("deep.json", b'{"jobs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested deeper than the limit of 64"),
+    ("deep.yaml", b"jobs: " + b"[" * 100_000 + b"]" * 100_000, "nested deeper than the limit of 64"),
+    ("deep.toml", b"jobs = " + b"[" * 100_000 + b"]" * 100_000, "nested deeper than the limit of 64"),
+    ("laughs.yaml", ("jobs:\n  x:\n    every: 1s\n    executor:\n      kind: celery\n      url: redis://h\n"
+                     "      task: t\n      args:\n" + LAUGHS.replace("  - ", "        - ")).encode(),
+     "anchors and aliases"),
+    ("alias.yaml", b"base: &b {kind: noop}\njobs:\n  x: {every: 1s, executor: *b}\n", "anchors and aliases"),
+    ("bigint.yaml", b"jobs:\n  x:\n    at_ms: 100000000000000000000000\n    executor: {kind: noop}\n", "outside 1970"),
+    ("bigint2.yaml", b"jobs:\n  x:\n    every: 1s\n    history_limit: 100000000000000000000000\n"
+                     b"    executor: {kind: noop}\n", "at most 1000000"),
+    ("longid.toml", NOOP_JOB.replace('"t"', '"' + "x" * 10_000_000 + '"').encode(), "characters long"),
+]
+
+
+@pytest.mark.parametrize("name, raw, says", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_a_malformed_file_is_refused_quickly_with_a_clear_error(tmp_path, name, raw, says):
+    path = tmp_path / name
+    path.write_bytes(raw)
+    with pytest.raises(JobFileError) as err:
+        load_job_file(str(path))
+    assert str(err.value).startswith(f"{path}: ") and says in str(err.value), str(err.value)[:300]
+    assert len(str(err.value)) < 600  # the 10 MB id is not echoed whole
+
+
+def test_a_file_is_read_no_further_than_the_limit(monkeypatch):
+    from shardcron import jobfile
+
+    monkeypatch.setattr(jobfile, "MAX_FILE_BYTES", 1024)
+    with pytest.raises(JobFileError) as err:
+        load_job_file("/dev/zero")  # endless: only a bounded read ends
+    assert "larger than the limit" in str(err.value)
