@@ -379,8 +379,12 @@ def _notify(a: argparse.Namespace) -> dict:
     for flag, spec in zip(("--notify-on-failure", "--notify-on-recovery"), specs.values(), strict=True):
         if spec is not None and spec.kind.value == "shell" and not a.allow_shell:
             raise ConfigError(f"{flag}: a shell notification needs --allow-shell")
-        if spec is not None and spec.kind.value == "python" and not _allow_python(a.allow_python):
-            raise ConfigError(f"{flag}: a python notification needs --allow-python covering its module")
+        if spec is not None and spec.kind.value == "python":
+            from shardcron.executors.python_target import check_target  # imports the target's module: only here
+
+            refused = check_target(spec.python.target, _allow_python(a.allow_python))
+            if refused is not None:
+                raise ConfigError(f"{flag}: {refused}")
     return {"notify_defaults": Defaults(**specs), "notify_rate": parse_rate(a.notify_rate or "10/1m")}
 
 

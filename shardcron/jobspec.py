@@ -629,8 +629,8 @@ def check_admissible(job: Job, *, allow_shell: bool, now_ms: int, shell_allow=No
 
 def _check_notifications_admissible(job: Job, *, allow_shell: bool, allow_python: tuple[str, ...]) -> None:
     """A notification runs on the leader like the job's executor: the same node guards apply to it."""
-    from shardcron.dispatch_spec import python_module_allowed
     from shardcron.executors.extras import require_extra
+    from shardcron.executors.python_target import check_target
 
     for field, spec in (("on_failure", job.on_failure), ("on_recovery", job.on_recovery)):
         if spec is None:
@@ -638,23 +638,24 @@ def _check_notifications_admissible(job: Job, *, allow_shell: bool, allow_python
         require_extra(spec.kind)
         if spec.kind is ExecutorKind.SHELL and not allow_shell:
             raise InvalidJob(f"{field}.kind", "shell notifications are refused: the nodes run without --allow-shell")
-        if spec.kind is ExecutorKind.PYTHON and not (allow_python and python_module_allowed(spec.python.target,
-                                                                                             allow_python)):
-            raise InvalidJob(f"{field}.target", "is not under this cluster's --allow-python prefixes")
+        if spec.kind is ExecutorKind.PYTHON:
+            refused = check_target(spec.python.target, allow_python)
+            if refused is not None:
+                raise InvalidJob(f"{field}.target", refused)
 
 
 def _check_python(spec, allow_python: tuple[str, ...], store_dialect: str | None) -> None:
-    from shardcron.dispatch_spec import python_module_allowed
+    from shardcron.executors.python_target import check_target
 
     if not allow_python:
         raise InvalidJob("executor.kind", "python jobs are refused: the nodes run without --allow-python MODULE_PREFIX "
                                           "(remote code execution guard)")
-    if not python_module_allowed(spec.target, allow_python):
-        raise InvalidJob("executor.target", f"{spec.target.partition(':')[0]!r} is not under this cluster's "
-                                            f"--allow-python prefixes ({', '.join(allow_python)})")
     if spec.session and store_dialect == "sqlite":
         raise InvalidJob("executor.session", "a fenced session needs a PostgreSQL or MariaDB store: on SQLite its "
                                              "open transaction would hold the whole file's write lock while the job runs")
+    refused = check_target(spec.target, allow_python)  # imports the module: the checks without it come first
+    if refused is not None:
+        raise InvalidJob("executor.target", refused)
 
 
 def job_to_dict(job: Job) -> dict[str, Any]:

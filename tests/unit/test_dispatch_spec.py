@@ -182,17 +182,33 @@ def test_allow_python_covers_modules_on_dotted_boundaries(target, prefixes, allo
 def test_python_jobs_need_allow_python_covering_their_module():
     with pytest.raises(InvalidJob, match="--allow-python"):
         admit({"kind": "python", "target": "app:f"})
-    with pytest.raises(InvalidJob, match=r"executor\.target: 'os' is not under this cluster's --allow-python"):
-        admit({"kind": "python", "target": "os:system"}, allow_python=("app",))
-    admit({"kind": "python", "target": "app.jobs:f"}, allow_python=("app",))
+    with pytest.raises(InvalidJob, match=r"executor\.target: os:system is refused: module 'os' is not under the "
+                                         r"--allow-python prefixes \(tests\.support\.pytargets\)"):
+        admit({"kind": "python", "target": "os:system"}, allow_python=("tests.support.pytargets",))
+    with pytest.raises(InvalidJob, match=r"executor\.target: tests\.support\.pytargets:os\.system is refused: "
+                                         r"'os' is a module"):
+        admit({"kind": "python", "target": "tests.support.pytargets:os.system"},
+              allow_python=("tests.support.pytargets",))
+    with pytest.raises(InvalidJob, match=r"executor\.target: .*cannot import"):
+        admit({"kind": "python", "target": "tests.support.pytargets.absent:f"},
+              allow_python=("tests.support.pytargets",))
+    admit({"kind": "python", "target": "tests.support.pytargets.sub:shared"}, allow_python=("tests.support",))
+
+
+def test_a_python_notification_is_admitted_by_the_same_target_rules():
+    notified = job_from_dict({**job({"kind": "noop"}),
+                              "on_failure": {"kind": "python", "target": "tests.support.pytargets:spawnl"}},
+                             require_executor=True)
+    with pytest.raises(InvalidJob, match=r"on_failure\.target: .*spawnl.* is refused: .*defined in module 'os'"):
+        check_admissible(notified, allow_shell=False, now_ms=0, allow_python=("tests.support.pytargets",))
 
 
 def test_a_fenced_session_is_refused_on_sqlite_only():
-    table = {"kind": "python", "target": "app:f", "session": True}
+    table = {"kind": "python", "target": "tests.support.pytargets:helper", "session": True}
     with pytest.raises(InvalidJob, match=r"executor\.session: a fenced session needs a PostgreSQL or MariaDB"):
-        admit(table, allow_python=("app",), store_dialect="sqlite")
+        admit(table, allow_python=("tests.support.pytargets",), store_dialect="sqlite")
     for dialect in ("postgresql", "mysql"):
-        admit(table, allow_python=("app",), store_dialect=dialect)
+        admit(table, allow_python=("tests.support.pytargets",), store_dialect=dialect)
 
 
 def test_a_missing_extra_is_refused_naming_the_extra(monkeypatch):
