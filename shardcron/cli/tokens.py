@@ -51,7 +51,7 @@ def cmd_revoke(a: argparse.Namespace) -> int:
     if a.json:
         _print_json({"name": a.name, "revoked": True})
     else:
-        print(f"token {a.name} revoked: every node refuses it within a few seconds")
+        print(f"token {a.name} revoked: every node refuses it, and ends its open streams, within 2 seconds")
     return 0
 
 

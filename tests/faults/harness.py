@@ -97,8 +97,9 @@ def standard_jobs(sink_url: str, *, noop: int = NOOP_JOBS, http: int = HTTP_JOBS
     ``slow`` http jobs every second whose call takes ``slow_ms`` (overlap allowed)."""
     out = [JobDef(f"noop-{i:02d}", 1000, {"id": f"noop-{i:02d}", "every": "1s", "catchup": "all",
                                            "executor": {"kind": "noop"}}) for i in range(noop)]
-    # overlap "allow": with the default "skip", a catch-up burst runs one missed slot and records the
-    # others skipped (see the fault report), and "every missed slot runs once" could not be asserted.
+    # overlap "allow": with the default "skip", a catch-up burst runs the missed slots one after another and
+    # records skipped each one that comes up while the run before it still goes, so "every missed slot runs
+    # once" could not be asserted.
     out += [JobDef(f"http-{i}", 1000, {"id": f"http-{i}", "every": "1s", "catchup": "all", "overlap": "allow",
                                        "executor": {"kind": "http", "url": f"{sink_url}/p/{i}"}})
             for i in range(http)]
