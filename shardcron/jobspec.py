@@ -32,6 +32,7 @@ from shardcron.bounds import (
     MAX_VERSION,
     check_int,
     check_time_ms,
+    cut,
     shown,
     unprintable,
 )
@@ -84,14 +85,23 @@ def _utf8_size(text: str, field: str) -> int:
         raise InvalidJob(field, "is not valid Unicode text (it holds a lone surrogate)") from None
 
 
-@functools.lru_cache(maxsize=4096, typed=True)  # typed: True must not hit the entry of 1
 def parse_duration_ms(text: str | int | float, field: str = "duration") -> int:
     """``"90s"``, ``"1m30s"``, ``"250ms"``, ``"2h"`` or a number of seconds; at most ten years.
 
     Decimal arithmetic, so a value near the limit is judged exactly, not after float rounding.
     """
+    # Checked before the cache: a list or a dict cannot be a cache key, and a subclass of str or
+    # int (a YAML scalar type) becomes the plain value so it hashes like one.
+    if isinstance(text, bool) or not isinstance(text, str | int | float):
+        raise InvalidJob(field, f"expected a duration such as 30s, 5m or 1h30m, got {shown(text)}")
+    plain = str(text) if isinstance(text, str) else int(text) if isinstance(text, int) else float(text)
+    return _parse_duration_ms(plain, field)
+
+
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: True must not hit the entry of 1
+def _parse_duration_ms(text: str | int | float, field: str) -> int:
     bad = InvalidJob(field, f"expected a duration such as 30s, 5m or 1h30m, got {shown(text)}")
-    if isinstance(text, bool) or (isinstance(text, float) and not math.isfinite(text)):
+    if isinstance(text, float) and not math.isfinite(text):
         raise bad
     if isinstance(text, int | float):
         total = Decimal(str(text)) * 1000
@@ -220,8 +230,11 @@ def _check_keys(d: Mapping, allowed: frozenset[str], where: str = "", what: str 
     for key in d:
         if key in allowed:
             continue
-        field = f"{where}.{key}" if where else str(key)
-        hint = difflib.get_close_matches(str(key), sorted(allowed), n=1, cutoff=0.6)
+        # The key is the caller's text: cut, so a megabyte key is not echoed whole.
+        name = cut(key) if isinstance(key, str) else shown(key)
+        field = f"{where}.{name}" if where else name
+        close = isinstance(key, str) and len(key) <= 64  # difflib is quadratic: a huge key is no typo
+        hint = difflib.get_close_matches(key, sorted(allowed), n=1, cutoff=0.6) if close else []
         said = f"unknown key{what}"
         if hint:
             raise InvalidJob(field, f"{said}; did you mean {hint[0]!r}?")
