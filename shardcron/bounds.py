@@ -27,6 +27,9 @@ cron                   fires within 10 years           an expression that never 
                                                        job that silently never runs
 JSON nesting           <= 32 levels                    args and kwargs of a task; parsers recurse per level, so
                                                        deeper input could exhaust the stack
+stored JSON nesting    <= 512 levels                   a stored job read back (the client reads an answer):
+                                                       admitted under no depth limit, it must still list; the
+                                                       cap stays well inside Python's 1000-frame recursion limit
 job file size          <= 64 MiB                       read up to the limit plus one byte, never the whole of a
                                                        device or a runaway file
 job file nesting       <= 64 levels                    the deepest legitimate path is jobs.<id>.executor.args
@@ -65,6 +68,7 @@ MAX_VERSION = INT32_MAX
 
 # -- text and structure ----------------------------------------------------------------
 MAX_JSON_DEPTH = 32
+MAX_STORED_JSON_DEPTH = 512
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_FILE_DEPTH = 64
 SHOWN_CHARS = 80
@@ -134,6 +138,6 @@ def unprintable(text: str) -> str | None:
 
 __all__ = [
     "CRON_HORIZON_MS", "DAY_MS", "INT32_MAX", "INT64_MAX", "INT64_MIN", "MAX_ATTEMPTS", "MAX_DURATION_MS",
-    "MAX_FILE_BYTES", "MAX_FILE_DEPTH", "MAX_HISTORY_LIMIT", "MAX_JITTER_MS", "MAX_JSON_DEPTH", "MAX_TIME_MS",
-    "MAX_VERSION", "MIN_TIME_MS", "SHOWN_CHARS", "YEAR_MS", "check_int", "check_time_ms", "cut", "shown", "unprintable",
+    "MAX_FILE_BYTES", "MAX_FILE_DEPTH", "MAX_HISTORY_LIMIT", "MAX_JITTER_MS", "MAX_JSON_DEPTH", "MAX_STORED_JSON_DEPTH",
+    "MAX_TIME_MS", "MAX_VERSION", "MIN_TIME_MS", "SHOWN_CHARS", "YEAR_MS", "check_int", "check_time_ms", "cut", "shown", "unprintable",
 ]

@@ -15,7 +15,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
-from shardcron.bounds import INT64_MAX
+from shardcron.bounds import INT64_MAX, INT64_MIN, MAX_STORED_JSON_DEPTH
 from shardcron.errors import InvalidJob
 from shardcron.headers import MASK, mask_url, masked_headers
 from shardcron.jobspec import job_from_dict
@@ -51,8 +51,9 @@ class BadRequest(InvalidJob):
 # -- jobs: proto -> model -----------------------------------------------------------
 
 
-def job_dict_from_proto(p: pb.Job) -> dict[str, Any]:
-    """The job as jobspec's plain-data input, with only the fields the caller set."""
+def job_dict_from_proto(p: pb.Job, *, stored: bool = False) -> dict[str, Any]:
+    """The job as jobspec's plain-data input, with only the fields the caller set.
+    ``stored``: a job the server returned (``stored_job_from_proto``): its JSON is read without today's bounds."""
     d: dict[str, Any] = {"id": p.id}
     if p.namespace:
         d["namespace"] = p.namespace
@@ -66,13 +67,13 @@ def job_dict_from_proto(p: pb.Job) -> dict[str, Any]:
             sched[kind] = getattr(s, kind)
     d["schedule"] = sched
 
-    executor = executor_dict_from_proto(p)
+    executor = executor_dict_from_proto(p, stored=stored)
     if executor is not None:
         d["executor"] = executor
     for name in ("on_failure", "on_recovery"):
         if p.HasField(name):
             # An empty Notification (no kind set) is refused by jobspec, naming the field.
-            d[name] = executor_dict_from_proto(getattr(p, name)) or {}
+            d[name] = executor_dict_from_proto(getattr(p, name), stored=stored) or {}
     if p.catchup != pb.CATCH_UP_UNSPECIFIED:
         d["catchup"] = _CATCHUP_FROM_PB[p.catchup].value if p.catchup in _CATCHUP_FROM_PB else str(p.catchup)
     if p.overlap != pb.OVERLAP_UNSPECIFIED:
@@ -105,7 +106,7 @@ def job_dict_from_proto(p: pb.Job) -> dict[str, Any]:
     return d
 
 
-def executor_dict_from_proto(p) -> dict[str, Any] | None:
+def executor_dict_from_proto(p, *, stored: bool = False) -> dict[str, Any] | None:
     """The executor table of a message with ``oneof executor`` (a Job or a Notification); None when unset,
     or a kind added to the proto after this server was built (it arrives as an unknown field): never
     guess, jobspec refuses a missing executor."""
@@ -123,7 +124,7 @@ def executor_dict_from_proto(p) -> dict[str, Any] | None:
     if kind == "noop":
         return {"kind": "noop"}
     if kind in _DISPATCH_KINDS:
-        return _dispatch_dict_from_proto(kind, getattr(p, kind))
+        return _dispatch_dict_from_proto(kind, getattr(p, kind), stored=stored)
     return None
 
 
@@ -136,7 +137,7 @@ def job_from_proto(p: pb.Job) -> Job:
 def stored_job_from_proto(p: pb.Job) -> Job:
     """A job as the server returned it, with its store-assigned version and active_since_ms.
     Read as stored (``job_from_dict``'s ``stored``): one admitted under looser bounds must still list."""
-    job = job_from_dict(job_dict_from_proto(p), require_executor=True, stored=True)
+    job = job_from_dict(job_dict_from_proto(p, stored=True), require_executor=True, stored=True)
     return replace(job, version=p.version, active_since_ms=p.active_since_ms)
 
 
@@ -150,9 +151,9 @@ def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
     if s.kind is ScheduleKind.CRON:
         sched.cron = s.cron or ""
     elif s.kind is ScheduleKind.INTERVAL:
-        sched.interval_ms = s.interval_ms or 0
+        sched.interval_ms = _int64(s.interval_ms or 0)
     else:
-        sched.at_ms = s.at_ms or 0
+        sched.at_ms = _int64(s.at_ms or 0)
     key = split_key(job.id)
     p = pb.Job(
         id=key.id,
@@ -244,7 +245,7 @@ _DISPATCH_KINDS = frozenset({"celery", "rq", "arq", "nats", "amqp", "redis_strea
 _DURATION_FIELDS = {"expires_ms": "expires", "dedupe_ttl_ms": "dedupe_ttl"}
 
 
-def _dispatch_dict_from_proto(kind: str, m) -> dict[str, Any]:
+def _dispatch_dict_from_proto(kind: str, m, *, stored: bool) -> dict[str, Any]:
     d: dict[str, Any] = {"kind": kind.replace("_", "-")}
     for f in m.DESCRIPTOR.fields:
         name = f.name
@@ -253,7 +254,7 @@ def _dispatch_dict_from_proto(kind: str, m) -> dict[str, Any]:
         value = getattr(m, name)
         if name in ("args_json", "kwargs_json"):
             if value:
-                d[name[: -len("_json")]] = _json_field(value, f"executor.{name[: -len('_json')]}")
+                d[name[: -len("_json")]] = _json_field(value, f"executor.{name[: -len('_json')]}", stored=stored)
         elif name in _DURATION_FIELDS:
             d[_DURATION_FIELDS[name]] = f"{value}ms"
         elif name == "headers":
@@ -267,8 +268,11 @@ def _dispatch_dict_from_proto(kind: str, m) -> dict[str, Any]:
     return d
 
 
-def _json_field(text: str, field: str):
-    # Depth-checked before json.loads, whose C parser recurses per level.
+def _json_field(text: str, field: str, *, stored: bool):
+    # Depth-checked before json.loads, whose C parser recurses per level. A stored job's JSON was
+    # written under no depth limit, so it gets the store's safety cap, not today's bound.
+    if stored:
+        return load_json(text, field, MAX_STORED_JSON_DEPTH, check_values=False)
     return load_json(text, field)
 
 
@@ -297,7 +301,13 @@ def _dispatch_to_proto(p, ex, *, redact: bool) -> None:
 def _ms(value: int) -> int:
     # A jobs file may hold a duration past int64 milliseconds (292 million years):
     # answered as the largest one, which means the same.
-    return min(value, INT64_MAX)
+    return _int64(value)
+
+
+def _int64(value: int) -> int:
+    """``value`` clamped into an int64 field: a stored job admitted under looser bounds (an instant
+    in year 10**12, an interval of 2**64 ms) is still answered, as the nearest value the field holds."""
+    return max(INT64_MIN, min(int(value), INT64_MAX))
 
 
 # -- ticks ------------------------------------------------------------------------------
