@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 
 import mmh3
 
+from shardcron.clock import rfc3339_ms
 from shardcron.jobspec import format_duration_ms
 from shardcron.model import Job, ScheduleKind, Tick
 
@@ -44,9 +44,11 @@ def leader_colours(nodes: list[str]) -> dict[str, str]:
 
 
 def utc(ms: int | None) -> str:
+    """``2026-01-01 00:00:05.000Z``; total, as ``clock.rfc3339_ms``: a stored instant outside years
+    1-9999 reads "(out of range: N ms)" instead of failing the page."""
     if ms is None:
         return "—"
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    return rfc3339_ms(int(ms)).replace("T", " ", 1)  # a space reads better in a table cell
 
 
 def duration(ms: int | None) -> str:
