@@ -139,6 +139,15 @@ def _table(rows: list[list], headers: list[str]) -> str:
     return tabulate(rows, headers=headers, tablefmt="plain", disable_numparse=True)
 
 
+def jobs_table(listed: list[tuple[Job, JobRuns]], shards: dict[str, int | None], *, namespaced: bool = False) -> str:
+    """The table ``jobs list`` and ``jobs get`` print: a row per job and its runs, its shard from ``shards``
+    (by job key); ``namespaced``: a first column says whose each job is (a listing of every namespace)."""
+    rows = [_job_row(j, shards.get(j.id)) + _runs_cells(r) for j, r in listed]
+    if namespaced:
+        return _table([[j.key.namespace] + row for (j, _), row in zip(listed, rows)], ["NAMESPACE"] + JOB_HEADERS)
+    return _table(rows, JOB_HEADERS)
+
+
 def _print_json(value) -> None:
     print(json.dumps(value, indent=2, sort_keys=True))
 
@@ -389,7 +398,7 @@ def cmd_get(a: argparse.Namespace) -> int:
     if a.json:
         _print_json({**job_json(job, shard), "runs": runs_json(runs)})
     else:
-        print(_table([_job_row(job, shard) + _runs_cells(runs)], JOB_HEADERS))
+        print(jobs_table([(job, runs)], {job.id: shard}))
         if job.calendars:
             print(f"calendars: {', '.join(job.calendars)}")
         if runs.next_reason:
@@ -446,10 +455,9 @@ def cmd_list(a: argparse.Namespace) -> int:
     if a.json:
         _print_json([{**job_json(j, shards.get(j.id)), "runs": runs_json(r)} for j, r in listed])
     elif jobs and namespace:  # every namespace: each row says whose
-        print(_table([[j.key.namespace] + _job_row(j, shards.get(j.id)) + _runs_cells(r) for j, r in listed],
-                     ["NAMESPACE"] + JOB_HEADERS))
+        print(jobs_table(listed, shards, namespaced=True))
     elif jobs:
-        print(_table([_job_row(j, shards.get(j.id)) + _runs_cells(r) for j, r in listed], JOB_HEADERS))
+        print(jobs_table(listed, shards))
     else:
         print("no jobs", file=sys.stderr)
     return 0

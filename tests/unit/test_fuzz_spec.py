@@ -25,7 +25,7 @@ from hypothesis import given
 from prometheus_client import CollectorRegistry
 
 from shardcron.api.convert import job_from_proto, job_runs_to_proto, job_to_proto, stored_job_from_proto
-from shardcron.cli.jobs import JOB_HEADERS, _job_row, _runs_cells, _table, job_json, runs_json
+from shardcron.cli.jobs import job_json, jobs_table, runs_json
 from shardcron.dashboard import present
 from shardcron.dashboard.history import MetricsHistory
 from shardcron.dashboard.server import Dashboard
@@ -114,8 +114,7 @@ def assert_next_slots(job: Job) -> None:
 def render_list(job: Job) -> str:
     """``jobs list``'s table and ``--json`` for the job, as the CLI prints them."""
     runs = job_runs(job, NOW_MS)
-    key = split_key(job.id)
-    table = _table([[key.namespace] + _job_row(job, 7) + _runs_cells(runs)], ["NAMESPACE"] + JOB_HEADERS)
+    table = jobs_table([(job, runs)], {job.id: 7}, namespaced=True)
     json.dumps([{**job_json(job, 7), "runs": runs_json(runs)}], indent=2, sort_keys=True)
     return table
 

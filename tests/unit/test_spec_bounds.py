@@ -3,6 +3,7 @@ computes its slots and renders; a job stored before a bound existed still loads,
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -15,6 +16,7 @@ from shardcron.api.convert import job_from_proto, job_runs_to_proto, job_to_prot
 from shardcron.api.status import status_for
 from shardcron.bounds import DAY_MS, INT64_MAX, MAX_DURATION_MS, MAX_TIME_MS, YEAR_MS, cut, shown
 from shardcron.clock import rfc3339_ms
+from shardcron.dashboard import present
 from shardcron.errors import InvalidJob
 from shardcron.jobspec import job_from_dict, job_from_json, job_to_json, shortest_gap_ms
 from shardcron.model import Schedule, ScheduleKind
@@ -337,3 +339,64 @@ def test_any_id_is_refused_by_name_or_is_printable(job_id):
         assert e.field == "id"
         return
     assert job.id.isprintable()
+
+
+# -- fuzz findings F1, F12, F15, F16, F17 (docs: the fuzz findings table) ------------------------
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"every": []}, "schedule.every"),
+    ({"every": {}}, "schedule.every"),
+    ({"every": "1h", "timeout": {}}, "timeout"),
+    ({"every": "1h", "catchup_window": [0, 1]}, "catchup_window"),
+    ({"every": "1h", "retry": {"backoff": []}}, "retry.backoff"),
+    ({"every": "1h", "retry": {"backoff_max": {1, 2}}}, "retry.backoff_max"),
+    ({"every": "1h", "jitter": {}}, "jitter"),
+    ({"every": "1h", "executor": {"kind": "celery", "url": "redis://h", "task": "t", "expires": []}}, "executor.expires"),
+    ({"every": "1h", "executor": {"kind": "redis-stream", "url": "redis://h", "stream": "s",
+                                                "dedupe_ttl": [1]}}, "executor.dedupe_ttl"),
+])
+def test_a_container_where_a_duration_goes_is_refused_naming_the_field(extra, field):
+    refused({"id": "j", "executor": NOOP, **extra}, field, "expected a duration")
+
+
+def test_a_huge_unknown_key_is_named_cut():
+    err = refused({"id": "j", "every": "1h", "executor": NOOP, "k" * 1_000_000: 1}, cut("k" * 1_000_000),
+                  "unknown key")
+    assert len(str(err)) < 400, str(err)[:400]
+
+
+def test_a_stored_job_with_args_nested_past_todays_limit_is_still_read_by_the_client():
+    deep: list = [1]
+    for _ in range(63):
+        deep = [deep]
+    job = job_from_json('{"id": "old", "schedule": {"every": "1h"}, "executor": {"kind": "celery", "task": "t", '
+                        f'"url": "redis://h", "args": [{json.dumps(deep)}, {2**64}]}}}}')
+    message = job_to_proto(job, redact=True)
+    assert stored_job_from_proto(message).executor == job.executor  # what `jobs list` reads
+    with pytest.raises(InvalidJob, match="nested deeper than the limit of 32"):  # a new one like it is refused
+        job_from_proto(message)
+
+
+@pytest.mark.parametrize("schedule, field, value", [
+    ('{"at_ms": 100000000000000000000000}', "at_ms", INT64_MAX),
+    ('{"at": 6.4e238}', "at_ms", INT64_MAX),
+    ('{"at": -1e30}', "at_ms", -(2**63)),
+    ('{"interval_ms": 18446744073709551616}', "interval_ms", INT64_MAX),
+])
+def test_a_stored_schedule_past_int64_is_answered_clamped(schedule, field, value):
+    job = job_from_json(f'{{"id": "old", "schedule": {schedule}, "executor": {{"kind": "noop"}}}}')
+    message = job_to_proto(job, redact=True)  # what GetJob and ListJobs answer
+    assert getattr(message.schedule, field) == value
+    stored_job_from_proto(message)
+
+
+@pytest.mark.parametrize("at, shown_as", [
+    ('"0001-01-01T00:00:00+14:00"', "once at (out of range: -62135647200000 ms)"),
+    ("-5.49e16", "once at (out of range: -54900000000000000 ms)"),
+    ("1767225600000", "once at 2026-01-01 00:00:00.000Z"),
+])
+def test_the_dashboard_shows_a_stored_instant_outside_years_1_9999(at, shown_as):
+    job = job_from_json(f'{{"id": "old", "schedule": {{"at": {at}}}, "executor": {{"kind": "noop"}}}}')
+    assert present.schedule_text(job) == shown_as
+    assert present.utc(-(10**30)) == f"(out of range: {-(10**30)} ms)"
