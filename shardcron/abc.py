@@ -71,6 +71,7 @@ class Backend(Protocol):
     joined: threading.Event  # set while the node is a live member of the cluster (health: SERVING)
     etcd: object  # coordination.etcd.Etcd: the forwarding secret and the tokens' bump key (api/peers.py)
     layout: object  # coordination.keys.KeyLayout: where those keys are
+    lifeline: object  # lifeline.Lifeline: the API's long-lived threads and tasks report their death to it
 
     def fence_if_leader(self, shard: int) -> int | None:
         """This node's fence for ``shard`` if it leads it right now, else None."""

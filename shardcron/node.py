@@ -343,8 +343,10 @@ def _start_dashboard(node: Node):
     sec = cfg.api_security
     tls_files = (sec.cert_file, sec.key_file) if sec is not None and sec.cert_file else None
     dashboard = Dashboard(node_id=cfg.node_id, api_target=cfg.advertise, forward_security=cfg.forward_security,
-                          tokens=getattr(node.api, "tokens", None), history=MetricsHistory(REGISTRY).start(),
-                          tls_files=tls_files, serve_metrics=cfg.metrics_listen == cfg.http_listen)
+                          tokens=getattr(node.api, "tokens", None),
+                          history=MetricsHistory(REGISTRY, lifeline=node.lifeline).start(),
+                          tls_files=tls_files, serve_metrics=cfg.metrics_listen == cfg.http_listen,
+                          lifeline=node.lifeline)
     server = DashboardServer(dashboard, cfg.http_listen).start()
     log.info("dashboard on %s://%s", "https" if tls_files else "http", cfg.http_listen)
     return server

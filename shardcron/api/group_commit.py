@@ -21,6 +21,7 @@ from sqlalchemy import Engine
 
 from shardcron import clock
 from shardcron.group_commit import GroupCommit as _GroupCommit
+from shardcron.lifeline import UNWATCHED, Lifeline
 from shardcron.model import Job
 from shardcron.store import jobs as job_store
 
@@ -34,14 +35,15 @@ LINGER_S = 0.002
 
 class GroupCommit:
     def __init__(self, engine: Engine, node_id: str, *, pool: Executor | None = None,
-                 written: Callable[[int, Job], None] | None = None):
+                 written: Callable[[int, Job], None] | None = None, lifeline: Lifeline = UNWATCHED):
         """``pool`` runs ``put_async``'s batches (the loop's default executor if None); ``written(shard,
         job)`` is called for each job stored by ``put_async``, in the batch's thread, before it is answered."""
         self.engine = engine
         self.node_id = node_id
         self._written = written
         self._batches: _GroupCommit[job_store.Put, Job] = _GroupCommit(
-            self._write_and_tell, max_batch=MAX_BATCH, linger_s=LINGER_S, pool=pool)
+            self._write_and_tell, max_batch=MAX_BATCH, linger_s=LINGER_S, pool=pool, name="putjob-commit",
+            lifeline=lifeline)
 
     async def put_async(self, put: job_store.Put) -> Job:
         """Write ``put`` with whatever else is queued: the stored job (``written`` already told),

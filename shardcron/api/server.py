@@ -45,6 +45,7 @@ from shardcron.api.service import SchedulerService
 from shardcron.api.status import NODE_HEADER, RETRY_HEADER, CallFailed, clip, log_if_bug, retry_hint, status_for
 from shardcron.config import NodeConfig
 from shardcron.errors import ConfigError
+from shardcron.lifeline import UNWATCHED, Lifeline
 from shardcron.v1 import scheduler_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -190,8 +191,11 @@ class ApiServer:
         self.keepalive_ms = keepalive_ms
         self.slots = StreamSlots(self.limits.max_streams, self.limits.max_streams_per_peer)
         self.pool = ThreadPoolExecutor(max_workers=POOL_WORKERS, thread_name_prefix="api")
+        # The API's workers end on purpose when the server stops (a failed start stops it too), which may come
+        # before the node's own stopping; any other end is reported to the node's lifeline.
+        self.lifeline = Lifeline(getattr(backend, "lifeline", UNWATCHED).report, stopping=self.stopping)
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="api-loop", daemon=True)
+        self._thread = self.lifeline.loop_thread(self._loop, "api-loop")
         self._thread.start()
         self._serving: bool | None = None
         self._membership: asyncio.Task | None = None
@@ -203,6 +207,7 @@ class ApiServer:
                 self.health_port = HealthPort(health_listen, frozenset(("", SERVICE_NAME)), backend.joined,
                                               self.stopping, self.beat)
         except BaseException:
+            self.stopping.set()
             self._end_loop()
             raise
 
@@ -219,13 +224,14 @@ class ApiServer:
         seal = self._seal()
         self.router = Router(self.backend, advertise, forward, pool=self.pool,
                              options=channel_options(*self.keepalive_ms), seal=seal)
-        self.service = SchedulerService(self.backend, self.router, self.stopping, self.limits)
+        self.service = SchedulerService(self.backend, self.router, self.stopping, self.limits, self.lifeline)
         self.health = health.aio.HealthServicer()
         # Tokens are checked when the node has a token file; the store's tokens then add to the file's.
         self.tokens = None
         if self.security.tokens is not None:
             engine = self.backend.engine
-            self.tokens = NodeTokens(self.security.tokens, lambda: [s.token for s in list_tokens(engine)])
+            self.tokens = NodeTokens(self.security.tokens, lambda: [s.token for s in list_tokens(engine)],
+                                     lifeline=self.lifeline)
             if getattr(self.backend, "etcd", None) is not None:
                 self.tokens.watch(self.backend.etcd, self.backend.layout.tokens)
         self.service.node_tokens = self.tokens  # the token RPCs: file tokens, and reload after a write
@@ -260,7 +266,7 @@ class ApiServer:
     async def _start(self) -> None:
         await self._set_health(self.backend.joined.is_set())
         await self._server.start()
-        self._membership = asyncio.get_running_loop().create_task(self._watch_membership())
+        self._membership = self.lifeline.task(asyncio.get_running_loop(), self._watch_membership(), "api-membership")
 
     async def _set_health(self, serving: bool) -> None:
         if serving == self._serving:
@@ -281,7 +287,8 @@ class ApiServer:
             return
         self.stopping.set()
         try:
-            self._on_loop(self._stop(grace), timeout=(grace or 0) + STOP_SLACK_S)
+            if self._thread.is_alive():  # else its loop died, and what ran on it with it
+                self._on_loop(self._stop(grace), timeout=(grace or 0) + STOP_SLACK_S)
         except Exception:  # noqa: BLE001 - stopping goes on; what is left dies with the loop
             log.warning("the API server did not stop cleanly", exc_info=True)
         if self.health_port is not None:

@@ -45,6 +45,7 @@ from shardcron.api.routing import Router, is_forwarded
 from shardcron.api.watch import Watches
 from shardcron.errors import InvalidJob, JobNotFound, NotLeader
 from shardcron.jobspec import MAX_LABELS
+from shardcron.lifeline import UNWATCHED, Lifeline
 from shardcron.model import Job
 from shardcron.scheduling.calendar_book import Unknown
 from shardcron.scheduling.runs import job_runs
@@ -90,15 +91,16 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
     """Made on the API server's loop (its watches hold the loop). The calendar and backfill RPCs are in
     ``api/calendar_rpcs.py`` and ``api/backfills.py``."""
 
-    def __init__(self, backend: Backend, router: Router, stopping: threading.Event, limits: ApiLimits):
+    def __init__(self, backend: Backend, router: Router, stopping: threading.Event, limits: ApiLimits,
+                 lifeline: Lifeline = UNWATCHED):
         self.backend = backend
         self.router = router
         self.stopping = stopping
         self.limits = limits
         self.batch = BatchWriter(backend, router, limits.max_jobs_per_call)
         self.group_commit = GroupCommit(backend.engine, backend.node_id, pool=router.pool,
-                                        written=lambda shard, job: backend.job_written(shard, job))
-        self.watches = Watches(backend, router, stopping)
+                                        written=lambda shard, job: backend.job_written(shard, job), lifeline=lifeline)
+        self.watches = Watches(backend, router, stopping, lifeline)
         self.triggers = TriggerBudget(limits.trigger_rate)
 
     def close(self) -> None:

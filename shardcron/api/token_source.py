@@ -19,7 +19,9 @@ import logging
 import threading
 from collections.abc import Callable
 
+from shardcron import crashpoints
 from shardcron.coordination.store_watch import StoreWatch
+from shardcron.lifeline import UNWATCHED, Lifeline
 from shardcron.tenancy.scopes import Token
 from shardcron.tenancy.tokens import TokenBook
 
@@ -34,8 +36,9 @@ class NodeTokens:
     """``identify(secret)`` over the file's book and the store's cached one (file first: its names win)."""
 
     def __init__(self, file_book: TokenBook, load_store: Callable[[], list[Token]] | None = None,
-                 reload_s: float = RELOAD_S):
+                 reload_s: float = RELOAD_S, lifeline: Lifeline = UNWATCHED):
         self.file_book = file_book
+        self._lifeline = lifeline
         self._load_store = load_store
         self.reload_s = reload_s
         self._store_book = TokenBook.of(())
@@ -49,7 +52,7 @@ class NodeTokens:
 
     def watch(self, etcd, key: str) -> NodeTokens:
         """Reload whenever ``key`` is bumped in etcd (and bump it in ``written``); call before ``start``."""
-        self._watch = TokenWatch(etcd, key, self)
+        self._watch = TokenWatch(etcd, key, self, lifeline=self._lifeline)
         return self
 
     def on_revoked(self, callback: Revoked) -> Callable[[], None]:
@@ -118,12 +121,13 @@ class NodeTokens:
         if self._watch is not None:
             self._watch.start()
         elif self._load_store is not None:
-            self._thread = threading.Thread(target=self._run, name="token-reload", daemon=True)
+            self._thread = self._lifeline.thread(self._run, "token-reload")
             self._thread.start()
         return self
 
     def _run(self) -> None:
         while not self._stop.wait(self.reload_s):
+            crashpoints.fail_worker()
             self.reload()
 
     def stop(self) -> None:
@@ -137,8 +141,8 @@ class NodeTokens:
 class TokenWatch(StoreWatch):
     """Reloads a node's tokens whenever ``<prefix>/tokens`` is bumped, and every RELOAD_S as backstop."""
 
-    def __init__(self, etcd, key: str, tokens: NodeTokens):
-        super().__init__(etcd, key, "token-reload", reload_s=tokens.reload_s)
+    def __init__(self, etcd, key: str, tokens: NodeTokens, lifeline: Lifeline = UNWATCHED):
+        super().__init__(etcd, key, "token-reload", reload_s=tokens.reload_s, lifeline=lifeline)
         self._tokens = tokens
 
     def reload(self, cause: str) -> None:

@@ -29,6 +29,7 @@ from shardcron.abc import Backend
 from shardcron.api.convert import tick_event_to_proto
 from shardcron.api.routing import Router, not_leader_here
 from shardcron.api.status import CallFailed
+from shardcron.lifeline import UNWATCHED, Lifeline
 from shardcron.model import Tick
 from shardcron.sharding import shard_for
 from shardcron.tenancy.keys import DEFAULT_NAMESPACE, namespace_of, split_key
@@ -164,16 +165,17 @@ class MemberFeeds:
     Runs while at least one such watcher is open; re-reads the member list every
     PEER_REFRESH_S and reconnects to each member until it leaves the cluster."""
 
-    def __init__(self, backend: Backend, router: Router):
+    def __init__(self, backend: Backend, router: Router, lifeline: Lifeline = UNWATCHED):
         self.backend = backend
         self.router = router
+        self._lifeline = lifeline
         self._watchers: set[WatcherQueue] = set()
         self._task: asyncio.Task | None = None
 
     def add(self, q: WatcherQueue) -> None:
         self._watchers.add(q)
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="member-feeds")
+            self._task = self._lifeline.task(asyncio.get_running_loop(), self._run(), "member-feeds")
 
     def remove(self, q: WatcherQueue) -> None:
         self._watchers.discard(q)
@@ -190,7 +192,9 @@ class MemberFeeds:
                     for addr in set(feeds) - wanted:
                         feeds.pop(addr).cancel()
                     for addr in wanted - set(feeds):
-                        feeds[addr] = asyncio.get_running_loop().create_task(self._feed(addr), name=f"feed-{addr}")
+                        # A feed ends on its own once the router closes, as the server stops.
+                        feeds[addr] = self._lifeline.task(asyncio.get_running_loop(), self._feed(addr),
+                                                          f"feed-{addr}", may_end=True)
                 await asyncio.sleep(PEER_REFRESH_S)
         finally:
             for task in feeds.values():
@@ -231,12 +235,12 @@ class MemberFeeds:
 class Watches:
     """Serves WatchTicks calls for one node; made on the API server's loop."""
 
-    def __init__(self, backend: Backend, router: Router, stopping: threading.Event):
+    def __init__(self, backend: Backend, router: Router, stopping: threading.Event, lifeline: Lifeline = UNWATCHED):
         self.backend = backend
         self.router = router
         self.stopping = stopping
         self.hub = TickHub(backend, asyncio.get_running_loop())
-        self.members = MemberFeeds(backend, router)
+        self.members = MemberFeeds(backend, router, lifeline)
 
     def close(self) -> None:
         self.hub.close()

@@ -17,6 +17,9 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from shardcron import crashpoints
+from shardcron.lifeline import UNWATCHED, Lifeline
+
 LATENESS = "shardcron_tick_lateness_seconds"
 FENCED = "shardcron_fenced_writes"
 CAUGHT_UP = "shardcron_caught_up_slots"
@@ -105,12 +108,12 @@ def chart_series(readings: Sequence[Reading]) -> dict:
 class MetricsHistory:
     """Samples ``registry`` every ``every_s`` in a daemon thread; ``series()`` for the charts."""
 
-    def __init__(self, registry, *, every_s: float = 5.0, keep: int = 721):
+    def __init__(self, registry, *, every_s: float = 5.0, keep: int = 721, lifeline: Lifeline = UNWATCHED):
         self._registry = registry
         self._every_s = every_s
         self._readings: deque[Reading] = deque(maxlen=keep)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="dashboard-metrics", daemon=True)
+        self._thread = lifeline.thread(self._run, "dashboard-metrics")
 
     def start(self) -> MetricsHistory:
         self.sample()
@@ -132,6 +135,7 @@ class MetricsHistory:
 
     def _run(self) -> None:
         while not self._stop.wait(self._every_s):
+            crashpoints.fail_worker()
             try:
                 self.sample()
             except Exception:  # noqa: BLE001 - a failed reading leaves a gap in a chart, nothing more

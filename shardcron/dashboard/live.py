@@ -84,7 +84,8 @@ class Streams:
         self._open = 0
         self._by_visitor: dict[str, int] = {}
         self.map_feed = ShardMapFeed(pages.coloured_shard_map, self._render_map,
-                                     lambda v: pages.still_known(v.session.secret), MAP_EVERY_S)
+                                     lambda v: pages.still_known(v.session.secret), MAP_EVERY_S,
+                                     lifeline=pages.d.lifeline)
 
     def routes(self) -> list[web.RouteDef]:
         return [web.get("/events/cluster", self._counted(self.cluster)),

@@ -30,6 +30,7 @@ import grpc
 from shardcron.api.client import ApiError
 from shardcron.dashboard.guard import Visitor
 from shardcron.errors import ShardcronError
+from shardcron.lifeline import UNWATCHED, Lifeline
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,9 @@ class ShardMapFeed:
     """
 
     def __init__(self, read: Callable[[Visitor], Awaitable[dict]], render: Callable[[dict | None, str | None], str],
-                 known: Callable[[Visitor], bool], every_s: float):
+                 known: Callable[[Visitor], bool], every_s: float, lifeline: Lifeline = UNWATCHED):
         self._read = read
+        self._lifeline = lifeline
         self._render = render
         self._known = known
         self._every_s = every_s
@@ -98,7 +100,9 @@ class ShardMapFeed:
         follower = _Follower(v)
         self._followers.append(follower)
         if self._reader is None:
-            self._reader = asyncio.get_running_loop().create_task(self._run(), name="dashboard-shard-map")
+            # It ends on its own once nobody follows.
+            self._reader = self._lifeline.task(asyncio.get_running_loop(), self._run(), "dashboard-shard-map",
+                                               may_end=True)
         try:
             while True:
                 changed = await _woken(follower.changed, self._every_s)

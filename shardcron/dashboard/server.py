@@ -17,6 +17,7 @@ from importlib import resources
 
 from aiohttp import web
 
+from shardcron import crashpoints
 from shardcron.api.client import Client
 from shardcron.api.security import ChannelSecurity
 from shardcron.dashboard import guard, require_extra
@@ -25,13 +26,15 @@ from shardcron.dashboard.live import Streams
 from shardcron.dashboard.sessions import Sessions
 from shardcron.dashboard.views import Pages
 from shardcron.errors import ConfigError
+from shardcron.lifeline import UNWATCHED, Lifeline
 
 CLIENTS_KEPT = 64  # one API channel per distinct token in use; the least recently used closes
 
 
 class Dashboard:
     def __init__(self, *, node_id: str, api_target: str, forward_security: ChannelSecurity | None, tokens,
-                 history: MetricsHistory, tls_files: tuple[str, str] | None = None, serve_metrics: bool = False):
+                 history: MetricsHistory, tls_files: tuple[str, str] | None = None, serve_metrics: bool = False,
+                 lifeline: Lifeline = UNWATCHED):
         require_extra()
         import jinja2
 
@@ -43,6 +46,7 @@ class Dashboard:
         self.tls_files = tls_files
         self.tls = tls_files is not None
         self.serve_metrics = serve_metrics
+        self.lifeline = lifeline  # the dashboard's long-lived thread and tasks report their death through it
         self.sessions = Sessions()
         self.closing = threading.Event()
         self.templates = jinja2.Environment(loader=jinja2.PackageLoader("shardcron.dashboard", "templates"),
@@ -107,7 +111,9 @@ class DashboardServer:
         self._runner: web.AppRunner | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="dashboard", daemon=True)
+        # Its thread ends on purpose once stop() is called or the start failed, maybe before the node stops.
+        self._stopping = threading.Event()
+        self._thread = Lifeline(dashboard.lifeline.report, stopping=self._stopping).thread(self._run, "dashboard")
 
     def start(self) -> DashboardServer:
         self._thread.start()
@@ -123,9 +129,11 @@ class DashboardServer:
         except BaseException as e:  # noqa: BLE001 - reported to start() as a ConfigError
             self._error = e if isinstance(e, ConfigError) else ConfigError(
                 f"--http-listen {self.listen}: cannot serve the dashboard there: {e}")
+            self._stopping.set()
             self._ready.set()
             return
         self._ready.set()
+        crashpoints.fail_loop(self._loop)
         self._loop.run_forever()
 
     async def _serve(self) -> None:
@@ -140,6 +148,7 @@ class DashboardServer:
                           shutdown_timeout=1.0).start()
 
     def stop(self) -> None:
+        self._stopping.set()
         self.dashboard.close()
         if self._runner is None or not self._loop.is_running():
             return

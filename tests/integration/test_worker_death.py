@@ -17,8 +17,10 @@ import pytest
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.dev.testing.cluster import Cluster, wait_until
+from shardcron.dev.testing.etcd_server import free_port
 from shardcron.lifeline import EXIT_WORKER_DIED
 from shardcron.sharding import shard_for
+from shardcron.tenancy.tokens import hash_secret
 from tests.integration.test_cluster import write_jobs
 
 pytestmark = pytest.mark.cluster
@@ -32,7 +34,21 @@ VICTIM, SURVIVOR = "n0", "n1"
 WORKERS = [
     "claimer", "dispatcher", "recorder", "pruner", "notifier", "coordinator", f"{VICTIM}-keepalive",
     "calendars", "namespaces", "shardcron-loop", "marks-commit",
+    "api-loop", "token-reload", "dashboard", "dashboard-metrics",
 ]
+NODE_SECRET = "node-secret-for-the-worker-death-test"
+
+
+def needs(worker: str, tmp_path) -> tuple[list[str], list[str], dict[str, str]]:
+    """What the nodes need for ``worker`` to run at all: the cluster's flags, the victim's own, and the
+    environment. The token watch runs only with a token file; the dashboard's threads only with --http-listen."""
+    if worker == "token-reload":
+        tokens = tmp_path / "tokens"
+        tokens.write_text(f"node {hash_secret(NODE_SECRET)} admin *\n")
+        return ["--auth-token-file", str(tokens)], [], {"SHARDCRON_NODE_TOKEN": NODE_SECRET}
+    if worker.startswith("dashboard"):
+        return [], ["--http-listen", f"127.0.0.1:{free_port()}"], {}
+    return [], [], {}
 
 
 def jobs_on_every_shard(tmp_path) -> str:
@@ -48,11 +64,11 @@ def jobs_on_every_shard(tmp_path) -> str:
 
 
 def bump_settings(etcd_endpoints: str, prefix: str) -> None:
-    """What a write of calendars or namespaces does: every node's watcher of them wakes and reloads."""
+    """What a write of calendars, namespaces or tokens does: every node's watcher of them wakes and reloads."""
     layout = KeyLayout(prefix)
     etcd = Etcd(etcd_endpoints, timeout_s=5.0)
     try:
-        for key in (layout.calendars, layout.namespaces):
+        for key in (layout.calendars, layout.namespaces, layout.tokens):
             etcd.put(key, json.dumps({"name": "test", "at_ms": int(time.time() * 1000)}).encode())
     finally:
         etcd.close()
@@ -67,11 +83,14 @@ def error_lines(log: str, worker: str) -> list[str]:
 def test_a_dead_worker_hands_the_shards_over_at_once_and_the_node_exits_non_zero(worker, etcd_server, etcd_prefix,
                                                                                    fresh_db_url, tmp_path):
     arm = tmp_path / "fail-now"
+    flags, victim_flags, env = needs(worker, tmp_path)
     c = Cluster(etcd_server.endpoints, fresh_db_url("sqlite"), etcd_prefix, SHARDS, TTL, str(tmp_path),
-                extra_args=["--jobs", jobs_on_every_shard(tmp_path), "--allow-shell", "--tick-retention", "1h"])
+                extra_args=["--jobs", jobs_on_every_shard(tmp_path), "--allow-shell", "--tick-retention", "1h",
+                            *flags])
     try:
-        victim = c.add(VICTIM, env={"SHARDCRON_TEST_FAIL_THREAD": worker, "SHARDCRON_TEST_FAIL_WHEN": str(arm)})
-        c.add(SURVIVOR)
+        victim = c.add(VICTIM, extra_args=victim_flags,
+                       env={**env, "SHARDCRON_TEST_FAIL_THREAD": worker, "SHARDCRON_TEST_FAIL_WHEN": str(arm)})
+        c.add(SURVIVOR, env=env)
         leaders = c.wait_balanced({VICTIM, SURVIVOR}, timeout_s=90)
         mine = [s for s, n in leaders.items() if n == VICTIM]
         assert mine
