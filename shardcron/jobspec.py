@@ -514,8 +514,8 @@ def _history_limit(raw, *, bounded: bool) -> int | None:
 
 
 def _jitter(raw, schedule: Schedule, *, bounded: bool) -> int:
-    """The job's jitter in ms (absent: 0), refused when not shorter than the schedule's shortest gap
-    and, when ``bounded``, when longer than ``bounds.MAX_JITTER_MS``."""
+    """The job's jitter in ms (absent: 0); when ``bounded`` (not read back from the store), refused when
+    longer than ``bounds.MAX_JITTER_MS`` or not shorter than the schedule's shortest gap."""
     if raw is None or raw == "":
         return 0  # the usual case: nothing parsed, no gap computed
     from shardcron.scheduling.jitter import check_jitter, parse_jitter  # it imports this module
@@ -524,7 +524,7 @@ def _jitter(raw, schedule: Schedule, *, bounded: bool) -> int:
     if bounded and jitter_ms > MAX_JITTER_MS:
         raise InvalidJob("jitter", f"{format_duration_ms(jitter_ms)} is longer than the limit of "
                                    f"{format_duration_ms(MAX_JITTER_MS)}")
-    if jitter_ms:
+    if jitter_ms and bounded:  # a stored job's jitter was checked against its gap when it was admitted
         # below_ms: only "is the gap at most the jitter?" matters, which spares walking a cron's calendar.
         check_jitter(jitter_ms, shortest_gap_ms(schedule, below_ms=jitter_ms + 1), "jitter")
     return jitter_ms
@@ -589,8 +589,9 @@ def _cron_overnight_walked_s(expr: str) -> int:
             gaps.append(int((croniter(expr, t, second_at_beginning=True).get_next(datetime) - t).total_seconds()))
     except (CroniterBadDateError, OverflowError, ValueError):
         pass  # no more slots (a date that never comes, or past year 9999): the gaps found so far are all there are
-    # None found: an expression that never fires (one read back from the store) has no two slots closer than any.
-    return min(gaps, default=MAX_DURATION_MS // 1000)
+    # None found (an expression that never fires, read back from the store): the fields' own overnight bound,
+    # a lower bound of any real gap, so a rate computed from it (a namespace's quota) is never understated.
+    return min(gaps, default=_cron_gaps_s(expr)[1])
 
 
 def _values(field: list, size: int) -> list[int]:

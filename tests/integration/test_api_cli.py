@@ -252,7 +252,7 @@ def test_a_1_mib_body_comes_from_a_file_or_stdin(node, tmp_path):
     assert json.loads(piped.stdout)["executor"]["body"] == "from stdin"
 
     (tmp_path / "over.txt").write_text(body + "x")
-    assert "executor.body: is 1048577 bytes; the limit is 1048576" in fails_with(
+    assert "is larger than the body limit of 1048576 bytes (1 MiB)" in fails_with(
         node, "jobs", "put", "big", "--every", "1h", "--http", "http://127.0.0.1:9/x",
         "--body-file", str(tmp_path / "over.txt"))
     missing = tmp_path / "nope.json"

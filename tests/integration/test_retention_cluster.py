@@ -77,7 +77,7 @@ def refuses_a_bad_history_limit(node) -> None:
     assert e.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "history_limit" in e.value.details()
     out = cli(node, "jobs", "put", "bad-limit", "--every", "1m", "--noop", "--history-limit", "-2")
     lines = out.stderr.strip().splitlines()
-    assert out.returncode == 1 and len(lines) == 1 and "history_limit" in lines[0], out.stderr
+    assert out.returncode == 2 and len(lines) == 1 and "--history-limit" in lines[0], out.stderr
 
 
 def test_retention_at_200_jobs_a_second(etcd_server, fresh_db_url, tmp_path, capsys):
