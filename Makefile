@@ -1,13 +1,15 @@
 # `make dev`  : set up everything, then run a local 3-node cluster with demo jobs.
 # `make test` : set up everything, then run the whole suite.
 # `make fuzz` : set up everything, then run the fuzz tests with 30 times their examples (hypothesis profile "fuzz").
+# `make soak SECONDS=1800 [SEED=S]` : set up everything, then run one nemesis soak of SECONDS seconds of faults
+#               (a random seed unless SEED is given; the run prints its seed and the command that replays it).
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test fuzz setup venv system-deps services unit proto clean
+.PHONY: dev test fuzz soak setup venv system-deps services unit proto clean
 
 dev: setup
 	$(VENV)/bin/shardcron dev
@@ -17,6 +19,12 @@ test: setup services
 
 fuzz: setup services
 	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -ra -m fuzz $(PYTEST_ARGS)
+
+SECONDS ?= 600
+SEED    ?=
+soak: setup services
+	CI=true SHARDCRON_SOAK_SECONDS=$(SECONDS) SHARDCRON_SOAK_SEED=$(SEED) \
+	  $(PY) -m pytest -ra -s -p no:cacheprovider -o timeout=0 -m soak tests/faults/soak/test_soak.py $(PYTEST_ARGS)
 
 unit: setup
 	$(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)

@@ -122,7 +122,9 @@ def fault_cluster(fault_lab, pg_forwarder, fresh_db_url, tmp_path, etcd_prefix, 
         # pytest keeps only the last few tmp_path trees, and other suites run here too: keep the logs.
         keep = KEEP_DIR / f"{time.strftime('%Y%m%d-%H%M%S')}-{request.node.name}"
         keep.mkdir(parents=True, exist_ok=True)
-        for log in [*tmp_path.glob("*.log"), *tmp_path.glob("etcd/*.log"), *tmp_path.glob("*.toml")]:
+        # The soak writes history.json and findings.json beside the logs.
+        for log in [*tmp_path.glob("*.log"), *tmp_path.glob("etcd/*.log"), *tmp_path.glob("*.toml"),
+                    *tmp_path.glob("*.json")]:
             shutil.copy2(log, keep / log.name)
         print(f"\nfault scenario failed; node and etcd logs kept in {keep}")
 
