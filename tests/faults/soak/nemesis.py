@@ -267,7 +267,7 @@ class Nemesis:
         old = self.history.faults[i]
         self.history.faults[i] = dataclasses.replace(
             old, end_ms=harness.now_ms(), detail="; ".join(x for x in (old.detail, detail) if x))
-        self.log(f"nemesis: {f.kind} {f.target} healed: {detail}")
+        self.log(f"nemesis: {f.kind} {f.target} healed" + (f": {detail}" if detail else ""))
 
     # -- the end of a run -----------------------------------------------------------------------------
 
@@ -305,8 +305,11 @@ class Nemesis:
                    timeout_s, 0.5, f"{len(self.fc.etcd.members)} healthy etcd members")
 
     def _mend_db(self, timeout_s: float) -> None:
-        harness.pg_ctl("start")  # a no-op when it runs
-        self._db_answers(None, timeout_s)
+        try:
+            self._db_answers(None, 5)
+        except TimeoutError:
+            harness.pg_ctl("start")
+            self._db_answers(None, timeout_s)
 
     def _mend_namespaces(self, _timeout_s: float) -> None:
         for n in self.fc.nodes:
@@ -444,7 +447,7 @@ class Nemesis:
         layout = KeyLayout(self.fc.cluster.prefix)
         etcd = Etcd(self.fc.etcd.endpoints, timeout_s=5.0)
         try:
-            _, kvs = etcd.get_prefix(layout.drains())
+            _, kvs = etcd.get_prefix(layout.drains)
             return sorted(n for kv in kvs if (n := layout.parse_drain(kv.key)))
         finally:
             etcd.close()
