@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import redis
 from sqlalchemy import select
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from shardcron.dedupe import NotATick, RedisDeduper, TickInfo
 from shardcron.sharding import shard_for
@@ -134,36 +134,55 @@ def create_effects_table(engine: Engine) -> None:
 
 
 def read_effects(engine: Engine) -> list[Effect]:
-    e = soak_target.effects
     with engine.connect() as c:
-        rows = c.execute(select(e.c.job_id, e.c.slot_ms, e.c.node, e.c.fence).order_by(e.c.id)).all()
-    return [Effect(r.job_id, r.slot_ms, r.node, r.fence) for r in rows]
+        return _effects(c)
 
 
 def read_ticks(engine: Engine) -> list[TickRow]:
-    t = ticks.c
     with engine.connect() as c:
-        rows = c.execute(select(t.job_id, t.scheduled_at_ms, t.status, t.manual, t.shard, t.fence, t.node_id,
-                                t.attempt, t.claimed_at_ms, t.started_at_ms, t.finished_at_ms, t.error)
-                         .order_by(t.job_id, t.scheduled_at_ms)).all()
-    return [TickRow(r.job_id, r.scheduled_at_ms, r.status, bool(r.manual), r.shard, r.fence, r.node_id, r.attempt,
-                    r.claimed_at_ms, r.started_at_ms, r.finished_at_ms, r.error) for r in rows]
+        return _ticks(c)
 
 
 def read_fences(engine: Engine) -> list[FenceRaise]:
-    f = fence_log.c
     with engine.connect() as c:
-        rows = c.execute(select(f.shard, f.fence, f.node_id, f.raised_at_ms).order_by(f.shard, f.fence)).all()
-    return [FenceRaise(r.shard, r.fence, r.node_id, r.raised_at_ms) for r in rows]
+        return _fences(c)
 
 
 def read_active_since(engine: Engine) -> dict[str, int]:
     with engine.connect() as c:
-        return dict(c.execute(select(jobs.c.id, jobs.c.active_since_ms)).all())
+        return _active_since(c)
 
 
 def collect_store(engine: Engine) -> StoreHistory:
-    return StoreHistory(read_ticks(engine), read_fences(engine), read_effects(engine), read_active_since(engine))
+    """Every tick row, fence raise and effect, and the stored jobs' activation, from one snapshot (REPEATABLE
+    READ: an effect commits with its tick's result, so the two agree even while jobs still run)."""
+    with engine.connect().execution_options(isolation_level="REPEATABLE READ") as c, c.begin():
+        return StoreHistory(_ticks(c), _fences(c), _effects(c), _active_since(c))
+
+
+def _effects(c: Connection) -> list[Effect]:
+    e = soak_target.effects
+    rows = c.execute(select(e.c.job_id, e.c.slot_ms, e.c.node, e.c.fence).order_by(e.c.id)).all()
+    return [Effect(r.job_id, r.slot_ms, r.node, r.fence) for r in rows]
+
+
+def _ticks(c: Connection) -> list[TickRow]:
+    t = ticks.c
+    rows = c.execute(select(t.job_id, t.scheduled_at_ms, t.status, t.manual, t.shard, t.fence, t.node_id, t.attempt,
+                            t.claimed_at_ms, t.started_at_ms, t.finished_at_ms, t.error)
+                     .order_by(t.job_id, t.scheduled_at_ms)).all()
+    return [TickRow(r.job_id, r.scheduled_at_ms, r.status, bool(r.manual), r.shard, r.fence, r.node_id, r.attempt,
+                    r.claimed_at_ms, r.started_at_ms, r.finished_at_ms, r.error) for r in rows]
+
+
+def _fences(c: Connection) -> list[FenceRaise]:
+    f = fence_log.c
+    rows = c.execute(select(f.shard, f.fence, f.node_id, f.raised_at_ms).order_by(f.shard, f.fence)).all()
+    return [FenceRaise(r.shard, r.fence, r.node_id, r.raised_at_ms) for r in rows]
+
+
+def _active_since(c: Connection) -> dict[str, int]:
+    return dict(c.execute(select(jobs.c.id, jobs.c.active_since_ms)).all())
 
 
 def read_static_jobs(engine: Engine, job_defs: list[harness.JobDef]) -> list[StaticJob]:
