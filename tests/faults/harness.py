@@ -563,6 +563,18 @@ class FaultCluster:
             out[shard] = max(b - a for a, b in zip(seq, seq[1:], strict=False))
         return out
 
+    def first_starts_after(self, from_ms: int, to_ms: int) -> dict[int, int | None]:
+        """Per shard that has started any tick, its first tick started in [from_ms, to_ms] (None: none did):
+        when each shard ran again after an outage, as the jobs saw it."""
+        with self.engine.connect() as c:
+            rows = c.execute(select(ticks.c.shard, func.min(ticks.c.started_at_ms))
+                             .where(ticks.c.started_at_ms >= from_ms, ticks.c.started_at_ms <= to_ms)
+                             .group_by(ticks.c.shard)).all()
+            shards = [s for (s,) in c.execute(select(ticks.c.shard).where(ticks.c.started_at_ms.is_not(None))
+                                              .distinct())]
+        first = dict(rows)
+        return {s: first.get(s) for s in sorted(shards)}
+
     def stale_rows(self, tolerance_ms: int = 0) -> list[dict]:
         """Rows claimed or started under a fence after a newer fence of their shard was raised."""
         raises = self.raises()
