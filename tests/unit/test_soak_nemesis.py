@@ -6,8 +6,10 @@ import itertools
 
 import pytest
 
+from shardcron.dev.testing.cluster import NodeProcess
+from tests.faults.soak.history import History
 from tests.faults.soak.nemesis import (
-    AFTERMATH_S, CLOCK_OFFSET_MS, DB_KINDS, INSTANT_KINDS, KINDS, MAX_BUSY, NODE_KINDS, PlannedFault,
+    AFTERMATH_S, CLOCK_OFFSET_MS, DB_KINDS, INSTANT_KINDS, KINDS, MAX_BUSY, NODE_KINDS, Nemesis, PlannedFault,
     clock_tolerance_ms, max_busy, plan_faults, timeline,
 )
 
@@ -125,3 +127,26 @@ def test_the_timeline_heals_before_it_applies_and_pulses_instant_faults():
 
 def test_every_aftermath_is_known():
     assert set(AFTERMATH_S) == set(KINDS)
+
+
+class _NeverStarted:
+    """A cluster whose one node never started: enough for the node faults that must be refused."""
+
+    db_url = "postgresql+psycopg://nobody@127.0.0.1:1/none"  # never connected to by a refused fault
+
+    def __init__(self):
+        self.nodes = {"n0": NodeProcess("n0", "", "", "/p", 12, TTL, "/dev/null")}
+
+
+@pytest.mark.parametrize("kind", sorted(NODE_KINDS))
+def test_a_fault_on_a_node_that_does_not_run_is_recorded_not_applied(kind):
+    history = History(seed=1, seconds=60, ttl_s=TTL, shards=12, clock_tolerance_ms=500, settle_s=8)
+    nem = Nemesis(_NeverStarted(), history, log=lambda _: None)
+    assert nem.apply(PlannedFault(kind, "n0", 1.0, 5.0)) is False
+    assert nem.apply(PlannedFault(kind, "n9", 2.0, 5.0)) is False
+    refused, unknown = history.faults
+    assert (refused.kind, refused.target) == (kind, "n0")
+    assert refused.detail == "not applied: n0 is not running (exit code None)"
+    assert unknown.detail.startswith("not applied: no node 'n9' in the cluster")
+    assert all(f.end_ms is not None and f.start_ms <= f.end_ms for f in history.faults)
+    assert nem.active == []

@@ -389,7 +389,13 @@ class Nemesis:
         except subprocess.TimeoutExpired:
             p.kill()
             code = f"{p.proc.returncode} (SIGKILL: no exit 30 s after SIGTERM)"
+        self._check_graceful(p, code)
         return f"exited {code}; {self._start(p)}"
+
+    def _check_graceful(self, p: NodeProcess, code) -> None:
+        if code != 0:
+            self._surprise(f"{p.node_id} exited {code} on SIGTERM, not 0: "
+                           + " | ".join(p.log_text().strip().splitlines()[-3:])[-600:])
 
     def _pause(self, f: PlannedFault) -> str:
         p = self._running(f)
@@ -404,11 +410,13 @@ class Nemesis:
     def _skew(self, f: PlannedFault) -> str:
         p = self._running(f)
         code = p.terminate(30)
+        self._check_graceful(p, code)
         return f"exited {code}; {self._start(p, f.offset_ms)} with clock offset {f.offset_ms:+d} ms"
 
     def _unskew(self, f: PlannedFault) -> str:
         p = self.fc.nodes[f.target]
         code = p.terminate(30)
+        self._check_graceful(p, code)
         return f"exited {code}; {self._start(p)} without a clock offset"
 
     def _cut_etcd(self, f: PlannedFault) -> str:
