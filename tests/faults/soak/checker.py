@@ -48,6 +48,7 @@ from shardcron.scheduling.triggers import slots_between, trigger_for
 from shardcron.sharding import shard_for
 from shardcron.tenancy.keys import DEFAULT_NAMESPACE, join_key
 from tests.faults.soak.history import (
+    INDETERMINATE_TAIL_S,
     FINAL_STATUSES,
     Delivery,
     Effect,
@@ -62,7 +63,6 @@ from tests.faults.soak.history import (
 
 # The generator calls the op that settles an indeterminate one no sooner than this after it returned, so a late
 # commit of the indeterminate op cannot land after it (the design's history-level constant).
-INDETERMINATE_TAIL_S = 30
 # The stream consumer drains the stream before the history is collected; a slot this close to end_ms may still be
 # in flight, so rule 6 judges only the slots before it.
 STREAM_DRAIN_MARGIN_MS = 5000

@@ -32,8 +32,8 @@ A dynamic job's state as the generator knows it (``JobState``)
                                 no op touches the job, then puts until one is ok
     fail                        no change
 
-``INDETERMINATE_TAIL_S`` is defined here; the checker relies on it (an
-``info`` op's effect may land up to this long after it returned).
+``INDETERMINATE_TAIL_S`` (history.py) is shared with the checker, which holds
+the generator to it.
 """
 
 from __future__ import annotations
@@ -50,9 +50,8 @@ import grpc
 from shardcron.api.client import ApiError, Client
 from shardcron.jobspec import job_from_dict
 from tests.faults.harness import now_ms
-from tests.faults.soak.history import History, Op, OpKind, Outcome
+from tests.faults.soak.history import INDETERMINATE_TAIL_S, History, Op, OpKind, Outcome
 
-INDETERMINATE_TAIL_S = 30.0
 INDETERMINATE_TAIL_MS = int(INDETERMINATE_TAIL_S * 1000)
 CALL_TIMEOUT_S = 5.0
 PAUSE_S = (0.3, 1.5)  # between two calls

@@ -29,6 +29,10 @@ Outcome = Literal["ok", "fail", "info"]
 
 FINAL_STATUSES = frozenset({"succeeded", "failed", "skipped", "abandoned"})
 
+# How long after an indeterminate operation returned its late effect may still land (a server-side commit
+# outliving the client's deadline). The generator re-puts the job no sooner; the checker holds it to that.
+INDETERMINATE_TAIL_S = 30
+
 
 @dataclass(frozen=True)
 class Op:
