@@ -92,7 +92,13 @@ from shardcron.scheduling.gil_lead import LEAD_MAX_MS, StartLead
 from shardcron.scheduling.backfill_runner import BackfillRunner
 from shardcron.scheduling.heap import ClaimDue, DispatchDue, TimerHeap
 from shardcron.scheduling.jitter import jitter_offset_ms
-from shardcron.scheduling.policies import OVERLAP_SKIP_REASON, OverlapVerdict, overlap_allows, overlap_verdict
+from shardcron.scheduling.policies import (
+    OVERLAP_SKIP_REASON,
+    OverlapVerdict,
+    disowned_slot,
+    overlap_allows,
+    overlap_verdict,
+)
 from shardcron.scheduling.marks import RunningMarks
 from shardcron.scheduling.pruner import Pruner
 from shardcron.scheduling.realtime import make_realtime
@@ -583,9 +589,10 @@ class Scheduler:
                     if ref in got:
                         if entry.job.jitter_ms:  # the one check a job without jitter pays
                             off = jitter_offset_ms(c.job_id, c.slot_ms, entry.job.jitter_ms)
-                            dispatch.append(DispatchDue(c.slot_ms + off, shard, fence, Dispatch(ref, 1, offset_ms=off)))
+                            dispatch.append(DispatchDue(c.slot_ms + off, shard, fence,
+                                                        Dispatch(ref, 1, offset_ms=off, gen=c.gen)))
                         else:
-                            dispatch.append(DispatchDue(c.slot_ms, shard, fence, Dispatch(ref, 1)))
+                            dispatch.append(DispatchDue(c.slot_ms, shard, fence, Dispatch(ref, 1, gen=c.gen)))
                     else:
                         log.warning("shard %d: slot %s@%d was already recorded; not claimed again", shard,
                                     c.job_id, c.slot_ms, extra={"shard": shard, "job": c.job_id, "fence": fence})
@@ -699,6 +706,12 @@ class Scheduler:
         # Claimed a lookahead ago: a calendar changed since may exclude it now. Not run, recorded skipped.
         if job.calendars and not d.manual and (why := self._calendar_excludes(job, d.slot.scheduled_at_ms)):
             self._skip(run, d, f"{CALENDAR_SKIP_PREFIX}{why}")
+            return
+        # ... and the job may have been paused or given a new schedule since: a new definition (gen) tells.
+        # (A backfill has its own overlap, and a manual run was asked for: neither is judged.)
+        if (d.gen != entry.gen and not d.manual and d.overlap is None
+                and (why := _disowned(entry, d.slot.scheduled_at_ms))):
+            self._skip(run, d, why)
             return
         # A job with nothing started, going or waiting here has no line: it starts (the usual case).
         if (line := run.lines.get(job_id)) is not None:
@@ -864,6 +877,12 @@ class Scheduler:
         self.stats.add(fenced_rejections=count)
         metrics.fenced_writes.inc(count)
         self._report_fenced(shard, fence)
+
+
+def _disowned(entry: JobEntry, slot_ms: int) -> str | None:
+    job = entry.job
+    return disowned_slot(paused=job.paused, active_since_ms=job.active_since_ms, slot_ms=slot_ms,
+                         produces_slot=entry.trigger.next_after(slot_ms - 1) == slot_ms)
 
 
 def _offset(job: Job | None, slot: SlotRef) -> int:

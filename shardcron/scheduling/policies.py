@@ -1,4 +1,5 @@
-"""The scheduling decisions, as pure functions: catch-up, overlap, orphans, retry backoff.
+"""The scheduling decisions, as pure functions: catch-up, overlap, a changed job's claimed slots, orphans, retry
+backoff.
 
 The loop gathers the facts (which slots were missed, how many runs are going,
 what a tick's row says) and asks these functions what to do; it then does the
@@ -117,6 +118,28 @@ class OrphanAction(StrEnum):
     RECLAIM = "reclaim"  # it never started: claim it under the new fence and run it normally
     RETRY = "retry"  # it may have run: run it again as the next attempt
     ABANDON = "abandon"  # it may have run and the retry budget is spent: mark it abandoned
+
+
+PAUSED_SKIP_REASON = "job paused before its slot started"
+RESCHEDULED_SKIP_REASON = "job's schedule changed before its slot started"
+
+
+def disowned_slot(*, paused: bool, active_since_ms: int, produces_slot: bool, slot_ms: int) -> str | None:
+    """Why a slot claimed a lookahead ago is no longer the job's to run, as the job stands now; None to run it.
+
+    A slot is claimed about a second before it is due. A pause, or a put with a
+    new schedule, that returns in between means the caller was told the job no
+    longer runs then: starting the slot anyway would contradict an answer
+    already given. So it is recorded skipped, never silently dropped. A slot at
+    or before the new definition's ``active_since_ms`` was owed by the old one
+    (a late catch-up) and still runs. Manual runs and backfills are not judged
+    here: each was asked for explicitly.
+    """
+    if paused:
+        return PAUSED_SKIP_REASON
+    if slot_ms > active_since_ms and not produces_slot:
+        return RESCHEDULED_SKIP_REASON
+    return None
 
 
 def settle_orphan(status: TickStatus, attempt: int, retry: RetryPolicy, could_have_started: bool) -> OrphanAction:

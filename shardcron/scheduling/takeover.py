@@ -38,8 +38,11 @@ class Dispatch(NamedTuple):  # one per claimed slot: a tuple, built in C
     # The job's jitter offset for this slot (jitter.jitter_offset_ms): it starts at
     # slot + offset_ms, and its lateness is measured from there. 0 without jitter.
     offset_ms: int = 0
-    # A backfilled slot's own --overlap, in place of the job's (None: the job's).
+    # A backfilled slot's own --overlap, in place of the job's (None: the job's, and not a backfill).
     overlap: Overlap | None = None
+    # The job definition (shard_run.JobEntry.gen) that claimed it; 0 for every other kind of claim. A start
+    # under another gen checks the slot is still the job's (policies.disowned_slot).
+    gen: int = 0
 
 
 @dataclass

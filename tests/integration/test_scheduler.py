@@ -22,7 +22,7 @@ from shardcron.dev.testing.cluster import wait_until
 from shardcron.jobspec import job_from_dict
 from shardcron.model import Job, TickStatus
 from shardcron.scheduling.loop import Scheduler
-from shardcron.scheduling.policies import OVERLAP_SKIP_REASON
+from shardcron.scheduling.policies import OVERLAP_SKIP_REASON, PAUSED_SKIP_REASON, RESCHEDULED_SKIP_REASON
 from shardcron.store import ensure_schema, ensure_shards, list_ticks, make_engine, put_job, raise_fence
 from shardcron.store.jobs import delete_job, set_paused
 
@@ -464,3 +464,25 @@ def test_a_run_waiting_out_its_retry_backoff_is_going_and_its_row_keeps_its_firs
     rows = {t.scheduled_at_ms: t for t in list_ticks(engine, "flaky")}
     assert rows[T0 + S].started_at_ms == T0 + S and rows[T0 + S].attempt == 2
     assert find_false_overlap(rows.values()) == []
+
+
+@pytest.mark.parametrize("change", ["pause", "new schedule", "same schedule"])
+def test_a_slot_claimed_before_its_job_changed_runs_only_if_the_job_still_owes_it(rig, engine, change):
+    """Claimed a lookahead early, then the job is paused or given a schedule without that slot before it is
+    due: the caller was told the job no longer runs then, so the slot is recorded skipped, not run. A re-put
+    that keeps the slot (a label) runs it."""
+    r = rig([noop()])
+    r.at(T0)  # claims slot 1, due a second later
+    assert r.ticks("beat")[1][0] is TickStatus.CLAIMED
+    if change == "pause":
+        r.scheduler.upsert_job(0, set_paused(engine, "beat", True, shard=0, fence=FENCE, node_id=NODE,
+                                             now_ms=T0 + 500))
+        expected = (TickStatus.SKIPPED, PAUSED_SKIP_REASON)
+    elif change == "new schedule":  # every 2 s: T0 is a whole 2 s, T0 + 1 s is no slot of it
+        r.put_again(job_from_dict({"id": "beat", "every": "2s"}), T0 + 500)
+        expected = (TickStatus.SKIPPED, RESCHEDULED_SKIP_REASON)
+    else:
+        r.put_again(replace(noop(), labels={"v": "2"}), T0 + 500)
+        expected = OK
+    r.at(T0 + 1 * S)
+    wait_until(lambda: r.ticks("beat")[1] == expected, 30, what=f"slot 1 to end {expected}")

@@ -4,6 +4,9 @@ import pytest
 
 from shardcron.model import CatchUp, Overlap, RetryPolicy, TickStatus
 from shardcron.scheduling.policies import (
+    PAUSED_SKIP_REASON,
+    RESCHEDULED_SKIP_REASON,
+    disowned_slot,
     CatchUpPlan,
     OrphanAction,
     OverlapVerdict,
@@ -210,3 +213,19 @@ def test_backoff_ms(initial, cap, attempt, expected):
 def test_backoff_attempts_count_from_one(attempt):
     with pytest.raises(ValueError):
         backoff_ms(RetryPolicy(), attempt)
+
+
+# -- a claimed slot of a job changed since its claim --------------------------------------------------
+
+@pytest.mark.parametrize("paused, active_since, produces, slot, expected", [
+    (False, 1_000, True, 2_000, None),                     # unchanged: runs
+    (True, 1_000, True, 2_000, PAUSED_SKIP_REASON),        # paused within the lookahead
+    (True, 3_000, False, 2_000, PAUSED_SKIP_REASON),       # paused: whatever the schedule
+    (False, 1_000, False, 2_000, RESCHEDULED_SKIP_REASON),  # the new schedule has no slot there
+    (False, 2_000, False, 2_000, None),                    # owed by the old definition (at its activation)
+    (False, 3_000, False, 2_000, None),                    # a late catch-up slot of the old definition
+    (False, 1_999, False, 2_000, RESCHEDULED_SKIP_REASON),
+])
+def test_disowned_slot(paused, active_since, produces, slot, expected):
+    assert disowned_slot(paused=paused, active_since_ms=active_since, produces_slot=produces,
+                         slot_ms=slot) == expected

@@ -169,6 +169,9 @@ NOT_ACCUSED = {
         rows_every("dyn-1", 1, T0 + 1000, T0 + 3000)
         + [row("dyn-1", T0 + 2000, manual=True), row("dyn-1", T0 + 6123, manual=True),
            row("s1", T0 + 4000, manual=True)]),
+    "a paused job's claimed slot recorded skipped": (
+        (PUT, op("pause", "dyn-1", T0 + 3000, T0 + 3100)),
+        rows_every("dyn-1", 1, T0 + 1000, T0 + 3000) + [row("dyn-1", T0 + 4000, "skipped")]),
     "an info op of one job leaves another alone": (
         (op("put", "dyn-1", T0 + 1000, T0 + 1500, "info", spec=every(1)),
          op("put", "dyn-2", T0 + 1000, T0 + 1200, spec=every(2))),

@@ -374,12 +374,12 @@ def why_unowed(state: State, slot_ms: int, calendars: Mapping[str, Calendar]) ->
 
 
 def find_unowed(rows: Iterable[TickRow], model: Model) -> tuple[list[Finding], int]:
-    """Scheduled rows at slots the job certainly did not owe, not covered by a backfill; and how many scheduled
-    rows fell in an uncertain window (judged neither way)."""
+    """Scheduled rows that ran (any status but skipped) at slots the job certainly did not owe, not covered by
+    a backfill; and how many scheduled rows fell in an uncertain window (judged neither way)."""
     out, uncertain = [], 0
     unknown_jobs: Counter[str] = Counter()
     for r in sorted(rows, key=lambda r: (r.job, r.slot_ms)):
-        if r.manual:
+        if r.manual or r.status == "skipped":  # a skipped row says the slot did not run: no unowed run
             continue
         timeline = model.timelines.get(r.job)
         if timeline is None:
