@@ -200,7 +200,7 @@ def test_a_put_too_soon_after_an_info_op_settles_nothing():
     late = op("put", "dyn-1", T0 + 1500 + checker.INDETERMINATE_TAIL_S * 1000, T0 + 40_000, spec=every(2))
     timeline, _ = checker.build_timeline("dyn-1", [info, late], TOL)
     assert timeline.certain_at(T0 + 10_000) is None
-    assert timeline.certain_at(T0 + 41_000).phase is checker.Phase.ACTIVE
+    assert timeline.certain_at(T0 + 41_000).phase is checker.JobPhase.ACTIVE
 
 
 @pytest.mark.parametrize("raised_at, claimed_at, stale", [

@@ -19,8 +19,8 @@ from tests.faults.soak import generator as g
 from tests.faults.soak import workload as w
 
 T0 = 1_800_000_000_000
-ACTIVE = g.DynJob(g.JobState.ACTIVE, {"id": "dyn-0", "every": "1s"})
-PAUSED = g.DynJob(g.JobState.PAUSED, {"id": "dyn-0", "every": "1s"})
+ACTIVE = g.DynJob(g.JobPhase.ACTIVE, {"id": "dyn-0", "every": "1s"})
+PAUSED = g.DynJob(g.JobPhase.PAUSED, {"id": "dyn-0", "every": "1s"})
 
 
 # -- classification -----------------------------------------------------------------------------
@@ -65,32 +65,32 @@ def test_outcome_of_any_exception(exc, outcome, error):
 
 
 @pytest.mark.parametrize("job, planned, outcome, result, expected_state", [
-    (g.DynJob(), g.Planned("put", "dyn-0", {"every": "2s"}), "ok", {"paused": False}, g.JobState.ACTIVE),
+    (g.DynJob(), g.Planned("put", "dyn-0", {"every": "2s"}), "ok", {"paused": False}, g.JobPhase.ACTIVE),
     (g.DynJob(), g.Planned("put", "dyn-0", {"every": "2s", "paused": True}), "ok", {"paused": True},
-     g.JobState.PAUSED),
-    (PAUSED, g.Planned("put", "dyn-0", {"every": "2s"}), "ok", {"paused": False}, g.JobState.ACTIVE),
-    (ACTIVE, g.Planned("pause", "dyn-0"), "ok", {"paused": True}, g.JobState.PAUSED),
-    (PAUSED, g.Planned("resume", "dyn-0"), "ok", {"paused": False}, g.JobState.ACTIVE),
-    (ACTIVE, g.Planned("delete", "dyn-0"), "ok", None, g.JobState.ABSENT),
-    (ACTIVE, g.Planned("trigger", "dyn-0"), "ok", {"slot_ms": T0}, g.JobState.ACTIVE),
-    (PAUSED, g.Planned("backfill", "dyn-0", back_s=5, rate_per_s=2.0), "ok", {"id": "b"}, g.JobState.PAUSED),
-    (ACTIVE, g.Planned("pause", "dyn-0"), "fail", None, g.JobState.ACTIVE),
-    (g.DynJob(), g.Planned("delete", "dyn-0"), "fail", None, g.JobState.ABSENT),
-    (ACTIVE, g.Planned("pause", "dyn-0"), "info", None, g.JobState.UNKNOWN),
-    (ACTIVE, g.Planned("trigger", "dyn-0"), "info", None, g.JobState.UNKNOWN),
-    (g.DynJob(), g.Planned("put", "dyn-0", {"every": "1s"}), "info", None, g.JobState.UNKNOWN),
+     g.JobPhase.PAUSED),
+    (PAUSED, g.Planned("put", "dyn-0", {"every": "2s"}), "ok", {"paused": False}, g.JobPhase.ACTIVE),
+    (ACTIVE, g.Planned("pause", "dyn-0"), "ok", {"paused": True}, g.JobPhase.PAUSED),
+    (PAUSED, g.Planned("resume", "dyn-0"), "ok", {"paused": False}, g.JobPhase.ACTIVE),
+    (ACTIVE, g.Planned("delete", "dyn-0"), "ok", None, g.JobPhase.ABSENT),
+    (ACTIVE, g.Planned("trigger", "dyn-0"), "ok", {"slot_ms": T0}, g.JobPhase.ACTIVE),
+    (PAUSED, g.Planned("backfill", "dyn-0", back_s=5, rate_per_s=2.0), "ok", {"id": "b"}, g.JobPhase.PAUSED),
+    (ACTIVE, g.Planned("pause", "dyn-0"), "fail", None, g.JobPhase.ACTIVE),
+    (g.DynJob(), g.Planned("delete", "dyn-0"), "fail", None, g.JobPhase.ABSENT),
+    (ACTIVE, g.Planned("pause", "dyn-0"), "info", None, g.JobPhase.UNKNOWN),
+    (ACTIVE, g.Planned("trigger", "dyn-0"), "info", None, g.JobPhase.UNKNOWN),
+    (g.DynJob(), g.Planned("put", "dyn-0", {"every": "1s"}), "info", None, g.JobPhase.UNKNOWN),
 ])
 def test_after(job, planned, outcome, result, expected_state):
     got = g.after(job, planned, outcome, result, T0)
     assert got.state is expected_state
-    if expected_state is g.JobState.UNKNOWN:
+    if expected_state is g.JobPhase.UNKNOWN:
         assert got.repair_at_ms == T0 + g.INDETERMINATE_TAIL_MS
     if planned.kind == "put" and outcome == "ok":
         assert got.spec == planned.spec
 
 
 def test_an_unknown_job_is_left_alone_for_the_tail_then_re_put_first():
-    jobs = {"dyn-0": g.DynJob(g.JobState.UNKNOWN, None, T0 + g.INDETERMINATE_TAIL_MS), "dyn-1": ACTIVE}
+    jobs = {"dyn-0": g.DynJob(g.JobPhase.UNKNOWN, None, T0 + g.INDETERMINATE_TAIL_MS), "dyn-1": ACTIVE}
     rng = random.Random(1)
     for _ in range(300):
         p = g.next_op(jobs, ["noop-00-0"], rng, T0 + g.INDETERMINATE_TAIL_MS - 1)
@@ -101,7 +101,7 @@ def test_an_unknown_job_is_left_alone_for_the_tail_then_re_put_first():
 
 
 def test_nothing_to_do_when_every_job_is_in_its_tail_and_there_is_no_static_job():
-    jobs = {"dyn-0": g.DynJob(g.JobState.UNKNOWN, None, T0 + 1)}
+    jobs = {"dyn-0": g.DynJob(g.JobPhase.UNKNOWN, None, T0 + 1)}
     assert g.next_op(jobs, [], random.Random(0), T0) is None
 
 
@@ -109,12 +109,12 @@ def _valid(planned: g.Planned, job: g.DynJob | None, at_ms: int) -> bool:
     """Whether ``planned`` is an operation the generator may choose at ``at_ms`` for ``job`` (None: static)."""
     if job is None:
         return planned.kind in ("trigger", "backfill")
-    if job.state is g.JobState.UNKNOWN:
+    if job.state is g.JobPhase.UNKNOWN:
         return planned.kind == "put" and at_ms >= job.repair_at_ms
     return planned.kind in {
-        g.JobState.ABSENT: {"put"},
-        g.JobState.ACTIVE: {"put", "pause", "delete", "trigger", "backfill"},
-        g.JobState.PAUSED: {"put", "resume", "delete", "backfill"},
+        g.JobPhase.ABSENT: {"put"},
+        g.JobPhase.ACTIVE: {"put", "pause", "delete", "trigger", "backfill"},
+        g.JobPhase.PAUSED: {"put", "resume", "delete", "backfill"},
     }[job.state]
 
 
@@ -139,7 +139,7 @@ def test_random_walks_choose_only_valid_ops_and_cover_every_kind(seed):
         if p.job in jobs:
             outcome = rng.choice(["ok", "ok", "ok", "fail", "info"])
             paused = p.kind == "pause" or (p.kind == "put" and bool(p.spec.get("paused"))) or \
-                (p.kind not in ("put", "resume") and state is g.JobState.PAUSED)
+                (p.kind not in ("put", "resume") and state is g.JobPhase.PAUSED)
             jobs[p.job] = g.after(jobs[p.job], p, outcome, {"paused": paused}, t)
     assert set(kinds) == {"put", "pause", "resume", "delete", "trigger", "backfill"}, kinds
 

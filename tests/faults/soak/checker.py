@@ -37,7 +37,6 @@ from bisect import bisect_right
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from enum import StrEnum
 
 from shardcron.errors import ShardcronError
 from shardcron.jobspec import job_from_dict
@@ -48,6 +47,7 @@ from shardcron.scheduling.triggers import slots_between, trigger_for
 from shardcron.sharding import shard_for
 from shardcron.tenancy.keys import DEFAULT_NAMESPACE, join_key
 from tests.faults.soak.history import (
+    JobPhase,
     INDETERMINATE_TAIL_S,
     FINAL_STATUSES,
     Delivery,
@@ -87,24 +87,17 @@ class Finding:
 # -- the job model ---------------------------------------------------------------------------------------------
 
 
-class Phase(StrEnum):
-    ABSENT = "absent"
-    ACTIVE = "active"
-    PAUSED = "paused"
-    UNKNOWN = "unknown"
-
-
 @dataclass(frozen=True)
 class State:
-    phase: Phase
+    phase: JobPhase
     job: Job | None = None  # ACTIVE and PAUSED: the parsed spec
 
     def __str__(self) -> str:
         return self.phase.value
 
 
-ABSENT = State(Phase.ABSENT)
-UNKNOWN = State(Phase.UNKNOWN)
+ABSENT = State(JobPhase.ABSENT)
+UNKNOWN = State(JobPhase.UNKNOWN)
 
 
 @dataclass(frozen=True)
@@ -122,7 +115,7 @@ class Timeline:
         if i >= 0 and ms < self.uncertain[i][1]:
             return None
         state = self.changes[bisect_right(self.changes, ms, key=lambda c: c[0]) - 1][1]
-        return None if state.phase is Phase.UNKNOWN else state
+        return None if state.phase is JobPhase.UNKNOWN else state
 
     def certain_spans(self, from_ms: int, to_ms: int) -> list[tuple[int, int, State]]:
         """[a, b) stretches within [from_ms, to_ms) where one certain state holds (UNKNOWN left out)."""
@@ -130,7 +123,7 @@ class Timeline:
         for i, (start, state) in enumerate(self.changes):
             end = self.changes[i + 1][0] if i + 1 < len(self.changes) else _FOREVER
             lo, hi = max(start, from_ms), min(end, to_ms)
-            if state.phase is Phase.UNKNOWN or lo >= hi:
+            if state.phase is JobPhase.UNKNOWN or lo >= hi:
                 continue
             for a, b in self.uncertain:
                 if b <= lo or a >= hi:
@@ -173,7 +166,7 @@ def build_timeline(job_id: str, ops: Sequence[Op], tolerance_ms: int,
     else:
         state = ABSENT
         changes = [(_NEVER, ABSENT)]
-    unknown_since: int | None = None if state.phase is not Phase.UNKNOWN else _NEVER
+    unknown_since: int | None = None if state.phase is not JobPhase.UNKNOWN else _NEVER
     settle_after = _NEVER  # an ok put/delete called before this does not settle an UNKNOWN state
     last_effect_return = _NEVER
     tail_ms = INDETERMINATE_TAIL_S * 1000
@@ -193,7 +186,7 @@ def build_timeline(job_id: str, ops: Sequence[Op], tolerance_ms: int,
             uncertain.append((unknown_since, op.return_ms + tolerance_ms + 1))
             unknown_since = None
         new = _after(job_id, state, op, findings)
-        if new.phase is Phase.UNKNOWN:
+        if new.phase is JobPhase.UNKNOWN:
             unknown_since = op.call_ms - tolerance_ms
         state = new
         changes.append((op.return_ms, new))
@@ -209,11 +202,11 @@ def _after(job_id: str, state: State, op: Op, findings: list[Finding]) -> State:
         return _parsed_state(job_id, op.spec, paused, findings, f"ok put op {op.id}")
     if op.kind == "delete":
         return ABSENT
-    if state.phase is Phase.ABSENT:
+    if state.phase is JobPhase.ABSENT:
         findings.append(Finding("model", f"ok {op.kind} op {op.id} of a job the history holds absent (deleted or "
                                          "never put): the product acted on a job it had not", job_id, op.return_ms))
         return UNKNOWN
-    return State(Phase.PAUSED if op.kind == "pause" else Phase.ACTIVE, state.job)
+    return State(JobPhase.PAUSED if op.kind == "pause" else JobPhase.ACTIVE, state.job)
 
 
 def _parsed_state(job_id: str, spec: Mapping | None, paused: bool | None, findings: list[Finding],
@@ -224,7 +217,7 @@ def _parsed_state(job_id: str, spec: Mapping | None, paused: bool | None, findin
         findings.append(Finding("model", f"{what}: its spec does not parse ({e}); the job is unknown from then",
                                 job_id))
         return UNKNOWN
-    return State(Phase.PAUSED if (job.paused if paused is None else paused) else Phase.ACTIVE, job)
+    return State(JobPhase.PAUSED if (job.paused if paused is None else paused) else JobPhase.ACTIVE, job)
 
 
 def parse_calendars(definitions: Mapping[str, Mapping]) -> tuple[dict[str, Calendar], list[Finding]]:
@@ -320,7 +313,7 @@ def owed_slots(model: Model, started_ms: int, end_ms: int) -> OwedSlots:
     for job_id, timeline in model.timelines.items():
         slots: list[int] = []
         for a, b, state in timeline.certain_spans(started_ms + 1, end_ms + 1):
-            if state.phase is not Phase.ACTIVE:
+            if state.phase is not JobPhase.ACTIVE:
                 continue
             cals = calendars_of(state.job, model.calendars)
             if cals is None:
@@ -359,11 +352,11 @@ def find_not_final(rows: Iterable[TickRow], end_ms: int) -> list[Finding]:
 def why_unowed(state: State, slot_ms: int, calendars: Mapping[str, Calendar]) -> str | None:
     """Why a scheduled row at ``slot_ms`` should not exist when the job was certainly in ``state``; None if it
     should (or the model cannot tell)."""
-    if state.phase is Phase.ABSENT:
+    if state.phase is JobPhase.ABSENT:
         return "ran while the job was absent (deleted, or not yet put)"
-    if state.phase is Phase.PAUSED:
+    if state.phase is JobPhase.PAUSED:
         return "ran while the job was paused"
-    if state.phase is not Phase.ACTIVE:
+    if state.phase is not JobPhase.ACTIVE:
         return None
     if trigger_for(state.job.schedule).next_after(slot_ms - 1) != slot_ms:
         return f"not a slot of the job's schedule then ({_schedule_text(state.job)})"
@@ -556,7 +549,7 @@ def find_liveness(history: History, model: Model, owed: Mapping[str, Sequence[in
     for job_id, timeline in sorted(model.timelines.items()):
         state = timeline.certain_at(history.end_ms)
         due = [s for s in owed.get(job_id, ()) if s > since]
-        if state is not None and state.phase is Phase.ACTIVE and due and job_id not in final_after:
+        if state is not None and state.phase is JobPhase.ACTIVE and due and job_id not in final_after:
             out.append(Finding("liveness", f"active at the end and owed {len(due)} slots after {since} (heal + "
                                            f"{bound_ms} ms), yet no final row of a slot after it", job_id, due[0]))
     return out
@@ -628,7 +621,7 @@ def audit_judged(timeline: Timeline | None, slot_ms: int) -> bool:
         return False
     since, state = timeline.changes[-1]
     settled = max([since, *(b for _, b in timeline.uncertain)])
-    return slot_ms >= settled and state.phase is Phase.ACTIVE
+    return slot_ms >= settled and state.phase is JobPhase.ACTIVE
 
 
 def find_audit_disagreement(history: History, model: Model, checker: Mapping[str, list[Finding]]) -> list[Finding]:
@@ -813,5 +806,5 @@ def check(history: History) -> Report:
     return report
 
 
-__all__ = ["INDETERMINATE_TAIL_S", "Finding", "Phase", "Report", "ServiceGap", "State", "Timeline",
+__all__ = ["INDETERMINATE_TAIL_S", "Finding", "JobPhase", "Report", "ServiceGap", "State", "Timeline",
            "build_model", "build_timeline", "check"]

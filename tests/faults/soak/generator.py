@@ -21,7 +21,7 @@ Outcomes (``classify``)
     A status we cannot vouch for is info: it costs an uncertainty window, while
     a wrong "fail" would be a false finding.
 
-A dynamic job's state as the generator knows it (``JobState``)
+A dynamic job's state as the generator knows it (``JobPhase``)
     ABSENT -> ACTIVE | PAUSED   ok put (PAUSED when the stored job says paused)
     ACTIVE | PAUSED -> ACTIVE | PAUSED   ok put, ok pause (PAUSED), ok resume (ACTIVE)
     ACTIVE | PAUSED -> ABSENT   ok delete
@@ -43,14 +43,13 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from enum import StrEnum
 
 import grpc
 
 from shardcron.api.client import ApiError, Client
 from shardcron.jobspec import job_from_dict
 from tests.faults.harness import now_ms
-from tests.faults.soak.history import INDETERMINATE_TAIL_S, History, Op, OpKind, Outcome
+from tests.faults.soak.history import INDETERMINATE_TAIL_S, History, JobPhase, Op, OpKind, Outcome
 
 INDETERMINATE_TAIL_MS = int(INDETERMINATE_TAIL_S * 1000)
 CALL_TIMEOUT_S = 5.0
@@ -84,16 +83,9 @@ SCHEDULES: tuple[dict, ...] = (
 )
 
 
-class JobState(StrEnum):
-    ABSENT = "absent"
-    ACTIVE = "active"
-    PAUSED = "paused"
-    UNKNOWN = "unknown"
-
-
 @dataclass(frozen=True)
 class DynJob:
-    state: JobState = JobState.ABSENT
+    state: JobPhase = JobPhase.ABSENT
     spec: dict | None = None  # the last spec put ok
     repair_at_ms: int = 0  # UNKNOWN: the repairing put may be called from then on
 
@@ -148,16 +140,16 @@ def next_op(jobs: Mapping[str, DynJob], static_ids: Sequence[str], rng: random.R
     """
     for job_id in sorted(jobs):
         j = jobs[job_id]
-        if j.state is JobState.UNKNOWN and at_ms >= j.repair_at_ms:
+        if j.state is JobPhase.UNKNOWN and at_ms >= j.repair_at_ms:
             return Planned("put", job_id, spec=random_spec(job_id, rng, j.spec))
     choices: list[tuple[float, OpKind, str]] = []
     for job_id in sorted(jobs):
         state = jobs[job_id].state
-        if state is JobState.ABSENT:
+        if state is JobPhase.ABSENT:
             choices.append((4.0, "put", job_id))
-        elif state in (JobState.ACTIVE, JobState.PAUSED):
+        elif state in (JobPhase.ACTIVE, JobPhase.PAUSED):
             choices += [(2.0, "put", job_id), (1.0, "delete", job_id), (0.7, "backfill", job_id)]
-            choices += ([(1.2, "pause", job_id), (1.0, "trigger", job_id)] if state is JobState.ACTIVE
+            choices += ([(1.2, "pause", job_id), (1.0, "trigger", job_id)] if state is JobPhase.ACTIVE
                         else [(2.0, "resume", job_id)])
     for job_id in static_ids:
         choices += [(0.4, "trigger", job_id), (0.2, "backfill", job_id)]
@@ -184,14 +176,14 @@ def backfill_range(at_ms: int, back_s: int) -> tuple[int, int]:
 def after(job: DynJob, planned: Planned, outcome: Outcome, result: Mapping | None, return_ms: int) -> DynJob:
     """What the generator knows of a dynamic job after ``planned`` on it ended with ``outcome``."""
     if outcome == "info":
-        return replace(job, state=JobState.UNKNOWN, repair_at_ms=return_ms + INDETERMINATE_TAIL_MS)
+        return replace(job, state=JobPhase.UNKNOWN, repair_at_ms=return_ms + INDETERMINATE_TAIL_MS)
     if outcome != "ok":
         return job
     paused = bool(result and result.get("paused"))
     if planned.kind == "put":
-        return DynJob(JobState.PAUSED if paused else JobState.ACTIVE, planned.spec)
+        return DynJob(JobPhase.PAUSED if paused else JobPhase.ACTIVE, planned.spec)
     if planned.kind in ("pause", "resume"):
-        return replace(job, state=JobState.PAUSED if paused else JobState.ACTIVE)
+        return replace(job, state=JobPhase.PAUSED if paused else JobPhase.ACTIVE)
     if planned.kind == "delete":
         return DynJob()
     return job  # trigger, backfill: no change
@@ -243,7 +235,7 @@ class OperationGenerator:
         deadline = time.monotonic() + timeout_s
         try:
             while True:
-                unknown = sorted(j for j, s in self.jobs.items() if s.state is JobState.UNKNOWN)
+                unknown = sorted(j for j, s in self.jobs.items() if s.state is JobPhase.UNKNOWN)
                 if not unknown:
                     return []
                 if time.monotonic() >= deadline:

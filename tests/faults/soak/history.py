@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
@@ -32,6 +33,15 @@ FINAL_STATUSES = frozenset({"succeeded", "failed", "skipped", "abandoned"})
 # How long after an indeterminate operation returned its late effect may still land (a server-side commit
 # outliving the client's deadline). The generator re-puts the job no sooner; the checker holds it to that.
 INDETERMINATE_TAIL_S = 30
+
+
+class JobPhase(StrEnum):
+    """What a job is, as the generator believes and the checker models it."""
+
+    ABSENT = "absent"  # never put, or deleted
+    ACTIVE = "active"
+    PAUSED = "paused"
+    UNKNOWN = "unknown"  # after an indeterminate operation, until a put or delete settles it
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ from shardcron.store.schema import jobs, ticks
 from tests.faults import harness
 from tests.faults.harness import now_ms
 from tests.faults.soak import workload
-from tests.faults.soak.generator import JobState, OperationGenerator
-from tests.faults.soak.history import FINAL_STATUSES, History
+from tests.faults.soak.generator import OperationGenerator
+from tests.faults.soak.history import FINAL_STATUSES, History, JobPhase
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 
@@ -150,7 +150,7 @@ def _ops_problems(history: History, gen: OperationGenerator, stored_jobs: dict[s
         out.append("operation ids are not 0..n-1, or an operation returned before it was called")
     for job_id, model in gen.jobs.items():
         in_store = job_id in stored_jobs
-        expected = {JobState.ABSENT: None, JobState.ACTIVE: False, JobState.PAUSED: True}.get(model.state, "?")
+        expected = {JobPhase.ABSENT: None, JobPhase.ACTIVE: False, JobPhase.PAUSED: True}.get(model.state, "?")
         got = stored_jobs[job_id] if in_store else None
         if expected != got:
             out.append(f"{job_id}: the generator's model says {model.state.value}, the store "

@@ -3,7 +3,7 @@
 Static jobs (never changed by the operation generator; a node's restart
 re-imports the file): a 1 s noop job on every shard, a 6-field cron job, a
 jittered job, a job under a calendar whose excluded ranges cut short windows
-into the run, the SESSION job (a python call writing one ``soak_effects`` row
+into the run, the SESSION job (a python call writing one ``user_effects`` row
 per run in the tick's fenced transaction: ``tests/support/soak_target.py``) and
 the STREAM job (an XADD per slot to a per-run Redis stream, read back by
 ``StreamConsumer`` through ``shardcron.dedupe``). All of them: catch-up "all",
@@ -162,8 +162,8 @@ def collect_store(engine: Engine) -> StoreHistory:
 
 def _effects(c: Connection) -> list[Effect]:
     e = soak_target.effects
-    rows = c.execute(select(e.c.job_id, e.c.slot_ms, e.c.node, e.c.fence).order_by(e.c.id)).all()
-    return [Effect(r.job_id, r.slot_ms, r.node, r.fence) for r in rows]
+    rows = c.execute(select(e.c.job_id, e.c.slot, e.c.node_id, e.c.fence).order_by(e.c.id)).all()
+    return [Effect(r.job_id, r.slot, r.node_id, r.fence) for r in rows]
 
 
 def _ticks(c: Connection) -> list[TickRow]:
@@ -305,7 +305,7 @@ class Workload:
 
         with Workload(fault_lab, history) as wl:        # Redis forwarder; history.calendars, session_job, stream_job
             fc = fault_cluster(ttl=..., job_defs=wl.job_defs, extra_args=wl.node_args)
-            wl.prepare(fc)                              # calendars into the jobs file, soak_effects, consumer
+            wl.prepare(fc)                              # calendars into the jobs file, user_effects, consumer
             fc.start()
             history.static_jobs = wl.static_history(fc.engine)
             ...                                         # operations, faults, heal, wait for final rows
