@@ -51,6 +51,7 @@ from shardcron.jobspec import job_from_dict
 from tests.faults.harness import now_ms
 from tests.faults.soak.history import INDETERMINATE_TAIL_S, History, JobPhase, Op, OpKind, Outcome
 
+REPAIR_BACKOFF_S = 0.2  # between rounds of re-puts while one of them fails (a node still healing)
 INDETERMINATE_TAIL_MS = int(INDETERMINATE_TAIL_S * 1000)
 CALL_TIMEOUT_S = 5.0
 PAUSE_S = (0.3, 1.5)  # between two calls
@@ -248,7 +249,7 @@ class OperationGenerator:
                     wait_ms = min(self.jobs[j].repair_at_ms for j in unknown) - now_ms()
                     time.sleep(min(0.5, max(0.01, wait_ms / 1000)))
                 else:
-                    time.sleep(0.2)
+                    time.sleep(REPAIR_BACKOFF_S)
         finally:
             self.close()
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import uuid
 from datetime import UTC, datetime
 from typing import NamedTuple
@@ -37,6 +36,7 @@ from shardcron.store.schema import fence_log, jobs, ticks
 from tests.faults import harness
 from tests.faults.netns import NetLab, TcpForwarder
 from tests.faults.soak.history import Delivery, Effect, FenceRaise, History, StaticJob, TickRow
+from shardcron.dev.testing.cluster import wait_until
 from tests.support import soak_target
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -254,21 +254,24 @@ class StreamConsumer:
 
     def drain(self, timeout_s: float = 60.0) -> bool:
         """Until the consumer has read every entry the stream holds now; False if it has not within ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        target = None
-        while time.monotonic() < deadline:
+        target: list[str] = []  # the newest entry when first read
+
+        def caught_up() -> bool:
             try:
-                if target is None:
+                if not target:
                     newest = self._client.xrevrange(self.stream_key, count=1)
-                    target = newest[0][0] if newest else "0-0"
-                if _entry_order(self._last) >= _entry_order(target):
-                    return True
+                    target.append(newest[0][0] if newest else "0-0")
+                return _entry_order(self._last) >= _entry_order(target[0])
             except redis.RedisError as e:
                 self.log(f"stream consumer: drain cannot read {self.stream_key}: {e}")
-            time.sleep(0.1)
-        self.log(f"stream consumer: {self.stream_key} not drained within {timeout_s:.0f}s "
-                 f"(read up to {self._last}, newest {target})")
-        return False
+                return False
+        try:
+            wait_until(caught_up, timeout_s, 0.1, f"the consumer to read {self.stream_key} to its end")
+            return True
+        except TimeoutError:
+            self.log(f"stream consumer: {self.stream_key} not drained within {timeout_s:.0f}s "
+                     f"(read up to {self._last}, newest {target[:1]})")
+            return False
 
     def _run(self) -> None:
         while not self._stop.is_set():
