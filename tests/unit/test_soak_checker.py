@@ -111,7 +111,11 @@ CAUGHT = {
                                                    for e in h.effects]), {"fences"}),
     "consumer acted twice": (lambda h: replace(h, deliveries=[*h.deliveries, Delivery("strm", T0 + 4000, 2, 2, "first",
                                                                                       T0 + 4100)]), {"deliveries"}),
-    "deposed leader's message acted on": (lambda h: restatus(h, "strm", T0 + 4000, "failed"), {"deliveries"}),
+    "deposed leader's message acted on": (lambda h: restatus(h, "strm", T0 + 4000, "skipped"), {"deliveries"}),
+    "an abandoned slot acted on twice": (
+        lambda h: replace(restatus(h, "strm", T0 + 4000, "abandoned"),
+                          deliveries=[*h.deliveries, Delivery("strm", T0 + 4000, 2, 2, "first", T0 + 4100)]),
+        {"deliveries"}),
     "shard not led after heal": (lambda h: replace(h, leaders=[LeaderSample(HEAL + 1000, {0: "n0", 1: None}),
                                                                LeaderSample(HEAL + 9000, {0: "n0", 1: "n1"})]),
                                  {"liveness"}),
@@ -305,3 +309,11 @@ def test_a_truthful_cluster_is_never_accused(run):
 def test_any_dropped_owed_row_is_missing(k):
     report = checker.check(without(base(), "s1", T0 + k * 1000))
     assert [(f.job, f.slot_ms) for f in report.missing] == [("s1", T0 + k * 1000)]
+
+
+@pytest.mark.parametrize("status", ["abandoned", "failed"])
+def test_a_slot_that_may_have_run_may_have_been_acted_on_once(status):
+    """Its leader died after the enqueue (abandoned), or the enqueue's answer was lost (failed): one "first" is
+    the one run it may have had, not a deposed leader's message."""
+    report = checker.check(restatus(base(), "strm", T0 + 4000, status))
+    assert report.ok, report.summary()

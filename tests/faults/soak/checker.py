@@ -495,12 +495,15 @@ def find_effect_errors(job_id: str, rows: Iterable[TickRow], effects: Iterable[E
 
 def find_delivery_errors(job_id: str, rows: Iterable[TickRow], deliveries: Iterable[Delivery], from_ms: int,
                          until_ms: int) -> list[Finding]:
-    """For slots in (from_ms, until_ms]: one "first" per succeeded slot of the stream job; a "first" for no
-    succeeded slot is a deposed leader's message acted on; any other verdict is "duplicate" or "stale_fence"."""
+    """For slots in (from_ms, until_ms]: one "first" per succeeded slot of the stream job; at most one for a slot
+    whose run may have enqueued before it ended otherwise (``abandoned``: its leader died mid-run; ``failed``: the
+    enqueue's answer was lost); a "first" for any other slot is a deposed leader's message acted on; any other
+    verdict is "duplicate" or "stale_fence"."""
     if not job_id:
         return []
-    succeeded = {r.slot_ms for r in rows if r.job == job_id and r.status == "succeeded"
-                 and from_ms < r.slot_ms <= until_ms}
+    mine = [r for r in rows if r.job == job_id and from_ms < r.slot_ms <= until_ms]
+    succeeded = {r.slot_ms for r in mine if r.status == "succeeded"}
+    may_have_run = {r.slot_ms for r in mine if r.status in ("abandoned", "failed")}
     firsts: Counter[int] = Counter()
     out = []
     for d in sorted(deliveries, key=lambda d: (d.slot_ms, d.at_ms)):
@@ -516,7 +519,9 @@ def find_delivery_errors(job_id: str, rows: Iterable[TickRow], deliveries: Itera
         if slot in succeeded and n != 1:
             what = "never acted on (no \"first\" delivery)" if n == 0 else f"acted on {n} times (\"first\" {n} times)"
             out.append(Finding("deliveries", f"succeeded slot {what}", job_id, slot))
-        elif slot not in succeeded:
+        elif slot in may_have_run and n > 1:
+            out.append(Finding("deliveries", f"a slot that may have run once acted on {n} times", job_id, slot))
+        elif slot not in succeeded and slot not in may_have_run:
             out.append(Finding("deliveries", "\"first\" delivery for a slot with no succeeded row (a deposed "
                                              "leader's message acted on)", job_id, slot))
     return out

@@ -50,6 +50,9 @@ EXCLUDED_S = 3
 EXCLUDED_EVERY_S = 20
 CALENDAR_LEAD_S = 30
 CALENDAR_TAIL_S = 600
+# The effect jobs retry a run whose leader died mid-call: the successor's retry is the exactly-once path
+# (the session's writes rolled back with the dead run; the stream's message id dropped by the dedupe).
+RETRY = {"max_attempts": 3, "backoff": "100ms", "backoff_max": "1s"}
 CATCHUP_MARGIN_S = 3600  # the static jobs' catch-up window: the run plus this
 DELIVERY_TTL_S = 6 * 3600  # the consumer's dedupe records outlive any run
 
@@ -85,11 +88,12 @@ def static_jobs(*, shards: int, run_s: float, stream_url: str, stream_key: str, 
     out.append(job("jitter-2s", 2000, {"every": "2s", "jitter": "700ms"}, noop))
     out.append(job(CALENDAR_JOB, 1000, {"every": "1s"}, noop, calendars=[calendar]))
     out.append(job(SESSION_JOB, 1000, {"every": "1s"},
-                   {"kind": "python", "target": soak_target.TARGET, "session": True}, timeout="10s"))
+                   {"kind": "python", "target": soak_target.TARGET, "session": True}, timeout="10s",
+                   retry=RETRY))
     out.append(job(stream_job, 1000, {"every": "1s"},
                    {"kind": "redis-stream", "url": stream_url, "stream": stream_key,
                     "fields": {"source": "soak"}, "dedupe_ttl": f"{int(run_s) + CATCHUP_MARGIN_S}s"},
-                   timeout="10s"))
+                   timeout="10s", retry=RETRY))
     return out
 
 
