@@ -10,7 +10,7 @@ import threading
 from shardcron import clock, metrics
 from shardcron.config import NodeConfig
 from shardcron.coordination.coordinator import Coordinator, CoordinatorSettings
-from shardcron.coordination.etcd import Etcd
+from shardcron.coordination.etcd import Etcd, parse_endpoints
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.cluster_config import ClusterConfig
 from shardcron.coordination.membership import ensure_cluster_config
@@ -25,7 +25,7 @@ from shardcron.scheduling import gc_pacing
 from shardcron.scheduling.realtime import check_realtime_allowed
 from shardcron.scheduling.loop import Scheduler
 from shardcron.store.engine import check_connection, describe_url, make_engine, normalise_url
-from shardcron.errors import ConfigError, InvalidJob
+from shardcron.errors import ConfigError, EtcdUnavailable, InvalidJob
 from shardcron.store.epoch import FenceEpoch, claim_epoch, highest_fence
 from shardcron.store.fences import ensure_shards
 from shardcron.store.calendars import import_calendars
@@ -194,8 +194,9 @@ class Node:
         log.info("store ready at %s", describe_url(cfg.db))
 
         self.etcd = Etcd(cfg.etcd, timeout_s=min(5.0, cfg.ttl / 3.0), security=cfg.etcd_security)
-        self.epoch = self._check_etcd_identity()
-        self.cluster_config = ensure_cluster_config(self.etcd, self.layout, cfg.shards, now, cfg.min_interval_ms)
+        self.epoch = self._on_any_member(self._check_etcd_identity)
+        self.cluster_config = self._on_any_member(
+            lambda: ensure_cluster_config(self.etcd, self.layout, cfg.shards, now, cfg.min_interval_ms))
         shard_count = self.cluster_config.shards
         _admit_imports(cfg.jobs, imports, admit(self.cluster_config.min_interval_ms))
         ensure_shards(self.engine, shard_count)
@@ -244,6 +245,18 @@ class Node:
         self._coord_thread = self.lifeline.thread(self.coordinator.run, "coordinator", may_end=True)
         self._coord_thread.start()
         log.info("node %s started: %d shards, ttl %ss, etcd %s", cfg.node_id, shard_count, cfg.ttl, cfg.etcd)
+
+    def _on_any_member(self, call):
+        """``call()``, tried once on each etcd member in turn: a node (re)started while one member is down must
+        start, since a quorum still answers (a failed call moves the client to the next member). With every
+        member down it fails as before, naming them."""
+        for left in range(len(parse_endpoints(self.cfg.etcd)) - 1, -1, -1):
+            try:
+                return call()
+            except EtcdUnavailable as e:
+                if not left:
+                    raise
+                log.warning("%s; trying the next etcd member", e)
 
     def _check_etcd_identity(self) -> FenceEpoch:
         """Refuse to claim under an etcd cluster other than the one the stored fences came from."""
