@@ -96,8 +96,6 @@ def test_soak(seed, fault_cluster, fault_lab, tmp_path, figures, capsys):
             history.heal_ms = now_ms()
             gen.stop()
         unknown = gen.heal_ops(timeout_s=120)
-        assert not unknown, f"jobs whose state the generator could not learn again after the heal: {unknown}"
-        assert not nem.surprises, f"processes that died or exited badly with no fault on them: {nem.surprises}"
 
         history.end_ms = (history.heal_ms // 1000 + int(AFTER_HEAL_S)) * 1000
         sleep_until(history.end_ms / 1000 + 1)
@@ -112,7 +110,13 @@ def test_soak(seed, fault_cluster, fault_lab, tmp_path, figures, capsys):
     summary = report.summary()
     with capsys.disabled():
         print(summary, flush=True)
-    assert report.ok, f"the soak's checker found problems (replay: {replay}):\n{summary}"
+    # Judged whole first (history and findings kept), then failed with everything at once.
+    problems = [] if report.ok else [f"the checker's findings:\n{summary}"]
+    if unknown:
+        problems.append(f"jobs whose state the generator could not learn again after the heal: {unknown}")
+    if nem.surprises:
+        problems.append(f"processes that died or exited badly with no fault on them: {nem.surprises}")
+    assert not problems, f"the soak failed (replay: {replay}):\n" + "\n".join(problems)
 
 
 def _wait_final(fc: harness.FaultCluster, end_ms: int) -> None:
