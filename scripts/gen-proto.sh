@@ -22,6 +22,6 @@ rm -f "$out"/shardcron/v1/*_pb2.py "$out"/shardcron/v1/*_pb2_grpc.py "$out"/shar
 cat > "$out/shardcron/v1/__init__.py" <<'PY'
 """Generated from protos/shardcron/v1/ by scripts/gen-proto.sh; never edited by hand.
 
-Only ``shardcron.api`` and ``shardcron.api.client`` import these modules.
+Only ``shardcron.wire``, ``shardcron.api`` and ``shardcron.client`` import these modules.
 """
 PY

@@ -244,7 +244,7 @@ def parse_bytes(name: str, raw) -> int:
 
 
 def _duration_flag_ms(name: str, raw, minimum_ms: int) -> int:
-    from shardcron.jobspec import parse_duration_ms
+    from shardcron.spec.job import parse_duration_ms
 
     try:
         ms = parse_duration_ms(raw, f"--{name}")
@@ -355,7 +355,7 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
 
 
 def _tick_retention_ms(raw) -> int | None:
-    from shardcron.scheduling.retention import RetentionError, parse_retention_ms
+    from shardcron.rules.retention import RetentionError, parse_retention_ms
 
     try:
         return parse_retention_ms(raw, "--tick-retention")
@@ -365,9 +365,9 @@ def _tick_retention_ms(raw) -> int | None:
 
 def _notify(a: argparse.Namespace) -> dict:
     """The default notifications, refused with the flag's name and the field's when malformed."""
-    from shardcron.notifications.owed import Defaults
-    from shardcron.notifications.rate import parse_rate
-    from shardcron.notifications.spec import parse_cli
+    from shardcron.rules.notifications import Defaults
+    from shardcron.rules.notification_rate import parse_rate
+    from shardcron.spec.notifications import parse_cli
 
     specs = {}
     for flag, key in (("--notify-on-failure", "on_failure"), ("--notify-on-recovery", "on_recovery")):
@@ -390,7 +390,7 @@ def _notify(a: argparse.Namespace) -> dict:
 
 def parse_min_interval_ms(raw) -> int:
     """``--min-interval``'s value in ms (node and ``shardcron config``); ``ConfigError`` naming the flag."""
-    from shardcron.jobspec import parse_duration_ms  # not at the top: `shardcron shards` must not import croniter
+    from shardcron.spec.job import parse_duration_ms  # not at the top: `shardcron shards` must not import croniter
 
     try:
         ms = parse_duration_ms(raw, "--min-interval")

@@ -4,7 +4,7 @@ The CLI turns any ``ShardcronError`` into a one-line message and a non-zero
 exit; anything else is a bug.
 """
 
-from shardcron.tenancy.keys import DEFAULT_NAMESPACE, split_key
+from shardcron.jobkey import DEFAULT_NAMESPACE, split_key
 
 
 class ShardcronError(Exception):

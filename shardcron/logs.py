@@ -13,7 +13,7 @@ import logging
 import sys
 import time
 
-from shardcron.tenancy.keys import KEY_SEPARATOR, split_key
+from shardcron.jobkey import KEY_SEPARATOR, split_key
 
 CONTEXT_FIELDS = ("shard", "job", "fence", "tick")
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
-from shardcron.tenancy.keys import JobKey, slot_idempotency_key, split_key
+from shardcron.jobkey import JobKey, slot_idempotency_key, split_key
 
 
 class ScheduleKind(StrEnum):

@@ -17,21 +17,21 @@ from shardcron.coordination.membership import ensure_cluster_config
 from shardcron.coordination.calendar_watch import CalendarWatch
 from shardcron.coordination.namespace_watch import NamespaceWatch
 from shardcron.dashboard import require_extra as require_dashboard_extra
-from shardcron.jobfile import JobFileError, load_file_calendars, load_job_file
-from shardcron.jobspec import check_admissible
-from shardcron.lifeline import EXIT_WORKER_DIED, Lifeline
-from shardcron.scheduling.calendar_book import CalendarBook
-from shardcron.scheduling import gc_pacing
-from shardcron.scheduling.realtime import check_realtime_allowed
-from shardcron.scheduling.loop import Scheduler
+from shardcron.spec.jobfile import JobFileError, load_file_calendars, load_job_file
+from shardcron.spec.job import check_admissible
+from shardcron.runtime.lifeline import EXIT_WORKER_DIED, Lifeline
+from shardcron.leader.calendar_book import CalendarBook
+from shardcron.leader import gc_pacing
+from shardcron.leader.realtime import check_realtime_allowed
+from shardcron.leader.loop import Scheduler
 from shardcron.store.engine import check_connection, describe_url, make_engine, normalise_url
 from shardcron.errors import ConfigError, EtcdUnavailable, InvalidJob
 from shardcron.store.epoch import FenceEpoch, claim_epoch, highest_fence
 from shardcron.store.fences import ensure_shards
 from shardcron.store.calendars import import_calendars
 from shardcron.store.migrate import ensure_schema
-from shardcron.notifications.notifier import Notifier
-from shardcron.notifications.owed import NO_DEFAULTS
+from shardcron.leader.notifier import Notifier
+from shardcron.rules.notifications import NO_DEFAULTS
 
 log = logging.getLogger(__name__)
 

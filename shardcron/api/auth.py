@@ -44,9 +44,9 @@ from shardcron.api.peers import Seal
 from shardcron.api.status import status_for
 from shardcron.api.token_source import NodeTokens
 from shardcron.errors import InvalidJob
-from shardcron.tenancy.namespaces import namespace_or_default
-from shardcron.tenancy.scopes import ALL_NAMESPACES, Token, authorize, forwarded_identity, may_read
-from shardcron.tenancy.tokens import secret_from_authorization
+from shardcron.spec.namespaces import namespace_or_default
+from shardcron.rules.scopes import ALL_NAMESPACES, Token, authorize, forwarded_identity, may_read
+from shardcron.api.tokens import secret_from_authorization
 
 log = logging.getLogger(__name__)
 audit_log = logging.getLogger("shardcron.audit")

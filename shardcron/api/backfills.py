@@ -15,19 +15,19 @@ from dataclasses import replace
 import grpc
 
 from shardcron import clock
-from shardcron.api.backfill_convert import backfill_to_proto, overlap_from_proto
-from shardcron.api.convert import BadRequest
+from shardcron.wire.backfill_convert import backfill_to_proto, overlap_from_proto
+from shardcron.wire.convert import BadRequest
 from shardcron.errors import job_named
 from shardcron.store.backfills import BackfillNotFound
-from shardcron.scheduling.backfill_plan import BackfillError, owed_slots, validate_backfill
-from shardcron.scheduling.calendar_book import CalendarBook, Unknown
-from shardcron.scheduling.triggers import trigger_for
+from shardcron.rules.backfill_plan import BackfillError, owed_slots, validate_backfill
+from shardcron.leader.calendar_book import CalendarBook, Unknown
+from shardcron.rules.triggers import trigger_for
 from shardcron.store import backfills as backfill_store
 from shardcron.store import jobs as job_store
 from shardcron.model import Backfill, BackfillState
-from shardcron.tenancy.keys import namespace_of
-from shardcron.tenancy.namespaces import namespace_or_default, store_key
-from shardcron.tenancy.scopes import ALL_NAMESPACES
+from shardcron.jobkey import namespace_of
+from shardcron.spec.namespaces import namespace_or_default, store_key
+from shardcron.rules.scopes import ALL_NAMESPACES
 from shardcron.v1 import scheduler_pb2 as pb
 
 LIST_DEFAULT = 100

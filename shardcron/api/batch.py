@@ -25,7 +25,7 @@ from sqlalchemy import exc as sa_exc
 from shardcron import clock
 from shardcron.abc import Backend
 from shardcron.api import admission
-from shardcron.api.convert import job_from_proto, job_to_proto
+from shardcron.wire.convert import job_from_proto, job_to_proto
 from shardcron.api.limits import exhausted
 from shardcron.api.auth import item_sent_elsewhere
 from shardcron.api.routing import (
@@ -41,8 +41,8 @@ from shardcron.errors import FencedOut, InvalidJob, job_named
 from shardcron.model import Job
 from shardcron.sharding import shard_for
 from shardcron.store import jobs as job_store
-from shardcron.tenancy.keys import split_key
-from shardcron.tenancy.namespaces import store_key
+from shardcron.jobkey import split_key
+from shardcron.spec.namespaces import store_key
 from shardcron.v1 import scheduler_pb2 as pb
 
 

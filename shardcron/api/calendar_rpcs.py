@@ -16,13 +16,13 @@ import grpc
 
 from shardcron import clock
 from shardcron.abc import Backend
-from shardcron.api.calendar_convert import calendar_from_proto, calendar_to_proto
-from shardcron.api.convert import BadRequest
+from shardcron.wire.calendar_convert import calendar_from_proto, calendar_to_proto
+from shardcron.wire.convert import BadRequest
 from shardcron.api.routing import Router
 from shardcron.errors import EtcdUnavailable
-from shardcron.scheduling.calendars import check_calendar_name
+from shardcron.rules.calendars import check_calendar_name
 from shardcron.store import calendars as calendar_store
-from shardcron.tenancy.keys import split_key
+from shardcron.jobkey import split_key
 from shardcron.v1 import scheduler_pb2 as pb
 
 log = logging.getLogger(__name__)

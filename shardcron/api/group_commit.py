@@ -2,7 +2,7 @@
 written with ``store.jobs.put_each``. Each put keeps its own answer: a version conflict or a
 stale fence fails that call alone.
 
-``put_async`` (a call's coroutine, on the API server's loop; ``shardcron.group_commit``): the
+``put_async`` (a call's coroutine, on the API server's loop; ``shardcron.runtime.group_commit``): the
 calls queue on the loop, and one pool thread writes each batch, tells the scheduler
 (``written``) and answers the whole batch with one wake-up of the loop. A call costs no thread
 of its own: under load, a leader's thread switches per PutJob fell from about 30 (callers'
@@ -20,8 +20,8 @@ from concurrent.futures import Executor
 from sqlalchemy import Engine
 
 from shardcron import clock
-from shardcron.group_commit import GroupCommit as _GroupCommit
-from shardcron.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.group_commit import GroupCommit as _GroupCommit
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 from shardcron.model import Job
 from shardcron.store import jobs as job_store
 

@@ -4,7 +4,7 @@ Each limit is a ``shardcron node`` flag. A call that crosses one is refused with
 RESOURCE_EXHAUSTED and a message that names the flag, so whoever reads it knows
 what to change (or what they did). Everything here is pure bookkeeping under a
 lock: no I/O, no clock of its own (callers pass ``now``), table-tested in
-tests/unit/test_api_limits.py.
+tests/unit/api/test_limits.py.
 
 Streams are counted per node and per caller address (the peer's IP, not its
 port: one client opening many connections is still one client). A stream a

@@ -21,8 +21,8 @@ import grpc
 
 from shardcron import clock
 from shardcron.abc import Backend
-from shardcron.api.convert import BadRequest
-from shardcron.api.namespace_convert import (
+from shardcron.wire.convert import BadRequest
+from shardcron.wire.namespace_convert import (
     namespace_name,
     namespace_to_proto,
     quota_values,
@@ -33,9 +33,9 @@ from shardcron.api.status import CallFailed
 from shardcron.api.auth import may_see
 from shardcron.errors import EtcdUnavailable, JobNotFound
 from shardcron.store import namespaces as namespace_store
-from shardcron.tenancy.keys import split_key
-from shardcron.tenancy.namespaces import delete_refusal
-from shardcron.tenancy.quotas import QUOTA_KEYS
+from shardcron.jobkey import split_key
+from shardcron.spec.namespaces import delete_refusal
+from shardcron.rules.quotas import QUOTA_KEYS
 from shardcron.v1 import scheduler_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ import grpc
 
 from shardcron.config import add_env_flag
 from shardcron.errors import ConfigError
-from shardcron.tenancy.tokens import TokenBook, parse_token_file
+from shardcron.api.tokens import TokenBook, parse_token_file
 
 OPEN_METHODS_PREFIX = "/grpc.health.v1.Health/"
 

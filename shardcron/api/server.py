@@ -45,7 +45,7 @@ from shardcron.api.service import SchedulerService
 from shardcron.api.status import NODE_HEADER, RETRY_HEADER, CallFailed, clip, log_if_bug, retry_hint, status_for
 from shardcron.config import NodeConfig
 from shardcron.errors import ConfigError
-from shardcron.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 from shardcron.v1 import scheduler_pb2 as pb
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from shardcron.api.token_rpcs import TokenRpcs
 from shardcron.api.namespace_rpcs import NamespaceRpcs
 from shardcron.api.group_commit import GroupCommit
 from shardcron.api.limits import ApiLimits, TriggerBudget
-from shardcron.api.convert import (
+from shardcron.wire.convert import (
     INT64_MAX,
     BadRequest,
     decode_page_token,
@@ -44,18 +44,18 @@ from shardcron.api.convert import (
 from shardcron.api.routing import Router, is_forwarded
 from shardcron.api.watch import Watches
 from shardcron.errors import InvalidJob, JobNotFound, NotLeader
-from shardcron.jobspec import MAX_LABELS
-from shardcron.lifeline import UNWATCHED, Lifeline
+from shardcron.spec.job import MAX_LABELS
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 from shardcron.model import Job
-from shardcron.scheduling.calendar_book import Unknown
-from shardcron.scheduling.runs import job_runs
-from shardcron.scheduling.triggers import trigger_for
+from shardcron.leader.calendar_book import Unknown
+from shardcron.rules.runs import job_runs
+from shardcron.rules.triggers import trigger_for
 from shardcron.sharding import shard_for
 from shardcron.store import jobs as job_store
 from shardcron.store import ticks as tick_store
-from shardcron.tenancy.keys import split_key
-from shardcron.tenancy.namespaces import namespace_or_default, store_key
-from shardcron.tenancy.scopes import ALL_NAMESPACES
+from shardcron.jobkey import split_key
+from shardcron.spec.namespaces import namespace_or_default, store_key
+from shardcron.rules.scopes import ALL_NAMESPACES
 from shardcron.v1 import scheduler_pb2 as pb
 
 JOBS_PAGE_DEFAULT = 100

@@ -18,14 +18,14 @@ import grpc
 from shardcron import clock
 from shardcron.abc import Backend
 from shardcron.api import auth
-from shardcron.api.convert import BadRequest
+from shardcron.wire.convert import BadRequest
 from shardcron.api.routing import Router
 from shardcron.api.status import CallFailed
 from shardcron.api.token_source import NodeTokens
 from shardcron.errors import InvalidJob
 from shardcron.store import tokens as token_store
-from shardcron.tenancy.scopes import ALL_NAMESPACES, Role, Token, parse_namespaces
-from shardcron.tenancy.tokens import hash_secret, new_secret, valid_name_reason
+from shardcron.rules.scopes import ALL_NAMESPACES, Role, Token, parse_namespaces
+from shardcron.api.tokens import hash_secret, new_secret, valid_name_reason
 from shardcron.v1 import scheduler_pb2 as pb
 
 NOT_ENFORCED = ("this node checks no tokens (it was started without --auth-token-file), so tokens would "

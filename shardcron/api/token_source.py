@@ -19,11 +19,11 @@ import logging
 import threading
 from collections.abc import Callable
 
-from shardcron import crashpoints
+from shardcron.runtime import crashpoints
 from shardcron.coordination.store_watch import StoreWatch
-from shardcron.lifeline import UNWATCHED, Lifeline
-from shardcron.tenancy.scopes import Token
-from shardcron.tenancy.tokens import TokenBook
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.rules.scopes import Token
+from shardcron.api.tokens import TokenBook
 
 log = logging.getLogger(__name__)
 

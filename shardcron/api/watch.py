@@ -26,14 +26,14 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from shardcron.abc import Backend
-from shardcron.api.convert import tick_event_to_proto
+from shardcron.wire.convert import tick_event_to_proto
 from shardcron.api.routing import Router, not_leader_here
 from shardcron.api.status import CallFailed
-from shardcron.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 from shardcron.model import Tick
 from shardcron.sharding import shard_for
-from shardcron.tenancy.keys import DEFAULT_NAMESPACE, namespace_of, split_key
-from shardcron.tenancy.scopes import ALL_NAMESPACES
+from shardcron.jobkey import DEFAULT_NAMESPACE, namespace_of, split_key
+from shardcron.rules.scopes import ALL_NAMESPACES
 from shardcron.v1 import scheduler_pb2 as pb
 
 log = logging.getLogger(__name__)

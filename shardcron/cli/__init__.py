@@ -24,7 +24,7 @@ from shardcron import __version__
 from shardcron.cli.args import MAX_SHARD, seconds, whole
 from shardcron.cli.common import fmt_ms, open_etcd
 from shardcron.config import add_common_etcd_flags, add_db_flag, add_node_flags, etcd_security, node_config_from_args
-from shardcron.bounds import cut
+from shardcron.spec.bounds import cut
 from shardcron.errors import ShardcronError
 
 
@@ -155,7 +155,7 @@ def cmd_fences(a: argparse.Namespace) -> int:
 
 
 def cmd_reshard(a: argparse.Namespace) -> int:
-    from shardcron import reshard
+    from shardcron.coordination import reshard
     from shardcron.coordination.keys import KeyLayout
     from shardcron.errors import ConfigError
     from shardcron.store.engine import make_engine
@@ -183,7 +183,7 @@ def cmd_config(a: argparse.Namespace) -> int:
     from shardcron.config import parse_min_interval_ms
     from shardcron.coordination.keys import KeyLayout
     from shardcron.coordination.membership import read_cluster_config, set_min_interval
-    from shardcron.jobspec import format_duration_ms
+    from shardcron.spec.job import format_duration_ms
 
     wanted = None if a.min_interval is None else parse_min_interval_ms(a.min_interval)  # before connecting
     layout = KeyLayout(a.prefix)

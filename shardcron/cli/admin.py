@@ -21,18 +21,19 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 from tabulate import tabulate
 
-from shardcron import audit, clock
+from shardcron.audit import audit
+from shardcron import clock
 from shardcron.clock import rfc3339_ms
-from shardcron.bounds import MAX_DURATION_MS, MAX_TIME_MS, MIN_TIME_MS, shown
+from shardcron.spec.bounds import MAX_DURATION_MS, MAX_TIME_MS, MIN_TIME_MS, shown
 from shardcron.cli.args import seconds, whole
 from shardcron.cli.common import open_etcd
 from shardcron.config import add_db_flag, add_etcd_security_flags, add_prefix_flag, etcd_security
 from shardcron.errors import ConfigError, ShardcronError
-from shardcron.scheduling.retention import PruneState
+from shardcron.rules.retention import PruneState
 from shardcron.store.engine import describe_url, make_engine
 from shardcron.store.migrate import alembic_config, current_revision, head_revision, upgrade
-from shardcron.tenancy.keys import display_key
-from shardcron.tenancy.namespaces import store_key, validate_namespace
+from shardcron.jobkey import display_key
+from shardcron.spec.namespaces import store_key, validate_namespace
 
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 2

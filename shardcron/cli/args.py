@@ -12,7 +12,7 @@ import math
 from argparse import ArgumentTypeError
 from collections.abc import Callable
 
-from shardcron.bounds import INT32_MAX, MAX_DURATION_MS, shown
+from shardcron.spec.bounds import INT32_MAX, MAX_DURATION_MS, shown
 
 # A wait longer than the longest duration a job may carry is never what was meant;
 # it also keeps every deadline built from it far inside threading.TIMEOUT_MAX.

@@ -16,8 +16,8 @@ from shardcron import clock
 from shardcron.cli.common import fmt_clock_ms, fmt_ms
 from shardcron.errors import job_named
 from shardcron.model import Backfill, BackfillState
-from shardcron.tenancy.keys import display_key, split_key
-from shardcron.scheduling.backfill_plan import BackfillError, parse_overlap, parse_rate
+from shardcron.jobkey import display_key, split_key
+from shardcron.rules.backfill_plan import BackfillError, parse_overlap, parse_rate
 
 WAIT_POLL_S = 1.0
 DEFAULT_RATE = "10/s"

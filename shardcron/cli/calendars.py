@@ -19,14 +19,20 @@ import argparse
 import sys
 from pathlib import Path
 
-from shardcron.bounds import MAX_VERSION
+from shardcron.spec.bounds import MAX_VERSION
 from shardcron.cli.args import whole
 from shardcron.cli.common import fmt_ms
 from shardcron.cli.jobs import _client, _common, _print_json, _table
 from shardcron.errors import ShardcronError
-from shardcron.scheduling.calendar_book import StoredCalendar
-from shardcron.tenancy.keys import display_key
-from shardcron.scheduling.calendars import Calendar, CalendarError, calendar_to_dict, describe_windows, parse_calendar
+from shardcron.leader.calendar_book import StoredCalendar
+from shardcron.jobkey import display_key
+from shardcron.rules.calendars import (
+    Calendar,
+    CalendarError,
+    calendar_to_dict,
+    describe_windows,
+    parse_calendar,
+)
 
 
 class CalendarFileError(ShardcronError):
@@ -35,7 +41,7 @@ class CalendarFileError(ShardcronError):
 
 def read_calendar_file(path: str, name: str | None = None, tz: str | None = None) -> list[Calendar]:
     """The calendars FILE defines (see the module doc); every error names the file and the field."""
-    from shardcron.jobfile import load_file_calendars, read_data_file, read_text_file
+    from shardcron.spec.jobfile import load_file_calendars, read_data_file, read_text_file
 
     p = Path(path)
     try:

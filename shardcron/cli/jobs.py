@@ -17,17 +17,17 @@ from dataclasses import replace
 from tabulate import tabulate
 
 from shardcron.api.security import add_client_flags, channel_security_from_args
-from shardcron.bounds import INT64_MAX, MAX_ATTEMPTS, MAX_HISTORY_LIMIT, MAX_VERSION
+from shardcron.spec.bounds import INT64_MAX, MAX_ATTEMPTS, MAX_HISTORY_LIMIT, MAX_VERSION
 from shardcron.cli import backfill
 from shardcron.cli.args import MAX_SHARD, seconds, whole
 from shardcron.cli.common import fmt_ms
-from shardcron.dispatch_spec import MAX_PRIORITY
+from shardcron.spec.executors import MAX_PRIORITY
 from shardcron.errors import ConfigError, InvalidJob, ShardcronError, job_named
-from shardcron.jobspec import MAX_PAYLOAD_BYTES, format_duration_ms
+from shardcron.spec.job import MAX_PAYLOAD_BYTES, format_duration_ms
 from shardcron.model import Job, JobRuns, ScheduleKind, Tick
-from shardcron.tenancy.keys import split_key
-from shardcron.tenancy.namespaces import NAMESPACE_ENV, namespace_from_cli
-from shardcron.tenancy.scopes import ALL_NAMESPACES
+from shardcron.jobkey import split_key
+from shardcron.spec.namespaces import NAMESPACE_ENV, namespace_from_cli
+from shardcron.rules.scopes import ALL_NAMESPACES
 
 DEFAULT_SERVER = "127.0.0.1:7070"
 # ``ticks --limit``: more than a job keeps at most (bounds.MAX_HISTORY_LIMIT) would never be listed.
@@ -74,7 +74,7 @@ def _labels(job: Job) -> str:
 
 
 def job_json(job: Job, shard: int | None = None) -> dict:
-    from shardcron.jobspec import job_to_dict
+    from shardcron.spec.job import job_to_dict
 
     d = job_to_dict(job)
     d["namespace"] = job.key.namespace
@@ -156,7 +156,7 @@ def _print_json(value) -> None:
 
 
 def _client(a: argparse.Namespace):
-    from shardcron.api.client import Client, bearer_secret
+    from shardcron.client.client import Client, bearer_secret
 
     servers = a.server or [os.environ.get("SHARDCRON_SERVER") or DEFAULT_SERVER]
     security = channel_security_from_args(a)
@@ -325,7 +325,7 @@ def _http_executor(a: argparse.Namespace) -> dict:
 
 def job_from_flags(a: argparse.Namespace) -> Job:
     """The job ``jobs put`` describes, validated by jobspec like any other."""
-    from shardcron.jobspec import job_from_dict
+    from shardcron.spec.job import job_from_dict
 
     d: dict = {"id": a.id}
     sched: dict = {}
@@ -367,7 +367,7 @@ def job_from_flags(a: argparse.Namespace) -> Job:
 
 def _notifications_from_flags(a: argparse.Namespace, d: dict) -> None:
     """``--on-failure SPEC`` / ``--on-recovery SPEC``: a webhook URL or an executor table as JSON."""
-    from shardcron.notifications.spec import parse_cli, to_table
+    from shardcron.spec.notifications import parse_cli, to_table
 
     for flag, key in (("--on-failure", "on_failure"), ("--on-recovery", "on_recovery")):
         raw = getattr(a, key)
@@ -464,9 +464,9 @@ def cmd_list(a: argparse.Namespace) -> int:
 
 
 def cmd_apply(a: argparse.Namespace) -> int:
-    from shardcron.jobfile import load_job_file
+    from shardcron.spec.jobfile import load_job_file
 
-    from shardcron.jobfile import load_file_calendars
+    from shardcron.spec.jobfile import load_file_calendars
 
     jobs = load_job_file(a.file)
     calendars = load_file_calendars(a.file)
@@ -515,7 +515,7 @@ def cmd_ticks(a: argparse.Namespace) -> int:
 
 
 def _require_job(client, job_id: str) -> None:
-    from shardcron.api.client import NotFound
+    from shardcron.client.client import NotFound
 
     try:
         client.get_job(job_id)

@@ -13,7 +13,7 @@ import re
 import sys
 from fractions import Fraction
 
-from shardcron.bounds import INT64_MAX, shown
+from shardcron.spec.bounds import INT64_MAX, shown
 from shardcron.cli.common import fmt_ms
 from shardcron.cli.jobs import _client, _common, _print_json, _table
 from shardcron.errors import ShardcronError

@@ -20,8 +20,8 @@ from shardcron.cli.args import whole
 from shardcron.clock import rfc3339_ms
 from shardcron.config import add_db_flag
 from shardcron.errors import FencedOut
-from shardcron.scheduling.pruner import in_batches
-from shardcron.scheduling.retention import MAX_DELETE_BATCH, MIN_DELETE_BATCH, prune_before_ms
+from shardcron.leader.pruner import in_batches
+from shardcron.rules.retention import MAX_DELETE_BATCH, MIN_DELETE_BATCH, prune_before_ms
 from shardcron.store.engine import describe_url
 from shardcron.store.fences import read_fences
 from shardcron.store.jobs import load_shard_jobs

@@ -15,8 +15,8 @@ from shardcron import metrics
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.store_watch import RELOAD_S, StoreWatch
-from shardcron.lifeline import UNWATCHED, Lifeline
-from shardcron.scheduling.calendar_book import CalendarBook
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.leader.calendar_book import CalendarBook
 from shardcron.store import calendars as calendar_store
 
 log = logging.getLogger(__name__)

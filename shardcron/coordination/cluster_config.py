@@ -66,7 +66,7 @@ def check_agreement(prefix: str, cluster: ClusterConfig, shards: int, min_interv
             f"--shards {shards}; start it with --shards {cluster.shards}"
         )
     if min_interval_ms is not None and min_interval_ms != cluster.min_interval_ms:
-        from shardcron.jobspec import format_duration_ms  # not at the top: it imports croniter
+        from shardcron.spec.job import format_duration_ms  # not at the top: it imports croniter
 
         mine, theirs = format_duration_ms(min_interval_ms), format_duration_ms(cluster.min_interval_ms)
         raise ConfigError(

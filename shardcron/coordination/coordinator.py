@@ -25,7 +25,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shardcron import clock, crashpoints, metrics
+from shardcron import clock
+from shardcron.runtime import crashpoints
+from shardcron import metrics
 from shardcron.abc import ShardWork
 from shardcron.coordination import membership
 from shardcron.coordination.etcd import Etcd
@@ -40,7 +42,7 @@ from shardcron.coordination.shard_actions import ShardActions
 from shardcron.coordination.shard_table import ShardTable
 from shardcron.coordination.view import ClusterView
 from shardcron.errors import ConfigError, EtcdUnavailable, SessionLost
-from shardcron.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 log = logging.getLogger(__name__)
 

@@ -22,10 +22,11 @@ import logging
 import threading
 from collections.abc import Callable
 
-from shardcron import clock, crashpoints
+from shardcron import clock
+from shardcron.runtime import crashpoints
 from shardcron.coordination.etcd import Etcd
 from shardcron.errors import EtcdUnavailable
-from shardcron.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 log = logging.getLogger(__name__)
 

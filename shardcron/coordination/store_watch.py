@@ -19,10 +19,10 @@ import logging
 import threading
 from collections.abc import Callable
 
-from shardcron import crashpoints
+from shardcron.runtime import crashpoints
 from shardcron.coordination.etcd import Etcd
 from shardcron.errors import ShardcronError
-from shardcron.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 log = logging.getLogger(__name__)
 

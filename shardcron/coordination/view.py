@@ -53,7 +53,7 @@ class ClusterView:
     config: dict | None = None
     members: dict[str, Member] = field(default_factory=dict)
     drains: set[str] = field(default_factory=set)
-    reshard: dict | None = None  # a reshard request in progress, see shardcron/reshard.py
+    reshard: dict | None = None  # a reshard request in progress, see shardcron/coordination/reshard.py
     candidates: dict[int, dict[str, Candidate]] = field(default_factory=dict)
 
     def load(self, revision: int, kvs: list[KV]) -> None:

@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 from aiohttp import web
 
 from shardcron.dashboard.sessions import Session
-from shardcron.tenancy.tokens import secret_from_authorization
+from shardcron.api.tokens import secret_from_authorization
 
 COOKIE = "shardcron_session"
 CSRF_HEADER = "X-CSRF-Token"

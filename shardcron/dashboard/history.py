@@ -17,8 +17,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from shardcron import crashpoints
-from shardcron.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime import crashpoints
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 LATENESS = "shardcron_tick_lateness_seconds"
 FENCED = "shardcron_fenced_writes"

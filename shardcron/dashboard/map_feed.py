@@ -27,10 +27,10 @@ from dataclasses import dataclass, field
 
 import grpc
 
-from shardcron.api.client import ApiError
+from shardcron.client.client import ApiError
 from shardcron.dashboard.guard import Visitor
 from shardcron.errors import ShardcronError
-from shardcron.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import json
 import mmh3
 
 from shardcron.clock import rfc3339_ms
-from shardcron.jobspec import format_duration_ms
+from shardcron.spec.job import format_duration_ms
 from shardcron.model import Job, ScheduleKind, Tick
 
 # Eight colours far apart for the shard grid, readable under white text.

@@ -17,8 +17,8 @@ from importlib import resources
 
 from aiohttp import web
 
-from shardcron import crashpoints
-from shardcron.api.client import Client
+from shardcron.runtime import crashpoints
+from shardcron.client.client import Client
 from shardcron.api.security import ChannelSecurity
 from shardcron.dashboard import guard, require_extra
 from shardcron.dashboard.history import MetricsHistory
@@ -26,7 +26,7 @@ from shardcron.dashboard.live import Streams
 from shardcron.dashboard.sessions import Sessions
 from shardcron.dashboard.views import Pages
 from shardcron.errors import ConfigError
-from shardcron.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 CLIENTS_KEPT = 64  # one API channel per distinct token in use; the least recently used closes
 

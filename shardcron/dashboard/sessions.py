@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from shardcron.tenancy.scopes import Token
+from shardcron.rules.scopes import Token
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,14 @@ import grpc
 import yaml
 from aiohttp import web
 
-from shardcron.api.client import ApiError
+from shardcron.client.client import ApiError
 from shardcron.dashboard import guard, present
 from shardcron.dashboard.guard import COOKIE, Visitor
 from shardcron.dashboard.sessions import Session
 from shardcron.errors import ShardcronError
-from shardcron.jobspec import job_to_dict, parse_time_ms
-from shardcron.tenancy.keys import split_key
-from shardcron.tenancy.tokens import secret_from_authorization
+from shardcron.spec.job import job_to_dict, parse_time_ms
+from shardcron.jobkey import split_key
+from shardcron.api.tokens import secret_from_authorization
 
 log = logging.getLogger(__name__)
 

@@ -122,8 +122,8 @@ def main(a: argparse.Namespace) -> int:
                              "the shards to be balanced over the nodes")
         if stop.is_set():
             return 0
-        from shardcron.api.client import Client
-        from shardcron.jobspec import job_from_dict
+        from shardcron.client.client import Client
+        from shardcron.spec.job import job_from_dict
 
         servers = [f"127.0.0.1:{a.base_port + i}" for i in range(a.nodes)]
         client = Client(servers)

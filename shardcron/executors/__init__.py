@@ -25,7 +25,7 @@ from shardcron.executors.describe import describe
 from shardcron.executors.extras import require_extra
 from shardcron.executors.noop import NoopExecutor
 from shardcron.executors.shell import ShellExecutor
-from shardcron.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 from shardcron.model import ExecutionResult, ExecutorKind, ExecutorSpec, TickContext
 
 _SHARED: dict[ExecutorKind, Executor] = {

@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, TypeVar
 
 from shardcron.executors.base import CANCEL_POLL_S
-from shardcron.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ persistent unless the job says otherwise, with
   ``X-Shardcron-*`` or ``Idempotency-Key`` header is dropped, so a job cannot forge them;
 - ``message_id`` = the slot's idempotency key, ``app_id`` = "shardcron".
 AMQP does not deduplicate by message id: a slot that the next leader retries
-after a crash is delivered twice. Consumers guard with ``shardcron.dedupe``.
+after a crash is delivered twice. Consumers guard with ``shardcron.consumer.guard``.
 
 When is a tick ok: only once the broker confirmed the message (publisher
 confirms) and routed it to at least one queue. The publish is ``mandatory``
@@ -45,7 +45,7 @@ from shardcron.executors.aio import Cancelled, LoopThread
 from shardcron.executors.base import now_ms
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import with_tick_headers
-from shardcron.headers import mask_url
+from shardcron.spec.headers import mask_url
 from shardcron.model import AmqpSpec, ExecutionResult, ExecutorSpec, TickContext
 
 CONNECT_TIMEOUT_S = 5.0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from shardcron.headers import mask_url, masked_headers
+from shardcron.spec.headers import mask_url, masked_headers
 from shardcron.model import ExecutorKind, ExecutorSpec
 
 _MAX_COMMAND_CHARS = 120

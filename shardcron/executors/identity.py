@@ -10,7 +10,7 @@ re-sends the same id, and a broker or queue that deduplicates by id (JetStream's
 ``message_id``) drops the second copy.
 
 The attempt and the fence travel beside it, so a consumer can refuse work
-from a deposed leader (``shardcron.dedupe``).
+from a deposed leader (``shardcron.consumer.guard``).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import uuid
 
 from shardcron.clock import rfc3339_ms
 from shardcron.model import TickContext
-from shardcron.tenancy.keys import DEFAULT_NAMESPACE, SLOT_NAMESPACE, split_key
+from shardcron.jobkey import DEFAULT_NAMESPACE, SLOT_NAMESPACE, split_key
 
 IDEMPOTENCY_KEY = "Idempotency-Key"
 
@@ -64,7 +64,7 @@ def tick_headers(ctx: TickContext) -> dict[str, str]:
 def tick_fields(ctx: TickContext) -> dict[str, str]:
     """Identifier-style names, for Celery headers, Redis stream fields, RQ meta and arq keyword arguments.
 
-    Values are strings, so they survive any serialiser; ``shardcron.dedupe.TickInfo`` reads them back.
+    Values are strings, so they survive any serialiser; ``shardcron.consumer.guard.TickInfo`` reads them back.
     """
     return {f"shardcron_{name}": value for name, value in tick_values(ctx).items()}
 

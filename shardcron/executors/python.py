@@ -53,14 +53,14 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
-from shardcron.dispatch_spec import python_module_allowed
+from shardcron.spec.executors import python_module_allowed
 from shardcron.errors import FencedOut, ShardcronError
 from shardcron.executors.base import CANCEL_POLL_S, now_ms, truncate_output
 from shardcron.executors.python_target import TargetRefused, one_line, resolve_target
 from shardcron.model import ExecutionResult, ExecutorSpec, PythonSpec, SlotRef, TickContext
 from shardcron.store.effects import TickNotOwned, record_success_in
 from shardcron.store.engine import make_engine
-from shardcron.tenancy.keys import DEFAULT_NAMESPACE, split_key
+from shardcron.jobkey import DEFAULT_NAMESPACE, split_key
 
 log = logging.getLogger(__name__)
 

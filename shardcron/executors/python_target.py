@@ -51,7 +51,7 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shardcron.dispatch_spec import python_module_allowed
+from shardcron.spec.executors import python_module_allowed
 from shardcron.errors import ShardcronError
 
 _MAX_ERROR_CHARS = 1000

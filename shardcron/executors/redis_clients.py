@@ -28,7 +28,7 @@ or a concurrent writer, means the slot is already enqueued. The marker lives
 ``DEDUPE_TTL_MS`` (25 h): longer than the default catch-up window (1 h) plus an
 hour, and than arq's 24 h job expiry. A retry of a slot older than that is not
 deduplicated at the queue (a job with a catch-up window over 24 h should
-consume idempotently, see ``shardcron.dedupe``). Redis Streams use the same
+consume idempotently, see ``shardcron.consumer.guard``). Redis Streams use the same
 marker, set by one Lua script beside the XADD (``redis_stream.py``).
 """
 
@@ -49,7 +49,7 @@ from redis.retry import Retry
 from shardcron.executors.base import CANCEL_POLL_S, now_ms, truncate_output
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import slot_uuid
-from shardcron.headers import mask_url
+from shardcron.spec.headers import mask_url
 from shardcron.model import ExecutionResult, TickContext
 
 # The longest a single connect or socket read/write may take, whatever the job's timeout.

@@ -20,11 +20,11 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy import exc as sa_exc
 
 from shardcron.errors import ShardcronError, VersionConflict
-from shardcron.scheduling.calendar_book import StoredCalendar
-from shardcron.scheduling.calendars import Calendar, calendar_to_dict, parse_calendar
+from shardcron.leader.calendar_book import StoredCalendar
+from shardcron.rules.calendars import Calendar, calendar_to_dict, parse_calendar
 from shardcron.store.engine import reading, writing
 from shardcron.store.schema import calendar_versions, calendars, jobs
-from shardcron.tenancy.keys import display_key
+from shardcron.jobkey import display_key
 
 MAX_USERS_LISTED = 100  # jobs named in an answer about who uses a calendar
 
@@ -160,7 +160,7 @@ def jobs_using(engine: Engine, name: str, limit: int = MAX_USERS_LISTED,
     The spec is JSON text: a LIKE finds the candidates (only jobs with calendars at all),
     and each is parsed to be sure. A full scan of jobs, paid on a delete or a get only.
     """
-    from shardcron.jobspec import job_from_json
+    from shardcron.spec.job import job_from_json
 
     q = (select(jobs.c.id, jobs.c.spec).where(jobs.c.spec.contains('"calendars"'))
          .order_by(jobs.c.id))

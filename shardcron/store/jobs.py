@@ -16,7 +16,7 @@ from fractions import Fraction
 from sqlalchemy import Connection, Engine, and_, bindparam, false, func, or_, select
 
 from shardcron.errors import FencedOut, InvalidJob, JobNotFound, ShardcronError, VersionConflict
-from shardcron.jobspec import job_from_json, job_to_json
+from shardcron.spec.job import job_from_json, job_to_json
 from shardcron.model import Job
 from shardcron.store.engine import reading
 from shardcron.store.fences import run_fenced, run_fenced_many
@@ -24,8 +24,8 @@ from shardcron.store.namespaces import give_back, lock_rooms, rate_of_spec, sche
 from shardcron.store.schema import LABEL_KEY_LENGTH, LABEL_VALUE_LENGTH, job_labels, jobs
 from shardcron.store.schema import namespaces as namespace_rows
 from shardcron.store.sql import chunks
-from shardcron.tenancy.keys import DEFAULT_NAMESPACE, display_key, join_key, namespace_of
-from shardcron.tenancy.quotas import PutChange
+from shardcron.jobkey import DEFAULT_NAMESPACE, display_key, join_key, namespace_of
+from shardcron.rules.quotas import PutChange
 
 log = logging.getLogger(__name__)
 

@@ -31,16 +31,24 @@ from sqlalchemy import exc as sa_exc
 
 from shardcron.errors import (InvalidJob, NamespaceExists, NamespaceMissing, NamespaceNotFound, QuotaRefused,
                               ShardcronError)
-from shardcron.jobspec import shortest_gap_ms
+from shardcron.spec.job import shortest_gap_ms
 from shardcron.model import Schedule
 from shardcron.store.engine import reading, writing
 from shardcron.store.schema import jobs, namespaces
 from shardcron.store.sql import insert_ignoring_duplicates
-from shardcron.tenancy.keys import DEFAULT_NAMESPACE
-from shardcron.tenancy.namespaces import delete_refusal
-from shardcron.tenancy.quotas import (QUOTA_KEYS, PutChange, Quota, QuotaExceeded, Usage, check_put, job_rate,
-                                      usage_after)
-from shardcron.tenancy.settings import NamespaceSettings
+from shardcron.jobkey import DEFAULT_NAMESPACE
+from shardcron.spec.namespaces import delete_refusal
+from shardcron.rules.quotas import (
+    QUOTA_KEYS,
+    PutChange,
+    Quota,
+    QuotaExceeded,
+    Usage,
+    check_put,
+    job_rate,
+    usage_after,
+)
+from shardcron.rules.namespace_settings import NamespaceSettings
 
 MAX_WEIGHT = 1_000_000.0  # a share a million times another's is already "all of it"
 
@@ -274,7 +282,7 @@ def schedule_rate(schedule: Schedule) -> Fraction:
 def rate_of_spec(spec: str | None) -> Fraction:
     """The peak rate of a stored job spec. One this version cannot read counts 0, as migration 0007
     counted it (the node and the audit report such a job on their own)."""
-    from shardcron.jobspec import job_from_dict
+    from shardcron.spec.job import job_from_dict
 
     if spec is None:
         return Fraction(0)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, and_, func, select
 
 from shardcron.model import TickStatus
-from shardcron.notifications.owed import FAILED_STATUSES, NotificationKind, NotificationStatus, Source
-from shardcron.notifications.rate import Rate, allows, window_start_ms
+from shardcron.rules.notifications import FAILED_STATUSES, NotificationKind, NotificationStatus, Source
+from shardcron.rules.notification_rate import Rate, allows, window_start_ms
 from shardcron.store.engine import reading
 from shardcron.store.fences import run_fenced
 from shardcron.store.schema import notifications, ticks

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, Engine, Table, and_, bindparam, exists, or_, select, tuple_
 
 from shardcron.model import TickStatus
-from shardcron.notifications.owed import NotificationStatus
-from shardcron.scheduling.retention import advance_horizon, history_cutoff_ms
+from shardcron.rules.notifications import NotificationStatus
+from shardcron.rules.retention import advance_horizon, history_cutoff_ms
 from shardcron.store.engine import reading
 from shardcron.store.fences import run_fenced
 from shardcron.store.schema import job_horizons, jobs, notifications, shard_horizons, ticks

@@ -10,7 +10,7 @@ from sqlalchemy import Connection, Table, false, or_, true
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
-from shardcron.tenancy.keys import DEFAULT_NAMESPACE, KEY_SEPARATOR
+from shardcron.jobkey import DEFAULT_NAMESPACE, KEY_SEPARATOR
 
 T = TypeVar("T")
 

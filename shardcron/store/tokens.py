@@ -16,7 +16,7 @@ from sqlalchemy import exc as sa_exc
 from shardcron.errors import ShardcronError
 from shardcron.store.engine import reading, writing
 from shardcron.store.schema import api_tokens
-from shardcron.tenancy.scopes import ALL_NAMESPACES, Role, Token, parse_namespaces
+from shardcron.rules.scopes import ALL_NAMESPACES, Role, Token, parse_namespaces
 
 
 class TokenExists(ShardcronError):

@@ -739,7 +739,7 @@ def run_audit(db_url: str, from_ms: int, to_ms: int, *, clock_tolerance_ms: int 
             note += f" (no tolerance flag; {clock_tolerance_ms} ms not passed)"
         return report, note
     try:
-        from shardcron.audit import run_audit as api  # noqa: PLC0415 - lands with the audit issue
+        from shardcron.audit.audit import run_audit as api  # noqa: PLC0415 - lands with the audit issue
     except ImportError:
         warnings.warn("`shardcron audit` is not available yet: only the harness's own SQL checks ran",
                       stacklevel=2)

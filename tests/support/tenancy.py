@@ -10,9 +10,9 @@ from contextlib import contextmanager
 import grpc
 import pytest
 
-from shardcron.api.client import ApiError, Client, InvalidRequest
+from shardcron.client.client import ApiError, Client, InvalidRequest
 from shardcron.api.security import ChannelSecurity
-from shardcron.jobspec import job_from_dict
+from shardcron.spec.job import job_from_dict
 
 
 def token_client(node, secret: str | None, namespace: str | None = None) -> Client:

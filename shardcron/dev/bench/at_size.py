@@ -35,8 +35,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from shardcron.dev.bench.harness import BenchEnv, proc_peak_rss_mb
-from shardcron.api.client import Client
-from shardcron.jobspec import job_from_dict
+from shardcron.client.client import Client
+from shardcron.spec.job import job_from_dict
 from shardcron.model import Job
 from shardcron.store import jobs as job_store
 from shardcron.store.engine import make_engine

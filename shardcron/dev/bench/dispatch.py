@@ -28,7 +28,7 @@ from sqlalchemy import select
 from shardcron.dev.bench.harness import BenchEnv, percentile, proc_cpu_seconds, read_store
 from shardcron.dev.bench.scenarios import WARMUP_S, _db_kind, _window_start
 from shardcron.dev.testing.cluster import GaveUp, wait_until
-from shardcron.headers import mask_url
+from shardcron.spec.headers import mask_url
 from shardcron.store.schema import ticks
 
 DEFAULT_BROKERS = {"redis": "redis://127.0.0.1:6379/0", "amqp": "amqp://guest:guest@127.0.0.1:5672/",

@@ -36,14 +36,14 @@ from collections.abc import Callable
 import grpc
 from sqlalchemy import func, select
 
-from shardcron.api.client import ApiError, Client
+from shardcron.client.client import ApiError, Client
 from shardcron.dev.bench.harness import BenchEnv, machine_busy_cpu_seconds, percentile, proc_cpu_seconds, read_store
 from shardcron.dev.bench.scenarios import WARMUP_S, _db_kind, _window_start
 from shardcron.dev.sink import Sink
-from shardcron.jobspec import job_from_dict
-from shardcron.scheduling.jitter import jitter_offset_ms
+from shardcron.spec.job import job_from_dict
+from shardcron.rules.jitter import jitter_offset_ms
 from shardcron.store.schema import ticks
-from shardcron.tenancy.keys import join_key, namespace_of
+from shardcron.jobkey import join_key, namespace_of
 
 SINK_SLEEP_S = (0.1, 0.3)  # each answer after a uniform draw from this range: 200 ms on average
 CALM, FLOOD = "calm", "flood"

@@ -30,13 +30,13 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from shardcron.api.client import Client
-from shardcron.api.convert import put_job_request_bytes
+from shardcron.client.client import Client
+from shardcron.wire.convert import put_job_request_bytes
 from shardcron.api.routing import CHANNEL_OPTIONS
 from shardcron.api.security import open_aio_channel
 from shardcron.dev.bench.harness import BenchEnv, CpuWindow, percentile
 from shardcron.dev.testing.etcd_server import free_port
-from shardcron.jobspec import job_from_dict
+from shardcron.spec.job import job_from_dict
 from shardcron.sharding import shard_for
 
 CONCURRENCY = 16

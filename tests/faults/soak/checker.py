@@ -39,13 +39,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from shardcron.errors import ShardcronError
-from shardcron.jobspec import job_from_dict
+from shardcron.spec.job import job_from_dict
 from shardcron.model import Job
-from shardcron.scheduling.calendars import Calendar, CalendarError, allowed_by_all, parse_calendar
-from shardcron.scheduling.jitter import jitter_offset_ms
-from shardcron.scheduling.triggers import slots_between, trigger_for
+from shardcron.rules.calendars import Calendar, CalendarError, allowed_by_all, parse_calendar
+from shardcron.rules.jitter import jitter_offset_ms
+from shardcron.rules.triggers import slots_between, trigger_for
 from shardcron.sharding import shard_for
-from shardcron.tenancy.keys import DEFAULT_NAMESPACE, join_key
+from shardcron.jobkey import DEFAULT_NAMESPACE, join_key
 from tests.faults.soak.history import (
     JobPhase,
     INDETERMINATE_TAIL_S,

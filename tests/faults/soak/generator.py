@@ -1,7 +1,7 @@
 """The soak's operation generator: random valid API calls while faults run, each recorded as a ``history.Op``.
 
 Every 0.3-1.5 s it calls one node, picked at random, through
-``shardcron.api.client.Client`` (one call, one target, ``CALL_TIMEOUT_S``; the
+``shardcron.client.client.Client`` (one call, one target, ``CALL_TIMEOUT_S``; the
 node forwards writes to the shard's leader): put a dynamic job (``dyn-<k>``:
 created, or its schedule changed), pause, resume or delete one, trigger or
 backfill one; static jobs (the nodes' jobs file) are only triggered and
@@ -46,8 +46,8 @@ from dataclasses import dataclass, replace
 
 import grpc
 
-from shardcron.api.client import ApiError, Client
-from shardcron.jobspec import job_from_dict
+from shardcron.client.client import ApiError, Client
+from shardcron.spec.job import job_from_dict
 from tests.faults.harness import now_ms
 from tests.faults.soak.history import INDETERMINATE_TAIL_S, History, JobPhase, Op, OpKind, Outcome
 

@@ -6,7 +6,7 @@ jittered job, a job under a calendar whose excluded ranges cut short windows
 into the run, the SESSION job (a python call writing one ``user_effects`` row
 per run in the tick's fenced transaction: ``tests/support/soak_target.py``) and
 the STREAM job (an XADD per slot to a per-run Redis stream, read back by
-``StreamConsumer`` through ``shardcron.dedupe``). All of them: catch-up "all",
+``StreamConsumer`` through ``shardcron.consumer.guard``). All of them: catch-up "all",
 overlap "allow", a catch-up window longer than the run.
 
 The calendar lives in the jobs file (``[calendars.<name>]``): a node imports
@@ -30,7 +30,7 @@ import redis
 from sqlalchemy import select
 from sqlalchemy.engine import Connection, Engine
 
-from shardcron.dedupe import NotATick, RedisDeduper, TickInfo
+from shardcron.consumer.guard import NotATick, RedisDeduper, TickInfo
 from shardcron.sharding import shard_for
 from shardcron.store.schema import fence_log, jobs, ticks
 from tests.faults import harness

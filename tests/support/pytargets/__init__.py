@@ -1,7 +1,7 @@
 """A package that python job targets are resolved in (``--allow-python tests.support.pytargets``).
 
 It holds functions of its own next to what it imports, as a user's ``myapp``
-does: tests/unit/test_python_target.py names each of them, and only its own
+does: tests/unit/executors/test_python_target.py names each of them, and only its own
 functions and methods may be called.
 """
 

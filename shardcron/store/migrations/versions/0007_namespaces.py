@@ -63,8 +63,8 @@ def upgrade() -> None:
 def _default_usage(conn) -> tuple[int, Fraction]:
     # The rule of tenancy.quotas.job_rate, read from each stored spec. A spec this
     # version cannot read counts 0 (the audit and the node report it on their own).
-    from shardcron.jobspec import job_from_json
-    from shardcron.tenancy.quotas import job_rate
+    from shardcron.spec.job import job_from_json
+    from shardcron.rules.quotas import job_rate
 
     count, rate = 0, Fraction(0)
     for (spec,) in conn.execute(sa.text("SELECT spec FROM jobs")):

@@ -1,0 +1,196 @@
+"""The entries of the loop's two timer heaps, and taking the due ones off a heap.
+
+The heap itself holds ``(due_ms, seq, entries)``: the entries of one push
+that fall due at the same millisecond go in as one item, so a burst of
+10,000 slots claimed together is one push and one pop, not 10,000 of each
+(each a dozen tuple comparisons). ``seq`` is unique per heap, so two items
+never compare their entries, and the comparisons stay tuple comparisons in C
+(an ``order=True`` dataclass compares in Python, a function call per
+comparison, which put milliseconds on a 1,000-slot burst). The entries name
+their fields, so nothing reads a position that a reader could misnumber.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from shardcron.rules.takeover import Dispatch
+
+# The longest single wait for a heap's top. A push wakes the waiter anyway; the bound only keeps a
+# slot far ahead (year 9999 is 2.5e11 s away) within what Condition.wait takes (threading.TIMEOUT_MAX).
+MAX_WAIT_S = 3600.0
+
+
+@dataclass(slots=True)
+class ClaimDue:
+    """A job's next slot, due in the claim heap ``lookahead`` before the slot itself."""
+
+    due_ms: int
+    shard: int
+    fence: int
+    job_id: str
+    gen: int  # the JobEntry generation that pushed it
+    slot_ms: int
+
+
+@dataclass(slots=True)
+class DispatchDue:
+    """A claimed slot, due in the dispatch heap at the slot (or when it may be tried again)."""
+
+    due_ms: int
+    shard: int
+    fence: int
+    dispatch: Dispatch
+
+
+class TimerHeap:
+    """A heap of ``ClaimDue`` or ``DispatchDue`` under one condition: pushers notify, one loop pops."""
+
+    def __init__(self):
+        self._heap: list = []
+        self._seq = itertools.count()  # drawn with the condition held
+        self._due_count: dict[int, int] = {}  # due_ms -> entries due then: how big the next burst is
+        self._in_hand = 0  # entries the loop took and has not yet declared handled
+        self.cond = threading.Condition()
+
+    def push_dispatch(self, due_ms: int, shard: int, fence: int, d: Dispatch) -> None:
+        self.push_many([DispatchDue(due_ms, shard, fence, d)])
+
+    def push_many(self, entries: Iterable[ClaimDue | DispatchDue]) -> None:
+        """Push every entry under one lock; wake the loop once, and only if the top changed.
+
+        The loop sleeps until the old top is due: only a new top changes that. (Waking it for
+        every PutJob cost the leader a thread switch and a GIL hand-off per call; taking the
+        lock per entry of a claimed burst cost a lock round and a notify per tick.)
+        """
+        at: dict[int, list] = {}
+        for e in entries:
+            same = at.get(e.due_ms)
+            if same is None:
+                at[e.due_ms] = [e]
+            else:
+                same.append(e)
+        with self.cond:
+            old_top = self._heap[0] if self._heap else None
+            count = self._due_count
+            for due_ms, group in at.items():
+                heapq.heappush(self._heap, (due_ms, next(self._seq), group))
+                count[due_ms] = count.get(due_ms, 0) + len(group)
+            if self._heap and self._heap[0] is not old_top:
+                self.cond.notify()
+
+    def push_again(self, entries: list, due_ms: int) -> None:
+        """Entries taken off but not handled (the store was down): back in, due at ``due_ms``."""
+        with self.cond:
+            for e in entries:
+                e.due_ms = due_ms
+            if entries:
+                heapq.heappush(self._heap, (due_ms, next(self._seq), list(entries)))
+                self._due_count[due_ms] = self._due_count.get(due_ms, 0) + len(entries)
+            self.cond.notify()
+
+    def top(self):
+        with self.cond:
+            return self._heap[0][2][0] if self._heap else None
+
+    def bursts(self) -> tuple[int, int | None, int]:
+        """(entries taken and not yet handled, the top's due_ms or None, entries due at that millisecond)."""
+        with self.cond:
+            if not self._heap:
+                return self._in_hand, None, 0
+            due = self._heap[0][0]
+            return self._in_hand, due, self._due_count[due]
+
+    def handled(self) -> None:
+        """The loop has handled what it took last."""
+        with self.cond:
+            self._in_hand = 0
+
+    def take_due(self, now_ms: int, slack_ms: int) -> list:
+        """Every entry due by ``now_ms + slack_ms``, in order, without waiting."""
+        with self.cond:
+            return self._take(now_ms + slack_ms)
+
+    def take_more_due(self, now_ms: int) -> list:
+        """Every entry due by ``now_ms``, taken while the loop still handles what it took before (which
+        stays counted as in hand until ``handled``)."""
+        with self.cond:
+            return self._take(now_ms, more=True)
+
+    def wait_due(self, now_ms: Callable[[], int], slack_ms: int, closing: Callable[[], bool],
+                 idle_s: float | None = None) -> list:
+        """Wait until the top is due (within ``slack_ms``), then take everything due; [] when closing,
+        or when ``idle_s`` passed with nothing due (the loop has something to do between starts)."""
+        give_up = None if idle_s is None else time.monotonic() + idle_s
+        with self.cond:
+            while not closing():
+                now = now_ms()
+                heap = self._heap
+                if heap and heap[0][0] <= now + slack_ms:
+                    return self._take(now + slack_ms)
+                # At most MAX_WAIT_S: a slot centuries ahead would overflow threading's TIMEOUT_MAX.
+                wait = None if not heap else min(MAX_WAIT_S, max(0.0, (heap[0][0] - now - slack_ms) / 1000.0))
+                if give_up is not None:
+                    left = give_up - time.monotonic()
+                    if left <= 0:
+                        break
+                    wait = left if wait is None else min(wait, left)
+                self.cond.wait(wait)
+        return []
+
+    def wait_near(self, now_ms: Callable[[], float], lead_ms: float, closing: Callable[[], bool],
+                  idle_s: float) -> tuple[int, float | None, bool] | None:
+        """Wait until the top is due, or due within ``lead_ms`` (``gil_lead.py``); take nothing.
+        ``(top's due_ms, the instant the last wait aimed at or None, whether it is returned early)``; None
+        when closing, or when ``idle_s`` passed with nothing due. ``now_ms`` has the fraction."""
+        give_up = time.monotonic() + idle_s
+        aimed_at: float | None = None
+        early = False
+        with self.cond:
+            while not closing():
+                now = now_ms()
+                heap = self._heap
+                if heap:
+                    top = heap[0][0]
+                    if top <= now:
+                        return top, aimed_at, early
+                    if top - now <= lead_ms:  # near enough: the caller holds the GIL from here
+                        return top, aimed_at, True
+                    early = lead_ms > 0
+                    aimed_at = top - lead_ms
+                    wait = (aimed_at - now) / 1000.0
+                else:
+                    aimed_at, wait = None, None
+                left = give_up - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(left if wait is None else min(wait, left))
+        return None
+
+    def next_due_ms(self) -> int | None:
+        """When the top is due; None when the heap is empty."""
+        with self.cond:
+            return self._heap[0][0] if self._heap else None
+
+    def wake(self) -> None:
+        with self.cond:
+            self.cond.notify_all()
+
+    def _take(self, until_ms: int, more: bool = False) -> list:
+        heap, due, count = self._heap, [], self._due_count
+        while heap and heap[0][0] <= until_ms:
+            due_ms, _, group = heapq.heappop(heap)
+            due.extend(group)
+            left = count[due_ms] - len(group)
+            if left:
+                count[due_ms] = left
+            else:
+                del count[due_ms]
+        # Set under the same hold of the lock: no reader sees the burst in neither place.
+        self._in_hand = self._in_hand + len(due) if more else len(due)
+        return due

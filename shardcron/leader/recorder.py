@@ -1,0 +1,202 @@
+"""Batched, fenced writes of tick results.
+
+Executors finish on many threads; their results are written by this one
+thread, a batch per (shard, fence) per transaction, so the database sees a
+few large commits instead of thousands of small ones. A batch rejected by
+the fence is dropped and reported (a newer leader owns those rows now); a
+batch that fails because the store is down is kept and retried, so no result
+is lost to an outage.
+
+Any other error writing a batch (a bug, a driver error this code does not
+classify) is handled the same way, with its traceback logged: the batch is
+kept and retried after a back-off, and the thread goes on. It must not end:
+it is the only result writer, and results would pile up in memory unseen.
+Stopping the node instead was rejected: every shard would move and every
+in-flight tick would become an orphan that its next leader retries, so one
+bad write would turn into repeated side effects cluster-wide. A stuck
+recorder shows as ``shardcron_results_unwritten`` growing and an ERROR line
+per failed attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
+
+from sqlalchemy.engine import Engine
+
+from shardcron.runtime import crashpoints
+from shardcron import metrics
+from shardcron.errors import StoreUnavailable
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.model import ExecutionResult, SlotRef, TickStatus
+from shardcron.store import ticks as tick_store
+from shardcron.jobkey import namespace_of
+
+log = logging.getLogger(__name__)
+
+
+class ResultWrite(NamedTuple):  # one per tick: a tuple, built and hashed in C
+    shard: int
+    fence: int
+    slot: SlotRef
+    attempt: int
+    result: ExecutionResult
+    status: TickStatus
+
+
+# The batched write: {(shard, fence): [(slot, attempt, result, status)]} -> ManyOutcome.
+WriteBatch = Callable[[Engine, Mapping[tuple[int, int], Sequence[tuple]]], tick_store.ManyOutcome]
+
+MAX_BACKOFF_S = 5.0
+
+
+class Recorder:
+    def __init__(self, engine: Engine, on_fenced: Callable[[int, int, int], None], *, max_batch: int = 5000,
+                 linger_s: float = 0.1, write: WriteBatch = tick_store.record_results_many,
+                 before_write: Callable[[], None] = lambda: None, lifeline: Lifeline = UNWATCHED):
+        self._engine = engine
+        self._on_fenced = on_fenced  # (shard, fence, rejected writes)
+        self._write_batch = write  # the store's own; a test wraps it to inject failures
+        self._before_write = before_write  # the scheduler's: waits while a burst of starts is under way
+        self._max_batch = max_batch
+        # Results of one slot time arrive in a burst: gathering them for a moment
+        # makes one commit of them, and keeps the database work off the burst itself.
+        self._linger_s = linger_s
+        self._cond = threading.Condition()
+        self._pending: list[ResultWrite] = []
+        self._unwritten: dict[int, int] = defaultdict(int)  # shard -> writes queued or in flight
+        metrics.watch_gauge(metrics.results_unwritten, self.unwritten)
+        self._closing = False
+        self._flushing = 0  # callers of flush() waiting: a linger is cut short for them
+        self._thread = lifeline.thread(self._run, "recorder")
+        self.written = 0
+        self.rejected = 0
+        self.listeners: list[Callable[[list[ResultWrite]], None]] = []  # told of the writes that landed, per batch
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, write: ResultWrite) -> None:
+        with self._cond:
+            self._pending.append(write)
+            self._unwritten[write.shard] += 1
+            self._wake_writer(added=1)
+
+    def put_many(self, writes: list[ResultWrite]) -> None:
+        with self._cond:
+            self._pending.extend(writes)
+            for w in writes:
+                self._unwritten[w.shard] += 1
+            self._wake_writer(added=len(writes))
+
+    def _wake_writer(self, added: int) -> None:
+        """With ``_cond`` held, after a put: wake the writer only when the put changes what it waits for.
+
+        It waits for a first result, then lingers for a full batch or the end of ``linger_s``. A notify per
+        put cut every linger short (results spread over the second were written one or two at a time, a
+        transaction each), and each was a thread switch and a GIL hand-off on the hot path.
+        """
+        n = len(self._pending)
+        if added and (n == added or n >= self._max_batch):  # the first results, or a full batch
+            self._cond.notify_all()
+
+    def unwritten(self) -> int:
+        """Results queued or being written, every shard together."""
+        with self._cond:
+            return sum(self._unwritten.values())
+
+    def flush(self, shard: int, timeout_s: float) -> bool:
+        """Wait until every write queued for ``shard`` is written or rejected."""
+        end = time.monotonic() + timeout_s
+        with self._cond:
+            self._flushing += 1  # a handover waits for this: the writer stops lingering
+            self._cond.notify_all()
+            try:
+                while self._unwritten.get(shard, 0) > 0:
+                    left = end - time.monotonic()
+                    if left <= 0:
+                        return False
+                    self._cond.wait(left)
+            finally:
+                self._flushing -= 1
+        return True
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while True:
+            crashpoints.fail_worker()
+            with self._cond:
+                while not self._pending and not self._closing:
+                    self._cond.wait()
+                if not self._pending and self._closing:
+                    return
+                linger_until = time.monotonic() + self._linger_s
+                while not self._closing and not self._flushing and len(self._pending) < self._max_batch:
+                    left = linger_until - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+                batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch:]
+            try:
+                self._before_write()
+                retry = self._write(batch)
+            except Exception:  # noqa: BLE001 - the only result writer must not die (see the module doc)
+                log.exception("writing %d tick results failed; they are kept and retried", len(batch))
+                retry = set(batch)
+            with self._cond:
+                # (Only a failed batch tests membership: hashing a ResultWrite is Python, every field.)
+                for w in (batch if not retry else [w for w in batch if w not in retry]):
+                    self._unwritten[w.shard] -= 1
+                if retry:
+                    self._pending[:0] = list(retry)
+                self._cond.notify_all()
+            if retry:
+                if self._closing and backoff >= MAX_BACKOFF_S:
+                    log.error("results still not written at shutdown; %d tick results not written", len(retry))
+                    return
+                time.sleep(backoff)  # the store is down, or the write failed: back off before trying again
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+            else:
+                backoff = 0.1
+
+    def _write(self, batch: list[ResultWrite]) -> set[ResultWrite]:
+        """One transaction for the whole batch, every shard in it; returns the writes to retry."""
+        groups: dict[tuple[int, int], list[ResultWrite]] = defaultdict(list)
+        for w in batch:
+            groups[(w.shard, w.fence)].append(w)
+        try:
+            out = self._write_batch(
+                self._engine, {k: [(w.slot, w.attempt, w.result, w.status) for w in ws] for k, ws in groups.items()}
+            )
+        except StoreUnavailable as e:
+            log.warning("store unavailable, %d tick results kept for retry: %s", len(batch), e)
+            return set(batch)
+        for (shard, fence), writes in groups.items():
+            if out.is_fenced(shard, fence):
+                self.rejected += len(writes)
+                log.error("shard %d: %d tick results rejected by the fence (fence %d, store has %s)", shard,
+                          len(writes), fence, out.fenced_out[shard], extra={"shard": shard, "fence": fence})
+                self._on_fenced(shard, fence, len(writes))
+                continue
+            self.written += len(writes)
+            # Per namespace and status, not per tick: labels() is a lookup under a lock.
+            for (namespace, status), count in Counter((namespace_of(w.slot.job_id), w.status) for w in writes).items():
+                metrics.ticks.labels(namespace, status.value).inc(count)
+            for listener in self.listeners:
+                try:
+                    listener(writes)
+                except Exception:  # noqa: BLE001 - a listener's bug must not stop the writer (or re-write)
+                    log.exception("a tick result listener failed")
+        return set()

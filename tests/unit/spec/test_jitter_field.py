@@ -1,0 +1,151 @@
+"""A job's jitter end to end in pure code: the job table, its stored JSON, the proto, the dispatch
+offset and the audit's unresolved rule. (jitter_offset_ms itself: test_jitter.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from shardcron.wire.convert import job_from_proto, job_to_proto, stored_job_from_proto
+from shardcron.audit.audit import find_unresolved
+from shardcron.errors import InvalidJob
+from shardcron.spec.job import job_from_dict, job_from_json, job_to_dict, job_to_json
+from shardcron.model import SlotRef, Tick, TickStatus
+from shardcron.rules.jitter import jitter_offset_ms
+from shardcron.leader.loop import _offset
+from shardcron.rules.takeover import Dispatch
+from shardcron.v1 import scheduler_pb2 as pb
+
+
+def job(**over):
+    base = {"id": "j", "every": "1m", "executor": {"kind": "noop"}}
+    base.update(over)
+    return base
+
+
+@pytest.mark.parametrize(
+    "data, jitter_ms",
+    [
+        (job(), 0),
+        (job(jitter=None), 0),
+        (job(jitter=""), 0),
+        (job(jitter="0s"), 0),
+        (job(jitter="30s"), 30_000),
+        (job(jitter="250ms"), 250),
+        (job(jitter=1.5), 1_500),  # a number is seconds, like every duration
+        (job(jitter="59s999ms"), 59_999),  # just shorter than the 1 m gap
+        (job(every=None, cron="*/5 * * * *", jitter="4m"), 240_000),
+        (job(every=None, at="2030-01-01T00:00:00Z", jitter="1d"), 86_400_000),  # a single run has no gap
+    ],
+)
+def test_jitter_is_parsed(data, jitter_ms):
+    assert job_from_dict(data).jitter_ms == jitter_ms
+
+
+@pytest.mark.parametrize(
+    "data, says",
+    [
+        (job(jitter="abc"), "expected a duration"),
+        (job(jitter="-5s"), "expected a duration"),
+        (job(jitter=True), "expected a duration"),
+        (job(jitter="1m"), "not shorter than the schedule's shortest gap (1m)"),
+        (job(jitter="2m"), "not shorter"),
+        (job(every=None, cron="*/5 * * * *", jitter="5m"), "not shorter"),
+        (job(every=None, cron="0 9,10 * * *", jitter="2h"), "not shorter than the schedule's shortest gap (1h)"),
+        (job(jitter="11000d"), "longer than the limit"),
+    ],
+)
+def test_bad_jitter_names_the_field(data, says):
+    with pytest.raises(InvalidJob) as err:
+        job_from_dict(data)
+    assert err.value.field == "jitter" and says in str(err.value), str(err.value)
+
+
+def test_stored_json_round_trips_and_is_unchanged_without_jitter():
+    plain = job_from_dict(job())
+    assert "jitter" not in job_to_dict(plain)  # a job stored before jitter existed reads back the same
+    jittered = job_from_dict(job(jitter="30s"))
+    assert job_to_dict(jittered)["jitter"] == "30000ms"
+    assert job_from_json(job_to_json(jittered)) == jittered
+
+
+@pytest.mark.parametrize("jitter", [None, "1ms", "30s", "59s999ms"])
+def test_proto_round_trip(jitter):
+    model = job_from_dict(job(jitter=jitter))
+    p = job_to_proto(model, redact=False)
+    assert p.HasField("jitter_ms") is bool(model.jitter_ms)
+    assert job_from_proto(pb.Job.FromString(p.SerializeToString())) == model
+    assert stored_job_from_proto(p).jitter_ms == model.jitter_ms
+
+
+@pytest.mark.parametrize("ms, field", [(60_000, "jitter"), (-1, "jitter")])
+def test_proto_bad_jitter_names_the_field(ms, field):
+    p = job_to_proto(job_from_dict(job()), redact=False)
+    p.jitter_ms = ms
+    with pytest.raises(InvalidJob) as err:
+        job_from_proto(p)
+    assert err.value.field == field
+
+
+def test_dispatch_offset_follows_the_job():
+    jittered, plain = job_from_dict(job(jitter="30s")), job_from_dict(job())
+    slot = SlotRef("j", 1_700_000_040_000)
+    assert _offset(jittered, slot) == jitter_offset_ms("j", slot.scheduled_at_ms, 30_000)
+    assert 0 <= _offset(jittered, slot) < 30_000
+    assert _offset(plain, slot) == 0 and _offset(None, slot) == 0
+    assert Dispatch(slot, 1).offset_ms == 0  # the default: an unjittered start
+
+
+S = 1000
+NOW = 1_000 * S
+GRACE = 60 * S
+
+
+def claimed(at: int, job_id: str = "j", manual: bool = False) -> Tick:
+    return Tick(job_id, at, 0, 100, "a", TickStatus.CLAIMED, attempt=0, manual=manual, claimed_at_ms=at - S)
+
+
+def _slot_started_within_grace(job_id: str, jitter_ms: int) -> int:
+    """A slot more than GRACE before NOW whose jittered start is less than GRACE before NOW."""
+    for k in range(1, 10_000):
+        at = NOW - GRACE - k * S
+        if at + jitter_offset_ms(job_id, at, jitter_ms) >= NOW - GRACE:
+            return at
+    raise AssertionError("no such slot")
+
+
+def test_unresolved_grace_runs_from_the_jittered_start():
+    jitter = 50 * 60 * S  # 50 minutes
+    at = _slot_started_within_grace("j", jitter)
+    offset = jitter_offset_ms("j", at, jitter)
+    row = claimed(at)
+    # Without jitter in mind, a row claimed 60+ s after its slot looks stuck;
+    assert find_unresolved([row], now_ms=NOW, grace_ms=GRACE)
+    # its jittered start is not yet a grace ago: no finding;
+    assert not find_unresolved([row], now_ms=NOW, grace_ms=GRACE, jitter_ms={"j": jitter})
+    # a grace after the jittered start, it is one again;
+    assert find_unresolved([row], now_ms=at + offset + GRACE + 1, grace_ms=GRACE, jitter_ms={"j": jitter})
+    # a manual run has no jitter, and another job's jitter is not this one's.
+    assert find_unresolved([claimed(at, manual=True)], now_ms=NOW, grace_ms=GRACE, jitter_ms={"j": jitter})
+    assert find_unresolved([claimed(at, job_id="k")], now_ms=NOW, grace_ms=GRACE, jitter_ms={"j": jitter})
+
+
+@pytest.mark.parametrize("text, says", [
+    ('[[jobs]]\nid = "a"\nevery = "1m"\njitter = "abc"\nexecutor = { kind = "noop" }\n', "expected a duration"),
+    ('[[jobs]]\nid = "a"\nevery = "1m"\njitter = "1m"\nexecutor = { kind = "noop" }\n', "not shorter"),
+])
+def test_a_job_file_with_a_bad_jitter_names_the_file_job_and_field(tmp_path, text, says):
+    from shardcron.spec.jobfile import JobFileError, load_job_file
+
+    path = tmp_path / "jobs.toml"
+    path.write_text(text)
+    with pytest.raises(JobFileError) as err:
+        load_job_file(str(path))
+    assert "jobs.toml" in str(err.value) and "jitter" in str(err.value) and says in str(err.value), str(err.value)
+
+
+def test_a_job_file_with_jitter_loads(tmp_path):
+    from shardcron.spec.jobfile import load_job_file
+
+    path = tmp_path / "jobs.toml"
+    path.write_text('[[jobs]]\nid = "a"\nevery = "1m"\njitter = "30s"\nexecutor = { kind = "noop" }\n')
+    assert [j.jitter_ms for j in load_job_file(str(path))] == [30_000]
