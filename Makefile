@@ -1,5 +1,6 @@
 # `make dev`  : set up everything, then run a local 3-node cluster with demo jobs.
-# `make test` : set up everything, then run the whole suite.
+# `make test` : set up everything, then run the lint checks and the whole suite.
+# `make lint` : the lint checks alone: ruff, ruff format --check, the import contract (lint-imports), mypy.
 # `make fuzz` : set up everything, then run the fuzz tests with 30 times their examples (hypothesis profile "fuzz").
 # `make soak SECONDS=1800 [SEED=S]` : set up everything, then run one nemesis soak of SECONDS seconds of faults
 #               (a random seed unless SEED is given; the run prints its seed and the command that replays it).
@@ -9,13 +10,19 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test fuzz soak setup venv system-deps services unit proto clean
+.PHONY: dev test lint fuzz soak setup venv system-deps services unit proto clean
 
 dev: setup
 	$(VENV)/bin/shardcron dev
 
-test: setup services
+test: setup lint services
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check
+	$(VENV)/bin/ruff format --check
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 fuzz: setup services
 	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -ra -m fuzz $(PYTEST_ARGS)

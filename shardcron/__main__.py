@@ -1,3 +1,5 @@
+"""``python -m shardcron``: the ``shardcron`` command."""
+
 from shardcron.cli import main
 
 raise SystemExit(main())

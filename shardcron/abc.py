@@ -1,8 +1,9 @@
 """The interfaces between shardcron's parts, in one place (as APScheduler 4's ``abc.py``).
 
-- ``Trigger``: when a job's slots fall (``scheduling/triggers.py`` implements it);
+- ``Trigger``: when a job's slots fall (``rules/triggers.py`` implements it);
 - ``Executor``: runs one attempt of one tick (``executors/``, one file per kind);
-- ``ShardWork``: what the coordinator needs from the scheduling side (``scheduling/loop.py``);
+- ``Lease``: what the scheduling side asks of the coordinator's session before it acts;
+- ``ShardWork``: what the coordinator needs from the scheduling side (``leader/loop.py``);
 - ``Backend``: what the API layer needs from a running node (``node.py``).
 
 Each side speaks only to the protocol, so the parts can be tested and reasoned
@@ -16,10 +17,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    import re
+
     from sqlalchemy.engine import Engine
 
-    from shardcron.coordination.session import Session
+    from shardcron.coordination.calendar_book import CalendarBook
+    from shardcron.coordination.etcd import Etcd
+    from shardcron.coordination.keys import KeyLayout
     from shardcron.model import ExecutionResult, ExecutorSpec, Job, SlotRef, Tick, TickContext
+    from shardcron.runtime.lifeline import Lifeline
+    from shardcron.spec.calendar import Calendar
 
 
 class Trigger(Protocol):
@@ -43,10 +50,18 @@ class Executor(Protocol):
             cancel: threading.Event) -> ExecutionResult: ...
 
 
+class Lease(Protocol):
+    """A lease held on the coordinator's side (``coordination.session.Session`` implements it)."""
+
+    def can_act(self) -> bool:
+        """True while the lease is provably still held, with a safety margin, on the monotonic clock."""
+        ...
+
+
 class ShardWork(Protocol):
     """What the coordinator needs from the scheduling side."""
 
-    def acquire(self, shard: int, fence: int, stop: threading.Event, session: Session) -> None:
+    def acquire(self, shard: int, fence: int, stop: threading.Event, session: Lease) -> None:
         """Raise the fence in the store and start running the shard's jobs. Raises FencedOut when stale."""
 
     def release(self, shard: int, grace_s: float, on_done: Callable[[], None]) -> None:
@@ -62,16 +77,23 @@ class Backend(Protocol):
     """What the API layer needs from a running node. ``node.py`` implements it."""
 
     node_id: str
-    shard_count: int
     allow_shell: bool
-    shell_allow: object  # re.Pattern a shell command must fully match, or None
+    shell_allow: re.Pattern[str] | None  # a shell command must fully match it, when set
     allow_python: tuple[str, ...]  # module prefixes python jobs may call (--allow-python)
-    min_interval_ms: int  # the cluster's minimum gap between a job's slots, read live (`shardcron config`)
     engine: Engine
     joined: threading.Event  # set while the node is a live member of the cluster (health: SERVING)
-    etcd: object  # coordination.etcd.Etcd: the forwarding secret and the tokens' bump key (api/peers.py)
-    layout: object  # coordination.keys.KeyLayout: where those keys are
-    lifeline: object  # lifeline.Lifeline: the API's long-lived threads and tasks report their death to it
+    etcd: Etcd  # the forwarding secret and the tokens' bump key (api/peers.py)
+    layout: KeyLayout  # where those keys are
+    lifeline: Lifeline  # the API's long-lived threads and tasks report their death to it
+    calendars: CalendarBook  # the calendars this node schedules by
+
+    @property
+    def shard_count(self) -> int: ...
+
+    @property
+    def min_interval_ms(self) -> int:
+        """The cluster's minimum gap between a job's slots, read live (`shardcron config`)."""
+        ...
 
     def fence_if_leader(self, shard: int) -> int | None:
         """This node's fence for ``shard`` if it leads it right now, else None."""
@@ -87,10 +109,9 @@ class Backend(Protocol):
     def trigger_now(self, shard: int, job_id: str) -> SlotRef:
         """Claim and start an extra, manual tick now (on the shard's leader). KeyError if the job is unknown."""
 
-    calendars: object  # scheduling.calendar_book.CalendarBook: the calendars this node schedules by
-
-    def calendar_written(self, name: str, calendar: object, now_ms: int) -> None:
+    def calendar_written(self, name: str, calendar: Calendar | None, now_ms: int) -> None:
         """This node wrote calendar ``name`` (``calendar`` None: deleted): every node must reload it."""
+
     def namespace_written(self, name: str, now_ms: int) -> None:
         """This node created, changed or deleted namespace ``name``: every node must reload the namespaces."""
 

@@ -1,18 +1,38 @@
-"""Node settings: every flag of ``shardcron node`` also reads ``SHARDCRON_<NAME>``.
+"""Node settings: what a node runs with (``NodeConfig``) and the plain defaults of its flags.
 
-Precedence: command-line flag, then environment variable, then default.
+``cli/flags.py`` builds a ``NodeConfig`` from the command line and the
+``SHARDCRON_<NAME>`` environment variables; this module only holds the values.
 """
 
 from __future__ import annotations
 
-import argparse
-import os
-import socket
+import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from shardcron.errors import ConfigError, InvalidJob
+if TYPE_CHECKING:
+    from shardcron.api.limits import ApiLimits
+    from shardcron.api.security import ServerSecurity
+    from shardcron.client.channel import ChannelSecurity
+    from shardcron.coordination.etcd import EtcdSecurity
+    from shardcron.rules.notification_rate import Rate
+    from shardcron.rules.notifications import Defaults
 
-ENV_PREFIX = "SHARDCRON_"
+DEFAULT_ETCD = "127.0.0.1:2379"
+DEFAULT_PREFIX = "/cron"
+DEFAULT_DB = "sqlite:///shardcron.db"
+DEFAULT_LISTEN = "127.0.0.1:7070"
+DEFAULT_SHARDS = 64
+DEFAULT_TTL_S = 10
+DEFAULT_SETTLE_S = 1.0
+DEFAULT_SHUTDOWN_GRACE_S = 5.0
+DEFAULT_LOOKAHEAD_MS = 600  # not a whole second, so claiming never coincides with whole-second starts
+DEFAULT_EXECUTOR_SLOTS = 1000
+DEFAULT_DISPATCHER_PRIORITY = "normal"
+DEFAULT_START_LEAD_MAX_MS = 5.0
+DEFAULT_KEEPALIVE_MS = (10_000, 5_000)  # (ping every, give up after)
+DEFAULT_LOG_FORMAT = "text"
+DEFAULT_LOG_LEVEL = "info"
 
 
 @dataclass(frozen=True)
@@ -38,410 +58,39 @@ class NodeConfig:
     metrics_listen: str | None = None
     http_listen: str | None = None  # the web dashboard (shardcron/dashboard); may be metrics_listen's address
     health_listen: str | None = None  # grpc.health.v1 Check on a port of its own (api/health_port.py)
-    shell_allow: object = None  # re.Pattern every shell command must fully match, when set
+    shell_allow: re.Pattern[str] | None = None  # every shell command must fully match it, when set
     allow_python: tuple[str, ...] = ()  # module prefixes Python jobs may call (--allow-python)
-    etcd_security: object = None  # coordination.etcd.EtcdSecurity
-    api_security: object = None  # api.security.ServerSecurity
-    forward_security: object = None  # api.security.ChannelSecurity: how this node calls other nodes
-    api_limits: object = None  # api.limits.ApiLimits; None: the defaults
-    keepalive_ms: tuple[int, int] = (10_000, 5_000)  # (ping every, give up after) on every gRPC channel
+    etcd_security: EtcdSecurity | None = None
+    api_security: ServerSecurity | None = None
+    forward_security: ChannelSecurity | None = None  # how this node calls other nodes
+    api_limits: ApiLimits | None = None  # None: the defaults
+    keepalive_ms: tuple[int, int] = DEFAULT_KEEPALIVE_MS  # (ping every, give up after) on every gRPC channel
     tick_retention_ms: int | None = None  # ticks older than this are pruned by their shard's leader; None: kept
-    # The cluster-wide default notifications (notifications.owed.Defaults) and their rate limit per job
-    # (notifications.rate.Rate; None: no limit): --notify-on-failure, --notify-on-recovery, --notify-rate.
-    notify_defaults: object = None
-    notify_rate: object = None
-    executor_slots: int = 1000  # executions running at once on this node; the starts beyond wait (exec_gate.py)
+    # The cluster-wide default notifications and their rate limit per job (None: no limit):
+    # --notify-on-failure, --notify-on-recovery, --notify-rate.
+    notify_defaults: Defaults | None = None
+    notify_rate: Rate | None = None
+    executor_slots: int = DEFAULT_EXECUTOR_SLOTS  # executions running at once on this node; the starts beyond wait
     fair_queuing: bool = True  # waiting starts served by weighted fair queuing across namespaces; False: first-come
-    dispatcher_priority: str = "normal"  # "realtime": the dispatcher thread under SCHED_FIFO (scheduling/realtime.py)
-    start_lead_max_ms: float = 5.0  # the dispatcher takes the GIL at most this early for a start (gil_lead.py); 0: off
-
-
-def env_default(name: str, default):
-    """The default for flag ``--name``: ``SHARDCRON_NAME`` if set, else ``default``."""
-    raw = os.environ.get(env_name(name))
-    if raw is None:
-        return default
-    if isinstance(default, bool):
-        return raw.strip().lower() in ("1", "true", "yes", "on")
-    return raw
-
-
-def env_name(flag: str) -> str:
-    """``--node-id`` (or ``node-id``) -> ``SHARDCRON_NODE_ID``."""
-    return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
-
-
-_SHOW_DEFAULT = object()
-
-
-def add_env_flag(p, flag: str, help_: str, default=None, *, default_text=_SHOW_DEFAULT, **kwargs) -> None:
-    """Add ``flag`` to ``p`` (a parser or an argument group), defaulting to ``SHARDCRON_<FLAG>`` or ``default``.
-
-    The help ends with ``[SHARDCRON_<FLAG>]`` and the default: ``default_text``
-    when given (None: say nothing), else the value itself when there is one.
-    """
-    suffix = f" [{env_name(flag)}]"
-    if default_text is _SHOW_DEFAULT:
-        default_text = None if default is None or isinstance(default, bool) else "%(default)s"
-    if default_text is not None:
-        suffix += f" (default {default_text})"
-    p.add_argument(flag, default=env_default(flag.lstrip("-"), default), help=help_ + suffix, **kwargs)
-
-
-DEFAULT_DB = "sqlite:///shardcron.db"
-START_LEAD_LIMIT_MS = 20.0  # a longer hold of the GIL would stall the node's other threads (scheduling/gil_lead.py)
-
-
-def add_db_flag(p) -> None:
-    """``--db``, the same for every command that opens the store."""
-    add_env_flag(p, "--db", "SQLAlchemy URL of the tick store: sqlite:///..., postgresql://..., mysql://...",
-                 DEFAULT_DB)
-
-
-def add_common_etcd_flags(p: argparse.ArgumentParser) -> None:
-    add_env_flag(p, "--etcd", "comma-separated etcd endpoints, https:// for TLS", "127.0.0.1:2379")
-    add_prefix_flag(p)
-    add_etcd_security_flags(p)
-
-
-def add_prefix_flag(p) -> None:
-    add_env_flag(p, "--prefix", "etcd key prefix of the cluster", "/cron")
-
-
-def add_etcd_security_flags(p) -> None:
-    """TLS and auth for etcd; ``p`` may be a parser or an argument group."""
-    add_env_flag(p, "--etcd-ca", "CA certificate that signed etcd's server certificate (enables TLS)")
-    add_env_flag(p, "--etcd-cert", "client certificate for etcd mTLS")
-    add_env_flag(p, "--etcd-key", "client key for etcd mTLS")
-    add_env_flag(p, "--etcd-user", "etcd user name (auth enabled)")
-    add_env_flag(p, "--etcd-password-file", "file holding the etcd password; or set SHARDCRON_ETCD_PASSWORD "
-                                            "(never a flag: it would show in ps)")
-
-
-def etcd_security(a: argparse.Namespace):
-    """TLS and auth settings for etcd from the common flags; the password never comes from argv."""
-    from shardcron.coordination.etcd import EtcdSecurity
-
-    password = os.environ.get(ENV_PREFIX + "ETCD_PASSWORD")
-    if getattr(a, "etcd_password_file", None):
-        try:
-            with open(a.etcd_password_file, encoding="utf-8") as f:
-                password = f.read().strip()
-        except OSError as e:
-            raise ConfigError(f"--etcd-password-file: cannot read {a.etcd_password_file}: {e.strerror}") from None
-    user = getattr(a, "etcd_user", None)
-    if user and password is None:
-        raise ConfigError("--etcd-user needs a password: set SHARDCRON_ETCD_PASSWORD or --etcd-password-file")
-    for flag in ("etcd_ca", "etcd_cert", "etcd_key"):
-        path = getattr(a, flag, None)
-        if path and not os.path.isfile(path):
-            raise ConfigError(f"--{flag.replace('_', '-')}: no such file {path}")
-    if bool(getattr(a, "etcd_cert", None)) != bool(getattr(a, "etcd_key", None)):
-        raise ConfigError("--etcd-cert and --etcd-key go together")
-    return EtcdSecurity(ca_file=getattr(a, "etcd_ca", None), cert_file=getattr(a, "etcd_cert", None),
-                        key_file=getattr(a, "etcd_key", None), user=user, password=password if user else None)
-
-
-def add_node_flags(p: argparse.ArgumentParser) -> None:
-    add_common_etcd_flags(p)
-    add_env_flag(p, "--node-id", "unique node name", default_text="hostname-pid")
-    add_db_flag(p)
-    add_env_flag(p, "--listen", "gRPC listen address", "127.0.0.1:7070")
-    add_env_flag(p, "--advertise", "address other nodes reach this one at", default_text="--listen")
-    add_env_flag(p, "--shards", "shard count; must match the cluster's", 64)
-    add_env_flag(p, "--ttl", "session lease TTL in seconds", 10)
-    add_env_flag(p, "--allow-shell", "allow shell jobs (remote code execution: only on trusted clusters)", False,
-                 action="store_true")
-    add_env_flag(p, "--allow-python", "allow python jobs whose target module is this one or under it (repeatable, or "
-                                      "comma-separated in the variable; remote code execution: trusted clusters only)",
-                 default_text="none", action="append")
-    add_env_flag(p, "--jobs", "TOML or YAML file of jobs to import when leading their shards")
-    add_env_flag(p, "--min-interval", "the cluster's minimum interval: jobs whose slots come closer (every, or "
-                                      "cron with seconds) are refused, a guard against 1ms typed for 1m; 0 allows "
-                                      "any. A new cluster takes it from its first node; a node given another value "
-                                      "than the cluster's refuses to start (change it with `shardcron config "
-                                      "--min-interval`)", default_text="the cluster's; 1s for a new cluster")
-    add_env_flag(p, "--settle", "seconds of membership quiet before rebalancing", 1.0)
-    add_env_flag(p, "--shutdown-grace", "seconds to wait for running ticks on stop or hand-over", 5.0)
-    add_env_flag(p, "--lookahead-ms", "claim slots this far ahead, in one transaction", 600,
-                 default_text="%(default)s: not a whole second, so claiming never coincides with whole-second starts")
-    add_env_flag(p, "--executor-slots", "executions running at once on this node; a start beyond them waits for a "
-                                        "free slot (and the HTTP pool allows this many requests to one host)", 1000)
-    add_env_flag(p, "--fair-queuing", "how starts waiting for a slot are served: 'on', by weighted fair queuing "
-                                      "across namespaces; 'off', first come first served (the baseline)", "on",
-                 choices=["on", "off"])
-    add_env_flag(p, "--dispatcher-priority", "'realtime' runs the thread that starts every tick under SCHED_FIFO, "
-                                             "so a busy machine wakes it on time (needs CAP_SYS_NICE); 'normal' "
-                                             "leaves it to the operating system's usual sharing", "normal",
-                 choices=["normal", "realtime"])
-    add_env_flag(p, "--start-lead-max-ms", "the thread that starts every tick takes the GIL up to this many ms "
-                                           "before a start is due and keeps it until then, so the node's other "
-                                           "threads cannot make the start late; 0 turns it off", 5.0)
-    add_env_flag(p, "--tick-retention", "delete ticks whose slot is older than this (e.g. 30d), in small batches by "
-                                        "each shard's leader; never nearer now than a job's catch-up window",
-                 "none", default_text="none: keep every tick")
-    add_env_flag(p, "--tls-cert", "serve the API over TLS with this certificate")
-    add_env_flag(p, "--tls-key", "its key")
-    add_env_flag(p, "--tls-client-ca", "require client certificates signed by this CA (mTLS)")
-    add_env_flag(p, "--tls-ca", "CA to verify other nodes when forwarding", default_text="--tls-client-ca")
-    add_env_flag(p, "--auth-token-file", "require a scoped bearer token on every call: the file's tokens "
-                                          "(NAME sha256:HASH ROLE NAMESPACES per line, or legacy bare tokens) "
-                                          "plus those created with `shardcron tokens create`")
-    add_env_flag(p, "--node-token", "this node's own secret, sent with the calls it forwards (its scope caps "
-                                    "theirs); prefer the environment variable", default_text="a legacy token of "
-                                    "--auth-token-file")
-    add_env_flag(p, "--shell-allow", "with --allow-shell: a regular expression every shell command must match in "
-                                     "full")
-    add_env_flag(p, "--metrics-listen", "serve Prometheus metrics on host:port", default_text="off")
-    add_env_flag(p, "--http-listen", "serve the web dashboard on host:port (the same tokens as the API, TLS when "
-                                     "the API has it; may be --metrics-listen's address, then /metrics is there "
-                                     "too; needs the 'dashboard' extra)", default_text="off")
-    add_env_flag(p, "--health-listen", "also answer grpc.health.v1 Check on host:port, on threads of its own, so "
-                                       "no API load delays a probe (plain text, no token)", default_text="off")
-    add_api_limit_flags(p)
-    add_env_flag(p, "--log-format", "log line format", "text", choices=["text", "json"])
-    add_env_flag(p, "--log-level", "log level", "info", choices=["debug", "info", "warning", "error"])
-
-
-def add_api_limit_flags(p: argparse.ArgumentParser) -> None:
-    from shardcron.api import limits as L
-
-    add_env_flag(p, "--max-streams", "open WatchTicks streams this node serves at once", L.DEFAULT_MAX_STREAMS)
-    add_env_flag(p, "--max-streams-per-peer", "open streams one caller address may hold on this node (calls "
-                                              "other nodes forward count against --max-streams only)",
-                 L.DEFAULT_MAX_STREAMS_PER_PEER)
-    add_env_flag(p, "--max-request-bytes", "largest request this node reads, in bytes (or 8MiB, 512KiB)",
-                 "8MiB")
-    add_env_flag(p, "--max-jobs-per-call", "jobs one PutJobs call may carry (jobs apply sends several calls)",
-                 L.DEFAULT_MAX_JOBS_PER_CALL)
-    add_env_flag(p, "--trigger-rate", "manual runs (TriggerJob) per job: COUNT/PERIOD, a burst of COUNT then "
-                                      "evenly spread; off: no limit", L.DEFAULT_TRIGGER_RATE)
-    add_env_flag(p, "--notify-on-failure", "default notification for jobs without on_failure, run once per failed "
-                                           "slot: an http(s):// webhook URL, or an executor table as JSON", None,
-                 metavar="SPEC")
-    add_env_flag(p, "--notify-on-recovery", "default notification for jobs without on_recovery, run once when a "
-                                            "job succeeds after failing (same SPEC forms)", None,
-                 metavar="SPEC")
-    add_env_flag(p, "--notify-rate", "at most COUNT default notifications per job per DURATION; the rest are "
-                                     "recorded suppressed and counted (off: no limit)", "10/1m",
-                 metavar="COUNT/DURATION")
-    add_env_flag(p, "--keepalive", "ping every gRPC connection (to callers and to other nodes) this often", "10s")
-    add_env_flag(p, "--keepalive-timeout", "drop a connection whose ping is not answered within this (a frozen or "
-                                           "unreachable peer fails its calls after --keepalive plus this)", "5s")
-
-
-_BYTE_UNITS = {"": 1, "b": 1, "kib": 1024, "kb": 1000, "mib": 1024**2, "mb": 1000**2, "gib": 1024**3, "gb": 1000**3}
-
-
-def parse_bytes(name: str, raw) -> int:
-    import re
-
-    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(raw))
-    unit = m and m.group(2).lower()
-    if not m or unit not in _BYTE_UNITS:
-        raise ConfigError(f"--{name}: expected a size such as 8388608, 8MiB or 512KiB, got {raw!r}")
-    return int(m.group(1)) * _BYTE_UNITS[unit]
-
-
-def _duration_flag_ms(name: str, raw, minimum_ms: int) -> int:
-    from shardcron.spec.job import parse_duration_ms
-
-    try:
-        ms = parse_duration_ms(raw, f"--{name}")
-    except InvalidJob:
-        raise ConfigError(f"--{name}: expected a duration such as 10s or 500ms, got {raw!r}") from None
-    if ms < minimum_ms:
-        raise ConfigError(f"--{name}: must be at least {minimum_ms}ms, got {raw!r}")
-    return ms
-
-
-def api_limits_from_args(a: argparse.Namespace):
-    from shardcron.api.limits import ApiLimits, parse_rate
-
-    max_request = parse_bytes("max-request-bytes", a.max_request_bytes)
-    if not 64 * 1024 <= max_request <= 1024**3:
-        raise ConfigError(f"--max-request-bytes: must be between 64KiB and 1GiB, got {a.max_request_bytes!r}")
-    try:
-        trigger_rate = parse_rate(a.trigger_rate, "--trigger-rate")
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    return ApiLimits(
-        max_streams=_number("max-streams", a.max_streams, int, 1),
-        max_streams_per_peer=_number("max-streams-per-peer", a.max_streams_per_peer, int, 1),
-        max_request_bytes=max_request,
-        max_jobs_per_call=_number("max-jobs-per-call", a.max_jobs_per_call, int, 1),
-        trigger_rate=trigger_rate,
-    )
-
-
-def _number(name: str, raw, kind, minimum):
-    try:
-        value = kind(raw)
-    except (TypeError, ValueError):
-        raise ConfigError(f"--{name}: expected a number, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"--{name}: must be at least {minimum}, got {value}")
-    return value
-
-
-def _at_most(name: str, value, maximum):
-    if not value <= maximum:  # NaN too
-        raise ConfigError(f"--{name}: must be at most {maximum}, got {value}")
-    return value
-
-
-def _on_off(name: str, raw) -> bool:
-    return _one_of(name, raw, ("on", "off")) == "on"
-
-
-def _one_of(name: str, raw, choices: tuple[str, ...]) -> str:
-    """One of ``choices`` (the environment variable is not checked by argparse's choices)."""
-    value = str(raw).strip().lower()
-    if value not in choices:
-        raise ConfigError(f"--{name}: expected {' or '.join(repr(c) for c in choices)}, got {raw!r}")
-    return value
-
-
-def _hostport(name: str, value: str) -> str:
-    host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ConfigError(f"--{name}: expected host:port, got {value!r}")
-    return value
-
-
-def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
-    listen = _hostport("listen", a.listen)
-    advertise = _hostport("advertise", a.advertise) if a.advertise else listen
-    if advertise.rpartition(":")[0] in ("0.0.0.0", "[::]", "::", ""):
-        raise ConfigError(f"--advertise: {advertise!r} is not reachable by other nodes; give a routable host:port")
-    node_id = a.node_id or f"{socket.gethostname()}-{os.getpid()}"
-    if not node_id or "/" in node_id or len(node_id) > 128:
-        raise ConfigError(f"--node-id: {node_id!r} must be 1-128 characters without '/'")
-    return NodeConfig(
-        node_id=node_id,
-        etcd=a.etcd,
-        db=a.db,
-        listen=listen,
-        advertise=advertise,
-        shards=_number("shards", a.shards, int, 1),
-        ttl=_number("ttl", a.ttl, int, 2),
-        prefix=a.prefix,
-        allow_shell=bool(a.allow_shell),
-        jobs=a.jobs,
-        settle=_number("settle", a.settle, float, 0.0),
-        shutdown_grace=_number("shutdown-grace", a.shutdown_grace, float, 0.0),
-        lookahead_ms=_number("lookahead-ms", a.lookahead_ms, int, 0),
-        executor_slots=_number("executor-slots", a.executor_slots, int, 1),
-        fair_queuing=_on_off("fair-queuing", a.fair_queuing),
-        dispatcher_priority=_one_of("dispatcher-priority", a.dispatcher_priority, ("normal", "realtime")),
-        start_lead_max_ms=_at_most("start-lead-max-ms", _number("start-lead-max-ms", a.start_lead_max_ms, float, 0.0),
-                                   START_LEAD_LIMIT_MS),
-        min_interval_ms=None if a.min_interval is None else parse_min_interval_ms(a.min_interval),
-        log_format=a.log_format,
-        log_level=a.log_level,
-        metrics_listen=_hostport("metrics-listen", a.metrics_listen) if a.metrics_listen else None,
-        http_listen=_hostport("http-listen", a.http_listen) if a.http_listen else None,
-        health_listen=_hostport("health-listen", a.health_listen) if a.health_listen else None,
-        etcd_security=etcd_security(a),
-        **_api_security(a),
-        api_limits=api_limits_from_args(a),
-        keepalive_ms=(_duration_flag_ms("keepalive", a.keepalive, 100),
-                      _duration_flag_ms("keepalive-timeout", a.keepalive_timeout, 100)),
-        shell_allow=_shell_allow(a.shell_allow, bool(a.allow_shell)),
-        allow_python=_allow_python(a.allow_python),
-        tick_retention_ms=_tick_retention_ms(a.tick_retention),
-        **_notify(a),
-    )
-
-
-def _tick_retention_ms(raw) -> int | None:
-    from shardcron.rules.retention import RetentionError, parse_retention_ms
-
-    try:
-        return parse_retention_ms(raw, "--tick-retention")
-    except RetentionError as e:
-        raise ConfigError(str(e)) from None
-
-
-def _notify(a: argparse.Namespace) -> dict:
-    """The default notifications, refused with the flag's name and the field's when malformed."""
-    from shardcron.rules.notifications import Defaults
-    from shardcron.rules.notification_rate import parse_rate
-    from shardcron.spec.notifications import parse_cli
-
-    specs = {}
-    for flag, key in (("--notify-on-failure", "on_failure"), ("--notify-on-recovery", "on_recovery")):
-        raw = getattr(a, key.replace("on_", "notify_on_"), None)
-        try:
-            specs[key] = parse_cli(raw, flag) if raw else None
-        except InvalidJob as e:
-            raise ConfigError(str(e)) from None
-    for flag, spec in zip(("--notify-on-failure", "--notify-on-recovery"), specs.values(), strict=True):
-        if spec is not None and spec.kind.value == "shell" and not a.allow_shell:
-            raise ConfigError(f"{flag}: a shell notification needs --allow-shell")
-        if spec is not None and spec.kind.value == "python":
-            from shardcron.executors.python_target import check_target  # imports the target's module: only here
-
-            refused = check_target(spec.python.target, _allow_python(a.allow_python))
-            if refused is not None:
-                raise ConfigError(f"{flag}: {refused}")
-    return {"notify_defaults": Defaults(**specs), "notify_rate": parse_rate(a.notify_rate or "10/1m")}
-
-
-def parse_min_interval_ms(raw) -> int:
-    """``--min-interval``'s value in ms (node and ``shardcron config``); ``ConfigError`` naming the flag."""
-    from shardcron.spec.job import parse_duration_ms  # not at the top: `shardcron shards` must not import croniter
-
-    try:
-        ms = parse_duration_ms(raw, "--min-interval")
-    except InvalidJob:
-        raise ConfigError(f"--min-interval: expected a duration such as 1s, 500ms or 1m (0: no minimum), "
-                          f"got {raw!r}") from None
-    if ms < 0:
-        raise ConfigError(f"--min-interval: must not be negative, got {raw!r}")
-    return ms
-
-
-def _allow_python(values) -> tuple[str, ...]:
-    """``--allow-python`` given once or more, or ``SHARDCRON_ALLOW_PYTHON=a,b``: dotted module prefixes."""
-    import re
-
-    if values is None:
-        return ()
-    raw = [values] if isinstance(values, str) else list(values)
-    prefixes = [p.strip() for value in raw for p in value.split(",") if p.strip()]
-    for prefix in prefixes:
-        if not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", prefix):
-            raise ConfigError(f"--allow-python: {prefix!r} is not a module name such as myapp or myapp.jobs")
-    return tuple(dict.fromkeys(prefixes))
-
-
-def _shell_allow(pattern: str | None, allow_shell: bool):
-    if not pattern:
-        return None
-    if not allow_shell:
-        raise ConfigError("--shell-allow only makes sense with --allow-shell")
-    import re
-
-    try:
-        return re.compile(pattern)
-    except re.error as e:
-        raise ConfigError(f"--shell-allow: not a regular expression: {e}") from None
-
-
-def _api_security(a: argparse.Namespace) -> dict:
-    from shardcron.api.security import ChannelSecurity, ServerSecurity, load_tokens, server_credentials
-
-    tokens, legacy_secret = load_tokens(a.auth_token_file)
-    server = ServerSecurity(a.tls_cert, a.tls_key, a.tls_client_ca, tokens)
-    tls = server_credentials(server) is not None  # validates the flags and the files now
-    forward = ChannelSecurity(
-        ca_file=(a.tls_ca or a.tls_client_ca) if tls else None,
-        cert_file=a.tls_cert if tls and a.tls_client_ca else None,
-        key_file=a.tls_key if tls and a.tls_client_ca else None,
-        token=getattr(a, "node_token", None) or legacy_secret,  # this node's own identity when it forwards a call
-    )
-    if tls and not forward.ca_file:
-        raise ConfigError("with --tls-cert, give --tls-ca (the CA of the nodes' certificates) so this node can "
-                          "verify the others when it forwards a call")
-    return {"api_security": server, "forward_security": forward}
+    dispatcher_priority: str = DEFAULT_DISPATCHER_PRIORITY  # "realtime": the dispatcher thread under SCHED_FIFO
+    start_lead_max_ms: float = DEFAULT_START_LEAD_MAX_MS  # the dispatcher takes the GIL at most this early; 0: off
+
+
+__all__ = [
+    "DEFAULT_DB",
+    "DEFAULT_DISPATCHER_PRIORITY",
+    "DEFAULT_ETCD",
+    "DEFAULT_EXECUTOR_SLOTS",
+    "DEFAULT_KEEPALIVE_MS",
+    "DEFAULT_LISTEN",
+    "DEFAULT_LOG_FORMAT",
+    "DEFAULT_LOG_LEVEL",
+    "DEFAULT_LOOKAHEAD_MS",
+    "DEFAULT_PREFIX",
+    "DEFAULT_SETTLE_S",
+    "DEFAULT_SHARDS",
+    "DEFAULT_SHUTDOWN_GRACE_S",
+    "DEFAULT_START_LEAD_MAX_MS",
+    "DEFAULT_TTL_S",
+    "NodeConfig",
+]

@@ -4,7 +4,14 @@ The CLI turns any ``ShardcronError`` into a one-line message and a non-zero
 exit; anything else is a bug.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from shardcron.jobkey import DEFAULT_NAMESPACE, split_key
+
+if TYPE_CHECKING:
+    from shardcron.rules.quotas import QuotaExceeded
 
 
 class ShardcronError(Exception):
@@ -98,10 +105,10 @@ class TriggerBusy(ShardcronError):
 class QuotaRefused(ShardcronError):
     """A put that would cross one of its namespace's quotas (RESOURCE_EXHAUSTED).
 
-    ``exceeded`` is the ``tenancy.quotas.QuotaExceeded`` saying which quota, its limit and the
+    ``exceeded`` is the ``rules.quotas.QuotaExceeded`` saying which quota, its limit and the
     would-be value; the message is its ``reason``."""
 
-    def __init__(self, exceeded):
+    def __init__(self, exceeded: QuotaExceeded) -> None:
         super().__init__(exceeded.reason)
         self.exceeded = exceeded
 

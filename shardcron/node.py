@@ -2,125 +2,134 @@
 
 from __future__ import annotations
 
-import logging
 import gc
+import logging
 import signal
 import threading
+from collections.abc import Callable
+from typing import TypeVar
+
+from prometheus_client import REGISTRY
+from sqlalchemy.engine import Engine
 
 from shardcron import clock, metrics
+from shardcron.api.server import ApiServer, start_server
 from shardcron.config import NodeConfig
-from shardcron.coordination.coordinator import Coordinator, CoordinatorSettings
+from shardcron.coordination.calendar_book import CalendarBook
+from shardcron.coordination.calendar_watch import CalendarWatch
+from shardcron.coordination.cluster_config import ClusterConfig
+from shardcron.coordination.coordinator import Coordinator
+from shardcron.coordination.coordinator_settings import CoordinatorSettings
 from shardcron.coordination.etcd import Etcd, parse_endpoints
 from shardcron.coordination.keys import KeyLayout
-from shardcron.coordination.cluster_config import ClusterConfig
 from shardcron.coordination.membership import ensure_cluster_config
-from shardcron.coordination.calendar_watch import CalendarWatch
 from shardcron.coordination.namespace_watch import NamespaceWatch
+from shardcron.coordination.view import shard_map_from_view
 from shardcron.dashboard import require_extra as require_dashboard_extra
-from shardcron.spec.jobfile import JobFileError, load_file_calendars, load_job_file
-from shardcron.spec.job import check_admissible
-from shardcron.runtime.lifeline import EXIT_WORKER_DIED, Lifeline
-from shardcron.leader.calendar_book import CalendarBook
-from shardcron.leader import gc_pacing
-from shardcron.leader.realtime import check_realtime_allowed
-from shardcron.leader.loop import Scheduler
-from shardcron.store.engine import check_connection, describe_url, make_engine, normalise_url
+from shardcron.dashboard.history import MetricsHistory
+from shardcron.dashboard.server import Dashboard, DashboardServer
 from shardcron.errors import ConfigError, EtcdUnavailable, InvalidJob
+from shardcron.executors.admission import check_admissible
+from shardcron.leader import gc_pacing
+from shardcron.leader.loop import Scheduler
+from shardcron.leader.notifier import Notifier
+from shardcron.leader.realtime import check_realtime_allowed
+from shardcron.leader.recorder import ResultWrite
+from shardcron.model import Job, SlotRef, Tick
+from shardcron.rules.notifications import NO_DEFAULTS
+from shardcron.runtime.lifeline import EXIT_WORKER_DIED, Lifeline
+from shardcron.spec.calendar import Calendar
+from shardcron.spec.jobfile import JobFileError, load_file_calendars, load_job_file
+from shardcron.store.calendars import import_calendars
+from shardcron.store.engine import check_connection, describe_url, make_engine, normalise_url
 from shardcron.store.epoch import FenceEpoch, claim_epoch, highest_fence
 from shardcron.store.fences import ensure_shards
-from shardcron.store.calendars import import_calendars
 from shardcron.store.migrate import ensure_schema
-from shardcron.leader.notifier import Notifier
-from shardcron.rules.notifications import NO_DEFAULTS
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class NodeBackend:
-    """The API's view of this node (``api.backend.Backend``)."""
+    """The API's view of this node (``abc.Backend``), made once ``Node.start`` has made the parts it reads."""
 
     def __init__(self, node: Node):
-        self._node = node
+        self._coordinator, self._scheduler = _started(node.coordinator), _started(node.scheduler)
+        self._calendar_watch, self._namespace_watch = _started(node.calendar_watch), _started(node.namespace_watch)
+        self._cluster_config, self.engine = _started(node.cluster_config), _started(node.engine)
         self.node_id = node.cfg.node_id
         self.allow_shell = node.cfg.allow_shell
         self.shell_allow = node.cfg.shell_allow
         self.allow_python = node.cfg.allow_python
-        self.engine = node.engine
-        self.joined = node.coordinator.joined
+        self.joined = self._coordinator.joined
         self.lifeline = node.lifeline  # the API's and the dashboard's long-lived threads and tasks report through it
-        self.etcd = node.etcd  # the API's forwarding seal and token watch live under the cluster's prefix
+        self.etcd = _started(node.etcd)  # the API's forwarding seal and token watch live under the cluster's prefix
         self.layout = node.layout
+        self.calendars: CalendarBook = self._scheduler.calendars  # the calendars this node schedules by
         # Replaced, never changed in place: the recorder reads it for every batch without the lock.
-        self._listeners: tuple = ()
+        self._listeners: tuple[Callable[[list[Tick]], None], ...] = ()
         self._lock = threading.Lock()
-        node.scheduler.recorder.listeners.append(self._fan_out)
+        self._scheduler.recorder.listeners.append(self._fan_out)
 
     @property
     def min_interval_ms(self) -> int:
         """The cluster's minimum interval as mirrored now (``shardcron config`` changes it live);
         before the coordinator has mirrored the config, the value read at start."""
-        with self._node.coordinator.view_lock:
-            live = self._node.coordinator.view.min_interval_ms
-        return self._node.cluster_config.min_interval_ms if live is None else live
+        with self._coordinator.view_lock:
+            live = self._coordinator.view.min_interval_ms
+        return self._cluster_config.min_interval_ms if live is None else live
 
     @property
     def shard_count(self) -> int:
-        return self._node.coordinator.s.shard_count  # changes when the cluster is resharded
+        return self._coordinator.s.shard_count  # changes when the cluster is resharded
 
     def fence_if_leader(self, shard: int) -> int | None:
         # The coordinator publishes its led shards' fences under a lock (its slots
         # belong to its control thread); the scheduler must also hold the shard.
-        fence = self._node.coordinator.leader_fence(shard)
-        if fence is None or shard not in self._node.scheduler.led_shards():
+        fence = self._coordinator.leader_fence(shard)
+        if fence is None or shard not in self._scheduler.led_shards():
             return None
         return fence
 
     def leader_address(self, shard: int) -> str | None:
-        with self._node.coordinator.view_lock:
-            leader = self._node.coordinator.view.leader(shard)
+        with self._coordinator.view_lock:
+            leader = self._coordinator.view.leader(shard)
         return leader.address if leader and leader.leader_since_ms else None
 
-    def job_written(self, shard: int, job) -> None:
-        self._node.scheduler.upsert_job(shard, job)
+    def job_written(self, shard: int, job: Job) -> None:
+        self._scheduler.upsert_job(shard, job)
 
     def job_deleted(self, shard: int, job_id: str) -> None:
-        self._node.scheduler.remove_job(shard, job_id)
+        self._scheduler.remove_job(shard, job_id)
 
-    def trigger_now(self, shard: int, job_id: str):
-        return self._node.scheduler.trigger_now(shard, job_id)
+    def trigger_now(self, shard: int, job_id: str) -> SlotRef:
+        return self._scheduler.trigger_now(shard, job_id)
 
-    @property
-    def calendars(self):
-        """The calendars this node schedules by (``scheduling.calendar_book.CalendarBook``)."""
-        return self._node.scheduler.calendars
-
-    def calendar_written(self, name: str, calendar, now_ms: int) -> None:
+    def calendar_written(self, name: str, calendar: Calendar | None, now_ms: int) -> None:
         """This node put (``calendar``) or deleted (None) calendar ``name``: known and followed here at
         once (the reload the bump brings then finds nothing changed here), then every other node reloads."""
-        book = self._node.scheduler.calendars
+        book = self._scheduler.calendars
         if book.put(calendar) if calendar is not None else book.remove(name):
-            self._node.scheduler.calendars_changed({name})
-        self._node.calendar_watch.bump(name, now_ms)
+            self._scheduler.calendars_changed({name})
+        self._calendar_watch.bump(name, now_ms)
 
     def namespace_written(self, name: str, now_ms: int) -> None:
         """This node created, changed or deleted namespace ``name``: every node (this one through the
         watch) reloads the namespaces' weights and quotas."""
-        self._node.namespace_watch.bump(name, now_ms)
+        self._namespace_watch.bump(name, now_ms)
 
     def backfill_added(self, shard: int) -> None:
-        self._node.scheduler.backfills.backfill_added(shard)
+        self._scheduler.backfills.backfill_added(shard)
 
     def shard_map(self) -> dict:
-        from shardcron.coordination.view import shard_map_from_view
+        with self._coordinator.view_lock:
+            return shard_map_from_view(self._coordinator.view, self.layout.prefix)
 
-        with self._node.coordinator.view_lock:
-            return shard_map_from_view(self._node.coordinator.view, self._node.cfg.prefix)
-
-    def subscribe_ticks(self, callback):
+    def subscribe_ticks(self, callback: Callable[[list[Tick]], None]) -> Callable[[], None]:
         with self._lock:
             self._listeners = (*self._listeners, callback)
 
-        def unsubscribe():
+        def unsubscribe() -> None:
             with self._lock:
                 remaining = list(self._listeners)
                 if callback in remaining:
@@ -128,9 +137,7 @@ class NodeBackend:
                 self._listeners = tuple(remaining)
         return unsubscribe
 
-    def _fan_out(self, writes) -> None:
-        from shardcron.model import Tick
-
+    def _fan_out(self, writes: list[ResultWrite]) -> None:
         listeners = self._listeners
         if not listeners:  # most batches: nobody watches, and building the events is most of the cost
             return
@@ -155,21 +162,21 @@ class Node:
         # Every long-lived thread and task is spawned through it: the first to die stops the node (worker_died).
         self.lifeline = Lifeline(self.worker_died, stopping=self.stopping)
         self.died: str | None = None  # the worker whose death stops this node
-        self.engine = None
+        self.engine: Engine | None = None
         self.etcd: Etcd | None = None
         self.scheduler: Scheduler | None = None
         self.calendar_watch: CalendarWatch | None = None
         self.namespace_watch: NamespaceWatch | None = None
         self.coordinator: Coordinator | None = None
         self.cluster_config: ClusterConfig | None = None  # as read at start; the view mirrors it live
-        self.api = None
-        self.dashboard = None
+        self.api: ApiServer | None = None
+        self.dashboard: DashboardServer | None = None
 
     def start(self) -> None:
         """Connect to everything and join. Raises a ShardcronError with a clear message on bad set-up."""
         cfg = self.cfg
         now = clock.wall_ms()
-        def admit(min_interval_ms: int):
+        def admit(min_interval_ms: int) -> Callable[[Job], None]:
             return lambda job: check_admissible(job, allow_shell=cfg.allow_shell, now_ms=now,
                                                 shell_allow=cfg.shell_allow, min_interval_ms=min_interval_ms,
                                                 allow_python=cfg.allow_python, store_dialect=_dialect(cfg.db))
@@ -207,9 +214,8 @@ class Node:
             lookahead_ms=cfg.lookahead_ms, tick_retention_ms=cfg.tick_retention_ms,
             executor_slots=cfg.executor_slots, fair_queuing=cfg.fair_queuing,
             realtime_dispatcher=cfg.dispatcher_priority == "realtime", start_lead_max_ms=cfg.start_lead_max_ms,
-            on_fenced=lambda shard, fence: self.coordinator.report_fenced(shard, fence), imports=imports,
-            calendars=calendars, lifeline=self.lifeline,
-        )
+            on_fenced=lambda shard, fence: _started(self.coordinator).report_fenced(shard, fence), imports=imports,
+            calendars=calendars, lifeline=self.lifeline)
         self.calendar_watch = CalendarWatch(self.etcd, self.layout, self.engine, calendars,
                                             self.scheduler.calendars_changed, lifeline=self.lifeline)
         if file_calendars:
@@ -223,18 +229,17 @@ class Node:
         settings = CoordinatorSettings(
             node_id=cfg.node_id, address=cfg.advertise, shard_count=shard_count, ttl_s=cfg.ttl,
             settle_s=cfg.settle, resign_grace_s=cfg.shutdown_grace, started_at_ms=now,
-            fence_offset=self.epoch.offset,
-        )
-        self.coordinator = Coordinator(self.etcd, self.layout, settings, self.scheduler,
-                                       verify_etcd=self._check_etcd_identity, lifeline=self.lifeline)
+            fence_offset=self.epoch.offset)
+        self.coordinator = coordinator = Coordinator(self.etcd, self.layout, settings, self.scheduler,
+                                                     verify_etcd=self._verify_etcd, lifeline=self.lifeline)
         self.shard_count = shard_count
         self.backend = NodeBackend(self)
-        self.api = _start_api(self)
+        self.api = start_server(self.backend, cfg)
         if cfg.http_listen:
-            self.dashboard = _start_dashboard(self)
+            self.dashboard = _start_dashboard(self, cfg.http_listen)
         metrics.watch_gauge(metrics.oldest_overdue, self.scheduler.oldest_overdue_s)
         metrics.watch_gauge(metrics.lease_renewal_age,
-                            lambda: self.coordinator.session.seconds_since_renewal() if self.coordinator.session else 0)
+                            lambda: coordinator.session.seconds_since_renewal() if coordinator.session else 0)
         self.scheduler.start()
         self.calendar_watch.start()
         self.namespace_watch.start()
@@ -260,16 +265,20 @@ class Node:
 
     def _check_etcd_identity(self) -> FenceEpoch:
         """Refuse to claim under an etcd cluster other than the one the stored fences came from."""
-        cluster_id, revision = self.etcd.status()
-        epoch = claim_epoch(self.engine, cluster_id)
+        etcd, engine = _started(self.etcd), _started(self.engine)
+        cluster_id, revision = etcd.status()
+        epoch = claim_epoch(engine, cluster_id)
         if epoch.cluster_id != cluster_id:
             raise ConfigError(
                 f"etcd has forgotten: its cluster id is {cluster_id:x} (revision {revision}), but the store's fences "
-                f"were recorded under cluster {epoch.cluster_id:x} (highest fence {highest_fence(self.engine)}). "
+                f"were recorded under cluster {epoch.cluster_id:x} (highest fence {highest_fence(engine)}). "
                 "It was rebuilt or restored from a snapshot, so its revisions cannot fence writes. Make sure no node "
                 "of the old cluster still runs, then run `shardcron fences rebase --db ... --etcd ...`"
             )
         return epoch
+
+    def _verify_etcd(self) -> None:
+        self._check_etcd_identity()  # the coordinator's check on each new session: only a raise matters
 
     def worker_died(self, name: str, error: BaseException | None) -> None:
         """The lifeline's report of the first worker to die (on the dying thread): the node stops at once
@@ -327,7 +336,7 @@ class Node:
         log.info("node %s stopped", self.cfg.node_id)
 
 
-def _admit_imports(path: str | None, jobs: list, admit) -> None:
+def _admit_imports(path: str | None, jobs: list[Job], admit: Callable[[Job], None]) -> None:
     """Check the file's jobs again now that the cluster's minimum interval is known; an error reads
     as ``load_job_file``'s do: the file, the job, the field."""
     for job in jobs:
@@ -337,31 +346,16 @@ def _admit_imports(path: str | None, jobs: list, admit) -> None:
             raise JobFileError(f"{path}: job {job.id!r}: {e}") from None
 
 
-def _start_api(node: Node):
-    """The gRPC API, when this build has it (it arrives with the API issue)."""
-    try:
-        from shardcron.api.server import start_server
-    except ImportError:
-        return None
-    return start_server(node.backend, node.cfg)
-
-
-def _start_dashboard(node: Node):
-    from prometheus_client import REGISTRY
-
-    from shardcron.dashboard.history import MetricsHistory
-    from shardcron.dashboard.server import Dashboard, DashboardServer
-
-    cfg = node.cfg
-    sec = cfg.api_security
+def _start_dashboard(node: Node, listen: str) -> DashboardServer:
+    cfg, sec = node.cfg, node.cfg.api_security
     tls_files = (sec.cert_file, sec.key_file) if sec is not None and sec.cert_file else None
     dashboard = Dashboard(node_id=cfg.node_id, api_target=cfg.advertise, forward_security=cfg.forward_security,
                           tokens=getattr(node.api, "tokens", None),
                           history=MetricsHistory(REGISTRY, lifeline=node.lifeline).start(),
                           tls_files=tls_files, serve_metrics=cfg.metrics_listen == cfg.http_listen,
                           lifeline=node.lifeline)
-    server = DashboardServer(dashboard, cfg.http_listen).start()
-    log.info("dashboard on %s://%s", "https" if tls_files else "http", cfg.http_listen)
+    server = DashboardServer(dashboard, listen).start()
+    log.info("dashboard on %s://%s", "https" if tls_files else "http", listen)
     return server
 
 
@@ -382,12 +376,18 @@ def run_node(cfg: NodeConfig) -> int:
     # A node's own objects live about a second (a claimed slot waits a lookahead for its start), long enough
     # to be promoted, so with the default thresholds (700, 10, 10) full collections ran several times a second
     # at 10,000 ticks/s, 40-56 ms each, finding nothing to free. These high thresholds are only the backstop:
-    # the dispatcher collects sooner and smaller, in the gaps between starts (scheduling/gc_pacing.py).
+    # the dispatcher collects sooner and smaller, in the gaps between starts (leader/gc_pacing.py).
     gc.set_threshold(*gc_pacing.HARD)
     node.wait()
     if node.coordinator and node.coordinator.fatal:
         raise ConfigError(node.coordinator.fatal)  # exit code 1, as any configuration error
     return EXIT_WORKER_DIED if node.died is not None else 0
+
+
+def _started(part: T | None) -> T:
+    if part is None:
+        raise RuntimeError("the node has not started: its parts are made in Node.start")
+    return part
 
 
 def _dialect(db_url: str) -> str | None:

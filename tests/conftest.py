@@ -4,7 +4,7 @@ import os
 
 from hypothesis import settings
 
-pytest_plugins = ["tests.support.databases", "tests.support.etcd", "tests.support.clusters"]
+pytest_plugins = ["tests.support.databases", "tests.support.etcd", "tests.support.clusters", "tests.support.sinks"]
 
 # Hypothesis profiles: "ci" (the default, `make test`) and "fuzz" (`make fuzz`): 30 times the examples of
 # every test that sizes its run with tests.support.fuzz_strategies.fuzz_examples. Choose one with

@@ -11,7 +11,7 @@ from __future__ import annotations
 from shardcron import clock
 from shardcron.abc import Backend
 from shardcron.errors import InvalidJob
-from shardcron.spec.job import check_admissible
+from shardcron.executors.admission import check_admissible
 from shardcron.model import Job
 
 

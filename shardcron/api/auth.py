@@ -3,7 +3,7 @@
 ``Authorize`` is a server interceptor (on when the node has a token file):
 
 1. it identifies the caller from ``authorization: Bearer <secret>`` (or the bare
-   secret; ``tenancy.tokens.secret_from_authorization``) with the node's
+   secret; ``api.tokens.secret_from_authorization``) with the node's
    ``NodeTokens`` (UNAUTHENTICATED, saying how to pass a token, when none or an
    unknown one; health checks stay open). A call another node forwarded carries
    the forwarded marker sealed with the cluster's secret (``api/peers.py``), the
@@ -37,16 +37,17 @@ import contextvars
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
 from shardcron.api.peers import Seal
 from shardcron.api.status import status_for
 from shardcron.api.token_source import NodeTokens
-from shardcron.errors import InvalidJob
-from shardcron.spec.namespaces import namespace_or_default
-from shardcron.rules.scopes import ALL_NAMESPACES, Token, authorize, forwarded_identity, may_read
 from shardcron.api.tokens import secret_from_authorization
+from shardcron.errors import InvalidJob
+from shardcron.rules.scopes import ALL_NAMESPACES, Token, authorize, forwarded_identity, may_read
+from shardcron.spec.namespaces import namespace_or_default
 
 log = logging.getLogger(__name__)
 audit_log = logging.getLogger("shardcron.audit")
@@ -118,20 +119,28 @@ def readable_namespaces() -> frozenset[str] | None:
     return None if token is None or token.everywhere else frozenset(token.namespaces)
 
 
+def read_namespaces(requested: str) -> frozenset[str] | None:
+    """The namespaces a read covers: the one it names (empty: default), or for ``*`` every one the
+    caller may read (None: every namespace)."""
+    if requested == ALL_NAMESPACES:
+        return readable_namespaces()
+    return frozenset({namespace_or_default(requested)})
+
+
 # -- what a request names (pure) ---------------------------------------------------------
 
 def _ns(text: str) -> str:
     return text if text == ALL_NAMESPACES else namespace_or_default(text)
 
 
-def _field(name: str) -> Callable[[object], tuple[str, ...]]:
+def _field(name: str) -> Callable[[Any], tuple[str, ...]]:
     return lambda r: (_ns(getattr(r, name)),)
 
 
-_NO_NAMESPACE: Callable[[object], tuple[str, ...]] = lambda r: ()  # noqa: E731 - ANY and CLUSTER calls
+_NO_NAMESPACE: Callable[[Any], tuple[str, ...]] = lambda r: ()  # noqa: E731 - ANY and CLUSTER calls
 
 # For every RPC: the namespaces its request names (each is checked). Empty: default.
-_NAMESPACES_OF: dict[str, Callable[[object], tuple[str, ...]]] = {
+_NAMESPACES_OF: dict[str, Callable[[Any], tuple[str, ...]]] = {
     "PutJob": lambda r: (_ns(r.job.namespace),),
     "PutJobs": lambda r: tuple(dict.fromkeys(_ns(j.namespace) for j in r.jobs)) or ("default",),
     **{m: _field("namespace") for m in (
@@ -144,7 +153,7 @@ _NAMESPACES_OF: dict[str, Callable[[object], tuple[str, ...]]] = {
 }
 
 # The write calls, each with what it acts on (the audit line's target).
-_TARGET_OF: dict[str, Callable[[object], str]] = {
+_TARGET_OF: dict[str, Callable[[Any], str]] = {
     "PutJob": lambda r: r.job.id,
     "PutJobs": lambda r: ",".join(j.id for j in r.jobs[:20]) + (f",+{len(r.jobs) - 20}" if len(r.jobs) > 20 else ""),
     **{m: (lambda r: r.id) for m in ("DeleteJob", "PauseJob", "ResumeJob", "TriggerJob", "BackfillJob")},

@@ -15,20 +15,24 @@ from dataclasses import replace
 import grpc
 
 from shardcron import clock
-from shardcron.wire.backfill_convert import backfill_to_proto, overlap_from_proto
-from shardcron.wire.convert import BadRequest
+from shardcron.abc import Backend
+from shardcron.api.auth import read_namespaces
+from shardcron.api.routing import Router
+from shardcron.coordination.calendar_book import CalendarBook, Unknown
 from shardcron.errors import job_named
-from shardcron.store.backfills import BackfillNotFound
-from shardcron.rules.backfill_plan import BackfillError, owed_slots, validate_backfill
-from shardcron.leader.calendar_book import CalendarBook, Unknown
-from shardcron.rules.triggers import trigger_for
-from shardcron.store import backfills as backfill_store
-from shardcron.store import jobs as job_store
-from shardcron.model import Backfill, BackfillState
 from shardcron.jobkey import namespace_of
-from shardcron.spec.namespaces import namespace_or_default, store_key
+from shardcron.model import Backfill, BackfillState
+from shardcron.rules.backfill_plan import BackfillError, owed_slots, validate_backfill
 from shardcron.rules.scopes import ALL_NAMESPACES
+from shardcron.rules.triggers import trigger_for
+from shardcron.sharding import shard_for
+from shardcron.spec.namespaces import namespace_or_default, store_key
+from shardcron.store import backfills as backfill_store
+from shardcron.store import job_reads
+from shardcron.store.backfills import BackfillNotFound
 from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.backfill_convert import backfill_to_proto, overlap_from_proto
+from shardcron.wire.messages import BadRequest
 
 LIST_DEFAULT = 100
 LIST_MAX = 1000
@@ -47,7 +51,7 @@ def plan_backfill(engine, request: pb.BackfillJobRequest, *, shard: int, now_ms:
         raise BadRequest("to_ms", f"must not be in the future ({request.to_ms} > now {now_ms}): slots from now "
                                   "on are the live schedule's")
     overlap = overlap_from_proto(request.overlap)
-    job = job_store.get_job(engine, job_id)  # NOT_FOUND for a job that does not exist
+    job = job_reads.get_job(engine, job_id)  # NOT_FOUND for a job that does not exist
     trigger = trigger_for(job.schedule)
     try:
         checked = validate_backfill(trigger, request.from_ms, request.to_ms, request.rate_per_s, overlap=overlap)
@@ -63,12 +67,15 @@ def plan_backfill(engine, request: pb.BackfillJobRequest, *, shard: int, now_ms:
 
 
 class BackfillService:
-    """The backfill RPCs of ``SchedulerService`` (which provides backend, router and _shard)."""
+    """The backfill RPCs of ``SchedulerService`` (which provides backend and router)."""
+
+    backend: Backend
+    router: Router
 
     async def BackfillJob(self, request: pb.BackfillJobRequest, context: grpc.aio.ServicerContext
                           ) -> pb.BackfillJobResponse:
         job_id = store_key(request.namespace, request.id)
-        shard = self._shard(job_id)
+        shard = shard_for(job_id, self.backend.shard_count)
         b = self.backend
 
         def here(fence: int) -> pb.BackfillJobResponse:
@@ -103,7 +110,7 @@ class BackfillService:
         if request.job_id and request.namespace == ALL_NAMESPACES:
             raise BadRequest("namespace", "the backfills of one job name its namespace (or none: default), not '*'")
         job_id = store_key(request.namespace, request.job_id, "job_id") if request.job_id else None
-        namespaces = None if job_id else self._read_namespaces(request.namespace)
+        namespaces = None if job_id else read_namespaces(request.namespace)
         if request.page_size < 0:
             raise BadRequest("page_size", f"must not be negative, got {request.page_size}")
         size = min(request.page_size or LIST_DEFAULT, LIST_MAX)

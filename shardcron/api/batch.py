@@ -25,9 +25,8 @@ from sqlalchemy import exc as sa_exc
 from shardcron import clock
 from shardcron.abc import Backend
 from shardcron.api import admission
-from shardcron.wire.convert import job_from_proto, job_to_proto
-from shardcron.api.limits import exhausted
 from shardcron.api.auth import item_sent_elsewhere
+from shardcron.api.limits import exhausted
 from shardcron.api.routing import (
     Deadline,
     Router,
@@ -38,12 +37,13 @@ from shardcron.api.routing import (
 )
 from shardcron.api.status import clip, retry_hint, status_for
 from shardcron.errors import FencedOut, InvalidJob, job_named
+from shardcron.jobkey import split_key
 from shardcron.model import Job
 from shardcron.sharding import shard_for
-from shardcron.store import jobs as job_store
-from shardcron.jobkey import split_key
 from shardcron.spec.namespaces import store_key
+from shardcron.store import jobs as job_store
 from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.convert import job_from_proto, job_to_proto
 
 
 @dataclass
@@ -53,6 +53,12 @@ class _Item:
     shard: int
     proto: pb.Job
     job: Job | None = None  # parsed and checked only where it is needed: see BatchWriter._parsed
+
+    @property
+    def parsed(self) -> Job:
+        """The job of an item ``BatchWriter._parsed`` let through."""
+        assert self.job is not None, "an item is written only once parsed"
+        return self.job
 
 
 def _result(job_id: str, code: grpc.StatusCode, message: str, *, retryable: bool = False) -> pb.PutJobResult:
@@ -121,7 +127,9 @@ class BatchWriter:
             results[it.index] = _result(it.id, grpc.StatusCode.UNAVAILABLE,
                                         unavailable_message(it.shard, why.get(it.shard), deadline.elapsed()),
                                         retryable=True)
-        return pb.PutJobsResponse(results=results)
+        answered = [r for r in results if r is not None]
+        assert len(answered) == len(results), "every job of the call has its result"
+        return pb.PutJobsResponse(results=answered)
 
     def _validate(self, request: pb.PutJobsRequest, results: list) -> list[_Item]:
         """The call's items by id and shard. Only the id is checked here: a job is parsed
@@ -179,9 +187,9 @@ class BatchWriter:
         try:
             try:
                 outcome = job_store.import_jobs_many(
-                    b.engine, {shard: (fence, [it.job for it in items]) for shard, (fence, items) in local.items()},
+                    b.engine, {shard: (fence, [it.parsed for it in items]) for shard, (fence, items) in local.items()},
                     node_id=b.node_id, now_ms=now,
-                    order={it.job.id: it.index for _, items in local.values() for it in items})  # quotas: in order
+                    order={it.parsed.id: it.index for _, items in local.values() for it in items})  # quotas: in order
                 written, fenced_out = outcome.written, outcome.fenced_out
                 refused = outcome.refused
             except (InvalidJob, sa_exc.DataError):
@@ -209,8 +217,8 @@ class BatchWriter:
             for it in items:
                 done = written.get(it.id)
                 if done is None:
-                    if it.job.id in refused:  # over its namespace's quota (RESOURCE_EXHAUSTED), or no namespace
-                        results[it.index] = _result(it.id, *status_for(refused[it.job.id]))
+                    if it.parsed.id in refused:  # over its namespace's quota (RESOURCE_EXHAUSTED), or no namespace
+                        results[it.index] = _result(it.id, *status_for(refused[it.parsed.id]))
                     continue  # refused on its own (a result is set)
                 if not done.unchanged:
                     b.job_written(shard, done.job)
@@ -229,7 +237,7 @@ class BatchWriter:
                 if shard in fenced_out:
                     break
                 try:
-                    outcome = job_store.import_jobs_many(b.engine, {shard: (fence, [it.job])}, node_id=b.node_id,
+                    outcome = job_store.import_jobs_many(b.engine, {shard: (fence, [it.parsed])}, node_id=b.node_id,
                                                          now_ms=now)
                 except (InvalidJob, sa_exc.DataError) as e:
                     results[it.index] = _result(it.id, *status_for(e))

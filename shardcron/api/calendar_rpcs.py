@@ -16,14 +16,15 @@ import grpc
 
 from shardcron import clock
 from shardcron.abc import Backend
-from shardcron.wire.calendar_convert import calendar_from_proto, calendar_to_proto
-from shardcron.wire.convert import BadRequest
+from shardcron.api import auth
 from shardcron.api.routing import Router
 from shardcron.errors import EtcdUnavailable
-from shardcron.rules.calendars import check_calendar_name
-from shardcron.store import calendars as calendar_store
 from shardcron.jobkey import split_key
+from shardcron.spec.calendar_tables import check_calendar_name
+from shardcron.store import calendars as calendar_store
 from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.calendar_convert import calendar_from_proto, calendar_to_proto
+from shardcron.wire.messages import BadRequest
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class CalendarRpcs:
         def read() -> pb.GetCalendarResponse:
             s = calendar_store.get_calendar(self.backend.engine, name)
             users = [split_key(k) for k in calendar_store.jobs_using(self.backend.engine, name,
-                                                                     namespaces=self._readable_namespaces())]
+                                                                     namespaces=auth.readable_namespaces())]
             return pb.GetCalendarResponse(calendar=calendar_to_proto(s.calendar, s.version, s.updated_at_ms),
                                           jobs=[k.id for k in users], job_namespaces=[k.namespace for k in users])
 

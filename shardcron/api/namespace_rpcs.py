@@ -16,27 +16,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 import grpc
 
 from shardcron import clock
 from shardcron.abc import Backend
-from shardcron.wire.convert import BadRequest
+from shardcron.api.auth import may_see
+from shardcron.api.routing import Router
+from shardcron.api.status import CallFailed
+from shardcron.errors import EtcdUnavailable, JobNotFound
+from shardcron.jobkey import split_key
+from shardcron.rules.quotas import QUOTA_KEYS
+from shardcron.spec.namespaces import delete_refusal
+from shardcron.store import namespaces as namespace_store
+from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.messages import BadRequest
 from shardcron.wire.namespace_convert import (
     namespace_name,
     namespace_to_proto,
     quota_values,
     settings_from_proto,
 )
-from shardcron.api.routing import Router
-from shardcron.api.status import CallFailed
-from shardcron.api.auth import may_see
-from shardcron.errors import EtcdUnavailable, JobNotFound
-from shardcron.store import namespaces as namespace_store
-from shardcron.jobkey import split_key
-from shardcron.spec.namespaces import delete_refusal
-from shardcron.rules.quotas import QUOTA_KEYS
-from shardcron.v1 import scheduler_pb2 as pb
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ DELETE_PASSES = 3  # sweeps of a forced delete before puts that keep racing in m
 class NamespaceRpcs:
     backend: Backend
     router: Router
+    # SchedulerService's: a namespace deleted with force deletes its jobs one call each.
+    DeleteJob: Callable[[pb.DeleteJobRequest, grpc.aio.ServicerContext], Awaitable[pb.DeleteJobResponse]]
 
     def _namespace_changed(self, name: str, now_ms: int) -> None:
         try:
@@ -133,7 +136,7 @@ class NamespaceRpcs:
         deleted, after = 0, None
         while True:
             keys = await self.router.blocking(
-                lambda: namespace_store.job_keys(self.backend.engine, name, after=after, limit=DELETE_PAGE))
+                lambda after=after: namespace_store.job_keys(self.backend.engine, name, after=after, limit=DELETE_PAGE))
             if not keys:
                 return deleted
             results = await asyncio.gather(*(self._delete_job(key, context) for key in keys))

@@ -36,11 +36,19 @@ from typing import TypeVar
 
 import grpc
 
-from shardcron.api.auth import AUTHORIZATION, NODE_TOKEN_HEADER, caller_secret, forwarded_by_peer, sent_elsewhere
-from shardcron.api.peers import FORWARDED_HEADER, Seal, node_local_seal
-from shardcron.api.security import ChannelSecurity, open_aio_channel, token_metadata
 from shardcron.abc import Backend
-from shardcron.api.status import NODE_HEADER, RETRY_HEADER, CallFailed
+from shardcron.api.auth import AUTHORIZATION, NODE_TOKEN_HEADER, caller_secret, forwarded_by_peer, sent_elsewhere
+from shardcron.api.peers import Seal, node_local_seal
+from shardcron.api.status import CallFailed
+from shardcron.client.channel import (
+    CHANNEL_OPTIONS,
+    RETRY_HEADER,
+    ChannelSecurity,
+    answered_by_a_node,
+    open_aio_channel,
+    token_metadata,
+    trailing_metadata,
+)
 from shardcron.errors import FencedOut, NotLeader
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
 
@@ -50,47 +58,6 @@ DEFAULT_DEADLINE_S = 30.0  # for callers that set none
 _NO_DEADLINE_S = 10**6  # grpc reports "no deadline" as a far-away one
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 0.5
-
-# What a request may hold by default (a node's --max-request-bytes): big enough for a
-# job with a 1 MiB payload plus headers, so that an oversized payload is refused by
-# validation (INVALID_ARGUMENT naming the field), not by the transport; and for
-# PutJobs batches of a few such jobs.
-MAX_MESSAGE_BYTES = 8 * 1024 * 1024
-# What a caller accepts in an answer: pages are bounded by bytes well below it
-# (service.PAGE_BYTES), so this only guards against a peer gone wrong.
-MAX_ANSWER_BYTES = 64 * 1024 * 1024
-
-KEEPALIVE_TIME_MS = 10_000
-KEEPALIVE_TIMEOUT_MS = 5_000
-
-
-def channel_options(keepalive_time_ms: int = KEEPALIVE_TIME_MS,
-                    keepalive_timeout_ms: int = KEEPALIVE_TIMEOUT_MS) -> tuple[tuple[str, int], ...]:
-    """Options of every channel to a node: the CLI's, the client's and node-to-node forwarding."""
-    return (
-        # The node decides what it accepts (--max-request-bytes) and says so by name.
-        ("grpc.max_send_message_length", -1),
-        ("grpc.max_receive_message_length", MAX_ANSWER_BYTES),
-        # A restarted node must be reachable again within a failover, not after
-        # grpc's default reconnect backoff (up to two minutes).
-        ("grpc.initial_reconnect_backoff_ms", 100),
-        ("grpc.min_reconnect_backoff_ms", 100),
-        ("grpc.max_reconnect_backoff_ms", 1000),
-        # A peer that is frozen (SIGSTOP), or a connection that is half-open after a
-        # network fault, fails the calls on it within time + timeout: without pings a
-        # stream on it would hang until its deadline, and a watch has none.
-        ("grpc.keepalive_time_ms", keepalive_time_ms),
-        ("grpc.keepalive_timeout_ms", keepalive_timeout_ms),
-        # grpc >= 1.5x waits for a ping's answer this long, whatever keepalive_timeout says
-        # (60 s by default: seen here, a frozen peer's stream ended only with this set).
-        ("grpc.http2.ping_timeout_ms", keepalive_timeout_ms),
-        ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.max_pings_without_data", 0),
-    )
-
-
-CHANNEL_OPTIONS = channel_options()
-
 
 @dataclass
 class Deadline:
@@ -133,24 +100,12 @@ def is_forwarded(context: grpc.aio.ServicerContext) -> bool:
     return forwarded_by_peer()
 
 
-def answered_by_a_node(e: grpc.RpcError) -> bool:
-    """Whether a shardcron node gave this status (rather than the transport, for a node that is down)."""
-    return any(k == NODE_HEADER for k, _ in (_trailing(e) or ()))
-
-
 def leader_moved(e: grpc.RpcError) -> bool:
     """An UNAVAILABLE that is worth sending to the shard's current leader: the node we asked
     was not its leader any more, or nothing answered at the address."""
     if e.code() is not grpc.StatusCode.UNAVAILABLE:
         return False
-    return not answered_by_a_node(e) or any(k == RETRY_HEADER for k, _ in (_trailing(e) or ()))
-
-
-def _trailing(e: grpc.RpcError):
-    try:
-        return e.trailing_metadata()
-    except Exception:  # noqa: BLE001 - an RpcError that is not a Call has none
-        return None
+    return not answered_by_a_node(e) or any(k == RETRY_HEADER for k, _ in trailing_metadata(e))
 
 
 def not_leader_here(node_id: str, shard: int) -> CallFailed:

@@ -26,26 +26,28 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from shardcron.abc import Backend
+from shardcron.api.auth import Authorize
 from shardcron.api.health_port import HealthPort, LoopBeat
 from shardcron.api.limits import ApiLimits, StreamSlots, peer_host
-from shardcron.api.routing import (
+from shardcron.api.peers import Seal, cluster_seal, node_local_seal
+from shardcron.api.routing import Router, is_forwarded
+from shardcron.api.security import ServerSecurity, server_credentials
+from shardcron.api.service import SchedulerService
+from shardcron.api.status import CallFailed, clip, log_if_bug, retry_hint, status_for
+from shardcron.api.token_source import NodeTokens
+from shardcron.client.channel import (
     KEEPALIVE_TIME_MS,
     KEEPALIVE_TIMEOUT_MS,
     MAX_ANSWER_BYTES,
-    Router,
+    NODE_HEADER,
+    RETRY_HEADER,
+    ChannelSecurity,
     channel_options,
-    is_forwarded,
 )
-from shardcron.api.auth import Authorize
-from shardcron.api.peers import Seal, cluster_seal, node_local_seal
-from shardcron.api.security import ChannelSecurity, ServerSecurity, server_credentials
-from shardcron.api.token_source import NodeTokens
-from shardcron.store.tokens import list_tokens
-from shardcron.api.service import SchedulerService
-from shardcron.api.status import NODE_HEADER, RETRY_HEADER, CallFailed, clip, log_if_bug, retry_hint, status_for
 from shardcron.config import NodeConfig
 from shardcron.errors import ConfigError
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.store.tokens import list_tokens
 from shardcron.v1 import scheduler_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,7 @@ def server_options(limits: ApiLimits, keepalive_time_ms: int, keepalive_timeout_
         # within time + timeout, and callers may ping as often as the nodes do.
         ("grpc.keepalive_time_ms", keepalive_time_ms),
         ("grpc.keepalive_timeout_ms", keepalive_timeout_ms),
-        ("grpc.http2.ping_timeout_ms", keepalive_timeout_ms),  # see routing.channel_options
+        ("grpc.http2.ping_timeout_ms", keepalive_timeout_ms),  # see client.channel.channel_options
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", min(1000, keepalive_time_ms)),
         # Calls that arrived but that the loop has not taken yet. Past grpc's default (1,000)
@@ -218,14 +220,17 @@ class ApiServer:
         """The cluster's forwarding seal, from etcd (created there by the first node); a node-local one for a
         stand-in backend without etcd, which has no peer to forward to."""
         etcd, layout = getattr(self.backend, "etcd", None), getattr(self.backend, "layout", None)
-        return cluster_seal(etcd, layout.forwarding_secret) if etcd is not None else node_local_seal()
+        if etcd is None:
+            return node_local_seal()
+        assert layout is not None, "a backend with etcd has its key layout"
+        return cluster_seal(etcd, layout.forwarding_secret)
 
     async def _build(self, advertise: str, forward: ChannelSecurity | None) -> int:
         seal = self._seal()
         self.router = Router(self.backend, advertise, forward, pool=self.pool,
                              options=channel_options(*self.keepalive_ms), seal=seal)
         self.service = SchedulerService(self.backend, self.router, self.stopping, self.limits, self.lifeline)
-        self.health = health.aio.HealthServicer()
+        self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]  # grpc_health stubs lack aio
         # Tokens are checked when the node has a token file; the store's tokens then add to the file's.
         self.tokens = None
         if self.security.tokens is not None:

@@ -15,10 +15,12 @@ page of big jobs or long tick outputs is shorter, never too large to send.
 from __future__ import annotations
 
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
+from typing import TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from shardcron import clock
 from shardcron.abc import Backend
@@ -26,44 +28,41 @@ from shardcron.api import admission, auth
 from shardcron.api.backfills import BackfillService
 from shardcron.api.batch import BatchWriter
 from shardcron.api.calendar_rpcs import CalendarRpcs
-from shardcron.api.token_rpcs import TokenRpcs
-from shardcron.api.namespace_rpcs import NamespaceRpcs
-from shardcron.api.group_commit import GroupCommit
+from shardcron.api.job_puts import JobPuts
 from shardcron.api.limits import ApiLimits, TriggerBudget
-from shardcron.wire.convert import (
-    INT64_MAX,
-    BadRequest,
-    decode_page_token,
-    encode_page_token,
-    job_from_proto,
-    job_runs_to_proto,
-    job_to_proto,
-    shard_map_to_proto,
-    tick_to_proto,
-)
+from shardcron.api.namespace_rpcs import NamespaceRpcs
 from shardcron.api.routing import Router, is_forwarded
+from shardcron.api.token_rpcs import TokenRpcs
 from shardcron.api.watch import Watches
+from shardcron.coordination.calendar_book import Unknown
 from shardcron.errors import InvalidJob, JobNotFound, NotLeader
-from shardcron.spec.job import MAX_LABELS
-from shardcron.runtime.lifeline import UNWATCHED, Lifeline
-from shardcron.model import Job
-from shardcron.leader.calendar_book import Unknown
-from shardcron.rules.runs import job_runs
-from shardcron.rules.triggers import trigger_for
-from shardcron.sharding import shard_for
-from shardcron.store import jobs as job_store
-from shardcron.store import ticks as tick_store
 from shardcron.jobkey import split_key
-from shardcron.spec.namespaces import namespace_or_default, store_key
+from shardcron.model import Job
+from shardcron.rules.runs import job_runs
 from shardcron.rules.scopes import ALL_NAMESPACES
+from shardcron.rules.triggers import trigger_for
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.sharding import shard_for
+from shardcron.spec.bounds import INT64_MAX
+from shardcron.spec.job import MAX_LABELS
+from shardcron.spec.namespaces import store_key
+from shardcron.store import job_reads, tick_reads
+from shardcron.store import jobs as job_store
 from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.convert import job_from_proto, job_to_proto
+from shardcron.wire.messages import BadRequest, decode_page_token, encode_page_token
+from shardcron.wire.shard_map_convert import shard_map_to_proto
+from shardcron.wire.tick_convert import job_runs_to_proto, tick_to_proto
+
+T = TypeVar("T")
+M = TypeVar("M", bound=Message)
 
 JOBS_PAGE_DEFAULT = 100
 TICKS_PAGE_DEFAULT = 50
 PAGE_MAX = 1000
-MAX_ID_PREFIX_BYTES = 256  # an id is at most 256 bytes (jobspec)
+MAX_ID_PREFIX_BYTES = 256  # an id is at most 256 bytes (spec.job)
 # A page ends before the one that would take it past this many bytes (it always holds at
-# least one: a job is at most a few MiB, and callers accept routing.MAX_ANSWER_BYTES).
+# least one: a job is at most a few MiB, and callers accept client.channel.MAX_ANSWER_BYTES).
 PAGE_BYTES = 4 * 1024 * 1024
 
 
@@ -73,11 +72,13 @@ def _page_size(value: int, default: int, field: str = "page_size") -> int:
     return min(value or default, PAGE_MAX)
 
 
-def bounded_page(items: list, size: int, to_proto, max_bytes: int = PAGE_BYTES) -> tuple[list, bool]:
+def bounded_page(items: Sequence[T], size: int, to_proto: Callable[[T], M],
+                 max_bytes: int = PAGE_BYTES) -> tuple[list[M], bool]:
     """(protos of the first items that fit in ``size`` entries and ``max_bytes``, whether more follow).
 
     ``items`` holds up to ``size + 1`` entries: one more than the page tells that there is a next one."""
-    page, total = [], 0
+    page: list[M] = []
+    total = 0
     for item in items[:size]:
         proto = to_proto(item)
         total += proto.ByteSize() + 8  # the field's tag and length
@@ -98,8 +99,8 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
         self.stopping = stopping
         self.limits = limits
         self.batch = BatchWriter(backend, router, limits.max_jobs_per_call)
-        self.group_commit = GroupCommit(backend.engine, backend.node_id, pool=router.pool,
-                                        written=lambda shard, job: backend.job_written(shard, job), lifeline=lifeline)
+        self.job_puts = JobPuts(backend.engine, backend.node_id, pool=router.pool,
+                                written=lambda shard, job: backend.job_written(shard, job), lifeline=lifeline)
         self.watches = Watches(backend, router, stopping, lifeline)
         self.triggers = TriggerBudget(limits.trigger_rate)
 
@@ -111,17 +112,6 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
     def _shard(self, job_id: str) -> int:
         return shard_for(job_id, self.backend.shard_count)
 
-    def _read_namespaces(self, requested: str) -> frozenset[str] | None:
-        """The namespaces a read covers: the one it names (empty: default), or for ``*`` every one the
-        caller may read (None: every namespace)."""
-        if requested == ALL_NAMESPACES:
-            return self._readable_namespaces()
-        return frozenset({namespace_or_default(requested)})
-
-    def _readable_namespaces(self) -> frozenset[str] | None:
-        """The namespaces the caller may read; None: all (no tokens, or a token on ``*``)."""
-        return auth.readable_namespaces()
-
     def _admissible(self, job: Job) -> None:
         admission.check_job(self.backend, job)
 
@@ -132,7 +122,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
         """A to_proto for these jobs that adds each one's runs (next slot, last tick, failures in a
         row): one statement for the page's last ticks (``last_runs``), not one per job."""
         now = clock.wall_ms()
-        last = tick_store.last_runs(self.backend.engine, [j.id for j in jobs], now_ms=now)
+        last = tick_reads.last_runs(self.backend.engine, [j.id for j in jobs], now_ms=now)
         triggers: dict = {}  # jobs of one schedule share its trigger for the page
 
         def to_proto(job: Job) -> pb.Job:
@@ -163,7 +153,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
         async def here(fence: int) -> pb.PutJobResponse:
             self._admissible(job)
             # Queued on this loop; one pool thread writes the batch and tells the scheduler.
-            stored = await self.group_commit.put_async(job_store.Put(job, shard, fence, expected))
+            stored = await self.job_puts.submit(job_store.Put(job, shard, fence, expected))
             return pb.PutJobResponse(job=self._job_answer(stored))
 
         return await self.router.call(shard, context, here,
@@ -176,7 +166,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
         job_id = store_key(request.namespace, request.id)
 
         def answer() -> pb.GetJobResponse:
-            job = job_store.get_job(self.backend.engine, job_id)
+            job = job_reads.get_job(self.backend.engine, job_id)
             return pb.GetJobResponse(job=self._with_runs([job])(job))
 
         return await self.router.blocking(answer)
@@ -231,7 +221,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
         b = self.backend
 
         def here(fence: int) -> pb.TriggerJobResponse:
-            job_store.get_job(b.engine, job_id)  # NOT_FOUND for a job that does not exist
+            job_reads.get_job(b.engine, job_id)  # NOT_FOUND for a job that does not exist
             # Counted where the run starts (the shard's leader), after NOT_FOUND: a typo spends nothing.
             self.triggers.take(job_id, clock.wall_ms())
             try:
@@ -258,7 +248,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
             raise BadRequest("labels", f"at most {MAX_LABELS} labels to match, got {len(request.labels)}")
         if any("\x00" in k + v for k, v in request.labels.items()):
             raise BadRequest("labels", "must not contain NUL characters")  # no stored label can hold one
-        namespaces = self._read_namespaces(request.namespace)
+        namespaces = auth.read_namespaces(request.namespace)
         after = decode_page_token(request.page_token)
         if after is not None:
             try:  # a token is the last key of a page
@@ -271,7 +261,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
         paused = request.paused if request.HasField("paused") else None
 
         def page() -> pb.ListJobsResponse:
-            jobs = job_store.list_jobs(self.backend.engine, shard=shard, labels=labels, limit=size + 1,
+            jobs = job_reads.list_jobs(self.backend.engine, shard=shard, labels=labels, limit=size + 1,
                                        after_id=after, namespaces=namespaces, id_prefix=request.id_prefix,
                                        paused=paused)
             protos, more = bounded_page(jobs, size, self._with_runs(jobs[:size]))
@@ -298,7 +288,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
             before_ms = None
 
         def page() -> pb.ListTicksResponse:
-            ticks = tick_store.list_ticks(self.backend.engine, job_id, limit=size + 1, before_ms=before_ms)
+            ticks = tick_reads.list_ticks(self.backend.engine, job_id, limit=size + 1, before_ms=before_ms)
             protos, more = bounded_page(ticks, size, tick_to_proto)
             token = encode_page_token(str(protos[-1].scheduled_at_ms)) if more else ""
             return pb.ListTicksResponse(ticks=protos, next_page_token=token)
@@ -316,7 +306,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
             if is_forwarded(context):
                 return self.watches.forwarded_job(job_id)
             return self.watches.job(job_id)
-        namespaces = self._read_namespaces(request.namespace)
+        namespaces = auth.read_namespaces(request.namespace)
         if request.local_only:  # another member's fan-in: it filters for each of its watchers
             return self.watches.local("", namespaces=namespaces)
         return self.watches.all(namespaces)

@@ -12,7 +12,6 @@ import logging
 import grpc
 from sqlalchemy import exc as sa_exc
 
-from shardcron.store.calendars import CalendarNotFound
 from shardcron.errors import (
     ConfigError,
     EtcdUnavailable,
@@ -29,16 +28,9 @@ from shardcron.errors import (
     TriggerBusy,
     VersionConflict,
 )
+from shardcron.store.calendars import CalendarNotFound
 
 log = logging.getLogger(__name__)
-
-# Set on every answer a shardcron node gives (trailing metadata), so a client
-# can tell "the cluster said UNAVAILABLE" from "nothing answered at that address".
-NODE_HEADER = "x-shardcron-node"
-# On an UNAVAILABLE answer: the node was not (or no longer) the shard's leader,
-# so the same call sent to the current leader may succeed.
-RETRY_HEADER = "x-shardcron-retry"
-
 
 class CallFailed(Exception):
     """A status to return as it is: the answer of another node, or one this node decided on."""
@@ -51,7 +43,7 @@ class CallFailed(Exception):
 
 
 def retry_hint(exc: BaseException) -> bool:
-    """Whether the failure means "not the shard's leader (any more)": see routing.RETRY_HEADER."""
+    """Whether the failure means "not the shard's leader (any more)": see client.channel.RETRY_HEADER."""
     return isinstance(exc, FencedOut | NotLeader | SessionLost) or (isinstance(exc, CallFailed) and exc.retry)
 
 

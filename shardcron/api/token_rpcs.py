@@ -18,15 +18,15 @@ import grpc
 from shardcron import clock
 from shardcron.abc import Backend
 from shardcron.api import auth
-from shardcron.wire.convert import BadRequest
 from shardcron.api.routing import Router
 from shardcron.api.status import CallFailed
 from shardcron.api.token_source import NodeTokens
-from shardcron.errors import InvalidJob
-from shardcron.store import tokens as token_store
-from shardcron.rules.scopes import ALL_NAMESPACES, Role, Token, parse_namespaces
 from shardcron.api.tokens import hash_secret, new_secret, valid_name_reason
+from shardcron.errors import InvalidJob
+from shardcron.rules.scopes import ALL_NAMESPACES, Role, Token, parse_namespaces
+from shardcron.store import tokens as token_store
 from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.messages import BadRequest
 
 NOT_ENFORCED = ("this node checks no tokens (it was started without --auth-token-file), so tokens would "
                 "protect nothing; start every node with a token file first")
@@ -84,7 +84,8 @@ class TokenRpcs:
         stored = await self.router.blocking(token_store.list_tokens, self.backend.engine)
         answer = [token_to_proto(t, "file") for t in tokens.file_book.by_hash.values()]
         answer += [token_to_proto(s.token, "store", s.created_at_ms, s.created_by) for s in stored]
-        return pb.ListTokensResponse(tokens=sorted(answer, key=lambda t: t.name))
+        answer.sort(key=lambda t: t.name)
+        return pb.ListTokensResponse(tokens=answer)
 
     async def CreateToken(self, request: pb.CreateTokenRequest, context: grpc.aio.ServicerContext
                           ) -> pb.CreateTokenResponse:

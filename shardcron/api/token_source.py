@@ -19,11 +19,11 @@ import logging
 import threading
 from collections.abc import Callable
 
-from shardcron.runtime import crashpoints
-from shardcron.coordination.store_watch import StoreWatch
-from shardcron.runtime.lifeline import UNWATCHED, Lifeline
-from shardcron.rules.scopes import Token
 from shardcron.api.tokens import TokenBook
+from shardcron.coordination.store_watch import StoreWatch
+from shardcron.rules.scopes import Token
+from shardcron.runtime import crashpoints
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 log = logging.getLogger(__name__)
 

@@ -26,15 +26,15 @@ from collections.abc import AsyncIterator, Callable
 import grpc
 
 from shardcron.abc import Backend
-from shardcron.wire.convert import tick_event_to_proto
 from shardcron.api.routing import Router, not_leader_here
 from shardcron.api.status import CallFailed
-from shardcron.runtime.lifeline import UNWATCHED, Lifeline
-from shardcron.model import Tick
-from shardcron.sharding import shard_for
 from shardcron.jobkey import DEFAULT_NAMESPACE, namespace_of, split_key
+from shardcron.model import Tick
 from shardcron.rules.scopes import ALL_NAMESPACES
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.sharding import shard_for
 from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.tick_convert import tick_event_to_proto
 
 log = logging.getLogger(__name__)
 

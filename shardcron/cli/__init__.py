@@ -6,6 +6,9 @@ A traceback in front of a user is a bug: anything else that reaches ``main``
 is one line naming it, and ``SHARDCRON_DEBUG=1`` prints its traceback too.
 A closed standard output (``shardcron shards | head -3``) ends the command
 quietly with status 141, the shell's 128 + SIGPIPE (see ``EXIT_BROKEN_PIPE``).
+
+Each command imports what loads grpc, SQLAlchemy or croniter inside its own
+function, so a run (and any ``--help``) loads only what its command uses.
 """
 
 from __future__ import annotations
@@ -17,22 +20,34 @@ import os
 import sys
 import traceback
 from datetime import UTC, datetime
+from importlib.metadata import version
+from typing import TYPE_CHECKING, cast
 
 from tabulate import tabulate
 
-from shardcron import __version__
+from shardcron import logs
 from shardcron.cli.args import MAX_SHARD, seconds, whole
 from shardcron.cli.common import fmt_ms, open_etcd
-from shardcron.config import add_common_etcd_flags, add_db_flag, add_node_flags, etcd_security, node_config_from_args
+from shardcron.cli.flag_values import parse_min_interval_ms
+from shardcron.cli.flags import (
+    add_common_etcd_flags,
+    add_db_flag,
+    add_node_flags,
+    etcd_security,
+    node_config_from_args,
+)
+from shardcron.coordination.keys import KeyLayout
+from shardcron.errors import ConfigError, ShardcronError
 from shardcron.spec.bounds import cut
-from shardcron.errors import ShardcronError
+
+if TYPE_CHECKING:
+    import grpc
 
 
 # -- shardcron node ------------------------------------------------------------------
 
 
 def cmd_node(a: argparse.Namespace) -> int:
-    from shardcron import logs
     from shardcron.node import run_node
 
     cfg = node_config_from_args(a)
@@ -45,7 +60,6 @@ def cmd_node(a: argparse.Namespace) -> int:
 
 def shard_map(etcd_endpoints: str, prefix: str, security=None) -> dict:
     """The shard-to-leader map, from etcd alone."""
-    from shardcron.coordination.keys import KeyLayout
     from shardcron.coordination.view import read_view, shard_map_from_view
 
     with open_etcd(argparse.Namespace(), endpoints=etcd_endpoints, security=security) as etcd:
@@ -97,7 +111,6 @@ def cmd_nodes(a: argparse.Namespace) -> int:
 
 def cmd_drain(a: argparse.Namespace) -> int:
     """Ask a node to hand every shard over and stay up as a non-candidate (or undo that)."""
-    from shardcron.coordination.keys import KeyLayout
 
     layout = KeyLayout(a.prefix)
     with open_etcd(a) as etcd:
@@ -156,8 +169,6 @@ def cmd_fences(a: argparse.Namespace) -> int:
 
 def cmd_reshard(a: argparse.Namespace) -> int:
     from shardcron.coordination import reshard
-    from shardcron.coordination.keys import KeyLayout
-    from shardcron.errors import ConfigError
     from shardcron.store.engine import make_engine
 
     layout = KeyLayout(a.prefix)
@@ -180,10 +191,8 @@ def cmd_reshard(a: argparse.Namespace) -> int:
 
 def cmd_config(a: argparse.Namespace) -> int:
     """Print the cluster's config, or change its minimum interval (every node admits by it at once)."""
-    from shardcron.config import parse_min_interval_ms
-    from shardcron.coordination.keys import KeyLayout
     from shardcron.coordination.membership import read_cluster_config, set_min_interval
-    from shardcron.spec.job import format_duration_ms
+    from shardcron.spec.durations import format_duration_ms
 
     wanted = None if a.min_interval is None else parse_min_interval_ms(a.min_interval)  # before connecting
     layout = KeyLayout(a.prefix)
@@ -264,7 +273,7 @@ def register(sub) -> None:
 COMMANDS: dict[str, str] = {
     "node": "shardcron.cli", "shards": "shardcron.cli", "nodes": "shardcron.cli", "drain": "shardcron.cli",
     "fences": "shardcron.cli", "config": "shardcron.cli", "reshard": "shardcron.cli",
-    "jobs": "shardcron.cli.jobs", "ticks": "shardcron.cli.jobs",
+    "jobs": "shardcron.cli.jobs", "ticks": "shardcron.cli.ticks",
     "calendars": "shardcron.cli.calendars",
     "tokens": "shardcron.cli.tokens",
     "namespaces": "shardcron.cli.namespaces",
@@ -285,7 +294,7 @@ class Parser(argparse.ArgumentParser):
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The whole parser; with ``command``, only the commands of its module."""
     p = Parser(prog="shardcron", description="A sharded multi-leader cron cluster.")
-    p.add_argument("--version", action="version", version=f"shardcron {__version__}")
+    p.add_argument("--version", action="version", version=f"shardcron {version('shardcron')}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     modules = dict.fromkeys([COMMANDS[command]] if command in COMMANDS else COMMANDS.values())
@@ -332,7 +341,8 @@ def main(argv: list[str] | None = None) -> int:
     except ShardcronError as e:
         return say_error(str(e), EXIT_ERROR)
     except grpc_error() as e:
-        return say_error(f"the API call failed: {e.code().name}: {e.details()}", EXIT_ERROR)
+        call = cast("grpc.Call", e)  # a failed call's RpcError is also its Call
+        return say_error(f"the API call failed: {call.code().name}: {call.details()}", EXIT_ERROR)
     except Exception as e:  # noqa: BLE001 - the last line of defence: a traceback in front of a user is a bug
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()

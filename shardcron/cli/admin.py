@@ -1,6 +1,7 @@
 """``shardcron audit`` and ``shardcron db upgrade|current``: commands that read or migrate the store.
 
-``register(subparsers)`` adds them to the ``shardcron`` parser (cli.build_parser).
+``register(subparsers)`` adds them, and ``db prune`` (``cli/prune.py``), to the ``shardcron`` parser
+(cli.build_parser).
 Expected failures are ``ShardcronError``s, which ``cli.main`` prints as one line
 with exit status 1. ``audit`` exits 0 when the store is clean and 2 when it
 finds anything.
@@ -10,30 +11,28 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Engine
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import make_url
 from tabulate import tabulate
 
-from shardcron.audit import audit
-from shardcron import clock
-from shardcron.clock import rfc3339_ms
-from shardcron.spec.bounds import MAX_DURATION_MS, MAX_TIME_MS, MIN_TIME_MS, shown
+from shardcron import audit, clock
+from shardcron.cli import prune
 from shardcron.cli.args import seconds, whole
-from shardcron.cli.common import open_etcd
-from shardcron.config import add_db_flag, add_etcd_security_flags, add_prefix_flag, etcd_security
-from shardcron.errors import ConfigError, ShardcronError
-from shardcron.rules.retention import PruneState
-from shardcron.store.engine import describe_url, make_engine
-from shardcron.store.migrate import alembic_config, current_revision, head_revision, upgrade
+from shardcron.cli.common import open_etcd, parse_time_ms
+from shardcron.cli.flags import add_db_flag, add_etcd_security_flags, add_prefix_flag, etcd_security
+from shardcron.cli.store import describe_revision, open_store, require_head, statement_errors
+from shardcron.clock import rfc3339_ms
+from shardcron.errors import ConfigError
 from shardcron.jobkey import display_key
+from shardcron.rules.retention import PruneState
+from shardcron.spec.bounds import MAX_DURATION_MS
 from shardcron.spec.namespaces import store_key, validate_namespace
+from shardcron.store.engine import describe_url
+from shardcron.store.migrate import current_revision, upgrade
+
+if TYPE_CHECKING:
+    from shardcron.coordination.etcd import EtcdSecurity
 
 EXIT_CLEAN = 0
 EXIT_FINDINGS = 2
@@ -45,13 +44,6 @@ DEFAULT_MARGIN_S = 30.0
 DEFAULT_SHOWN = 20  # findings of each kind in the text report
 MAX_SHOWN = 1_000_000  # --limit: more lines than anyone reads; --json prints all
 _JOB_ROWS = 50  # per-job lines in the text report
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MS = timedelta(milliseconds=1)
-
-
-class StoreCommandFailed(ShardcronError):
-    """The database refused a statement for a reason other than being unreachable (permissions, …)."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -92,13 +84,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     cur = db_sub.add_parser("current", help="print the database's schema revision")
     add_db_flag(cur)
     cur.set_defaults(func=cmd_db_current)
-    from shardcron.cli import prune  # it imports this module
-
     prune.register(db_sub)
 
 
 def _add_etcd_flags(p: argparse.ArgumentParser) -> None:
-    # Not config.add_common_etcd_flags: there --etcd always has a value, and the
+    # Not flags.add_common_etcd_flags: there --etcd always has a value, and the
     # audit must not need etcd unless asked to consult it.
     g = p.add_argument_group("leaders", "consult etcd so that unresolved ticks on led shards are left to their leader")
     g.add_argument("--etcd", default=None, metavar="ENDPOINTS",
@@ -142,27 +132,7 @@ def cmd_audit(a: argparse.Namespace) -> int:
     return EXIT_CLEAN if report.clean() else EXIT_FINDINGS
 
 
-def parse_time_ms(text: str, flag: str) -> int:
-    """ISO-8601 (a time without an offset is UTC) or integer epoch milliseconds, within years 1970-9999."""
-    s = text.strip()
-    if re.fullmatch(r"-?\d{1,20}", s):
-        ms = int(s)
-    else:
-        try:
-            dt = datetime.fromisoformat(s)
-        except ValueError:
-            raise ConfigError(
-                f"{flag}: expected ISO-8601 (2026-03-08T07:00:00Z) or epoch milliseconds, got {shown(text)}"
-            ) from None
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=UTC)
-        ms = (dt - _EPOCH) // _MS
-    if not MIN_TIME_MS <= ms <= MAX_TIME_MS:
-        raise ConfigError(f"{flag}: {shown(text)} is outside 1970-01-01T00:00:00Z .. 9999-12-31T23:59:59.999Z")
-    return ms
-
-
-def etcd_live_leaders(endpoints: str, prefix: str, security=None) -> Callable[[int], bool]:
+def etcd_live_leaders(endpoints: str, prefix: str, security: EtcdSecurity | None = None) -> Callable[[int], bool]:
     """shard -> whether a leader holds it now, from one read of etcd (what ``shardcron shards`` shows)."""
     from shardcron.coordination.keys import KeyLayout
     from shardcron.coordination.view import read_view
@@ -250,7 +220,7 @@ def _n(count: int, noun: str) -> str:
 def cmd_db_upgrade(a: argparse.Namespace) -> int:
     engine = open_store(a.db, create=True)
     try:
-        with _statement_errors(engine):
+        with statement_errors(engine):
             before = current_revision(engine)
             upgrade(engine)
             after = current_revision(engine)
@@ -267,7 +237,7 @@ def cmd_db_upgrade(a: argparse.Namespace) -> int:
 def cmd_db_current(a: argparse.Namespace) -> int:
     engine = open_store(a.db, create=False)
     try:
-        with _statement_errors(engine):
+        with statement_errors(engine):
             rev = current_revision(engine)
     finally:
         engine.dispose()
@@ -275,89 +245,13 @@ def cmd_db_current(a: argparse.Namespace) -> int:
     return 0
 
 
-def describe_revision(rev: str | None) -> str:
-    """``0001_initial (head)``, ``none (empty database)``, or what to do about any other revision.
-
-    A known revision is named by its migration file (``0001_initial`` for
-    revision ``0001``); an unknown one by its id, as stored.
-    """
-    head = head_revision()
-    if rev is None:
-        return "none (empty database)"
-    name = _revision_name(rev)
-    if name is None:
-        return f"{rev} (unknown to this shardcron, whose head is {_revision_name(head)}: upgrade shardcron)"
-    if rev == head:
-        return f"{name} (head)"
-    return f"{name} (behind head {_revision_name(head)}: run `shardcron db upgrade`)"
-
-
-def _revision_name(rev: str) -> str | None:
-    """The revision's migration file name without ``.py``; None for a revision this shardcron lacks."""
-    from alembic.script import ScriptDirectory
-    from alembic.util import CommandError
-
-    try:
-        script = ScriptDirectory.from_config(alembic_config()).get_revision(rev)
-    except CommandError:
-        return None
-    if script is None or script.revision != rev:  # Alembic also resolves unique prefixes
-        return None
-    stem = Path(script.path).stem
-    return stem if stem.startswith(rev) else rev
-
-
-def require_head(engine: Engine, where: str) -> None:
-    """Refuse to read a database whose schema this shardcron does not know (as ``audit`` reads its tables)."""
-    with _statement_errors(engine):
-        rev = current_revision(engine)
-    if rev is None:
-        raise ConfigError(f"{where} has no shardcron schema (empty database): run `shardcron db upgrade`")
-    if rev != head_revision():
-        raise ConfigError(f"{where}: schema is {describe_revision(rev)}")
-
-
-def open_store(url: str, *, create: bool) -> Engine:
-    """An engine on ``url``, checked to answer. Unless ``create``, an SQLite file that does
-    not exist is an error rather than a new empty database."""
-    if not create:
-        try:
-            u = make_url(url)
-        except sa_exc.ArgumentError:
-            u = None  # make_engine says why
-        if u is not None and u.get_backend_name() == "sqlite":
-            path = u.database or ""
-            if path and path != ":memory:" and not path.startswith("file:") and not Path(path).exists():
-                raise ConfigError(f"no SQLite database at {path} ({describe_url(url)})")
-    return make_engine(url)
-
-
-@contextmanager
-def _statement_errors(engine: Engine) -> Iterator[None]:
-    """A statement the database refused (permissions, a broken schema) becomes one line.
-
-    (Unreachable databases and timeouts are already ``StoreUnavailable``.)
-    """
-    try:
-        yield
-    except sa_exc.DBAPIError as e:
-        orig = getattr(e, "orig", None) or e
-        reason = " ".join(str(orig).split()) or type(orig).__name__
-        if engine.url.password:
-            reason = reason.replace(str(engine.url.password), "***")
-        raise StoreCommandFailed(f"store {describe_url(engine.url)}: {reason}") from None
-
-
 __all__ = [
     "EXIT_CLEAN",
     "EXIT_FINDINGS",
-    "StoreCommandFailed",
     "cmd_audit",
     "cmd_db_current",
     "cmd_db_upgrade",
-    "describe_revision",
     "etcd_live_leaders",
     "format_report",
-    "parse_time_ms",
     "register",
 ]

@@ -19,20 +19,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from shardcron.spec.bounds import MAX_VERSION
 from shardcron.cli.args import whole
-from shardcron.cli.common import fmt_ms
-from shardcron.cli.jobs import _client, _common, _print_json, _table
+from shardcron.cli.common import add_api_flags, api_client, fmt_ms, print_json, table
 from shardcron.errors import ShardcronError
-from shardcron.leader.calendar_book import StoredCalendar
 from shardcron.jobkey import display_key
-from shardcron.rules.calendars import (
-    Calendar,
-    CalendarError,
-    calendar_to_dict,
-    describe_windows,
-    parse_calendar,
-)
+from shardcron.spec.bounds import MAX_VERSION
+from shardcron.spec.calendar import Calendar, CalendarError, StoredCalendar
+from shardcron.spec.calendar_tables import calendar_to_dict, describe_windows, parse_calendar
 
 
 class CalendarFileError(ShardcronError):
@@ -83,10 +76,10 @@ def cmd_put(a: argparse.Namespace) -> int:
     if a.expected_version is not None and len(calendars) != 1:
         raise CalendarFileError(f"--expected-version: {a.file} defines {len(calendars)} calendars; give it "
                                 "for a file of one")
-    with _client(a) as c:
+    with api_client(a) as c:
         stored = [c.put_calendar(cal, expected_version=a.expected_version) for cal in calendars]
     if a.json:
-        _print_json([calendar_json(s) for s in stored])
+        print_json([calendar_json(s) for s in stored])
     else:
         for s in stored:
             print(f"calendar {s.calendar.name} version {s.version}")
@@ -94,13 +87,13 @@ def cmd_put(a: argparse.Namespace) -> int:
 
 
 def cmd_get(a: argparse.Namespace) -> int:
-    with _client(a) as c:
+    with api_client(a) as c:
         s, jobs = c.get_calendar(a.name)
     if a.json:
-        _print_json(calendar_json(s, jobs))
+        print_json(calendar_json(s, jobs))
         return 0
     cal = s.calendar
-    print(_table([_summary(cal) + [s.version, fmt_ms(s.updated_at_ms)]], HEADERS))
+    print(table([_summary(cal) + [s.version, fmt_ms(s.updated_at_ms)]], HEADERS))
     for day in sorted(cal.excluded_dates):
         print(f"excluded date   {day.isoformat()}")
     for start, end in cal.excluded_ranges:
@@ -110,22 +103,22 @@ def cmd_get(a: argparse.Namespace) -> int:
 
 
 def cmd_list(a: argparse.Namespace) -> int:
-    with _client(a) as c:
+    with api_client(a) as c:
         stored = c.list_calendars()
     if a.json:
-        _print_json([calendar_json(s) for s in stored])
+        print_json([calendar_json(s) for s in stored])
     elif stored:
-        print(_table([_summary(s.calendar) + [s.version, fmt_ms(s.updated_at_ms)] for s in stored], HEADERS))
+        print(table([_summary(s.calendar) + [s.version, fmt_ms(s.updated_at_ms)] for s in stored], HEADERS))
     else:
         print("no calendars", file=sys.stderr)
     return 0
 
 
 def cmd_delete(a: argparse.Namespace) -> int:
-    with _client(a) as c:
+    with api_client(a) as c:
         c.delete_calendar(a.name, force=a.force)
     if a.json:
-        _print_json({"name": a.name, "deleted": True})
+        print_json({"name": a.name, "deleted": True})
     else:
         print(f"calendar {a.name} deleted")
     return 0
@@ -158,4 +151,4 @@ def register(subparsers) -> None:
                         help="delete even while jobs name it: they owe no slot until it is put again")
     delete.set_defaults(func=cmd_delete)
     for p in (put, get, ls, delete):
-        _common(p)
+        add_api_flags(p)

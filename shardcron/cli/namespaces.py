@@ -13,11 +13,10 @@ import re
 import sys
 from fractions import Fraction
 
-from shardcron.spec.bounds import INT64_MAX, shown
-from shardcron.cli.common import fmt_ms
-from shardcron.cli.jobs import _client, _common, _print_json, _table
+from shardcron.cli.common import add_api_flags, api_client, fmt_ms, print_json, table
 from shardcron.errors import ShardcronError
-from shardcron.store.namespaces import StoredNamespace
+from shardcron.rules.namespace_settings import StoredNamespace
+from shardcron.spec.bounds import INT64_MAX, shown
 
 NO_LIMIT = "none"
 # flag -> the quota it sets (tenancy.quotas.QUOTA_KEYS)
@@ -130,12 +129,12 @@ def describe(n: StoredNamespace) -> str:
 
 
 def cmd_list(a: argparse.Namespace) -> int:
-    with _client(a) as c:
+    with api_client(a) as c:
         found = c.list_namespaces()
     if a.json:
-        _print_json([namespace_json(n) for n in found])
+        print_json([namespace_json(n) for n in found])
     elif found:
-        print(_table([_row(n) for n in found], HEADERS))
+        print(table([_row(n) for n in found], HEADERS))
     else:
         print("no namespaces", file=sys.stderr)
     return 0
@@ -144,9 +143,9 @@ def cmd_list(a: argparse.Namespace) -> int:
 def cmd_create(a: argparse.Namespace) -> int:
     weight = parse_weight(a.weight) if a.weight is not None else None
     quota = quota_flags(a)
-    with _client(a) as c:
+    with api_client(a) as c:
         n = c.create_namespace(a.name, weight=weight, quota=quota)
-    _print_json(namespace_json(n)) if a.json else print(f"namespace {n.name} created")
+    print_json(namespace_json(n)) if a.json else print(f"namespace {n.name} created")
     return 0
 
 
@@ -156,24 +155,24 @@ def cmd_update(a: argparse.Namespace) -> int:
     if weight is None and not quota:
         raise NamespaceFlagError("nothing to change: give --weight or a quota flag (" + ", ".join(QUOTA_FLAGS.values())
                                  + ")")
-    with _client(a) as c:
+    with api_client(a) as c:
         n = c.update_namespace(a.name, weight=weight, quota=quota)
-    _print_json(namespace_json(n)) if a.json else print(describe(n))
+    print_json(namespace_json(n)) if a.json else print(describe(n))
     return 0
 
 
 def cmd_describe(a: argparse.Namespace) -> int:
-    with _client(a) as c:
+    with api_client(a) as c:
         n = c.get_namespace(a.name)
-    _print_json(namespace_json(n)) if a.json else print(describe(n))
+    print_json(namespace_json(n)) if a.json else print(describe(n))
     return 0
 
 
 def cmd_delete(a: argparse.Namespace) -> int:
-    with _client(a) as c:
+    with api_client(a) as c:
         gone = c.delete_namespace(a.name, force=a.force)
     if a.json:
-        _print_json({"name": a.name, "deleted": True, "jobs_deleted": gone})
+        print_json({"name": a.name, "deleted": True, "jobs_deleted": gone})
     else:
         print(f"namespace {a.name} deleted" + (f" with its {gone} job{'s' if gone != 1 else ''}" if gone else ""))
     return 0
@@ -216,4 +215,4 @@ def register(subparsers) -> None:
     delete.add_argument("--force", action="store_true", help="delete its jobs with it")
     delete.set_defaults(func=cmd_delete)
     for p in (ls, create, update, desc, delete):
-        _common(p)
+        add_api_flags(p)

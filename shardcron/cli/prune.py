@@ -15,22 +15,26 @@ from __future__ import annotations
 import argparse
 import threading
 
+from sqlalchemy import Engine
+
 from shardcron import clock
 from shardcron.cli.args import whole
+from shardcron.cli.common import parse_time_ms
+from shardcron.cli.flags import add_db_flag
+from shardcron.cli.store import open_store, require_head
 from shardcron.clock import rfc3339_ms
-from shardcron.config import add_db_flag
 from shardcron.errors import FencedOut
 from shardcron.leader.pruner import in_batches
 from shardcron.rules.retention import MAX_DELETE_BATCH, MIN_DELETE_BATCH, prune_before_ms
 from shardcron.store.engine import describe_url
 from shardcron.store.fences import read_fences
-from shardcron.store.jobs import load_shard_jobs
+from shardcron.store.job_reads import load_shard_jobs
 from shardcron.store.retention import prune_shard_batch
 
 _FENCE_RACES = 3  # a batch refused because a new leader raised the fence is re-run under the new fence
 
 
-def register(db_sub: argparse._SubParsersAction) -> None:
+def register(db_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``prune`` under ``shardcron db``."""
     p = db_sub.add_parser("prune", help="delete finished ticks scheduled before a time, in small fenced batches",
                           description="Delete finished ticks scheduled before --before, beside running leaders. "
@@ -46,22 +50,24 @@ def register(db_sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_db_prune(a: argparse.Namespace) -> int:
-    from shardcron.cli.admin import open_store, parse_time_ms, require_head
-
     before = parse_time_ms(a.before, "--before")
     now = clock.wall_ms()
     prune_before_ms(before, now, 0)  # refuses a time in the future, naming --before, before connecting
     engine = open_store(a.db, create=False)
     try:
         require_head(engine, describe_url(a.db))
-        total, held_back, size = 0, {}, a.batch
+        total, size = 0, a.batch
+        held_back: dict[int, int] = {}
         for shard in sorted(read_fences(engine)):
             window = max((j.catchup_window_ms for j in load_shard_jobs(engine, shard)), default=0)
             horizon = prune_before_ms(before, now, window)
             if horizon < before:
                 held_back[shard] = horizon
-            deleted, size = in_batches(lambda limit, s=shard, h=horizon: _batch(engine, s, h, limit, now),
-                                       size=size, keep_going=lambda: True, rest=threading.Event().wait)
+
+            def one_batch(limit: int, s: int = shard, h: int = horizon) -> int:
+                return _batch(engine, s, h, limit, now)
+
+            deleted, size = in_batches(one_batch, size=size, keep_going=lambda: True, rest=threading.Event().wait)
             total += deleted
     finally:
         engine.dispose()
@@ -71,7 +77,7 @@ def cmd_db_prune(a: argparse.Namespace) -> int:
     return 0
 
 
-def _batch(engine, shard: int, horizon_ms: int, limit: int, now_ms: int) -> int:
+def _batch(engine: Engine, shard: int, horizon_ms: int, limit: int, now_ms: int) -> int:
     """One batch under the shard's current fence; re-run under the new one if a leader raised it meanwhile."""
     for attempt in range(1, _FENCE_RACES + 1):
         fence = read_fences(engine)[shard].fence

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from shardcron.cli.common import fmt_ms
-from shardcron.cli.jobs import _client, _common, _print_json, _table
+from shardcron.cli.common import add_api_flags, api_client, fmt_ms, print_json, table
 
 HEADERS = ["NAME", "ROLE", "NAMESPACES", "SOURCE", "CREATED", "CREATED BY"]
 
@@ -21,10 +20,10 @@ def _json(t) -> dict:
 
 
 def cmd_create(a: argparse.Namespace) -> int:
-    with _client(a) as c:
+    with api_client(a) as c:
         token, secret = c.create_token(a.name, a.role, [n.strip() for n in a.namespaces.split(",")])
     if a.json:
-        _print_json({**_json(token), "secret": secret})
+        print_json({**_json(token), "secret": secret})
         return 0
     print(f"token {token.name}: role {token.role} on {','.join(token.namespaces)}")
     print(f"secret: {secret}")
@@ -34,22 +33,22 @@ def cmd_create(a: argparse.Namespace) -> int:
 
 
 def cmd_list(a: argparse.Namespace) -> int:
-    with _client(a) as c:
+    with api_client(a) as c:
         tokens = c.list_tokens()
     if a.json:
-        _print_json([_json(t) for t in tokens])
+        print_json([_json(t) for t in tokens])
         return 0
-    print(_table([[t.name, t.role, ",".join(t.namespaces), t.source,
+    print(table([[t.name, t.role, ",".join(t.namespaces), t.source,
                    fmt_ms(t.created_at_ms) if t.created_at_ms else "-", t.created_by or "-"] for t in tokens],
                  HEADERS))
     return 0
 
 
 def cmd_revoke(a: argparse.Namespace) -> int:
-    with _client(a) as c:
+    with api_client(a) as c:
         c.revoke_token(a.name)
     if a.json:
-        _print_json({"name": a.name, "revoked": True})
+        print_json({"name": a.name, "revoked": True})
     else:
         print(f"token {a.name} revoked: every node refuses it, and ends its open streams, within 2 seconds")
     return 0
@@ -75,4 +74,4 @@ def register(subparsers) -> None:
     revoke.add_argument("name", metavar="NAME")
     revoke.set_defaults(func=cmd_revoke)
     for p in (create, ls, revoke):
-        _common(p)
+        add_api_flags(p)

@@ -16,222 +16,73 @@ to the next when nothing answers there. Failures are ``ApiError`` subclasses
 
 from __future__ import annotations
 
-import functools
-import threading
-import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import Any
 
 import grpc
 
-from shardcron.wire.backfill_convert import backfill_from_proto, overlap_to_proto
-from shardcron.api.security import ChannelSecurity, open_channel
-from shardcron.wire.convert import (
-    job_to_proto,
-    shard_map_from_proto,
-    job_runs_from_proto,
-    stored_job_from_proto,
-    tick_from_proto,
-)
-from shardcron.wire.calendar_convert import calendar_to_proto, stored_calendar_from_proto
-from shardcron.wire.namespace_convert import namespace_request, stored_namespace_from_proto
-from shardcron.api.routing import CHANNEL_OPTIONS, MAX_MESSAGE_BYTES, answered_by_a_node
-from shardcron.errors import ShardcronError
-from shardcron.model import Backfill, Job, JobRuns, SlotRef, Tick
-from shardcron.leader.calendar_book import StoredCalendar
-from shardcron.rules.calendars import Calendar
-from shardcron.store.namespaces import StoredNamespace
+from shardcron.client.channel import MAX_MESSAGE_BYTES, ChannelSecurity
+from shardcron.client.errors import code_name
+from shardcron.client.results import PutResult, TokenInfo
+from shardcron.client.targets import DEFAULT_TIMEOUT_S, Targets
+from shardcron.client.watch import TickWatch
 from shardcron.jobkey import DEFAULT_NAMESPACE, join_key, split_key
-from shardcron.spec.namespaces import namespace_or_default
+from shardcron.model import Backfill, Job, JobRuns, SlotRef, Tick
+from shardcron.rules.namespace_settings import StoredNamespace
 from shardcron.rules.scopes import ALL_NAMESPACES
+from shardcron.spec.calendar import Calendar, StoredCalendar
+from shardcron.spec.namespaces import namespace_or_default
 from shardcron.v1 import scheduler_pb2 as pb
-from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
+from shardcron.wire.backfill_convert import backfill_from_proto, overlap_to_proto
+from shardcron.wire.calendar_convert import calendar_to_proto, stored_calendar_from_proto
+from shardcron.wire.convert import job_to_proto, stored_job_from_proto
+from shardcron.wire.namespace_convert import namespace_request, stored_namespace_from_proto
+from shardcron.wire.shard_map_convert import shard_map_from_proto
+from shardcron.wire.tick_convert import job_runs_from_proto, tick_from_proto
 
-DEFAULT_TIMEOUT_S = 30.0
 # PutJobs calls are cut to stay well inside the servers' message limit.
 BATCH_JOBS = 1000
 IN_FLIGHT_BATCHES = 4  # PutJobs calls of one put_jobs in flight at once
 BATCH_BYTES = MAX_MESSAGE_BYTES // 2
 
 
-class ApiError(ShardcronError):
-    """The cluster refused or could not serve a call. ``code`` is the gRPC status."""
-
-    def __init__(self, code: grpc.StatusCode, details: str):
-        super().__init__(details or code.name.lower().replace("_", " "))
-        self.code = code
-        self.details = details
-
-
-class InvalidRequest(ApiError):
-    """INVALID_ARGUMENT: the message names the field and says why."""
-
-
-class NotFound(ApiError):
-    """NOT_FOUND: no such job."""
-
-
-class Conflict(ApiError):
-    """ABORTED: the job is not at the expected version."""
-
-
-class Unavailable(ApiError):
-    """UNAVAILABLE: no node answered, or the job's shard had no leader before the deadline."""
-
-
-class LimitExceeded(ApiError):
-    """RESOURCE_EXHAUSTED: the call crossed one of the node's limits; the message names its flag."""
-
-
-_ERRORS = {
-    grpc.StatusCode.RESOURCE_EXHAUSTED: LimitExceeded,
-    grpc.StatusCode.INVALID_ARGUMENT: InvalidRequest,
-    grpc.StatusCode.NOT_FOUND: NotFound,
-    grpc.StatusCode.ABORTED: Conflict,
-    grpc.StatusCode.UNAVAILABLE: Unavailable,
-}
-
-
-def api_error(code: grpc.StatusCode, details: str) -> ApiError:
-    return _ERRORS.get(code, ApiError)(code, details)
-
-
-@dataclass(frozen=True)
-class PutResult:
-    """One job's outcome in ``put_jobs``."""
-
-    id: str
-    ok: bool
-    code: str = "OK"  # the gRPC status name
-    message: str = ""
-    retryable: bool = False  # UNAVAILABLE: the shard had no leader in time; sending it again may succeed
-    unchanged: bool = False  # ok, and the stored job was already this one: nothing was written
-    stored: pb.Job | None = field(default=None, repr=False, compare=False)  # as the server answered
-
-    @functools.cached_property
-    def job(self) -> Job | None:
-        """The stored job, when ok; decoded on first use, so a batch of thousands costs nothing for it."""
-        return stored_job_from_proto(self.stored) if self.stored is not None else None
-
-
-def parse_targets(targets: str | Sequence[str]) -> list[str]:
-    """``"a:1,b:2"`` or ``["a:1", "b:2"]`` -> ``["a:1", "b:2"]``."""
-    raw = [targets] if isinstance(targets, str) else list(targets)
-    out = [t.strip() for item in raw for t in item.split(",") if t.strip()]
-    if not out:
-        raise ShardcronError("no server address given: pass host:port (or set SHARDCRON_SERVER)")
-    return out
-
-
-class BadToken(ShardcronError):
-    """A token that cannot be sent: empty, or holding a character a bearer token cannot hold."""
-
-
-def bearer_secret(token: str, source: str = "the token") -> str:
-    """The secret ``token`` names, as it goes into ``authorization: Bearer <secret>``.
-
-    Surrounding whitespace is dropped (the newline of a file read with ``$(cat ...)``, a
-    pasted tab), and so is a ``Bearer`` scheme in any case, as the API and the dashboard
-    read it. What is left must be printable ASCII without spaces: gRPC refuses anything
-    else in metadata with an opaque error, so it is refused here, naming ``source``. The
-    message never quotes the token: it is a secret.
-    """
-    secret = token.strip()
-    words = secret.split(maxsplit=1)
-    if len(words) == 2 and words[0].lower() == "bearer":
-        secret = words[1]
-    if not secret:
-        raise BadToken(f"{source} is empty (only whitespace)")
-    if secret.lower() == "bearer":
-        raise BadToken(f"{source} is the word Bearer alone, with no token after it")
-    bad = next((i for i, c in enumerate(secret) if not "!" <= c <= "~"), None)
-    if bad is not None:
-        raise BadToken(f"{source} holds {_char_name(secret[bad])} at character {bad + 1}: a token is printable "
-                       "ASCII with no whitespace inside (check how it was copied)")
-    return secret
-
-
-def _char_name(c: str) -> str:
-    return {" ": "a space", "\t": "a tab", "\n": "a line break", "\r": "a carriage return"}.get(c, f"U+{ord(c):04X}")
-
-
-def _check_timeout(value, name: str) -> None:
-    # 0 would mean "the default" to `timeout_s or ...`, and a negative one a call
-    # that gives up before it starts: neither is what the caller meant.
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"{name}: must be a number of seconds above 0, got {value!r}")
-
-
 class Client:
+    """The Scheduler API's calls, in shardcron's own dataclasses, on whichever of ``targets`` answers."""
+
     def __init__(self, targets: str | Sequence[str], *, timeout_s: float = DEFAULT_TIMEOUT_S,
                  security: ChannelSecurity | None = None, namespace: str | None = None):
         """``security``: TLS trust, client certificate and bearer token (``ChannelSecurity``).
         ``namespace``: of the jobs this client names by id (None: ``default``); each call may name another.
         A job's key (``Job.id`` of a job this client returned) names its namespace itself."""
-        _check_timeout(timeout_s, "timeout_s")
         self.namespace = namespace_or_default(namespace)
-        self.targets = parse_targets(targets)
-        if security is not None and security.token:
-            security = replace(security, token=bearer_secret(security.token))
-        self.security = security
-        self.timeout_s = timeout_s
-        self._channels: list[grpc.Channel | None] = [None] * len(self.targets)
-        self._stubs: list[pb_grpc.SchedulerStub | None] = [None] * len(self.targets)
-        self._preferred = 0
-        self._lock = threading.Lock()
+        self.nodes = Targets(targets, security, timeout_s)
 
-    # -- plumbing ------------------------------------------------------------------
+    @property
+    def targets(self) -> list[str]:
+        return self.nodes.targets
+
+    @property
+    def security(self) -> ChannelSecurity | None:
+        return self.nodes.security
+
+    @property
+    def timeout_s(self) -> float:
+        return self.nodes.timeout_s
 
     def __enter__(self) -> Client:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     def close(self) -> None:
-        with self._lock:
-            channels = [c for c in self._channels if c is not None]
-            self._channels = [None] * len(self.targets)
-            self._stubs = [None] * len(self.targets)
-        for c in channels:
-            c.close()
+        self.nodes.close()
 
-    def _stub(self, i: int) -> pb_grpc.SchedulerStub:
-        with self._lock:
-            if self._stubs[i] is None:
-                self._channels[i] = open_channel(self.targets[i], self.security, CHANNEL_OPTIONS)
-                self._stubs[i] = pb_grpc.SchedulerStub(self._channels[i])
-            return self._stubs[i]
-
-    def _order(self) -> list[int]:
-        n = len(self.targets)
-        return [(self._preferred + k) % n for k in range(n)]
-
-    def _call(self, method: str, request, timeout_s: float | None = None):
-        """Call ``method`` on the first target that answers; the time budget is shared by all tries."""
-        if timeout_s is not None:
-            _check_timeout(timeout_s, "timeout_s")
-        ends = time.monotonic() + (timeout_s or self.timeout_s)
-        unreachable = []
-        for i in self._order():
-            left = ends - time.monotonic()
-            if left <= 0:
-                break
-            try:
-                response = getattr(self._stub(i), method)(request, timeout=left)
-            except grpc.RpcError as e:
-                if e.code() is grpc.StatusCode.UNAVAILABLE and not answered_by_a_node(e):
-                    unreachable.append(f"{self.targets[i]} ({e.details()})")
-                    continue
-                raise api_error(e.code(), e.details() or "") from None
-            self._preferred = i
-            return response
-        if not unreachable:
-            raise ApiError(grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {timeout_s or self.timeout_s:.1f}s")
-        raise Unavailable(grpc.StatusCode.UNAVAILABLE, "no shardcron node answers at " + "; ".join(unreachable))
+    def _call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
+        return self.nodes.call(method, request, timeout_s)
 
     # -- namespaces of the calls ----------------------------------------------------------
 
@@ -275,7 +126,7 @@ class Client:
                 ok = r.code == 0
                 results.append(PutResult(
                     id=r.id, ok=ok, stored=r.job if ok else None,
-                    code=grpc.StatusCode.OK.name if ok else _code_name(r.code), message=r.message,
+                    code=grpc.StatusCode.OK.name if ok else code_name(r.code), message=r.message,
                     retryable=r.retryable, unchanged=r.unchanged,
                 ))
 
@@ -419,14 +270,14 @@ class Client:
         ``"*"``: every namespace the caller may read), until ``cancel()``."""
         if job_id:
             job_id, ns = self._ref(job_id, namespace)
-            return TickWatch(self, pb.WatchTicksRequest(job_id=job_id, namespace=ns))
-        return TickWatch(self, pb.WatchTicksRequest(namespace=self._namespaces(namespace)))
+            return TickWatch(self.nodes, pb.WatchTicksRequest(job_id=job_id, namespace=ns))
+        return TickWatch(self.nodes, pb.WatchTicksRequest(namespace=self._namespaces(namespace)))
 
     # -- calendars ----------------------------------------------------------------------
 
     def put_calendar(self, calendar: Calendar, *, expected_version: int | None = None,
                      timeout_s: float | None = None) -> StoredCalendar:
-        """Create or replace a named calendar (``calendars.parse_calendar`` builds one from plain data);
+        """Create or replace a named calendar (``spec.calendar_tables.parse_calendar`` builds one from plain data);
         with ``expected_version``, only over that version (0: only create), else ``Conflict``."""
         req = pb.PutCalendarRequest(calendar=calendar_to_proto(calendar))
         if expected_version is not None:
@@ -437,7 +288,7 @@ class Client:
         """The calendar and the keys of the jobs that name it (at most 100, of namespaces the caller may read)."""
         r = self._call("GetCalendar", pb.GetCalendarRequest(name=name), timeout_s)
         namespaces = list(r.job_namespaces) or [DEFAULT_NAMESPACE] * len(r.jobs)
-        return stored_calendar_from_proto(r.calendar), [join_key(ns, i) for ns, i in zip(namespaces, r.jobs)]
+        return stored_calendar_from_proto(r.calendar), [join_key(ns, i) for ns, i in zip(namespaces, r.jobs, strict=False)]
 
     def list_calendars(self, *, timeout_s: float | None = None) -> list[StoredCalendar]:
         r = self._call("ListCalendars", pb.ListCalendarsRequest(), timeout_s)
@@ -485,7 +336,7 @@ class Client:
                          quota: dict[str, int | Fraction | None] | None = None,
                          timeout_s: float | None = None) -> StoredNamespace:
         """A new namespace (``Conflict``-free: ALREADY_EXISTS when it exists); ``quota`` by
-        ``tenancy.quotas.QUOTA_KEYS``, a missing one is no limit."""
+        ``rules.quotas.QUOTA_KEYS``, a missing one is no limit."""
         req = pb.CreateNamespaceRequest(namespace=namespace_request(name, weight=weight, quota=quota))
         return stored_namespace_from_proto(self._call("CreateNamespace", req, timeout_s).namespace)
 
@@ -505,54 +356,6 @@ class Client:
         return r.jobs_deleted
 
 
-class TickWatch:
-    """An iterator of ``Tick``s from WatchTicks that follows the cluster: when the node it
-    listens to goes away, it reconnects to the next target. ``dropped`` counts the events
-    the servers dropped because this watcher was too slow."""
-
-    def __init__(self, client: Client, request: pb.WatchTicksRequest):
-        self._client = client
-        self._request = request
-        self._cancelled = threading.Event()
-        self._call = None
-        self.dropped = 0
-
-    def cancel(self) -> None:
-        self._cancelled.set()
-        call = self._call
-        if call is not None:
-            call.cancel()
-
-    def __iter__(self) -> Iterator[Tick]:
-        c = self._client
-        failures = 0
-        while not self._cancelled.is_set():
-            i = c._order()[failures % len(c.targets)]
-            call = self._call = c._stub(i).WatchTicks(self._request)
-            if self._cancelled.is_set():  # cancel() ran after the loop's check and saw no call to cancel
-                call.cancel()
-            try:
-                for ev in call:
-                    failures = 0
-                    c._preferred = i
-                    self.dropped += ev.dropped
-                    yield tick_from_proto(ev.tick)
-            except grpc.RpcError as e:
-                if self._cancelled.is_set() or e.code() is grpc.StatusCode.CANCELLED:
-                    return
-                if e.code() is not grpc.StatusCode.UNAVAILABLE:
-                    raise api_error(e.code(), e.details() or "") from None
-            failures += 1
-            self._cancelled.wait(min(0.1 * failures, 2.0))
-
-
-def _code_name(value: int) -> str:
-    for code in grpc.StatusCode:
-        if code.value[0] == value:
-            return code.name
-    return str(value)
-
-
 def _batches(protos: Iterable[pb.Job]) -> Iterator[list[pb.Job]]:
     batch: list[pb.Job] = []
     size = 0
@@ -565,19 +368,3 @@ def _batches(protos: Iterable[pb.Job]) -> Iterator[list[pb.Job]]:
         size += n
     if batch:
         yield batch
-
-
-@dataclass(frozen=True)
-class TokenInfo:
-    """A token as the API describes it (never its secret, nor its hash)."""
-
-    name: str
-    role: str
-    namespaces: tuple[str, ...]  # ("*",): every namespace
-    source: str  # "file" or "store"
-    created_at_ms: int
-    created_by: str
-
-    @classmethod
-    def of(cls, p: pb.ApiToken) -> TokenInfo:
-        return cls(p.name, p.role, tuple(p.namespaces), p.source, p.created_at_ms, p.created_by)

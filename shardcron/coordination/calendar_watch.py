@@ -12,11 +12,11 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 
 from shardcron import metrics
+from shardcron.coordination.calendar_book import CalendarBook
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.store_watch import RELOAD_S, StoreWatch
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
-from shardcron.leader.calendar_book import CalendarBook
 from shardcron.store import calendars as calendar_store
 
 log = logging.getLogger(__name__)

@@ -11,11 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shardcron.errors import ConfigError
+from shardcron.spec.bounds import DEFAULT_MIN_INTERVAL_MS
+from shardcron.spec.durations import format_duration_ms
 
-# The shortest gap a schedule may have unless the cluster's minimum is changed:
-# one keystroke turns 1m into 1ms, and 1,000 ticks a second of one job would
-# take a node down.
-DEFAULT_MIN_INTERVAL_MS = 1000
 MIN_INTERVAL_KEY = "min_interval_ms"
 
 
@@ -26,7 +24,7 @@ class ClusterConfig:
     created_at_ms: int | None = None
 
 
-def new_config(shards: int, now_ms: int, min_interval_ms: int | None) -> dict:
+def new_config(shards: int, now_ms: int, min_interval_ms: int | None) -> dict[str, object]:
     """What the first node writes: its --shards, and its --min-interval or the default."""
     return {"shards": shards, "created_at_ms": now_ms,
             MIN_INTERVAL_KEY: DEFAULT_MIN_INTERVAL_MS if min_interval_ms is None else min_interval_ms}
@@ -44,7 +42,7 @@ def parse_config(config: object, where: str) -> ClusterConfig:
                          created if isinstance(created, int) and not isinstance(created, bool) else None)
 
 
-def min_interval_of(config: dict | None, where: str = "the cluster config") -> int:
+def min_interval_of(config: dict[str, object] | None, where: str = "the cluster config") -> int:
     """The cluster's minimum interval in ms: the stored one, or the default when the key is absent."""
     value = (config or {}).get(MIN_INTERVAL_KEY, DEFAULT_MIN_INTERVAL_MS)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -53,7 +51,7 @@ def min_interval_of(config: dict | None, where: str = "the cluster config") -> i
     return value
 
 
-def with_min_interval(config: dict, min_interval_ms: int) -> dict:
+def with_min_interval(config: dict[str, object], min_interval_ms: int) -> dict[str, object]:
     """``config`` with a new minimum interval; every other key kept as it is."""
     return {**config, MIN_INTERVAL_KEY: min_interval_ms}
 
@@ -66,8 +64,6 @@ def check_agreement(prefix: str, cluster: ClusterConfig, shards: int, min_interv
             f"--shards {shards}; start it with --shards {cluster.shards}"
         )
     if min_interval_ms is not None and min_interval_ms != cluster.min_interval_ms:
-        from shardcron.spec.job import format_duration_ms  # not at the top: it imports croniter
-
         mine, theirs = format_duration_ms(min_interval_ms), format_duration_ms(cluster.min_interval_ms)
         raise ConfigError(
             f"the cluster under {prefix} has a minimum interval of {theirs}, but this node was started with "

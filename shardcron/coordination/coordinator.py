@@ -23,16 +23,21 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from shardcron import clock
-from shardcron.runtime import crashpoints
-from shardcron import metrics
+from shardcron import clock, metrics
 from shardcron.abc import ShardWork
 from shardcron.coordination import membership
+from shardcron.coordination.coordinator_settings import CoordinatorSettings
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.events import (
-    Drained, Event, Fenced, SessionLostEvent, Stop, Wake, WatchBroken, WatchChanges,
+    Drained,
+    Event,
+    Fenced,
+    SessionLostEvent,
+    Stop,
+    Wake,
+    WatchBroken,
+    WatchChanges,
 )
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.ownership import Action, Role, ShardState, decide, role_of
@@ -42,23 +47,12 @@ from shardcron.coordination.shard_actions import ShardActions
 from shardcron.coordination.shard_table import ShardTable
 from shardcron.coordination.view import ClusterView
 from shardcron.errors import ConfigError, EtcdUnavailable, SessionLost
+from shardcron.runtime import crashpoints
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 log = logging.getLogger(__name__)
 
 MAX_TAKEOVERS_IN_FLIGHT = 2  # shards a node may have won and not yet readied before it is handed more
-
-
-@dataclass
-class CoordinatorSettings:
-    node_id: str
-    address: str
-    shard_count: int
-    ttl_s: int = 10
-    settle_s: float = 1.0  # membership changes inside this window are handled as one
-    resign_grace_s: float = 5.0  # how long a resigning leader waits for running ticks
-    started_at_ms: int = 0
-    fence_offset: int = 0  # added to election revisions (see store/epoch.py)
 
 
 class Coordinator:
@@ -77,7 +71,7 @@ class Coordinator:
         self.joined = threading.Event()  # set once registered and watching; cleared on session loss
         self.stopped = threading.Event()  # set when run() has returned
         self.fatal: str | None = None
-        self._events: queue.Queue = queue.Queue()
+        self._events: queue.Queue[Event] = queue.Queue()
         self._stopping = False
         self._cancel_watch: Callable[[], None] | None = None
         self._resync_due = 0.0  # when a failed re-read of the mirror is tried again
@@ -347,10 +341,10 @@ class Coordinator:
             role = role_of(me, p.primary, p.standby) if p else Role.NONE
             primary = p.primary if p else None
             action = decide(slot.state, role, me, queue_nodes, primary, self._stopping or self._resharding(),
-                            primary_busy=busy.get(primary, 0) >= MAX_TAKEOVERS_IN_FLIGHT)
+                            primary_busy=primary is not None and busy.get(primary, 0) >= MAX_TAKEOVERS_IN_FLIGHT)
             if action is not Action.NOTHING:
                 self.actions.do(slot, action, role, resign_why=self._resign_why())
-                if action is Action.RESIGN and slot.state is ShardState.RESIGNING:
+                if action is Action.RESIGN and slot.state is ShardState.RESIGNING and primary is not None:
                     busy[primary] = busy.get(primary, 0) + 1
                 # What an action leads to may call for the next one before any event says so.
                 self._undecided = True

@@ -33,7 +33,7 @@ class Election:
     def campaigning(self) -> bool:
         return self.rev > 0
 
-    def campaign(self, value: dict) -> int:
+    def campaign(self, value: dict[str, object]) -> int:
         """Place our candidate key (idempotent for this session). Returns its create revision."""
         if self._session.done.is_set():
             raise SessionLost(self._session.lost_reason or "session lost")
@@ -49,7 +49,7 @@ class Election:
         """True when no key older than ours is left: a linearizable read, not the mirror."""
         return self.campaigning and self._etcd.newest_created_before(self._prefix, self.rev) is None
 
-    def proclaim(self, value: dict) -> bool:
+    def proclaim(self, value: dict[str, object]) -> bool:
         """Rewrite our key's value (leader since, job count) while it is still ours."""
         return self.campaigning and self._etcd.put_if_created_at(
             self.key, json.dumps(value).encode(), self.rev, self._session.lease_id

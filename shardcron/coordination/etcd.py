@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import pyetcd
@@ -75,7 +76,7 @@ def parse_endpoints(text: str) -> list[tuple[str, int, bool]]:
     return out
 
 
-def _kv(m) -> KV:
+def _kv(m: Any) -> KV:  # m: pyetcd's KeyValue message (the library is untyped)
     return KV(m.key.decode(), bytes(m.value), m.create_revision, m.mod_revision, m.lease)
 
 
@@ -110,7 +111,8 @@ class Etcd:
 
     # -- plumbing -----------------------------------------------------------
 
-    def _call(self, what: str, fn, *args, timeout: float | None = None):
+    def _call(self, what: str, fn: Callable[..., Any], *args: Any, timeout: float | None = None) -> Any:
+        """``fn(*args)`` on the current member, with a deadline; pyetcd's answers are untyped messages."""
         stub_timeout = self.timeout_s if timeout is None else timeout
         member = self._client._current_endpoint_label
         t0 = time.perf_counter()
@@ -165,12 +167,12 @@ class Etcd:
             self._client._current_endpoint_label = nxt  # also drops the old stubs and watcher
 
     @property
-    def _kv_stub(self):
+    def _kv_stub(self) -> Any:
         return self._client.kvstub
 
     # -- key-value ------------------------------------------------------------
 
-    def status(self):
+    def status(self) -> tuple[int, int]:
         """Header of a cheap linearizable read: proves a quorum answers. Returns (cluster_id, revision)."""
         req = etcdrpc.RangeRequest(key=b"\0", count_only=True)
         resp = self._call("status", self._kv_stub.Range, req)
@@ -205,18 +207,20 @@ class Etcd:
 
     def put(self, key: str, value: bytes, lease: int = 0) -> int:
         req = etcdrpc.PutRequest(key=key.encode(), value=value, lease=lease)
-        return self._call("put", self._kv_stub.Put, req).header.revision
+        revision: int = self._call("put", self._kv_stub.Put, req).header.revision
+        return revision
 
     def delete(self, key: str) -> bool:
         req = etcdrpc.DeleteRangeRequest(key=key.encode())
-        return self._call("delete", self._kv_stub.DeleteRange, req).deleted > 0
+        deleted: int = self._call("delete", self._kv_stub.DeleteRange, req).deleted
+        return deleted > 0
 
-    def _txn(self, compare, success, failure=()):
+    def _txn(self, compare: list[Any], success: list[Any], failure: Iterable[Any] = ()) -> Any:
         req = etcdrpc.TxnRequest(compare=compare, success=success, failure=list(failure))
         return self._call("txn", self._kv_stub.Txn, req)
 
     @staticmethod
-    def _cmp_create(key: str, rev: int):
+    def _cmp_create(key: str, rev: int) -> Any:
         return etcdrpc.Compare(
             key=key.encode(), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.CREATE, create_revision=rev
         )
@@ -232,7 +236,8 @@ class Etcd:
     def put_if_created_at(self, key: str, value: bytes, create_revision: int, lease: int = 0) -> bool:
         """Overwrite ``key`` only while it is the same incarnation (etcd's ``Proclaim``)."""
         put = etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=key.encode(), value=value, lease=lease))
-        return self._txn([self._cmp_create(key, create_revision)], [put]).succeeded
+        ok: bool = self._txn([self._cmp_create(key, create_revision)], [put]).succeeded
+        return ok
 
     def put_if_unchanged(self, key: str, value: bytes, mod_revision: int, *, unless_exists: str) -> bool:
         """Overwrite ``key`` only while it is still at ``mod_revision`` and ``unless_exists`` is absent
@@ -243,12 +248,14 @@ class Etcd:
             self._cmp_create(unless_exists, 0),
         ]
         put = etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=key.encode(), value=value))
-        return self._txn(compare, [put]).succeeded
+        ok: bool = self._txn(compare, [put]).succeeded
+        return ok
 
     def delete_if_created_at(self, key: str, create_revision: int) -> bool:
         """Delete ``key`` only while it is the same incarnation (etcd's ``Resign``)."""
         rm = etcdrpc.RequestOp(request_delete_range=etcdrpc.DeleteRangeRequest(key=key.encode()))
-        return self._txn([self._cmp_create(key, create_revision)], [rm]).succeeded
+        ok: bool = self._txn([self._cmp_create(key, create_revision)], [rm]).succeeded
+        return ok
 
     # -- leases ---------------------------------------------------------------
 
@@ -260,13 +267,15 @@ class Etcd:
 
     def keepalive_once(self, lease_id: int, timeout_s: float) -> int:
         """Renew the lease once. Returns the remaining TTL; <= 0 means the lease is gone."""
-        def call(req_iter, timeout, **kw):
+        def call(req_iter: Any, timeout: float, **kw: Any) -> int:
             for resp in self._client.leasestub.LeaseKeepAlive(req_iter, timeout, **kw):
-                return resp.TTL
+                ttl: int = resp.TTL
+                return ttl
             return 0
 
-        return self._call("lease keepalive", call, iter([etcdrpc.LeaseKeepAliveRequest(ID=lease_id)]),
-                          timeout=timeout_s)
+        remaining: int = self._call("lease keepalive", call, iter([etcdrpc.LeaseKeepAliveRequest(ID=lease_id)]),
+                                    timeout=timeout_s)
+        return remaining
 
     def revoke(self, lease_id: int, timeout_s: float = 2.0) -> None:
         self._call("lease revoke", self._client.leasestub.LeaseRevoke,
@@ -284,7 +293,7 @@ class Etcd:
         must not block. After any stream error ``on_error`` is called once and the
         watch is dead: the caller re-reads and re-watches from the revision it read.
         """
-        def callback(resp):
+        def callback(resp: Any) -> None:  # a pyetcd watch response, or the exception that ended the stream
             if isinstance(resp, Exception):
                 on_error(_reason(resp))
                 return
@@ -300,7 +309,7 @@ class Etcd:
         except Exception as e:  # noqa: BLE001 - grpc, timeout or compaction: all mean "re-read"
             raise EtcdUnavailable(f"etcd watch at {self.endpoints}: {_reason(e)}") from None
 
-        def cancel():
+        def cancel() -> None:
             try:
                 self._client.cancel_watch(watch_id)
             except Exception:  # noqa: BLE001 - the stream may already be gone

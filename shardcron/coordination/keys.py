@@ -26,7 +26,7 @@ from dataclasses import dataclass
 class KeyLayout:
     prefix: str = "/cron"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not self.prefix.startswith("/") or self.prefix.endswith("/") or "//" in self.prefix:
             raise ValueError(f"prefix must look like /name (no trailing slash), got {self.prefix!r}")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from shardcron.coordination.cluster_config import (
     ClusterConfig,
@@ -42,7 +43,7 @@ def ensure_cluster_config(etcd: Etcd, layout: KeyLayout, shard_count: int, now_m
     return cluster
 
 
-def read_cluster_config(etcd: Etcd, layout: KeyLayout) -> tuple[ClusterConfig, dict, int]:
+def read_cluster_config(etcd: Etcd, layout: KeyLayout) -> tuple[ClusterConfig, Any, int]:
     """The cluster's config, the stored dict and the key's mod revision; ``ConfigError`` if there is none."""
     kv = etcd.get(layout.config)
     if kv is None:

@@ -17,9 +17,9 @@ from shardcron import metrics
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.store_watch import RELOAD_S, StoreWatch
+from shardcron.rules.namespace_settings import NamespaceSettings
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 from shardcron.store.namespaces import namespace_settings
-from shardcron.rules.namespace_settings import NamespaceSettings
 
 log = logging.getLogger(__name__)
 

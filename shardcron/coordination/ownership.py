@@ -33,6 +33,10 @@ from __future__ import annotations
 import logging
 import threading
 from enum import Enum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from shardcron.coordination.election import Election
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +116,7 @@ class ShardSlot:
     def __init__(self, shard: int):
         self.shard = shard
         self.state = ShardState.IDLE
-        self.election = None  # coordination.election.Election while campaigning
+        self.election: Election | None = None  # while campaigning
         self.fence = 0
         self.stop = threading.Event()  # set when work on this shard must stop, at once
 

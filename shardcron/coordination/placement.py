@@ -12,6 +12,8 @@ from shardcron.coordination import balancer
 from shardcron.coordination.settle import Settle, settle
 from shardcron.coordination.view import ClusterView
 
+_Inputs = tuple[int, tuple[str, ...], tuple[tuple[int, balancer.Owner], ...]]
+
 
 def owners(view: ClusterView, shard_count: int) -> tuple[tuple[int, balancer.Owner], ...]:
     """Every shard's current holder as the mirror shows it: the head of its queue and its create revision."""
@@ -38,7 +40,7 @@ class Placer:
         self.settle_s = settle_s
         self.state = Settle()
         self.placements: dict[int, balancer.Placement] = {}
-        self._inputs: tuple | None = None  # (shard count, members, owners) the placements were computed for
+        self._inputs: _Inputs | None = None  # (shard count, members, owners) the placements were computed for
 
     def update(self, now: float, view: ClusterView, shard_count: int) -> dict[int, balancer.Placement]:
         self.state = settle(now, tuple(view.active_members()), self.state, self.settle_s)

@@ -21,6 +21,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy.engine import Engine
 
 from shardcron import clock
 from shardcron.coordination.etcd import Etcd
@@ -34,13 +37,13 @@ class ReshardError(ShardcronError):
     pass
 
 
-def read_request(etcd: Etcd, layout: KeyLayout) -> dict | None:
+def read_request(etcd: Etcd, layout: KeyLayout) -> dict[str, Any] | None:
     kv = etcd.get(layout.reshard)
     return json.loads(kv.value) if kv else None
 
 
-def reshard(etcd: Etcd, layout: KeyLayout, engine, new_count: int, *, timeout_s: float = 120.0,
-            say: Callable[[str], None] = print) -> dict:
+def reshard(etcd: Etcd, layout: KeyLayout, engine: Engine, new_count: int, *, timeout_s: float = 120.0,
+            say: Callable[[str], None] = print) -> dict[str, Any]:
     if new_count <= 0:
         raise ConfigError(f"--shards must be positive, got {new_count}")
     kv = etcd.get(layout.config)
@@ -56,6 +59,8 @@ def reshard(etcd: Etcd, layout: KeyLayout, engine, new_count: int, *, timeout_s:
         created, _ = etcd.put_if_absent(layout.reshard, json.dumps(request).encode())
         if not created:
             request = read_request(etcd, layout)
+            if request is None:
+                raise ReshardError("another reshard request came and went while this one was made; run it again")
     if request["to"] != new_count:
         raise ReshardError(f"a reshard from {request['from']} to {request['to']} is in progress; finish it with "
                            f"`shardcron reshard --shards {request['to']}` or cancel it with `--abort`")

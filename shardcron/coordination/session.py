@@ -23,9 +23,9 @@ import threading
 from collections.abc import Callable
 
 from shardcron import clock
-from shardcron.runtime import crashpoints
 from shardcron.coordination.etcd import Etcd
 from shardcron.errors import EtcdUnavailable
+from shardcron.runtime import crashpoints
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 log = logging.getLogger(__name__)

@@ -13,10 +13,10 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from shardcron import clock, metrics
 from shardcron.abc import ShardWork
+from shardcron.coordination.coordinator_settings import CoordinatorSettings
 from shardcron.coordination.election import Election
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.events import Drained, Event
@@ -26,9 +26,6 @@ from shardcron.coordination.session import Session
 from shardcron.coordination.shard_table import ShardTable
 from shardcron.coordination.view import ClusterView
 from shardcron.errors import EtcdUnavailable, FencedOut, SessionLost, StoreUnavailable
-
-if TYPE_CHECKING:
-    from shardcron.coordination.coordinator import CoordinatorSettings
 
 log = logging.getLogger(__name__)
 
@@ -53,18 +50,19 @@ class ShardActions:
         """Carry out ``action`` for ``slot``; ``resign_why`` says why, should it be a resign."""
         try:
             if action is Action.CAMPAIGN:
-                slot.election = Election(self.etcd, self._session(), self.layout, slot.shard)
-                slot.election.campaign(self._key_value())
+                slot.election = el = Election(self.etcd, self._held_session(), self.layout, slot.shard)
+                el.campaign(self._key_value())
                 self.table.set_state(slot, ShardState.CANDIDATE,
-                                     f"campaigning as {role.value} (rev {slot.election.rev})")
+                                     f"campaigning as {role.value} (rev {el.rev})")
             elif action is Action.WITHDRAW:
-                slot.election.resign()
+                self._election_of(slot).resign()
                 slot.election = None
                 self.table.set_state(slot, ShardState.IDLE, "withdrawn: no longer primary or standby")
             elif action is Action.REQUEUE:
-                slot.election.resign()
-                slot.election.campaign(self._key_value())
-                log.info("shard %d: re-queued behind the preferred owner (rev %d)", slot.shard, slot.election.rev)
+                el = self._election_of(slot)
+                el.resign()
+                el.campaign(self._key_value())
+                log.info("shard %d: re-queued behind the preferred owner (rev %d)", slot.shard, el.rev)
             elif action is Action.ACQUIRE:
                 self.acquire(slot)
             elif action is Action.RESIGN:
@@ -99,10 +97,10 @@ class ShardActions:
 
     def acquire(self, slot: ShardSlot) -> None:
         won_at = clock.monotonic()
-        el = slot.election
+        el = self._election_of(slot)
         if not el.is_leader_now():
             return  # the mirror ran ahead of etcd; the deletion event will come
-        session = self._session()
+        session = self._held_session()
         stop = threading.Event()
         slot.stop = stop
         # The session-lost callback sets the stop event of every slot it finds; an event
@@ -126,7 +124,7 @@ class ShardActions:
     def proclaim_leader(self, slot: ShardSlot, since_ms: int, jobs: int) -> None:
         """Publish "leader since, jobs, fence" in our key. Refused means the key is not ours: a lost election."""
         try:
-            ours = slot.election.proclaim(self._key_value(since_ms=since_ms, jobs=jobs, fence=slot.fence))
+            ours = self._election_of(slot).proclaim(self._key_value(since_ms=since_ms, jobs=jobs, fence=slot.fence))
         except EtcdUnavailable as e:
             log.warning("shard %d: could not proclaim leadership (%s); retrying", slot.shard, e)
             return  # still in _unproclaimed: the next reconcile tries again
@@ -168,8 +166,22 @@ class ShardActions:
         slot.election = None
         self.table.set_state(slot, ShardState.IDLE, "resigned")
 
-    def _key_value(self, since_ms: int | None = None, jobs: int | None = None, fence: int | None = None) -> dict:
-        v = {"node": self.s.node_id, "address": self.s.address}
+    def _election_of(self, slot: ShardSlot) -> Election:
+        """The slot's election: ``decide`` asks for these actions only of a slot that campaigns."""
+        if slot.election is None:
+            raise SessionLost(f"shard {slot.shard}: no election to act on")
+        return slot.election
+
+    def _held_session(self) -> Session:
+        """The coordinator's session: actions run only while it holds one."""
+        session = self._session()
+        if session is None:
+            raise SessionLost("no session")
+        return session
+
+    def _key_value(self, since_ms: int | None = None, jobs: int | None = None,
+                   fence: int | None = None) -> dict[str, object]:
+        v: dict[str, object] = {"node": self.s.node_id, "address": self.s.address}
         if since_ms is not None:
             v.update(since_ms=since_ms, jobs=jobs, fence=fence)
         return v

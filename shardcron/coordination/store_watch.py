@@ -19,9 +19,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from shardcron.runtime import crashpoints
-from shardcron.coordination.etcd import Etcd
+from shardcron.coordination.etcd import Etcd, WatchEvent
 from shardcron.errors import ShardcronError
+from shardcron.runtime import crashpoints
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class StoreWatch:
             log.warning("%s: cannot watch %s (%s); reloading every %.0f s until it can", self._what, self._key, e,
                         self._reload_s)
 
-    def _on_events(self, _revision: int, events) -> None:
+    def _on_events(self, _revision: int, events: list[WatchEvent]) -> None:
         if any(ev.kv.key == self._key for ev in events):
             self._cause = "watch"
             self._wake.set()

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
-from shardcron.coordination.cluster_config import DEFAULT_MIN_INTERVAL_MS, min_interval_of
+from shardcron.coordination.cluster_config import min_interval_of
 from shardcron.coordination.etcd import KV, Etcd, WatchEvent
 from shardcron.coordination.keys import KeyLayout
 from shardcron.errors import ConfigError
+from shardcron.spec.bounds import DEFAULT_MIN_INTERVAL_MS
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class Member:
     lease: int
 
 
-def _json(value: bytes) -> dict:
+def _json(value: bytes) -> dict[str, Any]:  # parsed JSON: its values are whatever a node wrote
     try:
         d = json.loads(value or b"{}")
         return d if isinstance(d, dict) else {}
@@ -50,10 +52,10 @@ def _json(value: bytes) -> dict:
 class ClusterView:
     layout: KeyLayout
     revision: int = 0
-    config: dict | None = None
+    config: dict[str, Any] | None = None
     members: dict[str, Member] = field(default_factory=dict)
     drains: set[str] = field(default_factory=set)
-    reshard: dict | None = None  # a reshard request in progress, see shardcron/coordination/reshard.py
+    reshard: dict[str, Any] | None = None  # a reshard request in progress, see shardcron/coordination/reshard.py
     candidates: dict[int, dict[str, Candidate]] = field(default_factory=dict)
 
     def load(self, revision: int, kvs: list[KV]) -> None:
@@ -159,7 +161,7 @@ def read_view(etcd: Etcd, layout: KeyLayout) -> ClusterView:
     return view
 
 
-def shard_map_from_view(view: ClusterView, prefix: str) -> dict:
+def shard_map_from_view(view: ClusterView, prefix: str) -> dict[str, object]:
     """The shard-to-leader map that ``shardcron shards --json`` prints and GetShards serves."""
     from shardcron.coordination.balancer import fair_share
 
@@ -169,17 +171,17 @@ def shard_map_from_view(view: ClusterView, prefix: str) -> dict:
     for shard in range(n or 0):
         q = view.queue(shard)
         leader = q[0] if q else None
-        leading = bool(leader and leader.leader_since_ms)
-        if leading:
+        leading = leader is not None and bool(leader.leader_since_ms)
+        if leader is not None and leading:
             led[leader.node_id] = led.get(leader.node_id, 0) + 1
         rows.append({
             "shard": shard,
-            "leader": leader.node_id if leading else None,
-            "address": leader.address if leading else None,
+            "leader": leader.node_id if leader is not None and leading else None,
+            "address": leader.address if leader is not None and leading else None,
             "fence": (leader.fence or leader.create_revision) if leader else None,
             "leader_since_ms": leader.leader_since_ms if leader else None,
             "candidates": len(q),
-            "jobs": leader.jobs if leading and leader.jobs is not None else None,
+            "jobs": leader.jobs if leader is not None and leading and leader.jobs is not None else None,
             "state": "leading" if leading else "electing" if leader else "no leader",
         })
     reshard = view.reshard

@@ -19,8 +19,8 @@ from urllib.parse import unquote, urlsplit
 
 from aiohttp import web
 
-from shardcron.dashboard.sessions import Session
 from shardcron.api.tokens import secret_from_authorization
+from shardcron.dashboard.sessions import Session
 
 COOKIE = "shardcron_session"
 CSRF_HEADER = "X-CSRF-Token"

@@ -10,12 +10,14 @@ ticks per interval. The maths is pure, below, and table-tested.
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from shardcron.runtime import crashpoints
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
@@ -70,7 +72,7 @@ def quantile(bounds: Sequence[float], cumulative: Sequence[int], q: float) -> fl
         return None
     rank = q * total
     lower_bound, lower_count = 0.0, 0
-    for bound, count in zip((*bounds, math.inf), cumulative):
+    for bound, count in zip((*bounds, math.inf), cumulative, strict=False):  # a node's malformed reading: shortest
         if count >= rank:
             if math.isinf(bound):
                 return bounds[-1] if bounds else None
@@ -80,25 +82,32 @@ def quantile(bounds: Sequence[float], cumulative: Sequence[int], q: float) -> fl
     return bounds[-1] if bounds else None
 
 
-def chart_series(readings: Sequence[Reading]) -> dict:
+class ChartSeries(TypedDict):
+    t: list[float]
+    lateness_p50_ms: dict[str, list[float | None]]
+    lateness_p99_ms: dict[str, list[float | None]]
+    fenced: list[float]
+    caught_up: list[float]
+    failed: list[float]
+
+
+def chart_series(readings: Sequence[Reading]) -> ChartSeries:
     """What the health page draws, one point per interval between consecutive readings.
 
     ``lateness_ms``: shard -> [p50, p99 per interval] (None where the shard
     started nothing); ``fenced``, ``caught_up``, ``failed``: counts per interval.
     """
-    out = {"t": [], "lateness_p50_ms": {}, "lateness_p99_ms": {}, "fenced": [], "caught_up": [], "failed": []}
     shards = sorted({s for r in readings for s in r.lateness}, key=lambda s: (len(s), s))
-    for s in shards:
-        out["lateness_p50_ms"][s] = []
-        out["lateness_p99_ms"][s] = []
-    for before, after in zip(readings, readings[1:]):
+    out = ChartSeries(t=[], lateness_p50_ms={s: [] for s in shards}, lateness_p99_ms={s: [] for s in shards},
+                      fenced=[], caught_up=[], failed=[])
+    for before, after in itertools.pairwise(readings):
         out["t"].append(round(after.at_s, 3))
         for s in shards:
             now, then = after.lateness.get(s), before.lateness.get(s)
-            delta = [a - b for a, b in zip(now, then or (0,) * len(now))] if now else []
-            for key, q in (("lateness_p50_ms", 0.5), ("lateness_p99_ms", 0.99)):
+            delta = [a - b for a, b in zip(now, then or (0,) * len(now), strict=False)] if now else []
+            for per_shard, q in ((out["lateness_p50_ms"], 0.5), (out["lateness_p99_ms"], 0.99)):
                 value = quantile(after.bounds, delta, q) if delta else None
-                out[key][s].append(None if value is None else round(value * 1000, 3))
+                per_shard[s].append(None if value is None else round(value * 1000, 3))
         out["fenced"].append(max(0.0, after.fenced - before.fenced))
         out["caught_up"].append(max(0.0, after.caught_up - before.caught_up))
         out["failed"].append(max(0.0, after.failed - before.failed))
@@ -130,7 +139,7 @@ class MetricsHistory:
     def sample(self) -> None:
         self._readings.append(read_registry(self._registry.collect(), time.time()))
 
-    def series(self) -> dict:
+    def series(self) -> ChartSeries:
         return chart_series(list(self._readings))
 
     def _run(self) -> None:

@@ -32,8 +32,8 @@ from shardcron.dashboard import guard, present
 from shardcron.dashboard.guard import Visitor
 from shardcron.dashboard.map_feed import ShardMapFeed
 from shardcron.errors import InvalidJob, ShardcronError
-from shardcron.spec.namespaces import namespace_or_default
 from shardcron.rules.scopes import authorize
+from shardcron.spec.namespaces import namespace_or_default
 
 MAP_EVERY_S = 0.5
 KEEPALIVE_S = 15.0

@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 import grpc
 
-from shardcron.client.client import ApiError
+from shardcron.client.errors import ApiError
 from shardcron.dashboard.guard import Visitor
 from shardcron.errors import ShardcronError
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
@@ -82,7 +82,7 @@ class ShardMapFeed:
         """Whether the shared reader runs (it does while anyone follows, and a little after)."""
         return self._reader is not None
 
-    async def renderings(self, v: Visitor) -> AsyncIterator[str | None]:
+    async def renderings(self, v: Visitor) -> AsyncGenerator[str | None, None]:
         """What ``v``'s page shows, every ``every_s`` or sooner (None: nothing new), until ``v`` may see no more.
 
         Use it under ``contextlib.aclosing``, so that a stream that ends stops following at once.

@@ -7,8 +7,8 @@ import json
 import mmh3
 
 from shardcron.clock import rfc3339_ms
-from shardcron.spec.job import format_duration_ms
 from shardcron.model import Job, ScheduleKind, Tick
+from shardcron.spec.durations import format_duration_ms
 
 # Eight colours far apart for the shard grid, readable under white text.
 LEADER_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")

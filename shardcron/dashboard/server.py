@@ -16,16 +16,17 @@ from dataclasses import replace
 from importlib import resources
 
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from shardcron.runtime import crashpoints
+from shardcron.client.channel import ChannelSecurity
 from shardcron.client.client import Client
-from shardcron.api.security import ChannelSecurity
 from shardcron.dashboard import guard, require_extra
 from shardcron.dashboard.history import MetricsHistory
 from shardcron.dashboard.live import Streams
 from shardcron.dashboard.sessions import Sessions
 from shardcron.dashboard.views import Pages
 from shardcron.errors import ConfigError
+from shardcron.runtime import crashpoints
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 CLIENTS_KEPT = 64  # one API channel per distinct token in use; the least recently used closes
@@ -33,10 +34,10 @@ CLIENTS_KEPT = 64  # one API channel per distinct token in use; the least recent
 
 class Dashboard:
     def __init__(self, *, node_id: str, api_target: str, forward_security: ChannelSecurity | None, tokens,
-                 history: MetricsHistory, tls_files: tuple[str, str] | None = None, serve_metrics: bool = False,
+                 history: MetricsHistory, tls_files: tuple[str, str | None] | None = None, serve_metrics: bool = False,
                  lifeline: Lifeline = UNWATCHED):
         require_extra()
-        import jinja2
+        import jinja2  # the dashboard extra's: imported only by a node that serves the dashboard
 
         self.node_id = node_id
         self.api_target = api_target
@@ -96,8 +97,6 @@ class Dashboard:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
-
     return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

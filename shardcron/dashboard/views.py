@@ -6,20 +6,22 @@ import asyncio
 import functools
 import logging
 import time
+from typing import Any
 from urllib.parse import urlencode
 
 import grpc
 import yaml
 from aiohttp import web
 
-from shardcron.client.client import ApiError
+from shardcron.api.tokens import secret_from_authorization
+from shardcron.client.errors import ApiError
 from shardcron.dashboard import guard, present
 from shardcron.dashboard.guard import COOKIE, Visitor
 from shardcron.dashboard.sessions import Session
 from shardcron.errors import ShardcronError
-from shardcron.spec.job import job_to_dict, parse_time_ms
 from shardcron.jobkey import split_key
-from shardcron.api.tokens import secret_from_authorization
+from shardcron.spec.durations import parse_time_ms
+from shardcron.spec.job import job_to_dict
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +180,7 @@ class Pages:
             error = str(e)
         namespaces = await self._namespace_names(v)
         keep = {k: val for k, val in filters.items() if val and not (k == "namespace" and val == "*")}
-        context = dict(rows=[(j, r, split_key(j.id)) for j, r in rows], filters=filters, error=error,
+        context: dict[str, Any] = dict(rows=[(j, r, split_key(j.id)) for j, r in rows], filters=filters, error=error,
                        next_url=("/jobs?" + urlencode({**keep, "page": next_token})) if next_token else None,
                        first_url="/jobs?" + urlencode(keep) if q.get("page") else None, namespaces=namespaces)
         if request.headers.get("HX-Request") and request.headers.get("HX-Target") == "job-table":

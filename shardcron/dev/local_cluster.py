@@ -76,10 +76,14 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 
 
 def main(a: argparse.Namespace) -> int:
+    # Heavy (grpc, etcd, SQLAlchemy): `shardcron --help` imports this module for register(), a dev run these.
+    from shardcron.cli import cmd_shards
+    from shardcron.client.client import Client
     from shardcron.dev.reaper import Reaper
     from shardcron.dev.sink import Sink
     from shardcron.dev.testing.cluster import Cluster, wait_until
     from shardcron.dev.testing.etcd_server import EtcdCluster, port_open
+    from shardcron.spec.job import job_from_dict
 
     last_port = a.base_port + a.nodes - 1
     if last_port > MAX_PORT or (a.http_base_port and a.http_base_port + a.nodes - 1 > MAX_PORT):
@@ -102,8 +106,7 @@ def main(a: argparse.Namespace) -> int:
     cluster = None
     try:
         for m in etcd.members:
-            etcd.start_member(m)
-            reaper.watch(m.proc.pid)
+            reaper.watch(etcd.start_member(m).pid)
         etcd.wait_ready()
         sink.start(port=a.sink_port)
         db_path = os.path.join(workdir, "shardcron.db")
@@ -122,17 +125,12 @@ def main(a: argparse.Namespace) -> int:
                              "the shards to be balanced over the nodes")
         if stop.is_set():
             return 0
-        from shardcron.client.client import Client
-        from shardcron.spec.job import job_from_dict
-
         servers = [f"127.0.0.1:{a.base_port + i}" for i in range(a.nodes)]
         client = Client(servers)
         redis = port_open("127.0.0.1", 6379)
         for d in demo_jobs(sink.url.rstrip("/"), redis=redis):
             job = client.put_job(job_from_dict(d))
             print(f"submitted {job.id} (version {job.version}) through {servers[0]}")
-        from shardcron.cli import cmd_shards
-
         cmd_shards(argparse.Namespace(etcd=etcd.endpoints, prefix="/cron", json=False, etcd_ca=None,
                                       etcd_cert=None, etcd_key=None, etcd_user=None, etcd_password_file=None))
         print("\nTry, from another terminal (.venv/bin is on PATH after `. .venv/bin/activate`):\n"

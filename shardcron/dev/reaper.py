@@ -90,6 +90,9 @@ class Reaper:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "shardcron.dev.reaper"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL, text=True, start_new_session=True, close_fds=True)
+        if self._proc.stdin is None:  # never with stdin=PIPE, which typeshed's Popen cannot express
+            raise RuntimeError("the reaper's stdin is not a pipe")
+        self._stdin = self._proc.stdin
 
     def watch(self, pid: int) -> None:
         """Stop ``pid``'s process group (its session: each child leads one) if dev dies first."""
@@ -103,7 +106,7 @@ class Reaper:
         """Let the reaper go: it stops what is still listed (nothing, after a clean stop) and exits.
         Whether it has exited (it goes on by itself if not)."""
         try:
-            self._proc.stdin.close()
+            self._stdin.close()
         except OSError:
             pass
         try:
@@ -114,8 +117,8 @@ class Reaper:
 
     def _say(self, line: str) -> None:
         try:
-            self._proc.stdin.write(line + "\n")
-            self._proc.stdin.flush()
+            self._stdin.write(line + "\n")
+            self._stdin.flush()
         except OSError:  # the reaper is gone: dev's own cleanup still runs
             pass
 

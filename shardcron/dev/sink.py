@@ -103,8 +103,8 @@ class Sink:
     def address(self) -> tuple[str, int]:
         if self._server is None:
             raise RuntimeError("sink not started")
-        host, port = self._server.server_address[:2]
-        return host, port
+        host, port = self._server.server_address[:2]  # AF_INET: (str, int); typeshed allows any family's
+        return str(host), int(port)
 
     @property
     def url(self) -> str:

@@ -25,8 +25,8 @@ from shardcron.executors.describe import describe
 from shardcron.executors.extras import require_extra
 from shardcron.executors.noop import NoopExecutor
 from shardcron.executors.shell import ShellExecutor
-from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 from shardcron.model import ExecutionResult, ExecutorKind, ExecutorSpec, TickContext
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 _SHARED: dict[ExecutorKind, Executor] = {
     ExecutorKind.NOOP: NoopExecutor(),
@@ -101,7 +101,7 @@ class Executors:
 
     def _make(self, kind: ExecutorKind) -> Executor:
         if kind is ExecutorKind.HTTP:
-            from shardcron.executors.http import HttpExecutor
+            from shardcron.executors.http import HttpExecutor  # httpx, heavy: imported on the first http job
 
             return HttpExecutor(self.loop) if self.http_pool is None else HttpExecutor(self.loop, max_per_host=self.http_pool)
         if kind is ExecutorKind.PYTHON:

@@ -1,7 +1,7 @@
 """One asyncio event loop per node, in its own thread: every tick's coroutine and the asyncio clients.
 
 Every tick with a side effect runs as a coroutine on this loop
-(``scheduling.runner.run_tick``); the HTTP executor and the asyncio broker
+(``leader.runner.run_tick``); the HTTP executor and the asyncio broker
 clients (nats-py, aio-pika, arq) live on it, shared by every tick of the node.
 
 Two ways in:
@@ -12,7 +12,7 @@ Two ways in:
   coroutine inside it once ``cancel.is_set()`` (the shard lost, the lease no
   longer provable, the node stopping) and turns that into ``Cancelled``.
   ``cancel`` is anything with ``is_set()``: a ``threading.Event``, or
-  ``scheduling.runner.StopOrLeaseLost``, whose answer changes without anyone
+  ``leader.runner.StopOrLeaseLost``, whose answer changes without anyone
   setting it (a lease runs out). So it is polled: one timer for every scope
   open on the loop, every ``CANCEL_POLL_S``, asking each distinct ``cancel``
   once (the ticks of one shard share one), not a timer per tick.
@@ -25,6 +25,7 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from types import TracebackType
 from typing import Protocol, TypeVar
 
 from shardcron.executors.base import CANCEL_POLL_S
@@ -50,7 +51,7 @@ class LoopThread:
         self._thread: threading.Thread | None = None
         self._watch = _CancelWatch()
 
-    def cancelled_by(self, cancel: CancelSignal) -> "_CancelScope":
+    def cancelled_by(self, cancel: CancelSignal) -> _CancelScope:
         """On the loop: ``with cancelled_by(cancel): ...`` raises ``Cancelled`` once ``cancel`` is set
         (already set on entry, or seen set within ``CANCEL_POLL_S`` while inside)."""
         return _CancelScope(self._watch, cancel)
@@ -115,29 +116,31 @@ class _CancelScope:
 
     __slots__ = ("_watch", "_cancel", "_task", "fired")
 
-    def __init__(self, watch: "_CancelWatch", cancel: CancelSignal):
+    def __init__(self, watch: _CancelWatch, cancel: CancelSignal):
         self._watch = watch
         self._cancel = cancel
         self._task: asyncio.Task | None = None
         self.fired = False
 
-    def __enter__(self) -> "_CancelScope":
+    def __enter__(self) -> _CancelScope:
         if self._cancel.is_set():
             raise Cancelled("cancelled before it started")
         self._task = asyncio.current_task()
         self._watch.add(self._cancel, self)
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self._watch.discard(self._cancel, self)
-        if self.fired and exc_type is asyncio.CancelledError and self._task.uncancel() == 0:
+        if (self.fired and exc_type is asyncio.CancelledError and self._task is not None
+                and self._task.uncancel() == 0):
             raise Cancelled("cancelled") from None
-        return False
 
     def fire(self) -> None:
         if not self.fired:
             self.fired = True
-            self._task.cancel()
+            if self._task is not None:
+                self._task.cancel()
 
 
 class _CancelWatch:
@@ -169,7 +172,7 @@ class _CancelWatch:
 
 async def _call(make_coro: Callable[[], Awaitable[T]], cancel: threading.Event | None) -> T:
     # Checked again on the loop: a busy loop may take this up long after ``run`` was called, and
-    # by then the shard (or the lease, see scheduling.runner.StopOrLeaseLost) may be gone.
+    # by then the shard (or the lease, see leader.runner.StopOrLeaseLost) may be gone.
     if cancel is not None and cancel.is_set():
         raise Cancelled("cancelled before it started on the loop")
     return await make_coro()

@@ -7,7 +7,7 @@ persistent unless the job says otherwise, with
   ``X-Shardcron-*`` or ``Idempotency-Key`` header is dropped, so a job cannot forge them;
 - ``message_id`` = the slot's idempotency key, ``app_id`` = "shardcron".
 AMQP does not deduplicate by message id: a slot that the next leader retries
-after a crash is delivered twice. Consumers guard with ``shardcron.consumer.guard``.
+after a crash is delivered twice. Consumers guard with ``shardcron.consumer``.
 
 When is a tick ok: only once the broker confirmed the message (publisher
 confirms) and routed it to at least one queue. The publish is ``mandatory``
@@ -45,17 +45,17 @@ from shardcron.executors.aio import Cancelled, LoopThread
 from shardcron.executors.base import now_ms
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import with_tick_headers
-from shardcron.spec.headers import mask_url
 from shardcron.model import AmqpSpec, ExecutionResult, ExecutorSpec, TickContext
+from shardcron.spec.headers import mask_url
 
 CONNECT_TIMEOUT_S = 5.0
 CLOSE_TIMEOUT_S = 5.0
 APP_ID = "shardcron"
 
 
-def message_headers(spec: AmqpSpec, ctx: TickContext) -> dict[str, str]:
+def message_headers(spec: AmqpSpec, ctx: TickContext) -> dict[str, aio_pika.abc.FieldValue]:
     """The job's headers, minus any that would shadow shardcron's, plus shardcron's."""
-    return with_tick_headers(spec.headers, ctx)
+    return dict(with_tick_headers(spec.headers, ctx))
 
 
 class AmqpExecutor:
@@ -179,15 +179,16 @@ class _Publisher:
 
     async def _open(self) -> tuple[aio_pika.abc.AbstractConnection, aio_pika.abc.AbstractChannel]:
         async with self._lock:
-            if not _alive(self._connection):
-                await self._drop(self._connection)
-                self._connection = await aio_pika.connect(
+            connection = self._connection
+            if connection is None or not _alive(connection):
+                await self._drop(connection)
+                connection = self._connection = await aio_pika.connect(
                     self.url, timeout=CONNECT_TIMEOUT_S,
                     client_properties={"connection_name": self.connection_name},
                 )
             if self._channel is None or self._channel.is_closed:
-                self._channel = await self._connection.channel(publisher_confirms=True, on_return_raises=True)
-            return self._connection, self._channel
+                self._channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
+            return connection, self._channel
 
     async def _drop(self, connection: aio_pika.abc.AbstractConnection | None) -> None:
         """Forget and close ``connection``, if it is still the current one."""

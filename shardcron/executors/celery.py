@@ -4,13 +4,13 @@ What is sent: ``send_task(spec.task, args, kwargs)`` to the job's queue,
 routing key and priority, with
 - task id ``identity.slot_uuid(ctx)``: the same for every leader and attempt of a slot;
 - headers ``identity.tick_fields(ctx)``: the task sees them as ``self.request.headers``,
-  where ``shardcron.consumer.guard`` reads them;
+  where ``shardcron.consumer`` reads them;
 - ``expires`` = the slot's time + ``expires_ms``, as an absolute UTC datetime, so a
   slot sent late (a catch-up, a retry) does not get a fresh lease of life.
 
 Celery brokers do not deduplicate by task id: a slot that the next leader
 retries after a crash is enqueued twice under one id. Consumers guard with
-``shardcron.consumer.guard``.
+``shardcron.consumer``.
 
 Sharing: one ``_Broker`` per URL (a Celery app and its own kombu connection
 pool), made on first use and kept in the node's ``Connections``. Each publish
@@ -35,7 +35,7 @@ thread waits for it, for ``cancel`` and for the deadline (as in ``http.py``).
 On cancel or timeout the caller returns at once; the abandoned publish ends by
 itself within the socket timeouts and gives its connection back (closed, if it
 failed). It may still have reached the broker: that is the at-least-once the
-task id and ``shardcron.consumer.guard`` are there for. A publish its caller gave up
+task id and ``shardcron.consumer`` are there for. A publish its caller gave up
 on before a publish thread took it up is dropped unsent.
 
 Cheap per publish, because a publish is mostly a Redis or RabbitMQ round trip:
@@ -56,7 +56,7 @@ import queue
 import socket
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from celery import Celery
@@ -65,8 +65,8 @@ from kombu.exceptions import LimitExceeded, OperationalError
 from shardcron.executors.base import CANCEL_POLL_S, now_ms
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import slot_uuid, tick_fields
-from shardcron.spec.headers import mask_url, scrub_password
 from shardcron.model import CelerySpec, ExecutionResult, ExecutorSpec, TickContext
+from shardcron.spec.headers import mask_url, scrub_password
 
 CONNECT_TIMEOUT_S = 5.0
 SOCKET_TIMEOUT_S = 5.0
@@ -247,7 +247,7 @@ class _Publish:
                 options["priority"] = c.priority
             if c.expires_ms is not None:
                 options["expires"] = datetime.fromtimestamp((self.ctx.scheduled_at_ms + c.expires_ms) / 1000,
-                                                            timezone.utc)
+                                                            UTC)
             wait_s = max(self.deadline - time.monotonic(), 0.001)
             with self.broker.pool.acquire(block=True, timeout=wait_s) as connection:
                 self.broker.app.send_task(

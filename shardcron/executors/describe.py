@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from shardcron.spec.headers import mask_url, masked_headers
 from shardcron.model import ExecutorKind, ExecutorSpec
+from shardcron.spec.headers import mask_url, masked_headers
 
 _MAX_COMMAND_CHARS = 120
 

@@ -92,8 +92,8 @@ from shardcron.executors.http_aiohttp import AiohttpClient
 from shardcron.executors.http_errors import Limits, Phase, explain, limits_for, target_of, url_problem
 from shardcron.executors.http_httpx import HttpxClient
 from shardcron.executors.http_request import Answer, Request, prepare
-from shardcron.spec.headers import scrub_password
 from shardcron.model import ExecutionResult, ExecutorSpec, TickContext
+from shardcron.spec.headers import scrub_password
 
 CONNECT_TIMEOUT_S = 5.0
 MAX_PER_HOST = 8

@@ -53,7 +53,8 @@ class AiohttpClient:
             return None, request.headers
         proxy = self._proxies.get("http") or self._proxies.get("all")
         host = urlsplit(request.url).hostname or ""
-        if proxy is None or urllib.request.proxy_bypass_environment(host, self._proxies):
+        # typeshed omits proxy_bypass_environment, which urllib.request has defined since Python 3.3.
+        if proxy is None or urllib.request.proxy_bypass_environment(host, self._proxies):  # type: ignore[attr-defined]
             return None, request.headers
         # A plain-HTTP request goes to the proxy whole: its credentials travel in the request's own headers.
         proxy, authorization = split_credentials(proxy)

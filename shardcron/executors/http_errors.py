@@ -100,7 +100,7 @@ def target_of(url: str) -> str:
     try:
         parts = urlsplit(url)
         host = parts.hostname or "?"
-        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme, "?")
+        port: int | str = parts.port or {"http": 80, "https": 443}.get(parts.scheme) or "?"
     except ValueError:
         return "an invalid URL"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

@@ -35,7 +35,8 @@ class HttpxClient:
 
     async def exchange(self, request: Request, limits: Limits, phase: Phase) -> Answer:
         # UTF-8 bytes: httpx would encode a str value as ASCII and refuse a job id in Japanese, say.
-        headers = {name: value.encode("utf-8") for name, value in request.headers.items()}
+        # (Names are ASCII tokens, as httpx would encode them itself.)
+        headers = {name.encode("ascii"): value.encode("utf-8") for name, value in request.headers.items()}
         sent = self._client.build_request(request.method, request.url, headers=headers, content=request.body,
                                           timeout=limits.as_httpx(), extensions={"trace": phase.trace})
         response = await self._client.send(sent, stream=True)

@@ -13,16 +13,16 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from importlib.metadata import version
 from typing import NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from shardcron import __version__
 from shardcron.executors.identity import with_tick_headers
 from shardcron.model import OUTPUT_LIMIT_BYTES, HttpSpec, TickContext
 
 # Both clients send these unless the job sets its own. identity, as urllib sent: no compression
 # to undo on either side for an output of at most 64 KiB.
-DEFAULT_HEADERS = {"User-Agent": f"shardcron/{__version__}", "Accept-Encoding": "identity"}
+DEFAULT_HEADERS = {"User-Agent": f"shardcron/{version('shardcron')}", "Accept-Encoding": "identity"}
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 The identity of a slot is ``(job_id, scheduled_at_ms)``, the job's key holding its
 namespace; its idempotency key is ``"<job_id>:<scheduled_at_ms>"`` in ``default``
-and ``"<namespace>/<uuid>"`` elsewhere (``tenancy.keys.slot_idempotency_key``) and its
+and ``"<namespace>/<uuid>"`` elsewhere (``jobkey.slot_idempotency_key``) and its
 message or task id a UUID derived from that key (``slot_uuid``). Both are the
 same on every leader and every attempt, so a successor that retries a slot
 re-sends the same id, and a broker or queue that deduplicates by id (JetStream's
@@ -10,18 +10,21 @@ re-sends the same id, and a broker or queue that deduplicates by id (JetStream's
 ``message_id``) drops the second copy.
 
 The attempt and the fence travel beside it, so a consumer can refuse work
-from a deposed leader (``shardcron.consumer.guard``).
+from a deposed leader (``shardcron.consumer``). The names each value travels
+under are ``shardcron.consumer.tick_names.TICK_NAMES``, which the guard reads too.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 
 from shardcron.clock import rfc3339_ms
-from shardcron.model import TickContext
+from shardcron.consumer.tick_names import FIELD_PREFIX, HEADER_PREFIX, IDEMPOTENCY_KEY_HEADER, TICK_NAMES
 from shardcron.jobkey import DEFAULT_NAMESPACE, SLOT_NAMESPACE, split_key
+from shardcron.model import TickContext
 
-IDEMPOTENCY_KEY = "Idempotency-Key"
+RESERVED_PREFIX = HEADER_PREFIX.lower()
 
 
 def slot_uuid(ctx: TickContext) -> str:
@@ -35,6 +38,7 @@ def tick_values(ctx: TickContext) -> dict[str, str]:
     ``job_id`` is the id within its namespace; ``namespace`` is sent only for a job outside
     ``default``, so the keyword arguments an existing task function receives do not change."""
     key = split_key(ctx.job_id)
+    notification: str | None = getattr(ctx, "notification", None)
     return {
         "job_id": key.id,
         **({"namespace": key.namespace} if key.namespace != DEFAULT_NAMESPACE else {}),
@@ -45,37 +49,43 @@ def tick_values(ctx: TickContext) -> dict[str, str]:
         "shard": str(ctx.shard),
         "node": ctx.node_id,
         "idempotency_key": ctx.idempotency_key,
-        # A notification about the slot (notifications/context.py), not the slot's own run.
-        **({"notification": ctx.notification} if getattr(ctx, "notification", None) else {}),
+        # A notification about the slot (leader/notification_context.py), not the slot's own run.
+        **({"notification": notification} if notification else {}),
     }
-
-
-_HEADER_NAMES = {"job_id": "X-Shardcron-Job-Id", "namespace": "X-Shardcron-Namespace", "scheduled_at": "X-Shardcron-Scheduled-At",
-                 "scheduled_at_ms": "X-Shardcron-Scheduled-At-Ms", "attempt": "X-Shardcron-Attempt",
-                 "fence": "X-Shardcron-Fence", "shard": "X-Shardcron-Shard", "node": "X-Shardcron-Node",
-                 "idempotency_key": IDEMPOTENCY_KEY, "notification": "X-Shardcron-Notification"}
 
 
 def tick_headers(ctx: TickContext) -> dict[str, str]:
     """Header-style names, for transports with headers (HTTP, NATS, AMQP)."""
-    return {_HEADER_NAMES[name]: value for name, value in tick_values(ctx).items()}
+    return {TICK_NAMES[name].header: value for name, value in tick_values(ctx).items()}
 
 
 def tick_fields(ctx: TickContext) -> dict[str, str]:
     """Identifier-style names, for Celery headers, Redis stream fields, RQ meta and arq keyword arguments.
 
-    Values are strings, so they survive any serialiser; ``shardcron.consumer.guard.TickInfo`` reads them back.
+    Values are strings, so they survive any serialiser; ``shardcron.consumer.TickInfo`` reads them back.
     """
-    return {f"shardcron_{name}": value for name, value in tick_values(ctx).items()}
-
-RESERVED_PREFIX = "x-shardcron-"
+    return {TICK_NAMES[name].field: value for name, value in tick_values(ctx).items()}
 
 
-def with_tick_headers(user_headers, ctx: TickContext, *, also_reserved: frozenset[str] = frozenset()) -> dict[str, str]:
+def tick_environment(ctx: TickContext) -> dict[str, str]:
+    """Environment variables, for a shell command: which tick, attempt and fence it serves."""
+    return {TICK_NAMES[name].env: value for name, value in tick_values(ctx).items()}
+
+
+def with_tick_fields(user_fields: Iterable[tuple[str, str]], ctx: TickContext) -> dict[str, str]:
+    """A job's own fields, minus any named ``shardcron_*``, plus the tick's (``tick_fields``): so a job cannot
+    forge the tick it carries."""
+    fields = {name: value for name, value in user_fields if not name.startswith(FIELD_PREFIX)}
+    fields.update(tick_fields(ctx))
+    return fields
+
+
+def with_tick_headers(user_headers: Iterable[tuple[str, str]], ctx: TickContext, *,
+                      also_reserved: frozenset[str] = frozenset()) -> dict[str, str]:
     """A job's own headers, minus any that would shadow shardcron's, plus shardcron's: so a job cannot
     forge the tick it carries. ``also_reserved``: lower-case names a transport keeps for itself (NATS's
     ``Nats-Msg-Id``)."""
-    reserved = {IDEMPOTENCY_KEY.lower(), *also_reserved}
+    reserved = {IDEMPOTENCY_KEY_HEADER.lower(), *also_reserved}
     headers = {name: value for name, value in user_headers
                if not name.lower().startswith(RESERVED_PREFIX) and name.lower() not in reserved}
     headers.update(tick_headers(ctx))

@@ -44,8 +44,8 @@ from shardcron.executors.aio import Cancelled, LoopThread
 from shardcron.executors.base import now_ms, truncate_output
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import with_tick_headers
-from shardcron.spec.headers import mask_url
 from shardcron.model import ExecutionResult, ExecutorSpec, NatsSpec, TickContext
+from shardcron.spec.headers import mask_url
 
 log = logging.getLogger(__name__)
 

@@ -53,14 +53,14 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
-from shardcron.spec.executors import python_module_allowed
 from shardcron.errors import FencedOut, ShardcronError
 from shardcron.executors.base import CANCEL_POLL_S, now_ms, truncate_output
 from shardcron.executors.python_target import TargetRefused, one_line, resolve_target
+from shardcron.jobkey import DEFAULT_NAMESPACE, split_key
 from shardcron.model import ExecutionResult, ExecutorSpec, PythonSpec, SlotRef, TickContext
+from shardcron.spec.executors import python_module_allowed
 from shardcron.store.effects import TickNotOwned, record_success_in
 from shardcron.store.engine import make_engine
-from shardcron.jobkey import DEFAULT_NAMESPACE, split_key
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +109,8 @@ class PythonExecutor:
             sessions.dispose()
 
     def _session_engine(self) -> Engine:
+        if self._engine is None:  # _refusal turns such a job away first
+            raise ShardcronError("this node has no store engine to open a session on")
         with self._lock:
             if self._sessions is None:
                 self._sessions = make_engine(self._engine.url)
@@ -224,7 +226,7 @@ class _Call:
             if self.engine is None:
                 self._call_plain(fn)
             else:
-                self._call_in_session(fn)
+                self._call_in_session(fn, self.engine)
         except TargetRefused as e:
             self._fail(str(e))
         except Exception as e:  # noqa: BLE001 - a bug here must still end the call with a result
@@ -233,7 +235,7 @@ class _Call:
         finally:
             self.done.set()
 
-    def _call_plain(self, fn) -> None:
+    def _call_plain(self, fn: Callable[..., Any]) -> None:
         value, error = self._invoke(fn)
         if not self._claim():
             self._log_late(error)
@@ -242,9 +244,9 @@ class _Call:
         else:
             self._succeed(value)
 
-    def _call_in_session(self, fn) -> None:
+    def _call_in_session(self, fn: Callable[..., Any], engine: Callable[[], Engine]) -> None:
         try:
-            conn = self.engine().connect()
+            conn = engine().connect()
         except (sa_exc.SQLAlchemyError, ShardcronError) as e:
             reason = _db_reason(e) if isinstance(e, sa_exc.SQLAlchemyError) else str(e)
             self._fail(f"cannot open a session on the store for {self.spec.target}: {reason}")

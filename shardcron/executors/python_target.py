@@ -51,8 +51,8 @@ import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from shardcron.spec.executors import python_module_allowed
 from shardcron.errors import ShardcronError
+from shardcron.spec.executors import python_module_allowed
 
 _MAX_ERROR_CHARS = 1000
 

@@ -28,7 +28,7 @@ or a concurrent writer, means the slot is already enqueued. The marker lives
 ``DEDUPE_TTL_MS`` (25 h): longer than the default catch-up window (1 h) plus an
 hour, and than arq's 24 h job expiry. A retry of a slot older than that is not
 deduplicated at the queue (a job with a catch-up window over 24 h should
-consume idempotently, see ``shardcron.consumer.guard``). Redis Streams use the same
+consume idempotently, see ``shardcron.consumer``). Redis Streams use the same
 marker, set by one Lua script beside the XADD (``redis_stream.py``).
 """
 
@@ -38,19 +38,18 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, cast
 
 import redis
 from redis.backoff import NoBackoff
-from redis.exceptions import (AuthenticationError, ConnectionError, RedisError, ResponseError, TimeoutError,
-                              WatchError)
+from redis.exceptions import AuthenticationError, ConnectionError, RedisError, ResponseError, TimeoutError, WatchError
 from redis.retry import Retry
 
 from shardcron.executors.base import CANCEL_POLL_S, now_ms, truncate_output
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import slot_uuid
-from shardcron.spec.headers import mask_url
 from shardcron.model import ExecutionResult, TickContext
+from shardcron.spec.headers import mask_url
 
 # The longest a single connect or socket read/write may take, whatever the job's timeout.
 MAX_SOCKET_TIMEOUT_S = 5.0
@@ -200,7 +199,8 @@ def enqueue_once(client: redis.Redis, marker: str, value: str, guard_keys: Seque
         with client.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(*watched)
-                found = pipe.get(marker)
+                # redis-py types one Pipeline for sync and async clients; this one is sync.
+                found = cast("bytes | None", pipe.get(marker))
                 if found is not None:
                     return f"as {found.decode('utf-8', 'replace')}"
                 for key in guard_keys:

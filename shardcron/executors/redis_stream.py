@@ -26,10 +26,8 @@ from shardcron.executors import redis_clients
 from shardcron.executors.aio import LoopThread
 from shardcron.executors.base import now_ms
 from shardcron.executors.connections import Connections
-from shardcron.executors.identity import tick_fields
+from shardcron.executors.identity import with_tick_fields
 from shardcron.model import ExecutionResult, ExecutorSpec, RedisStreamSpec, TickContext
-
-RESERVED_PREFIX = "shardcron_"
 
 # KEYS[1] the slot's marker, KEYS[2] the stream.
 # ARGV[1] the marker's TTL in ms, ARGV[2] MAXLEN ("" for none), ARGV[3..] field, value, ...
@@ -51,9 +49,7 @@ return {1, id}
 
 
 def entry_fields(spec: RedisStreamSpec, ctx: TickContext) -> dict[str, str]:
-    fields = {name: value for name, value in spec.fields if not name.startswith(RESERVED_PREFIX)}
-    fields.update(tick_fields(ctx))
-    return fields
+    return with_tick_fields(spec.fields, ctx)
 
 
 class RedisStreamExecutor:

@@ -25,21 +25,16 @@ import signal
 import subprocess
 import threading
 import time
+from typing import IO
 
 from shardcron.executors.base import CANCEL_POLL_S, now_ms, truncate_output
-from shardcron.executors.identity import tick_values
+from shardcron.executors.identity import tick_environment
 from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutionResult, ExecutorSpec, TickContext
 
 SHELL = "/bin/sh"
 KILL_GRACE_S = 2.0  # between SIGTERM and SIGKILL
 EXIT_DRAIN_S = 1.0  # how long to keep reading output after the shell exited
 _READ_CHUNK = 64 * 1024
-
-
-def tick_environment(ctx: TickContext) -> dict[str, str]:
-    """The variables that tell the command which tick, attempt and fence it serves."""
-    return {"SHARDCRON_NODE_ID" if name == "node" else f"SHARDCRON_{name.upper()}": value
-            for name, value in tick_values(ctx).items()}
 
 
 class ShellExecutor:
@@ -81,31 +76,33 @@ class ShellExecutor:
             raise
         finally:
             watch.close()
+            code: int | None
             try:
                 code = proc.wait(timeout=KILL_GRACE_S)
             except subprocess.TimeoutExpired:  # only if the SIGKILL itself is stuck (uninterruptible sleep)
                 code = None
 
-        result = dict(started_at_ms=started, finished_at_ms=now_ms(), exit_code=code,
-                      output=truncate_output(watch.output))
+        finished, output = now_ms(), truncate_output(watch.output)
         if stopped_by == "cancel":
-            return ExecutionResult(ok=False, **result,
-                                   error="cancelled: killed the process group (this node lost the shard or is stopping)")
-        if stopped_by == "timeout":
-            return ExecutionResult(ok=False, **result,
-                                   error=f"timed out after {timeout_s:g}s: killed the process group")
-        if code == 0:
-            return ExecutionResult(ok=True, **result)
-        return ExecutionResult(ok=False, **result, error=_describe_exit(code))
+            error: str | None = "cancelled: killed the process group (this node lost the shard or is stopping)"
+        elif stopped_by == "timeout":
+            error = f"timed out after {timeout_s:g}s: killed the process group"
+        else:
+            error = None if code == 0 else _describe_exit(code)
+        return ExecutionResult(ok=error is None, started_at_ms=started, finished_at_ms=finished, exit_code=code,
+                               output=output, error=error)
 
 
 class _Watch:
     """Waits for a shell to exit and its output to close, reading the output meanwhile."""
 
-    def __init__(self, proc: subprocess.Popen) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.stdout is None:
+            raise ValueError("the shell's output must be a pipe")
         self._proc = proc
+        self._stdout: IO[bytes] = proc.stdout
         self._selector = selectors.DefaultSelector()
-        self._selector.register(proc.stdout, selectors.EVENT_READ, "output")
+        self._selector.register(self._stdout, selectors.EVENT_READ, "output")
         self._pidfd: int | None = None
         try:
             self._pidfd = os.pidfd_open(proc.pid)
@@ -155,10 +152,10 @@ class _Watch:
             self._selector.unregister(self._pidfd)  # stays readable: would wake every select
 
     def _read(self) -> None:
-        chunk = os.read(self._proc.stdout.fileno(), _READ_CHUNK)
+        chunk = os.read(self._stdout.fileno(), _READ_CHUNK)
         if not chunk:
             self.output_closed = True
-            self._selector.unregister(self._proc.stdout)
+            self._selector.unregister(self._stdout)
         elif len(self.output) < OUTPUT_LIMIT_BYTES:
             self.output += chunk[: OUTPUT_LIMIT_BYTES - len(self.output)]
 
@@ -166,7 +163,7 @@ class _Watch:
         self._selector.close()
         if self._pidfd is not None:
             os.close(self._pidfd)
-        self._proc.stdout.close()
+        self._stdout.close()
 
 
 def _has_exited(pid: int) -> bool:

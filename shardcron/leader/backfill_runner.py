@@ -20,7 +20,7 @@ One step of a backfill, each under the shard's fence:
 
 The page holds about a second of slots at the rate, so a backfill costs its
 shard two small transactions a second, and the claimer's rule of yielding to a
-burst of live starts (``Scheduler._yield_to_starts``) applies to it too. The
+burst of live starts (``BackfillHost.yield_to_starts``) applies to it too. The
 dispatch heap starts backfilled slots like any other, with the backfill's own
 ``--overlap`` in place of the job's. When the range is done the counts are
 taken again from the ticks (``backfills.recount``), as a successor does when it
@@ -35,22 +35,23 @@ from __future__ import annotations
 import logging
 import math
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
+
+from sqlalchemy.engine import Engine
 
 from shardcron import metrics
+from shardcron.coordination.calendar_book import CalendarBook, Unknown
 from shardcron.errors import FencedOut, StoreUnavailable
+from shardcron.leader.recorder import Recorder
+from shardcron.leader.shard_run import ShardRun
 from shardcron.model import Backfill, BackfillState, SlotRef
 from shardcron.rules.backfill_plan import BackfillRequest, backfill_page, slot_not_before_ms
-from shardcron.leader.calendar_book import Unknown
-from shardcron.leader.shard_run import ShardRun
 from shardcron.rules.takeover import Dispatch
 from shardcron.store import backfills as backfill_store
 from shardcron.store import ticks as tick_store
 from shardcron.store.ticks import SlotClaim
-
-if TYPE_CHECKING:
-    from shardcron.leader.loop import Scheduler
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,28 @@ def page_size(rate_per_s: float) -> int:
     return max(1, min(MAX_PAGE, math.ceil(rate_per_s * PAGE_SECONDS)))
 
 
+class BackfillHost(Protocol):
+    """What the runner needs from the scheduling loop (``loop.Scheduler`` provides it)."""
+
+    engine: Engine
+    node_id: str
+    calendars: CalendarBook
+    recorder: Recorder
+    now_ms: Callable[[], int]  # the loop's wall clock, in ms
+
+    def run_of(self, shard: int) -> ShardRun | None:
+        """The shard's leadership here, active or not (None when it is not led here)."""
+        ...
+
+    def yield_to_starts(self) -> None:
+        """Wait while a burst of live starts is under way or about to be."""
+        ...
+
+    def push_dispatch(self, run: ShardRun, d: Dispatch, not_before_ms: int = 0) -> None:
+        """Put a claimed slot on the dispatch heap, due at its slot plus offset (or ``not_before_ms``)."""
+        ...
+
+
 @dataclass
 class _Worker:
     run: ShardRun
@@ -74,7 +97,7 @@ class _Worker:
 
 
 class BackfillRunner:
-    def __init__(self, scheduler: Scheduler):
+    def __init__(self, scheduler: BackfillHost):
         self.scheduler = scheduler
         self.engine = scheduler.engine
         self._workers: dict[int, _Worker] = {}
@@ -94,14 +117,14 @@ class BackfillRunner:
             self._ensure(run)
 
     def backfill_added(self, shard: int) -> None:
-        run = self.scheduler._run_of(shard)
+        run = self.scheduler.run_of(shard)
         if run is not None and run.active:
             self._ensure(run)
 
     def _ensure(self, run: ShardRun) -> None:
         with self._lock:
             w = self._workers.get(run.shard)
-            if w is not None and w.run is run and w.thread.is_alive():
+            if w is not None and w.run is run and w.thread is not None and w.thread.is_alive():
                 w.wake.set()
                 return
             w = _Worker(run)
@@ -134,7 +157,7 @@ class BackfillRunner:
                     self._run_one(run, bf)
                 except StoreUnavailable as e:
                     log.warning("shard %d: backfill paused by a store error (%s); retrying", run.shard, e)
-                    self._wait_until(run, self.scheduler._now_ms() + int(RETRY_S * 1000))
+                    self._wait_until(run, self.scheduler.now_ms() + int(RETRY_S * 1000))
         except FencedOut:
             log.info("shard %d: backfill stopped: a newer leader holds the shard", run.shard)
         except Exception as e:  # noqa: BLE001 - a bug here must not take the node down
@@ -153,7 +176,7 @@ class BackfillRunner:
         """Run ``bf`` from its cursor until its range is done or the shard is no longer ours."""
         s = self.scheduler
         request = BackfillRequest(bf.from_ms, bf.to_ms, bf.rate_per_s, page_size(bf.rate_per_s), bf.overlap)
-        started, index, last_start = s._now_ms(), 0, 0
+        started, index, last_start = s.now_ms(), 0, 0
         where = "starting" if bf.cursor_ms is None else f"continuing after slot {bf.cursor_ms}"
         log.info("shard %d: backfill %s of %s: %d of %d slots done, %s", run.shard, bf.id, bf.job_id, bf.done,
                  bf.planned, where, extra={"shard": run.shard, "job": bf.job_id})
@@ -165,21 +188,21 @@ class BackfillRunner:
                 self._finish(run, replace(bf, state=BackfillState.FAILED, error="the job was deleted"))
                 return
             if entry.job.paused:
-                self._wait_until(run, s._now_ms() + int(RETRY_S * 1000))
+                self._wait_until(run, s.now_ms() + int(RETRY_S * 1000))
                 continue
             calendars = s.calendars.resolve(entry.job.calendars) if entry.job.calendars else ()
             if isinstance(calendars, Unknown):  # deleted with --force: nothing is owed until it is put again
-                self._wait_until(run, s._now_ms() + int(RETRY_S * 1000))
+                self._wait_until(run, s.now_ms() + int(RETRY_S * 1000))
                 continue
             page = backfill_page(entry.trigger, calendars, request, (), bf.cursor_ms)
-            s._yield_to_starts()
-            now = s._now_ms()
+            s.yield_to_starts()
+            now = s.now_ms()
             claimed = tick_store.claim_ticks(self.engine, [SlotClaim(bf.job_id, at) for at in page.slots],
                                              shard=run.shard, fence=run.fence, node_id=s.node_id, now_ms=now)
             for ref in claimed:
                 last_start = slot_not_before_ms(started, index, bf.rate_per_s)
                 index += 1
-                s._push_dispatch(run, _dispatch(ref, last_start, bf))
+                s.push_dispatch(run, _dispatch(ref, last_start, bf))
             metrics.backfill_slots.inc(len(claimed))
             cursor = page.cursor_ms if page.cursor_ms is not None else bf.to_ms - 1
             bf = replace(bf, cursor_ms=cursor, done=bf.done + len(claimed))
@@ -195,7 +218,7 @@ class BackfillRunner:
 
     def _finish(self, run: ShardRun, bf: Backfill) -> None:
         backfill_store.save_progress(self.engine, bf, fence=run.fence, node_id=self.scheduler.node_id,
-                                     now_ms=self.scheduler._now_ms())
+                                     now_ms=self.scheduler.now_ms())
         self._remaining.pop(bf.id, None)
         log.info("shard %d: backfill %s of %s %s: %d slots run, %d of them skipped (planned %d)%s", run.shard,
                  bf.id, bf.job_id, bf.state.value, bf.done, bf.skipped, bf.planned,
@@ -204,8 +227,8 @@ class BackfillRunner:
     def _wait_all_started(self, run: ShardRun, bf: Backfill) -> None:
         """Until no tick ``bf`` wrote is merely claimed (a start or a skip is written by the recorder a
         moment after the dispatcher decides it), or ``SETTLE_S`` passed: the count waits no longer."""
-        give_up = self.scheduler._now_ms() + int(SETTLE_S * 1000)
-        while self._may_go_on(run) and self.scheduler._now_ms() < give_up:
+        give_up = self.scheduler.now_ms() + int(SETTLE_S * 1000)
+        while self._may_go_on(run) and self.scheduler.now_ms() < give_up:
             self.scheduler.recorder.flush(run.shard, timeout_s=1.0)
             if not backfill_store.unstarted(self.engine, bf):
                 return
@@ -217,7 +240,7 @@ class BackfillRunner:
     def _wait_until(self, run: ShardRun, at_ms: int) -> None:
         """Sleep until ``at_ms`` by the scheduler's clock, in steps, while the shard is still ours."""
         while self._may_go_on(run):
-            left_s = (at_ms - self.scheduler._now_ms()) / 1000
+            left_s = (at_ms - self.scheduler.now_ms()) / 1000
             if left_s <= 0:
                 return
             run.stop.wait(min(left_s, WAIT_STEP_S))
@@ -228,4 +251,4 @@ def _dispatch(ref: SlotRef, start_ms: int, bf: Backfill) -> Dispatch:
     return Dispatch(ref, 1, offset_ms=max(0, start_ms - ref.scheduled_at_ms), overlap=bf.overlap)
 
 
-__all__ = ["MAX_PAGE", "PAGE_SECONDS", "BackfillRunner", "page_size"]
+__all__ = ["MAX_PAGE", "PAGE_SECONDS", "BackfillHost", "BackfillRunner", "page_size"]

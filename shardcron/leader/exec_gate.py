@@ -46,8 +46,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Generic, TypeVar
 
 from shardcron.rules.fair_queue import DEFAULT_WEIGHT, FairQueue, Served
-from shardcron.rules.quotas import Quota, check_start
 from shardcron.rules.namespace_settings import NamespaceSettings
+from shardcron.rules.quotas import Quota, check_start
 
 T = TypeVar("T")
 
@@ -206,7 +206,7 @@ class ExecGate(Generic[T]):
         with self._lock:
             return self._running.get(namespace, 0)
 
-    def waiting_by_namespace(self) -> dict[str, int]:
+    def waiting_by_namespace(self) -> dict[str, float]:  # a gauge's values: the starts waiting, by namespace
         with self._lock:
             return {ns: self._queue.waiting(ns) for ns in self._queue.namespaces()}
 
@@ -224,7 +224,9 @@ class ExecGate(Generic[T]):
         active.add(namespace)
         if len(active) == 1:
             return True
-        weight = self._queue.weight  # FairQueue: the headroom exists only with fair queuing
+        queue = self._queue
+        assert isinstance(queue, FairQueue)  # the headroom exists only with fair queuing
+        weight = queue.weight
         share = self.slots * weight(namespace) / sum(weight(ns) for ns in active)
         return self._running.get(namespace, 0) < share
 

@@ -73,7 +73,8 @@ class GcPacer:
 
     def between_starts(self, gap_ms: float | None) -> int | None:
         """Collect if a generation is due and fits ``gap_ms``; the generation collected, or None."""
-        g = generation_to_collect(self._counts(), gap_ms, tuple(self.pause_ms))
+        pause = self.pause_ms
+        g = generation_to_collect(self._counts(), gap_ms, (pause[0], pause[1], pause[2]))
         if g is not None:
             started = time.perf_counter()
             self._collect(g)

@@ -6,7 +6,7 @@ work never starts. One transaction per tick made that the ceiling of a node's
 dispatch rate (a few hundred a second: 64 worker threads took turns on
 SQLite's write lock, or on PostgreSQL's commit flush). Here the marks of every
 tick starting at the same moment, on every led shard, share one fenced
-transaction (``store.ticks.mark_running_many``), written on a thread of its own
+transaction (``store.tick_results.mark_running_many``), written on a thread of its own
 (``marks``) so that a mark never queues behind blocked executors, and each tick still learns
 its own fate: its shard's fence held (the mark is written; it may start), or
 moved (``FencedOut`` for that shard's ticks alone), or the store failed
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from sqlalchemy.engine import Engine
 
 from shardcron.errors import FencedOut
+from shardcron.model import SlotRef
 from shardcron.runtime.group_commit import GroupCommit
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
-from shardcron.model import SlotRef
-from shardcron.store import ticks as tick_store
+from shardcron.store import tick_results
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,6 @@ class RunningMarks:
         groups: dict[tuple[int, int], list] = {}
         for m in marks:
             groups.setdefault((m.shard, m.fence), []).append((m.slot, m.attempt, m.started_at_ms))
-        out = tick_store.mark_running_many(self._engine, groups)
+        out = tick_results.mark_running_many(self._engine, groups)
         return [FencedOut(m.shard, m.fence, out.fenced_out[m.shard]) if out.is_fenced(m.shard, m.fence) else None
                 for m in marks]

@@ -17,8 +17,8 @@ import json
 from dataclasses import dataclass, replace
 
 from shardcron.clock import rfc3339_ms
-from shardcron.model import ExecutorKind, ExecutorSpec, Tick, TickContext
 from shardcron.jobkey import DEFAULT_NAMESPACE, slot_idempotency_key, split_key
+from shardcron.model import ExecutorKind, ExecutorSpec, Tick, TickContext
 
 ERROR_EXCERPT_CHARS = 2000  # of the tick's error, in the event: enough to tell why, small enough for any chat hook
 
@@ -49,13 +49,14 @@ def event(kind: str, job_id: str, scheduled_at_ms: int, tick: Tick | None) -> di
 def with_event_body(spec: ExecutorSpec, body: dict) -> ExecutorSpec:
     """``spec`` with the event as its JSON body, when it is a kind with a body and has none of its own."""
     text = json.dumps(body, ensure_ascii=False, separators=(",", ":"))
-    if spec.kind is ExecutorKind.HTTP and not spec.http.body:
-        headers = spec.http.headers
+    http, nats, amqp = spec.http, spec.nats, spec.amqp  # the one its kind names is set
+    if spec.kind is ExecutorKind.HTTP and http is not None and not http.body:
+        headers = http.headers
         if not any(name.lower() == "content-type" for name, _ in headers):
             headers = (*headers, ("Content-Type", "application/json"))
-        return replace(spec, http=replace(spec.http, body=text, headers=headers))
-    if spec.kind is ExecutorKind.NATS and not spec.nats.body:
-        return replace(spec, nats=replace(spec.nats, body=text))
-    if spec.kind is ExecutorKind.AMQP and not spec.amqp.body:
-        return replace(spec, amqp=replace(spec.amqp, body=text))
+        return replace(spec, http=replace(http, body=text, headers=headers))
+    if spec.kind is ExecutorKind.NATS and nats is not None and not nats.body:
+        return replace(spec, nats=replace(nats, body=text))
+    if spec.kind is ExecutorKind.AMQP and amqp is not None and not amqp.body:
+        return replace(spec, amqp=replace(amqp, body=text))
     return spec

@@ -16,7 +16,7 @@ each attempt, that the shard is still led here and the lease provably held, like
 The guarantee: every owed notification is claimed once (the row's key) and sent at least once; it is
 sent twice only when its sender died, or lost the shard, after sending and before recording
 ``sent``. Each carries ``Idempotency-Key: <job>:<slot>:<kind>`` (``context.py``), the same every time,
-so a receiver that keeps the keys it has seen acts exactly once (``shardcron.consumer.guard`` does that).
+so a receiver that keeps the keys it has seen acts exactly once (``shardcron.consumer`` does that).
 """
 
 from __future__ import annotations
@@ -28,12 +28,11 @@ import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 
-from shardcron.runtime import crashpoints
 from shardcron import metrics
 from shardcron.errors import FencedOut, StoreUnavailable
-from shardcron.runtime.lifeline import UNWATCHED, Lifeline
-from shardcron.model import Job, TickStatus
 from shardcron.leader.notification_context import NotificationContext, event, with_event_body
+from shardcron.model import Job, TickStatus
+from shardcron.rules.notification_rate import DEFAULT_RATE, Rate
 from shardcron.rules.notifications import (
     FAILED_STATUSES,
     NO_DEFAULTS,
@@ -44,11 +43,12 @@ from shardcron.rules.notifications import (
     target_for,
     wants,
 )
-from shardcron.rules.notification_rate import DEFAULT_RATE, Rate
+from shardcron.runtime import crashpoints
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 from shardcron.spec.notifications import parse_table, to_table
 from shardcron.store import notifications as store
 from shardcron.store.notifications import NotificationClaim, NotificationRow
-from shardcron.store.ticks import ticks_between
+from shardcron.store.tick_reads import ticks_between
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,9 @@ class Notifier:
             self._claim_and_send(shard, fence, claims)
 
     def _claim_for(self, job: Job, slot_ms: int, kind: NotificationKind | None) -> NotificationClaim | None:
-        target = target_for(job, kind, self._defaults) if kind is not None else None
+        if kind is None:
+            return None
+        target = target_for(job, kind, self._defaults)
         if target is None:
             return None
         return NotificationClaim(job.id, slot_ms, kind, target.source, json.dumps(to_table(target.spec)))
@@ -204,10 +206,10 @@ class Notifier:
             self._failing.add(job_id)
             newest = store.previous_run_status(self._engine, job_id, self._now_ms() + 1)
             if newest is TickStatus.SUCCEEDED:
-                slot_ms = _newest_success(self._engine, job_id, since)
-                if slot_ms is not None:
-                    prev = store.previous_run_status(self._engine, job_id, slot_ms)
-                    if (claim := self._claim_for(job, slot_ms, owed_kind(TickStatus.SUCCEEDED, prev))):
+                success_ms = _newest_success(self._engine, job_id, since)
+                if success_ms is not None:
+                    prev = store.previous_run_status(self._engine, job_id, success_ms)
+                    if (claim := self._claim_for(job, success_ms, owed_kind(TickStatus.SUCCEEDED, prev))):
                         claims.append(claim)
         unsent = store.unsent(self._engine, run.shard)  # read first: the predecessor's, not the claims below
         for row in unsent:
@@ -258,6 +260,7 @@ class Notifier:
                 # Settled since it was read as unsent (by a sender that had just finished): not again.
                 return
             spec = parse_table(json.loads(row.spec), row.kind.value)
+            assert spec is not None  # a claim is written with its target's spec (_claim_for)
             rows = ticks_between(self._engine, row.scheduled_at_ms, row.scheduled_at_ms + 1, row.job_id)
             spec = with_event_body(spec, event(row.kind.value, row.job_id, row.scheduled_at_ms,
                                                rows[0] if rows else None))
@@ -268,7 +271,7 @@ class Notifier:
                 ctx = NotificationContext(row.job_id, row.scheduled_at_ms, attempts, run.fence, run.shard,
                                           self._node_id, notification=row.kind.value)
                 result = self._executors.loop.run(
-                    lambda: self._executors.run(spec, ctx, SEND_TIMEOUT_S, run.cancel), SEND_TIMEOUT_S + 5)
+                    lambda ctx=ctx: self._executors.run(spec, ctx, SEND_TIMEOUT_S, run.cancel), SEND_TIMEOUT_S + 5)
                 if result.ok or attempts == SEND_ATTEMPTS or run.cancel.wait(SEND_BACKOFF_S[attempts - 1]):
                     break
             if result is None or (not result.ok and run.cancel.is_set()):
@@ -306,7 +309,7 @@ def _job_of(run, job_id: str) -> Job | None:
 
 
 def _newest_success(engine, job_id: str, since_ms: int) -> int | None:
-    from shardcron.store.ticks import list_ticks
+    from shardcron.store.tick_reads import list_ticks
 
     for t in list_ticks(engine, job_id, limit=20):
         if t.scheduled_at_ms <= since_ms:

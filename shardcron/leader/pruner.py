@@ -13,7 +13,7 @@ shard it deletes, in bounded fenced batches (``store.retention``):
 How it keeps off the starts' way and out of a lost shard's:
 
 * before each batch it waits while a burst of starts is under way or due
-  (``before_batch``: the scheduler's ``_yield_to_starts``, as the result writer does);
+  (``before_batch``: the scheduler's ``yield_to_starts``, as the result writer does);
 * each batch's size is steered to last about ``DELETE_TARGET_MS``, and after
   it the pruner rests so that pruning takes at most ``DELETE_DUTY`` of the time
   (``next_batch_size``, ``pause_after_batch_ms``);
@@ -33,11 +33,10 @@ from collections.abc import Callable
 
 from sqlalchemy.engine import Engine
 
-from shardcron.runtime import crashpoints
 from shardcron import metrics
 from shardcron.errors import FencedOut, StoreUnavailable
-from shardcron.spec.job import shortest_gap_ms
-from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.leader.shard_run import ShardRun
+from shardcron.model import Job
 from shardcron.rules.retention import (
     MIN_DELETE_BATCH,
     history_prune_every_ms,
@@ -46,7 +45,9 @@ from shardcron.rules.retention import (
     prune_every_ms,
     retention_horizon_ms,
 )
-from shardcron.leader.shard_run import ShardRun
+from shardcron.runtime import crashpoints
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.spec.schedule import shortest_gap_ms
 from shardcron.store import retention as prune_store
 
 log = logging.getLogger(__name__)
@@ -120,9 +121,11 @@ class Pruner:
             if at > now or not self._in_turn(run):
                 continue
             next_due[job.id] = now + history_prune_every_ms(shortest_gap_ms(job.schedule), job.history_limit)
-            deleted += self._batches(run, "history_limit", lambda limit, job=job: prune_store.prune_job_batch(
-                self._engine, shard=run.shard, fence=run.fence, job_id=job.id, keep=job.history_limit,
-                limit=limit, now_ms=now))
+            def job_batch(limit: int, job: Job = job, keep: int = job.history_limit) -> int:
+                return prune_store.prune_job_batch(self._engine, shard=run.shard, fence=run.fence, job_id=job.id,
+                                                   keep=keep, limit=limit, now_ms=now)
+
+            deleted += self._batches(run, "history_limit", job_batch)
         self._history_due[run.shard] = next_due
         self._behind = self._behind or time.monotonic() >= self._turn_ends
         return deleted

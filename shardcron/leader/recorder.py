@@ -29,13 +29,14 @@ from typing import NamedTuple
 
 from sqlalchemy.engine import Engine
 
-from shardcron.runtime import crashpoints
 from shardcron import metrics
 from shardcron.errors import StoreUnavailable
-from shardcron.runtime.lifeline import UNWATCHED, Lifeline
-from shardcron.model import ExecutionResult, SlotRef, TickStatus
-from shardcron.store import ticks as tick_store
 from shardcron.jobkey import namespace_of
+from shardcron.model import ExecutionResult, SlotRef, TickStatus
+from shardcron.runtime import crashpoints
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.store import tick_results
+from shardcron.store import ticks as tick_store
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ MAX_BACKOFF_S = 5.0
 
 class Recorder:
     def __init__(self, engine: Engine, on_fenced: Callable[[int, int, int], None], *, max_batch: int = 5000,
-                 linger_s: float = 0.1, write: WriteBatch = tick_store.record_results_many,
+                 linger_s: float = 0.1, write: WriteBatch = tick_results.record_results_many,
                  before_write: Callable[[], None] = lambda: None, lifeline: Lifeline = UNWATCHED):
         self._engine = engine
         self._on_fenced = on_fenced  # (shard, fence, rejected writes)

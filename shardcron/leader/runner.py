@@ -39,15 +39,15 @@ from dataclasses import dataclass
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_attempt
 
 from shardcron import clock
-from shardcron.coordination.session import Session
+from shardcron.abc import Lease
 from shardcron.errors import FencedOut, StoreUnavailable
-from shardcron.runtime import crashpoints
 from shardcron.executors import Executors
 from shardcron.executors.aio import Cancelled
-from shardcron.model import ExecutionResult, Job, SlotRef, TickContext, TickStatus
-from shardcron.rules.policies import backoff_ms
 from shardcron.leader.marks import RunningMark, RunningMarks
 from shardcron.leader.recorder import Recorder, ResultWrite
+from shardcron.model import ExecutionResult, Job, SlotRef, TickContext, TickStatus
+from shardcron.rules.policies import backoff_ms
+from shardcron.runtime import crashpoints
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ class StopOrLeaseLost:
     covers the instant the executor is called). One per led shard, shared by its ticks: the loop
     polls each distinct one once (``aio.LoopThread.cancelled_by``)."""
 
-    def __init__(self, stop: threading.Event, session: Session):
+    def __init__(self, stop: threading.Event, session: Lease):
         self._stop = stop
         self._session = session
 
@@ -150,16 +150,20 @@ async def run_tick(run: TickRun, marks: RunningMarks, recorder: Recorder, execut
         except Cancelled:
             pass  # the next attempt's guard refuses it
 
+    def last_result(rs: RetryCallState) -> ExecutionResult:  # out of attempts: keep the last result
+        assert rs.outcome is not None  # called after an attempt
+        return rs.outcome.result()
+
     retrying = AsyncRetrying(
         stop=stop_after_attempt(remaining),
         wait=wait,
         retry=retry_if_result(lambda r: not r.ok),
         sleep=sleep_unless_stopped,
-        retry_error_callback=lambda rs: rs.outcome.result(),  # out of attempts: keep the last result
+        retry_error_callback=last_result,
         reraise=True,
     )
     try:
-        result = await retrying(attempt_once)
+        result: ExecutionResult = await retrying(attempt_once)
     except _Abort as e:
         log.warning("tick %s@%d attempt %d not started: %s", run.slot.job_id, run.slot.scheduled_at_ms,
                     state["attempt"], e, extra={"shard": run.shard, "job": run.slot.job_id, "fence": run.fence})

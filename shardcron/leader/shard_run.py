@@ -21,10 +21,10 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 
-from shardcron.coordination.session import Session
-from shardcron.model import Job
+from shardcron.abc import Lease
 from shardcron.leader.job_line import JobLines
 from shardcron.leader.runner import StopOrLeaseLost
+from shardcron.model import Job
 from shardcron.rules.triggers import Trigger
 
 
@@ -43,7 +43,7 @@ class ShardRun:
     shard: int
     fence: int
     stop: threading.Event
-    session: Session
+    session: Lease
     jobs: dict[str, JobEntry] = field(default_factory=dict)
     lines: JobLines = field(default_factory=JobLines)  # each job's started runs and waiting slots
     lock: threading.Lock = field(default_factory=threading.Lock)

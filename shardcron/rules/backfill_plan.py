@@ -38,9 +38,10 @@ from itertools import islice
 from shardcron.abc import Trigger
 from shardcron.errors import ShardcronError
 from shardcron.model import Overlap
-from shardcron.rules.calendars import Calendar, allowed_by_all, next_instant_all_allow
+from shardcron.rules.calendars import allowed_by_all, next_instant_all_allow
 from shardcron.rules.policies import overlap_allows
 from shardcron.rules.triggers import IntervalTrigger
+from shardcron.spec.calendar import Calendar
 
 MAX_BACKFILL_SLOTS = 1_000_000
 MAX_BATCH_SIZE = 10_000

@@ -21,7 +21,7 @@ from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from shardcron.rules.calendars import Calendar
+from shardcron.spec.calendar import Calendar
 
 # Longer than the watch's delivery, the reload and a lookahead together; the
 # periodic reload (every CALENDAR_RELOAD_S) is the backstop a missed watch falls back on.

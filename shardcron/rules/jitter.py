@@ -17,15 +17,13 @@ catch-up all speak of ``slot_ms``; only the start (and the lateness measured
 against it) moves to ``slot_ms + offset``.
 
 A jitter as long as the gap between two slots could start slot k+1 before slot k,
-so ``check_jitter`` refuses one that is not shorter than the schedule's shortest gap.
+so ``spec.schedule.check_jitter`` refuses one that is not shorter than the schedule's shortest gap.
 """
 
 from __future__ import annotations
 
 import mmh3
 
-from shardcron.errors import InvalidJob
-from shardcron.spec.job import format_duration_ms, parse_duration_ms
 
 def jitter_key(job_id: str, slot_ms: int) -> bytes:
     """The exact bytes hashed for ``(job_id, slot_ms)``; see the module docstring."""
@@ -42,27 +40,4 @@ def jitter_offset_ms(job_id: str, slot_ms: int, jitter_ms: int) -> int:
     return h1 % jitter_ms
 
 
-def parse_jitter(text: str | int | float | None, field: str = "jitter") -> int:
-    """``"30s"``, ``"1m30s"``, ``"250ms"`` or seconds as a number, as ms; absent or empty is 0."""
-    if text is None or text == "":
-        return 0
-    ms = parse_duration_ms(text, field)
-    if ms < 0:
-        raise InvalidJob(field, f"must not be negative, got {text!r}")
-    return ms
-
-
-def check_jitter(jitter_ms: int, shortest_gap_ms: int | None, field: str = "jitter") -> int:
-    """Refuse a jitter that is not shorter than the gap between two slots (``jobspec.shortest_gap_ms``).
-
-    Two slots ``gap`` apart get offsets in ``[0, jitter)``; only ``jitter <= gap`` keeps
-    their starts in order, and ``jitter < gap`` keeps them from starting in the same
-    millisecond. ``None`` (a single slot) admits any jitter.
-    """
-    if shortest_gap_ms is not None and jitter_ms >= shortest_gap_ms:
-        raise InvalidJob(field, f"{format_duration_ms(jitter_ms)} is not shorter than the schedule's shortest gap "
-                                f"({format_duration_ms(shortest_gap_ms)}); slots could start out of order")
-    return jitter_ms
-
-
-__all__ = ["check_jitter", "jitter_key", "jitter_offset_ms", "parse_jitter"]
+__all__ = ["jitter_key", "jitter_offset_ms"]

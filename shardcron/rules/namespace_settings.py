@@ -8,10 +8,14 @@ yet, or just deleted) runs with ``DEFAULT_SETTINGS``: weight 1, no limit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
+from shardcron.errors import InvalidJob
 from shardcron.rules.fair_queue import DEFAULT_WEIGHT
-from shardcron.rules.quotas import Quota
+from shardcron.rules.quotas import Quota, Usage
+
+MAX_WEIGHT = 1_000_000.0  # a share a million times another's is already "all of it"
 
 
 @dataclass(frozen=True)
@@ -22,4 +26,24 @@ class NamespaceSettings:
 
 DEFAULT_SETTINGS = NamespaceSettings()
 
-__all__ = ["DEFAULT_SETTINGS", "NamespaceSettings"]
+
+@dataclass(frozen=True)
+class StoredNamespace:
+    """A namespace as the store holds it and the API answers it: its settings and its usage."""
+
+    name: str
+    settings: NamespaceSettings
+    usage: Usage  # jobs and slots_per_second; running is a node's, not the store's
+    created_at_ms: int
+    updated_at_ms: int
+
+
+def check_weight(weight: float, field_name: str = "weight") -> float:
+    """A namespace's weight: a finite number above 0 (its share of a saturated node's executors)."""
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight) \
+            or not 0 < weight <= MAX_WEIGHT:
+        raise InvalidJob(field_name, f"must be a number above 0 and at most {MAX_WEIGHT:g}, got {weight!r}")
+    return float(weight)
+
+
+__all__ = ["DEFAULT_SETTINGS", "MAX_WEIGHT", "NamespaceSettings", "StoredNamespace", "check_weight"]

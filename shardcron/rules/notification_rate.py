@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from shardcron.errors import ConfigError
+from shardcron.errors import ConfigError, InvalidJob
+from shardcron.spec.durations import parse_duration_ms
 
 _RATE = re.compile(r"\s*(\d+)\s*/\s*(\S+)\s*")
 
@@ -29,9 +30,6 @@ DEFAULT_RATE = Rate(10, 60_000)
 
 def parse_rate(text: str, flag: str = "--notify-rate") -> Rate | None:
     """``"10/1m"`` -> Rate(10, 60000); ``"off"``: no limit (None). Anything else: ``ConfigError`` naming ``flag``."""
-    from shardcron.errors import InvalidJob
-    from shardcron.spec.job import parse_duration_ms
-
     if text.strip().lower() == "off":
         return UNLIMITED
     m = _RATE.fullmatch(text)

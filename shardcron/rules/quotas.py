@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from shardcron.errors import InvalidJob
-from shardcron.spec.job import shortest_gap_ms
 from shardcron.model import Schedule
+from shardcron.spec.schedule import shortest_gap_ms
 
 QUOTA_KEYS = ("max_jobs", "max_slots_per_second", "max_running")
 
@@ -113,13 +113,14 @@ def check_start(namespace: str, quota: Quota, running: int) -> QuotaExceeded | N
     return _crossed("max_running", namespace, quota.max_running, running, running + 1)
 
 
-def _crossed(name: str, namespace: str, limit, before, after) -> QuotaExceeded | None:
+def _crossed(name: str, namespace: str, limit: int | Fraction | None, before: int | Fraction,
+             after: int | Fraction) -> QuotaExceeded | None:
     if limit is None or after <= limit or after <= before:
         return None
     return QuotaExceeded(name, namespace, limit, after)
 
 
-def parse_quota(raw: Mapping, where: str = "quota") -> Quota:
+def parse_quota(raw: Mapping[str, object], where: str = "quota") -> Quota:
     """A quota from a mapping (a namespace's settings); absent keys are no limit.
 
     ``max_jobs`` and ``max_running`` are whole numbers of at least 0;
@@ -134,7 +135,7 @@ def parse_quota(raw: Mapping, where: str = "quota") -> Quota:
                  _count(raw.get("max_running"), f"{where}.max_running"))
 
 
-def _count(value, field: str) -> int | None:
+def _count(value: object, field: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -142,7 +143,7 @@ def _count(value, field: str) -> int | None:
     return value
 
 
-def _rate(value, field: str) -> Fraction:
+def _rate(value: object, field: str) -> Fraction:
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise InvalidQuota(field, f"must be a number of at least 0, got {value!r}")
     try:

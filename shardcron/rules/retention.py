@@ -36,9 +36,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from enum import StrEnum
 
-from shardcron.errors import InvalidJob, ShardcronError
-from shardcron.spec.job import parse_duration_ms
+from shardcron.errors import InvalidJob
 from shardcron.model import TickStatus
+from shardcron.spec.durations import parse_duration_ms
+from shardcron.spec.retention import RetentionError
 
 KEEP_EVERYTHING = frozenset({"", "none", "forever", "off"})
 MIN_RETENTION_MS = 1_000
@@ -47,15 +48,6 @@ MAX_DELETE_BATCH = 10_000
 DELETE_TARGET_MS = 50  # one DELETE holds its locks about this long
 DELETE_DUTY = 0.2  # pruning uses at most a fifth of the store's time
 _UNFINISHED = frozenset({TickStatus.CLAIMED, TickStatus.RUNNING})
-
-
-class RetentionError(ShardcronError, ValueError):
-    """A retention setting is malformed. ``field`` names the flag or job field."""
-
-    def __init__(self, field: str, reason: str):
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
 
 
 def parse_retention_ms(text: str | int | float | None, field: str = "--tick-retention") -> int | None:
@@ -70,15 +62,6 @@ def parse_retention_ms(text: str | int | float | None, field: str = "--tick-rete
         # 0 would delete every finished tick the moment it is written: surely a slip.
         raise RetentionError(field, f"must be at least 1s, got {text!r}; use none to keep everything")
     return ms
-
-
-def parse_history_limit(value: object, field: str = "history_limit") -> int | None:
-    """A job's history limit: a whole number of ticks, at least 1; absent keeps everything."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RetentionError(field, f"must be a whole number of ticks, at least 1, got {value!r}")
-    return value
 
 
 def retention_horizon_ms(now_ms: int, retention_ms: int | None, longest_catchup_window_ms: int = 0) -> int | None:
@@ -194,7 +177,7 @@ def is_pruned(slot_ms: int, shard_horizon_ms: int | None, job_horizon_ms: int | 
     return horizon is not None and slot_ms < horizon
 
 
-__all__ = ["DELETE_DUTY", "DELETE_TARGET_MS", "MAX_DELETE_BATCH", "MIN_DELETE_BATCH", "PruneState", "RetentionError",
+__all__ = ["DELETE_DUTY", "DELETE_TARGET_MS", "MAX_DELETE_BATCH", "MIN_DELETE_BATCH", "PruneState",
            "advance_horizon", "audit_range_state", "effective_horizon", "history_cutoff_ms", "is_pruned",
-           "may_delete", "next_batch_size", "parse_history_limit", "parse_retention_ms", "pause_after_batch_ms",
+           "may_delete", "next_batch_size", "parse_retention_ms", "pause_after_batch_ms",
            "history_prune_every_ms", "prune_before_ms", "prune_every_ms", "retention_horizon_ms"]

@@ -14,7 +14,7 @@ abandoned, stopping at the first that succeeded. A skipped tick (overlap or
 catch-up policy) neither breaks nor extends the run: nothing ran, so it says
 nothing about whether the job works. Neither does an unfinished one
 (claimed, running). The store computes the same count in SQL
-(``store.ticks.run_summaries``); this is its definition and its test oracle.
+(``store.tick_reads.last_runs``); this is its definition and its test oracle.
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from dataclasses import dataclass
 
 from shardcron.clock import rfc3339_ms
 from shardcron.model import Job, JobRuns, TickStatus
-from shardcron.rules.calendars import Calendar, next_allowed
+from shardcron.rules.calendars import next_allowed
 from shardcron.rules.jitter import jitter_offset_ms
 from shardcron.rules.triggers import Trigger, trigger_for
+from shardcron.spec.calendar import Calendar
 
 FAILURES = frozenset({TickStatus.FAILED, TickStatus.ABANDONED})
 
@@ -78,10 +79,12 @@ def failures_in_a_row(statuses_newest_first: Iterable[TickStatus]) -> int:
 def job_runs(job: Job, now_ms: int, *, last_scheduled_at_ms: int | None = None, last_status: TickStatus | None = None,
              failures: int = 0, trigger: Trigger | None = None, calendars: Sequence[Calendar] = ()) -> JobRuns:
     """The answer for one job: its next run computed here, its last tick and failures in a row
-    as the store counted them (``store.ticks.last_runs``)."""
+    as the store counted them (``store.tick_reads.last_runs``)."""
     nxt = next_run(job, trigger or trigger_for(job.schedule), now_ms, calendars)
-    return JobRuns(now_ms, nxt and nxt.slot_ms, nxt and nxt.start_ms, last_scheduled_at_ms, last_status, failures,
-                   next_reason=nxt and next_reason(nxt))
+    if nxt is None:
+        return JobRuns(now_ms, None, None, last_scheduled_at_ms, last_status, failures, next_reason=None)
+    return JobRuns(now_ms, nxt.slot_ms, nxt.start_ms, last_scheduled_at_ms, last_status, failures,
+                   next_reason=next_reason(nxt))
 
 
 def next_reason(nxt: NextRun) -> str | None:

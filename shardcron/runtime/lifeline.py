@@ -66,12 +66,13 @@ class Lifeline:
 
     def report(self, name: str, error: BaseException | None) -> None:
         """Worker ``name`` ended with ``error`` (None: it returned while it should not have)."""
+        on_death = self._on_death
         with self._lock:
-            first = self.died is None and self._on_death is not None
+            first = self.died is None and on_death is not None
             if first:
                 self.died = name
-        if first:
-            self._on_death(name, error)
+        if first and on_death is not None:
+            on_death(name, error)
         elif error is not None:
             what = "died" if self._on_death is None else "died too, after the first death"
             log.warning("worker %r %s: %r", name, what, error, exc_info=error)

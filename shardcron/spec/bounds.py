@@ -1,6 +1,6 @@
 """Every bound a job's values must respect, in one place, with the reason for each.
 
-The spec is the gate: ``jobspec.job_from_dict`` (and what it calls) checks each
+The spec is the gate: ``job.job_from_dict`` (and what it calls) checks each
 bound once, where a job is parsed, so nothing downstream (the claimer's waits,
 the store's columns, the protobuf messages, the renderers) meets a value it
 cannot hold. A value outside a bound is an ``InvalidJob`` naming the field.
@@ -58,6 +58,10 @@ YEAR_MS = 365 * DAY_MS
 MAX_DURATION_MS = 10 * YEAR_MS
 MAX_JITTER_MS = DAY_MS
 CRON_HORIZON_MS = 10 * YEAR_MS
+# The shortest gap a schedule may have unless the cluster's minimum is changed:
+# one keystroke turns 1m into 1ms, and 1,000 ticks a second of one job would
+# take a node down.
+DEFAULT_MIN_INTERVAL_MS = 1000
 
 # -- integers --------------------------------------------------------------------------
 INT32_MAX = 2**31 - 1
@@ -71,6 +75,7 @@ MAX_JSON_DEPTH = 32
 MAX_STORED_JSON_DEPTH = 512
 MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_FILE_DEPTH = 64
+MAX_PAYLOAD_BYTES = 1024 * 1024  # a shell command, an http body
 SHOWN_CHARS = 80
 
 
@@ -85,7 +90,10 @@ def shown(value: object, limit: int = SHOWN_CHARS) -> str:
         return f"{_container_start(value, limit)}... (cut: {len(value)} items long)"
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
         return f"a {value.bit_length()}-bit integer"  # repr refuses integers past 4300 digits
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:  # a list nested thousands deep: its start says enough
+        return f"{_container_start(value, limit)}... (cut: nested too deep)"
     return text if len(text) <= limit else f"{text[:limit]}... (cut)"
 
 

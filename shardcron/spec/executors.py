@@ -1,8 +1,8 @@
 """The dispatch executors' settings as plain data: parsing, validation and serialisation.
 
-``jobspec`` hands every executor table whose kind is a broker or a Python
+``spec.executor_table`` hands every executor table whose kind is a broker or a Python
 call (celery, rq, arq, nats, amqp, redis-stream, python) to ``parse``, and
-``job_to_dict`` asks ``to_dict`` for the stored form; ``parse(to_dict(s))``
+``executor_to_dict`` asks ``to_dict`` for the stored form; ``parse(to_dict(s))``
 gives ``s`` back. Rejections are ``InvalidJob``s naming the field, as for
 every other part of a job, whether it came from a file, the CLI or the API.
 """
@@ -15,18 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from shardcron.spec.bounds import INT64_MAX, check_int, shown
 from shardcron.errors import InvalidJob
-from shardcron.spec.job import (
-    MAX_PAYLOAD_BYTES,
-    _check_keys,
-    _int,
-    _parse_headers,
-    _utf8_size,
-    check_printable,
-    parse_duration_ms,
-)
-from shardcron.spec.nesting import check_json_value
 from shardcron.model import (
     AmqpSpec,
     ArqSpec,
@@ -38,6 +27,10 @@ from shardcron.model import (
     RedisStreamSpec,
     RqSpec,
 )
+from shardcron.spec.bounds import INT64_MAX, MAX_PAYLOAD_BYTES, check_int, shown
+from shardcron.spec.durations import parse_duration_ms
+from shardcron.spec.fields import check_keys, check_printable, parse_headers, utf8_size, whole_number
+from shardcron.spec.nesting import check_json_value
 
 MAX_NAME_CHARS = 255  # a task, queue, subject, stream or routing key
 MAX_STREAM_FIELDS = 64
@@ -71,10 +64,10 @@ _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _NATS_TOKEN = re.compile(r"[^\s.*>]+")
 
 
-def parse(kind: ExecutorKind, d: Mapping, *, bounded: bool = True) -> ExecutorSpec:
+def parse(kind: ExecutorKind, d: Mapping[str, Any], *, bounded: bool = True) -> ExecutorSpec:
     """The settings of a dispatch executor; ``bounded``: check its values' bounds too (``bounds.py``; a job
-    read back from the store is not, see ``jobspec.job_from_dict``)."""
-    _check_keys(d, EXECUTOR_KEYS[kind], "executor", f" of the {kind.value} executor")
+    read back from the store is not, see ``spec.job.job_from_dict``)."""
+    check_keys(d, EXECUTOR_KEYS[kind], "executor", f" of the {kind.value} executor")
     return _PARSERS[kind](d, bounded)
 
 
@@ -89,7 +82,7 @@ def to_dict(spec: ExecutorSpec) -> dict[str, Any]:
 # -- field checks ------------------------------------------------------------------------------
 
 
-def _url(d: Mapping, kind: ExecutorKind) -> str:
+def _url(d: Mapping[str, Any], kind: ExecutorKind) -> str:
     url = d.get("url")
     schemes = URL_SCHEMES[kind]
     example = f"{schemes[0]}://127.0.0.1"
@@ -108,8 +101,8 @@ def _url(d: Mapping, kind: ExecutorKind) -> str:
     return url.strip()
 
 
-def _name(d: Mapping, key: str, *, required: bool, default: str | None = None, what: str = "",
-          pattern: re.Pattern | None = None, hint: str = "", allow_empty: bool = False,
+def _name(d: Mapping[str, Any], key: str, *, required: bool, default: str | None = None, what: str = "",
+          pattern: re.Pattern[str] | None = None, hint: str = "", allow_empty: bool = False,
           bounded: bool = True) -> str | None:
     field = f"executor.{key}"
     value = d.get(key)
@@ -129,8 +122,18 @@ def _name(d: Mapping, key: str, *, required: bool, default: str | None = None, w
         raise InvalidJob(field, "must not contain control characters")
     if bounded:
         check_printable(value, field)
+    else:  # read back from the store: still no lone surrogate, which no message could carry
+        utf8_size(value, field)
     if pattern is not None and not pattern.fullmatch(value):
         raise InvalidJob(field, f"{shown(value)} is not {hint}")
+    return value
+
+
+def _given_name(d: Mapping[str, Any], key: str, **how: Any) -> str:
+    """``_name`` of a key that is required or has a default: never None."""
+    value = _name(d, key, **how)
+    if value is None:  # required raised already, and a default is a string
+        raise InvalidJob(f"executor.{key}", "missing")
     return value
 
 
@@ -140,11 +143,11 @@ def _json_size(value: Any, field: str) -> None:
     except (TypeError, ValueError) as e:
         raise InvalidJob(field, f"must hold JSON values only (strings, numbers, booleans, null, lists, tables): {e}") \
             from None
-    if _utf8_size(text, field) > MAX_PAYLOAD_BYTES:
+    if utf8_size(text, field) > MAX_PAYLOAD_BYTES:
         raise InvalidJob(field, f"is larger than {MAX_PAYLOAD_BYTES} bytes as JSON")
 
 
-def _args(d: Mapping, bounded: bool) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def _args(d: Mapping[str, Any], bounded: bool) -> tuple[tuple[Any, ...], dict[str, Any]]:
     args = d.get("args", ()) or ()
     if isinstance(args, str) or not isinstance(args, list | tuple):
         raise InvalidJob("executor.args", f"must be a list of JSON values, got {shown(args)}")
@@ -165,23 +168,23 @@ def _args(d: Mapping, bounded: bool) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return tuple(json.loads(json.dumps(list(args)))), json.loads(json.dumps(dict(kwargs)))
 
 
-def _bool(d: Mapping, key: str, default: bool) -> bool:
+def _bool(d: Mapping[str, Any], key: str, default: bool) -> bool:
     value = d.get(key, default)
     if not isinstance(value, bool):
         raise InvalidJob(f"executor.{key}", f"must be true or false, got {shown(value)}")
     return value
 
 
-def _body(d: Mapping) -> str:
+def _body(d: Mapping[str, Any]) -> str:
     body = d.get("body", "") or ""
     if not isinstance(body, str):
         raise InvalidJob("executor.body", "must be a string")
-    if (size := _utf8_size(body, "executor.body")) > MAX_PAYLOAD_BYTES:
+    if (size := utf8_size(body, "executor.body")) > MAX_PAYLOAD_BYTES:
         raise InvalidJob("executor.body", f"is {size} bytes; the limit is {MAX_PAYLOAD_BYTES}")
     return body
 
 
-def _optional_duration(d: Mapping, key: str, minimum_ms: int, why: str) -> int | None:
+def _optional_duration(d: Mapping[str, Any], key: str, minimum_ms: int, why: str) -> int | None:
     value = d.get(key)
     if value is None:
         return None
@@ -191,7 +194,7 @@ def _optional_duration(d: Mapping, key: str, minimum_ms: int, why: str) -> int |
     return ms
 
 
-def _with_args(out: dict, s) -> dict:
+def _with_args(out: dict[str, Any], s: CelerySpec | RqSpec | ArqSpec | PythonSpec) -> dict[str, Any]:
     if s.args:
         out["args"] = list(s.args)
     if s.kwargs:
@@ -202,17 +205,17 @@ def _with_args(out: dict, s) -> dict:
 # -- one parser and one serialiser per kind ---------------------------------------------------------
 
 
-def _celery(d: Mapping, bounded: bool) -> ExecutorSpec:
+def _celery(d: Mapping[str, Any], bounded: bool) -> ExecutorSpec:
     args, kwargs = _args(d, bounded)
     priority = d.get("priority")
     if priority is not None:
-        priority = _int(priority, "executor.priority", 0)
+        priority = whole_number(priority, "executor.priority", 0)
         if priority > MAX_PRIORITY:
             raise InvalidJob("executor.priority", f"at most {MAX_PRIORITY}, got {shown(priority)}")
     expires_ms = _optional_duration(d, "expires", 1, "must be a positive duration")
     return ExecutorSpec(ExecutorKind.CELERY, celery=CelerySpec(
         url=_url(d, ExecutorKind.CELERY),
-        task=_name(d, "task", bounded=bounded,
+        task=_given_name(d, "task", bounded=bounded,
                    required=True, what="the registered Celery task name, such as app.tasks.report"),
         args=args, kwargs=kwargs,
         queue=_name(d, "queue", bounded=bounded, required=False),
@@ -221,7 +224,7 @@ def _celery(d: Mapping, bounded: bool) -> ExecutorSpec:
     ))
 
 
-def _celery_dict(s: CelerySpec) -> dict:
+def _celery_dict(s: CelerySpec) -> dict[str, Any]:
     out: dict[str, Any] = {"url": s.url, "task": s.task}
     for key in ("queue", "routing_key", "priority"):
         if getattr(s, key) is not None:
@@ -231,23 +234,23 @@ def _celery_dict(s: CelerySpec) -> dict:
     return _with_args(out, s)
 
 
-def _rq(d: Mapping, bounded: bool) -> ExecutorSpec:
+def _rq(d: Mapping[str, Any], bounded: bool) -> ExecutorSpec:
     args, kwargs = _args(d, bounded)
     return ExecutorSpec(ExecutorKind.RQ, rq=RqSpec(
         url=_url(d, ExecutorKind.RQ),
-        func=_name(d, "func", bounded=bounded,
+        func=_given_name(d, "func", bounded=bounded,
                    required=True, what="the dotted path a worker imports, such as app.tasks.report",
                    pattern=_DOTTED, hint="a dotted path such as app.tasks.report"),
-        queue=_name(d, "queue", bounded=bounded, required=False, default="default"),
+        queue=_given_name(d, "queue", bounded=bounded, required=False, default="default"),
         args=args, kwargs=kwargs,
     ))
 
 
-def _rq_dict(s: RqSpec) -> dict:
+def _rq_dict(s: RqSpec) -> dict[str, Any]:
     return _with_args({"url": s.url, "func": s.func, "queue": s.queue}, s)
 
 
-def _arq(d: Mapping, bounded: bool) -> ExecutorSpec:
+def _arq(d: Mapping[str, Any], bounded: bool) -> ExecutorSpec:
     args, kwargs = _args(d, bounded)
     tick_kwarg = _name(d, "tick_kwarg", bounded=bounded,
                        required=False, pattern=_IDENTIFIER, hint="a keyword argument name")
@@ -255,69 +258,70 @@ def _arq(d: Mapping, bounded: bool) -> ExecutorSpec:
         raise InvalidJob("executor.tick_kwarg", f"{shown(tick_kwarg)} is also one of the kwargs")
     return ExecutorSpec(ExecutorKind.ARQ, arq=ArqSpec(
         url=_url(d, ExecutorKind.ARQ),
-        function=_name(d, "function", bounded=bounded,
+        function=_given_name(d, "function", bounded=bounded,
                        required=True, what="the name of a function in the worker's functions",
                        pattern=_IDENTIFIER, hint="a function name"),
-        queue=_name(d, "queue", bounded=bounded, required=False, default="arq:queue"),
+        queue=_given_name(d, "queue", bounded=bounded, required=False, default="arq:queue"),
         args=args, kwargs=kwargs, tick_kwarg=tick_kwarg,
     ))
 
 
-def _arq_dict(s: ArqSpec) -> dict:
+def _arq_dict(s: ArqSpec) -> dict[str, Any]:
     out: dict[str, Any] = {"url": s.url, "function": s.function, "queue": s.queue}
     if s.tick_kwarg is not None:
         out["tick_kwarg"] = s.tick_kwarg
     return _with_args(out, s)
 
 
-def _nats(d: Mapping, bounded: bool) -> ExecutorSpec:
-    subject = _name(d, "subject", bounded=bounded,
+def _nats(d: Mapping[str, Any], bounded: bool) -> ExecutorSpec:
+    subject = _given_name(d, "subject", bounded=bounded,
                     required=True, what="the subject to publish to, such as jobs.reports")
     if not all(_NATS_TOKEN.fullmatch(token) for token in subject.split(".")):
         raise InvalidJob("executor.subject", f"{shown(subject)} is not a subject to publish to: dot-separated tokens, "
                                              "no white space and no wildcards (* or >)")
     return ExecutorSpec(ExecutorKind.NATS, nats=NatsSpec(
         url=_url(d, ExecutorKind.NATS), subject=subject, jetstream=_bool(d, "jetstream", True),
-        body=_body(d), headers=_parse_headers(d.get("headers"), "executor.headers"),
+        body=_body(d), headers=parse_headers(d.get("headers"), "executor.headers"),
     ))
 
 
-def _nats_dict(s: NatsSpec) -> dict:
+def _nats_dict(s: NatsSpec) -> dict[str, Any]:
     return {"url": s.url, "subject": s.subject, "jetstream": s.jetstream, "body": s.body,
             "headers": [list(p) for p in s.headers]}
 
 
-def _amqp(d: Mapping, bounded: bool) -> ExecutorSpec:
-    exchange = _name(d, "exchange", bounded=bounded, required=False, default="", allow_empty=True)
-    routing_key = _name(d, "routing_key", bounded=bounded,
+def _amqp(d: Mapping[str, Any], bounded: bool) -> ExecutorSpec:
+    exchange = _given_name(d, "exchange", bounded=bounded, required=False, default="", allow_empty=True)
+    routing_key = _given_name(d, "routing_key", bounded=bounded,
                         required=exchange == "", default="", allow_empty=exchange != "",
                         what="with the default exchange, the routing key names the queue to deliver to")
-    content_type = _name(d, "content_type", bounded=bounded, required=False, default="application/json")
+    content_type = _given_name(d, "content_type", bounded=bounded, required=False, default="application/json")
     return ExecutorSpec(ExecutorKind.AMQP, amqp=AmqpSpec(
         url=_url(d, ExecutorKind.AMQP), routing_key=routing_key, exchange=exchange, body=_body(d),
-        headers=_parse_headers(d.get("headers"), "executor.headers"), persistent=_bool(d, "persistent", True),
+        headers=parse_headers(d.get("headers"), "executor.headers"), persistent=_bool(d, "persistent", True),
         content_type=content_type,
     ))
 
 
-def _amqp_dict(s: AmqpSpec) -> dict:
+def _amqp_dict(s: AmqpSpec) -> dict[str, Any]:
     return {"url": s.url, "exchange": s.exchange, "routing_key": s.routing_key, "body": s.body,
             "headers": [list(p) for p in s.headers], "persistent": s.persistent, "content_type": s.content_type}
 
 
-def _redis_stream(d: Mapping, bounded: bool) -> ExecutorSpec:
+def _redis_stream(d: Mapping[str, Any], bounded: bool) -> ExecutorSpec:
     raw = d.get("fields", {}) or {}
     if not isinstance(raw, Mapping):
         raise InvalidJob("executor.fields", "must be a table of name = string")
     if len(raw) > MAX_STREAM_FIELDS:
         raise InvalidJob("executor.fields", f"at most {MAX_STREAM_FIELDS} fields, got {len(raw)}")
-    fields = []
+    fields: list[tuple[str, str]] = []
     for name, value in raw.items():
         if not isinstance(name, str) or not name or not isinstance(value, str):
             raise InvalidJob("executor.fields", f"field {shown(name)}: names and values must be non-empty strings")
         if name.lower().startswith("shardcron_"):
             raise InvalidJob("executor.fields", f"field {shown(name)}: names starting with shardcron_ carry the tick")
         fields.append((name, value))
+    fields.sort()  # the order the stored JSON (sorted keys) gives back, so a job equals itself read back
     _json_size(dict(fields), "executor.fields")
     maxlen = d.get("maxlen")
     if maxlen is not None:
@@ -325,12 +329,12 @@ def _redis_stream(d: Mapping, bounded: bool) -> ExecutorSpec:
     ttl_ms = _optional_duration(d, "dedupe_ttl", 60_000, "must be at least 1m (it must outlast a failover)")
     return ExecutorSpec(ExecutorKind.REDIS_STREAM, redis_stream=RedisStreamSpec(
         url=_url(d, ExecutorKind.REDIS_STREAM),
-        stream=_name(d, "stream", bounded=bounded, required=True, what="the stream key to XADD to"),
+        stream=_given_name(d, "stream", bounded=bounded, required=True, what="the stream key to XADD to"),
         fields=tuple(fields), maxlen=maxlen, dedupe_ttl_ms=ttl_ms,
     ))
 
 
-def _redis_stream_dict(s: RedisStreamSpec) -> dict:
+def _redis_stream_dict(s: RedisStreamSpec) -> dict[str, Any]:
     out: dict[str, Any] = {"url": s.url, "stream": s.stream, "fields": dict(s.fields)}
     if s.maxlen is not None:
         out["maxlen"] = s.maxlen
@@ -339,8 +343,8 @@ def _redis_stream_dict(s: RedisStreamSpec) -> dict:
     return out
 
 
-def _python(d: Mapping, bounded: bool) -> ExecutorSpec:
-    target = _name(d, "target", bounded=bounded, required=True, what="the callable to run, as package.module:function")
+def _python(d: Mapping[str, Any], bounded: bool) -> ExecutorSpec:
+    target = _given_name(d, "target", bounded=bounded, required=True, what="the callable to run, as package.module:function")
     module, colon, function = target.partition(":")
     if not colon or not _DOTTED.fullmatch(module) or not _DOTTED.fullmatch(function):
         raise InvalidJob("executor.target", f"{shown(target)} is not package.module:function")
@@ -349,15 +353,15 @@ def _python(d: Mapping, bounded: bool) -> ExecutorSpec:
         target=target, args=args, kwargs=kwargs, session=_bool(d, "session", False)))
 
 
-def _python_dict(s: PythonSpec) -> dict:
+def _python_dict(s: PythonSpec) -> dict[str, Any]:
     return _with_args({"target": s.target, "session": s.session}, s)
 
 
-_PARSERS: dict[ExecutorKind, Callable[[Mapping, bool], ExecutorSpec]] = {
+_PARSERS: dict[ExecutorKind, Callable[[Mapping[str, Any], bool], ExecutorSpec]] = {
     ExecutorKind.CELERY: _celery, ExecutorKind.RQ: _rq, ExecutorKind.ARQ: _arq, ExecutorKind.NATS: _nats,
     ExecutorKind.AMQP: _amqp, ExecutorKind.REDIS_STREAM: _redis_stream, ExecutorKind.PYTHON: _python,
 }
-_SERIALISERS: dict[ExecutorKind, Callable[[Any], dict]] = {
+_SERIALISERS: dict[ExecutorKind, Callable[[Any], dict[str, Any]]] = {
     ExecutorKind.CELERY: _celery_dict, ExecutorKind.RQ: _rq_dict, ExecutorKind.ARQ: _arq_dict,
     ExecutorKind.NATS: _nats_dict, ExecutorKind.AMQP: _amqp_dict, ExecutorKind.REDIS_STREAM: _redis_stream_dict,
     ExecutorKind.PYTHON: _python_dict,

@@ -28,23 +28,25 @@ import json
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from shardcron.spec.bounds import INT64_MAX, INT64_MIN, MAX_FILE_BYTES, MAX_FILE_DEPTH, cut, shown
 from shardcron.errors import InvalidJob, ShardcronError, job_named
-from shardcron.spec.job import job_from_dict
 from shardcron.model import Job
-from shardcron.spec.nesting import text_depth, value_depth
-from shardcron.rules.calendars import Calendar, CalendarError, parse_calendar
+from shardcron.spec.bounds import INT64_MAX, INT64_MIN, MAX_FILE_BYTES, MAX_FILE_DEPTH, cut, shown
+from shardcron.spec.calendar import Calendar, CalendarError
+from shardcron.spec.calendar_tables import parse_calendar
+from shardcron.spec.job import job_from_dict
 from shardcron.spec.namespaces import validate_namespace
+from shardcron.spec.nesting import text_depth, value_depth
 
 
 class JobFileError(ShardcronError):
     pass
 
 
-def read_data_file(path: str) -> Mapping | object:
+def read_data_file(path: str) -> object:
     """The TOML (default), YAML (.yaml, .yml) or JSON (.json) file at ``path`` as plain data."""
     text = read_text_file(path)
     kind = {".yaml": "YAML", ".yml": "YAML", ".json": "JSON"}.get(Path(path).suffix.lower(), "TOML")
@@ -99,12 +101,12 @@ class BoundedYamlLoader(yaml.SafeLoader):
     goes deeper than the limit. The parser beneath it keeps its own stack, not Python's.
     """
 
-    def __init__(self, stream):
+    def __init__(self, stream: str | bytes) -> None:
         super().__init__(stream)
         self._depth = 0
 
-    def compose_node(self, parent, index):
-        event = self.peek_event()
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]  # types-PyYAML leaves peek_event untyped
         where = f"line {event.start_mark.line + 1}, column {event.start_mark.column + 1}"
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise RefusedYaml(f"{where}: YAML anchors and aliases (&name, *name, <<: *name) are not accepted in a "
@@ -153,7 +155,7 @@ def load_job_file(path: str, admit: Callable[[Job], None] | None = None) -> list
             raise JobFileError(f"{path}: {e}") from None
     raw = data["jobs"]
     if isinstance(raw, Mapping):
-        entries = [(_table_id(path, k), v) for k, v in raw.items()]
+        entries: list[tuple[str | None, Any]] = [(_table_id(path, k), v) for k, v in raw.items()]
     elif isinstance(raw, list):
         entries = [(None, v) for v in raw]
     else:

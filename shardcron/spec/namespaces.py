@@ -16,7 +16,7 @@ A job's identity is ``JobKey(namespace, id)``. Its shard stays the murmur3 rule 
 so ``shard = murmur3_x86_32(shard_key_bytes, seed=0) as unsigned % shard_count``.
 ``default`` hashing as before keeps every existing shard map and
 ``tests/vectors/shards.json`` true: upgrading moves no job. The encoding is
-injective: a job id refuses control characters (``jobspec.validate_job_id``) and
+injective: a job id refuses control characters (``fields.validate_job_id``) and
 a namespace holds none either, so a key with a U+001F (the ASCII unit separator)
 splits at it into (namespace, id), and a key without one is a ``default`` job.
 
@@ -36,9 +36,9 @@ import re
 from collections.abc import Iterable, Mapping
 
 from shardcron.errors import InvalidJob
-from shardcron.spec.job import MAX_JOB_ID_BYTES, validate_job_id
-from shardcron.sharding import shard_for
 from shardcron.jobkey import DEFAULT_NAMESPACE, JobKey, display_key, join_key, namespace_of, split_key
+from shardcron.sharding import shard_for
+from shardcron.spec.fields import MAX_JOB_ID_BYTES, validate_job_id
 
 MAX_NAMESPACE_LENGTH = 63
 NAMESPACE_ENV = "SHARDCRON_NAMESPACE"  # the CLI's --namespace/-n when the flag is not given
@@ -80,7 +80,7 @@ def namespace_from_cli(flag: str | None, environ: Mapping[str, str]) -> str:
 def job_key(namespace: str | None, job_id: str, field: str = "id") -> JobKey:
     """The validated identity of the job ``job_id`` in ``namespace`` (None or empty: ``default``).
 
-    Not the printable rule: jobspec applies it where a job is defined, and a lookup (get, pause,
+    Not the printable rule: ``job_from_dict`` applies it where a job is defined, and a lookup (get, pause,
     delete) must still find a job stored before that rule, whatever its id holds."""
     key = JobKey(namespace_or_default(namespace), validate_job_id(job_id, field, printable=False))
     if key.namespace != DEFAULT_NAMESPACE:
@@ -126,7 +126,7 @@ def delete_refusal(namespace: str, job_count: int, *, force: bool) -> str | None
     return None
 
 
-def shard_vectors(keys: Iterable[JobKey], shard_counts: Iterable[int]) -> list[dict]:
+def shard_vectors(keys: Iterable[JobKey], shard_counts: Iterable[int]) -> list[dict[str, object]]:
     """Entries of ``namespaced_vectors`` in ``tests/vectors/shards.json``: each key with its bytes, raw hash and shards.
 
     The raw hash is the shard for a count of 2**32 (the rule's modulo leaves it whole)."""

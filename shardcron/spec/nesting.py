@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from shardcron.spec.bounds import INT64_MAX, INT64_MIN, MAX_JSON_DEPTH, shown
 from shardcron.errors import InvalidJob
+from shardcron.spec.bounds import INT64_MAX, INT64_MIN, MAX_JSON_DEPTH, shown
 
 # A JSON string, escapes included: what lies inside one is no nesting.
 _JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
@@ -67,6 +67,7 @@ def value_depth(value: Any, limit: int) -> int:
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
         item, depth = stack.pop()
+        children: Iterable[Any]
         if isinstance(item, Mapping):
             children = item.values()
         elif isinstance(item, list | tuple):

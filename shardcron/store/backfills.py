@@ -19,14 +19,14 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
-from sqlalchemy import Engine, and_, case, func, select
+from sqlalchemy import ColumnElement, Engine, and_, case, func, select
 
 from shardcron.errors import JobNotFound
 from shardcron.model import Backfill, BackfillState, Overlap, TickStatus
 from shardcron.store.engine import reading
 from shardcron.store.fences import run_fenced
 from shardcron.store.schema import backfills, ticks
-from shardcron.store.sql import key_in_namespaces
+from shardcron.store.sql import AnyRow, key_in_namespaces
 from shardcron.store.text import clip
 
 
@@ -101,7 +101,7 @@ def unstarted(engine: Engine, bf: Backfill) -> int:
         return int(conn.execute(q).scalar() or 0)
 
 
-def _written_by(bf: Backfill) -> tuple:
+def _written_by(bf: Backfill) -> tuple[ColumnElement[bool], ...]:
     return (ticks.c.job_id == bf.job_id, ticks.c.scheduled_at_ms >= bf.from_ms, ticks.c.scheduled_at_ms < bf.to_ms,
             ticks.c.manual == False, ticks.c.claimed_at_ms >= bf.created_at_ms)  # noqa: E712
 
@@ -125,14 +125,14 @@ def recorded_slots(engine: Engine, job_id: str, from_ms: int, to_ms: int) -> set
         return set(conn.execute(q).scalars())
 
 
-def _row(bf: Backfill) -> dict:
+def _row(bf: Backfill) -> dict[str, object]:
     return dict(id=bf.id, job_id=bf.job_id, shard=bf.shard, from_ms=bf.from_ms, to_ms=bf.to_ms,
                 overlap=bf.overlap.value, rate_per_s=bf.rate_per_s, cursor_ms=bf.cursor_ms, state=bf.state.value,
                 planned=bf.planned, done=bf.done, skipped=bf.skipped, fence=bf.fence, node_id=bf.node_id,
                 created_at_ms=bf.created_at_ms, updated_at_ms=bf.updated_at_ms, error=bf.error)
 
 
-def _from_row(r) -> Backfill:
+def _from_row(r: AnyRow) -> Backfill:
     return Backfill(r.id, r.job_id, r.shard, r.from_ms, r.to_ms, Overlap(r.overlap), float(r.rate_per_s),
                     r.planned, r.created_at_ms, BackfillState(r.state), r.cursor_ms, r.done, r.skipped, r.fence,
                     r.node_id, r.updated_at_ms, r.error)

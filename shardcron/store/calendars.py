@@ -20,11 +20,13 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy import exc as sa_exc
 
 from shardcron.errors import ShardcronError, VersionConflict
-from shardcron.leader.calendar_book import StoredCalendar
-from shardcron.rules.calendars import Calendar, calendar_to_dict, parse_calendar
+from shardcron.jobkey import display_key
+from shardcron.spec.calendar import Calendar, StoredCalendar
+from shardcron.spec.calendar_tables import calendar_to_dict, parse_calendar
+from shardcron.spec.job import job_from_json
 from shardcron.store.engine import reading, writing
 from shardcron.store.schema import calendar_versions, calendars, jobs
-from shardcron.jobkey import display_key
+from shardcron.store.sql import AnyRow
 
 MAX_USERS_LISTED = 100  # jobs named in an answer about who uses a calendar
 
@@ -160,8 +162,6 @@ def jobs_using(engine: Engine, name: str, limit: int = MAX_USERS_LISTED,
     The spec is JSON text: a LIKE finds the candidates (only jobs with calendars at all),
     and each is parsed to be sure. A full scan of jobs, paid on a delete or a get only.
     """
-    from shardcron.spec.job import job_from_json
-
     q = (select(jobs.c.id, jobs.c.spec).where(jobs.c.spec.contains('"calendars"'))
          .order_by(jobs.c.id))
     if namespaces is not None:
@@ -190,7 +190,7 @@ def calendar_history(engine: Engine, names: Iterable[str] | None = None) -> list
                             None if r.spec is None else parse_calendar(r.name, json.loads(r.spec))) for r in rows]
 
 
-def _stored(row) -> StoredCalendar:
+def _stored(row: AnyRow) -> StoredCalendar:
     return StoredCalendar(parse_calendar(row.name, json.loads(row.spec)), row.version, row.updated_at_ms)
 
 

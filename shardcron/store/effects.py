@@ -28,7 +28,7 @@ from sqlalchemy import Connection
 from shardcron.errors import FencedOut, ShardcronError
 from shardcron.model import ExecutionResult, SlotRef, TickStatus
 from shardcron.store.fences import stored_fence_for_share
-from shardcron.store.ticks import record_result_in
+from shardcron.store.tick_results import record_result_in
 
 
 class TickNotOwned(ShardcronError):

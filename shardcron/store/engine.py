@@ -18,10 +18,12 @@ import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from shardcron.errors import ConfigError, StoreUnavailable
 
@@ -138,7 +140,7 @@ def _unavailable(engine: Engine, e: BaseException) -> StoreUnavailable:
     return StoreUnavailable(f"store {describe_url(engine.url)} unavailable: {reason}")
 
 
-def _switch_to_wal(cur, timeout_s: float) -> None:
+def _switch_to_wal(cur: sqlite3.Cursor, timeout_s: float) -> None:
     """``PRAGMA journal_mode = WAL``, tried again until ``timeout_s`` while the file is locked.
 
     Nodes started together on a new file each switch it to WAL, which takes an
@@ -163,7 +165,7 @@ def _sqlite_engine(u: URL, statement_timeout_s: float) -> Engine:
     _SQLITE_WRITE_LOCKS[engine] = threading.Lock()
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record) -> None:
+    def _on_connect(dbapi_conn: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
         # Take BEGIN away from the sqlite3 module (it would start transactions
         # late, at the first write) so that the "begin" hook below decides.
         dbapi_conn.isolation_level = None
@@ -240,7 +242,8 @@ def _mariadb_engine(u: URL, connect_timeout_s: float, statement_timeout_s: float
     )
 
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record) -> None:
+    # Any: a PyMySQL connection, and PyMySQL publishes no type information.
+    def _on_connect(dbapi_conn: Any, _record: ConnectionPoolEntry) -> None:
         cur = dbapi_conn.cursor()
         cur.execute(f"SET SESSION innodb_lock_wait_timeout = {stmt_s}")
         if "mariadb" in dbapi_conn.get_server_info().lower():

@@ -45,7 +45,7 @@ def claim_epoch(engine: Engine, cluster_id: int) -> FenceEpoch:
 
 def highest_fence(engine: Engine) -> int:
     with reading(engine) as conn:
-        return int(conn.execute(select(func.coalesce(func.max(shard_fences.c.fence), 0))).scalar())
+        return int(conn.execute(select(func.coalesce(func.max(shard_fences.c.fence), 0))).scalar_one())
 
 
 def rebase(engine: Engine, new_cluster_id: int) -> FenceEpoch:

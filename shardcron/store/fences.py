@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 from sqlalchemy import Connection, Engine, bindparam, select
 from sqlalchemy import exc as sa_exc
@@ -184,7 +184,7 @@ def run_fenced(engine: Engine, shard: int, fence: int, work: Callable[[Connectio
     out = run_fenced_many(engine, {(shard, fence): None}, lambda conn, live: work(conn) if live else None)
     if out.fenced_out:
         raise FencedOut(shard, fence, out.fenced_out[shard])
-    return out.value
+    return cast(T, out.value)  # the fence held, so work ran
 
 
 def run_fenced_many(engine: Engine, work_by_fence: Mapping[Key, P],

@@ -1,42 +1,42 @@
-"""Job definitions in the store: fenced writes, plain reads.
+"""Job definitions' fenced writes: puts, imports, deletes and pauses.
 
-A row holds the definition as JSON (``jobspec.job_to_json`` with version 0)
+A row holds the definition as JSON (``spec.job.job_to_json`` with version 0)
 plus the store-assigned ``version`` and ``active_since_ms`` and the ``paused``
-flag as columns; a Job read back is the JSON with those columns applied.
-``job_labels`` indexes the labels for filtering and is rewritten with the job.
+flag as columns; a Job read back is the JSON with those columns applied
+(``job_reads``, the plain reads). ``job_labels`` indexes the labels for
+filtering and is rewritten with the job.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import cast
 
-from sqlalchemy import Connection, Engine, and_, bindparam, false, func, or_, select
+from sqlalchemy import Connection, Engine, bindparam, select
 
 from shardcron.errors import FencedOut, InvalidJob, JobNotFound, ShardcronError, VersionConflict
-from shardcron.spec.job import job_from_json, job_to_json
+from shardcron.jobkey import display_key, namespace_of
 from shardcron.model import Job
-from shardcron.store.engine import reading
+from shardcron.rules.quotas import PutChange
+from shardcron.spec.job import job_from_json, job_to_json
 from shardcron.store.fences import run_fenced, run_fenced_many
+from shardcron.store.job_reads import READ_COLUMNS, job_from_row
 from shardcron.store.namespaces import give_back, lock_rooms, rate_of_spec, schedule_rate
 from shardcron.store.schema import LABEL_KEY_LENGTH, LABEL_VALUE_LENGTH, job_labels, jobs
-from shardcron.store.schema import namespaces as namespace_rows
 from shardcron.store.sql import chunks
-from shardcron.jobkey import DEFAULT_NAMESPACE, display_key, join_key, namespace_of
-from shardcron.rules.quotas import PutChange
 
 log = logging.getLogger(__name__)
 
-_READ_COLUMNS = (jobs.c.id, jobs.c.shard, jobs.c.spec, jobs.c.version, jobs.c.paused, jobs.c.active_since_ms)
 # What every write sets (see _row); created_at_ms only on insert.
 _WRITE_COLUMNS = ("shard", "namespace", "spec", "version", "paused", "fence", "node_id", "updated_at_ms",
                   "active_since_ms")
 # FOR UPDATE, read in id order, as put_each reads them: the replaced spec gives its rate back to the
 # namespace's usage, so it must be the one this transaction replaces; and every job writer locks its job
 # rows before its namespace rows (store/namespaces.py), so writers cannot deadlock on them.
-_JOBS_BY_IDS = select(*_READ_COLUMNS).where(jobs.c.id.in_(bindparam("ids", expanding=True))).with_for_update()
+_JOBS_BY_IDS = select(*READ_COLUMNS).where(jobs.c.id.in_(bindparam("ids", expanding=True))).with_for_update()
 # The spec too: the replaced definition's rate is given back to its namespace's quota.
 _VERSIONS_FOR_UPDATE = (
     select(jobs.c.id, jobs.c.version, jobs.c.spec).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
@@ -86,7 +86,7 @@ def put_each(engine: Engine, puts: Sequence[Put], *, node_id: str, now_ms: int) 
     Puts of one job apply in turn, so the second sees the version the first wrote.
     Each admitted put is counted in its namespace's usage in the same transaction,
     under the namespace row's lock (``store/namespaces.py``), in put order. What lets a leader commit
-    concurrent API calls together (see api/group_commit.py).
+    concurrent API calls together (see api/job_puts.py).
     """
     answers: list[Job | ShardcronError | None] = [None] * len(puts)
     for i, p in enumerate(puts):
@@ -99,13 +99,13 @@ def put_each(engine: Engine, puts: Sequence[Put], *, node_id: str, now_ms: int) 
     for i in live:
         newest[puts[i].shard] = max(newest.get(puts[i].shard, 0), puts[i].fence)
     if not live:
-        return answers  # type: ignore[return-value]
+        return cast("list[Job | ShardcronError]", answers)  # each one an InvalidJob
     by_fence: dict[tuple[int, int], list[int]] = {(shard, fence): [] for shard, fence in newest.items()}
     for i in live:
         if puts[i].fence == newest[puts[i].shard]:
             by_fence[(puts[i].shard, puts[i].fence)].append(i)
 
-    def work(conn: Connection, writable: dict[tuple[int, int], list[int]]) -> list:
+    def work(conn: Connection, writable: dict[tuple[int, int], list[int]]) -> list[Job | ShardcronError | None]:
         out = list(answers)
         mine = sorted(i for indexes in writable.values() for i in indexes)  # in put order
         ids = sorted({puts[i].job.id for i in mine})
@@ -146,7 +146,7 @@ def put_each(engine: Engine, puts: Sequence[Put], *, node_id: str, now_ms: int) 
         if out[i] is None:  # not written: its shard's fence moved, or a newer fence of its shard came with it
             p = puts[i]
             out[i] = FencedOut(p.shard, p.fence, done.fenced_out.get(p.shard, newest[p.shard]))
-    return out
+    return cast("list[Job | ShardcronError]", out)  # every put answered now
 
 
 @dataclass(frozen=True)
@@ -211,7 +211,8 @@ def import_jobs_many(engine: Engine, by_shard: Mapping[int, tuple[int, Sequence[
         for part in chunks(sorted(wanted)):
             stored.update({r.id: r for r in conn.execute(_JOBS_BY_IDS, {"ids": list(part)})})
         written: dict[str, Imported] = {}
-        inserts, updates = [], []
+        inserts: list[tuple[Job, int, int]] = []
+        updates: list[tuple[Job, int, int]] = []
         rooms = lock_rooms(conn, {namespace_of(job_id) for job_id in wanted}, now_ms)
         ids = list(wanted) if order is None else sorted(wanted, key=lambda k: order.get(k, len(order)))
         for job_id in ids:
@@ -275,11 +276,11 @@ def set_paused(engine: Engine, job_id: str, paused: bool, *, shard: int, fence: 
     nothing (and in particular does not reset active_since_ms)."""
 
     def work(conn: Connection) -> Job:
-        q = select(*_READ_COLUMNS).where(jobs.c.id == job_id, jobs.c.shard == shard).with_for_update()
+        q = select(*READ_COLUMNS).where(jobs.c.id == job_id, jobs.c.shard == shard).with_for_update()
         row = conn.execute(q).first()
         if row is None:
             raise JobNotFound(job_id)
-        job = _from_row(row)
+        job = job_from_row(row)
         if job.paused == paused:
             return job
         new = replace(
@@ -298,75 +299,6 @@ def set_paused(engine: Engine, job_id: str, paused: bool, *, shard: int, fence: 
     return run_fenced(engine, shard, fence, work)
 
 
-def get_job(engine: Engine, job_id: str) -> Job:
-    with reading(engine) as conn:
-        row = conn.execute(select(*_READ_COLUMNS).where(jobs.c.id == job_id)).first()
-    if row is None:
-        raise JobNotFound(job_id)
-    return _from_row(row)
-
-
-def load_shard_jobs(engine: Engine, shard: int) -> list[Job]:
-    """Every job of the shard, by id: what a new leader schedules."""
-    with reading(engine) as conn:
-        rows = conn.execute(select(*_READ_COLUMNS).where(jobs.c.shard == shard).order_by(jobs.c.id)).all()
-    return [_from_row(r) for r in rows]
-
-
-def list_jobs(
-    engine: Engine,
-    *,
-    shard: int | None = None,
-    labels: dict[str, str] | None = None,
-    limit: int = 100,
-    after_id: str | None = None,
-    namespaces: Collection[str] | None = None,
-    id_prefix: str = "",
-    paused: bool | None = None,
-) -> list[Job]:
-    """A page of jobs ordered by namespace, then id; pass the last key seen as ``after_id`` for the next page.
-
-    ``labels``: every given key must be present with exactly the given value.
-    ``namespaces``: only jobs of these (None: every namespace).
-    ``id_prefix``: only ids that start with it (in each namespace: a range of the primary key).
-    ``paused``: only paused (True) or only active (False) jobs.
-    """
-    q = select(*_READ_COLUMNS).order_by(jobs.c.namespace, jobs.c.id).limit(limit)
-    if shard is not None:
-        q = q.where(jobs.c.shard == shard)
-    if namespaces is not None:
-        q = q.where(jobs.c.namespace.in_(sorted(namespaces)))
-    if paused is not None:
-        q = q.where(jobs.c.paused == paused)
-    if id_prefix:
-        if namespaces is not None:
-            searched = sorted(namespaces)
-        else:  # every job's namespace has a row (jobs are admitted against it), and default always exists
-            with reading(engine) as conn:
-                searched = sorted({DEFAULT_NAMESPACE, *conn.execute(select(namespace_rows.c.name)).scalars()})
-        # The namespace too: a key of namespace "pay" starts with "pa" as well.
-        q = q.where(or_(false(), *(and_(jobs.c.namespace == ns,
-                                        jobs.c.id.startswith(join_key(ns, id_prefix), autoescape=True))
-                                   for ns in searched)))
-    if after_id is not None:  # the key orders like the id within its namespace (tenancy.keys)
-        after_ns = namespace_of(after_id)
-        q = q.where(or_(jobs.c.namespace > after_ns, and_(jobs.c.namespace == after_ns, jobs.c.id > after_id)))
-    for key, value in (labels or {}).items():
-        has = select(job_labels.c.job_id).where(
-            job_labels.c.job_id == jobs.c.id, job_labels.c.key == key, job_labels.c.value == value
-        )
-        q = q.where(has.exists())
-    with reading(engine) as conn:
-        rows = conn.execute(q).all()
-    return [_from_row(r) for r in rows]
-
-
-def count_jobs_by_shard(engine: Engine) -> dict[int, int]:
-    with reading(engine) as conn:
-        rows = conn.execute(select(jobs.c.shard, func.count()).group_by(jobs.c.shard)).all()
-    return {shard: n for shard, n in rows}
-
-
 def _spec(job: Job) -> str:
     """The definition alone: what the ``spec`` column holds (state such as paused lives in columns)."""
     return job_to_json(replace(job, version=0, active_since_ms=0, paused=False))
@@ -374,15 +306,15 @@ def _spec(job: Job) -> str:
 
 def _normalised_spec(text: str) -> str | None:
     # Re-serialised rather than compared as stored, so that a change in how
-    # jobspec writes JSON (a new field with a default) does not look like a
-    # change of every job. A spec this jobspec no longer accepts is "different".
+    # spec.job writes JSON (a new field with a default) does not look like a
+    # change of every job. A spec spec.job no longer accepts is "different".
     try:
         return _spec(job_from_json(text))
     except InvalidJob:
         return None
 
 
-def _row(job: Job, shard: int, fence: int, node_id: str, now_ms: int) -> dict:
+def _row(job: Job, shard: int, fence: int, node_id: str, now_ms: int) -> dict[str, object]:
     """Column values for a write of ``job`` (all but created_at_ms)."""
     return {
         "shard": shard,
@@ -395,11 +327,6 @@ def _row(job: Job, shard: int, fence: int, node_id: str, now_ms: int) -> dict:
         "updated_at_ms": now_ms,
         "active_since_ms": job.active_since_ms,
     }
-
-
-def _from_row(row) -> Job:
-    job = job_from_json(row.spec)
-    return replace(job, version=row.version, paused=bool(row.paused), active_since_ms=row.active_since_ms)
 
 
 def _rewrite_labels(conn: Connection, written: Sequence[Job], *, existed: bool) -> None:
@@ -425,16 +352,12 @@ def _check_labels(job: Job) -> None:
 
 
 __all__ = [
-    "count_jobs_by_shard",
     "delete_job",
-    "get_job",
     "ImportOutcome",
     "Put",
     "Imported",
     "import_jobs",
     "import_jobs_many",
-    "list_jobs",
-    "load_shard_jobs",
     "put_each",
     "put_job",
     "set_paused",

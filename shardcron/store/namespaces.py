@@ -1,7 +1,7 @@
 """Namespaces in the store: their weight and quotas, and their usage kept exact under the row's lock.
 
 A namespace's row (``schema.namespaces``) holds its settings and its usage: the
-jobs it holds and the sum of their peak rates (``tenancy.quotas.job_rate``), a
+jobs it holds and the sum of their peak rates (``rules.quotas.job_rate``), a
 ``Fraction`` as text so that ten jobs every 3 s sum to exactly 10/3. Namespaces are
 cluster-wide, not sharded: their own writes take no fence.
 
@@ -20,24 +20,26 @@ so its row is created whenever it is found missing.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from typing import Any
 
 from croniter import CroniterError
 from sqlalchemy import Connection, Engine, bindparam, func, select
 from sqlalchemy import exc as sa_exc
 
-from shardcron.errors import (InvalidJob, NamespaceExists, NamespaceMissing, NamespaceNotFound, QuotaRefused,
-                              ShardcronError)
-from shardcron.spec.job import shortest_gap_ms
-from shardcron.model import Schedule
-from shardcron.store.engine import reading, writing
-from shardcron.store.schema import jobs, namespaces
-from shardcron.store.sql import insert_ignoring_duplicates
+from shardcron.errors import (
+    InvalidJob,
+    NamespaceExists,
+    NamespaceMissing,
+    NamespaceNotFound,
+    QuotaRefused,
+    ShardcronError,
+)
 from shardcron.jobkey import DEFAULT_NAMESPACE
-from shardcron.spec.namespaces import delete_refusal
+from shardcron.model import Schedule
+from shardcron.rules.namespace_settings import NamespaceSettings, StoredNamespace, check_weight
 from shardcron.rules.quotas import (
     QUOTA_KEYS,
     PutChange,
@@ -48,30 +50,16 @@ from shardcron.rules.quotas import (
     job_rate,
     usage_after,
 )
-from shardcron.rules.namespace_settings import NamespaceSettings
-
-MAX_WEIGHT = 1_000_000.0  # a share a million times another's is already "all of it"
+from shardcron.spec.job import job_from_dict
+from shardcron.spec.namespaces import delete_refusal
+from shardcron.spec.schedule import shortest_gap_ms
+from shardcron.store.engine import reading, writing
+from shardcron.store.schema import jobs, namespaces
+from shardcron.store.sql import AnyRow, insert_ignoring_duplicates
 
 
 class NamespaceInUse(ShardcronError):
     """A delete refused (FAILED_PRECONDITION): ``default``, or a namespace that still holds jobs."""
-
-
-@dataclass(frozen=True)
-class StoredNamespace:
-    name: str
-    settings: NamespaceSettings
-    usage: Usage  # jobs and slots_per_second; running is a node's, not the store's
-    created_at_ms: int
-    updated_at_ms: int
-
-
-def check_weight(weight: float, field_name: str = "weight") -> float:
-    """A namespace's weight: a finite number above 0 (its share of a saturated node's executors)."""
-    if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight) \
-            or not 0 < weight <= MAX_WEIGHT:
-        raise InvalidJob(field_name, f"must be a number above 0 and at most {MAX_WEIGHT:g}, got {weight!r}")
-    return float(weight)
 
 
 # -- management ---------------------------------------------------------------------------------
@@ -124,15 +112,16 @@ def update_namespace(engine: Engine, name: str, *, weight: float | None = None,
     """Change the weight (None: unchanged) and the named quotas (a value of None removes that limit).
 
     Lowering a quota below the usage is allowed: it then refuses growth only
-    (``tenancy.quotas``), never a delete or a slower replacement."""
-    values: dict = {}
+    (``rules.quotas``), never a delete or a slower replacement."""
+    values: dict[str, object] = {}
     if weight is not None:
         values["weight"] = check_weight(weight)
     unknown = sorted(set(quota or ()) - set(QUOTA_KEYS))
     if unknown:
         raise InvalidJob(f"quota.{unknown[0]}", f"is not a quota; the quotas are {', '.join(QUOTA_KEYS)}")
     if quota:
-        values.update(_quota_columns(Quota(**{k: quota.get(k) for k in quota}), only=quota.keys()))
+        given: dict[str, Any] = {k: quota.get(k) for k in quota}  # names checked above; Quota's types, by the caller
+        values.update(_quota_columns(Quota(**given), only=quota.keys()))
     with writing(engine) as conn:
         if name == DEFAULT_NAMESPACE:
             _ensure_default(conn, now_ms)
@@ -142,7 +131,7 @@ def update_namespace(engine: Engine, name: str, *, weight: float | None = None,
         if values:
             conn.execute(namespaces.update().where(namespaces.c.name == name)
                          .values(**values, node_id=node_id, updated_at_ms=now_ms))
-            row = conn.execute(select(namespaces).where(namespaces.c.name == name)).first()
+            row = conn.execute(select(namespaces).where(namespaces.c.name == name)).one()  # locked above
     return _stored(row)
 
 
@@ -282,8 +271,6 @@ def schedule_rate(schedule: Schedule) -> Fraction:
 def rate_of_spec(spec: str | None) -> Fraction:
     """The peak rate of a stored job spec. One this version cannot read counts 0, as migration 0007
     counted it (the node and the audit report such a job on their own)."""
-    from shardcron.spec.job import job_from_dict
-
     if spec is None:
         return Fraction(0)
     try:
@@ -323,7 +310,7 @@ def _count_jobs(conn: Connection, name: str) -> int:
     return conn.execute(select(func.count()).select_from(jobs).where(jobs.c.namespace == name)).scalar() or 0
 
 
-def _quota_columns(quota: Quota, only: Iterable[str] | None = None) -> dict:
+def _quota_columns(quota: Quota, only: Iterable[str] | None = None) -> dict[str, int | str | None]:
     cols = {"max_jobs": quota.max_jobs, "max_running": quota.max_running,
             "max_slots_per_second": None if quota.max_slots_per_second is None
             else _fraction_text(quota.max_slots_per_second)}
@@ -334,20 +321,20 @@ def _fraction_text(x: Fraction) -> str:
     return str(Fraction(x))  # "10/3", "5", "0": exact, and Fraction() reads it back
 
 
-def _settings(row) -> NamespaceSettings:
+def _settings(row: AnyRow) -> NamespaceSettings:
     rate = row.max_slots_per_second
     return NamespaceSettings(float(row.weight), Quota(row.max_jobs, None if rate is None else Fraction(rate),
                                                       row.max_running))
 
 
-def _usage(row) -> Usage:
+def _usage(row: AnyRow) -> Usage:
     return Usage(int(row.jobs), Fraction(row.slots_per_second))
 
 
-def _stored(row) -> StoredNamespace:
+def _stored(row: AnyRow) -> StoredNamespace:
     return StoredNamespace(row.name, _settings(row), _usage(row), row.created_at_ms, row.updated_at_ms)
 
 
-__all__ = ["MAX_WEIGHT", "NamespaceInUse", "Rooms", "StoredNamespace", "check_weight", "count_jobs",
+__all__ = ["NamespaceInUse", "Rooms", "count_jobs",
            "create_namespace", "delete_namespace", "get_namespace", "give_back", "job_keys", "list_namespaces",
            "lock_rooms", "namespace_settings", "rate_of_spec", "schedule_rate", "take_room", "update_namespace"]

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine, and_, func, select
 
 from shardcron.model import TickStatus
-from shardcron.rules.notifications import FAILED_STATUSES, NotificationKind, NotificationStatus, Source
 from shardcron.rules.notification_rate import Rate, allows, window_start_ms
+from shardcron.rules.notifications import FAILED_STATUSES, NotificationKind, NotificationStatus, Source
 from shardcron.store.engine import reading
 from shardcron.store.fences import run_fenced
 from shardcron.store.schema import notifications, ticks
-from shardcron.store.sql import chunks
+from shardcron.store.sql import AnyRow, chunks
 from shardcron.store.text import clip
 
 
@@ -201,14 +201,14 @@ def _default_claimed_since(conn: Connection, job_id: str, kind: NotificationKind
         notifications.c.claimed_at_ms > since_ms))).scalar_one()
 
 
-def _values(row: NotificationRow) -> dict:
+def _values(row: NotificationRow) -> dict[str, object]:
     return {"job_id": row.job_id, "scheduled_at_ms": row.scheduled_at_ms, "kind": row.kind.value, "shard": row.shard,
             "fence": row.fence, "node_id": row.node_id, "status": row.status.value, "source": row.source.value,
             "spec": row.spec, "claimed_at_ms": row.claimed_at_ms, "sent_at_ms": row.sent_at_ms,
             "attempts": row.attempts, "error": row.error}
 
 
-def _row(r) -> NotificationRow:
+def _row(r: AnyRow) -> NotificationRow:
     return NotificationRow(r.job_id, r.scheduled_at_ms, NotificationKind(r.kind), r.shard, r.fence, r.node_id,
                            NotificationStatus(r.status), Source(r.source), r.spec, r.claimed_at_ms, r.sent_at_ms,
                            r.attempts, r.error)

@@ -16,8 +16,8 @@ from shardcron.errors import ConfigError
 from shardcron.model import BackfillState
 from shardcron.sharding import shard_for
 from shardcron.store.engine import writing
-from shardcron.store.schema import backfills, fence_log, jobs, shard_fences, ticks, unresolved
 from shardcron.store.fences import insert_missing_shards
+from shardcron.store.schema import backfills, fence_log, jobs, shard_fences, ticks, unresolved
 from shardcron.store.sql import chunks
 
 RESHARD_NODE = "reshard"

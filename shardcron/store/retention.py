@@ -7,7 +7,7 @@ together, so no reader ever finds a deleted row without the horizon that
 explains it; and a raise of the shard's fence (a new leader) waits for the
 batch or refuses it (``FencedOut``), like every other leader write.
 
-What a batch never deletes (``scheduling.retention.may_delete``, in SQL):
+What a batch never deletes (``rules.retention.may_delete``, in SQL):
 
 * a ``claimed`` or ``running`` tick: its leader, or the next one, settles it;
 * a job's newest tick, and its newest scheduled (not manual) tick: catch-up
@@ -24,8 +24,23 @@ transaction reaches them; the DELETE repeats the conditions anyway.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, and_, bindparam, exists, or_, select, tuple_
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    Connection,
+    Engine,
+    Select,
+    Table,
+    Update,
+    and_,
+    bindparam,
+    exists,
+    or_,
+    select,
+    tuple_,
+)
 
 from shardcron.model import TickStatus
 from shardcron.rules.notifications import NotificationStatus
@@ -74,7 +89,7 @@ def prune_job_batch(engine: Engine, *, shard: int, fence: int, job_id: str, keep
     return run_fenced(engine, shard, fence, work)
 
 
-def _delete(conn: Connection, oldest, params: dict) -> int:
+def _delete(conn: Connection, oldest: Select[Any, Any], params: dict[str, object]) -> int:
     # Keys first, then a DELETE by key: MariaDB refuses a DELETE whose subquery reads its own table.
     keys = [tuple(k) for k in conn.execute(oldest, params)]
     deleted = 0
@@ -84,7 +99,8 @@ def _delete(conn: Connection, oldest, params: dict) -> int:
     return deleted
 
 
-def _advance(conn: Connection, move, table: Table, key: dict, horizon_ms: int, fence: int, now_ms: int) -> None:
+def _advance(conn: Connection, move: Update, table: Table, key: dict[str, object], horizon_ms: int, fence: int,
+             now_ms: int) -> None:
     """Move the recorded horizon forward to ``horizon_ms``; a horizon already further on stays."""
     row = {"horizon_ms": horizon_ms, "fence": fence, "updated_at_ms": now_ms}
     if not conn.execute(move, {**{f"k_{k}": v for k, v in key.items()}, **{f"v_{k}": v for k, v in row.items()}}
@@ -94,13 +110,13 @@ def _advance(conn: Connection, move, table: Table, key: dict, horizon_ms: int, f
 
 # Built once, values bound at execution: building a statement costs several times what running it does, and
 # the pruner runs beside the starts.
-def _oldest(where):
+def _oldest(where: ColumnElement[bool]) -> Select[Any, Any]:
     return (select(ticks.c.job_id, ticks.c.scheduled_at_ms)
             .where(where, ticks.c.scheduled_at_ms < bindparam("below"), _DELETABLE)
             .order_by(ticks.c.scheduled_at_ms).limit(bindparam("limit")))
 
 
-def _move(table: Table, key_col):
+def _move(table: Table, key_col: Column[Any]) -> Update:
     return (table.update().where(key_col == bindparam(f"k_{key_col.name}"),
                                  table.c.horizon_ms < bindparam("v_horizon_ms"))
             .values(horizon_ms=bindparam("v_horizon_ms"), fence=bindparam("v_fence"),

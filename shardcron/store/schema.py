@@ -15,7 +15,7 @@ SQLite alike:
   ``utf8mb4_bin`` still ignores trailing spaces) and ``"C"`` on PostgreSQL,
   which also makes keyset paging order by code point everywhere, like SQLite.
   (MySQL proper has no ``utf8mb4_nopad_bin``; shardcron supports MariaDB.)
-* Key length on MariaDB: a job id is at most 256 bytes of UTF-8 (jobspec), so
+* Key length on MariaDB: a job id is at most 256 bytes of UTF-8 (spec.fields), so
   ``VARCHAR(256)`` in characters always holds it. In utf8mb4 that is at most
   1024 bytes of index key; the widest indexes below (job_labels' two, of two
   such columns) take about 2 KiB, under InnoDB's 3072-byte limit for the
@@ -27,13 +27,16 @@ SQLite alike:
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    ColumnElement,
+    Float,
     ForeignKey,
     Index,
-    Float,
     Integer,
     MetaData,
     PrimaryKeyConstraint,
@@ -48,17 +51,17 @@ from sqlalchemy.dialects import mysql
 from shardcron.model import TickStatus
 
 # Sizes shared with the migrations and the code that validates before writing.
-ID_LENGTH = 256  # characters; jobspec caps job ids at 256 bytes
+ID_LENGTH = 256  # characters; spec.fields.MAX_JOB_ID_BYTES caps job ids at 256 bytes
 NODE_ID_LENGTH = 256
 LABEL_KEY_LENGTH = 256
 LABEL_VALUE_LENGTH = 256
 STATUS_LENGTH = 16
 META_KEY_LENGTH = 128
-CALENDAR_NAME_LENGTH = 128  # calendars.check_calendar_name caps names at 128 ASCII characters
+CALENDAR_NAME_LENGTH = 128  # spec.calendar_tables.check_calendar_name caps names at 128 ASCII characters
 BACKFILL_ID_LENGTH = 64
-NAMESPACE_LENGTH = 63  # tenancy.namespaces.MAX_NAMESPACE_LENGTH
+NAMESPACE_LENGTH = 63  # spec.namespaces.MAX_NAMESPACE_LENGTH
 FRACTION_LENGTH = 64  # an exact rate as text, "10/3"
-TOKEN_NAME_LENGTH = 64  # tenancy.tokens caps token names at 64 characters
+TOKEN_NAME_LENGTH = 64  # api.tokens caps token names at 64 characters
 TOKEN_HASH_LENGTH = 71  # "sha256:" and 64 hex digits
 ROLE_LENGTH = 16
 
@@ -76,7 +79,7 @@ NAMING = {
 }
 
 # InnoDB and DYNAMIC explicitly: the 3072-byte key limit above depends on it.
-_TABLE_OPTS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_row_format": "DYNAMIC"}
+_TABLE_OPTS: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_row_format": "DYNAMIC"}
 
 
 def exact_string(length: int) -> String:
@@ -105,7 +108,7 @@ jobs = Table(
     metadata,
     Column("id", exact_string(ID_LENGTH), primary_key=True),
     Column("shard", Integer, nullable=False),
-    Column("spec", huge_text(), nullable=False),  # jobspec.job_to_json, version 0
+    Column("spec", huge_text(), nullable=False),  # spec.job.job_to_json, version 0
     Column("version", Integer, nullable=False),
     Column("paused", Boolean, nullable=False),
     Column("fence", BigInteger, nullable=False),  # the fence of the last write
@@ -113,7 +116,7 @@ jobs = Table(
     Column("created_at_ms", BigInteger, nullable=False),
     Column("updated_at_ms", BigInteger, nullable=False),
     Column("active_since_ms", BigInteger, nullable=False),
-    # The namespace of the key in id (tenancy.namespaces), for listing and counting one namespace.
+    # The namespace of the key in id (spec.namespaces), for listing and counting one namespace.
     Column("namespace", exact_string(NAMESPACE_LENGTH), nullable=False, server_default="default"),
     # (shard, id): one shard's jobs, and keyset paging by id within a shard.
     Index(None, "shard", "id"),
@@ -141,7 +144,7 @@ UNRESOLVED_STATUSES = (TickStatus.CLAIMED.value, TickStatus.RUNNING.value)
 UNRESOLVED_SQL = f"status IN ('{UNRESOLVED_STATUSES[0]}', '{UNRESOLVED_STATUSES[1]}')"
 
 
-def unresolved(status_column):
+def unresolved(status_column: ColumnElement[str]) -> ColumnElement[bool]:
     """``status IN ('claimed', 'running')`` with the values inline (see ``UNRESOLVED_SQL``)."""
     return status_column.in_([literal_column(f"'{s}'") for s in UNRESOLVED_STATUSES])
 
@@ -204,7 +207,7 @@ fence_log = Table(
     **_TABLE_OPTS,
 )
 
-# Retention (issue 14 item 4): how far back ticks may have been deleted. Each row
+# Retention: how far back ticks may have been deleted. Each row
 # is written under the shard's fence BEFORE any delete below it and only moves
 # forward, so the audit reads an absent slot below it as "pruned", not "missing".
 shard_horizons = Table(

@@ -6,13 +6,16 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Table, false, or_, true
+from sqlalchemy import ColumnElement, Connection, Insert, Row, Table, false, or_, true
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from shardcron.jobkey import DEFAULT_NAMESPACE, KEY_SEPARATOR
 
 T = TypeVar("T")
+
+# A result row of any columns, read by name.
+AnyRow = Row[*tuple[Any, ...]]
 
 # Rows or keys per statement. Keeps every statement far below the drivers'
 # bound-parameter limits (SQLite 32766, PostgreSQL 65535) whatever the batch.
@@ -34,6 +37,7 @@ def insert_ignoring_duplicates(conn: Connection, table: Table, rows: Sequence[Ma
     if not rows:
         return
     name = conn.dialect.name
+    stmt: Insert
     if name == "postgresql":
         stmt = postgresql.insert(table).on_conflict_do_nothing()
     elif name == "sqlite":
@@ -59,12 +63,12 @@ def is_deadlock(e: BaseException | None) -> bool:
         return False
     if getattr(orig, "sqlstate", None) in _PG_RETRYABLE:
         return True
-    args = getattr(orig, "args", ())
+    args: tuple[object, ...] = getattr(orig, "args", ())
     return bool(args) and args[0] in _MARIADB_RETRYABLE and isinstance(e, sa_exc.OperationalError)
 
 
-def key_in_namespaces(key_column, namespaces: Collection[str] | None):
-    """A condition on a column of job keys (``tenancy.keys``): the key is in one of ``namespaces``
+def key_in_namespaces(key_column: ColumnElement[str], namespaces: Collection[str] | None) -> ColumnElement[bool]:
+    """A condition on a column of job keys (``jobkey``): the key is in one of ``namespaces``
     (None: any). For tables that keep only the key (ticks, backfills); ``jobs`` has its own column.
     Namespace names hold no LIKE wildcard, so ``startswith`` needs no escaping."""
     if namespaces is None:

@@ -30,17 +30,19 @@ The statements keep what the executemany forms guarantee (``ticks``):
 from __future__ import annotations
 
 import json
-
-import orjson
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
+import orjson
 from sqlalchemy import Connection, TextClause, text
 
 from shardcron.store.schema import UNRESOLVED_SQL
 from shardcron.store.sql import chunks
 
 DIALECTS = frozenset({"postgresql", "sqlite"})
+
+# One row of a batch: the fields of a claim or an update, by position (job id and slot first).
+BatchRow = tuple[object, ...]
 
 # The key every batched update matches on, with the SQL type of each bind: the first four fields of every row.
 _KEY_BINDS = {"b_job": "TEXT", "b_at": "BIGINT", "b_shard": "INTEGER", "b_fence": "BIGINT"}
@@ -89,7 +91,7 @@ def batch_update(binds: Mapping[str, str], assignments: Mapping[str, str]) -> Ba
     ) for dialect in DIALECTS})
 
 
-def _document(rows: Sequence[tuple]) -> str:
+def _document(rows: Sequence[BatchRow]) -> str:
     """``rows`` as one JSON array of arrays. orjson refuses a string that is not valid UTF-8 (a lone
     surrogate from a decoded process output, say), which the standard library escapes instead."""
     try:
@@ -98,7 +100,7 @@ def _document(rows: Sequence[tuple]) -> str:
         return json.dumps(rows)
 
 
-def run_batch_update(conn: Connection, update: BatchUpdate, rows: Sequence[tuple]) -> None:
+def run_batch_update(conn: Connection, update: BatchUpdate, rows: Sequence[BatchRow]) -> None:
     """``update`` over ``rows`` (tuples of its ``names``), in rounds (see the module doc)."""
     statement = update.statements[conn.dialect.name]
     for round_rows in _rounds(rows):
@@ -144,7 +146,7 @@ _ROWS_PER_STATEMENT = 1000
 # there would only cost a temporary B-tree per statement.
 _IN_KEY_ORDER = {"postgresql": f"ORDER BY v.job_id{_EXACT['postgresql']}, v.at", "sqlite": ""}
 _CLAIM_COLUMNS = {"job_id": "TEXT", "at": "BIGINT", "shard": "INTEGER", "fence": "BIGINT", "manual": "BOOLEAN"}
-_INSERT_CLAIMS = {dialect: (
+_INSERT_CLAIMS_SQL = {dialect: (
     "INSERT INTO ticks (job_id, scheduled_at_ms, shard, fence, manual, node_id, status, attempt, claimed_at_ms, "
     "finished_at_ms, error) "
     "SELECT v.job_id, v.at, v.shard, v.fence, v.manual, :node_id, :status, 0, :now_ms, "
@@ -155,14 +157,14 @@ _INSERT_CLAIMS = {dialect: (
     "ON CONFLICT DO NOTHING"
 ) for dialect in DIALECTS}
 _INSERT_CLAIMS_RETURNING = {dialect: text(f"{sql} RETURNING job_id, scheduled_at_ms")
-                            for dialect, sql in _INSERT_CLAIMS.items()}
-_INSERT_CLAIMS = {dialect: text(sql) for dialect, sql in _INSERT_CLAIMS.items()}
+                            for dialect, sql in _INSERT_CLAIMS_SQL.items()}
+_INSERT_CLAIMS = {dialect: text(sql) for dialect, sql in _INSERT_CLAIMS_SQL.items()}
 
 
-def _rounds(rows: Iterable[tuple]) -> list[list[tuple]]:
+def _rounds(rows: Iterable[BatchRow]) -> list[list[BatchRow]]:
     """Round n holds the n-th mention of each tick, in the order given."""
-    rounds: list[list[tuple]] = []
-    seen: dict[tuple, int] = {}
+    rounds: list[list[BatchRow]] = []
+    seen: dict[tuple[object, object], int] = {}
     for r in rows:
         key = (r[0], r[1])
         n = seen.get(key, 0)

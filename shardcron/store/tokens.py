@@ -14,9 +14,9 @@ from sqlalchemy import Engine, select
 from sqlalchemy import exc as sa_exc
 
 from shardcron.errors import ShardcronError
+from shardcron.rules.scopes import ALL_NAMESPACES, Role, Token, parse_namespaces
 from shardcron.store.engine import reading, writing
 from shardcron.store.schema import api_tokens
-from shardcron.rules.scopes import ALL_NAMESPACES, Role, Token, parse_namespaces
 
 
 class TokenExists(ShardcronError):

@@ -1,11 +1,11 @@
-"""Calendars between protobuf and ``scheduling.calendars``: the API's side of the calendar RPCs."""
+"""Calendars between protobuf and ``spec.calendar.Calendar``, for the server and the client."""
 
 from __future__ import annotations
 
-from shardcron.wire.convert import BadRequest
-from shardcron.leader.calendar_book import StoredCalendar
-from shardcron.rules.calendars import Calendar, CalendarError, calendar_to_dict, parse_calendar
+from shardcron.spec.calendar import Calendar, CalendarError, StoredCalendar
+from shardcron.spec.calendar_tables import calendar_to_dict, parse_calendar
 from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.messages import BadRequest
 
 
 def calendar_from_proto(p: pb.Calendar) -> Calendar:

@@ -1,58 +1,41 @@
-"""Protobuf messages <-> shardcron's own dataclasses: the only module that touches message fields.
+"""Jobs between protobuf and ``model.Job``: the job and executor messages' fields.
 
 A job arriving over the API becomes the same plain dict a TOML or YAML file
-gives (``job_dict_from_proto``) and goes through ``jobspec.job_from_dict``, so
+gives (``job_dict_from_proto``) and goes through ``spec.job.job_from_dict``, so
 the API accepts and refuses exactly what a jobs file does, with the same field
 names in its messages ("schedule.cron", "executor.url", ...). Unset proto
-fields are left out of the dict, so jobspec's defaults apply.
+fields are left out of the dict, so the spec's defaults apply.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from dataclasses import replace
 from typing import Any
 
+from google.protobuf.message import Message
+
+from shardcron.jobkey import split_key
+from shardcron.model import CatchUp, ExecutorKind, ExecutorSpec, Job, Overlap, ScheduleKind
 from shardcron.spec.bounds import INT64_MAX, INT64_MIN, MAX_STORED_JSON_DEPTH
-from shardcron.errors import InvalidJob
+from shardcron.spec.executors import to_dict
 from shardcron.spec.headers import MASK, mask_url, masked_headers
 from shardcron.spec.job import job_from_dict
 from shardcron.spec.nesting import load_json
-from shardcron.model import CatchUp, ExecutorKind, Job, JobRuns, Overlap, ScheduleKind, Tick, TickStatus
-from shardcron.jobkey import DEFAULT_NAMESPACE, join_key, split_key
 from shardcron.v1 import scheduler_pb2 as pb
 
 _CATCHUP_TO_PB = {CatchUp.ALL: pb.CATCH_UP_ALL, CatchUp.LATEST: pb.CATCH_UP_LATEST, CatchUp.NONE: pb.CATCH_UP_NONE}
 _CATCHUP_FROM_PB = {v: k for k, v in _CATCHUP_TO_PB.items()}
-_OVERLAP_TO_PB = {Overlap.SKIP: pb.OVERLAP_SKIP, Overlap.ALLOW: pb.OVERLAP_ALLOW}
-_OVERLAP_FROM_PB = {v: k for k, v in _OVERLAP_TO_PB.items()}
-_STATUS_TO_PB = {
-    TickStatus.CLAIMED: pb.TICK_STATUS_CLAIMED,
-    TickStatus.RUNNING: pb.TICK_STATUS_RUNNING,
-    TickStatus.SUCCEEDED: pb.TICK_STATUS_SUCCEEDED,
-    TickStatus.FAILED: pb.TICK_STATUS_FAILED,
-    TickStatus.SKIPPED: pb.TICK_STATUS_SKIPPED,
-    TickStatus.ABANDONED: pb.TICK_STATUS_ABANDONED,
-}
-_STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
-
+OVERLAP_TO_PB: dict[Overlap, pb.Overlap] = {Overlap.SKIP: pb.OVERLAP_SKIP, Overlap.ALLOW: pb.OVERLAP_ALLOW}
+OVERLAP_FROM_PB: dict[int, Overlap] = {v: k for k, v in OVERLAP_TO_PB.items()}
 SECRET_MASK = MASK
-
-
-class BadRequest(InvalidJob):
-    """A request field outside the job definition is malformed (a page token, a page size, ...).
-
-    An ``InvalidJob`` too, so it takes the same road: INVALID_ARGUMENT naming the field.
-    """
 
 
 # -- jobs: proto -> model -----------------------------------------------------------
 
 
 def job_dict_from_proto(p: pb.Job, *, stored: bool = False) -> dict[str, Any]:
-    """The job as jobspec's plain-data input, with only the fields the caller set.
+    """The job as ``spec.job``'s plain-data input, with only the fields the caller set.
     ``stored``: a job the server returned (``stored_job_from_proto``): its JSON is read without today's bounds."""
     d: dict[str, Any] = {"id": p.id}
     if p.namespace:
@@ -72,13 +55,13 @@ def job_dict_from_proto(p: pb.Job, *, stored: bool = False) -> dict[str, Any]:
         d["executor"] = executor
     for name in ("on_failure", "on_recovery"):
         if p.HasField(name):
-            # An empty Notification (no kind set) is refused by jobspec, naming the field.
+            # An empty Notification (no kind set) is refused by the spec, naming the field.
             d[name] = executor_dict_from_proto(getattr(p, name), stored=stored) or {}
     if p.catchup != pb.CATCH_UP_UNSPECIFIED:
         d["catchup"] = _CATCHUP_FROM_PB[p.catchup].value if p.catchup in _CATCHUP_FROM_PB else str(p.catchup)
     if p.overlap != pb.OVERLAP_UNSPECIFIED:
-        d["overlap"] = _OVERLAP_FROM_PB[p.overlap].value if p.overlap in _OVERLAP_FROM_PB else str(p.overlap)
-    # Durations go to jobspec as "<n>ms" strings: a bare number would be read as seconds.
+        d["overlap"] = OVERLAP_FROM_PB[p.overlap].value if p.overlap in OVERLAP_FROM_PB else str(p.overlap)
+    # Durations go to the spec as "<n>ms" strings: a bare number would be read as seconds.
     if p.HasField("catchup_window_ms"):
         d["catchup_window"] = f"{p.catchup_window_ms}ms"
     if p.HasField("timeout_ms"):
@@ -106,10 +89,10 @@ def job_dict_from_proto(p: pb.Job, *, stored: bool = False) -> dict[str, Any]:
     return d
 
 
-def executor_dict_from_proto(p, *, stored: bool = False) -> dict[str, Any] | None:
+def executor_dict_from_proto(p: pb.Job | pb.Notification, *, stored: bool = False) -> dict[str, Any] | None:
     """The executor table of a message with ``oneof executor`` (a Job or a Notification); None when unset,
     or a kind added to the proto after this server was built (it arrives as an unknown field): never
-    guess, jobspec refuses a missing executor."""
+    guess, the spec refuses a missing executor."""
     kind = p.WhichOneof("executor")
     if kind == "http":
         h = p.http
@@ -129,7 +112,7 @@ def executor_dict_from_proto(p, *, stored: bool = False) -> dict[str, Any] | Non
 
 
 def job_from_proto(p: pb.Job) -> Job:
-    """A job as the caller defined it, validated by jobspec; version and active_since_ms are ignored."""
+    """A job as the caller defined it, validated by the spec; version and active_since_ms are ignored."""
     # Every value is bounded there (bounds.py), well inside the message's int64 fields.
     return job_from_dict(job_dict_from_proto(p), require_executor=True)
 
@@ -161,7 +144,7 @@ def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
         schedule=sched,
         catchup=_CATCHUP_TO_PB[job.catchup],
         catchup_window_ms=_ms(job.catchup_window_ms),
-        overlap=_OVERLAP_TO_PB[job.overlap],
+        overlap=OVERLAP_TO_PB[job.overlap],
         timeout_ms=_ms(job.timeout_ms),
         retry=pb.RetryPolicy(
             max_attempts=job.retry.max_attempts,
@@ -187,7 +170,7 @@ def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
     return p
 
 
-def executor_to_proto(p, ex, *, redact: bool) -> None:
+def executor_to_proto(p: pb.Job | pb.Notification, ex: ExecutorSpec, *, redact: bool) -> None:
     """Set the ``oneof executor`` of ``p`` (a Job or a Notification) from ``ex``."""
     if ex.kind is ExecutorKind.HTTP and ex.http is not None:
         h = ex.http
@@ -204,32 +187,6 @@ def executor_to_proto(p, ex, *, redact: bool) -> None:
         p.noop.SetInParent()
 
 
-def job_runs_to_proto(runs: JobRuns) -> pb.JobRuns:
-    p = pb.JobRuns(as_of_ms=runs.as_of_ms, failures_in_a_row=runs.failures_in_a_row)
-    if runs.next_slot_ms is not None:
-        p.next_slot_ms = runs.next_slot_ms
-        p.next_start_ms = runs.next_start_ms
-    if runs.last_scheduled_at_ms is not None:
-        p.last_scheduled_at_ms = runs.last_scheduled_at_ms
-    if runs.last_status is not None:
-        p.last_status = _STATUS_TO_PB[runs.last_status]
-    if runs.next_reason:
-        p.next_reason = runs.next_reason
-    return p
-
-
-def job_runs_from_proto(p: pb.JobRuns) -> JobRuns:
-    return JobRuns(
-        as_of_ms=p.as_of_ms,
-        next_slot_ms=p.next_slot_ms if p.HasField("next_slot_ms") else None,
-        next_start_ms=p.next_start_ms if p.HasField("next_start_ms") else None,
-        last_scheduled_at_ms=p.last_scheduled_at_ms if p.HasField("last_scheduled_at_ms") else None,
-        last_status=_STATUS_FROM_PB.get(p.last_status),
-        failures_in_a_row=p.failures_in_a_row,
-        next_reason=p.next_reason or None,
-    )
-
-
 def put_job_request_bytes(job: Job) -> bytes:
     """A serialized PutJob request for ``job``: for a caller that sends bytes as they are
     (``shardcron bench submit`` builds its requests before it measures)."""
@@ -239,13 +196,13 @@ def put_job_request_bytes(job: Job) -> bytes:
 # -- the dispatch executors -------------------------------------------------------------
 # Their messages mirror the job file's executor table: proto field name = table key, except
 # args_json / kwargs_json (JSON text in the message, JSON values in the table) and the _ms
-# durations (a "<n>ms" string in the table). jobspec (dispatch_spec) validates the table.
+# durations (a "<n>ms" string in the table). spec.executors validates the table.
 
 _DISPATCH_KINDS = frozenset({"celery", "rq", "arq", "nats", "amqp", "redis_stream", "python"})
 _DURATION_FIELDS = {"expires_ms": "expires", "dedupe_ttl_ms": "dedupe_ttl"}
 
 
-def _dispatch_dict_from_proto(kind: str, m, *, stored: bool) -> dict[str, Any]:
+def _dispatch_dict_from_proto(kind: str, m: Message, *, stored: bool) -> dict[str, Any]:
     d: dict[str, Any] = {"kind": kind.replace("_", "-")}
     for f in m.DESCRIPTOR.fields:
         name = f.name
@@ -262,13 +219,13 @@ def _dispatch_dict_from_proto(kind: str, m, *, stored: bool) -> dict[str, Any]:
         elif name == "fields":
             d["fields"] = dict(value)
         elif isinstance(value, str) and not value and not f.has_presence and name not in ("url", "exchange", "body"):
-            continue  # an unset string: jobspec's default (queue "default", ...) applies
+            continue  # an unset string: the spec's default (queue "default", ...) applies
         else:
             d[name] = value
     return d
 
 
-def _json_field(text: str, field: str, *, stored: bool):
+def _json_field(text: str, field: str, *, stored: bool) -> Any:
     # Depth-checked before json.loads, whose C parser recurses per level. A stored job's JSON was
     # written under no depth limit, so it gets the store's safety cap, not today's bound.
     if stored:
@@ -276,9 +233,7 @@ def _json_field(text: str, field: str, *, stored: bool):
     return load_json(text, field)
 
 
-def _dispatch_to_proto(p, ex, *, redact: bool) -> None:
-    from shardcron.spec.executors import to_dict
-
+def _dispatch_to_proto(p: pb.Job | pb.Notification, ex: ExecutorSpec, *, redact: bool) -> None:
     table = to_dict(ex)
     m = getattr(p, ex.kind.value.replace("-", "_"))
     for key, value in table.items():
@@ -308,98 +263,3 @@ def _int64(value: int) -> int:
     """``value`` clamped into an int64 field: a stored job admitted under looser bounds (an instant
     in year 10**12, an interval of 2**64 ms) is still answered, as the nearest value the field holds."""
     return max(INT64_MIN, min(int(value), INT64_MAX))
-
-
-# -- ticks ------------------------------------------------------------------------------
-
-
-def _opt(p, name: str):
-    return getattr(p, name) if p.HasField(name) else None
-
-
-def tick_to_proto(t: Tick) -> pb.Tick:
-    key = split_key(t.job_id)
-    p = pb.Tick(job_id=key.id, namespace=key.namespace, scheduled_at_ms=t.scheduled_at_ms, shard=t.shard, fence=t.fence,
-                node_id=t.node_id, status=_STATUS_TO_PB[t.status], attempt=t.attempt, manual=t.manual)
-    for name in ("claimed_at_ms", "started_at_ms", "finished_at_ms", "exit_code", "http_status", "output", "error"):
-        value = getattr(t, name)
-        if value is not None:
-            setattr(p, name, value)
-    return p
-
-
-def tick_from_proto(p: pb.Tick) -> Tick:
-    return Tick(
-        job_id=join_key(p.namespace or DEFAULT_NAMESPACE, p.job_id), scheduled_at_ms=p.scheduled_at_ms, shard=p.shard, fence=p.fence, node_id=p.node_id,
-        status=_STATUS_FROM_PB.get(p.status, TickStatus.CLAIMED), attempt=p.attempt, manual=p.manual,
-        claimed_at_ms=_opt(p, "claimed_at_ms"), started_at_ms=_opt(p, "started_at_ms"),
-        finished_at_ms=_opt(p, "finished_at_ms"), exit_code=_opt(p, "exit_code"),
-        http_status=_opt(p, "http_status"), output=_opt(p, "output"), error=_opt(p, "error"),
-    )
-
-
-def tick_event_to_proto(t: Tick, dropped: int = 0) -> pb.TickEvent:
-    return pb.TickEvent(tick=tick_to_proto(t), dropped=dropped)
-
-
-# -- shard map ----------------------------------------------------------------------------
-
-
-def shard_map_to_proto(m: dict) -> pb.GetShardsResponse:
-    p = pb.GetShardsResponse(prefix=m.get("prefix") or "", revision=m.get("revision") or 0)
-    if m.get("shard_count") is not None:
-        p.shard_count = m["shard_count"]
-    for r in m.get("shards", []):
-        s = p.shards.add(shard=r["shard"], candidates=r.get("candidates") or 0, state=r.get("state") or "")
-        for name in ("leader", "address", "fence", "leader_since_ms", "jobs"):
-            if r.get(name) is not None:
-                setattr(s, name, r[name])
-    r = m.get("reshard")
-    if r:
-        p.reshard.CopyFrom(pb.Reshard(from_shards=int(r.get("from") or 0), to_shards=int(r.get("to") or 0),
-                                      state=str(r.get("state") or ""),
-                                      requested_at_ms=int(r.get("requested_at_ms") or 0)))
-    for n in m.get("nodes", []):
-        p.nodes.add(node=n["node"], address=n.get("address") or "", started_at_ms=n.get("started_at_ms") or 0,
-                    leads=n.get("leads") or 0, fair_share=str(n.get("fair_share") or ""),
-                    draining=bool(n.get("draining")))
-    return p
-
-
-def shard_map_from_proto(p: pb.GetShardsResponse) -> dict:
-    """The same dict ``shardcron shards --json`` prints."""
-    return {
-        "prefix": p.prefix,
-        "shard_count": _opt(p, "shard_count"),
-        "revision": p.revision,
-        "shards": [
-            {"shard": s.shard, "leader": _opt(s, "leader"), "address": _opt(s, "address"), "fence": _opt(s, "fence"),
-             "leader_since_ms": _opt(s, "leader_since_ms"), "candidates": s.candidates, "jobs": _opt(s, "jobs"),
-             "state": s.state}
-            for s in p.shards
-        ],
-        "nodes": [
-            {"node": n.node, "address": n.address, "started_at_ms": n.started_at_ms, "leads": n.leads,
-             "fair_share": n.fair_share, "draining": n.draining}
-            for n in p.nodes
-        ],
-        "reshard": ({"from": p.reshard.from_shards, "to": p.reshard.to_shards, "state": p.reshard.state,
-                     "requested_at_ms": p.reshard.requested_at_ms} if p.HasField("reshard") else None),
-    }
-
-
-# -- page tokens ------------------------------------------------------------------------
-
-
-def encode_page_token(value: str) -> str:
-    """Opaque to callers: the last job id (or tick time) of a page."""
-    return base64.urlsafe_b64encode(value.encode("utf-8")).decode("ascii")
-
-
-def decode_page_token(token: str, field: str = "page_token") -> str | None:
-    if not token:
-        return None
-    try:
-        return base64.b64decode(token.encode("ascii"), altchars=b"-_", validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeError, ValueError):
-        raise BadRequest(field, "is not a token this API returned; pass next_page_token unchanged") from None

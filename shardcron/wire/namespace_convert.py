@@ -1,18 +1,17 @@
-"""Namespaces between protobuf and ``store.namespaces``: the API's side of the namespace RPCs."""
+"""Namespaces between protobuf and ``StoredNamespace`` / ``NamespaceSettings``, for the server and the client."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
 
-from shardcron.wire.convert import BadRequest
 from shardcron.errors import InvalidJob
-from shardcron.store.namespaces import StoredNamespace, check_weight
 from shardcron.rules.fair_queue import DEFAULT_WEIGHT
-from shardcron.spec.namespaces import validate_namespace
+from shardcron.rules.namespace_settings import NamespaceSettings, StoredNamespace, check_weight
 from shardcron.rules.quotas import QUOTA_KEYS, Quota, Usage, parse_quota
-from shardcron.rules.namespace_settings import NamespaceSettings
+from shardcron.spec.namespaces import validate_namespace
 from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.messages import BadRequest
 
 
 def namespace_name(name: str, field: str = "name") -> str:

@@ -15,11 +15,11 @@ import uuid
 
 import pytest
 
+from shardcron.api.tokens import hash_secret
 from shardcron.dashboard import present
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.dev.testing.etcd_server import free_port
 from shardcron.spec.job import job_from_dict
-from shardcron.api.tokens import hash_secret
 from tests.support.clusters import stopped_after
 from tests.support.databases import create_database
 from tests.support.tenancy import hourly_job, token_client

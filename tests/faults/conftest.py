@@ -22,8 +22,8 @@ from sqlalchemy.engine import make_url
 
 from shardcron.dev.sink import Sink
 from shardcron.dev.testing.etcd_server import EtcdCluster
-from tests.faults.netns import NetError, NetLab, TcpForwarder, cleanup_stale
 from tests.faults import harness
+from tests.faults.netns import NetError, NetLab, TcpForwarder, cleanup_stale
 from tests.support.databases import SERVER_URLS
 
 FIGURES_PATH = Path(os.environ.get("SHARDCRON_FAULT_FIGURES") or Path(__file__).with_name("FIGURES.md"))

@@ -8,8 +8,8 @@ from collections import Counter
 import pytest
 from sqlalchemy import select
 
-from shardcron.store.schema import ticks
 from shardcron.dev.testing.cluster import wait_until
+from shardcron.store.schema import ticks
 from tests.faults import etcd_raft
 from tests.faults.harness import sleep_until
 

@@ -15,9 +15,9 @@ import time
 import pytest
 from sqlalchemy import select
 
+from shardcron.dev.testing.cluster import wait_until
 from shardcron.sharding import shard_for
 from shardcron.store.schema import ticks
-from shardcron.dev.testing.cluster import wait_until
 from tests.faults.harness import sleep_until
 
 pytestmark = pytest.mark.faults

@@ -13,8 +13,8 @@ import time
 import pytest
 from sqlalchemy import select
 
-from shardcron.store.schema import ticks
 from shardcron.dev.testing.cluster import wait_until
+from shardcron.store.schema import ticks
 from tests.faults.harness import pg_ctl, sleep_until
 from tests.support.databases import server_problem
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import base64
 import json
 import math
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
 
 import yaml
 from google.protobuf.descriptor import FieldDescriptor
@@ -116,10 +116,10 @@ json_values = st.recursive(json_leaves, lambda inner: st.one_of(st.lists(inner, 
                            max_leaves=8)
 
 EXTREME_DATETIMES = (datetime(1, 1, 1), datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14))),
-                     datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=timezone.utc), datetime(2400, 1, 1),
+                     datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), datetime(2400, 1, 1),
                      datetime(9999, 12, 31, 23, 59, 59, 999999), datetime(9999, 12, 31, 23, 59, 59,
                                                                           tzinfo=timezone(timedelta(hours=-12))),
-                     datetime(2026, 3, 8, 2, 30), datetime(2030, 1, 1, 9, 0, tzinfo=timezone.utc))
+                     datetime(2026, 3, 8, 2, 30), datetime(2030, 1, 1, 9, 0, tzinfo=UTC))
 EXTREME_DATES = (date(1, 1, 1), date(2400, 1, 1), date(9999, 12, 31))
 
 # Anything at all, of any type: what a field gets when it wanders off.

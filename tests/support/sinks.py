@@ -1,4 +1,5 @@
-"""Fixtures for tests that send real HTTP requests to the dev sink (shardcron.dev.sink)."""
+"""Fixtures for tests that send real HTTP requests to the dev sink (shardcron.dev.sink); a plugin of tests/conftest.py,
+so no proxy set in the environment swallows any test's calls to localhost."""
 
 from __future__ import annotations
 

@@ -10,8 +10,9 @@ from contextlib import contextmanager
 import grpc
 import pytest
 
-from shardcron.client.client import ApiError, Client, InvalidRequest
-from shardcron.api.security import ChannelSecurity
+from shardcron.client.channel import ChannelSecurity
+from shardcron.client.client import Client
+from shardcron.client.errors import ApiError, InvalidRequest
 from shardcron.spec.job import job_from_dict
 
 

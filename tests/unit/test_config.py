@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from shardcron.config import add_node_flags, node_config_from_args
+from shardcron.cli.flags import add_node_flags, node_config_from_args
 from shardcron.errors import ConfigError
 
 

@@ -8,11 +8,11 @@ import uuid
 
 import pytest
 
-from shardcron.consumer.guard import TickInfo
+from shardcron.consumer import TickInfo
 from shardcron.executors.identity import slot_uuid, tick_fields, tick_headers, tick_values
+from shardcron.jobkey import SLOT_NAMESPACE, join_key, slot_idempotency_key
 from shardcron.logs import JsonFormatter, TextFormatter
 from shardcron.model import TickContext
-from shardcron.jobkey import SLOT_NAMESPACE, join_key, slot_idempotency_key
 
 
 def ctx(key: str, at: int = 1_700_000_000_000) -> TickContext:

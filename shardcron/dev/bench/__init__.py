@@ -61,6 +61,8 @@ def register(sub) -> None:
 
 
 def main(a: argparse.Namespace) -> int:
+    # The scenarios are heavy (grpc, etcd, SQLAlchemy): `shardcron --help` imports this module for register(),
+    # so each is imported by the run that needs it.
     from shardcron.dev.testing.cluster import GaveUp
 
     try:
@@ -110,7 +112,8 @@ def _run(a: argparse.Namespace) -> int:
         shared = None if a.etcd else EtcdCluster(1).start()
 
         def make_env(n: int = nodes) -> BenchEnv:
-            return BenchEnv(nodes=n, shards=a.shards, ttl=a.ttl, db=a.db, etcd=a.etcd or shared.endpoints)
+            return BenchEnv(nodes=n, shards=a.shards, ttl=a.ttl, db=a.db,
+                            etcd=a.etcd if shared is None else shared.endpoints)
 
         try:
             if a.scenario == "throughput":
@@ -130,7 +133,8 @@ def _run(a: argparse.Namespace) -> int:
         shared = None if a.etcd else EtcdCluster(1).start()
         try:
             figures = fairness.run(lambda extra: BenchEnv(nodes=1, shards=a.shards, ttl=a.ttl, db=a.db,
-                                                          etcd=a.etcd or shared.endpoints, extra_args=extra),
+                                                          etcd=a.etcd if shared is None else shared.endpoints,
+                                                          extra_args=extra),
                                    a.jobs, a.flood_jobs, a.seconds, a.executor_slots, a.dispatcher_priority,
                                    a.start_lead_max_ms)
         finally:

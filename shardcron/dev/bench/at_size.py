@@ -34,14 +34,17 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from shardcron.dev.bench.harness import BenchEnv, proc_peak_rss_mb
+import httpx
+
 from shardcron.client.client import Client
-from shardcron.spec.job import job_from_dict
-from shardcron.model import Job
-from shardcron.store import jobs as job_store
-from shardcron.store.engine import make_engine
+from shardcron.dev.bench.harness import BenchEnv, proc_peak_rss_mb
 from shardcron.dev.testing.cluster import wait_until
+from shardcron.dev.testing.etcd_server import free_port
 from shardcron.dev.testing.history import LeaderHistory
+from shardcron.model import Job
+from shardcron.spec.job import job_from_dict
+from shardcron.store import job_reads
+from shardcron.store.engine import make_engine
 
 TARGETS = {"submit_s": 60.0, "command_s": 1.0, "takeover_s": 1.0, "rss_mb": 300.0, "page_ms": 300.0}
 ZONES = ("UTC", "Europe/Lisbon", "America/New_York", "Asia/Tokyo", "America/Sao_Paulo")
@@ -109,8 +112,6 @@ def dashboard_pages(base_url: str, shard: int, runs: int = 5) -> dict:
     is not timed; each timed one is a whole request and answer, the page rendered from a ListJobs
     call through the node's API.
     """
-    import httpx
-
     pages = {"every job": "/jobs", "search by id": "/jobs?q=fleet-0421", f"shard {shard}": f"/jobs?shard={shard}",
              "label team=t7": "/jobs?label=team%3Dt7", "paused": "/jobs?status=paused"}
     out = {}
@@ -130,8 +131,6 @@ def dashboard_pages(base_url: str, shard: int, runs: int = 5) -> dict:
 
 
 def run(env: BenchEnv, count: int = 100_000) -> dict:
-    from shardcron.dev.testing.etcd_server import free_port
-
     http_ports: dict[str, int] = {}
     env.start_nodes(count=3, extra_args=lambda node: [
         "--http-listen", f"127.0.0.1:{http_ports.setdefault(node, free_port())}"])
@@ -204,7 +203,7 @@ def _gaps(leaderless: dict[int, float], shards: list[int]) -> dict:
 def _fullest_shard(db: str) -> int:
     engine = make_engine(db)
     try:
-        counts = job_store.count_jobs_by_shard(engine)
+        counts = job_reads.count_jobs_by_shard(engine)
     finally:
         engine.dispose()
     return max(counts, key=lambda s: (counts[s], -s))

@@ -22,12 +22,24 @@ import os
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
+from typing import Protocol
 
 from sqlalchemy import select
 
-from shardcron.dev.bench.harness import BenchEnv, percentile, proc_cpu_seconds, read_store
-from shardcron.dev.bench.scenarios import WARMUP_S, _db_kind, _window_start
+from shardcron.dev.bench.harness import (
+    WARMUP_S,
+    BenchEnv,
+    db_kind,
+    percentile,
+    proc_cpu_seconds,
+    read_store,
+    window_start,
+)
+from shardcron.dev.sink import Sink
 from shardcron.dev.testing.cluster import GaveUp, wait_until
+from shardcron.executors.identity import slot_uuid
+from shardcron.model import TickContext
 from shardcron.spec.headers import mask_url
 from shardcron.store.schema import ticks
 
@@ -50,13 +62,13 @@ class _Redis:
     """The Redis kinds: they share the per-slot markers (``shardcron:enqueued:<slot uuid>``) to remove."""
 
     def __init__(self, url: str, tag: str) -> None:
-        import redis
+        import redis  # the redis extra
 
         self.url, self.name = url, f"shardcron-bench-{tag}"
         self.client = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
 
     def remove(self, slots: list[tuple[str, int]]) -> None:
-        from shardcron.executors.redis_clients import ENQUEUED_PREFIX
+        from shardcron.executors.redis_clients import ENQUEUED_PREFIX  # imports redis
 
         keys = [ENQUEUED_PREFIX + u for u in _slot_uuids(slots)] + self.own_keys(slots)
         for i in range(0, len(keys), 1000):
@@ -72,7 +84,7 @@ class _RedisStream(_Redis):
         return {"kind": "redis-stream", "url": self.url, "stream": self.name}
 
     def held(self) -> int:
-        return self.client.xlen(self.name)
+        return self.client.xlen(self.name)  # type: ignore[return-value]  # redis-py's sync/async reply union
 
 
 class _Celery(_Redis):
@@ -82,7 +94,7 @@ class _Celery(_Redis):
         return {"kind": "celery", "url": self.url, "task": "shardcron.bench.never_run", "queue": self.name}
 
     def held(self) -> int:
-        return self.client.llen(self.name)
+        return self.client.llen(self.name)  # type: ignore[return-value]  # redis-py's sync/async reply union
 
     def own_keys(self, slots) -> list[str]:
         return [self.name, f"_kombu.binding.{self.name}"]
@@ -93,14 +105,14 @@ class _Rq(_Redis):
         return {"kind": "rq", "url": self.url, "func": "shardcron.bench.never_run", "queue": self.name}
 
     def held(self) -> int:
-        from rq import Queue
+        from rq import Queue  # the redis extra
 
         q = Queue(self.name, connection=self.client)
         # No worker runs, so the registries stay empty; counted anyway, in case one picked a job up.
         return q.count + q.started_job_registry.count + q.finished_job_registry.count
 
     def remove(self, slots) -> None:
-        from rq import Queue
+        from rq import Queue  # the redis extra
 
         Queue(self.name, connection=self.client).delete(delete_jobs=True)  # the jobs' hashes, and rq:queues
         super().remove(slots)
@@ -115,10 +127,10 @@ class _Arq(_Redis):
         return {"kind": "arq", "url": self.url, "function": "never_run", "queue": self.name}
 
     def held(self) -> int:
-        return self.client.zcard(self.name)
+        return self.client.zcard(self.name)  # type: ignore[return-value]  # redis-py's sync/async reply union
 
     def own_keys(self, slots) -> list[str]:
-        from arq.constants import job_key_prefix
+        from arq.constants import job_key_prefix  # the redis extra
 
         return [self.name] + [job_key_prefix + u for u in _slot_uuids(slots)]  # arq's job id is the slot uuid
 
@@ -130,7 +142,7 @@ class _Nats:
         self._js(lambda js: js.add_stream(name=self.stream, subjects=[self.subject]))
 
     def _js(self, action):
-        import nats
+        import nats  # the nats extra
 
         async def quiet(e):  # nats-py's default error callback logs a traceback-like line per failed try
             pass
@@ -160,7 +172,7 @@ class _Nats:
 
 class _Amqp:
     def __init__(self, url: str, tag: str) -> None:
-        from kombu import Connection
+        from kombu import Connection  # the celery extra
 
         self.url, self.name = url, f"shardcron-bench-{tag}"
         self.conn = Connection(url, connect_timeout=5)
@@ -183,9 +195,7 @@ class _Http:
     It counts what it received (every request, answered 200), as a broker counts what it holds.
     """
 
-    def __init__(self, url: str | None, tag: str) -> None:
-        from shardcron.dev.sink import Sink
-
+    def __init__(self, url: str, tag: str) -> None:  # url: none, the sink is in this process
         self.sink = Sink()
         self.sink.start()
         self.name = self.sink.url
@@ -200,8 +210,21 @@ class _Http:
         self.sink.stop()
 
 
-DESTINATIONS = {"redis-stream": _RedisStream, "celery": _Celery, "rq": _Rq, "arq": _Arq, "nats": _Nats,
-                "amqp": _Amqp, "http": _Http}
+class Destination(Protocol):
+    """What a step needs of where its ticks go (the classes above)."""
+
+    name: str
+
+    def executor(self) -> dict: ...
+
+    def held(self) -> int: ...
+
+    def remove(self, slots: list[tuple[str, int]]) -> None: ...
+
+
+DESTINATIONS: dict[str, Callable[[str, str], Destination]] = {
+    "redis-stream": _RedisStream, "celery": _Celery, "rq": _Rq, "arq": _Arq, "nats": _Nats, "amqp": _Amqp,
+    "http": _Http}
 
 
 def default_broker(kind: str) -> str | None:
@@ -211,9 +234,6 @@ def default_broker(kind: str) -> str | None:
 
 
 def _slot_uuids(slots: list[tuple[str, int]]) -> list[str]:
-    from shardcron.executors.identity import slot_uuid
-    from shardcron.model import TickContext
-
     return [slot_uuid(TickContext(job_id, at, 1, 0, 0, "")) for job_id, at in slots]  # the key only
 
 
@@ -227,7 +247,7 @@ def run(make_env, kind: str, rates: list[int], seconds: int, broker: str | None)
     db = None
     for rate in rates:
         with make_env() as env:
-            db = _db_kind(env.db)
+            db = db_kind(env.db)
             try:
                 steps.append(step(env, kind, rate, seconds, broker))
             except (TimeoutError, GaveUp) as e:
@@ -250,7 +270,7 @@ def step(env: BenchEnv, kind: str, rate: int, seconds: int, broker: str | None) 
     tag = uuid.uuid4().hex[:12]
     prefix = f"dsp{rate}x{tag[:6]}"  # unique, so steps and runs sharing one store never see each other's ticks
     try:
-        dest = DESTINATIONS[kind](broker, tag)
+        dest = DESTINATIONS[kind](broker or "", tag)  # no broker: the dev sink
     except Exception as e:  # noqa: BLE001 - a broker that does not answer: say which, without a traceback
         raise RuntimeError(f"cannot prepare the {kind} destination at {mask_url(broker or '')}: "
                            f"{type(e).__name__}: {e}") from None
@@ -264,7 +284,7 @@ def step(env: BenchEnv, kind: str, rate: int, seconds: int, broker: str | None) 
             env.start_nodes(jobs_file)
             env.wait_jobs_loaded(rate)
             pids = env.pids()
-            from_ms = _window_start(WARMUP_S)
+            from_ms = window_start(WARMUP_S)
             to_ms = from_ms + seconds * 1000
             wait_until(lambda: time.time() * 1000 >= from_ms, WARMUP_S + 5, 0.05, "the window to open")
             cpu0 = {n: proc_cpu_seconds(p) for n, p in pids.items()}

@@ -36,14 +36,23 @@ from collections.abc import Callable
 import grpc
 from sqlalchemy import func, select
 
-from shardcron.client.client import ApiError, Client
-from shardcron.dev.bench.harness import BenchEnv, machine_busy_cpu_seconds, percentile, proc_cpu_seconds, read_store
-from shardcron.dev.bench.scenarios import WARMUP_S, _db_kind, _window_start
+from shardcron.client.client import Client
+from shardcron.client.errors import ApiError
+from shardcron.dev.bench.harness import (
+    WARMUP_S,
+    BenchEnv,
+    db_kind,
+    machine_busy_cpu_seconds,
+    percentile,
+    proc_cpu_seconds,
+    read_store,
+    window_start,
+)
 from shardcron.dev.sink import Sink
-from shardcron.spec.job import job_from_dict
-from shardcron.rules.jitter import jitter_offset_ms
-from shardcron.store.schema import ticks
 from shardcron.jobkey import join_key, namespace_of
+from shardcron.rules.jitter import jitter_offset_ms
+from shardcron.spec.job import job_from_dict
+from shardcron.store.schema import ticks
 
 SINK_SLEEP_S = (0.1, 0.3)  # each answer after a uniform draw from this range: 200 ms on average
 CALM, FLOOD = "calm", "flood"
@@ -70,7 +79,7 @@ def run(make_env: Callable[[list[str]], BenchEnv], calm_jobs: int, flood_jobs: i
             with make_env(["--executor-slots", str(slots), "--fair-queuing", mode,
                            "--dispatcher-priority", dispatcher_priority, *lead]) as env:
                 modes[mode] = _one_run(env, sink.url, calm_jobs, flood_jobs, seconds)
-                db = _db_kind(env.db)
+                db = db_kind(env.db)
     finally:
         sink.stop()
     on = modes["on"]
@@ -91,11 +100,11 @@ def _one_run(env: BenchEnv, sink_url: str, calm_jobs: int, flood_jobs: int, seco
         _put(client, CALM, [{"id": f"calm-{i:05d}", "every": "1s", "jitter": f"{CALM_JITTER_MS}ms",
                              "executor": {"kind": "noop"}} for i in range(calm_jobs)])
         pid = env.pids()[node]
-        idle_from = _window_start(WARMUP_S)
+        idle_from = window_start(WARMUP_S)
         idle_cpu = _cpu_over(pid, idle_from, seconds)
         _put(client, FLOOD, [{"id": f"flood-{i:05d}", "every": "1s", "timeout": "30s",
                               "executor": {"kind": "http", "url": f"{sink_url}/flood"}} for i in range(flood_jobs)])
-        flood_from = _window_start(WARMUP_S)  # the backlog has built up by then
+        flood_from = window_start(WARMUP_S)  # the backlog has built up by then
         flood_cpu = _cpu_over(pid, flood_from, seconds)
         time.sleep(GRACE_S)
         measured_at = int(time.time() * 1000)
@@ -148,8 +157,9 @@ def _cpu_over(pid: int, from_ms: int, seconds: int) -> dict:
     _sleep_until(from_ms)
     node0, machine0 = proc_cpu_seconds(pid), machine_busy_cpu_seconds()
     _sleep_until(from_ms + seconds * 1000)
-    return {"node_cpu_pct": round(100 * (proc_cpu_seconds(pid) - node0) / seconds, 1),
-            "machine_cpu_pct": round(100 * (machine_busy_cpu_seconds() - machine0) / seconds / os.cpu_count(), 1)}
+    node_s, machine_s = proc_cpu_seconds(pid) - node0, machine_busy_cpu_seconds() - machine0
+    return {"node_cpu_pct": round(100 * node_s / seconds, 1),
+            "machine_cpu_pct": round(100 * machine_s / seconds / (os.cpu_count() or 1), 1)}
 
 
 def _sleep_until(at_ms: int) -> None:

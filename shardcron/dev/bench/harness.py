@@ -9,16 +9,36 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TypeVar
 
 from sqlalchemy import func, select
 
-from shardcron.store.engine import make_engine, reading
-from shardcron.store.schema import fence_log, job_labels
-from shardcron.store.schema import jobs as jobs_table
-from shardcron.store.schema import ticks
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.dev.testing.etcd_server import EtcdCluster, free_port
+from shardcron.store.engine import make_engine, reading
+from shardcron.store.schema import fence_log, job_labels, ticks
+from shardcron.store.schema import jobs as jobs_table
+
+T = TypeVar("T")
+WARMUP_S = 3.0  # the warm-up before a scenario's measured window opens
+
+
+def _entered(value: T | None) -> T:
+    """What ``BenchEnv.__enter__`` sets up, read inside the ``with``."""
+    if value is None:
+        raise RuntimeError("BenchEnv: use it as a context manager (with BenchEnv(...) as env)")
+    return value
+
+
+def window_start(after_s: float) -> int:
+    """The next whole second at least ``after_s`` from now, in ms."""
+    return (int(time.time() + after_s) + 1) * 1000
+
+
+def db_kind(url: str | None) -> str:
+    """The store's kind, as the figures name it: ``sqlite``, ``postgresql``, ``mysql``."""
+    return (url or "sqlite").split(":", 1)[0].split("+", 1)[0]
 
 
 def percentile(sorted_values: list[float], p: float) -> float | None:
@@ -76,37 +96,52 @@ def proc_peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-@dataclass
 class BenchEnv:
-    """An etcd (ours or the user's), a store and N node processes."""
+    """An etcd (ours or the user's), a store and N node processes; ``db``, ``etcd`` and ``cluster`` once entered.
 
-    nodes: int = 1
-    shards: int = 64
-    ttl: int = 10
-    db: str | None = None
-    etcd: str | None = None
-    extra_args: list[str] = field(default_factory=list)
-    serve_metrics: bool = False  # each node serves /metrics on a free port of its own (metrics_ports)
-    workdir: str = field(default_factory=lambda: tempfile.mkdtemp(prefix="shardcron-bench-"))
-    _etcd: EtcdCluster | None = None
-    cluster: Cluster | None = None
-    metrics_ports: dict[str, int] = field(default_factory=dict)
+    ``db`` and ``etcd`` None: a SQLite file and an etcd of its own. ``serve_metrics``: each node serves
+    /metrics on a free port of its own (``metrics_ports``).
+    """
+
+    def __init__(self, nodes: int = 1, shards: int = 64, ttl: int = 10, db: str | None = None,
+                 etcd: str | None = None, extra_args: list[str] | None = None, serve_metrics: bool = False,
+                 workdir: str | None = None):
+        self.nodes, self.shards, self.ttl = nodes, shards, ttl
+        self._db, self._endpoints = db, etcd
+        self.extra_args = extra_args if extra_args is not None else []
+        self.serve_metrics = serve_metrics
+        self.workdir = workdir if workdir is not None else tempfile.mkdtemp(prefix="shardcron-bench-")
+        self._etcd: EtcdCluster | None = None
+        self._cluster: Cluster | None = None
+        self.metrics_ports: dict[str, int] = {}
+
+    @property
+    def db(self) -> str:
+        return _entered(self._db)
+
+    @property
+    def etcd(self) -> str:
+        return _entered(self._endpoints)
+
+    @property
+    def cluster(self) -> Cluster:
+        return _entered(self._cluster)
 
     def __enter__(self) -> BenchEnv:
         os.makedirs(self.workdir, exist_ok=True)
-        if self.etcd is None:
+        if self._endpoints is None:
             self._etcd = EtcdCluster(1, base_dir=os.path.join(self.workdir, "etcd")).start()
-            self.etcd = self._etcd.endpoints
-        if self.db is None:
-            self.db = f"sqlite:///{self.workdir}/bench.db"
+            self._endpoints = self._etcd.endpoints
+        if self._db is None:
+            self._db = f"sqlite:///{self.workdir}/bench.db"
         prefix = f"/bench{int(time.time() * 1000)}"
-        self.cluster = Cluster(self.etcd, self.db, prefix, self.shards, self.ttl, self.workdir,
-                               extra_args=list(self.extra_args))
+        self._cluster = Cluster(self._endpoints, self._db, prefix, self.shards, self.ttl, self.workdir,
+                                extra_args=list(self.extra_args))
         return self
 
-    def __exit__(self, *exc) -> None:
-        if self.cluster:
-            self.cluster.stop_all()
+    def __exit__(self, *exc: object) -> None:
+        if self._cluster:
+            self._cluster.stop_all()
         if self._etcd:
             self._etcd.stop()
         shutil.rmtree(self.workdir, ignore_errors=True)
@@ -122,7 +157,7 @@ class BenchEnv:
                     extra_args: Callable[[str], list[str]] | None = None) -> list[str]:
         """``extra_args(node_id)``: flags of that node's own (a port, say)."""
         ids = []
-        for i in range(count or self.nodes):
+        for _ in range(count or self.nodes):
             node_id = f"bench-{len(self.cluster.nodes)}"
             metrics_args = []
             if self.serve_metrics:

@@ -70,7 +70,7 @@ def _database_counters(db: str) -> dict[str, int]:
 
 def _statements_sent(env: BenchEnv) -> int:
     """Statements every node of ``env`` has sent since it started, from its own /metrics."""
-    total = 0
+    total = 0.0
     for port in env.metrics_ports.values():
         page = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
         total += sum(sample.value for family in text_string_to_metric_families(page)

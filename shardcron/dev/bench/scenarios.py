@@ -12,22 +12,24 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-from shardcron.dev.bench.harness import BenchEnv, percentile, proc_cpu_seconds, proc_peak_rss_mb
+from shardcron.dev.bench.harness import (
+    WARMUP_S,
+    BenchEnv,
+    db_kind,
+    percentile,
+    proc_cpu_seconds,
+    proc_peak_rss_mb,
+    window_start,
+)
 from shardcron.dev.bench.neighbour import cpu_neighbour, neighbour_cpus
 from shardcron.dev.testing.cluster import wait_until
 
-WARMUP_S = 3.0
 # Issue 13: precision must hold beside a busy neighbour, as most people run the scheduler beside their workers.
 LOADED_P99_TARGET_MS = 10.0
 
 # Measures something of its own over a window (a database's counters, say): entered as the window
 # opens, left as it closes, and the dict it yields, filled on leaving, joins the window's figures.
 Probe = Callable[[BenchEnv], AbstractContextManager[dict]]
-
-
-def _window_start(after_s: float) -> int:
-    """The next whole second at least ``after_s`` from now, in ms."""
-    return (int(time.time() + after_s) + 1) * 1000
 
 
 def measure_ticks(env: BenchEnv, jobs: int, from_ms: int, seconds: int, prefix: str) -> dict:
@@ -88,7 +90,7 @@ def measure_window(env: BenchEnv, jobs: int, seconds: int, prefix: str, probe: P
     """One measured window on running nodes: the ticks the store holds for it and the nodes' CPU.
     ``probe`` is entered as the window opens and left as it closes; what it yields is added to the figures."""
     pids = env.pids()
-    from_ms = _window_start(WARMUP_S)
+    from_ms = window_start(WARMUP_S)
     wait_until(lambda: time.time() * 1000 >= from_ms, WARMUP_S + 5, 0.05, "the window to open")
     with (probe or _no_probe)(env) as extra:
         cpu0 = {n: proc_cpu_seconds(p) for n, p in pids.items()}
@@ -96,7 +98,7 @@ def measure_window(env: BenchEnv, jobs: int, seconds: int, prefix: str, probe: P
         cpu = sum(proc_cpu_seconds(p) - cpu0[n] for n, p in pids.items())
     out = measure_ticks(env, jobs, from_ms, seconds, prefix)
     out.update(
-        scenario="precision", jobs=jobs, seconds=seconds, nodes=len(pids), db=_db_kind(env.db),
+        scenario="precision", jobs=jobs, seconds=seconds, nodes=len(pids), db=db_kind(env.db),
         cpu_ms_per_1000_ticks=round(1000 * cpu / max(1, out["recorded"]) * 1000, 1),
         peak_rss_mb=round(max(proc_peak_rss_mb(p) for p in pids.values()), 1),
         **extra,
@@ -195,14 +197,10 @@ def failover(env: BenchEnv, jobs: int, trials: int, graceful_trials: int) -> dic
     soft = [r["seconds_to_new_leader"] or r["seconds_to_first_claim"] for r in results if r["kind"] == "SIGTERM"]
     return {"scenario": "failover", "ttl": env.ttl, "nodes": env.nodes, "jobs": jobs, "trials": results,
             "kill9_max_s": max(crash) if crash else None, "sigterm_max_s": max(soft) if soft else None,
-            "db": _db_kind(env.db)}
+            "db": db_kind(env.db)}
 
 
 def _settled(env: BenchEnv, shard: int, from_ms: int, to_ms: int) -> list | None:
     """The shard's rows in the window once every one has started and finished, else None."""
     rows = [r for r in env.tick_rows(from_ms, to_ms) if r.shard == shard]
     return rows if rows and all(r.started_at_ms and r.status not in ("claimed", "running") for r in rows) else None
-
-
-def _db_kind(url: str | None) -> str:
-    return (url or "sqlite").split(":", 1)[0].split("+", 1)[0]

@@ -30,14 +30,13 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from shardcron.client.channel import CHANNEL_OPTIONS, open_aio_channel
 from shardcron.client.client import Client
-from shardcron.wire.convert import put_job_request_bytes
-from shardcron.api.routing import CHANNEL_OPTIONS
-from shardcron.api.security import open_aio_channel
 from shardcron.dev.bench.harness import BenchEnv, CpuWindow, percentile
 from shardcron.dev.testing.etcd_server import free_port
-from shardcron.spec.job import job_from_dict
 from shardcron.sharding import shard_for
+from shardcron.spec.job import job_from_dict
+from shardcron.wire.convert import put_job_request_bytes
 
 CONCURRENCY = 16
 WARMUP_CALLS = 100  # opens the channels (caller -> forwarder -> leader) before the window
@@ -64,7 +63,8 @@ def run(env: BenchEnv, jobs: int, seconds: int) -> dict:
     leader = next(n for n in sorted(env.cluster.nodes) if n != via)
     foreign = {s for s, n in leaders.items() if n != via}
     warmup = min(WARMUP_CALLS, jobs)
-    ids, i = [], 0
+    ids: list[str] = []
+    i = 0
     while len(ids) < 2 * jobs + warmup:
         jid = f"sub-{i:07d}"
         if shard_for(jid, env.shards) in foreign:
@@ -150,7 +150,7 @@ async def _unary(address: str, warmup: list[bytes], requests: list[bytes], secon
                  pids: dict[str, int]) -> dict:
     """``CONCURRENCY`` callers share ``requests`` (each sent once) until they run out or ``seconds`` pass."""
     async with open_aio_channel(address, None, CHANNEL_OPTIONS) as channel:
-        put = channel.unary_unary(PUT_JOB)  # bytes in, bytes out: the caller neither builds nor parses
+        put = channel.unary_unary(PUT_JOB, None, None)  # bytes in, bytes out: the caller neither builds nor parses
 
         async def caller(queue, deadline: float, out: list) -> None:
             for request in queue:  # one shared iterator: each request is sent by one caller

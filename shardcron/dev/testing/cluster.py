@@ -9,15 +9,23 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from shardcron.cli import shard_map
+from shardcron.coordination.balancer import Owner, assign
+from shardcron.coordination.etcd import Etcd
+from shardcron.coordination.keys import KeyLayout
+from shardcron.coordination.view import read_view
 from shardcron.dev.testing.etcd_server import free_port
+
+T = TypeVar("T")
 
 
 class GaveUp(Exception):
     """Raised by a ``wait_until`` predicate that knows the condition can no longer come true."""
 
 
-def wait_until(predicate: Callable[[], object], timeout_s: float, interval_s: float = 0.05, what: str = "") -> object:
+def wait_until(predicate: Callable[[], T | None], timeout_s: float, interval_s: float = 0.05, what: str = "") -> T:
     """Poll ``predicate`` until it returns something truthy; raise TimeoutError naming ``what``."""
     deadline = time.monotonic() + timeout_s
     last_error = None
@@ -90,7 +98,7 @@ class NodeProcess:
         return self.proc is not None and self.proc.poll() is None
 
     def signal(self, sig: int) -> None:
-        if self.alive():
+        if self.proc is not None and self.proc.poll() is None:
             os.kill(self.proc.pid, sig)
 
     def kill(self) -> None:
@@ -151,8 +159,6 @@ class Cluster:
         return n.start() if start else n
 
     def shard_map(self) -> dict:
-        from shardcron.cli import shard_map
-
         return shard_map(self.etcd, self.prefix)
 
     def leaders(self) -> dict[int, str | None]:
@@ -186,11 +192,6 @@ class Cluster:
 
     def wait_settled(self, members: set[str], timeout_s: float) -> dict[int, str]:
         """Wait until every shard is led by the node the balancer places it on: nothing is left to move."""
-        from shardcron.coordination.balancer import Owner, assign
-        from shardcron.coordination.etcd import Etcd
-        from shardcron.coordination.keys import KeyLayout
-        from shardcron.coordination.view import read_view
-
         etcd = Etcd(self.etcd, timeout_s=5.0)
 
         def ok():
@@ -201,8 +202,8 @@ class Cluster:
             view = read_view(etcd, KeyLayout(self.prefix))
             if set(view.active_members()) != members or view.shard_count != self.shards:
                 return None
-            heads = {s: view.leader(s) for s in range(self.shards)}
-            if any(h is None or not h.leader_since_ms for h in heads.values()):
+            heads = {s: h for s in range(self.shards) if (h := view.leader(s)) is not None and h.leader_since_ms}
+            if len(heads) != self.shards:
                 return None
             plan = assign(self.shards, members, {s: Owner(h.node_id, h.create_revision) for s, h in heads.items()})
             leaders = {s: h.node_id for s, h in heads.items()}

@@ -15,6 +15,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
+from shardcron.coordination.etcd import Etcd
 from shardcron.errors import ConfigError
 
 
@@ -79,7 +80,8 @@ class EtcdCluster:
     def _initial_cluster(self) -> str:
         return ",".join(f"{m.name}={m.peer_url}" for m in self.members)
 
-    def start_member(self, m: EtcdMember, *, state: str = "new") -> None:
+    def start_member(self, m: EtcdMember, *, state: str = "new") -> subprocess.Popen[bytes]:
+        """Start member ``m``'s etcd process (``m.proc``, returned too)."""
         url = f"{self.scheme}://{m.host}:{m.client_port}"
         cmd = [
             "etcd", "--name", m.name, "--data-dir", m.data_dir,
@@ -92,8 +94,9 @@ class EtcdCluster:
             *m.extra_args,
         ]
         log = open(m.log_path, "ab")
-        m.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        m.proc = proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
+        return proc
 
     def start(self, timeout_s: float = 30.0) -> EtcdCluster:
         for m in self.members:
@@ -111,8 +114,6 @@ class EtcdCluster:
                     raise RuntimeError(f"etcd {m.name} did not listen on {m.endpoint} in {timeout_s}s")
                 time.sleep(0.05)
         # A quorum must answer a linearizable read before we hand the cluster out.
-        from shardcron.coordination.etcd import Etcd
-
         client = Etcd(self.endpoints, timeout_s=2.0, security=self.client_security)
         try:
             while True:

@@ -9,14 +9,17 @@ for developers writing a new revision: it builds an engine from
 
 from __future__ import annotations
 
+from typing import Any
+
 from alembic import context
 
+from shardcron.store.engine import make_engine
 from shardcron.store.schema import VERSION_TABLE, metadata
 
 config = context.config
 
 
-def _configure(**kw) -> None:
+def _configure(**kw: Any) -> None:
     context.configure(
         target_metadata=metadata,
         version_table=VERSION_TABLE,
@@ -40,9 +43,10 @@ def run_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    from shardcron.store.engine import make_engine
-
-    engine = make_engine(config.get_main_option("sqlalchemy.url"))
+    url = config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise RuntimeError("alembic.ini sets no sqlalchemy.url: pass an open connection or set one")
+    engine = make_engine(url)
     try:
         with engine.connect() as connection:
             _configure(connection=connection)

@@ -8,13 +8,15 @@ and they never change. A revision that needs something else defines it itself
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
-TABLE_OPTIONS = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_row_format": "DYNAMIC"}
+TABLE_OPTIONS: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mysql_row_format": "DYNAMIC"}
 
 
-def exact(length: int) -> sa.types.TypeEngine:
+def exact(length: int) -> sa.String:
     """Byte-for-byte comparison on every database (see schema.py)."""
     return (
         sa.String(length)
@@ -23,11 +25,11 @@ def exact(length: int) -> sa.types.TypeEngine:
     )
 
 
-def long_text() -> sa.types.TypeEngine:
+def long_text() -> sa.Text:
     return sa.Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
 
 
-def huge_text() -> sa.types.TypeEngine:
+def huge_text() -> sa.Text:
     return sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 
 

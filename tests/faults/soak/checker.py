@@ -39,22 +39,24 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from shardcron.errors import ShardcronError
-from shardcron.spec.job import job_from_dict
+from shardcron.jobkey import DEFAULT_NAMESPACE, join_key
 from shardcron.model import Job
-from shardcron.rules.calendars import Calendar, CalendarError, allowed_by_all, parse_calendar
+from shardcron.rules.calendars import allowed_by_all
 from shardcron.rules.jitter import jitter_offset_ms
 from shardcron.rules.triggers import slots_between, trigger_for
 from shardcron.sharding import shard_for
-from shardcron.jobkey import DEFAULT_NAMESPACE, join_key
+from shardcron.spec.calendar import Calendar, CalendarError
+from shardcron.spec.calendar_tables import parse_calendar
+from shardcron.spec.job import job_from_dict
 from tests.faults.soak.history import (
-    JobPhase,
-    INDETERMINATE_TAIL_S,
     FINAL_STATUSES,
+    INDETERMINATE_TAIL_S,
     Delivery,
     Effect,
     Fault,
     FenceRaise,
     History,
+    JobPhase,
     LeaderSample,
     Op,
     StaticJob,

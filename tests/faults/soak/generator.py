@@ -15,7 +15,7 @@ Outcomes (``classify``)
     info  anything else: it may take effect at any time from its call on.
     Not in ``FAIL_CODES`` although they are refusals: FAILED_PRECONDITION is any
     ShardcronError the status table does not name, which includes one raised
-    after the store write, while telling the scheduler (api/group_commit.py's
+    after the store write, while telling the scheduler (api/job_puts.py's
     ``written``, service.py's ``job_written``); ABORTED is a version conflict,
     which a call without ``expected_version`` (all of ours) should never meet.
     A status we cannot vouch for is info: it costs an uncertainty window, while
@@ -46,7 +46,8 @@ from dataclasses import dataclass, replace
 
 import grpc
 
-from shardcron.client.client import ApiError, Client
+from shardcron.client.client import Client
+from shardcron.client.errors import ApiError
 from shardcron.spec.job import job_from_dict
 from tests.faults.harness import now_ms
 from tests.faults.soak.history import INDETERMINATE_TAIL_S, History, JobPhase, Op, OpKind, Outcome
@@ -156,16 +157,22 @@ def next_op(jobs: Mapping[str, DynJob], static_ids: Sequence[str], rng: random.R
         choices += [(0.4, "trigger", job_id), (0.2, "backfill", job_id)]
     if not choices:
         return None
-    x = rng.random() * sum(w for w, _, _ in choices)
-    for weight, kind, job_id in choices:
-        x -= weight
-        if x < 0:
-            break
+    kind, job_id = weighted_pick(choices, rng.random() * sum(w for w, _, _ in choices))
     if kind == "put":
         return Planned("put", job_id, spec=random_spec(job_id, rng, jobs[job_id].spec))
     if kind == "backfill":
         return Planned("backfill", job_id, back_s=rng.randint(*BACKFILL_BACK_S), rate_per_s=rng.choice(BACKFILL_RATES))
     return Planned(kind, job_id)
+
+
+def weighted_pick(choices: list[tuple[float, OpKind, str]], x: float) -> tuple[OpKind, str]:
+    """The (kind, job id) whose weight band ``x`` falls in (``x`` drawn in [0, total weight)); the last one when
+    rounding carries ``x`` past every band."""
+    for weight, kind, job_id in choices:
+        x -= weight
+        if x < 0:
+            return kind, job_id
+    return choices[-1][1], choices[-1][2]
 
 
 def backfill_range(at_ms: int, back_s: int) -> tuple[int, int]:

@@ -23,8 +23,8 @@ import time
 import pytest
 from sqlalchemy import select
 
-from shardcron.store.schema import ticks
 from shardcron.dev.testing.cluster import wait_until
+from shardcron.store.schema import ticks
 from tests.faults import harness
 from tests.faults.harness import now_ms, sleep_until
 from tests.faults.soak import checker, generator, nemesis, workload

@@ -25,7 +25,7 @@ import pytest
 from sqlalchemy import select
 
 from shardcron.dev.testing.cluster import wait_until
-from shardcron.rules.calendars import parse_calendar
+from shardcron.spec.calendar_tables import parse_calendar
 from shardcron.store.schema import jobs, ticks
 from tests.faults import harness
 from tests.faults.harness import now_ms

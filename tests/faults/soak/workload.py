@@ -6,7 +6,7 @@ jittered job, a job under a calendar whose excluded ranges cut short windows
 into the run, the SESSION job (a python call writing one ``user_effects`` row
 per run in the tick's fenced transaction: ``tests/support/soak_target.py``) and
 the STREAM job (an XADD per slot to a per-run Redis stream, read back by
-``StreamConsumer`` through ``shardcron.consumer.guard``). All of them: catch-up "all",
+``StreamConsumer`` through ``shardcron.consumer``). All of them: catch-up "all",
 overlap "allow", a catch-up window longer than the run.
 
 The calendar lives in the jobs file (``[calendars.<name>]``): a node imports
@@ -30,13 +30,13 @@ import redis
 from sqlalchemy import select
 from sqlalchemy.engine import Connection, Engine
 
-from shardcron.consumer.guard import NotATick, RedisDeduper, TickInfo
+from shardcron.consumer import NotATick, RedisDeduper, TickInfo
+from shardcron.dev.testing.cluster import wait_until
 from shardcron.sharding import shard_for
 from shardcron.store.schema import fence_log, jobs, ticks
 from tests.faults import harness
 from tests.faults.netns import NetLab, TcpForwarder
 from tests.faults.soak.history import Delivery, Effect, FenceRaise, History, StaticJob, TickRow
-from shardcron.dev.testing.cluster import wait_until
 from tests.support import soak_target
 
 REDIS_URL = "redis://127.0.0.1:6379/0"

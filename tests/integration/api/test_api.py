@@ -17,10 +17,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from shardcron import Client
-from shardcron.client.client import InvalidRequest, NotFound, Unavailable
-from shardcron.spec.job import MAX_PAYLOAD_BYTES, job_from_dict
+from shardcron.client.errors import InvalidRequest, NotFound, Unavailable
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.dev.testing.etcd_server import free_port
+from shardcron.spec.bounds import MAX_PAYLOAD_BYTES
+from shardcron.spec.job import job_from_dict
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
 from tests.support.databases import create_database
@@ -190,7 +191,7 @@ def test_a_dispatch_job_is_stored_whole_and_answered_with_its_broker_password_ma
         assert j.celery.args_json == '[1,"a"]' and j.celery.kwargs_json == '{"k":true}'
     # The node's store keeps the password: the executor needs it.
     from shardcron.store.engine import make_engine
-    from shardcron.store.jobs import get_job
+    from shardcron.store.job_reads import get_job
 
     engine = make_engine(node.db)
     try:
@@ -385,7 +386,7 @@ def test_the_client_moves_to_the_next_target_when_one_is_down(node):
     dead = f"127.0.0.1:{free_port()}"
     with Client([dead, node.address], timeout_s=10) as c:
         assert c.shards()["shard_count"] == SHARDS
-        assert c.targets[c._preferred] == node.address
+        assert c.targets[c.nodes.preferred] == node.address
         with pytest.raises(NotFound):
             c.get_job("missing")  # a node's answer is final: not retried elsewhere
     with Client(f"{dead},127.0.0.1:{free_port()}", timeout_s=5) as c:

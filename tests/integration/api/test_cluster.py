@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlalchemy import select
 
 from shardcron import Client
-from shardcron.client.client import Conflict, InvalidRequest, NotFound, Unavailable
-from shardcron.spec.job import job_from_dict
+from shardcron.client.errors import Conflict, InvalidRequest, NotFound, Unavailable
+from shardcron.dev.testing.cluster import wait_until
 from shardcron.model import TickStatus
 from shardcron.sharding import shard_for
+from shardcron.spec.job import job_from_dict
 from shardcron.store.engine import make_engine
 from shardcron.store.schema import fence_log, jobs, ticks
-from shardcron.dev.testing.cluster import wait_until
 from tests.support.clusters import TTL
 
 pytestmark = pytest.mark.cluster

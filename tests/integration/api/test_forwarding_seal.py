@@ -13,13 +13,13 @@ import uuid
 import grpc
 import pytest
 
-from shardcron.wire.convert import job_to_proto
-from shardcron.sharding import shard_for
-from shardcron.dev.testing.cluster import Cluster
-from shardcron.spec.job import job_from_dict
 from shardcron.api.tokens import hash_secret
+from shardcron.dev.testing.cluster import Cluster
+from shardcron.sharding import shard_for
+from shardcron.spec.job import job_from_dict
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
+from shardcron.wire.convert import job_to_proto
 from tests.support.clusters import stopped_after
 
 pytestmark = pytest.mark.cluster
@@ -61,7 +61,7 @@ def _audit_lines(c: Cluster, call: str, target: str) -> dict[str, int]:
     """How many audit lines each node logged for ``call`` on ``target`` (token writer)."""
     needle = f"call={call} token=writer namespace=default target={target}"
     return {name: sum(1 for line in n.log_text().splitlines()
-                      if "shardcron.audit.audit" in line and line.endswith(needle))
+                      if "shardcron.audit" in line and line.endswith(needle))
             for name, n in c.nodes.items()}
 
 

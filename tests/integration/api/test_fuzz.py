@@ -24,16 +24,16 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from shardcron.dev.testing.cluster import wait_until
 from shardcron.api.auth import NODE_TOKEN_HEADER
-from shardcron.wire.convert import job_to_proto
 from shardcron.api.peers import FORWARDED_HEADER
+from shardcron.api.tokens import hash_secret
+from shardcron.dev.testing.cluster import wait_until
 from shardcron.errors import InvalidJob
-from shardcron.spec.job import job_from_dict
 from shardcron.model import Job
 from shardcron.rules.scopes import ALL_NAMESPACES
-from shardcron.api.tokens import hash_secret
+from shardcron.spec.job import job_from_dict
 from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.convert import job_to_proto
 from tests.support.clusters import assert_no_traceback
 from tests.support.fuzz_strategies import fuzz_settings, job_dicts, messages, raw_payloads
 from tests.support.tenancy import ensure_namespaces, token_client

@@ -25,10 +25,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from shardcron import Client
-from shardcron.api.routing import channel_options
+from shardcron.client.channel import channel_options
 from shardcron.dev.testing.cluster import wait_until
-from shardcron.spec.job import job_from_dict
 from shardcron.sharding import shard_for
+from shardcron.spec.job import job_from_dict
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
 

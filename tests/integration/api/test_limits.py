@@ -13,8 +13,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from shardcron import Client
-from shardcron.client.client import LimitExceeded
-from shardcron.api.status import NODE_HEADER
+from shardcron.client.channel import NODE_HEADER
+from shardcron.client.errors import LimitExceeded
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.model import TickStatus
 from shardcron.v1 import scheduler_pb2 as pb
@@ -145,7 +145,7 @@ def test_triggers_are_rate_limited_per_job(node):
 
 
 def test_a_manual_run_waits_for_a_running_one_when_overlap_is_skip(node):
-    from shardcron.client.client import ApiError
+    from shardcron.client.errors import ApiError
 
     with Client(node.address) as c:
         c.put_job(pb_job("slow", shell="sleep 20", overlap="skip"))

@@ -10,10 +10,9 @@ import uuid
 
 import pytest
 
-
+from shardcron.api.tokens import hash_secret
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.spec.job import job_from_dict
-from shardcron.api.tokens import hash_secret
 from tests.support.clusters import stopped_after
 from tests.support.tenancy import accepted, denied, token_client
 

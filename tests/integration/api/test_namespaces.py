@@ -8,11 +8,11 @@ import uuid
 import pytest
 
 from shardcron import Client
-from shardcron.client.client import InvalidRequest, NotFound
+from shardcron.client.errors import InvalidRequest, NotFound
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.errors import InvalidJob
-from shardcron.sharding import shard_for
 from shardcron.jobkey import join_key
+from shardcron.sharding import shard_for
 from tests.support.clusters import stopped_after
 from tests.support.databases import create_database
 from tests.support.tenancy import ensure_namespaces, hourly_job, succeeded, watched

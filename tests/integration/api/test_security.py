@@ -11,11 +11,12 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from shardcron.api.security import ChannelSecurity, open_channel
-from shardcron.client.client import ApiError, Client, InvalidRequest
-from shardcron.spec.job import job_from_dict
-from shardcron.sharding import shard_for
+from shardcron.client.channel import ChannelSecurity, open_channel
+from shardcron.client.client import Client
+from shardcron.client.errors import ApiError, InvalidRequest
 from shardcron.dev.testing.cluster import Cluster, eventually
+from shardcron.sharding import shard_for
+from shardcron.spec.job import job_from_dict
 from tests.support.pki import make_pki
 
 pytestmark = pytest.mark.cluster

@@ -17,12 +17,12 @@ import grpc
 import httpx
 import pytest
 
-from shardcron.client.client import ApiError
+from shardcron.api.tokens import hash_secret
+from shardcron.client.errors import ApiError
 from shardcron.dashboard.live import MAX_STREAMS_PER_VISITOR
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.dev.testing.etcd_server import free_port
 from shardcron.spec.job import job_from_dict
-from shardcron.api.tokens import hash_secret
 from tests.integration.dashboard.test_http import _events
 from tests.support.clusters import stopped_after
 from tests.support.tenancy import accepted, token_client

@@ -14,15 +14,23 @@ import uuid
 import grpc
 import pytest
 
-from shardcron.client.client import ApiError
-from shardcron.dev.testing.cluster import Cluster, wait_until
-from shardcron.sharding import shard_for
-from shardcron.jobkey import join_key, namespace_of
 from shardcron.api.tokens import hash_secret
+from shardcron.client.errors import ApiError
+from shardcron.dev.testing.cluster import Cluster, wait_until
+from shardcron.jobkey import join_key, namespace_of
+from shardcron.sharding import shard_for
 from tests.support.clusters import stopped_after
 from tests.support.databases import create_database
-from tests.support.tenancy import (accepted, admitted, denied, ensure_namespaces, hourly_job, succeeded,
-                                   token_client, watched)
+from tests.support.tenancy import (
+    accepted,
+    admitted,
+    denied,
+    ensure_namespaces,
+    hourly_job,
+    succeeded,
+    token_client,
+    watched,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -253,7 +261,7 @@ def test_a_forwarded_call_is_not_widened(etcd_server, database_servers, tmp_path
 
 
 def test_a_calendar_lists_only_the_jobs_its_reader_may_see(cluster, teams):
-    from shardcron.rules.calendars import parse_calendar
+    from shardcron.spec.calendar_tables import parse_calendar
 
     name = f"holidays-{uuid.uuid4().hex[:6]}"
     n2 = cluster.nodes["n2"]

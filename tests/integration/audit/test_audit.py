@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from shardcron import clock
+from shardcron.audit import FindingKind, run_audit
 from shardcron.cli import admin as admin_cli
-from shardcron.audit.audit import FindingKind, run_audit
 from shardcron.coordination.etcd import Etcd
-from shardcron.spec.job import job_from_dict
 from shardcron.model import CatchUp, ExecutionResult, SlotRef, TickStatus
 from shardcron.rules.policies import OVERLAP_SKIP_REASON, plan_catch_up
+from shardcron.spec.job import job_from_dict
 from shardcron.store import (
     SlotClaim,
     abandon_ticks,

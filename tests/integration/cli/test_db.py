@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import inspect, text
 
-from shardcron.cli import admin as admin_cli
+from shardcron.cli.store import describe_revision
 from shardcron.store import current_revision, head_revision, make_engine
+from shardcron.store.engine import describe_url
 from shardcron.store.schema import VERSION_TABLE, metadata
 from tests.support.commands import admin_command as shardcron
 
@@ -21,12 +22,12 @@ HEAD = f"{HEAD_FILE} (head)"
 
 
 def masked(url: str) -> str:
-    return admin_cli.describe_url(url)
+    return describe_url(url)
 
 
 def test_head_is_named_by_its_migration_file():
     assert head_revision() == HEAD_FILE[:4]
-    assert admin_cli.describe_revision(HEAD_FILE[:4]) == HEAD
+    assert describe_revision(HEAD_FILE[:4]) == HEAD
 
 
 def test_upgrade_an_empty_database_then_again(db_url):

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from shardcron.store.retention import shard_horizons_by_shard
-from tests.integration.store.test_retention import MIN, led, slots  # noqa: F401 (fixture)
 from tests.support.commands import admin_command, shardcron
+from tests.support.retention import MIN, slots
 
 
 def test_prune_by_hand_keeps_unfinished_and_newest_ticks_and_records_the_horizon(led, db_url):

@@ -1,4 +1,4 @@
-"""shardcron.consumer.guard against real Redis, PostgreSQL, MariaDB and SQLite, and under real Celery, RQ and arq workers."""
+"""shardcron.consumer against real Redis, PostgreSQL, MariaDB and SQLite, and under real Celery, RQ and arq workers."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import redis
 from sqlalchemy import Column, Integer, MetaData, Table, create_engine, insert, select
 from sqlalchemy.orm import Session
 
-from shardcron.consumer.guard import RedisDeduper, SqlDeduper, TickInfo, Verdict
+from shardcron.consumer import RedisDeduper, SqlDeduper, TickInfo, Verdict
 from shardcron.executors.identity import slot_uuid, tick_fields
 from shardcron.model import TickContext
 from shardcron.store.engine import make_engine

@@ -11,8 +11,8 @@ from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.membership import ensure_config, register
 from shardcron.coordination.session import Session
-from shardcron.errors import ConfigError, EtcdUnavailable
 from shardcron.dev.testing.cluster import eventually, wait_until
+from shardcron.errors import ConfigError, EtcdUnavailable
 
 
 @pytest.fixture
@@ -173,7 +173,8 @@ class RecordingWork:
 
 @pytest.fixture
 def coordinator(etcd, etcd_prefix):
-    from shardcron.coordination.coordinator import Coordinator, CoordinatorSettings
+    from shardcron.coordination.coordinator import Coordinator
+    from shardcron.coordination.coordinator_settings import CoordinatorSettings
 
     layout = KeyLayout(etcd_prefix)
     ensure_config(etcd, layout, 4, 0)

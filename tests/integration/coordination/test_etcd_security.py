@@ -8,11 +8,10 @@ import sys
 
 import pytest
 
-from tests.support.pki import make_pki
-
 from shardcron.coordination.etcd import EtcdSecurity
 from shardcron.dev.testing.cluster import Cluster
 from shardcron.dev.testing.etcd_server import EtcdCluster
+from tests.support.pki import make_pki
 
 pytestmark = pytest.mark.cluster
 

@@ -15,10 +15,10 @@ from shardcron.coordination.namespace_watch import NamespaceWatch
 from shardcron.coordination.store_watch import StoreWatch
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.errors import StoreUnavailable
+from shardcron.rules.namespace_settings import NamespaceSettings
+from shardcron.rules.quotas import Quota
 from shardcron.store import ensure_schema, make_engine
 from shardcron.store import namespaces as ns
-from shardcron.rules.quotas import Quota
-from shardcron.rules.namespace_settings import NamespaceSettings
 
 
 @pytest.fixture

@@ -15,13 +15,14 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from shardcron import Client
-from shardcron.api.security import ChannelSecurity, load_tokens
+from shardcron.api.security import load_tokens
 from shardcron.api.token_source import NodeTokens
+from shardcron.api.tokens import hash_secret
+from shardcron.client.channel import ChannelSecurity
 from shardcron.dashboard.history import MetricsHistory
 from shardcron.dashboard.server import Dashboard, DashboardServer
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.dev.testing.etcd_server import free_port
-from shardcron.api.tokens import hash_secret
 from tests.support.clusters import stopped_after
 from tests.support.pki import make_pki
 from tests.support.tenancy import hourly_job

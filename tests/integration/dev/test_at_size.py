@@ -21,11 +21,11 @@ from tabulate import tabulate
 
 from shardcron.dev.bench import at_size
 from shardcron.dev.bench.harness import BenchEnv
+from shardcron.dev.testing.cluster import wait_until
 from shardcron.sharding import shard_for
-from shardcron.store import jobs as job_store
+from shardcron.store import job_reads
 from shardcron.store.engine import make_engine
 from shardcron.store.schema import jobs as jobs_table
-from shardcron.dev.testing.cluster import wait_until
 from tests.support.commands import audit, shardcron
 
 pytestmark = [pytest.mark.cluster, pytest.mark.at_size]
@@ -51,7 +51,7 @@ def test_three_nodes_hold_100k_jobs_over_256_shards(tmp_path, etcd_server, fresh
             with engine.connect() as c:
                 rows = c.execute(select(jobs_table.c.id, jobs_table.c.shard)).all()
                 stored = c.execute(select(func.count()).select_from(jobs_table)).scalar()
-            counts = job_store.count_jobs_by_shard(engine)
+            counts = job_reads.count_jobs_by_shard(engine)
             with engine.connect() as c:  # when the last ticking job began to owe slots
                 ticking_since_ms = c.execute(select(func.max(jobs_table.c.active_since_ms)).where(
                     jobs_table.c.id.in_([at_size.job_id(i) for i in range(at_size.TICKING)]))).scalar()

@@ -13,7 +13,7 @@ Three layers:
   recorded succeeded is delivered exactly once, with the tick row's fence;
 * a leader killed right after its first enqueue: the successor retries the
   slot (attempt 2). Celery and AMQP are at-least-once, so the consumer gets
-  the slot twice, and ``shardcron.consumer.guard`` admits exactly one of the copies.
+  the slot twice, and ``shardcron.consumer`` admits exactly one of the copies.
 
 Every test uses its own uuid-named queues, dedupe prefix and record files.
 """
@@ -32,7 +32,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import aio_pika
@@ -47,10 +47,10 @@ from shardcron.executors.amqp import AmqpExecutor
 from shardcron.executors.celery import CeleryExecutor
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import slot_uuid, tick_fields
-from shardcron.spec.job import job_from_dict
 from shardcron.model import AmqpSpec, CelerySpec, ExecutorKind, ExecutorSpec, TickContext, TickStatus
+from shardcron.spec.job import job_from_dict
 from shardcron.store.engine import make_engine
-from shardcron.store.ticks import list_ticks, unresolved_ticks
+from shardcron.store.tick_reads import list_ticks, unresolved_ticks
 from tests.support import sockets
 from tests.support.processes import stop_process
 from tests.support.workers import celery_app
@@ -165,7 +165,7 @@ def test_a_celery_task_lands_in_redis_with_the_slot_id_and_the_tick_headers(cele
     assert {name: h.get(name) for name in tick_fields(tick)} == tick_fields(tick)
     # expires is the slot's time plus expires_ms, not the send time plus it.
     assert datetime.fromisoformat(h["expires"]) == datetime.fromtimestamp(tick.scheduled_at_ms / 1000 + 30,
-                                                                          timezone.utc)
+                                                                          UTC)
     args, kwargs, _embed = json.loads(base64.b64decode(msg["body"]))
     assert (args, kwargs) == ([1, "a"], {"k": "v"})
 
@@ -582,7 +582,7 @@ def test_a_leader_killed_after_its_enqueue_costs_one_admitted_copy(make_cluster,
         copies = by_slot[crashed_at]
         assert sorted((d["node"], d["attempt"], d["fence"]) for d in copies) == [
             ("n0", 1, n0_fence), ("n1", 2, tick.fence)], copies
-        # At-least-once at the broker, exactly once past shardcron.consumer.guard.
+        # At-least-once at the broker, exactly once past shardcron.consumer.
         [admitted] = [d for d in copies if d["admitted"]]
         [refused] = [d for d in copies if not d["admitted"]]
         assert admitted["verdict"] == "first"

@@ -18,7 +18,6 @@ from shardcron.executors.aio import LoopThread
 from shardcron.executors.http import HttpExecutor
 from shardcron.model import ExecutorKind, ExecutorSpec, HttpSpec, TickContext
 from tests.support.pki import trusted_server_context
-from tests.support.sinks import _no_proxy_for_localhost, sink  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.timeout(60)
 

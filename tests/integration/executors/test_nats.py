@@ -32,10 +32,10 @@ from shardcron.dev.testing.etcd_server import free_port
 from shardcron.executors.aio import LoopThread
 from shardcron.executors.connections import Connections
 from shardcron.executors.nats import NatsExecutor
-from shardcron.spec.job import job_from_dict
 from shardcron.model import ExecutorKind, ExecutorSpec, NatsSpec, TickContext, TickStatus
+from shardcron.spec.job import job_from_dict
 from shardcron.store.engine import make_engine
-from shardcron.store.ticks import list_ticks
+from shardcron.store.tick_reads import list_ticks
 from tests.support import sockets
 from tests.support.processes import stop_process
 from tests.support.workers.nats_consumer import read_messages

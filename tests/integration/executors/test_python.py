@@ -25,12 +25,14 @@ from sqlalchemy import select
 from shardcron import Client
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.executors.python import PythonExecutor
-from shardcron.spec.job import job_from_dict
 from shardcron.model import ExecutionResult, ExecutorKind, ExecutorSpec, PythonSpec, SlotRef, TickContext, TickStatus
+from shardcron.spec.job import job_from_dict
 from shardcron.store.engine import make_engine, reading
 from shardcron.store.fences import ensure_shards, raise_fence
 from shardcron.store.migrate import ensure_schema
-from shardcron.store.ticks import SlotClaim, claim_ticks, list_ticks, mark_running, record_results
+from shardcron.store.tick_reads import list_ticks
+from shardcron.store.tick_results import mark_running, record_results
+from shardcron.store.ticks import SlotClaim, claim_ticks
 from tests.support import pyjobs
 
 pytestmark = pytest.mark.timeout(180)

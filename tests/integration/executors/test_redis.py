@@ -42,10 +42,10 @@ from shardcron.executors.identity import slot_uuid
 from shardcron.executors.redis_clients import ENQUEUED_PREFIX
 from shardcron.executors.redis_stream import RedisStreamExecutor
 from shardcron.executors.rq import RqExecutor
-from shardcron.spec.job import job_from_dict
 from shardcron.model import ExecutorSpec, Tick, TickContext, TickStatus
+from shardcron.spec.job import job_from_dict
 from shardcron.store.engine import make_engine
-from shardcron.store.ticks import list_ticks
+from shardcron.store.tick_reads import list_ticks
 from tests.support import sockets
 from tests.support.processes import stop_process
 

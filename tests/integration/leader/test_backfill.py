@@ -15,13 +15,13 @@ import pytest
 from sqlalchemy import select
 
 from shardcron import Client
-from shardcron.audit.audit import run_audit
-from shardcron.cli.admin import parse_time_ms
+from shardcron.audit import run_audit
+from shardcron.cli.common import parse_time_ms
 from shardcron.dev.testing.cluster import Cluster, wait_until
-from shardcron.spec.job import job_from_dict
 from shardcron.model import BackfillState, TickStatus
-from shardcron.rules.calendars import parse_calendar
 from shardcron.sharding import shard_for
+from shardcron.spec.calendar_tables import parse_calendar
+from shardcron.spec.job import job_from_dict
 from shardcron.store import make_engine
 from shardcron.store.schema import ticks
 from shardcron.v1 import scheduler_pb2 as pb

@@ -12,17 +12,18 @@ import grpc
 import pytest
 
 from shardcron import Client
-from shardcron.client.client import ApiError
-from shardcron.audit.audit import run_audit
+from shardcron.audit import run_audit
+from shardcron.client.errors import ApiError
 from shardcron.clock import wall_ms
-from shardcron.dev.testing.cluster import Cluster, wait_until
-from shardcron.spec.job import job_from_dict
+from shardcron.dev.testing.cluster import wait_until
 from shardcron.model import TickStatus
-from shardcron.rules.calendars import parse_calendar
 from shardcron.sharding import shard_for
+from shardcron.spec.calendar_tables import parse_calendar
+from shardcron.spec.job import job_from_dict
 from shardcron.store import make_engine
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
+from tests.support.clusters import sqlite_cluster
 from tests.support.commands import node_command
 from tests.support.tenancy import admitted
 
@@ -33,18 +34,8 @@ SHARDS = 2
 
 @pytest.fixture(scope="module")
 def cluster(etcd_server, tmp_path_factory):
-    d = tmp_path_factory.mktemp("calendars")
-    url = f"sqlite:///{d}/store.db"
-    c = Cluster(etcd_server.endpoints, url, f"/t{uuid.uuid4().hex[:12]}", SHARDS, 4, str(d))
-    nodes = [c.add("a"), c.add("b")]
-    try:
-        c.wait_balanced({"a", "b"}, 60)
+    with sqlite_cluster(etcd_server, tmp_path_factory, "calendars", SHARDS, ["a", "b"]) as (c, nodes, url):
         yield c, nodes, url
-    finally:
-        c.stop_all()
-    for n in nodes:
-        text = n.log_text()
-        assert "Traceback" not in text, f"node {n.node_id} logged a traceback:\n{text[-6000:]}"
 
 
 def _excluding(name: str, start_ms: int, end_ms: int):
@@ -252,7 +243,7 @@ def test_a_nodes_jobs_file_imports_its_calendars(cluster, tmp_path):
 
 
 def _calendar_or_none(client: Client, name: str):
-    from shardcron.client.client import NotFound
+    from shardcron.client.errors import NotFound
 
     try:
         return client.get_calendar(name)

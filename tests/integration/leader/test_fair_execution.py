@@ -15,13 +15,13 @@ import pytest
 
 from shardcron.dev.sink import Sink
 from shardcron.dev.testing.cluster import wait_until
-from shardcron.spec.job import job_from_dict
 from shardcron.model import Job, TickStatus
+from shardcron.rules.namespace_settings import NamespaceSettings
+from shardcron.spec.job import job_from_dict
+from shardcron.spec.namespaces import store_key
 from shardcron.store import list_ticks
 from shardcron.store.namespaces import create_namespace
-from shardcron.spec.namespaces import store_key
-from shardcron.rules.namespace_settings import NamespaceSettings
-from tests.integration.leader.test_loop import S, T0, engine, rig  # noqa: F401 - the fixtures
+from tests.support.stepped_scheduler import T0, S
 
 STEP_MS = 100
 A_JOBS, B_JOBS = 4, 3
@@ -142,8 +142,8 @@ def test_a_released_shard_leaves_its_waiting_starts_claimed_for_the_next_leader(
 
 
 def test_max_running_holds_a_namespaces_start_while_others_run(rig, sink):
-    from shardcron.rules.quotas import Quota
     from shardcron.rules.namespace_settings import NamespaceSettings
+    from shardcron.rules.quotas import Quota
 
     r = rig([a_job(sink, 0), a_job(sink, 1), b_job(0)], executor_slots=4)
     r.scheduler.set_namespace_settings({"a": NamespaceSettings(quota=Quota(max_running=1))})

@@ -17,136 +17,13 @@ from dataclasses import replace
 import pytest
 from sqlalchemy import event
 
-from shardcron.dev.sink import Sink
 from shardcron.dev.testing.cluster import wait_until
-from shardcron.spec.job import job_from_dict
 from shardcron.model import Job, TickStatus
-from shardcron.leader.loop import Scheduler
 from shardcron.rules.policies import OVERLAP_SKIP_REASON, PAUSED_SKIP_REASON, RESCHEDULED_SKIP_REASON
-from shardcron.store import ensure_schema, ensure_shards, list_ticks, make_engine, put_job, raise_fence
+from shardcron.spec.job import job_from_dict
+from shardcron.store import list_ticks, put_job, raise_fence
 from shardcron.store.jobs import delete_job, set_paused
-
-S = 1000
-T0 = 1_700_000_000_000  # a whole second; nothing here reads the real wall clock for slots
-FENCE = 7
-NODE = "n1"
-
-
-class SteppedClock:
-    """Wall time that moves only when the test says so: by setting ``now_ms``, or ``step_ms`` per read."""
-
-    def __init__(self, now_ms: int):
-        self.now_ms = now_ms
-        self.step_ms = 0
-
-    def wall_ms(self) -> int:
-        now = self.now_ms
-        self.now_ms += self.step_ms
-        return now
-
-
-class LeaseOnClock:
-    """A session reduced to what the scheduler reads: ``done``, and a lease valid until a deadline."""
-
-    def __init__(self, clock: SteppedClock, valid_until_ms: int):
-        self.done = threading.Event()
-        self.clock = clock
-        self.valid_until_ms = valid_until_ms
-
-    def can_act(self) -> bool:
-        return not self.done.is_set() and self.clock.now_ms < self.valid_until_ms
-
-
-class HeldSink:
-    """The dev sink, each request held open until ``let_go``."""
-
-    def __init__(self):
-        self.gate = threading.Event()
-        self.sink = Sink(on_request=lambda r: self.gate.wait(30))
-        self.sink.start()
-
-    def calls(self, job_id: str) -> list[int]:
-        """The slots the sink has been called for, of ``job_id``."""
-        keys = [r.header("idempotency-key") or "" for r in self.sink.requests()]
-        return sorted(int(k.rsplit(":", 1)[1]) for k in keys if k.startswith(f"{job_id}:"))
-
-    def let_go(self) -> None:
-        self.gate.set()
-
-    def hold(self) -> None:
-        self.gate.clear()
-
-
-@pytest.fixture
-def held():
-    h = HeldSink()
-    yield h
-    h.let_go()
-    h.sink.stop()
-
-
-@pytest.fixture
-def engine(fresh_db_url):
-    e = make_engine(fresh_db_url("sqlite"))
-    ensure_schema(e, auto_upgrade=True)
-    ensure_shards(e, 1)
-    yield e
-    e.dispose()
-
-
-class Rig:
-    """One scheduler leading shard 0 from T0, on a stepped clock."""
-
-    def __init__(self, engine, jobs: list[Job], lease_s: float = 3600, **scheduler_kw):
-        self.engine = engine
-        self.clock = SteppedClock(T0)
-        self.session = LeaseOnClock(self.clock, T0 + int(lease_s * S))
-        self.stop = threading.Event()
-        self.jobs = {}
-        raise_fence(engine, 0, FENCE, NODE, T0)  # what the scheduler's acquire does first, so the jobs go in
-        for job in jobs:
-            self.jobs[job.id] = put_job(engine, job, shard=0, fence=FENCE, node_id=NODE, now_ms=T0)
-        self.scheduler = Scheduler(engine, NODE, 1, lookahead_ms=S, clock=self.clock, workers=4, **scheduler_kw)
-        self.scheduler.recorder.start()
-        self.scheduler.acquire(0, FENCE, self.stop, self.session)
-
-    def at(self, ms: int) -> None:
-        """Move the clock to ``ms`` and run one claim step and one dispatch step there."""
-        assert ms >= self.clock.now_ms, "the clock only moves forward"
-        self.clock.now_ms = ms
-        self.scheduler.claim_due()
-        self.scheduler.dispatch_due()
-
-    def put_again(self, job: Job, at_ms: int) -> Job:
-        stored = put_job(self.engine, job, shard=0, fence=FENCE, node_id=NODE, now_ms=at_ms)
-        self.scheduler.upsert_job(0, stored)
-        return stored
-
-    def ticks(self, job_id: str) -> dict[int, object]:
-        """slot (seconds after T0) -> (status, error), once every queued result is written."""
-        assert self.scheduler.recorder.flush(0, 30), "the recorder did not write its results"
-        return {(t.scheduled_at_ms - T0) // S: (t.status, t.error) for t in list_ticks(self.engine, job_id)}
-
-    def wait_status(self, job_id: str, slot_s: int, status: TickStatus) -> None:
-        wait_until(lambda: self.ticks(job_id).get(slot_s, (None,))[0] is status, 30,
-                   what=f"{job_id}@{slot_s}s to be {status.value}")
-
-    def close(self) -> None:
-        self.scheduler.close()
-
-
-@pytest.fixture
-def rig(engine):
-    made: list[Rig] = []
-
-    def make(jobs: list[Job], **kw) -> Rig:
-        r = Rig(engine, jobs, **kw)
-        made.append(r)
-        return r
-
-    yield make
-    for r in made:
-        r.close()
+from tests.support.stepped_scheduler import FENCE, NODE, T0, HeldSink, Rig, S
 
 
 def noop(job_id: str = "beat") -> Job:
@@ -378,7 +255,8 @@ def test_a_reclaimed_jittered_orphan_waits_for_its_offset_and_a_late_one_starts_
 def left_by_a_dead_leader(engine, job: Job, last_ms: int) -> None:
     """An old leader (fence 5) put ``job`` a minute before T0, recorded its slot ``last_ms`` and died."""
     from shardcron.model import ExecutionResult, SlotRef
-    from shardcron.store.ticks import SlotClaim, claim_ticks, record_results
+    from shardcron.store.tick_results import record_results
+    from shardcron.store.ticks import SlotClaim, claim_ticks
 
     raise_fence(engine, 0, 5, "old", T0 - 60 * S)
     put_job(engine, job, shard=0, fence=5, node_id="old", now_ms=T0 - 60 * S)
@@ -412,7 +290,7 @@ def test_missed_jittered_slots_caught_up_by_a_new_leader_start_at_once_and_the_s
 def test_a_live_slot_waits_behind_unstarted_catch_up_slots_and_is_judged_at_its_turn(engine, held):
     """Overlap means started: the live slot is not skipped while the catch-up slots ahead of it have
     not started; they start one at a time, in slot order, and the live slot is judged after them."""
-    from shardcron.audit.audit import find_false_overlap
+    from shardcron.audit import find_false_overlap
 
     job = slow(held)
     left_by_a_dead_leader(engine, job, T0 - 3 * S)  # T0 - 2 s, T0 - 1 s and T0 are owed
@@ -447,7 +325,7 @@ def test_a_live_slot_waits_behind_unstarted_catch_up_slots_and_is_judged_at_its_
 def test_a_run_waiting_out_its_retry_backoff_is_going_and_its_row_keeps_its_first_start(rig, held, engine):
     """A slot between attempts has started and not finished: the next slot is skipped, and the row's
     ``started_at_ms`` stays its first attempt's start, so the audit sees the skip explained."""
-    from shardcron.audit.audit import find_false_overlap
+    from shardcron.audit import find_false_overlap
 
     held.let_go()
     job = job_from_dict({"id": "flaky", "every": "1s", "overlap": "skip",

@@ -5,12 +5,13 @@ skipped, not run, and a new leader does not catch up excluded slots."""
 
 from __future__ import annotations
 
-from shardcron.spec.job import job_from_dict
-from shardcron.model import TickStatus
-from shardcron.leader.calendar_book import CalendarBook
-from shardcron.rules.calendars import parse_calendar
+from shardcron.coordination.calendar_book import CalendarBook
 from shardcron.leader.loop import CALENDAR_SKIP_PREFIX
-from tests.integration.leader.test_loop import OK, S, T0, Rig, engine, left_by_a_dead_leader, rig  # noqa: F401 - fixtures
+from shardcron.model import TickStatus
+from shardcron.spec.calendar_tables import parse_calendar
+from shardcron.spec.job import job_from_dict
+from tests.integration.leader.test_loop import OK, left_by_a_dead_leader
+from tests.support.stepped_scheduler import T0, Rig, S
 
 CLAIMED = (TickStatus.CLAIMED, None)
 

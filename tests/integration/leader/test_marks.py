@@ -1,4 +1,4 @@
-"""Running marks group-committed (scheduling/marks.py over store.ticks.mark_running_many), on real databases."""
+"""Running marks group-committed (leader/marks.py over store.tick_results.mark_running_many), on real databases."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from sqlalchemy import select
 
 from shardcron.errors import FencedOut
-from shardcron.model import SlotRef, TickStatus
 from shardcron.leader import marks as marks_module
 from shardcron.leader.marks import RunningMark, RunningMarks
+from shardcron.model import SlotRef, TickStatus
 from shardcron.store import ensure_shards, list_ticks, raise_fence
 from shardcron.store.schema import shard_fences
 from shardcron.store.ticks import SlotClaim, claim_ticks
@@ -33,13 +33,13 @@ def led(store_engine):
 
 def test_marks_that_wait_together_share_a_transaction_and_each_learns_its_shards_fate(led, monkeypatch):
     batches: list[int] = []
-    real = marks_module.tick_store.mark_running_many
+    real = marks_module.tick_results.mark_running_many
 
     def counted(engine, groups):
         batches.append(sum(len(v) for v in groups.values()))
         return real(engine, groups)
 
-    monkeypatch.setattr(marks_module.tick_store, "mark_running_many", counted)
+    monkeypatch.setattr(marks_module.tick_results, "mark_running_many", counted)
     marks = RunningMarks(led)
 
     async def mark(job: str, shard: int, fence: int, slot: int) -> object:

@@ -12,18 +12,18 @@ from collections import Counter
 import pytest
 
 from shardcron import Client
-from shardcron.audit.audit import FindingKind, run_audit
+from shardcron.audit import FindingKind, run_audit
 from shardcron.dev.sink import Sink
 from shardcron.dev.testing.cluster import wait_until
-from shardcron.spec.job import job_from_dict
+from shardcron.dev.testing.etcd_server import free_port
 from shardcron.model import TickStatus
 from shardcron.rules.notifications import NotificationKind, owed_in
 from shardcron.sharding import shard_for
+from shardcron.spec.job import job_from_dict
 from shardcron.store import make_engine
 from shardcron.store import notifications as notification_store
 from shardcron.store.schema import notifications
-from shardcron.store.ticks import list_ticks
-from shardcron.dev.testing.etcd_server import free_port
+from shardcron.store.tick_reads import list_ticks
 from tests.integration.node.test_metrics import scrape
 from tests.support.clusters import TTL
 

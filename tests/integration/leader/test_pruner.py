@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from shardcron.audit.audit import run_audit
+from shardcron.audit import run_audit
 from shardcron.errors import FencedOut
-from shardcron.spec.job import job_from_dict
 from shardcron.rules.retention import PruneState
+from shardcron.spec.job import job_from_dict
 from shardcron.store import raise_fence
 from shardcron.store.retention import horizons_of_jobs, shard_horizons_by_shard
-from tests.integration.leader.test_loop import FENCE, S, T0, engine, rig  # noqa: F401 (fixtures)
+from tests.support.stepped_scheduler import FENCE, T0, S
 
 
 def every_second(job_id: str, **extra):
@@ -27,7 +27,7 @@ def prune(r) -> int:
     """Prune shard 0 once the results of the steps so far are written (the recorder lingers 0.1 s for more:
     a history_limit counts finished ticks, and a result still in memory is not one yet)."""
     assert r.scheduler.recorder.flush(0, 30), "the recorder did not write its results"
-    return r.scheduler.pruner.prune_shard(r.scheduler._run_of(0))
+    return r.scheduler.pruner.prune_shard(r.scheduler.run_of(0))
 
 
 def test_the_leader_prunes_expired_ticks_and_the_audit_says_pruned(rig):
@@ -70,7 +70,7 @@ def test_the_leader_prunes_expired_ticks_and_the_audit_says_pruned(rig):
 def test_pruning_is_fenced_and_ends_with_the_shard(rig):
     r = rig([every_second("a")], tick_retention_ms=1 * S)
     run_for(r, 10)
-    run = r.scheduler._run_of(0)
+    run = r.scheduler.run_of(0)
     raise_fence(r.engine, 0, FENCE + 1, "newer-leader", T0 + 10 * S)
     with pytest.raises(FencedOut):
         r.scheduler.pruner.prune_shard(run)
@@ -85,7 +85,7 @@ def test_a_shard_turn_is_bounded_in_time(rig, monkeypatch):
 
     r = rig([every_second("a")], tick_retention_ms=1 * S)
     run_for(r, 10)
-    run = r.scheduler._run_of(0)
+    run = r.scheduler.run_of(0)
     monkeypatch.setattr(pruner, "TURN_S", 0.0)  # the turn is over before its first batch
     assert r.scheduler.pruner.prune_shard(run) == 0 and sorted(r.ticks("a")) == list(range(1, 11))
     monkeypatch.setattr(pruner, "TURN_S", 5.0)

@@ -12,10 +12,10 @@ import threading
 import pytest
 
 from shardcron.dev.testing.cluster import wait_until
-from shardcron.model import ExecutionResult, SlotRef, TickStatus
 from shardcron.leader.recorder import Recorder, ResultWrite
+from shardcron.model import ExecutionResult, SlotRef, TickStatus
 from shardcron.store import SlotClaim, claim_ticks, ensure_shards, list_ticks, mark_running, raise_fence
-from shardcron.store.ticks import record_results_many
+from shardcron.store.tick_results import record_results_many
 
 FENCE = 3
 

@@ -16,10 +16,10 @@ from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.view import read_view
 from shardcron.dev.sink import Sink
+from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.sharding import shard_for
 from shardcron.store.engine import make_engine
 from shardcron.store.schema import fence_log, ticks
-from shardcron.dev.testing.cluster import Cluster, wait_until
 from tests.support.clusters import TTL
 
 pytestmark = pytest.mark.cluster

@@ -15,12 +15,12 @@ from sqlalchemy import select
 
 from shardcron.dev.sink import Sink
 from shardcron.dev.testing.cluster import Cluster, wait_until
+from shardcron.jobkey import join_key, namespace_of
+from shardcron.rules.namespace_settings import NamespaceSettings
 from shardcron.store.engine import make_engine
 from shardcron.store.migrate import ensure_schema
 from shardcron.store.namespaces import create_namespace
 from shardcron.store.schema import ticks
-from shardcron.jobkey import join_key, namespace_of
-from shardcron.rules.namespace_settings import NamespaceSettings
 from tests.integration.node.test_cluster import write_jobs
 
 pytestmark = pytest.mark.cluster

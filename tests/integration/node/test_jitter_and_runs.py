@@ -13,15 +13,16 @@ import grpc
 import pytest
 
 from shardcron import Client
-from shardcron.client.client import InvalidRequest
-from shardcron.audit.audit import run_audit
-from shardcron.dev.testing.cluster import Cluster, wait_until
-from shardcron.spec.job import job_from_dict
+from shardcron.audit import run_audit
+from shardcron.client.errors import InvalidRequest
+from shardcron.dev.testing.cluster import wait_until
 from shardcron.model import TickStatus
 from shardcron.rules.jitter import jitter_offset_ms
+from shardcron.spec.job import job_from_dict
 from shardcron.store import make_engine
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
+from tests.support.clusters import sqlite_cluster
 
 pytestmark = pytest.mark.cluster
 
@@ -30,17 +31,8 @@ SHARDS = 2
 
 @pytest.fixture(scope="module")
 def cluster(etcd_server, tmp_path_factory):
-    d = tmp_path_factory.mktemp("jitter-node")
-    url = f"sqlite:///{d}/store.db"
-    c = Cluster(etcd_server.endpoints, url, f"/t{uuid.uuid4().hex[:12]}", SHARDS, 4, str(d))
-    n = c.add("solo", extra_args=["--allow-shell"])
-    try:
-        c.wait_all_led(60)
+    with sqlite_cluster(etcd_server, tmp_path_factory, "jitter-node", SHARDS, ["solo"], extra_args=["--allow-shell"]) as (c, [n], url):
         yield c, n, url
-    finally:
-        c.stop_all()
-    text = n.log_text()
-    assert "Traceback" not in text, f"the node logged a traceback:\n{text[-6000:]}"
 
 
 def cli(node, *args: str) -> subprocess.CompletedProcess:
@@ -139,7 +131,7 @@ def test_last_runs_match_the_definition_in_one_statement_per_page(store_engine):
     from shardcron.rules.runs import failures_in_a_row
     from shardcron.store import ensure_shards, put_job, raise_fence
     from shardcron.store.schema import ticks
-    from shardcron.store.ticks import last_runs
+    from shardcron.store.tick_reads import last_runs
 
     t0, now = 1_700_000_000_000, 1_700_000_100_000
     ensure_shards(store_engine, 1)

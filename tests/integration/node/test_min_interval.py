@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import func, select
 
 from shardcron import Client
-from shardcron.client.client import InvalidRequest
+from shardcron.client.errors import InvalidRequest
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.dev.testing.cluster import wait_until

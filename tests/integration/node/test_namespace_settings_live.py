@@ -4,6 +4,7 @@ removed through the API, they do, without a restart."""
 
 from __future__ import annotations
 
+import itertools
 import uuid
 
 import pytest
@@ -11,7 +12,6 @@ import pytest
 from shardcron import Client
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.spec.job import job_from_dict
-from tests.support.sinks import _no_proxy_for_localhost, sink  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.cluster
 
@@ -21,7 +21,7 @@ RUN_MS = 1500  # each run is longer than the jobs' 1 s interval: three jobs alwa
 def overlaps(ticks) -> int:
     """Pairs of runs that were running at once (one node runs them all); only runs that called the sink."""
     runs = sorted((t.started_at_ms, t.finished_at_ms) for t in ticks if t.http_status == 200)
-    return sum(1 for (_, end), (start, _) in zip(runs, runs[1:]) if start < end)
+    return sum(1 for (_, end), (start, _) in itertools.pairwise(runs) if start < end)
 
 
 def test_max_running_holds_on_the_node_and_a_live_change_reaches_it(make_cluster, tmp_path, sink):

@@ -14,9 +14,10 @@ import grpc
 import pytest
 
 from shardcron import Client
-from shardcron.client.client import ApiError
-from shardcron.dev.testing.cluster import Cluster, wait_until
+from shardcron.client.errors import ApiError
+from shardcron.dev.testing.cluster import wait_until
 from shardcron.spec.job import job_from_dict
+from tests.support.clusters import sqlite_cluster
 from tests.support.commands import node_command
 
 pytestmark = pytest.mark.cluster
@@ -26,18 +27,8 @@ SHARDS = 4
 
 @pytest.fixture(scope="module")
 def cluster(etcd_server, tmp_path_factory):
-    d = tmp_path_factory.mktemp("namespaces")
-    url = f"sqlite:///{d}/store.db"
-    c = Cluster(etcd_server.endpoints, url, f"/t{uuid.uuid4().hex[:12]}", SHARDS, 4, str(d))
-    nodes = [c.add("a"), c.add("b"), c.add("c")]
-    try:
-        c.wait_balanced({"a", "b", "c"}, 90)
+    with sqlite_cluster(etcd_server, tmp_path_factory, "namespaces", SHARDS, ["a", "b", "c"]) as (c, nodes, url):
         yield c, nodes, url
-    finally:
-        c.stop_all()
-    for n in nodes:
-        text = n.log_text()
-        assert "Traceback" not in text, f"node {n.node_id} logged a traceback:\n{text[-6000:]}"
 
 
 def ok(r: subprocess.CompletedProcess) -> str:

@@ -20,11 +20,11 @@ import uuid
 import pytest
 import redis
 
-from shardcron.audit.audit import find_false_overlap, is_overlap_skip
+from shardcron.audit import find_false_overlap, is_overlap_skip
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.model import TickStatus
 from shardcron.store.engine import make_engine
-from shardcron.store.ticks import ticks_between
+from shardcron.store.tick_reads import ticks_between
 from tests.integration.node.test_cluster import write_jobs
 from tests.support.clusters import TTL
 from tests.support.slow_proxy import slow_proxy

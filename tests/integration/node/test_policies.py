@@ -12,10 +12,10 @@ import pytest
 from sqlalchemy import select
 
 from shardcron.dev.sink import Sink
+from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.sharding import shard_for
 from shardcron.store.engine import make_engine
 from shardcron.store.schema import ticks
-from shardcron.dev.testing.cluster import Cluster, wait_until
 from tests.integration.node.test_cluster import write_jobs
 from tests.support.clusters import assert_no_traceback
 

@@ -14,15 +14,15 @@ import time
 import pytest
 
 from shardcron import Client
-from shardcron.client.client import InvalidRequest
+from shardcron.client.errors import InvalidRequest
 from shardcron.dev.testing.cluster import wait_until
-from shardcron.spec.job import job_from_dict
 from shardcron.model import TickStatus
+from shardcron.spec.job import job_from_dict
 from shardcron.store.engine import make_engine
 from shardcron.store.fences import ensure_shards, raise_fence
 from shardcron.store.jobs import put_job
 from shardcron.store.migrate import ensure_schema
-from shardcron.store.ticks import list_ticks
+from shardcron.store.tick_reads import list_ticks
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 

@@ -17,13 +17,13 @@ from dataclasses import replace
 import pytest
 
 from shardcron import Client
-from shardcron.audit.audit import run_audit
+from shardcron.audit import run_audit
 from shardcron.dev.sink import Sink
 from shardcron.dev.testing.cluster import wait_until
-from shardcron.spec.job import job_from_dict
 from shardcron.model import TickStatus
+from shardcron.spec.job import job_from_dict
 from shardcron.store.engine import make_engine
-from shardcron.store.ticks import list_ticks
+from shardcron.store.tick_reads import list_ticks
 
 pytestmark = pytest.mark.cluster
 

@@ -17,17 +17,16 @@ import grpc
 import pytest
 from sqlalchemy import func, select
 
-from shardcron import Client
-from shardcron import clock
-from shardcron.audit.audit import run_audit
+from shardcron import Client, clock
+from shardcron.audit import run_audit
 from shardcron.dev.testing.cluster import Cluster, wait_until
-from shardcron.spec.job import job_from_dict
 from shardcron.rules.retention import PruneState
+from shardcron.spec.job import job_from_dict
 from shardcron.store import make_engine
 from shardcron.store.engine import reading
 from shardcron.store.retention import shard_horizons_by_shard
 from shardcron.store.schema import job_horizons, ticks
-from shardcron.store.ticks import list_ticks
+from shardcron.store.tick_reads import list_ticks
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
 from tests.integration.node.test_jitter_and_runs import cli

@@ -14,13 +14,13 @@ import time
 
 import pytest
 
+from shardcron.api.tokens import hash_secret
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.dev.testing.etcd_server import free_port
 from shardcron.runtime.lifeline import EXIT_WORKER_DIED
 from shardcron.sharding import shard_for
-from shardcron.api.tokens import hash_secret
 from tests.integration.node.test_cluster import write_jobs
 
 pytestmark = pytest.mark.cluster

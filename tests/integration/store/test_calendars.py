@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from shardcron.spec.calendar_tables import parse_calendar
 from shardcron.spec.job import job_from_dict
-from shardcron.rules.calendars import parse_calendar
 from shardcron.store import calendars as cs
 from shardcron.store import ensure_schema, ensure_shards, put_job, raise_fence
 

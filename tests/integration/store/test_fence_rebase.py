@@ -9,10 +9,10 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from shardcron.store.engine import make_engine
-from shardcron.store.schema import ticks
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.dev.testing.etcd_server import EtcdCluster
+from shardcron.store.engine import make_engine
+from shardcron.store.schema import ticks
 from tests.integration.node.test_cluster import assert_every_slot_once, write_jobs
 from tests.support.clusters import assert_no_traceback
 

@@ -11,13 +11,13 @@ from fractions import Fraction
 import pytest
 
 from shardcron.errors import JobNotFound, NamespaceExists, NamespaceMissing, NamespaceNotFound, QuotaRefused
+from shardcron.rules.namespace_settings import NamespaceSettings
+from shardcron.rules.quotas import PutChange, Quota
 from shardcron.spec.job import job_from_dict
-from shardcron.store import ensure_schema, ensure_shards, raise_fence
+from shardcron.spec.namespaces import store_key
+from shardcron.store import ensure_schema, ensure_shards, job_reads, raise_fence
 from shardcron.store import jobs as js
 from shardcron.store import namespaces as ns
-from shardcron.spec.namespaces import store_key
-from shardcron.rules.quotas import PutChange, Quota
-from shardcron.rules.namespace_settings import NamespaceSettings
 
 FENCES = {0: 5, 1: 7}  # two shards, each led (fenced) by its own leader
 
@@ -97,7 +97,7 @@ def test_default_always_exists_and_counts_its_jobs(engine):
 def test_a_put_into_a_namespace_never_created_is_refused(engine):
     with pytest.raises(NamespaceMissing, match="create it first with `shardcron namespaces create team-x`"):
         put(engine, job("team-x", "a"))
-    assert js.list_jobs(engine) == []
+    assert job_reads.list_jobs(engine) == []
 
 
 def test_usage_follows_put_replace_and_delete(engine):

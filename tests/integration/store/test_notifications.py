@@ -8,12 +8,13 @@ import pytest
 
 from shardcron.errors import FencedOut
 from shardcron.model import ExecutionResult, SlotRef, TickStatus
-from shardcron.rules.notifications import NotificationKind, NotificationStatus, Source
 from shardcron.rules.notification_rate import Rate
+from shardcron.rules.notifications import NotificationKind, NotificationStatus, Source
 from shardcron.store import notifications as store
 from shardcron.store.fences import ensure_shards, raise_fence
 from shardcron.store.notifications import NotificationClaim
-from shardcron.store.ticks import SlotClaim, claim_ticks, record_results
+from shardcron.store.tick_results import record_results
+from shardcron.store.ticks import SlotClaim, claim_ticks
 
 F1, F2 = 100, 200
 F = NotificationKind.ON_FAILURE

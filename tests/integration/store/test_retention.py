@@ -6,34 +6,14 @@ import pytest
 
 from shardcron.errors import FencedOut
 from shardcron.model import ExecutionResult, SlotRef, TickStatus
-from shardcron.store import ensure_shards, raise_fence
-from shardcron.store.jobs import put_job
+from shardcron.store import raise_fence
 from shardcron.store.retention import horizons_of_jobs, prune_job_batch, prune_shard_batch, shard_horizons_by_shard
-from shardcron.store.ticks import SlotClaim, claim_ticks, list_ticks, record_results
-from tests.integration.store.test_store import F1, F2, NODE_A, NODE_B, make_job
+from shardcron.store.tick_results import record_results
+from shardcron.store.ticks import SlotClaim, claim_ticks
+from tests.integration.store.test_store import F1, F2, NODE_A, NODE_B
+from tests.support.retention import MIN, slots
 
 A = dict(shard=0, fence=F1)
-MIN = 60_000
-
-
-@pytest.fixture
-def led(store_engine):
-    """Shard 0 led under F1, with job "j" (10 finished ticks, the 4th still running) and "old" (one finished tick)."""
-    ensure_shards(store_engine, 2)
-    raise_fence(store_engine, 0, F1, NODE_A, 1_000)
-    for job_id in ("j", "old"):
-        put_job(store_engine, make_job(job_id), node_id=NODE_A, now_ms=1, **A)
-    slots = [SlotClaim("j", MIN * i) for i in range(1, 11)] + [SlotClaim("old", MIN)]
-    claim_ticks(store_engine, slots, node_id=NODE_A, now_ms=1, **A)
-    done = ExecutionResult(True, 1, 2)
-    record_results(store_engine, [(SlotRef(c.job_id, c.scheduled_at_ms), 1, done,
-                                   TickStatus.RUNNING if c.scheduled_at_ms == 4 * MIN else TickStatus.SUCCEEDED)
-                                  for c in slots], **A)
-    return store_engine
-
-
-def slots(engine, job_id):
-    return sorted(t.scheduled_at_ms // MIN for t in list_ticks(engine, job_id, limit=100))
 
 
 def test_shard_pruning_keeps_unresolved_and_newest_ticks_and_records_the_horizon_first(led):

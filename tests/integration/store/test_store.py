@@ -17,8 +17,8 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import select, text
 
 from shardcron.errors import ConfigError, FencedOut, InvalidJob, JobNotFound, StoreUnavailable, VersionConflict
-from shardcron.spec.job import job_from_dict
 from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutionResult, Job, SlotRef, TickStatus
+from shardcron.spec.job import job_from_dict
 from shardcron.store import (
     SlotClaim,
     abandon_ticks,
@@ -697,7 +697,8 @@ def test_foreign_drivers_and_backends_are_refused():
 
 
 def test_claims_and_results_for_several_shards_commit_together_except_a_fenced_out_shard(store_engine):
-    from shardcron.store.ticks import claim_ticks_many, record_results_many
+    from shardcron.store.tick_results import record_results_many
+    from shardcron.store.ticks import claim_ticks_many
 
     ensure_shards(store_engine, 3)
     for shard in range(3):
@@ -726,7 +727,7 @@ def test_claims_and_results_for_several_shards_commit_together_except_a_fenced_o
 
 def test_fenced_work_over_several_shards_is_handed_only_the_live_shards(store_engine):
     from shardcron.store.fences import run_fenced_many
-    from shardcron.store.ticks import record_results_many
+    from shardcron.store.tick_results import record_results_many
 
     ensure_shards(store_engine, 3)
     for shard in range(3):

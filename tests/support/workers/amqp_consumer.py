@@ -5,7 +5,7 @@
 
 Each delivery becomes one JSON line in ``--out``: the message id, the tick it
 carries (read from its headers), the body, whether the broker flagged it as a
-redelivery, and the verdict of ``shardcron.consumer.guard.RedisDeduper`` (``admitted``
+redelivery, and the verdict of ``shardcron.consumer.RedisDeduper`` (``admitted``
 is true for the one delivery of a slot a real consumer would act on). The line
 is written and flushed before the ack, so an acked delivery always has its
 line. The queue is declared (non-durable, not auto-deleted: the test deletes
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import aio_pika
 
-from shardcron.consumer.guard import RedisDeduper, TickInfo, Verdict
+from shardcron.consumer import RedisDeduper, TickInfo, Verdict
 
 
 async def consume(url: str, queue_name: str, out: Path, deduper: RedisDeduper, ready: Path | None) -> None:

@@ -6,7 +6,7 @@
 
 Each delivery of ``TASK`` becomes one JSON line in ``SHARDCRON_TEST_RECORD``:
 the task id, the tick it carries (job, slot, fence, attempt, read from the
-task's headers), and what ``shardcron.consumer.guard`` said about it. The task body is
+task's headers), and what ``shardcron.consumer`` said about it. The task body is
 guarded with the ``dedupe`` decorator, exactly as a user's task would be, so
 ``admitted`` is true for the one delivery of a slot whose effect ran. The line
 is written before the task returns (the worker acks after), so an acked
@@ -24,7 +24,7 @@ from pathlib import Path
 from celery import Celery
 from celery.signals import worker_ready
 
-from shardcron.consumer.guard import RedisDeduper, TickInfo, Verdict, dedupe
+from shardcron.consumer import RedisDeduper, TickInfo, Verdict, dedupe
 
 TASK = "shardcron.tests.record"
 BROKER_ENV = "SHARDCRON_TEST_CELERY_BROKER"

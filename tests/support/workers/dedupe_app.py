@@ -1,4 +1,4 @@
-"""Task functions guarded by ``shardcron.consumer.guard``, for real Celery, RQ and arq workers in tests.
+"""Task functions guarded by ``shardcron.consumer``, for real Celery, RQ and arq workers in tests.
 
 Each body appends ``"<framework> <job>:<suffix>"`` to the Redis list
 ``<prefix>runs``, so a test counts the runs. The prefix (the deduper's keys
@@ -16,7 +16,7 @@ import os
 import redis
 from celery import Celery
 
-from shardcron.consumer.guard import RedisDeduper, TickInfo, Verdict, dedupe
+from shardcron.consumer import RedisDeduper, TickInfo, Verdict, dedupe
 
 PREFIX_ENV = "SHARDCRON_TEST_DEDUPE_PREFIX"
 REDIS_ENV = "SHARDCRON_TEST_DEDUPE_REDIS"

@@ -8,14 +8,14 @@ import logging
 import pytest
 
 from shardcron.api import auth
-from shardcron.api.auth import (NODE_TOKEN_HEADER, WRITE_CALLS, audit_line, check, identify,
-                                namespace_of_request)
+from shardcron.api.auth import NODE_TOKEN_HEADER, WRITE_CALLS, audit_line, check, identify, namespace_of_request
 from shardcron.api.peers import FORWARDED_HEADER, Seal
-from shardcron.api.security import ChannelSecurity, load_tokens, token_metadata
+from shardcron.api.security import load_tokens
 from shardcron.api.token_source import NodeTokens
+from shardcron.api.tokens import hash_secret, parse_token_file, secret_from_authorization
+from shardcron.client.channel import ChannelSecurity, token_metadata
 from shardcron.errors import InvalidJob
 from shardcron.rules.scopes import CALLS, Role, Token
-from shardcron.api.tokens import hash_secret, parse_token_file, secret_from_authorization
 from shardcron.v1 import scheduler_pb2 as pb
 
 RPCS = [m.name for m in pb.DESCRIPTOR.services_by_name["Scheduler"].methods]

@@ -8,7 +8,7 @@ import pytest
 from shardcron.api.limits import Rate, StreamSlots, TriggerBudget, parse_rate, peer_host
 from shardcron.api.service import bounded_page
 from shardcron.api.status import CallFailed
-from shardcron.config import parse_bytes
+from shardcron.cli.flag_values import parse_bytes
 from shardcron.errors import ConfigError
 from shardcron.v1 import scheduler_pb2 as pb
 

@@ -15,9 +15,9 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from shardcron.api.server import SERVICE_NAME, ApiServer
-from shardcron.errors import ConfigError
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.dev.testing.etcd_server import free_port
+from shardcron.errors import ConfigError
 
 
 class _Unjoined:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from shardcron.wire.convert import BadRequest
 from shardcron.api.token_rpcs import _not_wider, token_from_proto, token_to_proto
 from shardcron.rules.scopes import Role, Token
 from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.messages import BadRequest
 
 
 def _req(name="ci", role="write", namespaces=("team-a",)) -> pb.ApiToken:

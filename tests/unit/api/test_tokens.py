@@ -4,8 +4,6 @@ import hashlib
 
 import pytest
 
-from shardcron.errors import ConfigError
-from shardcron.rules.scopes import ALL_NAMESPACES, Role, Token
 from shardcron.api.tokens import (
     SECRET_PREFIX,
     TokenBook,
@@ -16,6 +14,8 @@ from shardcron.api.tokens import (
     secret_matches,
     token_line,
 )
+from shardcron.errors import ConfigError
+from shardcron.rules.scopes import ALL_NAMESPACES, Role, Token
 
 SECRET_A, SECRET_B = "sct_alpha-secret", "sct_beta-secret"
 HASH_A, HASH_B = hash_secret(SECRET_A), hash_secret(SECRET_B)

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from shardcron.audit.audit import added_by_backfill, backfilled_slots, find_missing
-from shardcron.spec.job import job_from_dict
-from shardcron.model import Backfill, Overlap, Tick, TickStatus
 from shardcron.leader.backfill_runner import MAX_PAGE, page_size
+from shardcron.model import Backfill, Overlap, Tick, TickStatus
+from shardcron.rules.audit import added_by_backfill, backfilled_slots, find_missing
+from shardcron.spec.job import job_from_dict
 
 S = 1000
 H = 3600 * S

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardcron.audit.audit import MissingSlots, split_pruned, window_retention
+from shardcron.rules.audit import MissingSlots, split_pruned, window_retention
 from shardcron.rules.retention import PruneState
 
 FOUND = MissingSlots(slots_checked=10, missing=(5, 8, 9), excused=(1, 2))

@@ -7,25 +7,25 @@ from dataclasses import replace
 
 import pytest
 
-from shardcron.cli.admin import format_report, parse_time_ms
-from shardcron.audit.audit import (
-    AuditReport,
+from shardcron.audit.report import AuditReport, JobSummary
+from shardcron.cli.admin import format_report
+from shardcron.cli.common import parse_time_ms
+from shardcron.errors import ConfigError
+from shardcron.model import CatchUp, Tick, TickStatus
+from shardcron.rules.audit import (
+    OVERLAP_SLACK_MS,
     FenceRaise,
     Finding,
-    JobSummary,
     FindingKind,
     MissingSlots,
-    OVERLAP_SLACK_MS,
     find_duplicates,
     find_false_overlap,
     find_missing,
     find_stale,
     find_unresolved,
 )
-from shardcron.errors import ConfigError
-from shardcron.spec.job import job_from_dict
-from shardcron.model import CatchUp, Tick, TickStatus
 from shardcron.rules.policies import OVERLAP_SKIP_REASON, plan_catch_up
+from shardcron.spec.job import job_from_dict
 
 S = 1000  # one second; the test job runs every second, at whole seconds
 

@@ -10,16 +10,16 @@ import sys
 
 import pytest
 
-from shardcron.client.client import BadToken, Client, bearer_secret
-from shardcron.api.security import ChannelSecurity
-from shardcron.spec.bounds import INT64_MAX
 from shardcron.cli import EXIT_BROKEN_PIPE, EXIT_BUG, main
 from shardcron.cli.args import seconds, whole
 from shardcron.cli.calendars import read_calendar_file
-from shardcron.cli.jobs import job_from_flags
+from shardcron.cli.job_flags import job_from_flags
 from shardcron.cli.namespaces import NamespaceFlagError, parse_count, parse_rate
+from shardcron.client.channel import ChannelSecurity
+from shardcron.client.client import Client
+from shardcron.client.targets import BadToken, bearer_secret
 from shardcron.errors import ShardcronError
-from shardcron.spec.job import MAX_PAYLOAD_BYTES
+from shardcron.spec.bounds import INT64_MAX, MAX_PAYLOAD_BYTES
 
 
 def usage_error(argv: list[str], capsys) -> str:
@@ -119,7 +119,7 @@ def test_namespace_rates_are_plain_numbers_refused_before_they_are_built(text):
 
 @pytest.mark.parametrize("text", ["9" * 5000, "99999999999999999999", "10000-01-01T00:00:00"])
 def test_times_beyond_9999_or_past_int_digits_are_one_line(text):
-    from shardcron.cli.admin import parse_time_ms
+    from shardcron.cli.common import parse_time_ms
 
     with pytest.raises(ShardcronError, match=r"^--to: ") as e:
         parse_time_ms(text, "--to")

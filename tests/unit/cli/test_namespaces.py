@@ -8,7 +8,13 @@ from fractions import Fraction
 
 import pytest
 
-from shardcron.wire.convert import BadRequest
+from shardcron.cli.namespaces import NamespaceFlagError, fmt_rate, parse_count, parse_rate, parse_weight, quota_flags
+from shardcron.coordination.namespace_watch import changed_namespaces
+from shardcron.errors import InvalidJob
+from shardcron.rules.namespace_settings import NamespaceSettings, StoredNamespace
+from shardcron.rules.quotas import Quota, Usage
+from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.messages import BadRequest
 from shardcron.wire.namespace_convert import (
     namespace_request,
     namespace_to_proto,
@@ -16,13 +22,6 @@ from shardcron.wire.namespace_convert import (
     settings_from_proto,
     stored_namespace_from_proto,
 )
-from shardcron.cli.namespaces import NamespaceFlagError, fmt_rate, parse_count, parse_rate, parse_weight, quota_flags
-from shardcron.coordination.namespace_watch import changed_namespaces
-from shardcron.errors import InvalidJob
-from shardcron.store.namespaces import StoredNamespace
-from shardcron.rules.quotas import Quota, Usage
-from shardcron.rules.namespace_settings import NamespaceSettings
-from shardcron.v1 import scheduler_pb2 as pb
 
 
 @pytest.mark.parametrize("text, value", [("0", 0), ("12", 12), ("none", None), ("NONE", None)])

@@ -6,7 +6,8 @@ import threading
 
 import grpc
 
-from shardcron.client.client import Client, TickWatch
+from shardcron.client.client import Client
+from shardcron.client.watch import TickWatch
 from shardcron.v1 import scheduler_pb2 as pb
 
 
@@ -37,7 +38,7 @@ def test_a_cancel_while_the_call_opens_ends_the_watch():
     # `shardcron dev`'s Ctrl-C right after "Streaming ticks" cancelled a watch whose call did not exist yet;
     # the call opened after that went on for good, and dev never stopped.
     client = Client(["127.0.0.1:1"])
-    watch = TickWatch(client, pb.WatchTicksRequest())
+    watch = TickWatch(client.nodes, pb.WatchTicksRequest())
     call = BlockingCall()
 
     class Stub:
@@ -45,6 +46,6 @@ def test_a_cancel_while_the_call_opens_ends_the_watch():
             watch.cancel()  # another thread's cancel, landing between the loop's check and the call's creation
             return call
 
-    client._stub = lambda i: Stub()
+    client.nodes.stub = lambda i: Stub()
     assert list(watch) == []
     assert call.cancelled.is_set()

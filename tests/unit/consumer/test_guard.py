@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardcron.consumer.guard import NotATick, TickInfo, Verdict, dedupe
+from shardcron.consumer import NotATick, TickInfo, Verdict, dedupe
 from shardcron.errors import ShardcronError
 from shardcron.executors.identity import tick_fields, tick_headers
 from shardcron.model import TickContext

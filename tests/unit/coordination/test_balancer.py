@@ -23,7 +23,7 @@ def owners(draw, shard_count: int, nodes: list[str]) -> dict[int, Owner]:
     holders = st.sampled_from([*nodes, "stranger"])
     shards = draw(st.lists(st.integers(0, shard_count - 1), unique=True, max_size=shard_count))
     revs = draw(st.lists(st.integers(1, 10_000), min_size=len(shards), max_size=len(shards), unique=True))
-    return {s: Owner(draw(holders), r) for s, r in zip(shards, revs)}
+    return {s: Owner(draw(holders), r) for s, r in zip(shards, revs, strict=True)}
 
 
 @st.composite

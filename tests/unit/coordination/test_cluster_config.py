@@ -6,7 +6,6 @@ from __future__ import annotations
 import pytest
 
 from shardcron.coordination.cluster_config import (
-    DEFAULT_MIN_INTERVAL_MS,
     ClusterConfig,
     check_agreement,
     min_interval_of,
@@ -17,6 +16,7 @@ from shardcron.coordination.cluster_config import (
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.view import ClusterView
 from shardcron.errors import ConfigError
+from shardcron.spec.bounds import DEFAULT_MIN_INTERVAL_MS
 
 
 @pytest.mark.parametrize("flag_ms, stored_ms", [(None, 1000), (200, 200), (0, 0), (600_000, 600_000)])

@@ -10,7 +10,8 @@ import pytest
 
 from shardcron.coordination.ownership import Action, Role, ShardSlot, ShardState, decide, role_of
 
-I, C, L, R, X = ShardState.IDLE, ShardState.CANDIDATE, ShardState.LEADER, ShardState.RESIGNING, ShardState.LOST
+# One letter per state keeps the tables below readable.
+I, C, L, R, X = ShardState.IDLE, ShardState.CANDIDATE, ShardState.LEADER, ShardState.RESIGNING, ShardState.LOST  # noqa: E741
 P, S, N = Role.PRIMARY, Role.STANDBY, Role.NONE
 
 

@@ -14,8 +14,8 @@ from prometheus_client import CollectorRegistry, Counter
 
 from shardcron.dashboard import present
 from shardcron.dashboard.guard import FIELD_LIMITS, FieldTooLong, Visitor, field, local_path
-from shardcron.dashboard.live import visitor_key, watch_refusal
 from shardcron.dashboard.history import MetricsHistory, Reading, chart_series, quantile, read_registry
+from shardcron.dashboard.live import visitor_key, watch_refusal
 from shardcron.dashboard.server import Dashboard
 from shardcron.dashboard.sessions import Session, Sessions
 from shardcron.metrics import CountedHistogram

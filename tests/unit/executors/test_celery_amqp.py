@@ -13,9 +13,9 @@ from shardcron.executors import amqp as amqp_executor
 from shardcron.executors import celery as celery_executor
 from shardcron.executors.aio import LoopThread
 from shardcron.executors.connections import Connections
-from shardcron.spec.headers import scrub_password
 from shardcron.executors.identity import tick_headers
 from shardcron.model import AmqpSpec, ExecutorKind, ExecutorSpec, TickContext
+from shardcron.spec.headers import scrub_password
 
 TICK = TickContext(job_id="j", scheduled_at_ms=1_767_225_605_000, attempt=2, fence=9, shard=1, node_id="n0")
 

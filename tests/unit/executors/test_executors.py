@@ -16,15 +16,14 @@ from dataclasses import replace
 import pytest
 import trustme
 
-from shardcron.dev.testing.cluster import eventually
-from shardcron.dev.sink import Sink
-from shardcron.errors import InvalidJob
-from shardcron.executors import Executors, HttpExecutor, NoopExecutor, ShellExecutor, describe, executor_for
 from shardcron.abc import Executor
 from shardcron.clock import rfc3339_ms
+from shardcron.dev.sink import Sink
+from shardcron.dev.testing.cluster import eventually
+from shardcron.errors import InvalidJob
+from shardcron.executors import Executors, HttpExecutor, NoopExecutor, ShellExecutor, describe, executor_for
 from shardcron.executors.base import truncate_output
 from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutorKind, ExecutorSpec, HttpSpec, ShellSpec, TickContext
-from tests.support.sinks import _no_proxy_for_localhost, sink  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.timeout(60)
 

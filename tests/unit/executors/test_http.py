@@ -8,10 +8,10 @@ import ssl
 import httpx
 import pytest
 
-from shardcron.executors.http_request import request_headers
-from shardcron.spec.headers import scrub_password
 from shardcron.executors.http_errors import Limits, Phase, explain, limits_for, target_of, url_problem
+from shardcron.executors.http_request import request_headers
 from shardcron.model import HttpSpec, TickContext
+from shardcron.spec.headers import scrub_password
 
 CTX = TickContext(job_id="job-1", scheduled_at_ms=1_767_225_605_000, attempt=2, fence=7, shard=3, node_id="node-a")
 TICK_HEADERS = {"X-Shardcron-Job-Id", "X-Shardcron-Scheduled-At", "X-Shardcron-Scheduled-At-Ms", "X-Shardcron-Attempt",

@@ -6,11 +6,11 @@ import argparse
 
 import pytest
 
-from shardcron.config import add_node_flags, node_config_from_args
+from shardcron.cli.flags import add_node_flags, node_config_from_args
 from shardcron.errors import ConfigError
 from shardcron.leader.exec_gate import ExecGate, FifoQueue
-from shardcron.rules.quotas import Quota
 from shardcron.rules.namespace_settings import NamespaceSettings
+from shardcron.rules.quotas import Quota
 
 
 def drain(gate: ExecGate, now: float = 0.0) -> list[str]:

@@ -8,12 +8,12 @@ import time
 
 import pytest
 
+from shardcron.cli.flags import add_node_flags, node_config_from_args
 from shardcron.clock import wall_ms_exact
-from shardcron.config import add_node_flags, node_config_from_args
 from shardcron.errors import ConfigError
-from shardcron.model import SlotRef
 from shardcron.leader.gil_lead import HOLD_AVAILABLE, HoldBudget, StartLead, lead_for
 from shardcron.leader.heap import DispatchDue, TimerHeap
+from shardcron.model import SlotRef
 from shardcron.rules.takeover import Dispatch
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from shardcron.leader.heap import TimerHeap
-from shardcron.rules.takeover import Dispatch
 from shardcron.model import SlotRef
+from shardcron.rules.takeover import Dispatch
 
 
 def _d(job: str, at: int) -> Dispatch:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from shardcron.model import SlotRef
 from shardcron.leader.job_line import JobLines
+from shardcron.model import SlotRef
 from shardcron.rules.takeover import Dispatch
 
 

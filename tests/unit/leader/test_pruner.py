@@ -34,7 +34,7 @@ def test_runs_until_a_batch_comes_back_short(rows):
     assert (deleted, r.left) == (rows, 0)
     assert r.got[:-1] == r.limits[:-1] and r.got[-1] < r.limits[-1]  # it stopped at the first short batch
     # Sizes are steered by time: at most doubled, never outside the bounds (a stall may shrink them).
-    assert all(MIN_DELETE_BATCH <= b <= min(2 * a, MAX_DELETE_BATCH) for a, b in zip(r.limits, r.limits[1:] + [size]))
+    assert all(MIN_DELETE_BATCH <= b <= min(2 * a, MAX_DELETE_BATCH) for a, b in zip(r.limits, r.limits[1:] + [size], strict=True))
 
 
 def test_stops_when_told_between_batches():

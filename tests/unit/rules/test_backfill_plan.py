@@ -4,7 +4,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.instants import CountingTrigger, ms
 from shardcron.model import Overlap
 from shardcron.rules.backfill_plan import (
     MAX_BACKFILL_SLOTS,
@@ -19,8 +18,10 @@ from shardcron.rules.backfill_plan import (
     slot_not_before_ms,
     validate_backfill,
 )
-from shardcron.rules.calendars import parse_calendar
-from shardcron.rules.triggers import CronTrigger, IntervalTrigger, OnceTrigger
+from shardcron.rules.triggers import IntervalTrigger, OnceTrigger
+from shardcron.spec.calendar_tables import parse_calendar
+from shardcron.spec.cron import CronTrigger
+from tests.support.instants import CountingTrigger, ms
 
 MIN = 60_000
 

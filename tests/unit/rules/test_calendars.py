@@ -7,31 +7,25 @@ Europe/Lisbon 2026:    spring forward Sun 29 March 01:00 WET -> 02:00 WEST (01:0
                        fall back     Sun 25 October 02:00 WEST -> 01:00 WET (01:00Z).
 """
 
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from shardcron.rules.calendars import allowed_by_all, first_exclusion, next_allowed, next_instant_all_allow
+from shardcron.rules.triggers import IntervalTrigger, OnceTrigger
+from shardcron.spec.bounds import DAY_MS
+from shardcron.spec.calendar import Calendar, CalendarError, Window
+from shardcron.spec.calendar_tables import parse_calendar
+from shardcron.spec.cron import CronTrigger
 from tests.support.instants import CountingTrigger, ms
-from shardcron.rules.calendars import (
-    DAY_MS,
-    Calendar,
-    CalendarError,
-    Window,
-    allowed_by_all,
-    first_exclusion,
-    next_allowed,
-    next_instant_all_allow,
-    parse_calendar,
-)
-from shardcron.rules.triggers import CronTrigger, IntervalTrigger, OnceTrigger
 
 
 def utc(slot: int | None) -> str | None:
     if slot is None:
         return None
-    return datetime.fromtimestamp(slot / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return datetime.fromtimestamp(slot / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 CALENDARS = {

@@ -1,12 +1,11 @@
-"""Jitter: pinned vectors (every node and every client must agree), bounds, parsing."""
+"""Jitter: pinned vectors (every node and every client must agree) and bounds. (Parsing: spec/test_jitter_field.py.)"""
 
 import mmh3
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardcron.errors import InvalidJob
-from shardcron.rules.jitter import check_jitter, jitter_key, jitter_offset_ms, parse_jitter
+from shardcron.rules.jitter import jitter_key, jitter_offset_ms
 
 JAN_1_2026 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 
@@ -76,50 +75,3 @@ def test_offsets_spread_over_the_range():
     for k in range(2_000):
         buckets[jitter_offset_ms("job-a", JAN_1_2026 + k * 1_000, 10_000) // 1_000] += 1
     assert min(buckets) > 140 and max(buckets) < 260, buckets
-
-
-@pytest.mark.parametrize(
-    "text, expected",
-    [
-        pytest.param("30s", 30_000, id="seconds"),
-        pytest.param("1m30s", 90_000, id="compound"),
-        pytest.param("250ms", 250, id="ms"),
-        pytest.param(5, 5_000, id="number-is-seconds"),
-        pytest.param("0", 0, id="zero"),
-        pytest.param(None, 0, id="absent"),
-        pytest.param("", 0, id="empty"),
-    ],
-)
-def test_parse_jitter(text, expected):
-    assert parse_jitter(text) == expected
-
-
-@pytest.mark.parametrize("text", ["soon", "30 s", "-5s", True, "11000d"])
-def test_parse_jitter_refuses_naming_the_field(text):
-    with pytest.raises(InvalidJob) as err:
-        parse_jitter(text)
-    assert err.value.field == "jitter"
-
-
-@pytest.mark.parametrize("text", [-5, -0.5])
-def test_parse_jitter_refuses_negative_numbers(text):
-    with pytest.raises(InvalidJob, match="jitter"):
-        parse_jitter(text)
-
-
-@pytest.mark.parametrize(
-    "jitter_ms, gap_ms, ok",
-    [
-        (0, 1_000, True),
-        (999, 1_000, True),
-        (1_000, 1_000, False),
-        (60_000, 5_000, False),
-        (86_400_000, None, True),  # a once job has no gap
-    ],
-)
-def test_check_jitter(jitter_ms, gap_ms, ok):
-    if ok:
-        assert check_jitter(jitter_ms, gap_ms) == jitter_ms
-    else:
-        with pytest.raises(InvalidJob, match="shortest gap"):
-            check_jitter(jitter_ms, gap_ms)

@@ -7,15 +7,16 @@ import json
 
 import pytest
 
-from shardcron.wire.convert import job_from_proto, job_to_proto
 from shardcron.errors import ConfigError, InvalidJob
+from shardcron.executors.admission import check_admissible
 from shardcron.executors.identity import slot_uuid, tick_headers
-from shardcron.spec.job import check_admissible, job_from_dict, job_from_json, job_to_json, redacted
-from shardcron.model import ExecutorKind, Tick, TickContext, TickStatus
 from shardcron.leader.notification_context import NotificationContext, event, with_event_body
-from shardcron.rules.notifications import Defaults, NotificationKind, Source, owed_in, owed_kind, target_for
+from shardcron.model import ExecutorKind, Tick, TickContext, TickStatus
 from shardcron.rules.notification_rate import Rate, allows, parse_rate
+from shardcron.rules.notifications import Defaults, NotificationKind, Source, owed_in, owed_kind, target_for
+from shardcron.spec.job import job_from_dict, job_from_json, job_to_json, redacted
 from shardcron.spec.notifications import parse_cli
+from shardcron.wire.convert import job_from_proto, job_to_proto
 
 F, R = NotificationKind.ON_FAILURE, NotificationKind.ON_RECOVERY
 S = TickStatus
@@ -193,7 +194,7 @@ def test_an_api_notification_without_a_kind_is_refused_naming_the_field():
 def test_bad_node_notification_flags_are_refused_naming_the_flag(argv, message):
     import argparse
 
-    from shardcron.config import add_node_flags, node_config_from_args
+    from shardcron.cli.flags import add_node_flags, node_config_from_args
 
     p = argparse.ArgumentParser()
     add_node_flags(p)

@@ -6,11 +6,11 @@ from shardcron.model import CatchUp, Overlap, RetryPolicy, TickStatus
 from shardcron.rules.policies import (
     PAUSED_SKIP_REASON,
     RESCHEDULED_SKIP_REASON,
-    disowned_slot,
     CatchUpPlan,
     OrphanAction,
     OverlapVerdict,
     backoff_ms,
+    disowned_slot,
     overlap_allows,
     overlap_verdict,
     plan_catch_up,

@@ -9,18 +9,17 @@ from shardcron.rules.retention import (
     MAX_DELETE_BATCH,
     MIN_DELETE_BATCH,
     PruneState,
-    RetentionError,
     advance_horizon,
     audit_range_state,
     history_cutoff_ms,
     is_pruned,
     may_delete,
     next_batch_size,
-    parse_history_limit,
     parse_retention_ms,
     pause_after_batch_ms,
     retention_horizon_ms,
 )
+from shardcron.spec.retention import RetentionError
 
 H = 3_600_000
 D = 24 * H
@@ -61,18 +60,6 @@ def test_parse_retention_refuses_naming_the_flag(text, shown):
         parse_retention_ms(text)
     assert isinstance(err.value, ValueError)
     assert err.value.field == "--tick-retention" and shown in str(err.value)
-
-
-@pytest.mark.parametrize("value, expected", [(None, None), (1, 1), (1000, 1000)])
-def test_parse_history_limit(value, expected):
-    assert parse_history_limit(value) == expected
-
-
-@pytest.mark.parametrize("value", [0, -1, 2.5, "10", True])
-def test_parse_history_limit_refuses(value):
-    with pytest.raises(RetentionError) as err:
-        parse_history_limit(value)
-    assert err.value.field == "history_limit" and repr(value) in str(err.value)
 
 
 @pytest.mark.parametrize(

@@ -7,14 +7,14 @@ from dataclasses import replace
 
 import pytest
 
-from shardcron.wire.convert import job_runs_from_proto, job_runs_to_proto
-from shardcron.spec.job import job_from_dict
 from shardcron.model import JobRuns, TickStatus
-from shardcron.rules.calendars import parse_calendar
 from shardcron.rules.jitter import jitter_offset_ms
 from shardcron.rules.runs import failures_in_a_row, job_runs, next_run
 from shardcron.rules.triggers import trigger_for
+from shardcron.spec.calendar_tables import parse_calendar
+from shardcron.spec.job import job_from_dict
 from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.tick_convert import job_runs_from_proto, job_runs_to_proto
 
 OK, FAIL, GONE, SKIP = TickStatus.SUCCEEDED, TickStatus.FAILED, TickStatus.ABANDONED, TickStatus.SKIPPED
 CLAIMED, RUNNING = TickStatus.CLAIMED, TickStatus.RUNNING

@@ -6,7 +6,6 @@ import itertools
 import pytest
 
 from shardcron.cli import build_parser
-from shardcron.spec.namespaces import InvalidNamespace
 from shardcron.rules.scopes import (
     ALL_NAMESPACES,
     CALLS,
@@ -20,6 +19,7 @@ from shardcron.rules.scopes import (
     may_read,
     parse_namespaces,
 )
+from shardcron.spec.namespaces import InvalidNamespace
 from shardcron.v1 import scheduler_pb2
 
 PROTO_RPCS = set(scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].methods_by_name)

@@ -4,19 +4,21 @@ Every expected instant is written as UTC text, worked out by hand from the
 zone's rules, so a row reads as the rule it checks.
 """
 
-from datetime import datetime, timezone
+import itertools
+from datetime import UTC, datetime
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.instants import ms
 from shardcron.model import Schedule, ScheduleKind
-from shardcron.rules.triggers import CronTrigger, IntervalTrigger, OnceTrigger, slots_between, trigger_for
+from shardcron.rules.triggers import IntervalTrigger, OnceTrigger, slots_between, trigger_for
+from shardcron.spec.cron import CronTrigger
+from tests.support.instants import ms
 
 
 def utc(slot: int) -> str:
-    return datetime.fromtimestamp(slot / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+    return datetime.fromtimestamp(slot / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def between(trigger, after: str, until: str, limit=None) -> list[str]:
@@ -356,6 +358,6 @@ def test_next_after_properties(trigger, after):
     slots = slots_between(trigger, after, after + 4 * 86_400_000, limit=12)
     assert slots, "each of these triggers fires at least once in any four days"
     assert slots[0] == trigger.next_after(after) and slots[0] > after
-    assert all(a < b for a, b in zip(slots, slots[1:]))
+    assert all(a < b for a, b in itertools.pairwise(slots))
     for slot in slots:
         assert trigger.next_after(slot - 1) == slot

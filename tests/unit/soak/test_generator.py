@@ -9,11 +9,11 @@ from collections import Counter
 import grpc
 import pytest
 
-from shardcron.client.client import ApiError, NotFound, Unavailable
-from shardcron.spec.jobfile import load_file_calendars, load_job_file
-from shardcron.spec.job import job_from_dict
-from shardcron.rules.calendars import parse_calendar
+from shardcron.client.errors import ApiError, NotFound, Unavailable
 from shardcron.sharding import shard_for
+from shardcron.spec.calendar_tables import parse_calendar
+from shardcron.spec.job import job_from_dict
+from shardcron.spec.jobfile import load_file_calendars, load_job_file
 from tests.faults import harness
 from tests.faults.soak import generator as g
 from tests.faults.soak import workload as w

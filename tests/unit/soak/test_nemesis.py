@@ -9,8 +9,19 @@ import pytest
 from shardcron.dev.testing.cluster import NodeProcess
 from tests.faults.soak.history import History
 from tests.faults.soak.nemesis import (
-    AFTERMATH_S, CLOCK_OFFSET_MS, DB_KINDS, INSTANT_KINDS, KINDS, MAX_BUSY, NODE_KINDS, Nemesis, PlannedFault,
-    clock_tolerance_ms, max_busy, plan_faults, timeline,
+    AFTERMATH_S,
+    CLOCK_OFFSET_MS,
+    DB_KINDS,
+    INSTANT_KINDS,
+    KINDS,
+    MAX_BUSY,
+    NODE_KINDS,
+    Nemesis,
+    PlannedFault,
+    clock_tolerance_ms,
+    max_busy,
+    plan_faults,
+    timeline,
 )
 
 NODES = ["n0", "n1", "n2"]

@@ -12,18 +12,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardcron.wire.convert import job_from_proto, job_runs_to_proto, job_to_proto, stored_job_from_proto
 from shardcron.api.status import status_for
-from shardcron.spec.bounds import DAY_MS, INT64_MAX, MAX_DURATION_MS, MAX_TIME_MS, YEAR_MS, cut, shown
 from shardcron.clock import rfc3339_ms
 from shardcron.dashboard import present
 from shardcron.errors import InvalidJob
-from shardcron.spec.job import job_from_dict, job_from_json, job_to_json, shortest_gap_ms
-from shardcron.model import Schedule, ScheduleKind
 from shardcron.leader.heap import ClaimDue, TimerHeap
+from shardcron.model import Schedule, ScheduleKind
 from shardcron.rules.runs import job_runs
 from shardcron.rules.triggers import slots_between, trigger_for
+from shardcron.spec.bounds import DAY_MS, INT64_MAX, MAX_DURATION_MS, MAX_TIME_MS, YEAR_MS, cut, shown
+from shardcron.spec.job import job_from_dict, job_from_json, job_to_json
+from shardcron.spec.schedule import shortest_gap_ms
 from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.convert import job_from_proto, job_to_proto, stored_job_from_proto
+from shardcron.wire.tick_convert import job_runs_to_proto
 
 NOW_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 NOOP = {"kind": "noop"}

@@ -7,13 +7,11 @@ import re
 
 import pytest
 
-from shardcron.wire.convert import job_from_proto, job_to_proto
 from shardcron.cli import build_parser
-from shardcron.cli.jobs import job_from_flags
-from shardcron.spec.executors import python_module_allowed
+from shardcron.cli.job_flags import job_from_flags
 from shardcron.errors import ConfigError, InvalidJob
+from shardcron.executors.admission import check_admissible
 from shardcron.executors.extras import EXTRAS, MissingExtra
-from shardcron.spec.job import check_admissible, job_from_dict, job_to_dict, redacted
 from shardcron.model import (
     AmqpSpec,
     ArqSpec,
@@ -24,6 +22,9 @@ from shardcron.model import (
     RedisStreamSpec,
     RqSpec,
 )
+from shardcron.spec.executors import python_module_allowed
+from shardcron.spec.job import job_from_dict, job_to_dict, redacted
+from shardcron.wire.convert import job_from_proto, job_to_proto
 
 REDIS = "redis://127.0.0.1:6379/0"
 

@@ -24,19 +24,21 @@ import yaml
 from hypothesis import given
 from prometheus_client import CollectorRegistry
 
-from shardcron.wire.convert import job_from_proto, job_runs_to_proto, job_to_proto, stored_job_from_proto
-from shardcron.cli.jobs import job_json, jobs_table, runs_json
+from shardcron.cli.output import job_json, jobs_table, runs_json
 from shardcron.dashboard import present
 from shardcron.dashboard.history import MetricsHistory
 from shardcron.dashboard.server import Dashboard
 from shardcron.errors import InvalidJob
-from shardcron.spec.jobfile import JobFileError, load_job_file
-from shardcron.spec.job import JOB_KEYS, SCHEDULE_KEYS, job_from_dict, job_from_json, job_to_dict, job_to_json
+from shardcron.jobkey import split_key
 from shardcron.model import Job, ScheduleKind
 from shardcron.rules.runs import job_runs, next_run
 from shardcron.rules.triggers import trigger_for
-from shardcron.jobkey import split_key
+from shardcron.spec.job import JOB_KEYS, job_from_dict, job_from_json, job_to_dict, job_to_json
+from shardcron.spec.jobfile import JobFileError, load_job_file
+from shardcron.spec.schedule import SCHEDULE_KEYS
 from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.convert import job_from_proto, job_to_proto, stored_job_from_proto
+from shardcron.wire.tick_convert import job_runs_to_proto
 from tests.support.fuzz_strategies import fuzz_settings, job_dicts, job_files, messages
 
 pytestmark = pytest.mark.fuzz

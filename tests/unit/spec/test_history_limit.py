@@ -1,13 +1,14 @@
-"""A job's history_limit in pure code: the job table, its stored JSON, the proto, job files."""
+"""A job's history_limit in pure code: parsing it, the job table, its stored JSON, the proto, job files."""
 
 from __future__ import annotations
 
 import pytest
 
-from shardcron.wire.convert import job_from_proto, job_to_proto, stored_job_from_proto
 from shardcron.errors import InvalidJob
 from shardcron.spec.job import job_from_dict, job_from_json, job_to_dict, job_to_json
+from shardcron.spec.retention import RetentionError, parse_history_limit
 from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.convert import job_from_proto, job_to_proto, stored_job_from_proto
 
 
 def job(**over):
@@ -73,3 +74,15 @@ def test_job_files_take_it_and_name_a_bad_one(tmp_path):
     with pytest.raises(JobFileError) as err:
         load_job_file(str(path))
     assert "jobs.toml" in str(err.value) and "history_limit" in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("value, expected", [(None, None), (1, 1), (1000, 1000)])
+def test_parse_history_limit(value, expected):
+    assert parse_history_limit(value) == expected
+
+
+@pytest.mark.parametrize("value", [0, -1, 2.5, "10", True])
+def test_parse_history_limit_refuses(value):
+    with pytest.raises(RetentionError) as err:
+        parse_history_limit(value)
+    assert err.value.field == "history_limit" and repr(value) in str(err.value)

@@ -1,19 +1,21 @@
 """A job's jitter end to end in pure code: the job table, its stored JSON, the proto, the dispatch
-offset and the audit's unresolved rule. (jitter_offset_ms itself: test_jitter.py.)"""
+offset and the audit's unresolved rule; parsing a jitter and checking it against the gap.
+(jitter_offset_ms itself: rules/test_jitter.py.)"""
 
 from __future__ import annotations
 
 import pytest
 
-from shardcron.wire.convert import job_from_proto, job_to_proto, stored_job_from_proto
-from shardcron.audit.audit import find_unresolved
 from shardcron.errors import InvalidJob
-from shardcron.spec.job import job_from_dict, job_from_json, job_to_dict, job_to_json
+from shardcron.leader.loop import jitter_offset_of
 from shardcron.model import SlotRef, Tick, TickStatus
+from shardcron.rules.audit import find_unresolved
 from shardcron.rules.jitter import jitter_offset_ms
-from shardcron.leader.loop import _offset
 from shardcron.rules.takeover import Dispatch
+from shardcron.spec.job import job_from_dict, job_from_json, job_to_dict, job_to_json
+from shardcron.spec.schedule import check_jitter, parse_jitter
 from shardcron.v1 import scheduler_pb2 as pb
+from shardcron.wire.convert import job_from_proto, job_to_proto, stored_job_from_proto
 
 
 def job(**over):
@@ -89,9 +91,9 @@ def test_proto_bad_jitter_names_the_field(ms, field):
 def test_dispatch_offset_follows_the_job():
     jittered, plain = job_from_dict(job(jitter="30s")), job_from_dict(job())
     slot = SlotRef("j", 1_700_000_040_000)
-    assert _offset(jittered, slot) == jitter_offset_ms("j", slot.scheduled_at_ms, 30_000)
-    assert 0 <= _offset(jittered, slot) < 30_000
-    assert _offset(plain, slot) == 0 and _offset(None, slot) == 0
+    assert jitter_offset_of(jittered, slot) == jitter_offset_ms("j", slot.scheduled_at_ms, 30_000)
+    assert 0 <= jitter_offset_of(jittered, slot) < 30_000
+    assert jitter_offset_of(plain, slot) == 0 and jitter_offset_of(None, slot) == 0
     assert Dispatch(slot, 1).offset_ms == 0  # the default: an unjittered start
 
 
@@ -149,3 +151,50 @@ def test_a_job_file_with_jitter_loads(tmp_path):
     path = tmp_path / "jobs.toml"
     path.write_text('[[jobs]]\nid = "a"\nevery = "1m"\njitter = "30s"\nexecutor = { kind = "noop" }\n')
     assert [j.jitter_ms for j in load_job_file(str(path))] == [30_000]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        pytest.param("30s", 30_000, id="seconds"),
+        pytest.param("1m30s", 90_000, id="compound"),
+        pytest.param("250ms", 250, id="ms"),
+        pytest.param(5, 5_000, id="number-is-seconds"),
+        pytest.param("0", 0, id="zero"),
+        pytest.param(None, 0, id="absent"),
+        pytest.param("", 0, id="empty"),
+    ],
+)
+def test_parse_jitter(text, expected):
+    assert parse_jitter(text) == expected
+
+
+@pytest.mark.parametrize("text", ["soon", "30 s", "-5s", True, "11000d"])
+def test_parse_jitter_refuses_naming_the_field(text):
+    with pytest.raises(InvalidJob) as err:
+        parse_jitter(text)
+    assert err.value.field == "jitter"
+
+
+@pytest.mark.parametrize("text", [-5, -0.5])
+def test_parse_jitter_refuses_negative_numbers(text):
+    with pytest.raises(InvalidJob, match="jitter"):
+        parse_jitter(text)
+
+
+@pytest.mark.parametrize(
+    "jitter_ms, gap_ms, ok",
+    [
+        (0, 1_000, True),
+        (999, 1_000, True),
+        (1_000, 1_000, False),
+        (60_000, 5_000, False),
+        (86_400_000, None, True),  # a once job has no gap
+    ],
+)
+def test_check_jitter(jitter_ms, gap_ms, ok):
+    if ok:
+        assert check_jitter(jitter_ms, gap_ms) == jitter_ms
+    else:
+        with pytest.raises(InvalidJob, match="shortest gap"):
+            check_jitter(jitter_ms, gap_ms)

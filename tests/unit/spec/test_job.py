@@ -1,25 +1,11 @@
 """What a valid job is: tables of good jobs, of bad inputs (each naming its field), and round trips."""
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
 from shardcron.errors import InvalidJob
-from shardcron.spec.job import (
-    DEFAULT_MIN_INTERVAL_MS,
-    MAX_PAYLOAD_BYTES,
-    check_admissible,
-    format_duration_ms,
-    job_from_dict,
-    job_from_json,
-    job_to_dict,
-    job_to_json,
-    parse_duration_ms,
-    parse_time_ms,
-    redacted,
-    shortest_gap_ms,
-)
 from shardcron.model import (
     CatchUp,
     ExecutorKind,
@@ -32,6 +18,10 @@ from shardcron.model import (
     ScheduleKind,
     ShellSpec,
 )
+from shardcron.spec.bounds import MAX_PAYLOAD_BYTES
+from shardcron.spec.durations import format_duration_ms, parse_duration_ms, parse_time_ms
+from shardcron.spec.job import job_from_dict, job_from_json, job_to_dict, job_to_json, redacted
+from shardcron.spec.schedule import shortest_gap_ms
 
 NOOP = ExecutorSpec(ExecutorKind.NOOP)
 EVERY_5S = Schedule(ScheduleKind.INTERVAL, interval_ms=5_000)
@@ -353,47 +343,6 @@ def test_bad_json_names_its_field(text, field):
     assert err.value.field == field
 
 
-# --- check_admissible -------------------------------------------------------------------------
-
-NOW = utc_ms("2026-06-01T12:00:00Z")
-SHELL = job_from_dict({"id": "s", "every": "5s", "executor": {"kind": "shell", "command": "true"}})
-
-
-def once(at_ms: int, window: str = "1h") -> Job:
-    return job_from_dict({"id": "o", "at_ms": at_ms, "catchup_window": window})
-
-
-@pytest.mark.parametrize(
-    "job_, allow_shell",
-    [
-        (SHELL, True),
-        (job_from_dict({"id": "n", "every": "5s"}), False),
-        (once(NOW + 1), False),
-        (once(NOW), False),
-        (once(NOW - 3_600_000), False),  # exactly at the window's edge: still runs
-        (once(NOW, window="0s"), False),
-        (job_from_dict({"id": "c", "cron": "0 0 1 1 *"}), False),
-    ],
-)
-def test_admissible(job_, allow_shell):
-    check_admissible(job_, allow_shell=allow_shell, now_ms=NOW)
-
-
-@pytest.mark.parametrize(
-    "job_, field",
-    [
-        (SHELL, "executor.kind"),  # no --allow-shell: remote code execution guard
-        (once(NOW - 3_600_001), "schedule.at"),  # past, beyond the window: it would never run
-        (once(NOW - 1, window="0s"), "schedule.at"),
-        (once(utc_ms("2020-01-01T00:00:00Z"), window="24h"), "schedule.at"),
-    ],
-)
-def test_not_admissible(job_, field):
-    with pytest.raises(InvalidJob) as err:
-        check_admissible(job_, allow_shell=False, now_ms=NOW)
-    assert err.value.field == field
-
-
 # --- unknown keys and a missing executor ----------------------------------------------------------
 
 UNKNOWN_KEYS = [
@@ -447,7 +396,7 @@ def test_the_stored_form_passes_the_key_check():
         job_from_dict(job_to_dict(job_from_dict(data)), require_executor=True)
 
 
-# --- the minimum interval ------------------------------------------------------------------------
+# --- the shortest gap between slots --------------------------------------------------------------
 
 @pytest.mark.parametrize(
     "schedule, gap_ms",
@@ -472,34 +421,6 @@ def test_the_stored_form_passes_the_key_check():
 def test_shortest_gap(schedule, gap_ms):
     j = job_from_dict({"id": "g", **schedule})
     assert shortest_gap_ms(j.schedule) == gap_ms
-
-
-@pytest.mark.parametrize("schedule, minimum_ms, admitted", [
-    ({"every": "1ms"}, DEFAULT_MIN_INTERVAL_MS, False),
-    ({"every": "999ms"}, DEFAULT_MIN_INTERVAL_MS, False),
-    ({"every": "1s"}, DEFAULT_MIN_INTERVAL_MS, True),
-    ({"every": "1ms"}, 0, True),  # --min-interval 0: any interval
-    ({"every": "100ms"}, 100, True),
-    ({"cron": "* * * * * *"}, DEFAULT_MIN_INTERVAL_MS, True),
-    ({"cron": "* * * * * *"}, 2_000, False),
-    ({"cron": "*/5 * * * *"}, 600_000, False),  # 5 fields: every 5 min is below a 10 min minimum
-    ({"cron": "0 9 * * 1-5"}, 3_600_000, True),
-    ({"at": "2030-01-01T00:00:00Z"}, 3_600_000, True),  # a single run has no gap
-])
-def test_min_interval(schedule, minimum_ms, admitted):
-    j = job_from_dict({"id": "m", **schedule, "executor": {"kind": "noop"}})
-    if admitted:
-        check_admissible(j, allow_shell=False, now_ms=NOW, min_interval_ms=minimum_ms)
-        return
-    with pytest.raises(InvalidJob) as err:
-        check_admissible(j, allow_shell=False, now_ms=NOW, min_interval_ms=minimum_ms)
-    assert err.value.field == ("schedule.cron" if "cron" in schedule else "schedule.every")
-    assert format_duration_ms(minimum_ms) in err.value.reason and "--min-interval" in err.value.reason
-
-
-def test_the_default_minimum_applies_when_none_is_given():
-    with pytest.raises(InvalidJob, match="minimum interval of 1s"):
-        check_admissible(job_from_dict({"id": "e2", "every": "1ms"}), allow_shell=False, now_ms=NOW)
 
 
 @pytest.mark.parametrize("ms", [1, 250, 1000, 1500, 59_999, 60_000, 90_000, 3_600_000, 86_400_000, 90_061_000])
@@ -566,7 +487,7 @@ def test_parse_duration_ms_rejects(text):
         ("2026-01-15T09:00:00.250Z", "UTC", utc_ms("2026-01-15T09:00:00Z") + 250),
         ("2026-01-15", "UTC", utc_ms("2026-01-15T00:00:00Z")),
         (1_900_000_000_123, "UTC", 1_900_000_000_123),  # a number is already epoch ms
-        (datetime(2026, 1, 15, 9, tzinfo=timezone.utc), "Asia/Kolkata", utc_ms("2026-01-15T09:00:00Z")),
+        (datetime(2026, 1, 15, 9, tzinfo=UTC), "Asia/Kolkata", utc_ms("2026-01-15T09:00:00Z")),
         (datetime(2026, 1, 15, 9), "Asia/Kolkata", utc_ms("2026-01-15T03:30:00Z")),
     ],
 )

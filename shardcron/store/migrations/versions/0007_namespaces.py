@@ -5,7 +5,7 @@ Revises: 0006
 
 A job's key (``jobs.id``, ``ticks.job_id``, ...) was already its identity in
 ``default``, and stays it: a job of another namespace is keyed
-``namespace U+001F id`` (``tenancy.namespaces``), so no existing row changes and
+``namespace U+001F id`` (``spec.namespaces``), so no existing row changes and
 no job moves shard. ``jobs.namespace`` holds the namespace again, so that listing
 and counting one namespace's jobs reads an index instead of parsing keys.
 
@@ -24,7 +24,10 @@ from fractions import Fraction
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy import Connection
 
+from shardcron.rules.quotas import job_rate
+from shardcron.spec.job import job_from_json
 from shardcron.store.migrations.revision_types import TABLE_OPTIONS, exact
 
 revision = "0007"
@@ -60,12 +63,9 @@ def upgrade() -> None:
         {"jobs": jobs, "rate": str(rate), "now": now_ms})
 
 
-def _default_usage(conn) -> tuple[int, Fraction]:
-    # The rule of tenancy.quotas.job_rate, read from each stored spec. A spec this
+def _default_usage(conn: Connection) -> tuple[int, Fraction]:
+    # The rule of rules.quotas.job_rate, read from each stored spec. A spec this
     # version cannot read counts 0 (the audit and the node report it on their own).
-    from shardcron.spec.job import job_from_json
-    from shardcron.rules.quotas import job_rate
-
     count, rate = 0, Fraction(0)
     for (spec,) in conn.execute(sa.text("SELECT spec FROM jobs")):
         count += 1

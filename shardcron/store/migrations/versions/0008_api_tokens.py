@@ -3,7 +3,7 @@
 Revision ID: 0008
 Revises: 0007
 
-Only the SHA-256 of a secret is stored (tenancy.tokens); the secret is shown once,
+Only the SHA-256 of a secret is stored (api.tokens); the secret is shown once,
 by CreateToken. A node's token file adds its own tokens to these.
 
 Written by hand against shardcron/store/schema.py; tests compare the two.

@@ -8,7 +8,7 @@
 * Repeating events (RRULE, RDATE) are refused, not expanded: an unbounded rule
   has no last date, and holiday feeds list each occurrence anyway.
 
-Only ``calendars.parse_calendar`` imports this module, and only when a calendar
+Only ``calendar_tables.parse_calendar`` imports this module, and only when a calendar
 has ``ics``: icalendar costs about 60 ms to import, which a node that merely
 evaluates calendars need not pay.
 """
@@ -16,12 +16,12 @@ evaluates calendars need not pay.
 from __future__ import annotations
 
 import zoneinfo
-from datetime import date, datetime, timedelta, timezone
+from datetime import UTC, date, datetime, timedelta
 
 import icalendar
 
 MAX_EVENT_DAYS = 366  # a longer all-day event is most likely a mistake; exclude_ranges says it better
-_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
 _MS = timedelta(milliseconds=1)
 
 
@@ -69,9 +69,10 @@ def read_ics_exclusions(text: object, tz: zoneinfo.ZoneInfo) -> tuple[set[date],
 
 def _timed_range(where: str, start: datetime, end: object, duration: timedelta | None,
                  tz: zoneinfo.ZoneInfo) -> tuple[int, int]:
-    if end is None and duration is None:
-        raise IcsError(where, "a timed event needs DTEND or DURATION to exclude a range")
-    end = start + duration if end is None else end
+    if end is None:
+        if duration is None:
+            raise IcsError(where, "a timed event needs DTEND or DURATION to exclude a range")
+        end = start + duration
     if not isinstance(end, datetime):
         raise IcsError(where, f"DTEND {end} is a date but DTSTART {start} is a time")
     a, b = _aware_ms(start, tz), _aware_ms(end, tz)
@@ -84,6 +85,8 @@ def _all_day_dates(where: str, start: date, end: object, duration: timedelta | N
     end = start + (duration if duration is not None else timedelta(days=1)) if end is None else end
     if isinstance(end, datetime):
         raise IcsError(where, f"DTEND {end} is a time but DTSTART {start} is a date")
+    if not isinstance(end, date):
+        raise IcsError(where, f"DTEND {end} is not a date")
     days = (end - start).days
     if not 0 < days <= MAX_EVENT_DAYS:
         raise IcsError(where, f"spans {days} days from {start} to {end}; an all-day event must last "

@@ -1,4 +1,4 @@
-"""Group commit of PutJob calls (api/group_commit.py over store.jobs.put_each), on real databases."""
+"""PutJob calls sharing one transaction (api/job_puts.py over store.jobs.put_each), on real databases."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 from sqlalchemy import select
 
-from shardcron.api import group_commit
-from shardcron.api.group_commit import GroupCommit
+from shardcron.api import job_puts
+from shardcron.api.job_puts import JobPuts
 from shardcron.errors import FencedOut, InvalidJob, VersionConflict
 from shardcron.spec.job import job_from_dict
 from shardcron.store import ensure_shards, get_job, list_jobs, raise_fence
@@ -71,18 +71,18 @@ def fail_the_first_transaction(monkeypatch) -> None:
             raise RuntimeError("connection reset")
         return real(engine, puts, **kw)
 
-    monkeypatch.setattr(group_commit.job_store, "put_each", flaky)
+    monkeypatch.setattr(job_puts.job_store, "put_each", flaky)
 
 
 def test_a_failed_transaction_fails_every_call_in_it_and_the_next_caller_commits(led, monkeypatch):
-    gc = GroupCommit(led, "n")
+    gc = JobPuts(led, "n")
     fail_the_first_transaction(monkeypatch)
     with pytest.raises(RuntimeError, match="connection reset"):
-        asyncio.run(gc.put_async(Put(make_job("a"), 0, F0)))
-    assert asyncio.run(gc.put_async(Put(replace(make_job("a"), timeout_ms=2_000), 0, F0))).version == 1
+        asyncio.run(gc.submit(Put(make_job("a"), 0, F0)))
+    assert asyncio.run(gc.submit(Put(replace(make_job("a"), timeout_ms=2_000), 0, F0))).version == 1
 
 
-# -- put_async: calls queued on an event loop, one pool thread per batch --------------------------------
+# -- submit: calls queued on an event loop, one pool thread per batch --------------------------------
 
 
 def counting(monkeypatch) -> list[int]:
@@ -93,7 +93,7 @@ def counting(monkeypatch) -> list[int]:
         batches.append(len(puts))
         return real(engine, puts, **kw)
 
-    monkeypatch.setattr(group_commit.job_store, "put_each", counted)
+    monkeypatch.setattr(job_puts.job_store, "put_each", counted)
     return batches
 
 
@@ -101,15 +101,15 @@ def test_async_calls_queued_behind_a_commit_share_the_next_one_and_the_scheduler
     batches = counting(monkeypatch)
     told: list[tuple[int, str, int]] = []
     pool = ThreadPoolExecutor(2)
-    gc = GroupCommit(led, "n", pool=pool, written=lambda shard, job: told.append((shard, job.id, job.version)))
+    gc = JobPuts(led, "n", pool=pool, written=lambda shard, job: told.append((shard, job.id, job.version)))
 
     async def scenario():
         # Hold shard 0's fence row so that the first commit waits, while nine more calls queue behind it.
         with led.connect() as blocker, blocker.begin():
             blocker.execute(select(shard_fences.c.fence).where(shard_fences.c.shard == 0).with_for_update())
-            first = asyncio.ensure_future(gc.put_async(Put(make_job("j0"), 0, F0)))
+            first = asyncio.ensure_future(gc.submit(Put(make_job("j0"), 0, F0)))
             await until(lambda: batches == [1], "the first call to start committing")
-            rest = [asyncio.ensure_future(gc.put_async(Put(make_job("same") if i % 2 else make_job(f"j{i}"), 0, F0)))
+            rest = [asyncio.ensure_future(gc.submit(Put(make_job("same") if i % 2 else make_job(f"j{i}"), 0, F0)))
                     for i in range(1, 10)]
             await until(lambda: gc.queued == 9, "nine calls to queue behind the commit")
         return await asyncio.gather(first, *rest, return_exceptions=True)
@@ -132,15 +132,15 @@ def test_async_calls_keep_their_own_answers_and_a_failed_transaction_fails_only_
         if job.id == "refused-by-scheduler":
             raise RuntimeError("scheduler gone")
 
-    gc = GroupCommit(led, "n", written=scheduler_refuses)
+    gc = JobPuts(led, "n", written=scheduler_refuses)
 
     async def scenario():
-        failed = await asyncio.gather(gc.put_async(Put(make_job("a"), 0, F0)), return_exceptions=True)
+        failed = await asyncio.gather(gc.submit(Put(make_job("a"), 0, F0)), return_exceptions=True)
         later = await asyncio.gather(
-            gc.put_async(Put(make_job("a"), 0, F0, expected_version=0)),
-            gc.put_async(Put(make_job("b"), 1, F1, expected_version=3)),
-            gc.put_async(Put(make_job("c"), 0, F_OLD)),
-            gc.put_async(Put(make_job("refused-by-scheduler"), 1, F1)),
+            gc.submit(Put(make_job("a"), 0, F0, expected_version=0)),
+            gc.submit(Put(make_job("b"), 1, F1, expected_version=3)),
+            gc.submit(Put(make_job("c"), 0, F_OLD)),
+            gc.submit(Put(make_job("refused-by-scheduler"), 1, F1)),
             return_exceptions=True)
         return failed, later
 
@@ -153,10 +153,10 @@ def test_async_calls_keep_their_own_answers_and_a_failed_transaction_fails_only_
 
 
 def test_an_async_caller_that_goes_away_does_not_stop_the_write_nor_the_others(led):
-    gc = GroupCommit(led, "n")
+    gc = JobPuts(led, "n")
 
     async def scenario():
-        calls = [asyncio.ensure_future(gc.put_async(Put(make_job(f"k{i}"), 0, F0))) for i in range(3)]
+        calls = [asyncio.ensure_future(gc.submit(Put(make_job(f"k{i}"), 0, F0))) for i in range(3)]
         await asyncio.sleep(0)  # all three queued
         calls[1].cancel()
         return await asyncio.gather(*calls, return_exceptions=True)
@@ -169,15 +169,15 @@ def test_an_async_caller_that_goes_away_does_not_stop_the_write_nor_the_others(l
 
 def test_a_batch_lingers_only_when_calls_come_together_and_never_past_full(led, monkeypatch):
     batches = counting(monkeypatch)
-    monkeypatch.setattr(group_commit, "LINGER_S", 3600.0)  # a linger would outlast the test
-    monkeypatch.setattr(group_commit, "MAX_BATCH", 3)
-    gc = GroupCommit(led, "n")
+    monkeypatch.setattr(job_puts, "LINGER_S", 3600.0)  # a linger would outlast the test
+    monkeypatch.setattr(job_puts, "MAX_BATCH", 3)
+    gc = JobPuts(led, "n")
 
     async def scenario():
-        alone = await gc.put_async(Put(make_job("alone"), 0, F0))  # nobody else: written at once
-        two = [asyncio.ensure_future(gc.put_async(Put(make_job(f"f{i}"), 0, F0))) for i in range(2)]
+        alone = await gc.submit(Put(make_job("alone"), 0, F0))  # nobody else: written at once
+        two = [asyncio.ensure_future(gc.submit(Put(make_job(f"f{i}"), 0, F0))) for i in range(2)]
         await until(lambda: gc.lingering, "two calls together to linger for more")
-        third = await gc.put_async(Put(make_job("f2"), 0, F0))  # fills the batch: written at once
+        third = await gc.submit(Put(make_job("f2"), 0, F0))  # fills the batch: written at once
         return alone, [await two[0], await two[1], third]
 
     alone, full = asyncio.run(asyncio.wait_for(scenario(), 60))

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.instants import ms
-from shardcron.audit.audit import find_missing
+from shardcron.coordination.calendar_book import CalendarBook, Unknown
 from shardcron.errors import InvalidJob
-from shardcron.spec.jobfile import JobFileError, load_file_calendars, load_job_file
-from shardcron.spec.job import job_from_dict, job_from_json, job_to_json
-from shardcron.leader.calendar_book import CalendarBook, Unknown
+from shardcron.rules.audit import find_missing
 from shardcron.rules.calendar_history import CHANGE_GRACE_MS, History, Verdict, Version
-from shardcron.rules.calendars import calendar_to_dict, describe_windows, parse_calendar
 from shardcron.rules.runs import job_runs
+from shardcron.spec.calendar_tables import calendar_to_dict, describe_windows, parse_calendar
+from shardcron.spec.job import job_from_dict, job_from_json, job_to_json
+from shardcron.spec.jobfile import JobFileError, load_file_calendars, load_job_file
+from tests.support.instants import ms
 
 OFFICE = {"timezone": "Europe/Lisbon", "windows": {"mon-fri": "09:00-18:00", "fri": "22:00-02:00"},
           "exclude_dates": ["2026-12-25"],

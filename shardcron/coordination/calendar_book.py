@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from shardcron.rules.calendars import Calendar
+from shardcron.rules.calendars import first_exclusion
+from shardcron.spec.calendar import Calendar
 
 
 @dataclass(frozen=True)
@@ -29,16 +30,9 @@ class Unknown:
         return f"calendar {self.name!r} does not exist: no slot is owed until it is put again"
 
 
-@dataclass(frozen=True)
-class StoredCalendar:
-    """A calendar as the store holds it: its version (1 for a new one) and when that version took effect."""
-
-    calendar: Calendar
-    version: int
-    updated_at_ms: int
-
-
 class CalendarBook:
+    """The node's calendars by name."""
+
     def __init__(self, calendars: Iterable[Calendar] = ()):
         self._by_name: dict[str, Calendar] = {c.name: c for c in calendars}
 
@@ -80,10 +74,8 @@ class CalendarBook:
 
     def allows(self, names: Sequence[str], slot_ms: int) -> str | None:
         """None when every calendar of ``names`` allows the slot, else why not."""
-        from shardcron.rules.calendars import first_exclusion
-
         cals = self.resolve(names)
         return cals.reason if isinstance(cals, Unknown) else first_exclusion(cals, slot_ms)
 
 
-__all__ = ["CalendarBook", "StoredCalendar", "Unknown"]
+__all__ = ["CalendarBook", "Unknown"]

@@ -1,0 +1,145 @@
+"""The claimer: takes due entries off the claim heap and claims their slots in the store, fenced.
+
+The claim heap holds each job's next slot, due ``lookahead`` before the slot.
+Entries due within ``CLAIM_BATCH_MS`` of each other are taken together, and
+the slots of every led shard among them are claimed in one fenced
+transaction, so the database commit is off the path to the start. A claimed
+slot goes on the dispatch heap (``dispatcher.py``), at the slot plus its
+job's jitter offset, and the job's next slot goes back on the claim heap.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+
+from shardcron import metrics
+from shardcron.coordination.calendar_book import Unknown
+from shardcron.errors import StoreUnavailable
+from shardcron.leader.heap import ClaimDue, DispatchDue
+from shardcron.leader.scheduler_state import SchedulerState
+from shardcron.leader.shard_run import JobEntry, ShardRun
+from shardcron.model import Job, SlotRef
+from shardcron.rules.calendars import next_allowed
+from shardcron.rules.jitter import jitter_offset_ms
+from shardcron.rules.takeover import Dispatch
+from shardcron.runtime import crashpoints
+from shardcron.store import ticks as tick_store
+from shardcron.store.ticks import SlotClaim
+
+log = logging.getLogger(__name__)
+
+CLAIM_RETRY_MS = 500  # after a store error, claims and starts are retried this soon (slots stay owed)
+CLAIM_BATCH_MS = 50  # claim entries due within this of each other are claimed in one transaction
+
+
+class Claimer(SchedulerState):
+    """The ``Scheduler``'s claim side (a base class of it; the state it reads is ``SchedulerState``)."""
+
+    def _push_next_claim(self, run: ShardRun, entry: JobEntry) -> None:
+        self._claims.push_many(self._next_claims(run, [entry]))
+
+    def _next_claims(self, run: ShardRun, entries: Iterable[JobEntry]) -> list[ClaimDue]:
+        """The claim-heap entries for each job's next slot (none for a paused job or a trigger that has ended)."""
+        out = []
+        for entry in entries:
+            if entry.job.paused:
+                continue
+            if entry.job.calendars:  # the one check a job without calendars pays
+                nxt = self._next_allowed_slot(entry)
+            else:
+                nxt = entry.trigger.next_after(entry.claimed_through)
+            if nxt is not None:
+                out.append(ClaimDue(nxt - self.lookahead_ms, run.shard, run.fence, entry.job.id, entry.gen, nxt))
+        return out
+
+    def _next_allowed_slot(self, entry: JobEntry) -> int | None:
+        """The job's next slot its calendars allow; None while one of them does not exist (nothing is
+        owed then; ``calendars_changed`` schedules it again when the calendar is put)."""
+        cals = self.calendars.resolve(entry.job.calendars)
+        if isinstance(cals, Unknown):
+            log.warning("job %s: %s", entry.job.id, cals.reason, extra={"job": entry.job.id})
+            return None
+        found = next_allowed(entry.trigger, cals, entry.claimed_through)
+        if found.first_skipped_ms is not None:
+            metrics.calendar_skips.inc()
+        return found.slot_ms
+
+    def _calendar_excludes(self, job: Job | None, slot_ms: int) -> str | None:
+        """Why the job's calendars exclude the slot now, or None (always None without calendars)."""
+        if job is None or not job.calendars:
+            return None
+        return self.calendars.allows(job.calendars, slot_ms)
+
+    # -- claim loop -----------------------------------------------------------------------
+
+    def _claim_loop(self) -> None:
+        while not self._closing:
+            crashpoints.fail_worker()
+            # Entries due within CLAIM_BATCH_MS are taken together: one transaction per shard.
+            due = self._claims.wait_due(self._now_ms, CLAIM_BATCH_MS, lambda: self._closing)
+            self.yield_to_starts()
+            self._claim(due)
+
+    def _claim(self, due: list[ClaimDue]) -> None:
+        by_run: dict[tuple[int, int], list[ClaimDue]] = defaultdict(list)
+        for c in due:
+            by_run[(c.shard, c.fence)].append(c)
+        fresh: dict[tuple[int, int], list[ClaimDue]] = {}
+        for (shard, fence), items in by_run.items():
+            run = self.led.current(shard, fence)
+            if run is None:
+                continue  # the shard moved
+            with run.lock:  # an entry of an older definition finds a newer gen: a fresher entry exists
+                keep = [c for c in items if (e := run.jobs.get(c.job_id)) is not None and e.gen == c.gen]
+            if keep:
+                fresh[(shard, fence)] = keep
+        if fresh:
+            self._claim_all(fresh)
+
+    def _claim_all(self, by_run: dict[tuple[int, int], list[ClaimDue]]) -> None:
+        """Claim the due slots of every led shard in one fenced transaction."""
+        batches = {key: [SlotClaim(c.job_id, c.slot_ms) for c in items] for key, items in by_run.items()}
+        try:
+            out = tick_store.claim_ticks_many(self.engine, batches, node_id=self.node_id, now_ms=self._now_ms())
+        except StoreUnavailable as e:
+            log.warning("claiming %d slots failed (%s); retrying", sum(map(len, batches.values())), e)
+            self._claims.push_again([c for items in by_run.values() for c in items], self._now_ms() + CLAIM_RETRY_MS)
+            return
+        for (shard, fence), items in by_run.items():
+            if out.is_fenced(shard, fence):
+                self._fenced(shard, fence, len(items))
+                continue
+            run = self.led.run_of(shard)
+            if run is None or run.fence != fence:
+                continue
+            got = set(out.written.get(shard, ()))
+            self.stats.add(claimed=len(got))
+            dispatch, follow = [], []
+            with run.lock:
+                for c in items:
+                    entry = run.jobs.get(c.job_id)
+                    ref = SlotRef(c.job_id, c.slot_ms)
+                    if entry is None or entry.gen != c.gen:
+                        # Deleted or replaced while the claim was in flight. The row is claimed in the
+                        # store now: dispatched, _start records it skipped (deleted) or runs it under the
+                        # new definition; dropped here, it would stay claimed until a takeover.
+                        if ref in got:
+                            dispatch.append(DispatchDue(c.slot_ms, shard, fence, Dispatch(ref, 1)))
+                        continue
+                    entry.claimed_through = max(entry.claimed_through, c.slot_ms)
+                    if ref in got:
+                        if entry.job.jitter_ms:  # the one check a job without jitter pays
+                            off = jitter_offset_ms(c.job_id, c.slot_ms, entry.job.jitter_ms)
+                            dispatch.append(DispatchDue(c.slot_ms + off, shard, fence,
+                                                        Dispatch(ref, 1, offset_ms=off, gen=c.gen)))
+                        else:
+                            dispatch.append(DispatchDue(c.slot_ms, shard, fence, Dispatch(ref, 1, gen=c.gen)))
+                    else:
+                        log.warning("shard %d: slot %s@%d was already recorded; not claimed again", shard,
+                                    c.job_id, c.slot_ms, extra={"shard": shard, "job": c.job_id, "fence": fence})
+                    follow.append(entry)
+            self._dispatch.push_many(dispatch)
+            self._claims.push_many(self._next_claims(run, follow))
+
