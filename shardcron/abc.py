@@ -46,8 +46,9 @@ class Executor(Protocol):
     error that starts with ``"cancelled: "``.
     """
 
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float,
-            cancel: threading.Event) -> ExecutionResult: ...
+    def run(
+        self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event
+    ) -> ExecutionResult: ...
 
 
 class Lease(Protocol):

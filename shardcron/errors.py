@@ -88,8 +88,10 @@ class JobRunning(ShardcronError):
     """A manual run of a job with overlap = "skip" while a run of it is in progress."""
 
     def __init__(self, job_id: str):
-        super().__init__(f"job {job_id!r} is running now and its overlap policy is \"skip\": trigger it again "
-                         "when the run ends (or set overlap = \"allow\")")
+        super().__init__(
+            f'job {job_id!r} is running now and its overlap policy is "skip": trigger it again '
+            'when the run ends (or set overlap = "allow")'
+        )
         self.job_id = job_id
 
 
@@ -97,8 +99,9 @@ class TriggerBusy(ShardcronError):
     """Every millisecond near now already holds a tick of the job: too many manual runs at once."""
 
     def __init__(self, job_id: str, at_ms: int):
-        super().__init__(f"job {job_id!r}: no free millisecond for a manual tick near {at_ms}; "
-                         "too many triggers at once, retry")
+        super().__init__(
+            f"job {job_id!r}: no free millisecond for a manual tick near {at_ms}; too many triggers at once, retry"
+        )
         self.job_id = job_id
 
 
@@ -126,8 +129,9 @@ class NamespaceMissing(ShardcronError):
     purpose, so a typo in a job file cannot start a namespace of its own, without quotas."""
 
     def __init__(self, name: str):
-        super().__init__(f"namespace {name!r} does not exist: create it first with "
-                         f"`shardcron namespaces create {name}`")
+        super().__init__(
+            f"namespace {name!r} does not exist: create it first with `shardcron namespaces create {name}`"
+        )
         self.name = name
 
 

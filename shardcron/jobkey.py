@@ -61,9 +61,18 @@ def slot_idempotency_key(key: str, scheduled_at_ms: int) -> str:
     """
     if KEY_SEPARATOR not in key:
         return f"{key}:{scheduled_at_ms}"
-    namespace = key[:key.find(KEY_SEPARATOR)]
+    namespace = key[: key.find(KEY_SEPARATOR)]
     return f"{namespace}/{uuid.uuid5(SLOT_NAMESPACE, f'{key}:{scheduled_at_ms}')}"
 
 
-__all__ = ["DEFAULT_NAMESPACE", "KEY_SEPARATOR", "SLOT_NAMESPACE", "JobKey", "display_key", "join_key", "namespace_of",
-           "slot_idempotency_key", "split_key"]
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "KEY_SEPARATOR",
+    "SLOT_NAMESPACE",
+    "JobKey",
+    "display_key",
+    "join_key",
+    "namespace_of",
+    "slot_idempotency_key",
+    "split_key",
+]

@@ -23,7 +23,6 @@ _LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 _CALL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
-
 class CountedHistogram(Collector):
     """A histogram with one label that takes a count with each value: ``observe(label, value, count)``.
 
@@ -36,8 +35,14 @@ class CountedHistogram(Collector):
     own ``HistogramMetricFamily``.
     """
 
-    def __init__(self, name: str, documentation: str, label: str, buckets: tuple[float, ...],
-                 registry: CollectorRegistry | None = REGISTRY):
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        label: str,
+        buckets: tuple[float, ...],
+        registry: CollectorRegistry | None = REGISTRY,
+    ):
         self._name, self._doc, self._label = name, documentation, label
         self._bounds = tuple(buckets)  # upper bounds; +Inf is the last bucket, implied
         self._lock = threading.Lock()
@@ -63,59 +68,83 @@ class CountedHistogram(Collector):
             series = {label: (list(counts), total[0]) for label, (counts, total) in self._series.items()}
         for label, (counts, total) in sorted(series.items()):
             cumulative = list(itertools.accumulate(counts))
-            buckets = [(repr(float(b)), n) for b, n in zip(self._bounds, cumulative, strict=False)] + [("+Inf", cumulative[-1])]
+            buckets = [(repr(float(b)), n) for b, n in zip(self._bounds, cumulative, strict=False)] + [
+                ("+Inf", cumulative[-1])
+            ]
             family.add_metric([label], buckets, total)
         yield family
 
 
-tick_lateness = CountedHistogram("shardcron_tick_lateness_seconds", "Executor start minus scheduled time.",
-                                 "shard", _LATENESS_BUCKETS)
-ticks = Counter("shardcron_ticks_total", "Ticks recorded by this node, by namespace and final status.",
-                ["namespace", "status"])
+tick_lateness = CountedHistogram(
+    "shardcron_tick_lateness_seconds", "Executor start minus scheduled time.", "shard", _LATENESS_BUCKETS
+)
+ticks = Counter(
+    "shardcron_ticks_total", "Ticks recorded by this node, by namespace and final status.", ["namespace", "status"]
+)
 caught_up = Counter("shardcron_caught_up_slots_total", "Missed slots claimed and run on taking a shard over.")
-calendar_skips = Counter("shardcron_calendar_skips_total",
-                         "Times a job's next claim jumped over slots its calendars exclude.")
-calendar_reloads = Counter("shardcron_calendar_reloads_total", "Reloads of the stored calendars, by cause.",
-                           ["cause"])
-namespace_reloads = Counter("shardcron_namespace_reloads_total",
-                            "Reloads of the stored namespaces' weights and quotas, by cause.", ["cause"])
-notifications = Counter("shardcron_notifications_total",
-                        "Failure and recovery notifications, by kind and outcome (sent, failed, suppressed).",
-                        ["kind", "outcome"])
+calendar_skips = Counter(
+    "shardcron_calendar_skips_total", "Times a job's next claim jumped over slots its calendars exclude."
+)
+calendar_reloads = Counter("shardcron_calendar_reloads_total", "Reloads of the stored calendars, by cause.", ["cause"])
+namespace_reloads = Counter(
+    "shardcron_namespace_reloads_total", "Reloads of the stored namespaces' weights and quotas, by cause.", ["cause"]
+)
+notifications = Counter(
+    "shardcron_notifications_total",
+    "Failure and recovery notifications, by kind and outcome (sent, failed, suppressed).",
+    ["kind", "outcome"],
+)
 fenced_writes = Counter("shardcron_fenced_writes_total", "Writes rejected because a newer fence exists.")
-not_started = Counter("shardcron_ticks_not_started_total",
-                      "Claimed ticks this node did not start (shard lost or lease not provably held).")
-leader_changes = Counter("shardcron_leader_changes_total", "Shards this node started or stopped leading.",
-                         ["change"])
-takeover = Histogram("shardcron_shard_takeover_seconds",
-                     "From winning a shard's election to its jobs, last ticks and orphans loaded: ready to tick.",
-                     buckets=_CALL_BUCKETS)
+not_started = Counter(
+    "shardcron_ticks_not_started_total",
+    "Claimed ticks this node did not start (shard lost or lease not provably held).",
+)
+leader_changes = Counter("shardcron_leader_changes_total", "Shards this node started or stopped leading.", ["change"])
+takeover = Histogram(
+    "shardcron_shard_takeover_seconds",
+    "From winning a shard's election to its jobs, last ticks and orphans loaded: ready to tick.",
+    buckets=_CALL_BUCKETS,
+)
 shards_led = Gauge("shardcron_shards_led", "Shards this node leads now.")
 session_alive = Gauge("shardcron_session_alive", "1 while the node holds its etcd lease, else 0.")
 lease_renewal_age = Gauge("shardcron_lease_renewal_age_seconds", "Seconds since the last confirmed lease renewal.")
 etcd_call = Histogram("shardcron_etcd_call_seconds", "etcd call latency.", ["op"], buckets=_CALL_BUCKETS)
 db_call = Histogram("shardcron_db_call_seconds", "Database statement latency.", ["op"], buckets=_CALL_BUCKETS)
 running_executors = Gauge("shardcron_running_executors", "Executors running now.")
-results_unwritten = Gauge("shardcron_results_unwritten",
-                          "Tick results waiting to be written; growing means the result writer is stuck.")
-ticks_pruned = Counter("shardcron_ticks_pruned_total",
-                       "Tick rows this node deleted as a shard's leader, by rule (retention, history_limit).",
-                       ["reason"])
-oldest_overdue = Gauge("shardcron_oldest_overdue_slot_seconds",
-                       "Age of the oldest slot that is due but not started; 0 when none. "
-                       "Alert on it to catch a schedule that silently stopped.")
+results_unwritten = Gauge(
+    "shardcron_results_unwritten", "Tick results waiting to be written; growing means the result writer is stuck."
+)
+ticks_pruned = Counter(
+    "shardcron_ticks_pruned_total",
+    "Tick rows this node deleted as a shard's leader, by rule (retention, history_limit).",
+    ["reason"],
+)
+oldest_overdue = Gauge(
+    "shardcron_oldest_overdue_slot_seconds",
+    "Age of the oldest slot that is due but not started; 0 when none. "
+    "Alert on it to catch a schedule that silently stopped.",
+)
 backfill_slots = Counter("shardcron_backfill_slots_total", "Slots claimed and started by backfills on this node.")
-start_lead_held = Counter("shardcron_start_lead_held_seconds_total",
-                          "Time the dispatcher held the GIL waiting for a due start (--start-lead-max-ms): the "
-                          "node's other threads ran no Python meanwhile. At most a quarter of the time.")
-start_lead = Gauge("shardcron_start_lead_seconds",
-                   "How early the dispatcher now aims for a start: what getting the GIL has recently taken.")
-namespace_wait = CountedHistogram("shardcron_namespace_wait_seconds",
-                                  "Time a start waited for a free executor slot, by namespace (only starts that "
-                                  "waited: --executor-slots were all busy, or the namespace was at max_running).",
-                                  "namespace", _LATENESS_BUCKETS)
-backfill_remaining = Gauge("shardcron_backfill_remaining_slots",
-                           "Slots the backfills this node runs still owe (planned minus done); 0 when none.")
+start_lead_held = Counter(
+    "shardcron_start_lead_held_seconds_total",
+    "Time the dispatcher held the GIL waiting for a due start (--start-lead-max-ms): the "
+    "node's other threads ran no Python meanwhile. At most a quarter of the time.",
+)
+start_lead = Gauge(
+    "shardcron_start_lead_seconds",
+    "How early the dispatcher now aims for a start: what getting the GIL has recently taken.",
+)
+namespace_wait = CountedHistogram(
+    "shardcron_namespace_wait_seconds",
+    "Time a start waited for a free executor slot, by namespace (only starts that "
+    "waited: --executor-slots were all busy, or the namespace was at max_running).",
+    "namespace",
+    _LATENESS_BUCKETS,
+)
+backfill_remaining = Gauge(
+    "shardcron_backfill_remaining_slots",
+    "Slots the backfills this node runs still owe (planned minus done); 0 when none.",
+)
 
 
 class LabelledGaugeFunction(Collector):
@@ -147,17 +176,20 @@ class LabelledGaugeFunction(Collector):
         yield family
 
 
-namespace_waiting = LabelledGaugeFunction("shardcron_namespace_waiting",
-                                          "Starts waiting for a free executor slot now, by namespace.", "namespace")
+namespace_waiting = LabelledGaugeFunction(
+    "shardcron_namespace_waiting", "Starts waiting for a free executor slot now, by namespace.", "namespace"
+)
 
 
 def watch_gauge(gauge: Gauge, fn: Callable[[], float]) -> None:
     """Compute ``gauge`` at scrape time; a failing probe reads as 0 rather than breaking the scrape."""
+
     def safe() -> float:
         try:
             return float(fn())
         except Exception:  # noqa: BLE001 - a scrape must never fail because of one gauge
             return 0.0
+
     gauge.set_function(safe)
 
 

@@ -195,9 +195,15 @@ class ExecutorSpec:
 
 
 _SETTINGS_FIELD = {
-    ExecutorKind.HTTP: "http", ExecutorKind.SHELL: "shell", ExecutorKind.CELERY: "celery", ExecutorKind.RQ: "rq",
-    ExecutorKind.ARQ: "arq", ExecutorKind.NATS: "nats", ExecutorKind.AMQP: "amqp",
-    ExecutorKind.REDIS_STREAM: "redis_stream", ExecutorKind.PYTHON: "python",
+    ExecutorKind.HTTP: "http",
+    ExecutorKind.SHELL: "shell",
+    ExecutorKind.CELERY: "celery",
+    ExecutorKind.RQ: "rq",
+    ExecutorKind.ARQ: "arq",
+    ExecutorKind.NATS: "nats",
+    ExecutorKind.AMQP: "amqp",
+    ExecutorKind.REDIS_STREAM: "redis_stream",
+    ExecutorKind.PYTHON: "python",
 }
 
 

@@ -135,6 +135,7 @@ class NodeBackend:
                 if callback in remaining:
                     remaining.remove(callback)
                 self._listeners = tuple(remaining)
+
         return unsubscribe
 
     def _fan_out(self, writes: list[ResultWrite]) -> None:
@@ -143,10 +144,23 @@ class NodeBackend:
             return
         # What WatchTicks streams: the result as written, without the output (up to 64 KiB
         # a tick, fanned out to every watcher); ListTicks has it.
-        events = [Tick(w.slot.job_id, w.slot.scheduled_at_ms, w.shard, w.fence, self.node_id, w.status, w.attempt,
-                       started_at_ms=w.result.started_at_ms, finished_at_ms=w.result.finished_at_ms,
-                       exit_code=w.result.exit_code, http_status=w.result.http_status, error=w.result.error)
-                  for w in writes]
+        events = [
+            Tick(
+                w.slot.job_id,
+                w.slot.scheduled_at_ms,
+                w.shard,
+                w.fence,
+                self.node_id,
+                w.status,
+                w.attempt,
+                started_at_ms=w.result.started_at_ms,
+                finished_at_ms=w.result.finished_at_ms,
+                exit_code=w.result.exit_code,
+                http_status=w.result.http_status,
+                error=w.result.error,
+            )
+            for w in writes
+        ]
         for cb in listeners:
             try:
                 cb(events)
@@ -176,10 +190,17 @@ class Node:
         """Connect to everything and join. Raises a ShardcronError with a clear message on bad set-up."""
         cfg = self.cfg
         now = clock.wall_ms()
+
         def admit(min_interval_ms: int) -> Callable[[Job], None]:
-            return lambda job: check_admissible(job, allow_shell=cfg.allow_shell, now_ms=now,
-                                                shell_allow=cfg.shell_allow, min_interval_ms=min_interval_ms,
-                                                allow_python=cfg.allow_python, store_dialect=_dialect(cfg.db))
+            return lambda job: check_admissible(
+                job,
+                allow_shell=cfg.allow_shell,
+                now_ms=now,
+                shell_allow=cfg.shell_allow,
+                min_interval_ms=min_interval_ms,
+                allow_python=cfg.allow_python,
+                store_dialect=_dialect(cfg.db),
+            )
 
         # The file is read and checked before anything connects (a typo fails fast);
         # the cluster's minimum interval is known only once etcd answers, below.
@@ -203,48 +224,73 @@ class Node:
         self.etcd = Etcd(cfg.etcd, timeout_s=min(5.0, cfg.ttl / 3.0), security=cfg.etcd_security)
         self.epoch = self._on_any_member(self._check_etcd_identity)
         self.cluster_config = self._on_any_member(
-            lambda: ensure_cluster_config(self.etcd, self.layout, cfg.shards, now, cfg.min_interval_ms))
+            lambda: ensure_cluster_config(self.etcd, self.layout, cfg.shards, now, cfg.min_interval_ms)
+        )
         shard_count = self.cluster_config.shards
         _admit_imports(cfg.jobs, imports, admit(self.cluster_config.min_interval_ms))
         ensure_shards(self.engine, shard_count)
 
         calendars = CalendarBook()
         self.scheduler = Scheduler(
-            self.engine, cfg.node_id, shard_count, allow_shell=cfg.allow_shell, allow_python=cfg.allow_python,
-            lookahead_ms=cfg.lookahead_ms, tick_retention_ms=cfg.tick_retention_ms,
-            executor_slots=cfg.executor_slots, fair_queuing=cfg.fair_queuing,
-            realtime_dispatcher=cfg.dispatcher_priority == "realtime", start_lead_max_ms=cfg.start_lead_max_ms,
-            on_fenced=lambda shard, fence: _started(self.coordinator).report_fenced(shard, fence), imports=imports,
-            calendars=calendars, lifeline=self.lifeline)
-        self.calendar_watch = CalendarWatch(self.etcd, self.layout, self.engine, calendars,
-                                            self.scheduler.calendars_changed, lifeline=self.lifeline)
+            self.engine,
+            cfg.node_id,
+            shard_count,
+            allow_shell=cfg.allow_shell,
+            allow_python=cfg.allow_python,
+            lookahead_ms=cfg.lookahead_ms,
+            tick_retention_ms=cfg.tick_retention_ms,
+            executor_slots=cfg.executor_slots,
+            fair_queuing=cfg.fair_queuing,
+            realtime_dispatcher=cfg.dispatcher_priority == "realtime",
+            start_lead_max_ms=cfg.start_lead_max_ms,
+            on_fenced=lambda shard, fence: _started(self.coordinator).report_fenced(shard, fence),
+            imports=imports,
+            calendars=calendars,
+            lifeline=self.lifeline,
+        )
+        self.calendar_watch = CalendarWatch(
+            self.etcd, self.layout, self.engine, calendars, self.scheduler.calendars_changed, lifeline=self.lifeline
+        )
         if file_calendars:
             written = import_calendars(self.engine, file_calendars, node_id=cfg.node_id, now_ms=clock.wall_ms())
             if written:
                 self.calendar_watch.bump(",".join(written), clock.wall_ms())
         self.calendar_watch.load_now()  # before any shard is led: its first claims follow the calendars
-        self.namespace_watch = NamespaceWatch(self.etcd, self.layout, self.engine,
-                                              self.scheduler.set_namespace_settings, lifeline=self.lifeline)
+        self.namespace_watch = NamespaceWatch(
+            self.etcd, self.layout, self.engine, self.scheduler.set_namespace_settings, lifeline=self.lifeline
+        )
         self.namespace_watch.load_now()  # likewise: its first starts follow the namespaces' weights and quotas
         settings = CoordinatorSettings(
-            node_id=cfg.node_id, address=cfg.advertise, shard_count=shard_count, ttl_s=cfg.ttl,
-            settle_s=cfg.settle, resign_grace_s=cfg.shutdown_grace, started_at_ms=now,
-            fence_offset=self.epoch.offset)
-        self.coordinator = coordinator = Coordinator(self.etcd, self.layout, settings, self.scheduler,
-                                                     verify_etcd=self._verify_etcd, lifeline=self.lifeline)
+            node_id=cfg.node_id,
+            address=cfg.advertise,
+            shard_count=shard_count,
+            ttl_s=cfg.ttl,
+            settle_s=cfg.settle,
+            resign_grace_s=cfg.shutdown_grace,
+            started_at_ms=now,
+            fence_offset=self.epoch.offset,
+        )
+        self.coordinator = coordinator = Coordinator(
+            self.etcd, self.layout, settings, self.scheduler, verify_etcd=self._verify_etcd, lifeline=self.lifeline
+        )
         self.shard_count = shard_count
         self.backend = NodeBackend(self)
         self.api = start_server(self.backend, cfg)
         if cfg.http_listen:
             self.dashboard = _start_dashboard(self, cfg.http_listen)
         metrics.watch_gauge(metrics.oldest_overdue, self.scheduler.oldest_overdue_s)
-        metrics.watch_gauge(metrics.lease_renewal_age,
-                            lambda: coordinator.session.seconds_since_renewal() if coordinator.session else 0)
+        metrics.watch_gauge(
+            metrics.lease_renewal_age, lambda: coordinator.session.seconds_since_renewal() if coordinator.session else 0
+        )
         self.scheduler.start()
         self.calendar_watch.start()
         self.namespace_watch.start()
-        self.notifier = Notifier(self.scheduler, defaults=cfg.notify_defaults or NO_DEFAULTS,
-                                 default_rate=cfg.notify_rate, lifeline=self.lifeline)
+        self.notifier = Notifier(
+            self.scheduler,
+            defaults=cfg.notify_defaults or NO_DEFAULTS,
+            default_rate=cfg.notify_rate,
+            lifeline=self.lifeline,
+        )
         self.notifier.start()
         # Its return is the node's to handle (wait() sees ``stopped``); only a raise is a death.
         self._coord_thread = self.lifeline.thread(self.coordinator.run, "coordinator", may_end=True)
@@ -285,9 +331,14 @@ class Node:
         (``wait`` wakes and does it)."""
         self.died = name
         what = f"died: {error!r}" if error is not None else "ended unexpectedly"
-        log.error("worker %r %s; the node stops now: its shards are handed over at once, its lease revoked, and it "
-                  "exits with code %d for its supervisor to restart it", name, what, EXIT_WORKER_DIED,
-                  exc_info=error)
+        log.error(
+            "worker %r %s; the node stops now: its shards are handed over at once, its lease revoked, and it "
+            "exits with code %d for its supervisor to restart it",
+            name,
+            what,
+            EXIT_WORKER_DIED,
+            exc_info=error,
+        )
         self.stopping.set()
 
     def request_stop(self, *_args) -> None:
@@ -307,8 +358,9 @@ class Node:
             # revoked. If the coordinator is what died (its own exit revoked it then) or hangs, from here.
             self.coordinator.request_stop(grace_s=0.0)
             if not self.coordinator.stopped.wait(self.cfg.ttl):
-                log.warning("the coordinator has not handed the shards over within %ss; revoking the lease",
-                            self.cfg.ttl)
+                log.warning(
+                    "the coordinator has not handed the shards over within %ss; revoking the lease", self.cfg.ttl
+                )
                 self.coordinator.revoke_lease()
         elif self.coordinator:
             # Shards resign (bounded by the grace), then the lease is revoked.
@@ -349,11 +401,16 @@ def _admit_imports(path: str | None, jobs: list[Job], admit: Callable[[Job], Non
 def _start_dashboard(node: Node, listen: str) -> DashboardServer:
     cfg, sec = node.cfg, node.cfg.api_security
     tls_files = (sec.cert_file, sec.key_file) if sec is not None and sec.cert_file else None
-    dashboard = Dashboard(node_id=cfg.node_id, api_target=cfg.advertise, forward_security=cfg.forward_security,
-                          tokens=getattr(node.api, "tokens", None),
-                          history=MetricsHistory(REGISTRY, lifeline=node.lifeline).start(),
-                          tls_files=tls_files, serve_metrics=cfg.metrics_listen == cfg.http_listen,
-                          lifeline=node.lifeline)
+    dashboard = Dashboard(
+        node_id=cfg.node_id,
+        api_target=cfg.advertise,
+        forward_security=cfg.forward_security,
+        tokens=getattr(node.api, "tokens", None),
+        history=MetricsHistory(REGISTRY, lifeline=node.lifeline).start(),
+        tls_files=tls_files,
+        serve_metrics=cfg.metrics_listen == cfg.http_listen,
+        lifeline=node.lifeline,
+    )
     server = DashboardServer(dashboard, listen).start()
     log.info("dashboard on %s://%s", "https" if tls_files else "http", listen)
     return server

@@ -20,9 +20,13 @@ def check_job(backend: Backend, job: Job, now_ms: int | None = None) -> None:
     --allow-python, the extra a broker kind needs, the cluster's minimum interval,
     ``shardcron config --min-interval``, and its calendars exist)."""
     check_admissible(
-        job, allow_shell=backend.allow_shell, now_ms=clock.wall_ms() if now_ms is None else now_ms,
-        shell_allow=backend.shell_allow, min_interval_ms=backend.min_interval_ms,
-        allow_python=backend.allow_python, store_dialect=backend.engine.dialect.name,
+        job,
+        allow_shell=backend.allow_shell,
+        now_ms=clock.wall_ms() if now_ms is None else now_ms,
+        shell_allow=backend.shell_allow,
+        min_interval_ms=backend.min_interval_ms,
+        allow_python=backend.allow_python,
+        store_dialect=backend.engine.dialect.name,
     )
     if job.calendars:
         check_calendars(backend, job)
@@ -34,5 +38,8 @@ def check_calendars(backend: Backend, job: Job) -> None:
     known = backend.calendars.names()
     for i, name in enumerate(job.calendars):
         if name not in known:
-            raise InvalidJob(f"calendars[{i}]", f"unknown calendar {name!r}; put it first "
-                                                "(`shardcron calendars put FILE`), or see `shardcron calendars list`")
+            raise InvalidJob(
+                f"calendars[{i}]",
+                f"unknown calendar {name!r}; put it first "
+                "(`shardcron calendars put FILE`), or see `shardcron calendars list`",
+            )

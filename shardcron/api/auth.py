@@ -58,8 +58,9 @@ AUTHORIZATION = "authorization"
 NODE_TOKEN_HEADER = "x-shardcron-node-token"  # the forwarding node's own secret, next to its caller's
 REVOKED = "token revoked: this stream's token was revoked; log in or pass another token"
 
-HOW_TO_PASS = ("a valid bearer token is required: pass --token or set SHARDCRON_TOKEN "
-               "(metadata 'authorization: Bearer <secret>')")
+HOW_TO_PASS = (
+    "a valid bearer token is required: pass --token or set SHARDCRON_TOKEN (metadata 'authorization: Bearer <secret>')"
+)
 
 _caller: contextvars.ContextVar[Token | None] = contextvars.ContextVar("shardcron_caller", default=None)
 _secret: contextvars.ContextVar[str | None] = contextvars.ContextVar("shardcron_caller_secret", default=None)
@@ -129,6 +130,7 @@ def read_namespaces(requested: str) -> frozenset[str] | None:
 
 # -- what a request names (pure) ---------------------------------------------------------
 
+
 def _ns(text: str) -> str:
     return text if text == ALL_NAMESPACES else namespace_or_default(text)
 
@@ -143,13 +145,40 @@ _NO_NAMESPACE: Callable[[Any], tuple[str, ...]] = lambda r: ()  # noqa: E731 - A
 _NAMESPACES_OF: dict[str, Callable[[Any], tuple[str, ...]]] = {
     "PutJob": lambda r: (_ns(r.job.namespace),),
     "PutJobs": lambda r: tuple(dict.fromkeys(_ns(j.namespace) for j in r.jobs)) or ("default",),
-    **{m: _field("namespace") for m in (
-        "GetJob", "DeleteJob", "ListJobs", "PauseJob", "ResumeJob", "TriggerJob", "BackfillJob", "GetBackfill",
-        "ListBackfills", "ListTicks", "WatchTicks")},
+    **{
+        m: _field("namespace")
+        for m in (
+            "GetJob",
+            "DeleteJob",
+            "ListJobs",
+            "PauseJob",
+            "ResumeJob",
+            "TriggerJob",
+            "BackfillJob",
+            "GetBackfill",
+            "ListBackfills",
+            "ListTicks",
+            "WatchTicks",
+        )
+    },
     "GetNamespace": _field("name"),
-    **{m: _NO_NAMESPACE for m in (
-        "GetShards", "PutCalendar", "GetCalendar", "ListCalendars", "DeleteCalendar", "ListNamespaces",
-        "CreateNamespace", "UpdateNamespace", "DeleteNamespace", "ListTokens", "CreateToken", "RevokeToken")},
+    **{
+        m: _NO_NAMESPACE
+        for m in (
+            "GetShards",
+            "PutCalendar",
+            "GetCalendar",
+            "ListCalendars",
+            "DeleteCalendar",
+            "ListNamespaces",
+            "CreateNamespace",
+            "UpdateNamespace",
+            "DeleteNamespace",
+            "ListTokens",
+            "CreateToken",
+            "RevokeToken",
+        )
+    },
 }
 
 # The write calls, each with what it acts on (the audit line's target).
@@ -188,21 +217,26 @@ def audit_line(method: str, token: Token, request, outcome: str = "ok", target: 
     names = namespace_of_request(method, request) if method in _NAMESPACES_OF else ()
     if target is None:
         target = _TARGET_OF[method](request) if method in _TARGET_OF else "-"
-    return (f"call={method} token={token.name} namespace={','.join(names) or '-'} target={target}"
-            + ("" if outcome == "ok" else f" {outcome}"))
+    return f"call={method} token={token.name} namespace={','.join(names) or '-'} target={target}" + (
+        "" if outcome == "ok" else f" {outcome}"
+    )
 
 
 def applied_here_target(request, answer, applied: _Applied) -> str | None:
     """A PutJobs audit line's target: the jobs this node wrote (OK, and not applied by a leader it forwarded
     them to); None when it wrote none."""
-    ids = [j.id for i, (j, r) in enumerate(zip(request.jobs, answer.results, strict=False))
-           if r.code == 0 and i not in applied.items_elsewhere]
+    ids = [
+        j.id
+        for i, (j, r) in enumerate(zip(request.jobs, answer.results, strict=False))
+        if r.code == 0 and i not in applied.items_elsewhere
+    ]
     if not ids:
         return None
     return ",".join(ids[:20]) + (f",+{len(ids) - 20}" if len(ids) > 20 else "")
 
 
 # -- the interceptor ----------------------------------------------------------------------
+
 
 def bearer_of(metadata: Sequence[tuple[str, str]] | None, header: str = AUTHORIZATION) -> str | None:
     """The secret ``header`` names (``Bearer`` in any case, or bare; surrounding whitespace dropped)."""
@@ -254,15 +288,19 @@ class Authorize(grpc.aio.ServerInterceptor):
             return self._deny_stream if handler.response_streaming else self._deny_unary
         if not method.startswith(SCHEDULER_PREFIX):
             return handler  # reflection: any known token
-        name = method[len(SCHEDULER_PREFIX):]
+        name = method[len(SCHEDULER_PREFIX) :]
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._unary(handler.unary_unary, name, token, secret, forwarded),
-                request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
                 self._stream(handler.unary_stream, name, token, secret, forwarded),
-                request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
         return handler
 
     async def _admit(self, context, name: str, token: Token, secret: str | None, request) -> None:
@@ -294,6 +332,7 @@ class Authorize(grpc.aio.ServerInterceptor):
             if name in WRITE_CALLS:
                 _audit(name, token, request, answer, applied)
             return answer
+
         return checked
 
     def _stream(self, inner, name: str, token: Token | None, secret: str | None, forwarded: bool):
@@ -307,6 +346,7 @@ class Authorize(grpc.aio.ServerInterceptor):
                 await self._admit(context, name, token, secret, request)
             async for event in self._until_revoked(inner(request, context), token, context):
                 yield event
+
         return checked
 
     async def _until_revoked(self, events, token: Token, context):
@@ -365,6 +405,22 @@ def _audit(name: str, token: Token, request, answer, applied: _Applied) -> None:
     audit_log.info("%s", audit_line(name, token, request, target=target))
 
 
-__all__ = ["AUTHORIZATION", "Authorize", "NODE_TOKEN_HEADER", "REVOKED", "WRITE_CALLS", "audit_line", "bearer_of",
-           "caller", "caller_secret", "check", "forwarded_by_peer", "identify", "item_sent_elsewhere", "may_see",
-           "namespace_of_request", "readable_namespaces", "sent_elsewhere"]
+__all__ = [
+    "AUTHORIZATION",
+    "Authorize",
+    "NODE_TOKEN_HEADER",
+    "REVOKED",
+    "WRITE_CALLS",
+    "audit_line",
+    "bearer_of",
+    "caller",
+    "caller_secret",
+    "check",
+    "forwarded_by_peer",
+    "identify",
+    "item_sent_elsewhere",
+    "may_see",
+    "namespace_of_request",
+    "readable_namespaces",
+    "sent_elsewhere",
+]

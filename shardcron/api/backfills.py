@@ -38,18 +38,26 @@ LIST_DEFAULT = 100
 LIST_MAX = 1000
 
 # The planner names the CLI's options; the API names its own fields.
-_FIELD = {"--from": "from_ms", "--to": "to_ms", "--rate": "rate_per_s", "--overlap": "overlap",
-          "--from/--to": "from_ms/to_ms"}
+_FIELD = {
+    "--from": "from_ms",
+    "--to": "to_ms",
+    "--rate": "rate_per_s",
+    "--overlap": "overlap",
+    "--from/--to": "from_ms/to_ms",
+}
 
 
-def plan_backfill(engine, request: pb.BackfillJobRequest, *, shard: int, now_ms: int,
-                  calendars: CalendarBook) -> Backfill:
+def plan_backfill(
+    engine, request: pb.BackfillJobRequest, *, shard: int, now_ms: int, calendars: CalendarBook
+) -> Backfill:
     """The backfill the request asks for, checked, with its owed slots counted (not yet stored): the
     slots the job's calendars (as they are now) allow, as the leader will run them."""
     job_id = store_key(request.namespace, request.id)
     if request.to_ms > now_ms:
-        raise BadRequest("to_ms", f"must not be in the future ({request.to_ms} > now {now_ms}): slots from now "
-                                  "on are the live schedule's")
+        raise BadRequest(
+            "to_ms",
+            f"must not be in the future ({request.to_ms} > now {now_ms}): slots from now on are the live schedule's",
+        )
     overlap = overlap_from_proto(request.overlap)
     job = job_reads.get_job(engine, job_id)  # NOT_FOUND for a job that does not exist
     trigger = trigger_for(job.schedule)
@@ -62,8 +70,17 @@ def plan_backfill(engine, request: pb.BackfillJobRequest, *, shard: int, now_ms:
     if isinstance(cals, Unknown):
         raise BadRequest("id", f"{job_named(job_id)}: {cals.reason}")
     planned = sum(1 for _ in owed_slots(trigger, cals, checked.from_ms, checked.to_ms, recorded))
-    return Backfill(backfill_store.new_backfill_id(), job_id, shard, checked.from_ms, checked.to_ms, checked.overlap,
-                    checked.rate_per_s, planned, now_ms)
+    return Backfill(
+        backfill_store.new_backfill_id(),
+        job_id,
+        shard,
+        checked.from_ms,
+        checked.to_ms,
+        checked.overlap,
+        checked.rate_per_s,
+        planned,
+        now_ms,
+    )
 
 
 class BackfillService:
@@ -72,8 +89,9 @@ class BackfillService:
     backend: Backend
     router: Router
 
-    async def BackfillJob(self, request: pb.BackfillJobRequest, context: grpc.aio.ServicerContext
-                          ) -> pb.BackfillJobResponse:
+    async def BackfillJob(
+        self, request: pb.BackfillJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BackfillJobResponse:
         job_id = store_key(request.namespace, request.id)
         shard = shard_for(job_id, self.backend.shard_count)
         b = self.backend
@@ -87,11 +105,16 @@ class BackfillService:
                 b.backfill_added(shard)
             return pb.BackfillJobResponse(backfill=backfill_to_proto(bf))
 
-        return await self.router.call(shard, context, self.router.on_pool(here),
-                                      lambda stub, timeout, md: stub.BackfillJob(request, timeout=timeout, metadata=md))
+        return await self.router.call(
+            shard,
+            context,
+            self.router.on_pool(here),
+            lambda stub, timeout, md: stub.BackfillJob(request, timeout=timeout, metadata=md),
+        )
 
-    async def GetBackfill(self, request: pb.GetBackfillRequest, context: grpc.aio.ServicerContext
-                          ) -> pb.GetBackfillResponse:
+    async def GetBackfill(
+        self, request: pb.GetBackfillRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetBackfillResponse:
         if not request.id:
             raise BadRequest("id", "must name a backfill (as BackfillJob answered it)")
 
@@ -105,8 +128,9 @@ class BackfillService:
 
         return await self.router.blocking(answer)
 
-    async def ListBackfills(self, request: pb.ListBackfillsRequest, context: grpc.aio.ServicerContext
-                            ) -> pb.ListBackfillsResponse:
+    async def ListBackfills(
+        self, request: pb.ListBackfillsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListBackfillsResponse:
         if request.job_id and request.namespace == ALL_NAMESPACES:
             raise BadRequest("namespace", "the backfills of one job name its namespace (or none: default), not '*'")
         job_id = store_key(request.namespace, request.job_id, "job_id") if request.job_id else None

@@ -67,8 +67,9 @@ def _result(job_id: str, code: grpc.StatusCode, message: str, *, retryable: bool
 
 
 def _ok(job: Job, *, unchanged: bool) -> pb.PutJobResult:
-    return pb.PutJobResult(id=job.key.id, code=grpc.StatusCode.OK.value[0], job=job_to_proto(job, redact=True),
-                           unchanged=unchanged)
+    return pb.PutJobResult(
+        id=job.key.id, code=grpc.StatusCode.OK.value[0], job=job_to_proto(job, redact=True), unchanged=unchanged
+    )
 
 
 class BatchWriter:
@@ -81,8 +82,10 @@ class BatchWriter:
 
     async def put_jobs(self, request: pb.PutJobsRequest, context: grpc.aio.ServicerContext) -> pb.PutJobsResponse:
         if len(request.jobs) > self.max_jobs_per_call:
-            raise exhausted(f"{len(request.jobs)} jobs in one PutJobs call; this node's --max-jobs-per-call is "
-                            f"{self.max_jobs_per_call}: send them in several calls")
+            raise exhausted(
+                f"{len(request.jobs)} jobs in one PutJobs call; this node's --max-jobs-per-call is "
+                f"{self.max_jobs_per_call}: send them in several calls"
+            )
         deadline = Deadline.of(context)
         results: list[pb.PutJobResult | None] = [None] * len(request.jobs)
         pending = await self.router.blocking(self._validate, request, results)
@@ -103,16 +106,20 @@ class BatchWriter:
                 elif forwarded:
                     for it in items:
                         results[it.index] = _result(
-                            it.id, grpc.StatusCode.UNAVAILABLE,
+                            it.id,
+                            grpc.StatusCode.UNAVAILABLE,
                             f"node {self.backend.node_id} does not lead shard {shard} (leadership moved)",
-                            retryable=True)
+                            retryable=True,
+                        )
                 elif addr := self.router.leader_elsewhere(shard):
                     remote[addr] += items
                 else:
                     why[shard] = None if not self.backend.leader_address(shard) else "this node is taking it over"
                     waiting += items
-            forwards = [(addr, items, asyncio.ensure_future(self._forward(addr, items, deadline.remaining())))
-                        for addr, items in remote.items()]
+            forwards = [
+                (addr, items, asyncio.ensure_future(self._forward(addr, items, deadline.remaining())))
+                for addr, items in remote.items()
+            ]
             try:
                 retry += await self.router.blocking(self._parse_and_write, local, waiting, results, why, forwarded)
                 for addr, items, fut in forwards:
@@ -124,9 +131,12 @@ class BatchWriter:
             if not pending or not await deadline.wait_to_retry(self.router.closed):
                 break
         for it in pending:
-            results[it.index] = _result(it.id, grpc.StatusCode.UNAVAILABLE,
-                                        unavailable_message(it.shard, why.get(it.shard), deadline.elapsed()),
-                                        retryable=True)
+            results[it.index] = _result(
+                it.id,
+                grpc.StatusCode.UNAVAILABLE,
+                unavailable_message(it.shard, why.get(it.shard), deadline.elapsed()),
+                retryable=True,
+            )
         answered = [r for r in results if r is not None]
         assert len(answered) == len(results), "every job of the call has its result"
         return pb.PutJobsResponse(results=answered)
@@ -144,9 +154,11 @@ class BatchWriter:
                 results[i] = _result(p.id, grpc.StatusCode.INVALID_ARGUMENT, str(e))
                 continue
             if job_id in first:
-                results[i] = _result(job_id, grpc.StatusCode.INVALID_ARGUMENT,
-                                     f"id: {job_named(job_id)} appears more than once in this call "
-                                     f"(first as jobs[{first[job_id]}])")
+                results[i] = _result(
+                    job_id,
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"id: {job_named(job_id)} appears more than once in this call (first as jobs[{first[job_id]}])",
+                )
                 continue
             first[job_id] = i
             items.append(_Item(i, job_id, shard_for(job_id, self.backend.shard_count), p))
@@ -168,8 +180,9 @@ class BatchWriter:
             ok.append(it)
         return ok
 
-    def _parse_and_write(self, local: dict[int, tuple[int, list[_Item]]], waiting: list[_Item], results: list,
-                         why: dict, forwarded: bool) -> list[_Item]:
+    def _parse_and_write(
+        self, local: dict[int, tuple[int, list[_Item]]], waiting: list[_Item], results: list, why: dict, forwarded: bool
+    ) -> list[_Item]:
         """On the pool: write the jobs this node leads; parse the ones whose shard has no leader
         now, so that a bad job is answered at once, not after the wait. The items to retry."""
         parsed = {shard: (fence, ok) for shard, (fence, items) in local.items() if (ok := self._parsed(items, results))}
@@ -178,8 +191,9 @@ class BatchWriter:
 
     # -- on the leader ---------------------------------------------------------------
 
-    def _write_here(self, local: dict[int, tuple[int, list[_Item]]], results: list, why: dict,
-                    forwarded: bool) -> list[_Item]:
+    def _write_here(
+        self, local: dict[int, tuple[int, list[_Item]]], results: list, why: dict, forwarded: bool
+    ) -> list[_Item]:
         """Write the jobs of the shards this node leads, under their fences, in one transaction;
         returns the items to retry elsewhere (their shard's leadership moved)."""
         b = self.backend
@@ -187,9 +201,12 @@ class BatchWriter:
         try:
             try:
                 outcome = job_store.import_jobs_many(
-                    b.engine, {shard: (fence, [it.parsed for it in items]) for shard, (fence, items) in local.items()},
-                    node_id=b.node_id, now_ms=now,
-                    order={it.parsed.id: it.index for _, items in local.values() for it in items})  # quotas: in order
+                    b.engine,
+                    {shard: (fence, [it.parsed for it in items]) for shard, (fence, items) in local.items()},
+                    node_id=b.node_id,
+                    now_ms=now,
+                    order={it.parsed.id: it.index for _, items in local.values() for it in items},
+                )  # quotas: in order
                 written, fenced_out = outcome.written, outcome.fenced_out
                 refused = outcome.refused
             except (InvalidJob, sa_exc.DataError):
@@ -225,8 +242,9 @@ class BatchWriter:
                 results[it.index] = _ok(done.job, unchanged=done.unchanged)
         return retry
 
-    def _write_one_by_one(self, local: dict[int, tuple[int, list[_Item]]], results: list,
-                          now: int) -> tuple[dict[str, job_store.Imported], dict[int, int | None]]:
+    def _write_one_by_one(
+        self, local: dict[int, tuple[int, list[_Item]]], results: list, now: int
+    ) -> tuple[dict[str, job_store.Imported], dict[int, int | None]]:
         """A job the store refuses (a value the database cannot hold) failed the whole
         transaction: one per job instead, so that each gets its own answer."""
         b = self.backend
@@ -237,8 +255,9 @@ class BatchWriter:
                 if shard in fenced_out:
                     break
                 try:
-                    outcome = job_store.import_jobs_many(b.engine, {shard: (fence, [it.parsed])}, node_id=b.node_id,
-                                                         now_ms=now)
+                    outcome = job_store.import_jobs_many(
+                        b.engine, {shard: (fence, [it.parsed])}, node_id=b.node_id, now_ms=now
+                    )
                 except (InvalidJob, sa_exc.DataError) as e:
                     results[it.index] = _result(it.id, *status_for(e))
                     continue
@@ -252,8 +271,9 @@ class BatchWriter:
 
     async def _forward(self, addr: str, items: list[_Item], timeout_s: float) -> pb.PutJobsResponse:
         request = pb.PutJobsRequest(jobs=[it.proto for it in items])
-        return await self.router.stub(addr).PutJobs(request, timeout=max(timeout_s, 0.001),
-                                                    metadata=self.router.forward_metadata())
+        return await self.router.stub(addr).PutJobs(
+            request, timeout=max(timeout_s, 0.001), metadata=self.router.forward_metadata()
+        )
 
     def _forwarded_results(self, addr: str, items: list[_Item], outcome, results: list, why: dict) -> list[_Item]:
         response = outcome
@@ -275,7 +295,7 @@ class BatchWriter:
                 results[it.index] = r
                 item_sent_elsewhere(it.index)  # its leader applied (or refused) it, and audit-logs it
         if len(response.results) != len(items):
-            for it in items[len(response.results):]:
+            for it in items[len(response.results) :]:
                 results[it.index] = _result(it.id, grpc.StatusCode.INTERNAL, f"{addr} returned too few results")
         return retry
 

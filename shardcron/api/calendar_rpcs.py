@@ -44,11 +44,16 @@ class CalendarRpcs:
         try:
             self.backend.calendar_written(name, calendar, now_ms)
         except EtcdUnavailable as e:
-            log.warning("calendar %r written, but the other nodes were not told (%s); they reload it within "
-                        "their periodic reload", name, e)
+            log.warning(
+                "calendar %r written, but the other nodes were not told (%s); they reload it within "
+                "their periodic reload",
+                name,
+                e,
+            )
 
-    async def PutCalendar(self, request: pb.PutCalendarRequest, context: grpc.aio.ServicerContext
-                          ) -> pb.PutCalendarResponse:
+    async def PutCalendar(
+        self, request: pb.PutCalendarRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PutCalendarResponse:
         calendar = calendar_from_proto(request.calendar)
         expected = request.expected_version if request.HasField("expected_version") else None
         if expected is not None and expected < 0:
@@ -56,36 +61,49 @@ class CalendarRpcs:
 
         def write() -> pb.PutCalendarResponse:
             now = clock.wall_ms()
-            stored = calendar_store.put_calendar(self.backend.engine, calendar, node_id=self.backend.node_id,
-                                                 now_ms=now, expected_version=expected)
+            stored = calendar_store.put_calendar(
+                self.backend.engine, calendar, node_id=self.backend.node_id, now_ms=now, expected_version=expected
+            )
             self._announce(calendar.name, calendar, now)
             return pb.PutCalendarResponse(calendar=calendar_to_proto(calendar, stored.version, stored.updated_at_ms))
 
         return await self.router.blocking(write)
 
-    async def GetCalendar(self, request: pb.GetCalendarRequest, context: grpc.aio.ServicerContext
-                          ) -> pb.GetCalendarResponse:
+    async def GetCalendar(
+        self, request: pb.GetCalendarRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetCalendarResponse:
         name = _name(request.name)
 
         def read() -> pb.GetCalendarResponse:
             s = calendar_store.get_calendar(self.backend.engine, name)
-            users = [split_key(k) for k in calendar_store.jobs_using(self.backend.engine, name,
-                                                                     namespaces=auth.readable_namespaces())]
-            return pb.GetCalendarResponse(calendar=calendar_to_proto(s.calendar, s.version, s.updated_at_ms),
-                                          jobs=[k.id for k in users], job_namespaces=[k.namespace for k in users])
+            users = [
+                split_key(k)
+                for k in calendar_store.jobs_using(self.backend.engine, name, namespaces=auth.readable_namespaces())
+            ]
+            return pb.GetCalendarResponse(
+                calendar=calendar_to_proto(s.calendar, s.version, s.updated_at_ms),
+                jobs=[k.id for k in users],
+                job_namespaces=[k.namespace for k in users],
+            )
 
         return await self.router.blocking(read)
 
-    async def ListCalendars(self, request: pb.ListCalendarsRequest, context: grpc.aio.ServicerContext
-                            ) -> pb.ListCalendarsResponse:
+    async def ListCalendars(
+        self, request: pb.ListCalendarsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListCalendarsResponse:
         def read() -> pb.ListCalendarsResponse:
-            return pb.ListCalendarsResponse(calendars=[calendar_to_proto(s.calendar, s.version, s.updated_at_ms)
-                                                       for s in calendar_store.list_calendars(self.backend.engine)])
+            return pb.ListCalendarsResponse(
+                calendars=[
+                    calendar_to_proto(s.calendar, s.version, s.updated_at_ms)
+                    for s in calendar_store.list_calendars(self.backend.engine)
+                ]
+            )
 
         return await self.router.blocking(read)
 
-    async def DeleteCalendar(self, request: pb.DeleteCalendarRequest, context: grpc.aio.ServicerContext
-                             ) -> pb.DeleteCalendarResponse:
+    async def DeleteCalendar(
+        self, request: pb.DeleteCalendarRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteCalendarResponse:
         name = _name(request.name)
 
         def delete() -> pb.DeleteCalendarResponse:

@@ -59,36 +59,46 @@ class _CheckOnly(health_pb2_grpc.HealthServicer):
 
     def Check(self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext):  # noqa: N802 - grpc's name
         if request.service not in self._services:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"unknown service {request.service!r}: this node serves "
-                                                     f"{', '.join(repr(s) for s in sorted(self._services))}")
-        status = health_pb2.HealthCheckResponse.SERVING if self._serving() else \
-            health_pb2.HealthCheckResponse.NOT_SERVING
+            context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"unknown service {request.service!r}: this node serves "
+                f"{', '.join(repr(s) for s in sorted(self._services))}",
+            )
+        status = (
+            health_pb2.HealthCheckResponse.SERVING if self._serving() else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
         return health_pb2.HealthCheckResponse(status=status)
 
     def Watch(self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext):  # noqa: N802
-        context.abort(grpc.StatusCode.UNIMPLEMENTED, "Watch is served on the API port (--listen); this port "
-                                                     "(--health-listen) answers Check only")
+        context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "Watch is served on the API port (--listen); this port (--health-listen) answers Check only",
+        )
 
 
 class HealthPort:
     """Serves ``Check`` on ``listen`` until ``stop()``; ConfigError naming the flag if it cannot bind."""
 
-    def __init__(self, listen: str, services: frozenset[str], joined: threading.Event, stopping: threading.Event,
-                 beat: LoopBeat) -> None:
+    def __init__(
+        self, listen: str, services: frozenset[str], joined: threading.Event, stopping: threading.Event, beat: LoopBeat
+    ) -> None:
         def serving() -> bool:
             return joined.is_set() and not stopping.is_set() and beat.age_s() < LOOP_STALL_S
 
         self.listen = listen
-        self._server = grpc.server(ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="health"),
-                                   options=[("grpc.so_reuseport", 0)])
+        self._server = grpc.server(
+            ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="health"), options=[("grpc.so_reuseport", 0)]
+        )
         health_pb2_grpc.add_HealthServicer_to_server(_CheckOnly(services, serving), self._server)
         try:
             self.port = self._server.add_insecure_port(listen)
         except RuntimeError:
             self.port = 0
         if not self.port:
-            raise ConfigError(f"--health-listen: cannot listen on {listen}: the port is in use, or the address is "
-                              f"not one of this host's")
+            raise ConfigError(
+                f"--health-listen: cannot listen on {listen}: the port is in use, or the address is "
+                f"not one of this host's"
+            )
         self._server.start()
 
     def stop(self, grace: float | None = 1.0) -> None:

@@ -32,19 +32,33 @@ LINGER_S = 0.002
 class JobPuts(GroupCommit[job_store.Put, Job]):
     """``submit(put)``: the stored job (``written`` already told), or the put's error raised."""
 
-    def __init__(self, engine: Engine, node_id: str, *, pool: Executor | None = None,
-                 written: Callable[[int, Job], None] | None = None, lifeline: Lifeline = UNWATCHED):
+    def __init__(
+        self,
+        engine: Engine,
+        node_id: str,
+        *,
+        pool: Executor | None = None,
+        written: Callable[[int, Job], None] | None = None,
+        lifeline: Lifeline = UNWATCHED,
+    ):
         """``pool`` runs the batches (the loop's default executor if None); ``written(shard, job)`` is
         called for each job stored, in the batch's thread, before its call is answered."""
-        super().__init__(self._write_and_tell, max_batch=MAX_BATCH, linger_s=LINGER_S, pool=pool,
-                         name="putjob-commit", lifeline=lifeline)
+        super().__init__(
+            self._write_and_tell,
+            max_batch=MAX_BATCH,
+            linger_s=LINGER_S,
+            pool=pool,
+            name="putjob-commit",
+            lifeline=lifeline,
+        )
         self.engine = engine
         self.node_id = node_id
         self._written = written
 
     def _write_and_tell(self, puts: list[job_store.Put]) -> Sequence[Job | BaseException]:
         answers: list[Job | BaseException] = list(
-            job_store.put_each(self.engine, puts, node_id=self.node_id, now_ms=clock.wall_ms()))
+            job_store.put_each(self.engine, puts, node_id=self.node_id, now_ms=clock.wall_ms())
+        )
         if self._written is not None:
             for i, (p, answer) in enumerate(zip(puts, answers, strict=True)):
                 if isinstance(answer, Job):

@@ -132,12 +132,14 @@ class StreamSlots:
         """Take a slot for a stream from ``peer``; RESOURCE_EXHAUSTED naming the limit if none is free."""
         with self._lock:
             if self._open >= self.max_streams:
-                raise exhausted(f"this node already serves {self._open} streams, its --max-streams; "
-                                f"close some or call another node")
+                raise exhausted(
+                    f"this node already serves {self._open} streams, its --max-streams; close some or call another node"
+                )
             held = self._by_peer.get(peer, 0)
             if not forwarded and held >= self.max_per_peer:
-                raise exhausted(f"{peer} already has {held} open streams on this node, its "
-                                f"--max-streams-per-peer; close some first")
+                raise exhausted(
+                    f"{peer} already has {held} open streams on this node, its --max-streams-per-peer; close some first"
+                )
             self._open += 1
             self._by_peer[peer] = held + 1
 
@@ -171,8 +173,10 @@ class TriggerBudget:
             if tokens < 1.0:
                 self._buckets[job_id] = (tokens, now_ms)
                 wait_ms = (1.0 - tokens) * rate.period_ms / rate.count
-                raise exhausted(f"job {job_id!r} was triggered too often: this node's --trigger-rate is {rate} "
-                                f"per job; the next trigger is allowed in {wait_ms / 1000:.1f}s")
+                raise exhausted(
+                    f"job {job_id!r} was triggered too often: this node's --trigger-rate is {rate} "
+                    f"per job; the next trigger is allowed in {wait_ms / 1000:.1f}s"
+                )
             self._buckets[job_id] = (tokens - 1.0, now_ms)
             while len(self._buckets) > self._kept:
                 self._buckets.popitem(last=False)

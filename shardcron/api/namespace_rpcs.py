@@ -55,37 +55,49 @@ class NamespaceRpcs:
         try:
             self.backend.namespace_written(name, now_ms)
         except EtcdUnavailable as e:
-            log.warning("namespace %r written, but the other nodes were not told (%s); they reload it within "
-                        "their periodic reload", name, e)
+            log.warning(
+                "namespace %r written, but the other nodes were not told (%s); they reload it within "
+                "their periodic reload",
+                name,
+                e,
+            )
 
-    async def ListNamespaces(self, request: pb.ListNamespacesRequest, context: grpc.aio.ServicerContext
-                             ) -> pb.ListNamespacesResponse:
+    async def ListNamespaces(
+        self, request: pb.ListNamespacesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListNamespacesResponse:
         found = await self.router.blocking(namespace_store.list_namespaces, self.backend.engine)
         # Only the caller's namespaces (scopes: ListNamespaces), judged here on the call's own context.
         return pb.ListNamespacesResponse(namespaces=[namespace_to_proto(n) for n in found if may_see(n.name)])
 
-    async def GetNamespace(self, request: pb.GetNamespaceRequest, context: grpc.aio.ServicerContext
-                           ) -> pb.GetNamespaceResponse:
+    async def GetNamespace(
+        self, request: pb.GetNamespaceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetNamespaceResponse:
         name = namespace_name(request.name)
-        return pb.GetNamespaceResponse(namespace=namespace_to_proto(
-            await self.router.blocking(namespace_store.get_namespace, self.backend.engine, name)))
+        return pb.GetNamespaceResponse(
+            namespace=namespace_to_proto(
+                await self.router.blocking(namespace_store.get_namespace, self.backend.engine, name)
+            )
+        )
 
-    async def CreateNamespace(self, request: pb.CreateNamespaceRequest, context: grpc.aio.ServicerContext
-                              ) -> pb.CreateNamespaceResponse:
+    async def CreateNamespace(
+        self, request: pb.CreateNamespaceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateNamespaceResponse:
         name = namespace_name(request.namespace.name, "namespace.name")
         settings = settings_from_proto(request.namespace)
 
         def write() -> pb.CreateNamespaceResponse:
             now = clock.wall_ms()
-            stored = namespace_store.create_namespace(self.backend.engine, name, settings,
-                                                      node_id=self.backend.node_id, now_ms=now)
+            stored = namespace_store.create_namespace(
+                self.backend.engine, name, settings, node_id=self.backend.node_id, now_ms=now
+            )
             self._namespace_changed(name, now)
             return pb.CreateNamespaceResponse(namespace=namespace_to_proto(stored))
 
         return await self.router.blocking(write)
 
-    async def UpdateNamespace(self, request: pb.UpdateNamespaceRequest, context: grpc.aio.ServicerContext
-                              ) -> pb.UpdateNamespaceResponse:
+    async def UpdateNamespace(
+        self, request: pb.UpdateNamespaceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.UpdateNamespaceResponse:
         p = request.namespace
         name = namespace_name(p.name, "namespace.name")
         weight = None
@@ -100,15 +112,17 @@ class NamespaceRpcs:
 
         def write() -> pb.UpdateNamespaceResponse:
             now = clock.wall_ms()
-            stored = namespace_store.update_namespace(self.backend.engine, name, weight=weight, quota=quota,
-                                                      node_id=self.backend.node_id, now_ms=now)
+            stored = namespace_store.update_namespace(
+                self.backend.engine, name, weight=weight, quota=quota, node_id=self.backend.node_id, now_ms=now
+            )
             self._namespace_changed(name, now)
             return pb.UpdateNamespaceResponse(namespace=namespace_to_proto(stored))
 
         return await self.router.blocking(write)
 
-    async def DeleteNamespace(self, request: pb.DeleteNamespaceRequest, context: grpc.aio.ServicerContext
-                              ) -> pb.DeleteNamespaceResponse:
+    async def DeleteNamespace(
+        self, request: pb.DeleteNamespaceRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteNamespaceResponse:
         name = namespace_name(request.name)
         engine = self.backend.engine
         deleted = 0
@@ -129,14 +143,16 @@ class NamespaceRpcs:
             return pb.DeleteNamespaceResponse(jobs_deleted=deleted)
         raise namespace_store.NamespaceInUse(
             f"namespace {name!r} still receives jobs while it is deleted ({deleted} deleted in {DELETE_PASSES} "
-            "passes): stop what puts them, then delete it again")
+            "passes): stop what puts them, then delete it again"
+        )
 
     async def _delete_jobs(self, name: str, context) -> int:
         """Every job of the namespace, through its shard's leader (the DeleteJob path); how many went."""
         deleted, after = 0, None
         while True:
             keys = await self.router.blocking(
-                lambda after=after: namespace_store.job_keys(self.backend.engine, name, after=after, limit=DELETE_PAGE))
+                lambda after=after: namespace_store.job_keys(self.backend.engine, name, after=after, limit=DELETE_PAGE)
+            )
             if not keys:
                 return deleted
             results = await asyncio.gather(*(self._delete_job(key, context) for key in keys))

@@ -59,6 +59,7 @@ _NO_DEADLINE_S = 10**6  # grpc reports "no deadline" as a far-away one
 BACKOFF_FIRST_S = 0.05
 BACKOFF_MAX_S = 0.5
 
+
 @dataclass
 class Deadline:
     """The time a call may take on this node, ending a little before the caller's own deadline
@@ -109,9 +110,11 @@ def leader_moved(e: grpc.RpcError) -> bool:
 
 
 def not_leader_here(node_id: str, shard: int) -> CallFailed:
-    return CallFailed(grpc.StatusCode.UNAVAILABLE,
-                      f"node {node_id} does not lead shard {shard} (leadership moved); retry with its new leader",
-                      retry=True)
+    return CallFailed(
+        grpc.StatusCode.UNAVAILABLE,
+        f"node {node_id} does not lead shard {shard} (leadership moved); retry with its new leader",
+        retry=True,
+    )
 
 
 class Router:
@@ -120,8 +123,16 @@ class Router:
     Lives on the API server's event loop; ``blocking`` runs the local part of a call
     (a store read or write) on the server's pool."""
 
-    def __init__(self, backend: Backend, own_address: str, security: ChannelSecurity | None = None,
-                 *, pool: Executor | None = None, options: tuple = CHANNEL_OPTIONS, seal: Seal | None = None):
+    def __init__(
+        self,
+        backend: Backend,
+        own_address: str,
+        security: ChannelSecurity | None = None,
+        *,
+        pool: Executor | None = None,
+        options: tuple = CHANNEL_OPTIONS,
+        seal: Seal | None = None,
+    ):
         self.backend = backend
         self.seal = seal or node_local_seal()  # the cluster's: what makes a forwarded marker count
         self.security = security  # forwarding presents the same credentials as any caller
@@ -131,8 +142,7 @@ class Router:
         # This node's own secret: in its own header when forwarding a caller's call (the leader caps the
         # caller's scope by it), and as the bearer of the calls the node makes for itself (watch fan-in).
         self.node_metadata = token_metadata(security)
-        self._node_header = (((NODE_TOKEN_HEADER, f"Bearer {security.token}"),) if security and security.token
-                             else ())
+        self._node_header = ((NODE_TOKEN_HEADER, f"Bearer {security.token}"),) if security and security.token else ()
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, pb_grpc.SchedulerStub] = {}
         self.closed = threading.Event()
@@ -214,8 +224,9 @@ class Router:
                     why = "this node is taking the shard over"
                 else:
                     try:
-                        answer = await remote(self.stub(addr), max(deadline.remaining(), 0.001),
-                                              self.forward_metadata())
+                        answer = await remote(
+                            self.stub(addr), max(deadline.remaining(), 0.001), self.forward_metadata()
+                        )
                         sent_elsewhere()  # the leader applied it, and audit-logs it
                         return answer
                     except grpc.RpcError as e:

@@ -37,8 +37,9 @@ def load_tokens(path: str | None) -> tuple[TokenBook | None, str | None]:
         return None, None
     text = raw.decode("utf-8-sig", "replace")  # an editor's byte-order mark is not part of the first name
     book = parse_token_file(text, f"--auth-token-file {path}")
-    bare = sorted(line.strip() for line in text.splitlines()
-                  if len(line.split()) == 1 and not line.strip().startswith("#"))
+    bare = sorted(
+        line.strip() for line in text.splitlines() if len(line.split()) == 1 and not line.strip().startswith("#")
+    )
     return book, (bare[0] if bare else None)
 
 
@@ -53,4 +54,3 @@ def server_credentials(sec: ServerSecurity) -> grpc.ServerCredentials | None:
     assert cert is not None and key is not None  # both paths are set: read, or ConfigError
     ca = read_file(sec.client_ca_file, "--tls-client-ca")
     return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca, require_client_auth=ca is not None)
-

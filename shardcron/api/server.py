@@ -95,12 +95,15 @@ def _parser(cls, max_bytes: int) -> Callable[[bytes], object]:
 
     def parse(data: bytes):
         if len(data) > max_bytes:
-            return _Refused(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                            f"request: {len(data)} bytes; this node's --max-request-bytes is {max_bytes}")
+            return _Refused(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"request: {len(data)} bytes; this node's --max-request-bytes is {max_bytes}",
+            )
         try:
             return cls.FromString(data)
         except Exception as e:  # noqa: BLE001 - DecodeError, invalid UTF-8, ...: the caller's bytes
             return _Refused(grpc.StatusCode.INVALID_ARGUMENT, f"request: not a valid {name}: {e}")
+
     return parse
 
 
@@ -136,6 +139,7 @@ class _Wrap:
                 return await fn(request, context)
             except Exception as e:  # noqa: BLE001 - every failure gets a status
                 await self.fail(context, e, method)
+
         return handle
 
     def stream(self, fn, method: str):
@@ -157,11 +161,13 @@ class _Wrap:
                 await self.fail(context, e, method)
             finally:
                 self._slots.release(peer)
+
         return handle
 
 
-def scheduler_handler(service: SchedulerService, node_id: str, slots: StreamSlots,
-                      max_request_bytes: int) -> grpc.GenericRpcHandler:
+def scheduler_handler(
+    service: SchedulerService, node_id: str, slots: StreamSlots, max_request_bytes: int
+) -> grpc.GenericRpcHandler:
     wrap = _Wrap(node_id, slots)
     handlers = {}
     for m in pb.DESCRIPTOR.services_by_name["Scheduler"].methods:
@@ -169,22 +175,33 @@ def scheduler_handler(service: SchedulerService, node_id: str, slots: StreamSlot
         fn = getattr(service, m.name)  # every RPC of the proto is served (AttributeError at start otherwise)
         if m.server_streaming:
             handlers[m.name] = grpc.unary_stream_rpc_method_handler(
-                wrap.stream(fn, m.name), request_deserializer=_parser(req, max_request_bytes),
-                response_serializer=resp.SerializeToString)
+                wrap.stream(fn, m.name),
+                request_deserializer=_parser(req, max_request_bytes),
+                response_serializer=resp.SerializeToString,
+            )
         else:
             handlers[m.name] = grpc.unary_unary_rpc_method_handler(
-                wrap.unary(fn, m.name), request_deserializer=_parser(req, max_request_bytes),
-                response_serializer=resp.SerializeToString)
+                wrap.unary(fn, m.name),
+                request_deserializer=_parser(req, max_request_bytes),
+                response_serializer=resp.SerializeToString,
+            )
     return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
 
 
 class ApiServer:
     """A running API server; ``stop()`` ends it (Node.close calls it)."""
 
-    def __init__(self, backend: Backend, listen: str, advertise: str, security: ServerSecurity | None = None,
-                 forward: ChannelSecurity | None = None, limits: ApiLimits | None = None,
-                 keepalive_ms: tuple[int, int] = (KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS),
-                 health_listen: str | None = None):
+    def __init__(
+        self,
+        backend: Backend,
+        listen: str,
+        advertise: str,
+        security: ServerSecurity | None = None,
+        forward: ChannelSecurity | None = None,
+        limits: ApiLimits | None = None,
+        keepalive_ms: tuple[int, int] = (KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS),
+        health_listen: str | None = None,
+    ):
         self.backend = backend
         self.listen = listen
         self.stopping = threading.Event()
@@ -206,8 +223,9 @@ class ApiServer:
         try:
             self.port = self._on_loop(self._build(advertise, forward))
             if health_listen:
-                self.health_port = HealthPort(health_listen, frozenset(("", SERVICE_NAME)), backend.joined,
-                                              self.stopping, self.beat)
+                self.health_port = HealthPort(
+                    health_listen, frozenset(("", SERVICE_NAME)), backend.joined, self.stopping, self.beat
+                )
         except BaseException:
             self.stopping.set()
             self._end_loop()
@@ -227,38 +245,42 @@ class ApiServer:
 
     async def _build(self, advertise: str, forward: ChannelSecurity | None) -> int:
         seal = self._seal()
-        self.router = Router(self.backend, advertise, forward, pool=self.pool,
-                             options=channel_options(*self.keepalive_ms), seal=seal)
+        self.router = Router(
+            self.backend, advertise, forward, pool=self.pool, options=channel_options(*self.keepalive_ms), seal=seal
+        )
         self.service = SchedulerService(self.backend, self.router, self.stopping, self.limits, self.lifeline)
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]  # grpc_health stubs lack aio
         # Tokens are checked when the node has a token file; the store's tokens then add to the file's.
         self.tokens = None
         if self.security.tokens is not None:
             engine = self.backend.engine
-            self.tokens = NodeTokens(self.security.tokens, lambda: [s.token for s in list_tokens(engine)],
-                                     lifeline=self.lifeline)
+            self.tokens = NodeTokens(
+                self.security.tokens, lambda: [s.token for s in list_tokens(engine)], lifeline=self.lifeline
+            )
             if getattr(self.backend, "etcd", None) is not None:
                 self.tokens.watch(self.backend.etcd, self.backend.layout.tokens)
         self.service.node_tokens = self.tokens  # the token RPCs: file tokens, and reload after a write
         # Always: it checks a forwarded marker's seal; with tokens, it authorizes and audits too.
-        self._server = grpc.aio.server(options=server_options(self.limits, *self.keepalive_ms),
-                                       interceptors=[Authorize(self.tokens, seal)])
-        self._server.add_generic_rpc_handlers((scheduler_handler(
-            self.service, self.backend.node_id, self.slots, self.limits.max_request_bytes),))
+        self._server = grpc.aio.server(
+            options=server_options(self.limits, *self.keepalive_ms), interceptors=[Authorize(self.tokens, seal)]
+        )
+        self._server.add_generic_rpc_handlers(
+            (scheduler_handler(self.service, self.backend.node_id, self.slots, self.limits.max_request_bytes),)
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
-        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
-                                            self._server)
+        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server)
         return self._bind(self.listen)
 
     def _bind(self, listen: str) -> int:
         creds = server_credentials(self.security)
         try:
-            port = (self._server.add_secure_port(listen, creds) if creds else self._server.add_insecure_port(listen))
+            port = self._server.add_secure_port(listen, creds) if creds else self._server.add_insecure_port(listen)
         except RuntimeError:
             port = 0
         if not port:
-            raise ConfigError(f"--listen: cannot listen on {listen}: the port is in use, or the address is not "
-                              f"one of this host's")
+            raise ConfigError(
+                f"--listen: cannot listen on {listen}: the port is in use, or the address is not one of this host's"
+            )
         return port
 
     def start(self) -> ApiServer:
@@ -319,5 +341,13 @@ class ApiServer:
 
 def start_server(backend: Backend, cfg: NodeConfig) -> ApiServer:
     """Bind ``cfg.listen`` and serve; ``ConfigError`` naming the address if it cannot be bound."""
-    return ApiServer(backend, cfg.listen, cfg.advertise, cfg.api_security, cfg.forward_security,
-                     cfg.api_limits, cfg.keepalive_ms, cfg.health_listen).start()
+    return ApiServer(
+        backend,
+        cfg.listen,
+        cfg.advertise,
+        cfg.api_security,
+        cfg.forward_security,
+        cfg.api_limits,
+        cfg.keepalive_ms,
+        cfg.health_listen,
+    ).start()

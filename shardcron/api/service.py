@@ -72,8 +72,9 @@ def _page_size(value: int, default: int, field: str = "page_size") -> int:
     return min(value or default, PAGE_MAX)
 
 
-def bounded_page(items: Sequence[T], size: int, to_proto: Callable[[T], M],
-                 max_bytes: int = PAGE_BYTES) -> tuple[list[M], bool]:
+def bounded_page(
+    items: Sequence[T], size: int, to_proto: Callable[[T], M], max_bytes: int = PAGE_BYTES
+) -> tuple[list[M], bool]:
     """(protos of the first items that fit in ``size`` entries and ``max_bytes``, whether more follow).
 
     ``items`` holds up to ``size + 1`` entries: one more than the page tells that there is a next one."""
@@ -92,15 +93,26 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
     """Made on the API server's loop (its watches hold the loop). The calendar and backfill RPCs are in
     ``api/calendar_rpcs.py`` and ``api/backfills.py``."""
 
-    def __init__(self, backend: Backend, router: Router, stopping: threading.Event, limits: ApiLimits,
-                 lifeline: Lifeline = UNWATCHED):
+    def __init__(
+        self,
+        backend: Backend,
+        router: Router,
+        stopping: threading.Event,
+        limits: ApiLimits,
+        lifeline: Lifeline = UNWATCHED,
+    ):
         self.backend = backend
         self.router = router
         self.stopping = stopping
         self.limits = limits
         self.batch = BatchWriter(backend, router, limits.max_jobs_per_call)
-        self.job_puts = JobPuts(backend.engine, backend.node_id, pool=router.pool,
-                                written=lambda shard, job: backend.job_written(shard, job), lifeline=lifeline)
+        self.job_puts = JobPuts(
+            backend.engine,
+            backend.node_id,
+            pool=router.pool,
+            written=lambda shard, job: backend.job_written(shard, job),
+            lifeline=lifeline,
+        )
         self.watches = Watches(backend, router, stopping, lifeline)
         self.triggers = TriggerBudget(limits.trigger_rate)
 
@@ -130,9 +142,15 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
             trigger = triggers.get(job.schedule) or triggers.setdefault(job.schedule, trigger_for(job.schedule))
             lr = last.get(job.id)
             cals = self.backend.calendars.resolve(job.calendars) if job.calendars else ()
-            runs = job_runs(job, now, trigger=trigger, last_scheduled_at_ms=lr and lr.scheduled_at_ms,
-                            last_status=lr and lr.status, failures=lr.failures_in_a_row if lr else 0,
-                            calendars=() if isinstance(cals, Unknown) else cals)
+            runs = job_runs(
+                job,
+                now,
+                trigger=trigger,
+                last_scheduled_at_ms=lr and lr.scheduled_at_ms,
+                last_status=lr and lr.status,
+                failures=lr.failures_in_a_row if lr else 0,
+                calendars=() if isinstance(cals, Unknown) else cals,
+            )
             if isinstance(cals, Unknown):  # deleted with --force: nothing is owed until it is put again
                 runs = replace(runs, next_slot_ms=None, next_start_ms=None, next_reason=cals.reason)
             p.runs.CopyFrom(job_runs_to_proto(runs))
@@ -156,8 +174,9 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
             stored = await self.job_puts.submit(job_store.Put(job, shard, fence, expected))
             return pb.PutJobResponse(job=self._job_answer(stored))
 
-        return await self.router.call(shard, context, here,
-                                      lambda stub, timeout, md: stub.PutJob(request, timeout=timeout, metadata=md))
+        return await self.router.call(
+            shard, context, here, lambda stub, timeout, md: stub.PutJob(request, timeout=timeout, metadata=md)
+        )
 
     async def PutJobs(self, request: pb.PutJobsRequest, context: grpc.aio.ServicerContext) -> pb.PutJobsResponse:
         return await self.batch.put_jobs(request, context)
@@ -171,8 +190,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
 
         return await self.router.blocking(answer)
 
-    async def DeleteJob(self, request: pb.DeleteJobRequest, context: grpc.aio.ServicerContext
-                        ) -> pb.DeleteJobResponse:
+    async def DeleteJob(self, request: pb.DeleteJobRequest, context: grpc.aio.ServicerContext) -> pb.DeleteJobResponse:
         job_id = store_key(request.namespace, request.id)
         shard = self._shard(job_id)
         b = self.backend
@@ -182,16 +200,21 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
             b.job_deleted(shard, job_id)
             return pb.DeleteJobResponse()
 
-        return await self.router.call(shard, context, self.router.on_pool(here),
-                                      lambda stub, timeout, md: stub.DeleteJob(request, timeout=timeout, metadata=md))
+        return await self.router.call(
+            shard,
+            context,
+            self.router.on_pool(here),
+            lambda stub, timeout, md: stub.DeleteJob(request, timeout=timeout, metadata=md),
+        )
 
     async def _set_paused(self, job_id: str, paused: bool, context, forward):
         shard = self._shard(job_id)
         b = self.backend
 
         def here(fence: int) -> pb.Job:
-            job = job_store.set_paused(b.engine, job_id, paused, shard=shard, fence=fence, node_id=b.node_id,
-                                       now_ms=clock.wall_ms())
+            job = job_store.set_paused(
+                b.engine, job_id, paused, shard=shard, fence=fence, node_id=b.node_id, now_ms=clock.wall_ms()
+            )
             b.job_written(shard, job)
             return self._job_answer(job)
 
@@ -205,8 +228,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
 
         return pb.PauseJobResponse(job=await self._set_paused(job_id, True, context, forward))
 
-    async def ResumeJob(self, request: pb.ResumeJobRequest, context: grpc.aio.ServicerContext
-                        ) -> pb.ResumeJobResponse:
+    async def ResumeJob(self, request: pb.ResumeJobRequest, context: grpc.aio.ServicerContext) -> pb.ResumeJobResponse:
         job_id = store_key(request.namespace, request.id)
 
         async def forward(stub, timeout, md):
@@ -214,8 +236,9 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
 
         return pb.ResumeJobResponse(job=await self._set_paused(job_id, False, context, forward))
 
-    async def TriggerJob(self, request: pb.TriggerJobRequest, context: grpc.aio.ServicerContext
-                         ) -> pb.TriggerJobResponse:
+    async def TriggerJob(
+        self, request: pb.TriggerJobRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TriggerJobResponse:
         job_id = store_key(request.namespace, request.id)
         shard = self._shard(job_id)
         b = self.backend
@@ -231,11 +254,16 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
                     raise NotLeader(shard) from None
                 raise JobNotFound(job_id) from None
             key = split_key(slot.job_id)
-            return pb.TriggerJobResponse(id=key.id, namespace=key.namespace, scheduled_at_ms=slot.scheduled_at_ms,
-                                         shard=shard)
+            return pb.TriggerJobResponse(
+                id=key.id, namespace=key.namespace, scheduled_at_ms=slot.scheduled_at_ms, shard=shard
+            )
 
-        return await self.router.call(shard, context, self.router.on_pool(here),
-                                      lambda stub, timeout, md: stub.TriggerJob(request, timeout=timeout, metadata=md))
+        return await self.router.call(
+            shard,
+            context,
+            self.router.on_pool(here),
+            lambda stub, timeout, md: stub.TriggerJob(request, timeout=timeout, metadata=md),
+        )
 
     async def ListJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext) -> pb.ListJobsResponse:
         size = _page_size(request.page_size, JOBS_PAGE_DEFAULT)
@@ -261,9 +289,16 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
         paused = request.paused if request.HasField("paused") else None
 
         def page() -> pb.ListJobsResponse:
-            jobs = job_reads.list_jobs(self.backend.engine, shard=shard, labels=labels, limit=size + 1,
-                                       after_id=after, namespaces=namespaces, id_prefix=request.id_prefix,
-                                       paused=paused)
+            jobs = job_reads.list_jobs(
+                self.backend.engine,
+                shard=shard,
+                labels=labels,
+                limit=size + 1,
+                after_id=after,
+                namespaces=namespaces,
+                id_prefix=request.id_prefix,
+                paused=paused,
+            )
             protos, more = bounded_page(jobs, size, self._with_runs(jobs[:size]))
             token = encode_page_token(jobs[len(protos) - 1].id) if more else ""
             return pb.ListJobsResponse(jobs=protos, next_page_token=token)
@@ -272,8 +307,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
 
     # -- ticks --------------------------------------------------------------------------
 
-    async def ListTicks(self, request: pb.ListTicksRequest, context: grpc.aio.ServicerContext
-                        ) -> pb.ListTicksResponse:
+    async def ListTicks(self, request: pb.ListTicksRequest, context: grpc.aio.ServicerContext) -> pb.ListTicksResponse:
         job_id = store_key(request.namespace, request.job_id, "job_id")
         size = _page_size(request.page_size, TICKS_PAGE_DEFAULT)
         before = decode_page_token(request.page_token)
@@ -295,8 +329,9 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
 
         return await self.router.blocking(page)
 
-    def WatchTicks(self, request: pb.WatchTicksRequest, context: grpc.aio.ServicerContext
-                   ) -> AsyncIterator[pb.TickEvent]:
+    def WatchTicks(
+        self, request: pb.WatchTicksRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.TickEvent]:
         if request.job_id:
             if request.namespace == ALL_NAMESPACES:
                 raise BadRequest("namespace", "a watch of one job names its namespace (or none: default), not '*'")
@@ -313,6 +348,5 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
 
     # -- shards -----------------------------------------------------------------------
 
-    async def GetShards(self, request: pb.GetShardsRequest, context: grpc.aio.ServicerContext
-                        ) -> pb.GetShardsResponse:
+    async def GetShards(self, request: pb.GetShardsRequest, context: grpc.aio.ServicerContext) -> pb.GetShardsResponse:
         return shard_map_to_proto(await self.router.blocking(self.backend.shard_map))

@@ -32,6 +32,7 @@ from shardcron.store.calendars import CalendarNotFound
 
 log = logging.getLogger(__name__)
 
+
 class CallFailed(Exception):
     """A status to return as it is: the answer of another node, or one this node decided on."""
 

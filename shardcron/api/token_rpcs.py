@@ -28,14 +28,22 @@ from shardcron.store import tokens as token_store
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.wire.messages import BadRequest
 
-NOT_ENFORCED = ("this node checks no tokens (it was started without --auth-token-file), so tokens would "
-                "protect nothing; start every node with a token file first")
+NOT_ENFORCED = (
+    "this node checks no tokens (it was started without --auth-token-file), so tokens would "
+    "protect nothing; start every node with a token file first"
+)
 
 
 def token_to_proto(token: Token, source: str, created_at_ms: int = 0, created_by: str = "") -> pb.ApiToken:
     names = [ALL_NAMESPACES] if token.everywhere else sorted(token.namespaces)
-    return pb.ApiToken(name=token.name, role=str(token.role), namespaces=names, created_at_ms=created_at_ms,
-                       created_by=created_by, source=source)
+    return pb.ApiToken(
+        name=token.name,
+        role=str(token.role),
+        namespaces=names,
+        created_at_ms=created_at_ms,
+        created_by=created_by,
+        source=source,
+    )
 
 
 def token_from_proto(p: pb.ApiToken) -> Token:
@@ -78,8 +86,9 @@ class TokenRpcs:
             raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION, NOT_ENFORCED)
         return self.node_tokens
 
-    async def ListTokens(self, request: pb.ListTokensRequest, context: grpc.aio.ServicerContext
-                         ) -> pb.ListTokensResponse:
+    async def ListTokens(
+        self, request: pb.ListTokensRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTokensResponse:
         tokens = self._checked_tokens()
         stored = await self.router.blocking(token_store.list_tokens, self.backend.engine)
         answer = [token_to_proto(t, "file") for t in tokens.file_book.by_hash.values()]
@@ -87,8 +96,9 @@ class TokenRpcs:
         answer.sort(key=lambda t: t.name)
         return pb.ListTokensResponse(tokens=answer)
 
-    async def CreateToken(self, request: pb.CreateTokenRequest, context: grpc.aio.ServicerContext
-                          ) -> pb.CreateTokenResponse:
+    async def CreateToken(
+        self, request: pb.CreateTokenRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CreateTokenResponse:
         tokens = self._checked_tokens()
         wanted = token_from_proto(request.token)
         creator = auth.caller()
@@ -96,8 +106,10 @@ class TokenRpcs:
         if why:
             raise CallFailed(grpc.StatusCode.PERMISSION_DENIED, why)
         if tokens.file_token(wanted.name) is not None:
-            raise CallFailed(grpc.StatusCode.ALREADY_EXISTS,
-                             f"a token named {wanted.name!r} is in the nodes' token file; choose another name")
+            raise CallFailed(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"a token named {wanted.name!r} is in the nodes' token file; choose another name",
+            )
         secret = new_secret()
         token = Token(wanted.name, hash_secret(secret), wanted.role, wanted.namespaces)
         by = creator.name if creator else "(no token)"
@@ -113,15 +125,18 @@ class TokenRpcs:
         stored = await self.router.blocking(write)
         return pb.CreateTokenResponse(token=token_to_proto(token, "store", stored.created_at_ms, by), secret=secret)
 
-    async def RevokeToken(self, request: pb.RevokeTokenRequest, context: grpc.aio.ServicerContext
-                          ) -> pb.RevokeTokenResponse:
+    async def RevokeToken(
+        self, request: pb.RevokeTokenRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RevokeTokenResponse:
         tokens = self._checked_tokens()
         if not request.name:
             raise BadRequest("name", "name the token to revoke")
         if tokens.file_token(request.name) is not None:
-            raise CallFailed(grpc.StatusCode.FAILED_PRECONDITION,
-                             f"token {request.name!r} comes from the nodes' token file (--auth-token-file): remove "
-                             "its line from the file on every node and restart them to revoke it")
+            raise CallFailed(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"token {request.name!r} comes from the nodes' token file (--auth-token-file): remove "
+                "its line from the file on every node and restart them to revoke it",
+            )
 
         def delete() -> None:
             try:

@@ -35,8 +35,13 @@ Revoked = Callable[[frozenset[str]], None]  # told the secret hashes of the toke
 class NodeTokens:
     """``identify(secret)`` over the file's book and the store's cached one (file first: its names win)."""
 
-    def __init__(self, file_book: TokenBook, load_store: Callable[[], list[Token]] | None = None,
-                 reload_s: float = RELOAD_S, lifeline: Lifeline = UNWATCHED):
+    def __init__(
+        self,
+        file_book: TokenBook,
+        load_store: Callable[[], list[Token]] | None = None,
+        reload_s: float = RELOAD_S,
+        lifeline: Lifeline = UNWATCHED,
+    ):
         self.file_book = file_book
         self._lifeline = lifeline
         self._load_store = load_store
@@ -67,12 +72,14 @@ class NodeTokens:
     def when_revoked(self, secret_hash: str, loop, act: Callable[[], None]) -> Callable[[], None]:
         """Run ``act`` on ``loop`` (thread-safe) once the token of ``secret_hash`` is revoked; returns the
         unsubscribe function. How a stream on an event loop ends with its token."""
+
         def heard(revoked: frozenset[str]) -> None:
             if secret_hash in revoked:
                 try:
                     loop.call_soon_threadsafe(act)
                 except RuntimeError:  # the loop is closed: its server is stopping, the stream with it
                     pass
+
         return self.on_revoked(heard)
 
     def _unsubscribe(self, key: int) -> None:
@@ -86,8 +93,12 @@ class NodeTokens:
             try:
                 self._watch.bump(name, now_ms)
             except Exception:  # noqa: BLE001 - the others reload within RELOAD_S anyway
-                log.warning("cannot tell the other nodes that token %r changed; they see it within %.0f s",
-                            name, self.reload_s, exc_info=True)
+                log.warning(
+                    "cannot tell the other nodes that token %r changed; they see it within %.0f s",
+                    name,
+                    self.reload_s,
+                    exc_info=True,
+                )
 
     def identify(self, secret: str) -> Token | None:
         return self.file_book.identify(secret) or self._store_book.identify(secret)
@@ -103,8 +114,7 @@ class NodeTokens:
             try:
                 tokens = self._load_store()
             except Exception:  # noqa: BLE001 - keep the previous book; see the module docstring
-                log.warning("cannot reload the API tokens from the store; keeping the ones read before",
-                            exc_info=True)
+                log.warning("cannot reload the API tokens from the store; keeping the ones read before", exc_info=True)
                 return
             before = self._store_book
             self._store_book = TokenBook.of(t for t in tokens if self.file_token(t.name) is None)

@@ -51,8 +51,9 @@ def valid_name_reason(name: str) -> str | None:
     """None when ``name`` may name a token (file or store), else why not."""
     if _NAME.fullmatch(name):
         return None
-    return (f"the name {name[:64]!r} must be 1 to 64 letters, digits, '.', '_', '@' or '-', starting with a "
-            "letter or digit")
+    return (
+        f"the name {name[:64]!r} must be 1 to 64 letters, digits, '.', '_', '@' or '-', starting with a letter or digit"
+    )
 
 
 def secret_from_authorization(value: str | None) -> str | None:
@@ -132,8 +133,7 @@ def parse_token_file(text: str, source: str = "token file") -> TokenBook:
 
 def _legacy(secret: str) -> Token:
     secret_hash = hash_secret(secret)
-    return Token(f"legacy-{secret_hash[len(HASH_PREFIX):][:8]}", secret_hash, Role.ADMIN,
-                 frozenset({ALL_NAMESPACES}))
+    return Token(f"legacy-{secret_hash[len(HASH_PREFIX) :][:8]}", secret_hash, Role.ADMIN, frozenset({ALL_NAMESPACES}))
 
 
 def _parse_line(fields: list[str], where: str) -> Token:
@@ -141,16 +141,31 @@ def _parse_line(fields: list[str], where: str) -> Token:
         raise TokenFileError(f"{where}: expected {_FIELDS} (4 fields), or one legacy token; got {len(fields)} fields")
     name, secret_hash, role, namespaces = fields
     if not _NAME.fullmatch(name):
-        raise TokenFileError(f"{where}: the name {name[:64]!r} must be 1 to 64 letters, digits, '.', '_', '@' or "
-                             "'-', starting with a letter or digit")
+        raise TokenFileError(
+            f"{where}: the name {name[:64]!r} must be 1 to 64 letters, digits, '.', '_', '@' or "
+            "'-', starting with a letter or digit"
+        )
     if not _HASH.fullmatch(secret_hash):  # never echoed: it may be a secret pasted by mistake
-        raise TokenFileError(f"{where}: the second field must be {HASH_PREFIX} and 64 lowercase hex digits, the hash "
-                             "of the secret (the file stores no secret)")
+        raise TokenFileError(
+            f"{where}: the second field must be {HASH_PREFIX} and 64 lowercase hex digits, the hash "
+            "of the secret (the file stores no secret)"
+        )
     try:
         return Token(name, secret_hash, Role.parse(role), parse_namespaces(namespaces))
     except (ValueError, InvalidJob) as e:
         raise TokenFileError(f"{where}: {e}") from None
 
 
-__all__ = ["HASH_PREFIX", "SECRET_PREFIX", "TokenBook", "TokenFileError", "hash_secret", "new_secret",
-           "parse_token_file", "secret_from_authorization", "secret_matches", "token_line", "valid_name_reason"]
+__all__ = [
+    "HASH_PREFIX",
+    "SECRET_PREFIX",
+    "TokenBook",
+    "TokenFileError",
+    "hash_secret",
+    "new_secret",
+    "parse_token_file",
+    "secret_from_authorization",
+    "secret_matches",
+    "token_line",
+    "valid_name_reason",
+]

@@ -193,8 +193,9 @@ class MemberFeeds:
                         feeds.pop(addr).cancel()
                     for addr in wanted - set(feeds):
                         # A feed ends on its own once the router closes, as the server stops.
-                        feeds[addr] = self._lifeline.task(asyncio.get_running_loop(), self._feed(addr),
-                                                          f"feed-{addr}", may_end=True)
+                        feeds[addr] = self._lifeline.task(
+                            asyncio.get_running_loop(), self._feed(addr), f"feed-{addr}", may_end=True
+                        )
                 await asyncio.sleep(PEER_REFRESH_S)
         finally:
             for task in feeds.values():
@@ -215,7 +216,8 @@ class MemberFeeds:
             try:
                 # Every namespace: this feed serves every watcher here, each filtered on arrival.
                 call = self.router.stub(address).WatchTicks(
-                    pb.WatchTicksRequest(local_only=True, namespace=ALL_NAMESPACES), metadata=self.router.own_metadata())
+                    pb.WatchTicksRequest(local_only=True, namespace=ALL_NAMESPACES), metadata=self.router.own_metadata()
+                )
                 async for event in call:
                     backoff = RECONNECT_FIRST_S
                     for q in list(self._watchers):
@@ -247,8 +249,9 @@ class Watches:
 
     # -- this node's own results --------------------------------------------------
 
-    async def local(self, job_id: str, *, lead_shard: int | None = None,
-                    namespaces: frozenset[str] | None = None) -> AsyncIterator[pb.TickEvent]:
+    async def local(
+        self, job_id: str, *, lead_shard: int | None = None, namespaces: frozenset[str] | None = None
+    ) -> AsyncIterator[pb.TickEvent]:
         """This node's tick results (of the job keyed ``job_id``, or all of ``namespaces``). With
         ``lead_shard``, the stream ends as soon as this node stops leading that shard (after what it queued)."""
         q = WatcherQueue(job_id, namespaces=namespaces)
@@ -291,8 +294,10 @@ class Watches:
             addr = self.router.leader_elsewhere(shard)
             if addr:
                 key = split_key(job_id)
-                call = self.router.stub(addr).WatchTicks(pb.WatchTicksRequest(job_id=key.id, namespace=key.namespace),
-                                                         metadata=self.router.forward_metadata())
+                call = self.router.stub(addr).WatchTicks(
+                    pb.WatchTicksRequest(job_id=key.id, namespace=key.namespace),
+                    metadata=self.router.forward_metadata(),
+                )
                 try:
                     async for event in call:
                         backoff = RECONNECT_FIRST_S

@@ -29,8 +29,14 @@ class JobSummary:
 
     @property
     def findings(self) -> int:
-        return (self.duplicates + self.missing + self.stale_fence + self.unresolved + self.false_overlap
-                + self.notification_missing)
+        return (
+            self.duplicates
+            + self.missing
+            + self.stale_fence
+            + self.unresolved
+            + self.false_overlap
+            + self.notification_missing
+        )
 
 
 @dataclass
@@ -53,8 +59,14 @@ class AuditReport:
     notification_missing: list[Finding] = field(default_factory=list)
 
     def clean(self) -> bool:
-        return not (self.duplicates or self.missing or self.stale_fence or self.unresolved or self.false_overlap
-                    or self.notification_missing)
+        return not (
+            self.duplicates
+            or self.missing
+            or self.stale_fence
+            or self.unresolved
+            or self.false_overlap
+            or self.notification_missing
+        )
 
     def findings(self) -> dict[FindingKind, list[Finding]]:
         return {
@@ -84,9 +96,14 @@ class AuditReport:
             "unresolved": [finding_dict(f) for f in self.unresolved],
             "false_overlap": [finding_dict(f) for f in self.false_overlap],
             "notification_missing": [finding_dict(f) for f in self.notification_missing],
-            "per_job": {display_key(job_id): {**asdict(s), "job_id": split_key(job_id).id,
-                                              "namespace": split_key(job_id).namespace}
-                        for job_id, s in sorted(self.per_job.items())},
+            "per_job": {
+                display_key(job_id): {
+                    **asdict(s),
+                    "job_id": split_key(job_id).id,
+                    "namespace": split_key(job_id).namespace,
+                }
+                for job_id, s in sorted(self.per_job.items())
+            },
         }
 
 

@@ -118,8 +118,13 @@ def run_audit(
         duplicates=find_duplicates(rows),
         missing=sorted(missing, key=finding_order),
         stale_fence=find_stale(rows, raises, clock_tolerance_ms),
-        unresolved=find_unresolved(rows, now_ms=now, grace_ms=grace_ms, live_leaders=live_leaders,
-                                   jitter_ms={j.id: j.jitter_ms for j in jobs if j.jitter_ms}),
+        unresolved=find_unresolved(
+            rows,
+            now_ms=now,
+            grace_ms=grace_ms,
+            live_leaders=live_leaders,
+            jitter_ms={j.id: j.jitter_ms for j in jobs if j.jitter_ms},
+        ),
         false_overlap=_false_overlap(engine, rows, from_ms),
         per_job=per_job,
         excused=sum(s.excused for s in per_job.values()),
@@ -139,21 +144,35 @@ def run_audit(
         per_job[f.job_id].unresolved += 1
     for f in report.false_overlap:
         per_job[f.job_id].false_overlap += 1
-    report.notification_missing = _missing_notifications(engine, jobs, rows_by_job, from_ms, to_ms,
-                                                         settled_before_ms=now - grace_ms)
+    report.notification_missing = _missing_notifications(
+        engine, jobs, rows_by_job, from_ms, to_ms, settled_before_ms=now - grace_ms
+    )
     for f in report.notification_missing:
         per_job[f.job_id].notification_missing += 1
     return report
 
 
-def _missing_notifications(engine: Engine, jobs: list[Job], rows_by_job: Mapping[str, list[Tick]], from_ms: int,
-                           to_ms: int, *, settled_before_ms: int) -> list[Finding]:
+def _missing_notifications(
+    engine: Engine,
+    jobs: list[Job],
+    rows_by_job: Mapping[str, list[Tick]],
+    from_ms: int,
+    to_ms: int,
+    *,
+    settled_before_ms: int,
+) -> list[Finding]:
     """A failed slot (or a recovery) of a job with its own on_failure (on_recovery) and no notification
     row, once the grace has passed since it settled. A node's default notifications are not in the store,
     so jobs covered only by them are not checked; a suppressed row counts as present (it is recorded)."""
-    wanted = {j.id: frozenset(k for k, spec in ((NotificationKind.ON_FAILURE, j.on_failure),
-                                                (NotificationKind.ON_RECOVERY, j.on_recovery)) if spec is not None)
-              for j in jobs if j.on_failure is not None or j.on_recovery is not None}
+    wanted = {
+        j.id: frozenset(
+            k
+            for k, spec in ((NotificationKind.ON_FAILURE, j.on_failure), (NotificationKind.ON_RECOVERY, j.on_recovery))
+            if spec is not None
+        )
+        for j in jobs
+        if j.on_failure is not None or j.on_recovery is not None
+    }
     if not wanted:
         return []
     present = {(n.job_id, n.scheduled_at_ms, n.kind) for n in between(engine, from_ms + 1, to_ms + 1)}
@@ -177,8 +196,10 @@ def _false_overlap(engine: Engine, rows: list[Tick], from_ms: int) -> list[Findi
     out: list[Finding] = []
     for job_id in sorted({f.job_id for f in found}):
         first = min(skipped_at(t) for t in rows_of[job_id] if is_overlap_skip(t))
-        out += find_false_overlap(rows_of[job_id] + runs_busy_since(engine, job_id, scheduled_up_to_ms=from_ms,
-                                                                       busy_from_ms=first - OVERLAP_SLACK_MS))
+        out += find_false_overlap(
+            rows_of[job_id]
+            + runs_busy_since(engine, job_id, scheduled_up_to_ms=from_ms, busy_from_ms=first - OVERLAP_SLACK_MS)
+        )
     return sorted(out, key=finding_order)
 
 

@@ -77,19 +77,39 @@ def cmd_shards(a: argparse.Namespace) -> int:
         return 0
     if m.get("reshard"):
         r = m["reshard"]
-        print(f"RESHARD IN PROGRESS: {r.get('from')} -> {r.get('to')} shards ({r.get('state')}); "
-              "shards are handed over, then the cluster cuts over\n")
-    print(tabulate(
-        [[r["shard"], r["leader"] or "-", r["address"] or "-", r["fence"] or "-", fmt_ms(r["leader_since_ms"]),
-          r["candidates"], "-" if r["jobs"] is None else r["jobs"]] for r in m["shards"]],
-        headers=["SHARD", "LEADER", "ADDRESS", "FENCE", "LEADER SINCE", "CANDIDATES", "JOBS"], tablefmt="plain",
-    ))
+        print(
+            f"RESHARD IN PROGRESS: {r.get('from')} -> {r.get('to')} shards ({r.get('state')}); "
+            "shards are handed over, then the cluster cuts over\n"
+        )
+    print(
+        tabulate(
+            [
+                [
+                    r["shard"],
+                    r["leader"] or "-",
+                    r["address"] or "-",
+                    r["fence"] or "-",
+                    fmt_ms(r["leader_since_ms"]),
+                    r["candidates"],
+                    "-" if r["jobs"] is None else r["jobs"],
+                ]
+                for r in m["shards"]
+            ],
+            headers=["SHARD", "LEADER", "ADDRESS", "FENCE", "LEADER SINCE", "CANDIDATES", "JOBS"],
+            tablefmt="plain",
+        )
+    )
     print()
-    print(tabulate(
-        [[n["node"], n["address"], n["leads"], n["fair_share"], "draining" if n["draining"] else "active"]
-         for n in m["nodes"]],
-        headers=["NODE", "ADDRESS", "LEADS", "FAIR SHARE", "STATE"], tablefmt="plain",
-    ))
+    print(
+        tabulate(
+            [
+                [n["node"], n["address"], n["leads"], n["fair_share"], "draining" if n["draining"] else "active"]
+                for n in m["nodes"]
+            ],
+            headers=["NODE", "ADDRESS", "LEADS", "FAIR SHARE", "STATE"],
+            tablefmt="plain",
+        )
+    )
     return 0
 
 
@@ -101,11 +121,23 @@ def cmd_nodes(a: argparse.Namespace) -> int:
     if a.json:
         print(json.dumps(m["nodes"], indent=2))
         return 0
-    print(tabulate(
-        [[n["node"], n["address"], fmt_ms(n["started_at_ms"]), n["leads"], n["fair_share"],
-          "draining" if n["draining"] else "active"] for n in m["nodes"]],
-        headers=["NODE", "ADDRESS", "STARTED", "LEADS", "FAIR SHARE", "STATE"], tablefmt="plain",
-    ))
+    print(
+        tabulate(
+            [
+                [
+                    n["node"],
+                    n["address"],
+                    fmt_ms(n["started_at_ms"]),
+                    n["leads"],
+                    n["fair_share"],
+                    "draining" if n["draining"] else "active",
+                ]
+                for n in m["nodes"]
+            ],
+            headers=["NODE", "ADDRESS", "STARTED", "LEADS", "FAIR SHARE", "STATE"],
+            tablefmt="plain",
+        )
+    )
     return 0
 
 
@@ -120,10 +152,13 @@ def cmd_drain(a: argparse.Namespace) -> int:
             return 0
         if etcd.get(layout.node(a.node_id)) is None:
             print(f"note: no live node {a.node_id!r} under {a.prefix}; it will start drained", file=sys.stderr)
-        etcd.put(layout.drain(a.node_id), json.dumps({"requested_at_ms": int(datetime.now(UTC).timestamp() * 1000)})
-                 .encode())
-        print(f"node {a.node_id} is draining: it hands its shards over and stays up as a non-candidate "
-              f"(undo with `shardcron drain --undo {a.node_id}`)")
+        etcd.put(
+            layout.drain(a.node_id), json.dumps({"requested_at_ms": int(datetime.now(UTC).timestamp() * 1000)}).encode()
+        )
+        print(
+            f"node {a.node_id} is draining: it hands its shards over and stays up as a non-candidate "
+            f"(undo with `shardcron drain --undo {a.node_id}`)"
+        )
         return 0
 
 
@@ -141,13 +176,25 @@ def cmd_fences(a: argparse.Namespace) -> int:
             epoch = read_epoch(engine)
             rows = read_fences(engine)
             if a.json:
-                print(json.dumps({"etcd_cluster_id": epoch.cluster_id, "offset": epoch.offset,
-                                  "fences": {k: r.fence for k, r in sorted(rows.items())}}))
+                print(
+                    json.dumps(
+                        {
+                            "etcd_cluster_id": epoch.cluster_id,
+                            "offset": epoch.offset,
+                            "fences": {k: r.fence for k, r in sorted(rows.items())},
+                        }
+                    )
+                )
                 return 0
             cid = f"{epoch.cluster_id:x}" if epoch.cluster_id else "none recorded yet"
             print(f"etcd cluster: {cid}   fence offset: {epoch.offset}")
-            print(tabulate([[k, r.fence, r.node_id or "-", fmt_ms(r.updated_at_ms)] for k, r in sorted(rows.items())],
-                           headers=["SHARD", "FENCE", "NODE", "UPDATED"], tablefmt="plain"))
+            print(
+                tabulate(
+                    [[k, r.fence, r.node_id or "-", fmt_ms(r.updated_at_ms)] for k, r in sorted(rows.items())],
+                    headers=["SHARD", "FENCE", "NODE", "UPDATED"],
+                    tablefmt="plain",
+                )
+            )
             return 0
         with open_etcd(a) as etcd:
             cluster_id, revision = etcd.status()
@@ -156,9 +203,11 @@ def cmd_fences(a: argparse.Namespace) -> int:
             print(f"the fences already belong to etcd cluster {cluster_id:x}; nothing to do")
             return 0
         epoch = rebase(engine, cluster_id)
-        print(f"fences rebased onto etcd cluster {cluster_id:x} (was "
-              f"{before.cluster_id and format(before.cluster_id, 'x')}): new fences are etcd revisions + "
-              f"{epoch.offset}, above every stored fence (highest {highest_fence(engine)}). Nodes may start now.")
+        print(
+            f"fences rebased onto etcd cluster {cluster_id:x} (was "
+            f"{before.cluster_id and format(before.cluster_id, 'x')}): new fences are etcd revisions + "
+            f"{epoch.offset}, above every stored fence (highest {highest_fence(engine)}). Nodes may start now."
+        )
         return 0
     finally:
         engine.dispose()
@@ -202,18 +251,36 @@ def cmd_config(a: argparse.Namespace) -> int:
             if before == after:
                 print(f"the cluster's minimum interval is already {format_duration_ms(wanted)}; nothing to do")
             else:
-                print(f"the cluster's minimum interval is now {format_duration_ms(after.min_interval_ms)} (was "
-                      f"{format_duration_ms(before.min_interval_ms)}): every node admits new and changed jobs by "
-                      "it at once; stored jobs keep running as stored")
+                print(
+                    f"the cluster's minimum interval is now {format_duration_ms(after.min_interval_ms)} (was "
+                    f"{format_duration_ms(before.min_interval_ms)}): every node admits new and changed jobs by "
+                    "it at once; stored jobs keep running as stored"
+                )
             return 0
         cluster, _, _ = read_cluster_config(etcd, layout)
     if a.json:
-        print(json.dumps({"prefix": a.prefix, "shards": cluster.shards, "min_interval_ms": cluster.min_interval_ms,
-                          "created_at_ms": cluster.created_at_ms}))
+        print(
+            json.dumps(
+                {
+                    "prefix": a.prefix,
+                    "shards": cluster.shards,
+                    "min_interval_ms": cluster.min_interval_ms,
+                    "created_at_ms": cluster.created_at_ms,
+                }
+            )
+        )
         return 0
-    print(tabulate([["prefix", a.prefix], ["shards", cluster.shards],
-                    ["min interval", format_duration_ms(cluster.min_interval_ms)],
-                    ["created", fmt_ms(cluster.created_at_ms)]], tablefmt="plain"))
+    print(
+        tabulate(
+            [
+                ["prefix", a.prefix],
+                ["shards", cluster.shards],
+                ["min interval", format_duration_ms(cluster.min_interval_ms)],
+                ["created", fmt_ms(cluster.created_at_ms)],
+            ],
+            tablefmt="plain",
+        )
+    )
     return 0
 
 
@@ -252,9 +319,12 @@ def register(sub) -> None:
 
     config = sub.add_parser("config", help="print the cluster's config, or change its minimum interval")
     add_common_etcd_flags(config)
-    config.add_argument("--min-interval", metavar="DURATION",
-                        help="set the cluster's minimum interval (e.g. 200ms, 1s; 0 allows any): nodes admit new "
-                             "and changed jobs by it at once, stored jobs keep running as stored")
+    config.add_argument(
+        "--min-interval",
+        metavar="DURATION",
+        help="set the cluster's minimum interval (e.g. 200ms, 1s; 0 allows any): nodes admit new "
+        "and changed jobs by it at once, stored jobs keep running as stored",
+    )
     config.add_argument("--json", action="store_true", help="print JSON")
     config.set_defaults(func=cmd_config)
 
@@ -271,13 +341,20 @@ def register(sub) -> None:
 # ``register(subparsers)`` adds it. Most of those modules import grpc, SQLAlchemy
 # or alembic: a run imports only the module of the command it names.
 COMMANDS: dict[str, str] = {
-    "node": "shardcron.cli", "shards": "shardcron.cli", "nodes": "shardcron.cli", "drain": "shardcron.cli",
-    "fences": "shardcron.cli", "config": "shardcron.cli", "reshard": "shardcron.cli",
-    "jobs": "shardcron.cli.jobs", "ticks": "shardcron.cli.ticks",
+    "node": "shardcron.cli",
+    "shards": "shardcron.cli",
+    "nodes": "shardcron.cli",
+    "drain": "shardcron.cli",
+    "fences": "shardcron.cli",
+    "config": "shardcron.cli",
+    "reshard": "shardcron.cli",
+    "jobs": "shardcron.cli.jobs",
+    "ticks": "shardcron.cli.ticks",
     "calendars": "shardcron.cli.calendars",
     "tokens": "shardcron.cli.tokens",
     "namespaces": "shardcron.cli.namespaces",
-    "audit": "shardcron.cli.admin", "db": "shardcron.cli.admin",
+    "audit": "shardcron.cli.admin",
+    "db": "shardcron.cli.admin",
     "bench": "shardcron.dev.bench",
     "dev": "shardcron.dev.local_cluster",
 }
@@ -346,8 +423,10 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # noqa: BLE001 - the last line of defence: a traceback in front of a user is a bug
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()
-        return say_error(f"unexpected {type(e).__name__}: {e} (a bug in shardcron; rerun with {DEBUG_ENV}=1 "
-                         "for the traceback)", EXIT_BUG)
+        return say_error(
+            f"unexpected {type(e).__name__}: {e} (a bug in shardcron; rerun with {DEBUG_ENV}=1 for the traceback)",
+            EXIT_BUG,
+        )
 
 
 def say_error(message: str, status: int) -> int:

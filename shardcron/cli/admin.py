@@ -49,29 +49,58 @@ _JOB_ROWS = 50  # per-job lines in the text report
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``audit`` and ``db`` to the ``shardcron`` command."""
     p = subparsers.add_parser(
-        "audit", help="check the tick store: one row per owed slot, current fences, nothing left unresolved",
+        "audit",
+        help="check the tick store: one row per owed slot, current fences, nothing left unresolved",
         description="Check every job's slots in a time window against the tick store. "
-                    "Exit status: 0 clean, 2 findings, 1 error.",
+        "Exit status: 0 clean, 2 findings, 1 error.",
     )
     add_db_flag(p)
-    p.add_argument("--from", dest="from_", metavar="TIME",
-                   help="window start, exclusive: ISO-8601 or epoch ms (default: one hour before --to)")
-    p.add_argument("--to", metavar="TIME",
-                   help="window end, inclusive: ISO-8601 or epoch ms (default: now minus --margin)")
-    p.add_argument("--margin", type=seconds(zero=True), default=DEFAULT_MARGIN_S, metavar="SECONDS",
-                   help="default --to is this long before now (default %(default)s)")
+    p.add_argument(
+        "--from",
+        dest="from_",
+        metavar="TIME",
+        help="window start, exclusive: ISO-8601 or epoch ms (default: one hour before --to)",
+    )
+    p.add_argument(
+        "--to", metavar="TIME", help="window end, inclusive: ISO-8601 or epoch ms (default: now minus --margin)"
+    )
+    p.add_argument(
+        "--margin",
+        type=seconds(zero=True),
+        default=DEFAULT_MARGIN_S,
+        metavar="SECONDS",
+        help="default --to is this long before now (default %(default)s)",
+    )
     p.add_argument("--job", metavar="ID", help="audit this job only (of --namespace)")
-    p.add_argument("-n", "--namespace", metavar="NAME",
-                   help="audit this namespace's jobs only (default: every namespace; with --job: default)")
-    p.add_argument("--grace", type=seconds(zero=True), default=audit.DEFAULT_GRACE_MS / 1000, metavar="SECONDS",
-                   help="a tick still claimed/running this long after its slot is unresolved (default %(default)s)")
-    p.add_argument("--clock-tolerance-ms", type=whole(0, MAX_DURATION_MS), default=audit.DEFAULT_CLOCK_TOLERANCE_MS,
-                   metavar="MS",
-                   help="allowed wall-clock skew between nodes when comparing claim/start times with "
-                        "fence raises (default %(default)s)")
+    p.add_argument(
+        "-n",
+        "--namespace",
+        metavar="NAME",
+        help="audit this namespace's jobs only (default: every namespace; with --job: default)",
+    )
+    p.add_argument(
+        "--grace",
+        type=seconds(zero=True),
+        default=audit.DEFAULT_GRACE_MS / 1000,
+        metavar="SECONDS",
+        help="a tick still claimed/running this long after its slot is unresolved (default %(default)s)",
+    )
+    p.add_argument(
+        "--clock-tolerance-ms",
+        type=whole(0, MAX_DURATION_MS),
+        default=audit.DEFAULT_CLOCK_TOLERANCE_MS,
+        metavar="MS",
+        help="allowed wall-clock skew between nodes when comparing claim/start times with "
+        "fence raises (default %(default)s)",
+    )
     _add_etcd_flags(p)
-    p.add_argument("--limit", type=whole(0, MAX_SHOWN), default=DEFAULT_SHOWN, metavar="N",
-                   help="findings of each kind to print (default %(default)s; --json prints all)")
+    p.add_argument(
+        "--limit",
+        type=whole(0, MAX_SHOWN),
+        default=DEFAULT_SHOWN,
+        metavar="N",
+        help="findings of each kind to print (default %(default)s; --json prints all)",
+    )
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     p.set_defaults(func=cmd_audit)
 
@@ -91,9 +120,13 @@ def _add_etcd_flags(p: argparse.ArgumentParser) -> None:
     # Not flags.add_common_etcd_flags: there --etcd always has a value, and the
     # audit must not need etcd unless asked to consult it.
     g = p.add_argument_group("leaders", "consult etcd so that unresolved ticks on led shards are left to their leader")
-    g.add_argument("--etcd", default=None, metavar="ENDPOINTS",
-                   help="comma-separated etcd endpoints, https:// for TLS (default: do not consult etcd, "
-                        "and report every old unresolved tick)")
+    g.add_argument(
+        "--etcd",
+        default=None,
+        metavar="ENDPOINTS",
+        help="comma-separated etcd endpoints, https:// for TLS (default: do not consult etcd, "
+        "and report every old unresolved tick)",
+    )
     add_prefix_flag(g)
     add_etcd_security_flags(g)
 
@@ -119,9 +152,15 @@ def cmd_audit(a: argparse.Namespace) -> int:
     try:
         require_head(engine, describe_url(a.db))
         report = audit.run_audit(
-            engine, from_ms=from_ms, to_ms=to_ms, job_id=_audited_job(a), now_ms=now, live_leaders=live,
+            engine,
+            from_ms=from_ms,
+            to_ms=to_ms,
+            job_id=_audited_job(a),
+            now_ms=now,
+            live_leaders=live,
             namespaces=None if a.namespace is None else frozenset({validate_namespace(a.namespace, "--namespace")}),
-            grace_ms=round(a.grace * 1000), clock_tolerance_ms=a.clock_tolerance_ms,
+            grace_ms=round(a.grace * 1000),
+            clock_tolerance_ms=a.clock_tolerance_ms,
         )
     finally:
         engine.dispose()
@@ -144,8 +183,7 @@ def etcd_live_leaders(endpoints: str, prefix: str, security: EtcdSecurity | None
     with open_etcd(argparse.Namespace(), endpoints=endpoints, security=security) as etcd:
         view = read_view(etcd, layout)
     led = frozenset(
-        shard for shard in view.candidates
-        if (leader := view.leader(shard)) is not None and leader.leader_since_ms
+        shard for shard in view.candidates if (leader := view.leader(shard)) is not None and leader.leader_since_ms
     )
     return led.__contains__
 
@@ -157,20 +195,52 @@ def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
         + (f", {r.excused} missed beyond their catch-up window (excused)" if r.excused else "")
         + (f", {r.calendar_excluded} excluded by calendars (not owed)" if r.calendar_excluded else "")
         + (f", {r.pruned} pruned by retention (below the recorded horizon, not missing)" if r.pruned else "")
-        + (f", {backfilled} added by backfills" if (backfilled := sum(s.backfilled for s in r.per_job.values())) else "")
+        + (
+            f", {backfilled} added by backfills"
+            if (backfilled := sum(s.backfilled for s in r.per_job.values()))
+            else ""
+        )
     ]
     if r.retention is not PruneState.INTACT:
-        lines.append(f"retention: this window is {r.retention.value}; slots below each job's horizon were deleted "
-                     "on purpose")
+        lines.append(
+            f"retention: this window is {r.retention.value}; slots below each job's horizon were deleted on purpose"
+        )
     jobs = sorted(r.per_job.values(), key=lambda s: (s.findings == 0, s.job_id))
     if jobs:
         table = [
-            [display_key(s.job_id), s.state, s.slots_checked, s.ticks, s.missing, s.excused, s.duplicates, s.stale_fence,
-             s.unresolved, s.false_overlap]
+            [
+                display_key(s.job_id),
+                s.state,
+                s.slots_checked,
+                s.ticks,
+                s.missing,
+                s.excused,
+                s.duplicates,
+                s.stale_fence,
+                s.unresolved,
+                s.false_overlap,
+            ]
             for s in jobs[:_JOB_ROWS]
         ]
-        lines += ["", tabulate(table, headers=["JOB", "STATE", "SLOTS", "TICKS", "MISSING", "EXCUSED", "DUPLICATES",
-                                               "STALE FENCE", "UNRESOLVED", "FALSE OVERLAP"], tablefmt="plain")]
+        lines += [
+            "",
+            tabulate(
+                table,
+                headers=[
+                    "JOB",
+                    "STATE",
+                    "SLOTS",
+                    "TICKS",
+                    "MISSING",
+                    "EXCUSED",
+                    "DUPLICATES",
+                    "STALE FENCE",
+                    "UNRESOLVED",
+                    "FALSE OVERLAP",
+                ],
+                tablefmt="plain",
+            ),
+        ]
         if len(jobs) > _JOB_ROWS:
             rest = jobs[_JOB_ROWS:]
             bad = sum(1 for s in rest if s.findings)
@@ -190,15 +260,29 @@ def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
         lines += ["", f"{title}: {len(found)}"]
         if shown and kind in (audit.FindingKind.MISSING, audit.FindingKind.NOTIFICATION_MISSING):  # no row
             table = [["", display_key(f.job_id), rfc3339_ms(f.scheduled_at_ms), f.detail] for f in found[:shown]]
-            lines.append(tabulate(table, headers=["", "JOB", "SLOT", "WHAT"], tablefmt="plain",
-                                  disable_numparse=True))
+            lines.append(tabulate(table, headers=["", "JOB", "SLOT", "WHAT"], tablefmt="plain", disable_numparse=True))
         elif shown:
             table = [
-                ["", display_key(f.job_id), rfc3339_ms(f.scheduled_at_ms), f.shard, f.fence, f.node_id, f.status, f.detail]
+                [
+                    "",
+                    display_key(f.job_id),
+                    rfc3339_ms(f.scheduled_at_ms),
+                    f.shard,
+                    f.fence,
+                    f.node_id,
+                    f.status,
+                    f.detail,
+                ]
                 for f in found[:shown]
             ]
-            lines.append(tabulate(table, headers=["", "JOB", "SLOT", "SHARD", "FENCE", "NODE", "STATUS", "DETAIL"],
-                                  tablefmt="plain", disable_numparse=True))
+            lines.append(
+                tabulate(
+                    table,
+                    headers=["", "JOB", "SLOT", "SHARD", "FENCE", "NODE", "STATUS", "DETAIL"],
+                    tablefmt="plain",
+                    disable_numparse=True,
+                )
+            )
         if len(found) > shown:
             lines.append(f"    …and {len(found) - shown} more")
     lines.append("")

@@ -49,8 +49,7 @@ def seconds(*, zero: bool = False, maximum: float = MAX_SECONDS) -> Callable[[st
         except ValueError:
             value = math.nan
         if not (value >= 0 if zero else value > 0) or not value <= maximum:  # nan fails both
-            raise ArgumentTypeError(f"must be a number of seconds {least} and at most {most}, "
-                                    f"got {shown(text)}")
+            raise ArgumentTypeError(f"must be a number of seconds {least} and at most {most}, got {shown(text)}")
         return value
 
     parse.__name__ = "seconds"

@@ -29,11 +29,27 @@ DEFAULT_RATE = "10/s"
 
 def backfill_json(bf: Backfill) -> dict[str, Any]:
     key = split_key(bf.job_id)
-    return {"id": bf.id, "job_id": key.id, "namespace": key.namespace, "shard": bf.shard, "from_ms": bf.from_ms, "to_ms": bf.to_ms,
-            "from": fmt_ms(bf.from_ms), "to": fmt_ms(bf.to_ms), "overlap": bf.overlap.value,
-            "rate_per_s": bf.rate_per_s, "state": bf.state.value, "planned": bf.planned, "done": bf.done,
-            "skipped": bf.skipped, "cursor_ms": bf.cursor_ms, "created_at_ms": bf.created_at_ms,
-            "updated_at_ms": bf.updated_at_ms, "node_id": bf.node_id, "error": bf.error}
+    return {
+        "id": bf.id,
+        "job_id": key.id,
+        "namespace": key.namespace,
+        "shard": bf.shard,
+        "from_ms": bf.from_ms,
+        "to_ms": bf.to_ms,
+        "from": fmt_ms(bf.from_ms),
+        "to": fmt_ms(bf.to_ms),
+        "overlap": bf.overlap.value,
+        "rate_per_s": bf.rate_per_s,
+        "state": bf.state.value,
+        "planned": bf.planned,
+        "done": bf.done,
+        "skipped": bf.skipped,
+        "cursor_ms": bf.cursor_ms,
+        "created_at_ms": bf.created_at_ms,
+        "updated_at_ms": bf.updated_at_ms,
+        "node_id": bf.node_id,
+        "error": bf.error,
+    }
 
 
 def progress_line(bf: Backfill) -> str:
@@ -42,8 +58,10 @@ def progress_line(bf: Backfill) -> str:
 
 
 def describe(bf: Backfill) -> str:
-    return (f"backfill {bf.id} of {job_named(bf.job_id)} (shard {bf.shard}): {fmt_ms(bf.from_ms)} .. {fmt_ms(bf.to_ms)}, "
-            f"overlap {bf.overlap.value}, {bf.rate_per_s:g}/s\n  {progress_line(bf)}")
+    return (
+        f"backfill {bf.id} of {job_named(bf.job_id)} (shard {bf.shard}): {fmt_ms(bf.from_ms)} .. {fmt_ms(bf.to_ms)}, "
+        f"overlap {bf.overlap.value}, {bf.rate_per_s:g}/s\n  {progress_line(bf)}"
+    )
 
 
 def cmd_backfill(a: argparse.Namespace) -> int:
@@ -82,25 +100,53 @@ def cmd_backfills(a: argparse.Namespace) -> int:
     if a.json:
         print_json([backfill_json(bf) for bf in found])
         return 0
-    rows = [[bf.id, display_key(bf.job_id), fmt_ms(bf.from_ms), fmt_ms(bf.to_ms), bf.state.value, bf.planned, bf.done, bf.skipped]
-            for bf in found]
+    rows = [
+        [
+            bf.id,
+            display_key(bf.job_id),
+            fmt_ms(bf.from_ms),
+            fmt_ms(bf.to_ms),
+            bf.state.value,
+            bf.planned,
+            bf.done,
+            bf.skipped,
+        ]
+        for bf in found
+    ]
     print(table(rows, ["ID", "JOB", "FROM", "TO", "STATE", "PLANNED", "DONE", "SKIPPED"]))
     return 0
 
 
 def register(sub: Any) -> None:
     """Add ``backfill`` and ``backfills`` to ``shardcron jobs``."""
-    p = add_api_command(sub, "backfill", cmd_backfill, "run a job's slots in a past range that have no tick yet, once each")
-    p.add_argument("--from", dest="from_", required=True, metavar="TIME",
-                   help="the range's start, included (ISO-8601, UTC unless an offset is given, or epoch ms)")
+    p = add_api_command(
+        sub, "backfill", cmd_backfill, "run a job's slots in a past range that have no tick yet, once each"
+    )
+    p.add_argument(
+        "--from",
+        dest="from_",
+        required=True,
+        metavar="TIME",
+        help="the range's start, included (ISO-8601, UTC unless an offset is given, or epoch ms)",
+    )
     p.add_argument("--to", required=True, metavar="TIME", help="the range's end, excluded; not in the future")
-    p.add_argument("--overlap", default="skip", metavar="skip|allow",
-                   help="when a run of the job is going: skip the slot (recorded skipped) or start it anyway "
-                        "(default %(default)s)")
-    p.add_argument("--rate", default=DEFAULT_RATE, metavar="N/s",
-                   help="slots started per second (or N/m, N/h) (default %(default)s)")
+    p.add_argument(
+        "--overlap",
+        default="skip",
+        metavar="skip|allow",
+        help="when a run of the job is going: skip the slot (recorded skipped) or start it anyway "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--rate",
+        default=DEFAULT_RATE,
+        metavar="N/s",
+        help="slots started per second (or N/m, N/h) (default %(default)s)",
+    )
     p.add_argument("--wait", action="store_true", help="follow its progress until it ends")
-    ls = add_api_command(sub, "backfills", cmd_backfills, "list backfills, newest first (a job's, given its id)", with_id=False)
+    ls = add_api_command(
+        sub, "backfills", cmd_backfills, "list backfills, newest first (a job's, given its id)", with_id=False
+    )
     ls.add_argument("id", nargs="?", metavar="ID", help="only this job's")
     ls.add_argument("--backfill", metavar="BACKFILL_ID", help="only this backfill")
 

@@ -48,8 +48,9 @@ def read_calendar_file(path: str, name: str | None = None, tz: str | None = None
                 raise CalendarFileError(f"{path}: 'calendars' is empty")
             return found
         if not isinstance(data, dict) or not (name or data.get("name")):
-            raise CalendarFileError(f"{path}: expected a 'calendars' table, or one calendar with a 'name' "
-                                    "(or give --name)")
+            raise CalendarFileError(
+                f"{path}: expected a 'calendars' table, or one calendar with a 'name' (or give --name)"
+            )
         body = {k: v for k, v in data.items() if k != "name"}
         return [parse_calendar(name or data["name"], body)]
     except CalendarError as e:
@@ -57,8 +58,12 @@ def read_calendar_file(path: str, name: str | None = None, tz: str | None = None
 
 
 def calendar_json(s: StoredCalendar, jobs: list[str] | None = None) -> dict:
-    d = {"name": s.calendar.name, "version": s.version, "updated_at_ms": s.updated_at_ms,
-         **calendar_to_dict(s.calendar)}
+    d = {
+        "name": s.calendar.name,
+        "version": s.version,
+        "updated_at_ms": s.updated_at_ms,
+        **calendar_to_dict(s.calendar),
+    }
     if jobs is not None:
         d["jobs"] = [display_key(j) for j in jobs]
     return d
@@ -74,8 +79,9 @@ HEADERS = ["NAME", "TIMEZONE", "EXCLUDED DATES", "EXCLUDED RANGES", "WINDOWS", "
 def cmd_put(a: argparse.Namespace) -> int:
     calendars = read_calendar_file(a.file, a.name, a.tz)
     if a.expected_version is not None and len(calendars) != 1:
-        raise CalendarFileError(f"--expected-version: {a.file} defines {len(calendars)} calendars; give it "
-                                "for a file of one")
+        raise CalendarFileError(
+            f"--expected-version: {a.file} defines {len(calendars)} calendars; give it for a file of one"
+        )
     with api_client(a) as c:
         stored = [c.put_calendar(cal, expected_version=a.expected_version) for cal in calendars]
     if a.json:
@@ -125,8 +131,9 @@ def cmd_delete(a: argparse.Namespace) -> int:
 
 
 def register(subparsers) -> None:
-    cals = subparsers.add_parser("calendars", help="named calendars jobs follow: holidays, business hours, "
-                                                   "excluded ranges")
+    cals = subparsers.add_parser(
+        "calendars", help="named calendars jobs follow: holidays, business hours, excluded ranges"
+    )
     sub = cals.add_subparsers(dest="calendars_command", metavar="COMMAND")
     sub.required = True
 
@@ -134,8 +141,12 @@ def register(subparsers) -> None:
     put.add_argument("file", metavar="FILE")
     put.add_argument("--name", help="the calendar's name (an .ics file, or a file of one calendar without one)")
     put.add_argument("--tz", metavar="ZONE", help="an .ics file's timezone for floating times (default UTC)")
-    put.add_argument("--expected-version", type=whole(0, MAX_VERSION), metavar="N",
-                     help="only if the stored calendar is at version N (0: only create)")
+    put.add_argument(
+        "--expected-version",
+        type=whole(0, MAX_VERSION),
+        metavar="N",
+        help="only if the stored calendar is at version N (0: only create)",
+    )
     put.set_defaults(func=cmd_put)
 
     get = sub.add_parser("get", help="show a calendar and the jobs that name it")
@@ -147,8 +158,9 @@ def register(subparsers) -> None:
 
     delete = sub.add_parser("delete", help="delete a calendar (refused while a job names it, unless --force)")
     delete.add_argument("name", metavar="NAME")
-    delete.add_argument("--force", action="store_true",
-                        help="delete even while jobs name it: they owe no slot until it is put again")
+    delete.add_argument(
+        "--force", action="store_true", help="delete even while jobs name it: they owe no slot until it is put again"
+    )
     delete.set_defaults(func=cmd_delete)
     for p in (put, get, ls, delete):
         add_api_flags(p)

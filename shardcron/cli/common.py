@@ -78,8 +78,9 @@ _FROM_FLAGS: Any = object()
 
 
 @contextmanager
-def open_etcd(a: argparse.Namespace, *, endpoints: str | None = None,
-              security: EtcdSecurity | None = _FROM_FLAGS) -> Iterator[Etcd]:
+def open_etcd(
+    a: argparse.Namespace, *, endpoints: str | None = None, security: EtcdSecurity | None = _FROM_FLAGS
+) -> Iterator[Etcd]:
     """An ``Etcd`` client from the common flags (or ``endpoints`` and ``security``), closed on the way out.
 
     etcd not answering says which flag chooses it: under ``make dev`` it runs on
@@ -88,8 +89,9 @@ def open_etcd(a: argparse.Namespace, *, endpoints: str | None = None,
     from shardcron.coordination.etcd import Etcd  # grpc: see the module doc
 
     try:
-        etcd = Etcd(endpoints or a.etcd, timeout_s=3.0,
-                    security=etcd_security(a) if security is _FROM_FLAGS else security)
+        etcd = Etcd(
+            endpoints or a.etcd, timeout_s=3.0, security=etcd_security(a) if security is _FROM_FLAGS else security
+        )
     except EtcdUnavailable as e:
         raise EtcdUnavailable(f"{e} ({ETCD_HINT})") from None
     try:
@@ -108,22 +110,35 @@ TOKEN_ENV = "SHARDCRON_TOKEN"
 
 def add_api_flags(p: argparse.ArgumentParser) -> None:
     """``--server``, ``--json``, ``--request-timeout``, ``--namespace`` and the TLS and token flags."""
-    p.add_argument("--server", action="append", metavar="HOST:PORT",
-                   help=f"a node's API address; repeat to give others to try [SHARDCRON_SERVER] "
-                        f"(default {DEFAULT_SERVER})")
+    p.add_argument(
+        "--server",
+        action="append",
+        metavar="HOST:PORT",
+        help=f"a node's API address; repeat to give others to try [SHARDCRON_SERVER] (default {DEFAULT_SERVER})",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.add_argument("--request-timeout", type=seconds(), default=30.0, metavar="SECONDS",
-                   help="give up on the call after this long; more than 0 (default %(default)s)")
-    p.add_argument("-n", "--namespace", metavar="NAME",
-                   help=f"the namespace of the jobs named [{NAMESPACE_ENV}] (default: default)")
+    p.add_argument(
+        "--request-timeout",
+        type=seconds(),
+        default=30.0,
+        metavar="SECONDS",
+        help="give up on the call after this long; more than 0 (default %(default)s)",
+    )
+    p.add_argument(
+        "-n",
+        "--namespace",
+        metavar="NAME",
+        help=f"the namespace of the jobs named [{NAMESPACE_ENV}] (default: default)",
+    )
     add_env_flag(p, "--tls-ca", "CA that signed the nodes' certificates (enables TLS)")
     add_env_flag(p, "--tls-cert", "client certificate, for nodes that require mTLS")
     add_env_flag(p, "--tls-key", "client key")
     p.add_argument("--token", default=None, help="bearer token (prefer SHARDCRON_TOKEN: argv is visible in ps)")
 
 
-def add_api_command(sub: Any, name: str, func: Callable[[argparse.Namespace], int], help_: str, *,
-                    with_id: bool = True) -> argparse.ArgumentParser:
+def add_api_command(
+    sub: Any, name: str, func: Callable[[argparse.Namespace], int], help_: str, *, with_id: bool = True
+) -> argparse.ArgumentParser:
     """A subcommand that calls the API: its flags, and (``with_id``) a job's id first."""
     p: argparse.ArgumentParser = sub.add_parser(name, help=help_, description=help_)
     if with_id:
@@ -140,8 +155,7 @@ def channel_security_from_args(a: argparse.Namespace) -> ChannelSecurity:
     token = getattr(a, "token", None) or os.environ.get(TOKEN_ENV) or None
     if bool(getattr(a, "tls_cert", None)) != bool(getattr(a, "tls_key", None)):
         raise ConfigError("--tls-cert and --tls-key go together")
-    return ChannelSecurity(getattr(a, "tls_ca", None), getattr(a, "tls_cert", None), getattr(a, "tls_key", None),
-                           token)
+    return ChannelSecurity(getattr(a, "tls_ca", None), getattr(a, "tls_cert", None), getattr(a, "tls_key", None), token)
 
 
 def api_client(a: argparse.Namespace) -> Client:
@@ -154,8 +168,12 @@ def api_client(a: argparse.Namespace) -> Client:
     if security.token:  # checked here to name where it came from; Client checks any token again
         source = "--token" if getattr(a, "token", None) else TOKEN_ENV
         security = replace(security, token=bearer_secret(security.token, source))
-    return Client(servers, timeout_s=a.request_timeout, security=security,
-                  namespace=namespace_from_cli(getattr(a, "namespace", None), os.environ))
+    return Client(
+        servers,
+        timeout_s=a.request_timeout,
+        security=security,
+        namespace=namespace_from_cli(getattr(a, "namespace", None), os.environ),
+    )
 
 
 def table(rows: list[list[Any]], headers: list[str]) -> str:

@@ -93,8 +93,9 @@ def parse_min_interval_ms(raw: str) -> int:
     try:
         ms = parse_duration_ms(raw, "--min-interval")
     except InvalidJob:
-        raise ConfigError(f"--min-interval: expected a duration such as 1s, 500ms or 1m (0: no minimum), "
-                          f"got {raw!r}") from None
+        raise ConfigError(
+            f"--min-interval: expected a duration such as 1s, 500ms or 1m (0: no minimum), got {raw!r}"
+        ) from None
     if ms < 0:
         raise ConfigError(f"--min-interval: must not be negative, got {raw!r}")
     return ms

@@ -80,8 +80,9 @@ def env_name(flag: str) -> str:
 _SHOW_DEFAULT = object()
 
 
-def add_env_flag(p: ArgumentHolder, flag: str, help_: str, default: Any = None, *,
-                 default_text: Any = _SHOW_DEFAULT, **kwargs: Any) -> None:
+def add_env_flag(
+    p: ArgumentHolder, flag: str, help_: str, default: Any = None, *, default_text: Any = _SHOW_DEFAULT, **kwargs: Any
+) -> None:
     """Add ``flag`` to ``p`` (a parser or an argument group), defaulting to ``SHARDCRON_<FLAG>`` or ``default``.
 
     The help ends with ``[SHARDCRON_<FLAG>]`` and the default: ``default_text``
@@ -97,8 +98,9 @@ def add_env_flag(p: ArgumentHolder, flag: str, help_: str, default: Any = None, 
 
 def add_db_flag(p: ArgumentHolder) -> None:
     """``--db``, the same for every command that opens the store."""
-    add_env_flag(p, "--db", "SQLAlchemy URL of the tick store: sqlite:///..., postgresql://..., mysql://...",
-                 DEFAULT_DB)
+    add_env_flag(
+        p, "--db", "SQLAlchemy URL of the tick store: sqlite:///..., postgresql://..., mysql://...", DEFAULT_DB
+    )
 
 
 def add_common_etcd_flags(p: ArgumentHolder) -> None:
@@ -117,8 +119,11 @@ def add_etcd_security_flags(p: ArgumentHolder) -> None:
     add_env_flag(p, "--etcd-cert", "client certificate for etcd mTLS")
     add_env_flag(p, "--etcd-key", "client key for etcd mTLS")
     add_env_flag(p, "--etcd-user", "etcd user name (auth enabled)")
-    add_env_flag(p, "--etcd-password-file", "file holding the etcd password; or set SHARDCRON_ETCD_PASSWORD "
-                                            "(never a flag: it would show in ps)")
+    add_env_flag(
+        p,
+        "--etcd-password-file",
+        "file holding the etcd password; or set SHARDCRON_ETCD_PASSWORD (never a flag: it would show in ps)",
+    )
 
 
 def etcd_security(a: argparse.Namespace) -> EtcdSecurity:
@@ -141,8 +146,13 @@ def etcd_security(a: argparse.Namespace) -> EtcdSecurity:
             raise ConfigError(f"--{flag.replace('_', '-')}: no such file {path}")
     if bool(getattr(a, "etcd_cert", None)) != bool(getattr(a, "etcd_key", None)):
         raise ConfigError("--etcd-cert and --etcd-key go together")
-    return EtcdSecurity(ca_file=getattr(a, "etcd_ca", None), cert_file=getattr(a, "etcd_cert", None),
-                        key_file=getattr(a, "etcd_key", None), user=user, password=password if user else None)
+    return EtcdSecurity(
+        ca_file=getattr(a, "etcd_ca", None),
+        cert_file=getattr(a, "etcd_cert", None),
+        key_file=getattr(a, "etcd_key", None),
+        user=user,
+        password=password if user else None,
+    )
 
 
 def add_node_flags(p: ArgumentHolder) -> None:
@@ -153,58 +163,118 @@ def add_node_flags(p: ArgumentHolder) -> None:
     add_env_flag(p, "--advertise", "address other nodes reach this one at", default_text="--listen")
     add_env_flag(p, "--shards", "shard count; must match the cluster's", DEFAULT_SHARDS)
     add_env_flag(p, "--ttl", "session lease TTL in seconds", DEFAULT_TTL_S)
-    add_env_flag(p, "--allow-shell", "allow shell jobs (remote code execution: only on trusted clusters)", False,
-                 action="store_true")
-    add_env_flag(p, "--allow-python", "allow python jobs whose target module is this one or under it (repeatable, or "
-                                      "comma-separated in the variable; remote code execution: trusted clusters only)",
-                 default_text="none", action="append")
+    add_env_flag(
+        p,
+        "--allow-shell",
+        "allow shell jobs (remote code execution: only on trusted clusters)",
+        False,
+        action="store_true",
+    )
+    add_env_flag(
+        p,
+        "--allow-python",
+        "allow python jobs whose target module is this one or under it (repeatable, or "
+        "comma-separated in the variable; remote code execution: trusted clusters only)",
+        default_text="none",
+        action="append",
+    )
     add_env_flag(p, "--jobs", "TOML or YAML file of jobs to import when leading their shards")
-    add_env_flag(p, "--min-interval", "the cluster's minimum interval: jobs whose slots come closer (every, or "
-                                      "cron with seconds) are refused, a guard against 1ms typed for 1m; 0 allows "
-                                      "any. A new cluster takes it from its first node; a node given another value "
-                                      "than the cluster's refuses to start (change it with `shardcron config "
-                                      "--min-interval`)", default_text="the cluster's; 1s for a new cluster")
+    add_env_flag(
+        p,
+        "--min-interval",
+        "the cluster's minimum interval: jobs whose slots come closer (every, or "
+        "cron with seconds) are refused, a guard against 1ms typed for 1m; 0 allows "
+        "any. A new cluster takes it from its first node; a node given another value "
+        "than the cluster's refuses to start (change it with `shardcron config "
+        "--min-interval`)",
+        default_text="the cluster's; 1s for a new cluster",
+    )
     add_env_flag(p, "--settle", "seconds of membership quiet before rebalancing", DEFAULT_SETTLE_S)
-    add_env_flag(p, "--shutdown-grace", "seconds to wait for running ticks on stop or hand-over",
-                 DEFAULT_SHUTDOWN_GRACE_S)
-    add_env_flag(p, "--lookahead-ms", "claim slots this far ahead, in one transaction", DEFAULT_LOOKAHEAD_MS,
-                 default_text="%(default)s: not a whole second, so claiming never coincides with whole-second starts")
-    add_env_flag(p, "--executor-slots", "executions running at once on this node; a start beyond them waits for a "
-                                        "free slot (and the HTTP pool allows this many requests to one host)",
-                 DEFAULT_EXECUTOR_SLOTS)
-    add_env_flag(p, "--fair-queuing", "how starts waiting for a slot are served: 'on', by weighted fair queuing "
-                                      "across namespaces; 'off', first come first served (the baseline)", "on",
-                 choices=["on", "off"])
-    add_env_flag(p, "--dispatcher-priority", "'realtime' runs the thread that starts every tick under SCHED_FIFO, "
-                                             "so a busy machine wakes it on time (needs CAP_SYS_NICE); 'normal' "
-                                             "leaves it to the operating system's usual sharing",
-                 DEFAULT_DISPATCHER_PRIORITY,
-                 choices=["normal", "realtime"])
-    add_env_flag(p, "--start-lead-max-ms", "the thread that starts every tick takes the GIL up to this many ms "
-                                           "before a start is due and keeps it until then, so the node's other "
-                                           "threads cannot make the start late; 0 turns it off",
-                 DEFAULT_START_LEAD_MAX_MS)
-    add_env_flag(p, "--tick-retention", "delete ticks whose slot is older than this (e.g. 30d), in small batches by "
-                                        "each shard's leader; never nearer now than a job's catch-up window",
-                 "none", default_text="none: keep every tick")
+    add_env_flag(
+        p, "--shutdown-grace", "seconds to wait for running ticks on stop or hand-over", DEFAULT_SHUTDOWN_GRACE_S
+    )
+    add_env_flag(
+        p,
+        "--lookahead-ms",
+        "claim slots this far ahead, in one transaction",
+        DEFAULT_LOOKAHEAD_MS,
+        default_text="%(default)s: not a whole second, so claiming never coincides with whole-second starts",
+    )
+    add_env_flag(
+        p,
+        "--executor-slots",
+        "executions running at once on this node; a start beyond them waits for a "
+        "free slot (and the HTTP pool allows this many requests to one host)",
+        DEFAULT_EXECUTOR_SLOTS,
+    )
+    add_env_flag(
+        p,
+        "--fair-queuing",
+        "how starts waiting for a slot are served: 'on', by weighted fair queuing "
+        "across namespaces; 'off', first come first served (the baseline)",
+        "on",
+        choices=["on", "off"],
+    )
+    add_env_flag(
+        p,
+        "--dispatcher-priority",
+        "'realtime' runs the thread that starts every tick under SCHED_FIFO, "
+        "so a busy machine wakes it on time (needs CAP_SYS_NICE); 'normal' "
+        "leaves it to the operating system's usual sharing",
+        DEFAULT_DISPATCHER_PRIORITY,
+        choices=["normal", "realtime"],
+    )
+    add_env_flag(
+        p,
+        "--start-lead-max-ms",
+        "the thread that starts every tick takes the GIL up to this many ms "
+        "before a start is due and keeps it until then, so the node's other "
+        "threads cannot make the start late; 0 turns it off",
+        DEFAULT_START_LEAD_MAX_MS,
+    )
+    add_env_flag(
+        p,
+        "--tick-retention",
+        "delete ticks whose slot is older than this (e.g. 30d), in small batches by "
+        "each shard's leader; never nearer now than a job's catch-up window",
+        "none",
+        default_text="none: keep every tick",
+    )
     add_env_flag(p, "--tls-cert", "serve the API over TLS with this certificate")
     add_env_flag(p, "--tls-key", "its key")
     add_env_flag(p, "--tls-client-ca", "require client certificates signed by this CA (mTLS)")
     add_env_flag(p, "--tls-ca", "CA to verify other nodes when forwarding", default_text="--tls-client-ca")
-    add_env_flag(p, "--auth-token-file", "require a scoped bearer token on every call: the file's tokens "
-                                          "(NAME sha256:HASH ROLE NAMESPACES per line, or legacy bare tokens) "
-                                          "plus those created with `shardcron tokens create`")
-    add_env_flag(p, "--node-token", "this node's own secret, sent with the calls it forwards (its scope caps "
-                                    "theirs); prefer the environment variable", default_text="a legacy token of "
-                                    "--auth-token-file")
-    add_env_flag(p, "--shell-allow", "with --allow-shell: a regular expression every shell command must match in "
-                                     "full")
+    add_env_flag(
+        p,
+        "--auth-token-file",
+        "require a scoped bearer token on every call: the file's tokens "
+        "(NAME sha256:HASH ROLE NAMESPACES per line, or legacy bare tokens) "
+        "plus those created with `shardcron tokens create`",
+    )
+    add_env_flag(
+        p,
+        "--node-token",
+        "this node's own secret, sent with the calls it forwards (its scope caps "
+        "theirs); prefer the environment variable",
+        default_text="a legacy token of --auth-token-file",
+    )
+    add_env_flag(p, "--shell-allow", "with --allow-shell: a regular expression every shell command must match in full")
     add_env_flag(p, "--metrics-listen", "serve Prometheus metrics on host:port", default_text="off")
-    add_env_flag(p, "--http-listen", "serve the web dashboard on host:port (the same tokens as the API, TLS when "
-                                     "the API has it; may be --metrics-listen's address, then /metrics is there "
-                                     "too; needs the 'dashboard' extra)", default_text="off")
-    add_env_flag(p, "--health-listen", "also answer grpc.health.v1 Check on host:port, on threads of its own, so "
-                                       "no API load delays a probe (plain text, no token)", default_text="off")
+    add_env_flag(
+        p,
+        "--http-listen",
+        "serve the web dashboard on host:port (the same tokens as the API, TLS when "
+        "the API has it; may be --metrics-listen's address, then /metrics is there "
+        "too; needs the 'dashboard' extra)",
+        default_text="off",
+    )
+    add_env_flag(
+        p,
+        "--health-listen",
+        "also answer grpc.health.v1 Check on host:port, on threads of its own, so "
+        "no API load delays a probe (plain text, no token)",
+        default_text="off",
+    )
     add_api_limit_flags(p)
     add_env_flag(p, "--log-format", "log line format", DEFAULT_LOG_FORMAT, choices=["text", "json"])
     add_env_flag(p, "--log-level", "log level", DEFAULT_LOG_LEVEL, choices=["debug", "info", "warning", "error"])
@@ -212,27 +282,58 @@ def add_node_flags(p: ArgumentHolder) -> None:
 
 def add_api_limit_flags(p: ArgumentHolder) -> None:
     add_env_flag(p, "--max-streams", "open WatchTicks streams this node serves at once", L.DEFAULT_MAX_STREAMS)
-    add_env_flag(p, "--max-streams-per-peer", "open streams one caller address may hold on this node (calls "
-                                              "other nodes forward count against --max-streams only)",
-                 L.DEFAULT_MAX_STREAMS_PER_PEER)
-    add_env_flag(p, "--max-request-bytes", "largest request this node reads, in bytes (or 8MiB, 512KiB)",
-                 "8MiB")
-    add_env_flag(p, "--max-jobs-per-call", "jobs one PutJobs call may carry (jobs apply sends several calls)",
-                 L.DEFAULT_MAX_JOBS_PER_CALL)
-    add_env_flag(p, "--trigger-rate", "manual runs (TriggerJob) per job: COUNT/PERIOD, a burst of COUNT then "
-                                      "evenly spread; off: no limit", L.DEFAULT_TRIGGER_RATE)
-    add_env_flag(p, "--notify-on-failure", "default notification for jobs without on_failure, run once per failed "
-                                           "slot: an http(s):// webhook URL, or an executor table as JSON", None,
-                 metavar="SPEC")
-    add_env_flag(p, "--notify-on-recovery", "default notification for jobs without on_recovery, run once when a "
-                                            "job succeeds after failing (same SPEC forms)", None,
-                 metavar="SPEC")
-    add_env_flag(p, "--notify-rate", "at most COUNT default notifications per job per DURATION; the rest are "
-                                     "recorded suppressed and counted (off: no limit)", "10/1m",
-                 metavar="COUNT/DURATION")
+    add_env_flag(
+        p,
+        "--max-streams-per-peer",
+        "open streams one caller address may hold on this node (calls "
+        "other nodes forward count against --max-streams only)",
+        L.DEFAULT_MAX_STREAMS_PER_PEER,
+    )
+    add_env_flag(p, "--max-request-bytes", "largest request this node reads, in bytes (or 8MiB, 512KiB)", "8MiB")
+    add_env_flag(
+        p,
+        "--max-jobs-per-call",
+        "jobs one PutJobs call may carry (jobs apply sends several calls)",
+        L.DEFAULT_MAX_JOBS_PER_CALL,
+    )
+    add_env_flag(
+        p,
+        "--trigger-rate",
+        "manual runs (TriggerJob) per job: COUNT/PERIOD, a burst of COUNT then evenly spread; off: no limit",
+        L.DEFAULT_TRIGGER_RATE,
+    )
+    add_env_flag(
+        p,
+        "--notify-on-failure",
+        "default notification for jobs without on_failure, run once per failed "
+        "slot: an http(s):// webhook URL, or an executor table as JSON",
+        None,
+        metavar="SPEC",
+    )
+    add_env_flag(
+        p,
+        "--notify-on-recovery",
+        "default notification for jobs without on_recovery, run once when a "
+        "job succeeds after failing (same SPEC forms)",
+        None,
+        metavar="SPEC",
+    )
+    add_env_flag(
+        p,
+        "--notify-rate",
+        "at most COUNT default notifications per job per DURATION; the rest are "
+        "recorded suppressed and counted (off: no limit)",
+        "10/1m",
+        metavar="COUNT/DURATION",
+    )
     add_env_flag(p, "--keepalive", "ping every gRPC connection (to callers and to other nodes) this often", "10s")
-    add_env_flag(p, "--keepalive-timeout", "drop a connection whose ping is not answered within this (a frozen or "
-                                           "unreachable peer fails its calls after --keepalive plus this)", "5s")
+    add_env_flag(
+        p,
+        "--keepalive-timeout",
+        "drop a connection whose ping is not answered within this (a frozen or "
+        "unreachable peer fails its calls after --keepalive plus this)",
+        "5s",
+    )
 
 
 def api_limits_from_args(a: argparse.Namespace) -> ApiLimits:
@@ -277,8 +378,9 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         executor_slots=number("executor-slots", a.executor_slots, int, 1),
         fair_queuing=on_off("fair-queuing", a.fair_queuing),
         dispatcher_priority=one_of("dispatcher-priority", a.dispatcher_priority, ("normal", "realtime")),
-        start_lead_max_ms=at_most("start-lead-max-ms", number("start-lead-max-ms", a.start_lead_max_ms, float, 0.0),
-                                   START_LEAD_LIMIT_MS),
+        start_lead_max_ms=at_most(
+            "start-lead-max-ms", number("start-lead-max-ms", a.start_lead_max_ms, float, 0.0), START_LEAD_LIMIT_MS
+        ),
         min_interval_ms=None if a.min_interval is None else parse_min_interval_ms(a.min_interval),
         log_format=a.log_format,
         log_level=a.log_level,
@@ -288,8 +390,10 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         etcd_security=etcd_security(a),
         **_api_security(a),
         api_limits=api_limits_from_args(a),
-        keepalive_ms=(duration_flag_ms("keepalive", a.keepalive, 100),
-                      duration_flag_ms("keepalive-timeout", a.keepalive_timeout, 100)),
+        keepalive_ms=(
+            duration_flag_ms("keepalive", a.keepalive, 100),
+            duration_flag_ms("keepalive-timeout", a.keepalive_timeout, 100),
+        ),
         shell_allow=shell_allow(a.shell_allow, bool(a.allow_shell)),
         allow_python=allow_python(a.allow_python),
         tick_retention_ms=tick_retention_ms(a.tick_retention),
@@ -332,8 +436,10 @@ def _api_security(a: argparse.Namespace) -> dict[str, Any]:
         token=getattr(a, "node_token", None) or legacy_secret,  # this node's own identity when it forwards a call
     )
     if tls and not forward.ca_file:
-        raise ConfigError("with --tls-cert, give --tls-ca (the CA of the nodes' certificates) so this node can "
-                          "verify the others when it forwards a call")
+        raise ConfigError(
+            "with --tls-cert, give --tls-ca (the CA of the nodes' certificates) so this node can "
+            "verify the others when it forwards a call"
+        )
     return {"api_security": server, "forward_security": forward}
 
 

@@ -31,65 +31,117 @@ def add_put_flags(put: argparse.ArgumentParser) -> None:
     what.add_argument("--celery", metavar="TASK", help="send this Celery task (by its registered name) to --broker")
     what.add_argument("--rq", metavar="FUNC", help="enqueue this dotted function path on an RQ queue at --broker")
     what.add_argument("--arq", metavar="FUNCTION", help="enqueue this arq function at --broker")
-    what.add_argument("--nats", metavar="SUBJECT", help="publish to this NATS subject (JetStream unless --no-jetstream)")
-    what.add_argument("--amqp", metavar="ROUTING_KEY", help="publish to RabbitMQ with this routing key (the queue, "
-                                                            "with the default exchange)")
+    what.add_argument(
+        "--nats", metavar="SUBJECT", help="publish to this NATS subject (JetStream unless --no-jetstream)"
+    )
+    what.add_argument(
+        "--amqp",
+        metavar="ROUTING_KEY",
+        help="publish to RabbitMQ with this routing key (the queue, with the default exchange)",
+    )
     what.add_argument("--redis-stream", metavar="STREAM", help="XADD to this Redis stream at --broker")
-    what.add_argument("--python", metavar="MODULE:FUNCTION", help="call this function on the leader (needs nodes "
-                                                                  "with --allow-python covering the module)")
+    what.add_argument(
+        "--python",
+        metavar="MODULE:FUNCTION",
+        help="call this function on the leader (needs nodes with --allow-python covering the module)",
+    )
     dispatch = put.add_argument_group("brokers and python calls")
-    dispatch.add_argument("--broker", metavar="URL", help="the broker's URL: redis://, amqp://, nats:// "
-                                                          "[SHARDCRON_BROKER]")
+    dispatch.add_argument(
+        "--broker", metavar="URL", help="the broker's URL: redis://, amqp://, nats:// [SHARDCRON_BROKER]"
+    )
     dispatch.add_argument("--args", metavar="JSON", help="positional arguments, a JSON array")
     dispatch.add_argument("--kwargs", metavar="JSON", help="keyword arguments, a JSON object")
     dispatch.add_argument("--queue", metavar="NAME", help="queue (celery, rq: default; arq: arq:queue)")
     dispatch.add_argument("--routing-key", metavar="KEY", help="celery: the routing key")
     dispatch.add_argument("--exchange", metavar="NAME", help="amqp: the exchange (default: the default exchange)")
-    dispatch.add_argument("--priority", type=whole(0, MAX_PRIORITY), metavar="N", help="celery: the task's priority (0-255)")
+    dispatch.add_argument(
+        "--priority", type=whole(0, MAX_PRIORITY), metavar="N", help="celery: the task's priority (0-255)"
+    )
     dispatch.add_argument("--expires", metavar="D", help="celery: workers drop the task this long after its slot")
     dispatch.add_argument("--no-jetstream", action="store_true", help="nats: a core publish (no ack, no dedupe)")
     dispatch.add_argument("--transient", action="store_true", help="amqp: not persistent (delivery mode 1)")
-    dispatch.add_argument("--content-type", metavar="TYPE", help="amqp: the message's content type "
-                                                                 "(default application/json)")
+    dispatch.add_argument(
+        "--content-type", metavar="TYPE", help="amqp: the message's content type (default application/json)"
+    )
     dispatch.add_argument("--field", action="append", metavar="K=V", help="redis-stream: an entry field; repeatable")
-    dispatch.add_argument("--maxlen", type=whole(1, INT64_MAX), metavar="N", help="redis-stream: trim the stream to about N entries")
-    dispatch.add_argument("--dedupe-ttl", metavar="D", help="redis-stream: how long a slot's dedupe marker lives "
-                                                            "(default: longer than the catch-up window)")
+    dispatch.add_argument(
+        "--maxlen", type=whole(1, INT64_MAX), metavar="N", help="redis-stream: trim the stream to about N entries"
+    )
+    dispatch.add_argument(
+        "--dedupe-ttl",
+        metavar="D",
+        help="redis-stream: how long a slot's dedupe marker lives (default: longer than the catch-up window)",
+    )
     dispatch.add_argument("--tick-kwarg", metavar="NAME", help="arq: pass the tick as this keyword argument")
-    dispatch.add_argument("--session", action="store_true", help="python: pass a fenced database session "
-                                                                 "(PostgreSQL, MariaDB)")
+    dispatch.add_argument(
+        "--session", action="store_true", help="python: pass a fenced database session (PostgreSQL, MariaDB)"
+    )
     put.add_argument("--method", default=None, help="HTTP method (default POST)")
-    put.add_argument("--header", action="append", metavar="K:V",
-                     help="HTTP, NATS or AMQP header; repeatable (Authorization, Proxy-Authorization, Cookie and X-Api-Key "
-                          "are always secret)")
-    put.add_argument("--secret-header", action="append", metavar="NAME[:VALUE]",
-                     help="a header whose value is never logged nor shown: NAME marks a --header, NAME:VALUE "
-                          "gives one; repeatable")
+    put.add_argument(
+        "--header",
+        action="append",
+        metavar="K:V",
+        help="HTTP, NATS or AMQP header; repeatable (Authorization, Proxy-Authorization, Cookie and X-Api-Key "
+        "are always secret)",
+    )
+    put.add_argument(
+        "--secret-header",
+        action="append",
+        metavar="NAME[:VALUE]",
+        help="a header whose value is never logged nor shown: NAME marks a --header, NAME:VALUE gives one; repeatable",
+    )
     body = put.add_mutually_exclusive_group()
     body.add_argument("--body", metavar="B", help="HTTP request body, or the NATS or AMQP message body")
-    body.add_argument("--body-file", metavar="PATH", help="HTTP request body read from PATH (- for stdin), "
-                                                          "for bodies too long for the command line (up to 1 MiB)")
+    body.add_argument(
+        "--body-file",
+        metavar="PATH",
+        help="HTTP request body read from PATH (- for stdin), for bodies too long for the command line (up to 1 MiB)",
+    )
     put.add_argument("--catchup", choices=["all", "latest", "none"], help="missed slots policy (default all)")
     put.add_argument("--catchup-window", metavar="D", help="how far back missed slots are owed (default 1h)")
     put.add_argument("--overlap", choices=["skip", "allow"], help="when the previous run is still going (default skip)")
     put.add_argument("--timeout", dest="timeout_job", metavar="D", help="the job's run timeout (default 60s)")
-    put.add_argument("--history-limit", type=whole(1, MAX_HISTORY_LIMIT), metavar="N",
-                     help="keep at most the job's N newest ticks; older finished ones are deleted (default: all)")
-    put.add_argument("--jitter", metavar="D", help="start each slot a fixed offset in [0, D) after it, the same on "
-                                                   "every leader; shorter than the gap between slots (default 0)")
-    put.add_argument("--calendar", action="append", metavar="NAME",
-                     help="a stored calendar the job follows: slots it excludes are not run; repeatable")
-    put.add_argument("--on-failure", metavar="SPEC", help="run once per failed slot, after its retries: an "
-                                                          "http(s):// webhook URL, or an executor table as JSON")
-    put.add_argument("--on-recovery", metavar="SPEC", help="run once when a slot succeeds after failed ones "
-                                                           "(same SPEC forms)")
-    put.add_argument("--retries", type=whole(0, MAX_ATTEMPTS - 1), metavar="N",
-                     help="retries after a failed attempt, so N+1 attempts at most (default 0)")
+    put.add_argument(
+        "--history-limit",
+        type=whole(1, MAX_HISTORY_LIMIT),
+        metavar="N",
+        help="keep at most the job's N newest ticks; older finished ones are deleted (default: all)",
+    )
+    put.add_argument(
+        "--jitter",
+        metavar="D",
+        help="start each slot a fixed offset in [0, D) after it, the same on "
+        "every leader; shorter than the gap between slots (default 0)",
+    )
+    put.add_argument(
+        "--calendar",
+        action="append",
+        metavar="NAME",
+        help="a stored calendar the job follows: slots it excludes are not run; repeatable",
+    )
+    put.add_argument(
+        "--on-failure",
+        metavar="SPEC",
+        help="run once per failed slot, after its retries: an http(s):// webhook URL, or an executor table as JSON",
+    )
+    put.add_argument(
+        "--on-recovery", metavar="SPEC", help="run once when a slot succeeds after failed ones (same SPEC forms)"
+    )
+    put.add_argument(
+        "--retries",
+        type=whole(0, MAX_ATTEMPTS - 1),
+        metavar="N",
+        help="retries after a failed attempt, so N+1 attempts at most (default 0)",
+    )
     put.add_argument("--retry-backoff", metavar="D", help="first retry delay (default 1s)")
     put.add_argument("--label", action="append", metavar="K=V", help="label; repeatable")
     put.add_argument("--paused", action="store_true", help="create it paused")
-    put.add_argument("--expected-version", type=whole(0, MAX_VERSION), metavar="N",
-                     help="only if the stored job is at version N (0: only create)")
+    put.add_argument(
+        "--expected-version",
+        type=whole(0, MAX_VERSION),
+        metavar="N",
+        help="only if the stored job is at version N (0: only create)",
+    )
 
 
 def pairs(values: list[str] | None, sep: str, flag: str) -> list[tuple[str, str]]:
@@ -103,8 +155,18 @@ def pairs(values: list[str] | None, sep: str, flag: str) -> list[tuple[str, str]
 
 
 # The kind flags of ``jobs put`` (one of them is required) and the executor table key each one's value fills.
-KIND_FLAGS = {"http": "url", "shell": "command", "noop": None, "celery": "task", "rq": "func", "arq": "function",
-              "nats": "subject", "amqp": "routing_key", "redis_stream": "stream", "python": "target"}
+KIND_FLAGS = {
+    "http": "url",
+    "shell": "command",
+    "noop": None,
+    "celery": "task",
+    "rq": "func",
+    "arq": "function",
+    "nats": "subject",
+    "amqp": "routing_key",
+    "redis_stream": "stream",
+    "python": "target",
+}
 
 # Every other executor flag: (its destination, the kinds it serves, the executor table key it fills).
 _BROKERS = ("celery", "rq", "arq", "nats", "amqp", "redis_stream")
@@ -148,8 +210,10 @@ def _refuse_foreign_flags(a: argparse.Namespace, kind: str) -> None:
         if getattr(a, dest) not in (None, False) and kind not in kinds:
             foreign.setdefault(kinds, []).append(flag)
     if foreign:
-        said = "; ".join(f"{', '.join(flags)}: only for {' or '.join(_flag_of(k) for k in kinds)} jobs"
-                         for kinds, flags in foreign.items())
+        said = "; ".join(
+            f"{', '.join(flags)}: only for {' or '.join(_flag_of(k) for k in kinds)} jobs"
+            for kinds, flags in foreign.items()
+        )
         raise ConfigError(f"{said}; not for {_flag_of(kind)}")
 
 
@@ -157,8 +221,7 @@ def _json_flag(raw: str, flag: str) -> Any:
     try:
         return json.loads(raw)
     except ValueError as e:
-        raise ConfigError(f"{flag}: not valid JSON ({e}); quote it for the shell, e.g. {flag} '[1, \"a\"]'") \
-            from None
+        raise ConfigError(f"{flag}: not valid JSON ({e}); quote it for the shell, e.g. {flag} '[1, \"a\"]'") from None
 
 
 def _dispatch_executor(a: argparse.Namespace, kind: str) -> dict[str, Any]:
@@ -208,8 +271,9 @@ def _read_body_file(path: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"--body-file: {where} is not UTF-8 text (byte {e.start}); the body is sent as text") \
-            from None
+        raise ConfigError(
+            f"--body-file: {where} is not UTF-8 text (byte {e.start}); the body is sent as text"
+        ) from None
 
 
 def _http_executor(a: argparse.Namespace) -> dict[str, Any]:
@@ -253,9 +317,15 @@ def job_from_flags(a: argparse.Namespace) -> Job:
         d["executor"] = {"kind": "noop"}
     else:
         d["executor"] = _dispatch_executor(a, kind)
-    for key, value in (("catchup", a.catchup), ("catchup_window", a.catchup_window), ("overlap", a.overlap),
-                       ("timeout", a.timeout_job), ("jitter", a.jitter), ("calendars", a.calendar),
-                       ("history_limit", a.history_limit)):
+    for key, value in (
+        ("catchup", a.catchup),
+        ("catchup_window", a.catchup_window),
+        ("overlap", a.overlap),
+        ("timeout", a.timeout_job),
+        ("jitter", a.jitter),
+        ("calendars", a.calendar),
+        ("history_limit", a.history_limit),
+    ):
         if value is not None:
             d[key] = value
     if a.retry_backoff is not None and a.retries is None:

@@ -146,11 +146,19 @@ def cmd_apply(a: argparse.Namespace) -> int:
         results = c.put_jobs(jobs)
     failed = [r for r in results if not r.ok]
     if a.json:
-        print_json([
-            {"id": r.id, "ok": r.ok, "code": r.code, "message": r.message,
-             "version": r.job.version if r.job else None, "unchanged": r.unchanged}
-            for r in results
-        ])
+        print_json(
+            [
+                {
+                    "id": r.id,
+                    "ok": r.ok,
+                    "code": r.code,
+                    "message": r.message,
+                    "version": r.job.version if r.job else None,
+                    "unchanged": r.unchanged,
+                }
+                for r in results
+            ]
+        )
     else:
         rows = []
         for r in results:
@@ -185,13 +193,23 @@ def register(subparsers: Any) -> None:
     ls = add_api_command(sub, "list", cmd_list, "list jobs", with_id=False)
     ls.add_argument("--label", action="append", metavar="K=V", help="only jobs with this label; repeatable")
     ls.add_argument("--shard", type=whole(0, MAX_SHARD - 1), metavar="K", help="only shard K's jobs")
-    ls.add_argument("-A", "--all-namespaces", action="store_true",
-                    help="jobs of every namespace the token may read")
+    ls.add_argument("-A", "--all-namespaces", action="store_true", help="jobs of every namespace the token may read")
 
-    apply = add_api_command(sub, "apply", cmd_apply, "create or replace every job of a TOML, YAML or JSON file",
-                            with_id=False)
+    apply = add_api_command(
+        sub, "apply", cmd_apply, "create or replace every job of a TOML, YAML or JSON file", with_id=False
+    )
     apply.add_argument("-f", "--file", required=True, metavar="FILE", help="the jobs file")
 
 
-__all__ = ["ApplyFailed", "cmd_apply", "cmd_delete", "cmd_get", "cmd_list", "cmd_pause", "cmd_put", "cmd_resume",
-           "cmd_trigger", "register"]
+__all__ = [
+    "ApplyFailed",
+    "cmd_apply",
+    "cmd_delete",
+    "cmd_get",
+    "cmd_list",
+    "cmd_pause",
+    "cmd_put",
+    "cmd_resume",
+    "cmd_trigger",
+    "register",
+]

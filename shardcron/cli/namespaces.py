@@ -20,8 +20,11 @@ from shardcron.spec.bounds import INT64_MAX, shown
 
 NO_LIMIT = "none"
 # flag -> the quota it sets (tenancy.quotas.QUOTA_KEYS)
-QUOTA_FLAGS = {"max_jobs": "--max-jobs", "max_slots_per_second": "--max-slots-per-second",
-               "max_running": "--max-running"}
+QUOTA_FLAGS = {
+    "max_jobs": "--max-jobs",
+    "max_slots_per_second": "--max-slots-per-second",
+    "max_running": "--max-running",
+}
 
 
 # A rate as a decimal or a fraction of whole numbers, each part within int64's 18 safe digits.
@@ -41,8 +44,9 @@ def parse_count(text: str, flag: str) -> int | None:
     except ValueError:  # also past int()'s 4300 digits
         value = -1
     if not 0 <= value <= INT64_MAX:
-        raise NamespaceFlagError(f"{flag}: must be a whole number of at least 0 or '{NO_LIMIT}' (at most "
-                                 f"{INT64_MAX}), got {shown(text)}")
+        raise NamespaceFlagError(
+            f"{flag}: must be a whole number of at least 0 or '{NO_LIMIT}' (at most {INT64_MAX}), got {shown(text)}"
+        )
     return value
 
 
@@ -58,8 +62,9 @@ def parse_rate(text: str, flag: str) -> Fraction | None:
         except ZeroDivisionError:
             pass
     if value < 0:
-        raise NamespaceFlagError(f"{flag}: must be a number of at least 0 (e.g. 2.5 or 10/3) or '{NO_LIMIT}', "
-                                 f"got {shown(text)}")
+        raise NamespaceFlagError(
+            f"{flag}: must be a number of at least 0 (e.g. 2.5 or 10/3) or '{NO_LIMIT}', got {shown(text)}"
+        )
     return value
 
 
@@ -100,11 +105,18 @@ def _limit(x: int | None) -> str:
 
 def namespace_json(n: StoredNamespace) -> dict:
     q = n.settings.quota
-    return {"name": n.name, "weight": n.settings.weight,
-            "quota": {"max_jobs": q.max_jobs, "max_running": q.max_running,
-                      "max_slots_per_second": None if q.max_slots_per_second is None else str(q.max_slots_per_second)},
-            "usage": {"jobs": n.usage.jobs, "slots_per_second": str(n.usage.slots_per_second)},
-            "created_at_ms": n.created_at_ms, "updated_at_ms": n.updated_at_ms}
+    return {
+        "name": n.name,
+        "weight": n.settings.weight,
+        "quota": {
+            "max_jobs": q.max_jobs,
+            "max_running": q.max_running,
+            "max_slots_per_second": None if q.max_slots_per_second is None else str(q.max_slots_per_second),
+        },
+        "usage": {"jobs": n.usage.jobs, "slots_per_second": str(n.usage.slots_per_second)},
+        "created_at_ms": n.created_at_ms,
+        "updated_at_ms": n.updated_at_ms,
+    }
 
 
 HEADERS = ["NAME", "WEIGHT", "JOBS", "MAX JOBS", "SLOTS/S", "MAX SLOTS/S", "MAX RUNNING"]
@@ -112,19 +124,30 @@ HEADERS = ["NAME", "WEIGHT", "JOBS", "MAX JOBS", "SLOTS/S", "MAX SLOTS/S", "MAX 
 
 def _row(n: StoredNamespace) -> list:
     q = n.settings.quota
-    return [n.name, f"{n.settings.weight:g}", n.usage.jobs, _limit(q.max_jobs), fmt_rate(n.usage.slots_per_second),
-            fmt_rate(q.max_slots_per_second), _limit(q.max_running)]
+    return [
+        n.name,
+        f"{n.settings.weight:g}",
+        n.usage.jobs,
+        _limit(q.max_jobs),
+        fmt_rate(n.usage.slots_per_second),
+        fmt_rate(q.max_slots_per_second),
+        _limit(q.max_running),
+    ]
 
 
 def describe(n: StoredNamespace) -> str:
     q = n.settings.quota
     max_jobs = "no limit" if q.max_jobs is None else str(q.max_jobs)
     max_rate = "no limit" if q.max_slots_per_second is None else fmt_rate(q.max_slots_per_second)
-    lines = [("namespace", n.name), ("weight", f"{n.settings.weight:g}"),
-             ("jobs", f"{n.usage.jobs} of {max_jobs}"),
-             ("slots per second", f"{fmt_rate(n.usage.slots_per_second)} of {max_rate}"),
-             ("max running", f"{q.max_running} per node" if q.max_running is not None else "no limit"),
-             ("created", fmt_ms(n.created_at_ms)), ("updated", fmt_ms(n.updated_at_ms))]
+    lines = [
+        ("namespace", n.name),
+        ("weight", f"{n.settings.weight:g}"),
+        ("jobs", f"{n.usage.jobs} of {max_jobs}"),
+        ("slots per second", f"{fmt_rate(n.usage.slots_per_second)} of {max_rate}"),
+        ("max running", f"{q.max_running} per node" if q.max_running is not None else "no limit"),
+        ("created", fmt_ms(n.created_at_ms)),
+        ("updated", fmt_ms(n.updated_at_ms)),
+    ]
     return "\n".join(f"{k:<17} {v}" for k, v in lines)
 
 
@@ -153,8 +176,9 @@ def cmd_update(a: argparse.Namespace) -> int:
     weight = parse_weight(a.weight) if a.weight is not None else None
     quota = quota_flags(a)
     if weight is None and not quota:
-        raise NamespaceFlagError("nothing to change: give --weight or a quota flag (" + ", ".join(QUOTA_FLAGS.values())
-                                 + ")")
+        raise NamespaceFlagError(
+            "nothing to change: give --weight or a quota flag (" + ", ".join(QUOTA_FLAGS.values()) + ")"
+        )
     with api_client(a) as c:
         n = c.update_namespace(a.name, weight=weight, quota=quota)
     print_json(namespace_json(n)) if a.json else print(describe(n))
@@ -182,10 +206,15 @@ def _settings_flags(p: argparse.ArgumentParser, *, update: bool) -> None:
     none = f"; '{NO_LIMIT}' removes the limit" if update else ""
     p.add_argument("--weight", metavar="W", help="its share of a saturated node's executors (default 1)")
     p.add_argument("--max-jobs", dest="max_jobs", metavar="N", help=f"the jobs it may hold{none}")
-    p.add_argument("--max-slots-per-second", dest="max_slots_per_second", metavar="R",
-                   help=f"the sum of its jobs' peak rates, e.g. 2.5 or 10/3{none}")
-    p.add_argument("--max-running", dest="max_running", metavar="N",
-                   help=f"its executions running at once on a node{none}")
+    p.add_argument(
+        "--max-slots-per-second",
+        dest="max_slots_per_second",
+        metavar="R",
+        help=f"the sum of its jobs' peak rates, e.g. 2.5 or 10/3{none}",
+    )
+    p.add_argument(
+        "--max-running", dest="max_running", metavar="N", help=f"its executions running at once on a node{none}"
+    )
 
 
 def register(subparsers) -> None:

@@ -48,10 +48,15 @@ def job_json(job: Job, shard: int | None = None) -> dict[str, Any]:
 
 
 def runs_json(runs: JobRuns) -> dict[str, Any]:
-    return {"as_of_ms": runs.as_of_ms, "next_slot_ms": runs.next_slot_ms, "next_start_ms": runs.next_start_ms,
-            "last_scheduled_at_ms": runs.last_scheduled_at_ms,
-            "last_status": runs.last_status.value if runs.last_status else None,
-            "failures_in_a_row": runs.failures_in_a_row, "next_reason": runs.next_reason}
+    return {
+        "as_of_ms": runs.as_of_ms,
+        "next_slot_ms": runs.next_slot_ms,
+        "next_start_ms": runs.next_start_ms,
+        "last_scheduled_at_ms": runs.last_scheduled_at_ms,
+        "last_status": runs.last_status.value if runs.last_status else None,
+        "failures_in_a_row": runs.failures_in_a_row,
+        "next_reason": runs.next_reason,
+    }
 
 
 def runs_cells(runs: JobRuns) -> list[Any]:
@@ -60,18 +65,33 @@ def runs_cells(runs: JobRuns) -> list[Any]:
     nxt = fmt_ms(runs.next_start_ms)
     if runs.next_start_ms is not None and runs.next_start_ms != runs.next_slot_ms:
         nxt += f" (slot {fmt_ms(runs.next_slot_ms)} + jitter)"
-    last = "-" if runs.last_scheduled_at_ms is None else \
-        f"{fmt_ms(runs.last_scheduled_at_ms)} {runs.last_status.value if runs.last_status else '?'}"
+    last = (
+        "-"
+        if runs.last_scheduled_at_ms is None
+        else f"{fmt_ms(runs.last_scheduled_at_ms)} {runs.last_status.value if runs.last_status else '?'}"
+    )
     return [nxt, last, runs.failures_in_a_row]
 
 
 def tick_json(t: Tick) -> dict[str, Any]:
     key = split_key(t.job_id)
     return {
-        "job_id": key.id, "namespace": key.namespace, "scheduled_at_ms": t.scheduled_at_ms, "shard": t.shard, "fence": t.fence,
-        "node_id": t.node_id, "status": t.status.value, "attempt": t.attempt, "manual": t.manual,
-        "claimed_at_ms": t.claimed_at_ms, "started_at_ms": t.started_at_ms, "finished_at_ms": t.finished_at_ms,
-        "exit_code": t.exit_code, "http_status": t.http_status, "output": t.output, "error": t.error,
+        "job_id": key.id,
+        "namespace": key.namespace,
+        "scheduled_at_ms": t.scheduled_at_ms,
+        "shard": t.shard,
+        "fence": t.fence,
+        "node_id": t.node_id,
+        "status": t.status.value,
+        "attempt": t.attempt,
+        "manual": t.manual,
+        "claimed_at_ms": t.claimed_at_ms,
+        "started_at_ms": t.started_at_ms,
+        "finished_at_ms": t.finished_at_ms,
+        "exit_code": t.exit_code,
+        "http_status": t.http_status,
+        "output": t.output,
+        "error": t.error,
     }
 
 
@@ -80,8 +100,15 @@ TICK_HEADERS = ["SCHEDULED", "STATUS", "ATTEMPT", "NODE", "FENCE", "DURATION", "
 
 
 def job_row(job: Job, shard: int | None) -> list[Any]:
-    return [job.key.id, "-" if shard is None else shard, describe_schedule(job), describe_executor(job),
-            "paused" if job.paused else "active", job.version, describe_labels(job)]
+    return [
+        job.key.id,
+        "-" if shard is None else shard,
+        describe_schedule(job),
+        describe_executor(job),
+        "paused" if job.paused else "active",
+        job.version,
+        describe_labels(job),
+    ]
 
 
 def tick_row(t: Tick) -> list[Any]:
@@ -94,8 +121,15 @@ def tick_row(t: Tick) -> list[Any]:
         result = f"exit {t.exit_code}"
     else:
         result = "-"
-    return [fmt_ms(t.scheduled_at_ms) + (" (manual)" if t.manual else ""), t.status.value, t.attempt, t.node_id,
-            t.fence, format_duration_ms(took), result]
+    return [
+        fmt_ms(t.scheduled_at_ms) + (" (manual)" if t.manual else ""),
+        t.status.value,
+        t.attempt,
+        t.node_id,
+        t.fence,
+        format_duration_ms(took),
+        result,
+    ]
 
 
 def jobs_table(listed: list[tuple[Job, JobRuns]], shards: dict[str, int | None], *, namespaced: bool = False) -> str:
@@ -103,8 +137,9 @@ def jobs_table(listed: list[tuple[Job, JobRuns]], shards: dict[str, int | None],
     (by job key); ``namespaced``: a first column says whose each job is (a listing of every namespace)."""
     rows = [job_row(j, shards.get(j.id)) + runs_cells(r) for j, r in listed]
     if namespaced:
-        return table([[j.key.namespace] + row for (j, _), row in zip(listed, rows, strict=True)],
-                     ["NAMESPACE"] + JOB_HEADERS)
+        return table(
+            [[j.key.namespace] + row for (j, _), row in zip(listed, rows, strict=True)], ["NAMESPACE"] + JOB_HEADERS
+        )
     return table(rows, JOB_HEADERS)
 
 

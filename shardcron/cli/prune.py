@@ -36,16 +36,28 @@ _FENCE_RACES = 3  # a batch refused because a new leader raised the fence is re-
 
 def register(db_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``prune`` under ``shardcron db``."""
-    p = db_sub.add_parser("prune", help="delete finished ticks scheduled before a time, in small fenced batches",
-                          description="Delete finished ticks scheduled before --before, beside running leaders. "
-                                      "Unfinished ticks and each job's newest tick are kept; the horizon is "
-                                      "recorded per shard so `shardcron audit` reports the range as pruned.")
+    p = db_sub.add_parser(
+        "prune",
+        help="delete finished ticks scheduled before a time, in small fenced batches",
+        description="Delete finished ticks scheduled before --before, beside running leaders. "
+        "Unfinished ticks and each job's newest tick are kept; the horizon is "
+        "recorded per shard so `shardcron audit` reports the range as pruned.",
+    )
     add_db_flag(p)
-    p.add_argument("--before", required=True, metavar="TIME",
-                   help="delete ticks scheduled before this: ISO-8601 or epoch ms (not in the future)")
-    p.add_argument("--batch", type=whole(MIN_DELETE_BATCH, MAX_DELETE_BATCH), default=MIN_DELETE_BATCH, metavar="N",
-                   help=f"rows in the first DELETE; later ones are sized to ~50 ms each "
-                        f"({MIN_DELETE_BATCH}-{MAX_DELETE_BATCH}, default %(default)s)")
+    p.add_argument(
+        "--before",
+        required=True,
+        metavar="TIME",
+        help="delete ticks scheduled before this: ISO-8601 or epoch ms (not in the future)",
+    )
+    p.add_argument(
+        "--batch",
+        type=whole(MIN_DELETE_BATCH, MAX_DELETE_BATCH),
+        default=MIN_DELETE_BATCH,
+        metavar="N",
+        help=f"rows in the first DELETE; later ones are sized to ~50 ms each "
+        f"({MIN_DELETE_BATCH}-{MAX_DELETE_BATCH}, default %(default)s)",
+    )
     p.set_defaults(func=cmd_db_prune)
 
 
@@ -82,8 +94,9 @@ def _batch(engine: Engine, shard: int, horizon_ms: int, limit: int, now_ms: int)
     for attempt in range(1, _FENCE_RACES + 1):
         fence = read_fences(engine)[shard].fence
         try:
-            return prune_shard_batch(engine, shard=shard, fence=fence, horizon_ms=horizon_ms, limit=limit,
-                                     now_ms=now_ms)
+            return prune_shard_batch(
+                engine, shard=shard, fence=fence, horizon_ms=horizon_ms, limit=limit, now_ms=now_ms
+            )
         except FencedOut:
             if attempt == _FENCE_RACES:
                 raise

@@ -46,8 +46,9 @@ def _require_job(client: Client, job_id: str) -> None:
     try:
         client.get_job(job_id)
     except NotFound:
-        raise NoSuchJob(f"no job named {job_id!r} (and no ticks recorded under that id); "
-                        "`shardcron jobs list` shows the jobs") from None
+        raise NoSuchJob(
+            f"no job named {job_id!r} (and no ticks recorded under that id); `shardcron jobs list` shows the jobs"
+        ) from None
 
 
 def _follow(c: Client, a: argparse.Namespace, ticks: list[Tick]) -> int:
@@ -61,12 +62,15 @@ def _follow(c: Client, a: argparse.Namespace, ticks: list[Tick]) -> int:
             print(json.dumps(tick_json(t), sort_keys=True), flush=True)
         else:
             cells = [str(x) for x in tick_row(t)]
-            print("  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=False)) + "  " + cells[-1],
-                  flush=True)
+            print(
+                "  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=False)) + "  " + cells[-1], flush=True
+            )
 
     if not a.json:
-        print("  ".join(h.ljust(w) for h, w in zip(TICK_HEADERS, widths, strict=False)) + "  " + TICK_HEADERS[-1],
-              flush=True)
+        print(
+            "  ".join(h.ljust(w) for h, w in zip(TICK_HEADERS, widths, strict=False)) + "  " + TICK_HEADERS[-1],
+            flush=True,
+        )
     for t in reversed(ticks):
         seen.add((t.scheduled_at_ms, t.attempt, t.status))
         emit(t)
@@ -83,8 +87,9 @@ def _follow(c: Client, a: argparse.Namespace, ticks: list[Tick]) -> int:
 def register(subparsers: Any) -> None:
     """Add ``ticks`` to the ``shardcron`` command (called by ``cli.build_parser``)."""
     ticks = add_api_command(subparsers, "ticks", cmd_ticks, "a job's ticks, newest first")
-    ticks.add_argument("--limit", type=whole(1, MAX_LISTED_TICKS), default=20, metavar="N",
-                       help="how many (default %(default)s)")
+    ticks.add_argument(
+        "--limit", type=whole(1, MAX_LISTED_TICKS), default=20, metavar="N", help="how many (default %(default)s)"
+    )
     ticks.add_argument("--follow", "-f", action="store_true", help="then print each new result as it is written")
 
 

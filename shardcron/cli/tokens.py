@@ -15,8 +15,14 @@ HEADERS = ["NAME", "ROLE", "NAMESPACES", "SOURCE", "CREATED", "CREATED BY"]
 
 
 def _json(t) -> dict:
-    return {"name": t.name, "role": t.role, "namespaces": list(t.namespaces), "source": t.source,
-            "created_at_ms": t.created_at_ms, "created_by": t.created_by}
+    return {
+        "name": t.name,
+        "role": t.role,
+        "namespaces": list(t.namespaces),
+        "source": t.source,
+        "created_at_ms": t.created_at_ms,
+        "created_by": t.created_by,
+    }
 
 
 def cmd_create(a: argparse.Namespace) -> int:
@@ -27,8 +33,10 @@ def cmd_create(a: argparse.Namespace) -> int:
         return 0
     print(f"token {token.name}: role {token.role} on {','.join(token.namespaces)}")
     print(f"secret: {secret}")
-    print("Keep the secret now: it cannot be shown again (only its hash is stored). Pass it with --token or "
-          "SHARDCRON_TOKEN.")
+    print(
+        "Keep the secret now: it cannot be shown again (only its hash is stored). Pass it with --token or "
+        "SHARDCRON_TOKEN."
+    )
     return 0
 
 
@@ -38,9 +46,22 @@ def cmd_list(a: argparse.Namespace) -> int:
     if a.json:
         print_json([_json(t) for t in tokens])
         return 0
-    print(table([[t.name, t.role, ",".join(t.namespaces), t.source,
-                   fmt_ms(t.created_at_ms) if t.created_at_ms else "-", t.created_by or "-"] for t in tokens],
-                 HEADERS))
+    print(
+        table(
+            [
+                [
+                    t.name,
+                    t.role,
+                    ",".join(t.namespaces),
+                    t.source,
+                    fmt_ms(t.created_at_ms) if t.created_at_ms else "-",
+                    t.created_by or "-",
+                ]
+                for t in tokens
+            ],
+            HEADERS,
+        )
+    )
     return 0
 
 
@@ -61,10 +82,18 @@ def register(subparsers) -> None:
 
     create = sub.add_parser("create", help="create a token; prints its secret once")
     create.add_argument("name", metavar="NAME")
-    create.add_argument("--role", required=True, choices=["read", "write", "admin"],
-                        help="read < write < admin; each includes the ones below")
-    create.add_argument("--namespaces", required=True, metavar="a,b|*",
-                        help="the namespaces it acts in, comma-separated, or '*' for every namespace")
+    create.add_argument(
+        "--role",
+        required=True,
+        choices=["read", "write", "admin"],
+        help="read < write < admin; each includes the ones below",
+    )
+    create.add_argument(
+        "--namespaces",
+        required=True,
+        metavar="a,b|*",
+        help="the namespaces it acts in, comma-separated, or '*' for every namespace",
+    )
     create.set_defaults(func=cmd_create)
 
     ls = sub.add_parser("list", help="list the tokens: the nodes' token file's and the store's")

@@ -7,5 +7,19 @@ from shardcron.client.results import PutResult, TokenInfo
 from shardcron.client.targets import BadToken, bearer_secret, parse_targets
 from shardcron.client.watch import TickWatch
 
-__all__ = ["ApiError", "BadToken", "ChannelSecurity", "Client", "Conflict", "InvalidRequest", "LimitExceeded",
-           "NotFound", "PutResult", "TickWatch", "TokenInfo", "Unavailable", "bearer_secret", "parse_targets"]
+__all__ = [
+    "ApiError",
+    "BadToken",
+    "ChannelSecurity",
+    "Client",
+    "Conflict",
+    "InvalidRequest",
+    "LimitExceeded",
+    "NotFound",
+    "PutResult",
+    "TickWatch",
+    "TokenInfo",
+    "Unavailable",
+    "bearer_secret",
+    "parse_targets",
+]

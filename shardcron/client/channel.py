@@ -41,8 +41,9 @@ KEEPALIVE_TIMEOUT_MS = 5_000
 ChannelOptions = Sequence[tuple[str, Any]]
 
 
-def channel_options(keepalive_time_ms: int = KEEPALIVE_TIME_MS,
-                    keepalive_timeout_ms: int = KEEPALIVE_TIMEOUT_MS) -> tuple[tuple[str, int], ...]:
+def channel_options(
+    keepalive_time_ms: int = KEEPALIVE_TIME_MS, keepalive_timeout_ms: int = KEEPALIVE_TIMEOUT_MS
+) -> tuple[tuple[str, int], ...]:
     """Options of every channel to a node: the CLI's, the client's and node-to-node forwarding."""
     return (
         # The node decides what it accepts (--max-request-bytes) and says so by name.
@@ -148,8 +149,10 @@ def token_metadata(sec: ChannelSecurity | None) -> tuple[tuple[str, str], ...]:
 
 def _channel_credentials(sec: ChannelSecurity) -> grpc.ChannelCredentials:
     return grpc.ssl_channel_credentials(
-        root_certificates=read_file(sec.ca_file, "--tls-ca"), private_key=read_file(sec.key_file, "--tls-key"),
-        certificate_chain=read_file(sec.cert_file, "--tls-cert"))
+        root_certificates=read_file(sec.ca_file, "--tls-ca"),
+        private_key=read_file(sec.key_file, "--tls-key"),
+        certificate_chain=read_file(sec.cert_file, "--tls-cert"),
+    )
 
 
 def trailing_metadata(e: grpc.RpcError) -> tuple[tuple[str, Any], ...]:
@@ -167,6 +170,20 @@ def answered_by_a_node(e: grpc.RpcError) -> bool:
     return any(k == NODE_HEADER for k, _ in trailing_metadata(e))
 
 
-__all__ = ["CHANNEL_OPTIONS", "KEEPALIVE_TIMEOUT_MS", "KEEPALIVE_TIME_MS", "MAX_ANSWER_BYTES", "MAX_MESSAGE_BYTES",
-           "NODE_HEADER", "RETRY_HEADER", "ChannelSecurity", "answered_by_a_node", "channel_options",
-           "open_aio_channel", "open_channel", "read_file", "token_metadata", "trailing_metadata"]
+__all__ = [
+    "CHANNEL_OPTIONS",
+    "KEEPALIVE_TIMEOUT_MS",
+    "KEEPALIVE_TIME_MS",
+    "MAX_ANSWER_BYTES",
+    "MAX_MESSAGE_BYTES",
+    "NODE_HEADER",
+    "RETRY_HEADER",
+    "ChannelSecurity",
+    "answered_by_a_node",
+    "channel_options",
+    "open_aio_channel",
+    "open_channel",
+    "read_file",
+    "token_metadata",
+    "trailing_metadata",
+]

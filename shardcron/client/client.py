@@ -52,8 +52,14 @@ BATCH_BYTES = MAX_MESSAGE_BYTES // 2
 class Client:
     """The Scheduler API's calls, in shardcron's own dataclasses, on whichever of ``targets`` answers."""
 
-    def __init__(self, targets: str | Sequence[str], *, timeout_s: float = DEFAULT_TIMEOUT_S,
-                 security: ChannelSecurity | None = None, namespace: str | None = None):
+    def __init__(
+        self,
+        targets: str | Sequence[str],
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        security: ChannelSecurity | None = None,
+        namespace: str | None = None,
+    ):
         """``security``: TLS trust, client certificate and bearer token (``ChannelSecurity``).
         ``namespace``: of the jobs this client names by id (None: ``default``); each call may name another.
         A job's key (``Job.id`` of a job this client returned) names its namespace itself."""
@@ -102,8 +108,14 @@ class Client:
 
     # -- jobs ------------------------------------------------------------------------
 
-    def put_job(self, job: Job, *, expected_version: int | None = None, timeout_s: float | None = None,
-                namespace: str | None = None) -> Job:
+    def put_job(
+        self,
+        job: Job,
+        *,
+        expected_version: int | None = None,
+        timeout_s: float | None = None,
+        namespace: str | None = None,
+    ) -> Job:
         """Create or replace ``job``; with ``expected_version``, only if the stored one is at that
         version (0: only if it does not exist), else ``Conflict``. Returns the stored job."""
         req = pb.PutJobRequest(job=self._job_proto(job, namespace))
@@ -111,8 +123,14 @@ class Client:
             req.expected_version = expected_version
         return stored_job_from_proto(self._call("PutJob", req, timeout_s).job)
 
-    def put_jobs(self, jobs: Iterable[Job], *, timeout_s: float | None = None,
-                 in_flight: int = IN_FLIGHT_BATCHES, namespace: str | None = None) -> list[PutResult]:
+    def put_jobs(
+        self,
+        jobs: Iterable[Job],
+        *,
+        timeout_s: float | None = None,
+        in_flight: int = IN_FLIGHT_BATCHES,
+        namespace: str | None = None,
+    ) -> list[PutResult]:
         """Create or replace many jobs (unchanged ones are left alone); one result per job, in order.
 
         The jobs go in batches of up to 1,000, ``in_flight`` of them at a time, so
@@ -124,11 +142,17 @@ class Client:
         def collect(response: pb.PutJobsResponse) -> None:
             for r in response.results:
                 ok = r.code == 0
-                results.append(PutResult(
-                    id=r.id, ok=ok, stored=r.job if ok else None,
-                    code=grpc.StatusCode.OK.name if ok else code_name(r.code), message=r.message,
-                    retryable=r.retryable, unchanged=r.unchanged,
-                ))
+                results.append(
+                    PutResult(
+                        id=r.id,
+                        ok=ok,
+                        stored=r.job if ok else None,
+                        code=grpc.StatusCode.OK.name if ok else code_name(r.code),
+                        message=r.message,
+                        retryable=r.retryable,
+                        unchanged=r.unchanged,
+                    )
+                )
 
         with ThreadPoolExecutor(max(1, in_flight), thread_name_prefix="put-jobs") as pool:
             for batch in _batches(self._job_proto(j, namespace) for j in jobs):
@@ -143,8 +167,9 @@ class Client:
         job_id, ns = self._ref(job_id, namespace)
         return stored_job_from_proto(self._call("GetJob", pb.GetJobRequest(id=job_id, namespace=ns), timeout_s).job)
 
-    def get_job_runs(self, job_id: str, *, timeout_s: float | None = None,
-                     namespace: str | None = None) -> tuple[Job, JobRuns]:
+    def get_job_runs(
+        self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None
+    ) -> tuple[Job, JobRuns]:
         """The job and its runs: the next owed slot (after jitter) and when it starts, the last
         recorded tick and its status, and its failures in a row (see ``model.JobRuns``)."""
         job_id, ns = self._ref(job_id, namespace)
@@ -157,13 +182,13 @@ class Client:
 
     def pause_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> Job:
         job_id, ns = self._ref(job_id, namespace)
-        return stored_job_from_proto(self._call("PauseJob", pb.PauseJobRequest(id=job_id, namespace=ns),
-                                                timeout_s).job)
+        return stored_job_from_proto(self._call("PauseJob", pb.PauseJobRequest(id=job_id, namespace=ns), timeout_s).job)
 
     def resume_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> Job:
         job_id, ns = self._ref(job_id, namespace)
-        return stored_job_from_proto(self._call("ResumeJob", pb.ResumeJobRequest(id=job_id, namespace=ns),
-                                                timeout_s).job)
+        return stored_job_from_proto(
+            self._call("ResumeJob", pb.ResumeJobRequest(id=job_id, namespace=ns), timeout_s).job
+        )
 
     def trigger_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> SlotRef:
         """Run the job now, as an extra tick; returns that tick's identity (the job's key and slot)."""
@@ -171,23 +196,40 @@ class Client:
         r = self._call("TriggerJob", pb.TriggerJobRequest(id=job_id, namespace=ns), timeout_s)
         return SlotRef(join_key(r.namespace or DEFAULT_NAMESPACE, r.id), r.scheduled_at_ms)
 
-    def backfill_job(self, job_id: str, from_ms: int, to_ms: int, *, rate_per_s: float, overlap: str = "skip",
-                     timeout_s: float | None = None, namespace: str | None = None) -> Backfill:
+    def backfill_job(
+        self,
+        job_id: str,
+        from_ms: int,
+        to_ms: int,
+        *,
+        rate_per_s: float,
+        overlap: str = "skip",
+        timeout_s: float | None = None,
+        namespace: str | None = None,
+    ) -> Backfill:
         """Run the job's slots in ``[from_ms, to_ms)`` that have no tick yet (see ``BackfillJob``)."""
         job_id, ns = self._ref(job_id, namespace)
-        req = pb.BackfillJobRequest(id=job_id, namespace=ns, from_ms=from_ms, to_ms=to_ms, rate_per_s=rate_per_s,
-                                    overlap=overlap_to_proto(overlap))
+        req = pb.BackfillJobRequest(
+            id=job_id,
+            namespace=ns,
+            from_ms=from_ms,
+            to_ms=to_ms,
+            rate_per_s=rate_per_s,
+            overlap=overlap_to_proto(overlap),
+        )
         return backfill_from_proto(self._call("BackfillJob", req, timeout_s).backfill)
 
-    def get_backfill(self, backfill_id: str, *, timeout_s: float | None = None,
-                     namespace: str | None = None) -> Backfill:
+    def get_backfill(
+        self, backfill_id: str, *, timeout_s: float | None = None, namespace: str | None = None
+    ) -> Backfill:
         """``namespace``: its job's (None: the client's)."""
         ns = namespace_or_default(namespace) if namespace is not None else self.namespace
         req = pb.GetBackfillRequest(id=backfill_id, namespace=ns)
         return backfill_from_proto(self._call("GetBackfill", req, timeout_s).backfill)
 
-    def list_backfills(self, job_id: str | None = None, *, timeout_s: float | None = None,
-                       namespace: str | None = None) -> list[Backfill]:
+    def list_backfills(
+        self, job_id: str | None = None, *, timeout_s: float | None = None, namespace: str | None = None
+    ) -> list[Backfill]:
         """A job's backfills, or every job's of ``namespace`` (``"*"``: of every namespace the caller may read)."""
         if job_id:
             job_id, ns = self._ref(job_id, namespace)
@@ -202,23 +244,43 @@ class Client:
             return namespace
         return namespace_or_default(namespace) if namespace is not None else self.namespace
 
-    def list_jobs(self, *, labels: dict[str, str] | None = None, shard: int | None = None,
-                  page_size: int = 500, namespace: str | None = None) -> Iterator[Job]:
+    def list_jobs(
+        self,
+        *,
+        labels: dict[str, str] | None = None,
+        shard: int | None = None,
+        page_size: int = 500,
+        namespace: str | None = None,
+    ) -> Iterator[Job]:
         """Every matching job, by key (fetched a page at a time); of ``namespace`` (None: the client's;
         ``"*"``: every namespace the caller may read)."""
         for p in self._job_pages(labels, shard, page_size, namespace):
             yield stored_job_from_proto(p)
 
-    def list_jobs_runs(self, *, labels: dict[str, str] | None = None, shard: int | None = None,
-                       page_size: int = 500, namespace: str | None = None) -> Iterator[tuple[Job, JobRuns]]:
+    def list_jobs_runs(
+        self,
+        *,
+        labels: dict[str, str] | None = None,
+        shard: int | None = None,
+        page_size: int = 500,
+        namespace: str | None = None,
+    ) -> Iterator[tuple[Job, JobRuns]]:
         """``list_jobs``, each job with its runs (as ``get_job_runs``)."""
         for p in self._job_pages(labels, shard, page_size, namespace):
             yield stored_job_from_proto(p), job_runs_from_proto(p.runs)
 
-    def job_page(self, *, page_token: str = "", page_size: int = 100, labels: dict[str, str] | None = None,
-                 shard: int | None = None, namespace: str | None = None, id_prefix: str = "",
-                 paused: bool | None = None, timeout_s: float | None = None
-                 ) -> tuple[list[tuple[Job, JobRuns]], str]:
+    def job_page(
+        self,
+        *,
+        page_token: str = "",
+        page_size: int = 100,
+        labels: dict[str, str] | None = None,
+        shard: int | None = None,
+        namespace: str | None = None,
+        id_prefix: str = "",
+        paused: bool | None = None,
+        timeout_s: float | None = None,
+    ) -> tuple[list[tuple[Job, JobRuns]], str]:
         """One page of jobs with their runs, and the token of the next page ("" after the last).
         ``id_prefix``: only ids that start with it; ``paused``: only paused (True) or active (False) jobs."""
         req = self._list_request(labels, shard, page_size, namespace, id_prefix=id_prefix, paused=paused)
@@ -226,19 +288,28 @@ class Client:
         r = self._call("ListJobs", req, timeout_s)
         return [(stored_job_from_proto(p), job_runs_from_proto(p.runs)) for p in r.jobs], r.next_page_token
 
-    def _list_request(self, labels: dict[str, str] | None, shard: int | None, page_size: int,
-                      namespace: str | None, *, id_prefix: str = "", paused: bool | None = None
-                      ) -> pb.ListJobsRequest:
-        req = pb.ListJobsRequest(page_size=page_size, labels=labels or {}, namespace=self._namespaces(namespace),
-                                 id_prefix=id_prefix)
+    def _list_request(
+        self,
+        labels: dict[str, str] | None,
+        shard: int | None,
+        page_size: int,
+        namespace: str | None,
+        *,
+        id_prefix: str = "",
+        paused: bool | None = None,
+    ) -> pb.ListJobsRequest:
+        req = pb.ListJobsRequest(
+            page_size=page_size, labels=labels or {}, namespace=self._namespaces(namespace), id_prefix=id_prefix
+        )
         if shard is not None:
             req.shard = shard
         if paused is not None:
             req.paused = paused
         return req
 
-    def _job_pages(self, labels: dict[str, str] | None, shard: int | None, page_size: int,
-                   namespace: str | None) -> Iterator[pb.Job]:
+    def _job_pages(
+        self, labels: dict[str, str] | None, shard: int | None, page_size: int, namespace: str | None
+    ) -> Iterator[pb.Job]:
         req = self._list_request(labels, shard, page_size, namespace)
         while True:
             r = self._call("ListJobs", req)
@@ -257,8 +328,12 @@ class Client:
         out: list[Tick] = []
         token = ""
         while len(out) < limit:
-            r = self._call("ListTicks", pb.ListTicksRequest(job_id=job_id, namespace=ns,
-                                                            page_size=min(limit - len(out), 1000), page_token=token))
+            r = self._call(
+                "ListTicks",
+                pb.ListTicksRequest(
+                    job_id=job_id, namespace=ns, page_size=min(limit - len(out), 1000), page_token=token
+                ),
+            )
             out += [tick_from_proto(t) for t in r.ticks]
             token = r.next_page_token
             if not token:
@@ -275,8 +350,9 @@ class Client:
 
     # -- calendars ----------------------------------------------------------------------
 
-    def put_calendar(self, calendar: Calendar, *, expected_version: int | None = None,
-                     timeout_s: float | None = None) -> StoredCalendar:
+    def put_calendar(
+        self, calendar: Calendar, *, expected_version: int | None = None, timeout_s: float | None = None
+    ) -> StoredCalendar:
         """Create or replace a named calendar (``spec.calendar_tables.parse_calendar`` builds one from plain data);
         with ``expected_version``, only over that version (0: only create), else ``Conflict``."""
         req = pb.PutCalendarRequest(calendar=calendar_to_proto(calendar))
@@ -288,7 +364,9 @@ class Client:
         """The calendar and the keys of the jobs that name it (at most 100, of namespaces the caller may read)."""
         r = self._call("GetCalendar", pb.GetCalendarRequest(name=name), timeout_s)
         namespaces = list(r.job_namespaces) or [DEFAULT_NAMESPACE] * len(r.jobs)
-        return stored_calendar_from_proto(r.calendar), [join_key(ns, i) for ns, i in zip(namespaces, r.jobs, strict=False)]
+        return stored_calendar_from_proto(r.calendar), [
+            join_key(ns, i) for ns, i in zip(namespaces, r.jobs, strict=False)
+        ]
 
     def list_calendars(self, *, timeout_s: float | None = None) -> list[StoredCalendar]:
         r = self._call("ListCalendars", pb.ListCalendarsRequest(), timeout_s)
@@ -311,8 +389,9 @@ class Client:
         r = self._call("ListTokens", pb.ListTokensRequest(), timeout_s)
         return [TokenInfo.of(t) for t in r.tokens]
 
-    def create_token(self, name: str, role: str, namespaces: Iterable[str], *,
-                     timeout_s: float | None = None) -> tuple[TokenInfo, str]:
+    def create_token(
+        self, name: str, role: str, namespaces: Iterable[str], *, timeout_s: float | None = None
+    ) -> tuple[TokenInfo, str]:
         """A new token and its secret: shown this once, only its hash is stored."""
         req = pb.CreateTokenRequest(token=pb.ApiToken(name=name, role=role, namespaces=list(namespaces)))
         r = self._call("CreateToken", req, timeout_s)
@@ -321,6 +400,7 @@ class Client:
     def revoke_token(self, name: str, *, timeout_s: float | None = None) -> None:
         """Every node refuses the token, and ends its open streams, within 2 seconds (etcd tells each node at once)."""
         self._call("RevokeToken", pb.RevokeTokenRequest(name=name), timeout_s)
+
     # -- namespaces --------------------------------------------------------------------
 
     def list_namespaces(self, *, timeout_s: float | None = None) -> list[StoredNamespace]:
@@ -332,22 +412,35 @@ class Client:
         r = self._call("GetNamespace", pb.GetNamespaceRequest(name=name), timeout_s)
         return stored_namespace_from_proto(r.namespace)
 
-    def create_namespace(self, name: str, *, weight: float | None = None,
-                         quota: dict[str, int | Fraction | None] | None = None,
-                         timeout_s: float | None = None) -> StoredNamespace:
+    def create_namespace(
+        self,
+        name: str,
+        *,
+        weight: float | None = None,
+        quota: dict[str, int | Fraction | None] | None = None,
+        timeout_s: float | None = None,
+    ) -> StoredNamespace:
         """A new namespace (``Conflict``-free: ALREADY_EXISTS when it exists); ``quota`` by
         ``rules.quotas.QUOTA_KEYS``, a missing one is no limit."""
         req = pb.CreateNamespaceRequest(namespace=namespace_request(name, weight=weight, quota=quota))
         return stored_namespace_from_proto(self._call("CreateNamespace", req, timeout_s).namespace)
 
-    def update_namespace(self, name: str, *, weight: float | None = None,
-                         quota: dict[str, int | Fraction | None] | None = None,
-                         timeout_s: float | None = None) -> StoredNamespace:
+    def update_namespace(
+        self,
+        name: str,
+        *,
+        weight: float | None = None,
+        quota: dict[str, int | Fraction | None] | None = None,
+        timeout_s: float | None = None,
+    ) -> StoredNamespace:
         """Change the weight (None: unchanged) and the quotas named in ``quota`` (a value of None removes
         that limit); quotas not named stay as they are."""
         quota = quota or {}
-        req = pb.UpdateNamespaceRequest(namespace=namespace_request(name, weight=weight, quota=quota),
-                                        quota_fields=list(quota), keep_quotas=not quota)
+        req = pb.UpdateNamespaceRequest(
+            namespace=namespace_request(name, weight=weight, quota=quota),
+            quota_fields=list(quota),
+            keep_quotas=not quota,
+        )
         return stored_namespace_from_proto(self._call("UpdateNamespace", req, timeout_s).namespace)
 
     def delete_namespace(self, name: str, *, force: bool = False, timeout_s: float | None = None) -> int:

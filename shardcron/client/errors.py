@@ -57,5 +57,13 @@ def code_name(value: int) -> str:
     return str(value)
 
 
-__all__ = ["ApiError", "Conflict", "InvalidRequest", "LimitExceeded", "NotFound", "Unavailable", "api_error",
-           "code_name"]
+__all__ = [
+    "ApiError",
+    "Conflict",
+    "InvalidRequest",
+    "LimitExceeded",
+    "NotFound",
+    "Unavailable",
+    "api_error",
+    "code_name",
+]

@@ -47,8 +47,10 @@ def bearer_secret(token: str, source: str = "the token") -> str:
         raise BadToken(f"{source} is the word Bearer alone, with no token after it")
     bad = next((i for i, c in enumerate(secret) if not "!" <= c <= "~"), None)
     if bad is not None:
-        raise BadToken(f"{source} holds {_char_name(secret[bad])} at character {bad + 1}: a token is printable "
-                       "ASCII with no whitespace inside (check how it was copied)")
+        raise BadToken(
+            f"{source} holds {_char_name(secret[bad])} at character {bad + 1}: a token is printable "
+            "ASCII with no whitespace inside (check how it was copied)"
+        )
     return secret
 
 
@@ -76,8 +78,12 @@ def check_timeout(value: object, name: str) -> None:
 class Targets:
     """The nodes at ``targets``, each reached through a channel opened on first use with ``security``."""
 
-    def __init__(self, targets: str | Sequence[str], security: ChannelSecurity | None = None,
-                 timeout_s: float = DEFAULT_TIMEOUT_S):
+    def __init__(
+        self,
+        targets: str | Sequence[str],
+        security: ChannelSecurity | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ):
         check_timeout(timeout_s, "timeout_s")
         self.targets = parse_targets(targets)
         if security is not None and security.token:

@@ -73,8 +73,9 @@ class Deduper(Protocol):
     def release(self, tick: TickInfo) -> None: ...
 
 
-def dedupe(deduper: Deduper, *, tick_kwarg: str = "tick",
-           missing: Literal["raise", "run"] = "raise") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def dedupe(
+    deduper: Deduper, *, tick_kwarg: str = "tick", missing: Literal["raise", "run"] = "raise"
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Run a task function only for a slot's first admitted delivery.
 
     Where the tick is found, in order:
@@ -106,6 +107,7 @@ def dedupe(deduper: Deduper, *, tick_kwarg: str = "tick",
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         if inspect.iscoroutinefunction(fn):
+
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 tick = _find_tick(kwargs, tick_kwarg, fn, missing)
@@ -119,6 +121,7 @@ def dedupe(deduper: Deduper, *, tick_kwarg: str = "tick",
                 except BaseException:
                     await asyncio.to_thread(_release, deduper, tick)
                     raise
+
             return async_wrapper
 
         @functools.wraps(fn)
@@ -133,6 +136,7 @@ def dedupe(deduper: Deduper, *, tick_kwarg: str = "tick",
             except BaseException:
                 _release(deduper, tick)
                 raise
+
         return wrapper
 
     return decorate
@@ -147,8 +151,11 @@ def _find_tick(kwargs: dict[str, Any], tick_kwarg: str, fn: Callable[..., Any], 
             return TickInfo.from_mapping(m)
     if missing == "run":
         return None
-    raise NotATick(None, f"{fn.__qualname__} was called without one (no {tick_kwarg!r} keyword argument, "
-                         "no Celery task headers, no RQ meta); pass missing='run' to run such calls unguarded")
+    raise NotATick(
+        None,
+        f"{fn.__qualname__} was called without one (no {tick_kwarg!r} keyword argument, "
+        "no Celery task headers, no RQ meta); pass missing='run' to run such calls unguarded",
+    )
 
 
 def _celery_request() -> dict[str, Any] | None:
@@ -172,6 +179,7 @@ def _rq_meta() -> Mapping[str, Any] | None:
     if "rq" not in sys.modules:
         return None
     from rq import get_current_job  # an optional extra, already imported by the RQ worker running this task
+
     job = get_current_job()
     return job.meta if job is not None else None
 
@@ -179,9 +187,16 @@ def _rq_meta() -> Mapping[str, Any] | None:
 def _admitted(verdict: Verdict, tick: TickInfo, fn: Callable[..., Any]) -> bool:
     if verdict is Verdict.FIRST:
         return True
-    log.info("%s not run: job %s slot %d fence %d attempt %d: %s", fn.__qualname__, tick.job_id,
-             tick.scheduled_at_ms, tick.fence, tick.attempt, verdict.value,
-             extra={"job": tick.job_id, "tick": tick.scheduled_at_ms, "fence": tick.fence})
+    log.info(
+        "%s not run: job %s slot %d fence %d attempt %d: %s",
+        fn.__qualname__,
+        tick.job_id,
+        tick.scheduled_at_ms,
+        tick.fence,
+        tick.attempt,
+        verdict.value,
+        extra={"job": tick.job_id, "tick": tick.scheduled_at_ms, "fence": tick.fence},
+    )
     return False
 
 
@@ -190,9 +205,13 @@ def _release(deduper: Deduper, tick: TickInfo) -> None:
     try:
         deduper.release(tick)
     except Exception:  # noqa: BLE001
-        log.warning("could not release job %s slot %d after its run failed; a retry will be refused as a duplicate",
-                    tick.job_id, tick.scheduled_at_ms, exc_info=True,
-                    extra={"job": tick.job_id, "tick": tick.scheduled_at_ms, "fence": tick.fence})
+        log.warning(
+            "could not release job %s slot %d after its run failed; a retry will be refused as a duplicate",
+            tick.job_id,
+            tick.scheduled_at_ms,
+            exc_info=True,
+            extra={"job": tick.job_id, "tick": tick.scheduled_at_ms, "fence": tick.fence},
+        )
 
 
 __all__ = ["Deduper", "Verdict", "dedupe"]

@@ -32,7 +32,8 @@ class SqlDeduper:
         md = MetaData()
         opts: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4"}
         self.slots = Table(
-            f"{table_prefix}_slots", md,
+            f"{table_prefix}_slots",
+            md,
             Column("job_id", exact_string(ID_LENGTH), primary_key=True),
             Column("scheduled_at_ms", BigInteger, primary_key=True, autoincrement=False),
             Column("fence", BigInteger, nullable=False),
@@ -40,7 +41,8 @@ class SqlDeduper:
             **opts,
         )
         self.fences = Table(
-            f"{table_prefix}_fences", md,
+            f"{table_prefix}_fences",
+            md,
             Column("job_id", exact_string(ID_LENGTH), primary_key=True),
             Column("fence", BigInteger, nullable=False),
             **opts,
@@ -87,10 +89,14 @@ class SqlDeduper:
         verdict = Verdict.FIRST
         try:
             with conn.begin_nested():
-                conn.execute(self.slots.insert().values(
-                    job_id=tick.key, scheduled_at_ms=tick.scheduled_at_ms,
-                    fence=tick.fence, seen_at_ms=clock.wall_ms(),
-                ))
+                conn.execute(
+                    self.slots.insert().values(
+                        job_id=tick.key,
+                        scheduled_at_ms=tick.scheduled_at_ms,
+                        fence=tick.fence,
+                        seen_at_ms=clock.wall_ms(),
+                    )
+                )
         except sa_exc.IntegrityError:
             verdict = Verdict.DUPLICATE
         # 3. A higher fence is news even on a duplicate: its leader deposed the older one.

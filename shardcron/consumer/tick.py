@@ -22,8 +22,15 @@ class NotATick(ShardcronError):
 
 
 # TickInfo field -> the plain name of the identity value it holds (``tick_names.TICK_NAMES``).
-_PLAIN = {"job_id": "job_id", "scheduled_at_ms": "scheduled_at_ms", "attempt": "attempt", "fence": "fence",
-          "shard": "shard", "node_id": "node", "namespace": "namespace"}  # namespace absent: default
+_PLAIN = {
+    "job_id": "job_id",
+    "scheduled_at_ms": "scheduled_at_ms",
+    "attempt": "attempt",
+    "fence": "fence",
+    "shard": "shard",
+    "node_id": "node",
+    "namespace": "namespace",
+}  # namespace absent: default
 
 
 def _spellings(field: str, plain: str) -> tuple[str, ...]:

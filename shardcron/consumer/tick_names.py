@@ -34,17 +34,20 @@ class TickName:
 
 
 # plain name -> its spellings, in the order tick_values writes them.
-TICK_NAMES: Mapping[str, TickName] = {n.plain: n for n in (
-    TickName("job_id", "X-Shardcron-Job-Id", "SHARDCRON_JOB_ID"),
-    TickName("namespace", "X-Shardcron-Namespace", "SHARDCRON_NAMESPACE"),  # only outside the default namespace
-    TickName("scheduled_at", "X-Shardcron-Scheduled-At", "SHARDCRON_SCHEDULED_AT"),
-    TickName("scheduled_at_ms", "X-Shardcron-Scheduled-At-Ms", "SHARDCRON_SCHEDULED_AT_MS"),
-    TickName("attempt", "X-Shardcron-Attempt", "SHARDCRON_ATTEMPT"),
-    TickName("fence", "X-Shardcron-Fence", "SHARDCRON_FENCE"),
-    TickName("shard", "X-Shardcron-Shard", "SHARDCRON_SHARD"),
-    TickName("node", "X-Shardcron-Node", "SHARDCRON_NODE_ID"),
-    TickName("idempotency_key", IDEMPOTENCY_KEY_HEADER, "SHARDCRON_IDEMPOTENCY_KEY"),
-    TickName("notification", "X-Shardcron-Notification", "SHARDCRON_NOTIFICATION"),  # only for a notification
-)}
+TICK_NAMES: Mapping[str, TickName] = {
+    n.plain: n
+    for n in (
+        TickName("job_id", "X-Shardcron-Job-Id", "SHARDCRON_JOB_ID"),
+        TickName("namespace", "X-Shardcron-Namespace", "SHARDCRON_NAMESPACE"),  # only outside the default namespace
+        TickName("scheduled_at", "X-Shardcron-Scheduled-At", "SHARDCRON_SCHEDULED_AT"),
+        TickName("scheduled_at_ms", "X-Shardcron-Scheduled-At-Ms", "SHARDCRON_SCHEDULED_AT_MS"),
+        TickName("attempt", "X-Shardcron-Attempt", "SHARDCRON_ATTEMPT"),
+        TickName("fence", "X-Shardcron-Fence", "SHARDCRON_FENCE"),
+        TickName("shard", "X-Shardcron-Shard", "SHARDCRON_SHARD"),
+        TickName("node", "X-Shardcron-Node", "SHARDCRON_NODE_ID"),
+        TickName("idempotency_key", IDEMPOTENCY_KEY_HEADER, "SHARDCRON_IDEMPOTENCY_KEY"),
+        TickName("notification", "X-Shardcron-Notification", "SHARDCRON_NOTIFICATION"),  # only for a notification
+    )
+}
 
 __all__ = ["FIELD_PREFIX", "HEADER_PREFIX", "IDEMPOTENCY_KEY_HEADER", "TICK_NAMES", "TickName"]

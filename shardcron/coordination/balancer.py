@@ -76,8 +76,9 @@ def caps(shard_count: int, nodes: list[str], load: Mapping[str, int]) -> dict[st
     return {n: lo + (1 if i < extra else 0) for i, n in enumerate(order)}
 
 
-def assign(shard_count: int, node_ids: Iterable[str],
-           current: Mapping[int, Owner] | None = None) -> dict[int, Placement]:
+def assign(
+    shard_count: int, node_ids: Iterable[str], current: Mapping[int, Owner] | None = None
+) -> dict[int, Placement]:
     """Every shard's preferred leader and standby among ``node_ids``, moving as few as possible from ``current``."""
     nodes = sorted(set(node_ids))
     if not nodes:
@@ -92,13 +93,12 @@ def assign(shard_count: int, node_ids: Iterable[str],
     primary: dict[int, str] = {}
     room: dict[str, int] = {}
     for n in nodes:
-        keep = sorted(owned[n], key=lambda s: (held[s].revision, s))[:cap[n]]
+        keep = sorted(owned[n], key=lambda s: (held[s].revision, s))[: cap[n]]
         primary.update((s, n) for s in keep)
         room[n] = cap[n] - len(keep)
     # 2. Unowned and given-up shards go to the nodes with room, best (shard, node) score first.
     pool = [s for s in range(shard_count) if s not in primary]
-    pairs = sorted(((score(s, n), s, n) for s in pool for n in nodes if room[n] > 0),
-                   key=lambda t: (-t[0], t[1], t[2]))
+    pairs = sorted(((score(s, n), s, n) for s in pool for n in nodes if room[n] > 0), key=lambda t: (-t[0], t[1], t[2]))
     for _, s, n in pairs:
         if s not in primary and room[n] > 0:
             primary[s] = n

@@ -23,8 +23,16 @@ log = logging.getLogger(__name__)
 
 
 class CalendarWatch(StoreWatch):
-    def __init__(self, etcd: Etcd, layout: KeyLayout, engine: Engine, book: CalendarBook,
-                 on_change: Callable[[set[str]], None], reload_s: float = RELOAD_S, lifeline: Lifeline = UNWATCHED):
+    def __init__(
+        self,
+        etcd: Etcd,
+        layout: KeyLayout,
+        engine: Engine,
+        book: CalendarBook,
+        on_change: Callable[[set[str]], None],
+        reload_s: float = RELOAD_S,
+        lifeline: Lifeline = UNWATCHED,
+    ):
         super().__init__(etcd, layout.calendars, "calendars", reload_s=reload_s, lifeline=lifeline)
         self._engine = engine
         self._book = book

@@ -26,8 +26,11 @@ class ClusterConfig:
 
 def new_config(shards: int, now_ms: int, min_interval_ms: int | None) -> dict[str, object]:
     """What the first node writes: its --shards, and its --min-interval or the default."""
-    return {"shards": shards, "created_at_ms": now_ms,
-            MIN_INTERVAL_KEY: DEFAULT_MIN_INTERVAL_MS if min_interval_ms is None else min_interval_ms}
+    return {
+        "shards": shards,
+        "created_at_ms": now_ms,
+        MIN_INTERVAL_KEY: DEFAULT_MIN_INTERVAL_MS if min_interval_ms is None else min_interval_ms,
+    }
 
 
 def parse_config(config: object, where: str) -> ClusterConfig:
@@ -38,16 +41,21 @@ def parse_config(config: object, where: str) -> ClusterConfig:
     if isinstance(shards, bool) or not isinstance(shards, int) or shards < 1:
         raise ConfigError(f"{where} in etcd holds no valid shard count: {str(config)[:200]!r}")
     created = config.get("created_at_ms")
-    return ClusterConfig(shards, min_interval_of(config, where),
-                         created if isinstance(created, int) and not isinstance(created, bool) else None)
+    return ClusterConfig(
+        shards,
+        min_interval_of(config, where),
+        created if isinstance(created, int) and not isinstance(created, bool) else None,
+    )
 
 
 def min_interval_of(config: dict[str, object] | None, where: str = "the cluster config") -> int:
     """The cluster's minimum interval in ms: the stored one, or the default when the key is absent."""
     value = (config or {}).get(MIN_INTERVAL_KEY, DEFAULT_MIN_INTERVAL_MS)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{where} in etcd holds no valid {MIN_INTERVAL_KEY}: {value!r} "
-                          "(set it with `shardcron config --min-interval DURATION`)")
+        raise ConfigError(
+            f"{where} in etcd holds no valid {MIN_INTERVAL_KEY}: {value!r} "
+            "(set it with `shardcron config --min-interval DURATION`)"
+        )
     return value
 
 

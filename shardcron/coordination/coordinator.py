@@ -56,8 +56,15 @@ MAX_TAKEOVERS_IN_FLIGHT = 2  # shards a node may have won and not yet readied be
 
 
 class Coordinator:
-    def __init__(self, etcd: Etcd, layout: KeyLayout, settings: CoordinatorSettings, work: ShardWork,
-                 verify_etcd: Callable[[], None] = lambda: None, lifeline: Lifeline = UNWATCHED):
+    def __init__(
+        self,
+        etcd: Etcd,
+        layout: KeyLayout,
+        settings: CoordinatorSettings,
+        work: ShardWork,
+        verify_etcd: Callable[[], None] = lambda: None,
+        lifeline: Lifeline = UNWATCHED,
+    ):
         self.etcd = etcd
         self._lifeline = lifeline  # each session's keep-alive thread reports its death through it
         self.layout = layout
@@ -147,8 +154,9 @@ class Coordinator:
         deadline = clock.monotonic() + self.s.ttl_s + 2
         while True:
             try:
-                membership.register(self.etcd, self.layout, session, self.s.node_id, self.s.address,
-                                    self.s.started_at_ms)
+                membership.register(
+                    self.etcd, self.layout, session, self.s.node_id, self.s.address, self.s.started_at_ms
+                )
                 break
             except ConfigError:
                 # A previous incarnation of this node id (killed, restarted fast) holds
@@ -198,7 +206,8 @@ class Coordinator:
         with self.view_lock:
             self.view.load(rev, kvs)
         self._cancel_watch = self.etcd.watch_prefix(
-            self.layout.root, rev + 1,
+            self.layout.root,
+            rev + 1,
             lambda r, evs: self._events.put(WatchChanges(r, evs)),
             lambda why: self._events.put(WatchBroken(why)),
         )
@@ -254,8 +263,12 @@ class Coordinator:
         elif isinstance(ev, Fenced):
             slot = self.table.slots.get(ev.shard)
             if slot is not None and slot.state is ShardState.LEADER and slot.fence == ev.fence:
-                log.error("shard %d: a write under fence %d was rejected; a newer leader exists, giving the shard up",
-                          slot.shard, slot.fence, extra={"shard": slot.shard, "fence": slot.fence})
+                log.error(
+                    "shard %d: a write under fence %d was rejected; a newer leader exists, giving the shard up",
+                    slot.shard,
+                    slot.fence,
+                    extra={"shard": slot.shard, "fence": slot.fence},
+                )
                 self.actions.resign(slot, grace_s=0.0, why="fenced out")
 
     def _try_resync(self) -> None:
@@ -340,8 +353,15 @@ class Coordinator:
             p = placements.get(shard)
             role = role_of(me, p.primary, p.standby) if p else Role.NONE
             primary = p.primary if p else None
-            action = decide(slot.state, role, me, queue_nodes, primary, self._stopping or self._resharding(),
-                            primary_busy=primary is not None and busy.get(primary, 0) >= MAX_TAKEOVERS_IN_FLIGHT)
+            action = decide(
+                slot.state,
+                role,
+                me,
+                queue_nodes,
+                primary,
+                self._stopping or self._resharding(),
+                primary_busy=primary is not None and busy.get(primary, 0) >= MAX_TAKEOVERS_IN_FLIGHT,
+            )
             if action is not Action.NOTHING:
                 self.actions.do(slot, action, role, resign_why=self._resign_why())
                 if action is Action.RESIGN and slot.state is ShardState.RESIGNING and primary is not None:
@@ -351,5 +371,10 @@ class Coordinator:
         self.actions.proclaim_job_counts(self.view)
 
     def _resign_why(self) -> str:
-        return ("node stopping" if self._stopping else "resharding" if self._resharding()
-                else "handing over to the preferred owner")
+        return (
+            "node stopping"
+            if self._stopping
+            else "resharding"
+            if self._resharding()
+            else "handing over to the preferred owner"
+        )

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 
-def next_endpoint(labels: Sequence[str], failed: str, failed_at: Mapping[str, float], now: float,
-                  rest_s: float) -> str:
+def next_endpoint(labels: Sequence[str], failed: str, failed_at: Mapping[str, float], now: float, rest_s: float) -> str:
     """The member to use after ``failed`` failed at ``now``.
 
     Round robin from the one after ``failed``, taking the first that has not

@@ -94,8 +94,14 @@ class Etcd:
                 raise ConfigError("--etcd uses https:// but no --etcd-ca was given")
             creds = pyetcd.MultiEndpointEtcd3Client.get_secure_creds(sec.ca_file, sec.key_file, sec.cert_file)
         eps = [
-            pyetcd.Endpoint(h, p, secure=creds is not None, creds=creds, time_retry=0,
-                            opts=[("grpc.keepalive_time_ms", 5000), ("grpc.keepalive_timeout_ms", 3000)])
+            pyetcd.Endpoint(
+                h,
+                p,
+                secure=creds is not None,
+                creds=creds,
+                time_retry=0,
+                opts=[("grpc.keepalive_time_ms", 5000), ("grpc.keepalive_timeout_ms", 3000)],
+            )
             for h, p, _ in parsed
         ]
         try:
@@ -118,15 +124,17 @@ class Etcd:
         t0 = time.perf_counter()
         try:
             try:
-                return fn(*args, stub_timeout, credentials=self._client.call_credentials,
-                          metadata=self._client.metadata)
+                return fn(
+                    *args, stub_timeout, credentials=self._client.call_credentials, metadata=self._client.metadata
+                )
             except grpc.RpcError as e:
                 # etcd's simple auth tokens expire (5 minutes by default): log in again, once.
                 if not (self._security.user and _is_auth_expired(e)):
                     raise
                 self._reauthenticate()
-                return fn(*args, stub_timeout, credentials=self._client.call_credentials,
-                          metadata=self._client.metadata)
+                return fn(
+                    *args, stub_timeout, credentials=self._client.call_credentials, metadata=self._client.metadata
+                )
         except grpc.RpcError as e:
             self._failover(e, member)
             raise EtcdUnavailable(f"etcd {what} at {self.endpoints}: {_reason(e)}") from None
@@ -150,8 +158,7 @@ class Etcd:
         nothing ever counts as failed and it would stay on a dead member. So the
         choice is made here; the next call reconnects on the chosen member.
         """
-        if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                              grpc.StatusCode.INTERNAL):
+        if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL):
             return
         with self._lock:
             now = time.monotonic()
@@ -198,8 +205,12 @@ class Etcd:
         (etcd's ``count`` ignores revision filters, so the key itself is fetched.)
         """
         req = etcdrpc.RangeRequest(
-            key=prefix.encode(), range_end=prefix_range_end(prefix.encode()), keys_only=True, limit=1,
-            sort_target=etcdrpc.RangeRequest.CREATE, sort_order=etcdrpc.RangeRequest.DESCEND,
+            key=prefix.encode(),
+            range_end=prefix_range_end(prefix.encode()),
+            keys_only=True,
+            limit=1,
+            sort_target=etcdrpc.RangeRequest.CREATE,
+            sort_order=etcdrpc.RangeRequest.DESCEND,
             max_create_revision=create_revision - 1,
         )
         resp = self._call("range", self._kv_stub.Range, req)
@@ -243,8 +254,9 @@ class Etcd:
         """Overwrite ``key`` only while it is still at ``mod_revision`` and ``unless_exists`` is absent
         (a compare-and-swap that also yields to a pending request, such as a reshard)."""
         compare = [
-            etcdrpc.Compare(key=key.encode(), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.MOD,
-                            mod_revision=mod_revision),
+            etcdrpc.Compare(
+                key=key.encode(), result=etcdrpc.Compare.EQUAL, target=etcdrpc.Compare.MOD, mod_revision=mod_revision
+            ),
             self._cmp_create(unless_exists, 0),
         ]
         put = etcdrpc.RequestOp(request_put=etcdrpc.PutRequest(key=key.encode(), value=value))
@@ -267,24 +279,33 @@ class Etcd:
 
     def keepalive_once(self, lease_id: int, timeout_s: float) -> int:
         """Renew the lease once. Returns the remaining TTL; <= 0 means the lease is gone."""
+
         def call(req_iter: Any, timeout: float, **kw: Any) -> int:
             for resp in self._client.leasestub.LeaseKeepAlive(req_iter, timeout, **kw):
                 ttl: int = resp.TTL
                 return ttl
             return 0
 
-        remaining: int = self._call("lease keepalive", call, iter([etcdrpc.LeaseKeepAliveRequest(ID=lease_id)]),
-                                    timeout=timeout_s)
+        remaining: int = self._call(
+            "lease keepalive", call, iter([etcdrpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=timeout_s
+        )
         return remaining
 
     def revoke(self, lease_id: int, timeout_s: float = 2.0) -> None:
-        self._call("lease revoke", self._client.leasestub.LeaseRevoke,
-                   etcdrpc.LeaseRevokeRequest(ID=lease_id), timeout=timeout_s)
+        self._call(
+            "lease revoke",
+            self._client.leasestub.LeaseRevoke,
+            etcdrpc.LeaseRevokeRequest(ID=lease_id),
+            timeout=timeout_s,
+        )
 
     # -- watches ----------------------------------------------------------------
 
     def watch_prefix(
-        self, prefix: str, start_revision: int, on_events: Callable[[int, list[WatchEvent]], None],
+        self,
+        prefix: str,
+        start_revision: int,
+        on_events: Callable[[int, list[WatchEvent]], None],
         on_error: Callable[[str], None],
     ) -> Callable[[], None]:
         """Deliver every change under ``prefix`` from ``start_revision`` on.
@@ -293,6 +314,7 @@ class Etcd:
         must not block. After any stream error ``on_error`` is called once and the
         watch is dead: the caller re-reads and re-watches from the revision it read.
         """
+
         def callback(resp: Any) -> None:  # a pyetcd watch response, or the exception that ended the stream
             if isinstance(resp, Exception):
                 on_error(_reason(resp))
@@ -300,8 +322,18 @@ class Etcd:
             evs = []
             for ev in resp.events:
                 kind = "delete" if isinstance(ev, pyetcd.events.DeleteEvent) else "put"
-                evs.append(WatchEvent(kind, KV(ev.key.decode(), bytes(ev.value or b""), ev.create_revision,
-                                               ev.mod_revision, getattr(ev._event.kv, "lease", 0))))
+                evs.append(
+                    WatchEvent(
+                        kind,
+                        KV(
+                            ev.key.decode(),
+                            bytes(ev.value or b""),
+                            ev.create_revision,
+                            ev.mod_revision,
+                            getattr(ev._event.kv, "lease", 0),
+                        ),
+                    )
+                )
             on_events(resp.header.revision, evs)
 
         try:

@@ -18,14 +18,16 @@ from shardcron.coordination.session import Session
 from shardcron.errors import ConfigError
 
 
-def ensure_config(etcd: Etcd, layout: KeyLayout, shard_count: int, now_ms: int,
-                  min_interval_ms: int | None = None) -> int:
+def ensure_config(
+    etcd: Etcd, layout: KeyLayout, shard_count: int, now_ms: int, min_interval_ms: int | None = None
+) -> int:
     """The cluster's shard count, after ``ensure_cluster_config``."""
     return ensure_cluster_config(etcd, layout, shard_count, now_ms, min_interval_ms).shards
 
 
-def ensure_cluster_config(etcd: Etcd, layout: KeyLayout, shard_count: int, now_ms: int,
-                          min_interval_ms: int | None = None) -> ClusterConfig:
+def ensure_cluster_config(
+    etcd: Etcd, layout: KeyLayout, shard_count: int, now_ms: int, min_interval_ms: int | None = None
+) -> ClusterConfig:
     """Write ``<prefix>/config`` if this is the first node; otherwise check that we agree with it.
 
     ``min_interval_ms``: the node's explicit --min-interval, or None to take the cluster's.
@@ -67,16 +69,16 @@ def set_min_interval(etcd: Etcd, layout: KeyLayout, min_interval_ms: int) -> tup
     if etcd.get(layout.reshard) is not None:
         raise ConfigError(_RESHARDING)
     updated = with_min_interval(stored, min_interval_ms)
-    if not etcd.put_if_unchanged(layout.config, json.dumps(updated).encode(), mod_revision,
-                                   unless_exists=layout.reshard):
+    if not etcd.put_if_unchanged(
+        layout.config, json.dumps(updated).encode(), mod_revision, unless_exists=layout.reshard
+    ):
         if etcd.get(layout.reshard) is not None:
             raise ConfigError(_RESHARDING)
         raise ConfigError(f"{layout.config} changed while it was being updated; run the command again")
     return before, parse_config(updated, layout.config)
 
 
-_RESHARDING = ("a reshard is in progress (`shardcron shards` shows it); change the minimum interval once it "
-               "has finished")
+_RESHARDING = "a reshard is in progress (`shardcron shards` shows it); change the minimum interval once it has finished"
 
 
 def register(etcd: Etcd, layout: KeyLayout, session: Session, node_id: str, address: str, started_at_ms: int) -> None:

@@ -27,8 +27,15 @@ Settings = dict[str, NamespaceSettings]
 
 
 class NamespaceWatch(StoreWatch):
-    def __init__(self, etcd: Etcd, layout: KeyLayout, engine: Engine, apply: Callable[[Settings], None],
-                 reload_s: float = RELOAD_S, lifeline: Lifeline = UNWATCHED):
+    def __init__(
+        self,
+        etcd: Etcd,
+        layout: KeyLayout,
+        engine: Engine,
+        apply: Callable[[Settings], None],
+        reload_s: float = RELOAD_S,
+        lifeline: Lifeline = UNWATCHED,
+    ):
         super().__init__(etcd, layout.namespaces, "namespaces", reload_s=reload_s, lifeline=lifeline)
         self._engine = engine
         self._apply = apply

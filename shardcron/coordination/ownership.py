@@ -64,8 +64,15 @@ class Action(Enum):
     RESIGN = "resign"
 
 
-def decide(state: ShardState, role: Role, me: str, queue: list[str], primary: str | None, stopping: bool,
-           primary_busy: bool = False) -> Action:
+def decide(
+    state: ShardState,
+    role: Role,
+    me: str,
+    queue: list[str],
+    primary: str | None,
+    stopping: bool,
+    primary_busy: bool = False,
+) -> Action:
     """What this node should do next for one shard. Pure.
 
     ``queue`` is the shard's candidates' node ids in election order (the first
@@ -123,6 +130,12 @@ class ShardSlot:
     def set_state(self, new: ShardState, why: str) -> None:
         if new is self.state:
             return
-        log.info("shard %d: %s -> %s (%s)", self.shard, self.state.value, new.value, why,
-                 extra={"shard": self.shard, "fence": self.fence})
+        log.info(
+            "shard %d: %s -> %s (%s)",
+            self.shard,
+            self.state.value,
+            new.value,
+            why,
+            extra={"shard": self.shard, "fence": self.fence},
+        )
         self.state = new

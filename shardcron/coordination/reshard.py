@@ -42,8 +42,15 @@ def read_request(etcd: Etcd, layout: KeyLayout) -> dict[str, Any] | None:
     return json.loads(kv.value) if kv else None
 
 
-def reshard(etcd: Etcd, layout: KeyLayout, engine: Engine, new_count: int, *, timeout_s: float = 120.0,
-            say: Callable[[str], None] = print) -> dict[str, Any]:
+def reshard(
+    etcd: Etcd,
+    layout: KeyLayout,
+    engine: Engine,
+    new_count: int,
+    *,
+    timeout_s: float = 120.0,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
     if new_count <= 0:
         raise ConfigError(f"--shards must be positive, got {new_count}")
     kv = etcd.get(layout.config)
@@ -62,8 +69,10 @@ def reshard(etcd: Etcd, layout: KeyLayout, engine: Engine, new_count: int, *, ti
             if request is None:
                 raise ReshardError("another reshard request came and went while this one was made; run it again")
     if request["to"] != new_count:
-        raise ReshardError(f"a reshard from {request['from']} to {request['to']} is in progress; finish it with "
-                           f"`shardcron reshard --shards {request['to']}` or cancel it with `--abort`")
+        raise ReshardError(
+            f"a reshard from {request['from']} to {request['to']} is in progress; finish it with "
+            f"`shardcron reshard --shards {request['to']}` or cancel it with `--abort`"
+        )
     say(f"resharding {request['from']} -> {new_count}: nodes are handing their shards over")
 
     deadline = time.monotonic() + timeout_s
@@ -72,8 +81,10 @@ def reshard(etcd: Etcd, layout: KeyLayout, engine: Engine, new_count: int, *, ti
         if not kvs:
             break
         if time.monotonic() > deadline:
-            raise ReshardError(f"{len(kvs)} shard candidate keys remain after {timeout_s:.0f}s; is a node stuck? "
-                               "Run the command again to keep waiting, or --abort")
+            raise ReshardError(
+                f"{len(kvs)} shard candidate keys remain after {timeout_s:.0f}s; is a node stuck? "
+                "Run the command again to keep waiting, or --abort"
+            )
         time.sleep(0.2)  # the command waits for other processes' keys to go
 
     cluster_id, revision = etcd.status()
@@ -82,8 +93,10 @@ def reshard(etcd: Etcd, layout: KeyLayout, engine: Engine, new_count: int, *, ti
         raise ReshardError("the store's fences belong to another etcd cluster: run `shardcron fences rebase` first")
     result = cut_over(engine, new_count=new_count, fence=revision + epoch.offset, now_ms=clock.wall_ms())
     etcd.put(layout.reshard, json.dumps({**request, "state": "cut-over"}).encode())
-    say(f"cut over at fence {revision + epoch.offset}: {result.jobs_moved} jobs moved shard, "
-        f"{result.unresolved_moved} unfinished ticks followed them")
+    say(
+        f"cut over at fence {revision + epoch.offset}: {result.jobs_moved} jobs moved shard, "
+        f"{result.unresolved_moved} unfinished ticks followed them"
+    )
     # Read again, not the copy from the start: a `shardcron config` change that
     # committed before the request existed must survive (none can commit after it).
     kv = etcd.get(layout.config) or kv
@@ -99,6 +112,8 @@ def abort(etcd: Etcd, layout: KeyLayout) -> bool:
     """Cancel a request that has not cut over yet: nodes take their shards again."""
     request = read_request(etcd, layout)
     if request and request.get("state") == "cut-over":
-        raise ReshardError(f"the database already cut over to {request['to']} shards; finish with "
-                           f"`shardcron reshard --shards {request['to']}`")
+        raise ReshardError(
+            f"the database already cut over to {request['to']} shards; finish with "
+            f"`shardcron reshard --shards {request['to']}`"
+        )
     return etcd.delete(layout.reshard)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Settle:
-    seen: tuple[str, ...] | None = None    # the member set last observed
-    changed_at: float | None = None        # when ``seen`` last changed, while the window is open
+    seen: tuple[str, ...] | None = None  # the member set last observed
+    changed_at: float | None = None  # when ``seen`` last changed, while the window is open
     placed: tuple[str, ...] | None = None  # the member set to place shards over; None: no placement yet
 
     def wake_at(self, window_s: float) -> float | None:

@@ -33,8 +33,16 @@ JOB_COUNT_PROCLAIM_S = 2.0  # how stale the job counts that `shardcron shards` s
 
 
 class ShardActions:
-    def __init__(self, etcd: Etcd, layout: KeyLayout, settings: CoordinatorSettings, work: ShardWork,
-                 table: ShardTable, session: Callable[[], Session | None], post: Callable[[Event], None]):
+    def __init__(
+        self,
+        etcd: Etcd,
+        layout: KeyLayout,
+        settings: CoordinatorSettings,
+        work: ShardWork,
+        table: ShardTable,
+        session: Callable[[], Session | None],
+        post: Callable[[Event], None],
+    ):
         self.etcd = etcd
         self.layout = layout
         self.s = settings
@@ -52,8 +60,7 @@ class ShardActions:
             if action is Action.CAMPAIGN:
                 slot.election = el = Election(self.etcd, self._held_session(), self.layout, slot.shard)
                 el.campaign(self._key_value())
-                self.table.set_state(slot, ShardState.CANDIDATE,
-                                     f"campaigning as {role.value} (rev {el.rev})")
+                self.table.set_state(slot, ShardState.CANDIDATE, f"campaigning as {role.value} (rev {el.rev})")
             elif action is Action.WITHDRAW:
                 self._election_of(slot).resign()
                 slot.election = None
@@ -113,8 +120,13 @@ class ShardActions:
         took = clock.monotonic() - won_at
         metrics.takeover.observe(took)
         jobs = self.work.job_count(slot.shard)
-        log.info("shard %d: ready to tick %.0f ms after winning it (%d jobs)", slot.shard, took * 1000, jobs,
-                 extra={"shard": slot.shard, "fence": slot.fence})
+        log.info(
+            "shard %d: ready to tick %.0f ms after winning it (%d jobs)",
+            slot.shard,
+            took * 1000,
+            jobs,
+            extra={"shard": slot.shard, "fence": slot.fence},
+        )
         self.table.set_state(slot, ShardState.LEADER, f"elected, fence {slot.fence}")
         metrics.leader_changes.labels("gained").inc()
         metrics.shards_led.set(len(self.table.led_shards()))
@@ -129,8 +141,11 @@ class ShardActions:
             log.warning("shard %d: could not proclaim leadership (%s); retrying", slot.shard, e)
             return  # still in _unproclaimed: the next reconcile tries again
         if not ours:
-            log.error("shard %d: etcd refused our proclaim: our key is gone or another incarnation; "
-                      "the election is lost", slot.shard, extra={"shard": slot.shard, "fence": slot.fence})
+            log.error(
+                "shard %d: etcd refused our proclaim: our key is gone or another incarnation; the election is lost",
+                slot.shard,
+                extra={"shard": slot.shard, "fence": slot.fence},
+            )
             self.lose(slot, "proclaim refused: the election is lost")
             return
         self._unproclaimed.discard(slot.shard)
@@ -179,8 +194,9 @@ class ShardActions:
             raise SessionLost("no session")
         return session
 
-    def _key_value(self, since_ms: int | None = None, jobs: int | None = None,
-                   fence: int | None = None) -> dict[str, object]:
+    def _key_value(
+        self, since_ms: int | None = None, jobs: int | None = None, fence: int | None = None
+    ) -> dict[str, object]:
         v: dict[str, object] = {"node": self.s.node_id, "address": self.s.address}
         if since_ms is not None:
             v.update(since_ms=since_ms, jobs=jobs, fence=fence)

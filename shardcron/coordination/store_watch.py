@@ -81,8 +81,13 @@ class StoreWatch:
             revision = self._etcd.get_prefix(self._key)[0]
             self._cancel = self._etcd.watch_prefix(self._key, revision + 1, self._on_events, self._on_error)
         except ShardcronError as e:
-            log.warning("%s: cannot watch %s (%s); reloading every %.0f s until it can", self._what, self._key, e,
-                        self._reload_s)
+            log.warning(
+                "%s: cannot watch %s (%s); reloading every %.0f s until it can",
+                self._what,
+                self._key,
+                e,
+                self._reload_s,
+            )
 
     def _on_events(self, _revision: int, events: list[WatchEvent]) -> None:
         if any(ev.kv.key == self._key for ev in events):

@@ -87,8 +87,12 @@ class ClusterView:
         """A put over a ready leader's key, same create revision and node: only its job count changed."""
         parsed = self.layout.parse_candidate(kv.key)
         old = self.candidates.get(parsed[0], {}).get(kv.key) if parsed else None
-        return (old is not None and old.create_revision == kv.create_revision and bool(old.leader_since_ms)
-                and old.node_id == str(_json(kv.value).get("node", "?")))
+        return (
+            old is not None
+            and old.create_revision == kv.create_revision
+            and bool(old.leader_since_ms)
+            and old.node_id == str(_json(kv.value).get("node", "?"))
+        )
 
     def _put(self, kv: KV) -> None:
         lay = self.layout
@@ -99,8 +103,15 @@ class ClusterView:
         elif (shard_lease := lay.parse_candidate(kv.key)) is not None:
             d = _json(kv.value)
             self.candidates.setdefault(shard_lease[0], {})[kv.key] = Candidate(
-                shard_lease[0], kv.key, kv.create_revision, kv.lease, str(d.get("node", "?")),
-                str(d.get("address", "")), d.get("since_ms"), d.get("jobs"), d.get("fence"),
+                shard_lease[0],
+                kv.key,
+                kv.create_revision,
+                kv.lease,
+                str(d.get("node", "?")),
+                str(d.get("address", "")),
+                d.get("since_ms"),
+                d.get("jobs"),
+                d.get("fence"),
             )
         elif (node := lay.parse_node(kv.key)) is not None:
             d = _json(kv.value)
@@ -174,22 +185,36 @@ def shard_map_from_view(view: ClusterView, prefix: str) -> dict[str, object]:
         leading = leader is not None and bool(leader.leader_since_ms)
         if leader is not None and leading:
             led[leader.node_id] = led.get(leader.node_id, 0) + 1
-        rows.append({
-            "shard": shard,
-            "leader": leader.node_id if leader is not None and leading else None,
-            "address": leader.address if leader is not None and leading else None,
-            "fence": (leader.fence or leader.create_revision) if leader else None,
-            "leader_since_ms": leader.leader_since_ms if leader else None,
-            "candidates": len(q),
-            "jobs": leader.jobs if leader is not None and leading and leader.jobs is not None else None,
-            "state": "leading" if leading else "electing" if leader else "no leader",
-        })
+        rows.append(
+            {
+                "shard": shard,
+                "leader": leader.node_id if leader is not None and leading else None,
+                "address": leader.address if leader is not None and leading else None,
+                "fence": (leader.fence or leader.create_revision) if leader else None,
+                "leader_since_ms": leader.leader_since_ms if leader else None,
+                "candidates": len(q),
+                "jobs": leader.jobs if leader is not None and leading and leader.jobs is not None else None,
+                "state": "leading" if leading else "electing" if leader else "no leader",
+            }
+        )
     reshard = view.reshard
     lo, hi = fair_share(n or 0, len(view.active_members()))
     nodes = [
-        {"node": m.node_id, "address": m.address, "started_at_ms": m.started_at_ms, "leads": led.get(m.node_id, 0),
-         "fair_share": f"{lo}-{hi}" if lo != hi else str(lo), "draining": m.node_id in view.drains}
+        {
+            "node": m.node_id,
+            "address": m.address,
+            "started_at_ms": m.started_at_ms,
+            "leads": led.get(m.node_id, 0),
+            "fair_share": f"{lo}-{hi}" if lo != hi else str(lo),
+            "draining": m.node_id in view.drains,
+        }
         for m in sorted(view.members.values(), key=lambda m: m.node_id)
     ]
-    return {"prefix": prefix, "shard_count": n, "revision": view.revision, "shards": rows, "nodes": nodes,
-            "reshard": reshard}
+    return {
+        "prefix": prefix,
+        "shard_count": n,
+        "revision": view.revision,
+        "shards": rows,
+        "nodes": nodes,
+        "reshard": reshard,
+    }

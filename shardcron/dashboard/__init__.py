@@ -27,5 +27,6 @@ def require_extra() -> None:
     try:
         importlib.import_module("jinja2")
     except ImportError:
-        raise ConfigError("--http-listen: the dashboard needs the 'dashboard' extra: "
-                          "pip install 'shardcron[dashboard]'") from None
+        raise ConfigError(
+            "--http-listen: the dashboard needs the 'dashboard' extra: pip install 'shardcron[dashboard]'"
+        ) from None

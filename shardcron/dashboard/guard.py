@@ -32,7 +32,8 @@ MAX_BODY_BYTES = 16 * 1024
 FIELD_LIMITS = {
     "id": 256,  # a job id is at most 256 bytes (jobspec)
     "namespace": 64,
-    "from": 64, "to": 64,  # a time: ISO 8601 or epoch milliseconds
+    "from": 64,
+    "to": 64,  # a time: ISO 8601 or epoch milliseconds
     "rate": 32,
     CSRF_FIELD: 128,
     "token": 512,
@@ -41,9 +42,11 @@ FIELD_LIMITS = {
 DECODINGS_CHECKED = 3  # a redirect target is checked as it is and as decoded up to this many times
 
 # No inline script or style anywhere: every script and sheet is a file of static/.
-CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                           "connect-src 'self'; font-src 'self'; form-action 'self'; frame-ancestors 'none'; "
-                           "base-uri 'none'")
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+    "base-uri 'none'"
+)
 SECURITY_HEADERS = {
     "Content-Security-Policy": CONTENT_SECURITY_POLICY,
     "X-Content-Type-Options": "nosniff",

@@ -98,8 +98,14 @@ def chart_series(readings: Sequence[Reading]) -> ChartSeries:
     started nothing); ``fenced``, ``caught_up``, ``failed``: counts per interval.
     """
     shards = sorted({s for r in readings for s in r.lateness}, key=lambda s: (len(s), s))
-    out = ChartSeries(t=[], lateness_p50_ms={s: [] for s in shards}, lateness_p99_ms={s: [] for s in shards},
-                      fenced=[], caught_up=[], failed=[])
+    out = ChartSeries(
+        t=[],
+        lateness_p50_ms={s: [] for s in shards},
+        lateness_p99_ms={s: [] for s in shards},
+        fenced=[],
+        caught_up=[],
+        failed=[],
+    )
     for before, after in itertools.pairwise(readings):
         out["t"].append(round(after.at_s, 3))
         for s in shards:

@@ -83,17 +83,24 @@ class Streams:
         self.d = pages.d
         self._open = 0
         self._by_visitor: dict[str, int] = {}
-        self.map_feed = ShardMapFeed(pages.coloured_shard_map, self._render_map,
-                                     lambda v: pages.still_known(v.session.secret), MAP_EVERY_S,
-                                     lifeline=pages.d.lifeline)
+        self.map_feed = ShardMapFeed(
+            pages.coloured_shard_map,
+            self._render_map,
+            lambda v: pages.still_known(v.session.secret),
+            MAP_EVERY_S,
+            lifeline=pages.d.lifeline,
+        )
 
     def routes(self) -> list[web.RouteDef]:
-        return [web.get("/events/cluster", self._counted(self.cluster)),
-                web.get("/events/job", self._counted(self.job))]
+        return [
+            web.get("/events/cluster", self._counted(self.cluster)),
+            web.get("/events/job", self._counted(self.job)),
+        ]
 
     def _counted(self, handler):
         """``handler(request, visitor)``, for a signed-in visitor, while fewer than MAX_STREAMS are open
         and fewer than MAX_STREAMS_PER_VISITOR of the visitor's."""
+
         async def serve(request: web.Request) -> web.StreamResponse:
             v = self.pages.signed_in(request)  # an anonymous visitor is refused before anything is held
             key = visitor_key(v, request.remote)
@@ -101,11 +108,13 @@ class Streams:
             if held >= MAX_STREAMS_PER_VISITOR:
                 raise web.HTTPTooManyRequests(
                     text=f"this visitor already holds {held} live streams on this node's dashboard, the most one "
-                         f"may ({MAX_STREAMS_PER_VISITOR}); close a tab first")
+                    f"may ({MAX_STREAMS_PER_VISITOR}); close a tab first"
+                )
             if self._open >= MAX_STREAMS:
                 raise web.HTTPServiceUnavailable(
                     text=f"this node's dashboard holds {MAX_STREAMS} live streams already; close a tab or try "
-                         "another node")
+                    "another node"
+                )
             self._open += 1  # one event loop: no lock needed
             self._by_visitor[key] = held + 1
             try:
@@ -117,6 +126,7 @@ class Streams:
                     self._by_visitor[key] = left
                 else:
                     del self._by_visitor[key]
+
         return serve
 
     async def cluster(self, request: web.Request, v: Visitor) -> web.StreamResponse:
@@ -162,8 +172,11 @@ class Streams:
             ticks.put_nowait({"watch_error": REVOKED})
 
         token = v.session.token
-        unsubscribe = (self.d.tokens.when_revoked(token.secret_hash, loop, revoked)
-                       if token is not None and self.d.tokens is not None else (lambda: None))
+        unsubscribe = (
+            self.d.tokens.when_revoked(token.secret_hash, loop, revoked)
+            if token is not None and self.d.tokens is not None
+            else (lambda: None)
+        )
 
         def follow() -> None:
             try:

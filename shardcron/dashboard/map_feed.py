@@ -62,8 +62,14 @@ class ShardMapFeed:
     event loop, so nothing here needs a lock.
     """
 
-    def __init__(self, read: Callable[[Visitor], Awaitable[dict]], render: Callable[[dict | None, str | None], str],
-                 known: Callable[[Visitor], bool], every_s: float, lifeline: Lifeline = UNWATCHED):
+    def __init__(
+        self,
+        read: Callable[[Visitor], Awaitable[dict]],
+        render: Callable[[dict | None, str | None], str],
+        known: Callable[[Visitor], bool],
+        every_s: float,
+        lifeline: Lifeline = UNWATCHED,
+    ):
         self._read = read
         self._lifeline = lifeline
         self._render = render
@@ -101,8 +107,9 @@ class ShardMapFeed:
         self._followers.append(follower)
         if self._reader is None:
             # It ends on its own once nobody follows.
-            self._reader = self._lifeline.task(asyncio.get_running_loop(), self._run(), "dashboard-shard-map",
-                                               may_end=True)
+            self._reader = self._lifeline.task(
+                asyncio.get_running_loop(), self._run(), "dashboard-shard-map", may_end=True
+            )
         try:
             while True:
                 changed = await _woken(follower.changed, self._every_s)

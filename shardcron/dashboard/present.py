@@ -14,8 +14,14 @@ from shardcron.spec.durations import format_duration_ms
 LEADER_PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 NO_LEADER = "#9e9e9e"
 
-STATUS_COLOURS = {"succeeded": "#2ca02c", "failed": "#d62728", "abandoned": "#ff7f0e", "skipped": "#9e9e9e",
-                  "running": "#1f77b4", "claimed": "#17becf"}
+STATUS_COLOURS = {
+    "succeeded": "#2ca02c",
+    "failed": "#d62728",
+    "abandoned": "#ff7f0e",
+    "skipped": "#9e9e9e",
+    "running": "#1f77b4",
+    "claimed": "#17becf",
+}
 
 # The health page's counters per interval: a fenced write is the alarming one.
 COUNTER_COLOURS = {"fenced": "#d62728", "caught_up": "#1f77b4", "failed": "#ff7f0e"}
@@ -71,10 +77,19 @@ def lateness_ms(tick: Tick) -> int | None:
 
 def tick_point(tick: Tick) -> dict:
     """A tick as the timeline and the live table take it (JSON)."""
-    return {"slot_ms": tick.scheduled_at_ms, "status": tick.status.value, "lateness_ms": lateness_ms(tick),
-            "attempt": tick.attempt, "manual": tick.manual, "node": tick.node_id, "fence": tick.fence,
-            "slot": utc(tick.scheduled_at_ms), "started": utc(tick.started_at_ms),
-            "finished": utc(tick.finished_at_ms), "error": tick.error or ""}
+    return {
+        "slot_ms": tick.scheduled_at_ms,
+        "status": tick.status.value,
+        "lateness_ms": lateness_ms(tick),
+        "attempt": tick.attempt,
+        "manual": tick.manual,
+        "node": tick.node_id,
+        "fence": tick.fence,
+        "slot": utc(tick.scheduled_at_ms),
+        "started": utc(tick.started_at_ms),
+        "finished": utc(tick.finished_at_ms),
+        "error": tick.error or "",
+    }
 
 
 def palette_css() -> str:

@@ -33,9 +33,18 @@ CLIENTS_KEPT = 64  # one API channel per distinct token in use; the least recent
 
 
 class Dashboard:
-    def __init__(self, *, node_id: str, api_target: str, forward_security: ChannelSecurity | None, tokens,
-                 history: MetricsHistory, tls_files: tuple[str, str | None] | None = None, serve_metrics: bool = False,
-                 lifeline: Lifeline = UNWATCHED):
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        api_target: str,
+        forward_security: ChannelSecurity | None,
+        tokens,
+        history: MetricsHistory,
+        tls_files: tuple[str, str | None] | None = None,
+        serve_metrics: bool = False,
+        lifeline: Lifeline = UNWATCHED,
+    ):
         require_extra()
         import jinja2  # the dashboard extra's: imported only by a node that serves the dashboard
 
@@ -50,8 +59,11 @@ class Dashboard:
         self.lifeline = lifeline  # the dashboard's long-lived thread and tasks report their death through it
         self.sessions = Sessions()
         self.closing = threading.Event()
-        self.templates = jinja2.Environment(loader=jinja2.PackageLoader("shardcron.dashboard", "templates"),
-                                            autoescape=True, undefined=jinja2.StrictUndefined)
+        self.templates = jinja2.Environment(
+            loader=jinja2.PackageLoader("shardcron.dashboard", "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
         self._clients: OrderedDict[str | None, Client] = OrderedDict()
         self._clients_lock = threading.Lock()
         self.pages = Pages(self)
@@ -69,7 +81,8 @@ class Dashboard:
             client = self._clients.get(secret)
             if client is None:
                 client = self._clients[secret] = Client(
-                    self.api_target, timeout_s=30, security=replace(self.forward_security, token=secret))
+                    self.api_target, timeout_s=30, security=replace(self.forward_security, token=secret)
+                )
                 while len(self._clients) > CLIENTS_KEPT:
                     self._clients.popitem(last=False)[1].close()
             self._clients.move_to_end(secret)
@@ -126,8 +139,11 @@ class DashboardServer:
         try:
             self._loop.run_until_complete(self._serve())
         except BaseException as e:  # noqa: BLE001 - reported to start() as a ConfigError
-            self._error = e if isinstance(e, ConfigError) else ConfigError(
-                f"--http-listen {self.listen}: cannot serve the dashboard there: {e}")
+            self._error = (
+                e
+                if isinstance(e, ConfigError)
+                else ConfigError(f"--http-listen {self.listen}: cannot serve the dashboard there: {e}")
+            )
             self._stopping.set()
             self._ready.set()
             return
@@ -143,8 +159,9 @@ class DashboardServer:
             context.load_cert_chain(*self.dashboard.tls_files)
         self._runner = web.AppRunner(self.dashboard.app(), access_log=None, handler_cancellation=True)
         await self._runner.setup()
-        await web.TCPSite(self._runner, host.strip("[]") or "0.0.0.0", int(port), ssl_context=context,
-                          shutdown_timeout=1.0).start()
+        await web.TCPSite(
+            self._runner, host.strip("[]") or "0.0.0.0", int(port), ssl_context=context, shutdown_timeout=1.0
+        ).start()
 
     def stop(self) -> None:
         self._stopping.set()

@@ -38,10 +38,16 @@ class Pages:
 
     def routes(self) -> list[web.RouteDef]:
         return [
-            web.get("/", self.home), web.get("/login", self.login_form), web.post("/login", self.login),
-            web.post("/logout", self.logout), web.get("/cluster", self.cluster),
-            web.get("/jobs", self.jobs), web.get("/job", self.job), web.post("/job/{action}", self.act),
-            web.get("/health", self.health), web.get("/health.json", self.health_json),
+            web.get("/", self.home),
+            web.get("/login", self.login_form),
+            web.post("/login", self.login),
+            web.post("/logout", self.logout),
+            web.get("/cluster", self.cluster),
+            web.get("/jobs", self.jobs),
+            web.get("/job", self.job),
+            web.post("/job/{action}", self.act),
+            web.get("/health", self.health),
+            web.get("/health.json", self.health_json),
             web.get("/palette.css", self.palette),
         ]
 
@@ -75,8 +81,10 @@ class Pages:
             # A form of a page whose session has gone (idle, or the node restarted): redirected, it would come
             # back as a GET of an action (405), and a new session could not have its CSRF token anyway.
             if request.method not in ("GET", "HEAD"):
-                raise web.HTTPForbidden(text="this page's session has ended (idle too long, or the node restarted): "
-                                             "reload the page, then try again")
+                raise web.HTTPForbidden(
+                    text="this page's session has ended (idle too long, or the node restarted): "
+                    "reload the page, then try again"
+                )
             raise self._open_session_and_return(request, None, None, request.path_qs)
         if request.method == "GET" and "json" not in request.path and not request.path.startswith("/events/"):
             raise web.HTTPSeeOther("/login?" + urlencode({"next": request.path_qs}))
@@ -101,12 +109,19 @@ class Pages:
         """``Client.<method>(*args, **kwargs)`` with the visitor's token, in a worker thread (the client blocks)."""
         client = self.d.client_for(v.session.secret)
         return await asyncio.get_running_loop().run_in_executor(
-            None, functools.partial(getattr(client, method), *args, **kwargs))
+            None, functools.partial(getattr(client, method), *args, **kwargs)
+        )
 
     def render(self, request: web.Request, template: str, v: Visitor | None, status: int = 200, **context):
         html = self.d.templates.get_template(template).render(
-            visitor=v, csrf=v.session.csrf if v else "", path=request.path, present=present,
-            checks_tokens=self.d.checks_tokens, node=self.d.node_id, **context)
+            visitor=v,
+            csrf=v.session.csrf if v else "",
+            path=request.path,
+            present=present,
+            checks_tokens=self.d.checks_tokens,
+            node=self.d.node_id,
+            **context,
+        )
         return web.Response(text=html, content_type="text/html", status=status)
 
     # -- pages ------------------------------------------------------------------------
@@ -128,8 +143,9 @@ class Pages:
         token = self.d.identify(secret) if secret else None
         if token is None:
             log.warning("dashboard: a login with an unknown token from %s was refused", request.remote)
-            return self.render(request, "login.html", None, status=401, next=target,
-                               error="That token is not known to this cluster.")
+            return self.render(
+                request, "login.html", None, status=401, next=target, error="That token is not known to this cluster."
+            )
         log.info("dashboard: token %r logged in from %s", token.name, request.remote)
         raise self._open_session_and_return(request, secret, token, target)
 
@@ -156,16 +172,21 @@ class Pages:
     async def coloured_shard_map(self, v: Visitor) -> dict:
         """GetShards as ``v``, with a colour for each node; a refusal or failure raises (ShardcronError)."""
         m = await self.call(v, "shards", timeout_s=10)
-        m["colours"] = present.leader_colours([n["node"] for n in m["nodes"]] +
-                                              [s["leader"] for s in m["shards"] if s["leader"]])
+        m["colours"] = present.leader_colours(
+            [n["node"] for n in m["nodes"]] + [s["leader"] for s in m["shards"] if s["leader"]]
+        )
         return m
 
     async def jobs(self, request):
         v = self.signed_in(request)
         q = request.query
-        filters = {"namespace": q.get("namespace", "*") or "*", "q": q.get("q", "").strip(),
-                   "label": q.get("label", "").strip(), "shard": q.get("shard", "").strip(),
-                   "status": q.get("status", "")}
+        filters = {
+            "namespace": q.get("namespace", "*") or "*",
+            "q": q.get("q", "").strip(),
+            "label": q.get("label", "").strip(),
+            "shard": q.get("shard", "").strip(),
+            "status": q.get("status", ""),
+        }
         error, rows, next_token = None, [], ""
         try:
             labels = _labels(filters["label"])
@@ -173,16 +194,29 @@ class Pages:
             if filters["status"] not in STATUS_FILTERS:
                 raise ValueError(f"status: one of active or paused, got {filters['status']!r}")
             rows, next_token = await self.call(
-                v, "job_page", page_token=q.get("page", ""), page_size=JOBS_PAGE, labels=labels, shard=shard,
-                namespace=filters["namespace"], id_prefix=filters["q"], paused=STATUS_FILTERS[filters["status"]],
-                timeout_s=10)
+                v,
+                "job_page",
+                page_token=q.get("page", ""),
+                page_size=JOBS_PAGE,
+                labels=labels,
+                shard=shard,
+                namespace=filters["namespace"],
+                id_prefix=filters["q"],
+                paused=STATUS_FILTERS[filters["status"]],
+                timeout_s=10,
+            )
         except (ValueError, ShardcronError) as e:
             error = str(e)
         namespaces = await self._namespace_names(v)
         keep = {k: val for k, val in filters.items() if val and not (k == "namespace" and val == "*")}
-        context: dict[str, Any] = dict(rows=[(j, r, split_key(j.id)) for j, r in rows], filters=filters, error=error,
-                       next_url=("/jobs?" + urlencode({**keep, "page": next_token})) if next_token else None,
-                       first_url="/jobs?" + urlencode(keep) if q.get("page") else None, namespaces=namespaces)
+        context: dict[str, Any] = dict(
+            rows=[(j, r, split_key(j.id)) for j, r in rows],
+            filters=filters,
+            error=error,
+            next_url=("/jobs?" + urlencode({**keep, "page": next_token})) if next_token else None,
+            first_url="/jobs?" + urlencode(keep) if q.get("page") else None,
+            namespaces=namespaces,
+        )
         if request.headers.get("HX-Request") and request.headers.get("HX-Target") == "job-table":
             return self.render(request, "_jobs.html", v, **context)
         return self.render(request, "jobs.html", v, **context)
@@ -201,13 +235,25 @@ class Pages:
             ticks = await self.call(v, "list_ticks", job_id, limit=TICKS_SHOWN, namespace=namespace)
         except ShardcronError as e:
             status = 404 if isinstance(e, ApiError) and e.code is grpc.StatusCode.NOT_FOUND else 200
-            return self.render(request, "job.html", v, status=status, job=None, error=str(e), job_id=job_id,
-                               namespace=namespace)
+            return self.render(
+                request, "job.html", v, status=status, job=None, error=str(e), job_id=job_id, namespace=namespace
+            )
         definition = yaml.safe_dump(job_to_dict(job), sort_keys=False, allow_unicode=True)
         points = [present.tick_point(t) for t in reversed(ticks)]
-        return self.render(request, "job.html", v, job=job, runs=runs, ticks=ticks, definition=definition,
-                           points=points, job_id=job_id, namespace=namespace, error=None,
-                           events_url="/events/job?" + urlencode({"id": job_id, "namespace": namespace}))
+        return self.render(
+            request,
+            "job.html",
+            v,
+            job=job,
+            runs=runs,
+            ticks=ticks,
+            definition=definition,
+            points=points,
+            job_id=job_id,
+            namespace=namespace,
+            error=None,
+            events_url="/events/job?" + urlencode({"id": job_id, "namespace": namespace}),
+        )
 
     async def act(self, request):
         """Pause, resume, trigger or backfill; the API decides (a read token is refused there)."""
@@ -225,9 +271,15 @@ class Pages:
                 message = f"{job_id} triggered: slot {present.utc(slot.scheduled_at_ms)}."
             elif action == "backfill":
                 backfill = await self.call(
-                    v, "backfill_job", job_id, parse_time_ms(guard.field(form, "from"), field="from"),
-                    parse_time_ms(guard.field(form, "to"), field="to"), rate_per_s=_rate(guard.field(form, "rate")),
-                    namespace=namespace, timeout_s=10)
+                    v,
+                    "backfill_job",
+                    job_id,
+                    parse_time_ms(guard.field(form, "from"), field="from"),
+                    parse_time_ms(guard.field(form, "to"), field="to"),
+                    rate_per_s=_rate(guard.field(form, "rate")),
+                    namespace=namespace,
+                    timeout_s=10,
+                )
                 message = f"backfill {backfill.id} started: {backfill.planned} slots."
             else:
                 raise web.HTTPNotFound(text=f"no action {action!r}: pause, resume, trigger or backfill")
@@ -245,8 +297,9 @@ class Pages:
         return self.render(request, "_flash.html", v, status=status, ok=ok, message=message)
 
     async def palette(self, request):
-        return web.Response(text=present.palette_css(), content_type="text/css",
-                            headers={"Cache-Control": "max-age=3600"})
+        return web.Response(
+            text=present.palette_css(), content_type="text/css", headers={"Cache-Control": "max-age=3600"}
+        )
 
     async def health(self, request):
         v = self.signed_in(request)

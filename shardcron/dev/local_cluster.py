@@ -41,15 +41,35 @@ def demo_jobs(sink_url: str, *, redis: bool = False) -> list[dict]:
     and, when a Redis answers on 127.0.0.1:6379, one entry per slot added to a Redis stream."""
     jobs = [
         {"id": "heartbeat", "every": "1s", "executor": {"kind": "noop"}, "labels": {"demo": "yes"}},
-        {"id": "ping-sink", "every": "5s", "labels": {"demo": "yes"},
-         "executor": {"kind": "http", "url": f"{sink_url}/ping", "method": "POST", "body": "hello from shardcron"}},
-        {"id": "tokyo-quarter-minute", "cron": "*/15 * * * * *", "timezone": "Asia/Tokyo",
-         "executor": {"kind": "noop"}, "labels": {"demo": "yes"}},
+        {
+            "id": "ping-sink",
+            "every": "5s",
+            "labels": {"demo": "yes"},
+            "executor": {"kind": "http", "url": f"{sink_url}/ping", "method": "POST", "body": "hello from shardcron"},
+        },
+        {
+            "id": "tokyo-quarter-minute",
+            "cron": "*/15 * * * * *",
+            "timezone": "Asia/Tokyo",
+            "executor": {"kind": "noop"},
+            "labels": {"demo": "yes"},
+        },
     ]
     if redis:
-        jobs.append({"id": "to-redis-stream", "every": "5s", "labels": {"demo": "yes"},
-                     "executor": {"kind": "redis-stream", "url": DEMO_REDIS, "stream": DEMO_STREAM,
-                                  "fields": {"report": "daily"}, "maxlen": 1000}})
+        jobs.append(
+            {
+                "id": "to-redis-stream",
+                "every": "5s",
+                "labels": {"demo": "yes"},
+                "executor": {
+                    "kind": "redis-stream",
+                    "url": DEMO_REDIS,
+                    "stream": DEMO_STREAM,
+                    "fields": {"report": "daily"},
+                    "maxlen": 1000,
+                },
+            }
+        )
     return jobs
 
 
@@ -61,16 +81,24 @@ def register(sub) -> None:
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--nodes", type=whole(1, MAX_NODES), default=3,
-                   help="node processes to start (default %(default)s)")
+    p.add_argument("--nodes", type=whole(1, MAX_NODES), default=3, help="node processes to start (default %(default)s)")
     p.add_argument("--shards", type=whole(1, MAX_DEV_SHARDS), default=16, help="shard count (default %(default)s)")
     p.add_argument("--ttl", type=whole(2, MAX_TTL_S), default=5, help="session TTL in seconds (default %(default)s)")
-    p.add_argument("--base-port", type=whole(1, MAX_PORT), default=7071,
-                   help="first node's gRPC port (default %(default)s)")
-    p.add_argument("--sink-port", type=whole(0, MAX_PORT), default=8089,
-                   help="demo HTTP sink port; 0: any free one (default %(default)s)")
-    p.add_argument("--http-base-port", type=whole(0, MAX_PORT), default=8081,
-                   help="first node's dashboard port; 0: no dashboard (default %(default)s)")
+    p.add_argument(
+        "--base-port", type=whole(1, MAX_PORT), default=7071, help="first node's gRPC port (default %(default)s)"
+    )
+    p.add_argument(
+        "--sink-port",
+        type=whole(0, MAX_PORT),
+        default=8089,
+        help="demo HTTP sink port; 0: any free one (default %(default)s)",
+    )
+    p.add_argument(
+        "--http-base-port",
+        type=whole(0, MAX_PORT),
+        default=8081,
+        help="first node's dashboard port; 0: no dashboard (default %(default)s)",
+    )
     p.add_argument("--dir", default=None, help="working directory (default: a new temporary one)")
     p.add_argument("--for-seconds", type=seconds(), default=None, help="stop by itself after this long")
 
@@ -87,15 +115,19 @@ def main(a: argparse.Namespace) -> int:
 
     last_port = a.base_port + a.nodes - 1
     if last_port > MAX_PORT or (a.http_base_port and a.http_base_port + a.nodes - 1 > MAX_PORT):
-        raise ShardcronError(f"--nodes {a.nodes} from --base-port {a.base_port} (or --http-base-port "
-                             f"{a.http_base_port}) runs past port {MAX_PORT}")
+        raise ShardcronError(
+            f"--nodes {a.nodes} from --base-port {a.base_port} (or --http-base-port "
+            f"{a.http_base_port}) runs past port {MAX_PORT}"
+        )
     workdir = a.dir or tempfile.mkdtemp(prefix="shardcron-dev-")
     os.makedirs(workdir, exist_ok=True)
     dashboards = [a.http_base_port + i for i in range(a.nodes)] if a.http_base_port else []
     busy = [p for p in [*range(a.base_port, a.base_port + a.nodes), *dashboards] if port_open("127.0.0.1", p)]
     if busy:
-        raise ShardcronError(f"port(s) {busy} already in use: is another `shardcron dev` running? "
-                             "(or pass --base-port / --http-base-port)")
+        raise ShardcronError(
+            f"port(s) {busy} already in use: is another `shardcron dev` running? "
+            "(or pass --base-port / --http-base-port)"
+        )
     stop = threading.Event()
     for sig in STOP_SIGNALS:
         signal.signal(sig, lambda *_: stop.set())
@@ -116,13 +148,20 @@ def main(a: argparse.Namespace) -> int:
         db = f"sqlite:///{db_path}"
         cluster = Cluster(etcd.endpoints, db, "/cron", a.shards, a.ttl, workdir)
         for i in range(a.nodes):
-            node = cluster.add(f"node-{i + 1}", port=a.base_port + i,
-                               extra_args=["--http-listen", f"127.0.0.1:{dashboards[i]}"] if dashboards else [])
+            node = cluster.add(
+                f"node-{i + 1}",
+                port=a.base_port + i,
+                extra_args=["--http-listen", f"127.0.0.1:{dashboards[i]}"] if dashboards else [],
+            )
             reaper.watch(node.pid)
         print(f"shardcron dev: etcd at {etcd.endpoints}, store {db}, sink {sink.url}, logs in {workdir}")
         members = {f"node-{i + 1}" for i in range(a.nodes)}
-        wait_until(lambda: stop.is_set() or cluster.wait_balanced(members, 0.5), 90, 0.2,
-                             "the shards to be balanced over the nodes")
+        wait_until(
+            lambda: stop.is_set() or cluster.wait_balanced(members, 0.5),
+            90,
+            0.2,
+            "the shards to be balanced over the nodes",
+        )
         if stop.is_set():
             return 0
         servers = [f"127.0.0.1:{a.base_port + i}" for i in range(a.nodes)]
@@ -131,22 +170,34 @@ def main(a: argparse.Namespace) -> int:
         for d in demo_jobs(sink.url.rstrip("/"), redis=redis):
             job = client.put_job(job_from_dict(d))
             print(f"submitted {job.id} (version {job.version}) through {servers[0]}")
-        cmd_shards(argparse.Namespace(etcd=etcd.endpoints, prefix="/cron", json=False, etcd_ca=None,
-                                      etcd_cert=None, etcd_key=None, etcd_user=None, etcd_password_file=None))
-        print("\nTry, from another terminal (.venv/bin is on PATH after `. .venv/bin/activate`):\n"
-              + "".join(f"  export {name}={value}\n" for name, value in cluster_env(servers[0], etcd.endpoints, db))
-              + f"  shardcron jobs put hello --every 10s --http {sink.url.rstrip('/')}/hello\n"
-              "  shardcron jobs list\n"
-              "  shardcron ticks heartbeat --limit 5\n"
-              "  shardcron shards\n"
-              "  shardcron nodes\n"
-              "  shardcron audit\n"
-              + (f"  redis-cli XREVRANGE {DEMO_STREAM} + - COUNT 3   # one entry per slot, never two\n"
-                 if redis else "")
-              + f"  grpcurl -plaintext {servers[0]} list\n"
-              + "".join(f"\nDashboard of node-{i + 1}: http://127.0.0.1:{port}/" for i, port in enumerate(dashboards))
-              + ("\n" if dashboards else "")
-              + f"\nStreaming ticks (Ctrl-C stops everything; logs and the store stay in {workdir}):", flush=True)
+        cmd_shards(
+            argparse.Namespace(
+                etcd=etcd.endpoints,
+                prefix="/cron",
+                json=False,
+                etcd_ca=None,
+                etcd_cert=None,
+                etcd_key=None,
+                etcd_user=None,
+                etcd_password_file=None,
+            )
+        )
+        print(
+            "\nTry, from another terminal (.venv/bin is on PATH after `. .venv/bin/activate`):\n"
+            + "".join(f"  export {name}={value}\n" for name, value in cluster_env(servers[0], etcd.endpoints, db))
+            + f"  shardcron jobs put hello --every 10s --http {sink.url.rstrip('/')}/hello\n"
+            "  shardcron jobs list\n"
+            "  shardcron ticks heartbeat --limit 5\n"
+            "  shardcron shards\n"
+            "  shardcron nodes\n"
+            "  shardcron audit\n"
+            + (f"  redis-cli XREVRANGE {DEMO_STREAM} + - COUNT 3   # one entry per slot, never two\n" if redis else "")
+            + f"  grpcurl -plaintext {servers[0]} list\n"
+            + "".join(f"\nDashboard of node-{i + 1}: http://127.0.0.1:{port}/" for i, port in enumerate(dashboards))
+            + ("\n" if dashboards else "")
+            + f"\nStreaming ticks (Ctrl-C stops everything; logs and the store stay in {workdir}):",
+            flush=True,
+        )
         _stream_ticks(client, stop, a.for_seconds)
         client.close()
         return 0
@@ -221,6 +272,9 @@ def _stream_ticks(client, stop: threading.Event, for_seconds: float | None) -> N
     threading.Thread(target=lambda: (stop.wait(), watch.cancel()), daemon=True).start()
     for t in watch:
         late = (t.started_at_ms - t.scheduled_at_ms) if t.started_at_ms else None
-        print(f"{fmt_clock_ms(t.scheduled_at_ms)}  {t.job_id:<22} shard={t.shard:<3} node={t.node_id:<8} "
-              f"fence={t.fence:<5} {t.status.value:<9} late={'-' if late is None else late}ms"
-              + (f" http={t.http_status}" if t.http_status else ""), flush=True)
+        print(
+            f"{fmt_clock_ms(t.scheduled_at_ms)}  {t.job_id:<22} shard={t.shard:<3} node={t.node_id:<8} "
+            f"fence={t.fence:<5} {t.status.value:<9} late={'-' if late is None else late}ms"
+            + (f" http={t.http_status}" if t.http_status else ""),
+            flush=True,
+        )

@@ -46,8 +46,9 @@ def signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def stop_groups(pgids: Iterable[int], grace_s: float = GRACE_S, *,
-                alive: Callable[[int], bool] = group_alive) -> list[int]:
+def stop_groups(
+    pgids: Iterable[int], grace_s: float = GRACE_S, *, alive: Callable[[int], bool] = group_alive
+) -> list[int]:
     """SIGTERM every group of ``pgids``, SIGKILL those still there after ``grace_s``; the ones killed."""
     left = [g for g in pgids if alive(g)]
     for g in left:
@@ -88,8 +89,14 @@ class Reaper:
 
     def __init__(self) -> None:
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "shardcron.dev.reaper"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, text=True, start_new_session=True, close_fds=True)
+            [sys.executable, "-m", "shardcron.dev.reaper"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+            close_fds=True,
+        )
         if self._proc.stdin is None:  # never with stdin=PIPE, which typeshed's Popen cannot express
             raise RuntimeError("the reaper's stdin is not a pipe")
         self._stdin = self._proc.stdin

@@ -65,7 +65,9 @@ class Sink:
         self._thread: threading.Thread | None = None
         self._scheme = "http"
 
-    def start(self, host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None) -> tuple[str, int]:
+    def start(
+        self, host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None
+    ) -> tuple[str, int]:
         """Listen (on a free port if ``port`` is 0); with ``ssl_context``, speak HTTPS."""
         if self._server is not None:
             raise RuntimeError("sink already started")
@@ -193,13 +195,15 @@ class _Handler(BaseHTTPRequestHandler):
     def _handle(self) -> None:
         body = self._read_body()
         sink = self.server.sink
-        sink._record(Received(
-            method=self.command,
-            path=self.path,
-            headers={name.lower(): _utf8(value) for name, value in self.headers.items()},
-            body=body,
-            received_at_ms=int(time.time() * 1000),
-        ))
+        sink._record(
+            Received(
+                method=self.command,
+                path=self.path,
+                headers={name.lower(): _utf8(value) for name, value in self.headers.items()},
+                body=body,
+                received_at_ms=int(time.time() * 1000),
+            )
+        )
         route = self.path.split("?", 1)[0]
         status, answer, extra = 200, b"ok", {}
         if m := _STATUS.fullmatch(route):
@@ -262,8 +266,9 @@ def _print_request(r: Received) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m shardcron.dev.sink",
-                                     description="Receive and print the HTTP calls of shardcron jobs.")
+    parser = argparse.ArgumentParser(
+        prog="python -m shardcron.dev.sink", description="Receive and print the HTTP calls of shardcron jobs."
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8089)
     args = parser.parse_args(argv)

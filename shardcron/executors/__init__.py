@@ -67,8 +67,16 @@ class Executors:
     executor's default). A node passes its ``--executor-slots``: its gate bounds executions already, and a
     smaller pool would queue the gate's starts again, first come, below the fair queue."""
 
-    def __init__(self, *, engine=None, allow_shell: bool = False, allow_python: tuple[str, ...] = (),
-                 workers: int = 64, http_pool: int | None = None, lifeline: Lifeline = UNWATCHED):
+    def __init__(
+        self,
+        *,
+        engine=None,
+        allow_shell: bool = False,
+        allow_python: tuple[str, ...] = (),
+        workers: int = 64,
+        http_pool: int | None = None,
+        lifeline: Lifeline = UNWATCHED,
+    ):
         self.engine = engine
         self.http_pool = http_pool
         self.allow_shell = allow_shell
@@ -87,7 +95,8 @@ class Executors:
         if run_async is not None:
             return await run_async(spec, ctx, timeout_s, cancel)
         return await asyncio.get_running_loop().run_in_executor(
-            self._workers, executor.run, spec, ctx, timeout_s, cancel)
+            self._workers, executor.run, spec, ctx, timeout_s, cancel
+        )
 
     def for_kind(self, kind: ExecutorKind) -> Executor:
         kind = ExecutorKind(kind)
@@ -103,7 +112,11 @@ class Executors:
         if kind is ExecutorKind.HTTP:
             from shardcron.executors.http import HttpExecutor  # httpx, heavy: imported on the first http job
 
-            return HttpExecutor(self.loop) if self.http_pool is None else HttpExecutor(self.loop, max_per_host=self.http_pool)
+            return (
+                HttpExecutor(self.loop)
+                if self.http_pool is None
+                else HttpExecutor(self.loop, max_per_host=self.http_pool)
+            )
         if kind is ExecutorKind.PYTHON:
             from shardcron.executors.python import PythonExecutor
 

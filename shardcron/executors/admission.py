@@ -17,9 +17,16 @@ from shardcron.spec.durations import format_duration_ms
 from shardcron.spec.schedule import shortest_gap_ms
 
 
-def check_admissible(job: Job, *, allow_shell: bool, now_ms: int, shell_allow: re.Pattern[str] | None = None,
-                     min_interval_ms: int = DEFAULT_MIN_INTERVAL_MS, allow_python: tuple[str, ...] = (),
-                     store_dialect: str | None = None) -> None:
+def check_admissible(
+    job: Job,
+    *,
+    allow_shell: bool,
+    now_ms: int,
+    shell_allow: re.Pattern[str] | None = None,
+    min_interval_ms: int = DEFAULT_MIN_INTERVAL_MS,
+    allow_python: tuple[str, ...] = (),
+    store_dialect: str | None = None,
+) -> None:
     """The checks that depend on the cluster, the node and the clock, not on the job alone.
 
     ``shell_allow``: a compiled pattern every shell command must match in full (``--shell-allow``).
@@ -32,19 +39,27 @@ def check_admissible(job: Job, *, allow_shell: bool, now_ms: int, shell_allow: r
         _check_python(job.executor.python, allow_python, store_dialect)
     gap = shortest_gap_ms(job.schedule, below_ms=min_interval_ms)
     if gap is not None and gap < min_interval_ms:
-        field, what = (("schedule.cron", f"{shown(job.schedule.cron)} has slots {format_duration_ms(gap)} apart")
-                       if job.schedule.kind is ScheduleKind.CRON else
-                       ("schedule.every", f"every {format_duration_ms(gap)}"))
-        raise InvalidJob(field, f"{what}: shorter than this cluster's minimum interval of "
-                                f"{format_duration_ms(min_interval_ms)}; to allow it, lower the cluster's minimum with "
-                                "`shardcron config --min-interval DURATION`")
+        field, what = (
+            ("schedule.cron", f"{shown(job.schedule.cron)} has slots {format_duration_ms(gap)} apart")
+            if job.schedule.kind is ScheduleKind.CRON
+            else ("schedule.every", f"every {format_duration_ms(gap)}")
+        )
+        raise InvalidJob(
+            field,
+            f"{what}: shorter than this cluster's minimum interval of "
+            f"{format_duration_ms(min_interval_ms)}; to allow it, lower the cluster's minimum with "
+            "`shardcron config --min-interval DURATION`",
+        )
     _check_notifications_admissible(job, allow_shell=allow_shell, allow_python=allow_python)
     if job.executor.kind is ExecutorKind.SHELL and not allow_shell:
         raise InvalidJob(
             "executor.kind", "shell jobs are refused: the nodes run without --allow-shell (remote code execution guard)"
         )
-    if job.executor.shell is not None and shell_allow is not None \
-            and not shell_allow.fullmatch(job.executor.shell.command):
+    if (
+        job.executor.shell is not None
+        and shell_allow is not None
+        and not shell_allow.fullmatch(job.executor.shell.command)
+    ):
         raise InvalidJob("executor.command", "does not match this cluster's --shell-allow list")
     sched = job.schedule
     if sched.kind is ScheduleKind.ONCE and sched.at_ms is not None and sched.at_ms < now_ms - job.catchup_window_ms:
@@ -68,13 +83,18 @@ def _check_notifications_admissible(job: Job, *, allow_shell: bool, allow_python
 def _check_python(spec: PythonSpec | None, allow_python: tuple[str, ...], store_dialect: str | None) -> None:
     """A python job: the node must allow Python jobs, and this target under its prefixes."""
     if not allow_python:
-        raise InvalidJob("executor.kind", "python jobs are refused: the nodes run without --allow-python MODULE_PREFIX "
-                                          "(remote code execution guard)")
+        raise InvalidJob(
+            "executor.kind",
+            "python jobs are refused: the nodes run without --allow-python MODULE_PREFIX (remote code execution guard)",
+        )
     if spec is None:  # never from job_from_dict, which gives every python job its spec
         raise InvalidJob("executor.target", "a python job needs a target")
     if spec.session and store_dialect == "sqlite":
-        raise InvalidJob("executor.session", "a fenced session needs a PostgreSQL or MariaDB store: on SQLite its "
-                                             "open transaction would hold the whole file's write lock while the job runs")
+        raise InvalidJob(
+            "executor.session",
+            "a fenced session needs a PostgreSQL or MariaDB store: on SQLite its "
+            "open transaction would hold the whole file's write lock while the job runs",
+        )
     refused = check_target(spec.target, allow_python)  # imports the module: the checks without it come first
     if refused is not None:
         raise InvalidJob("executor.target", refused)

@@ -69,8 +69,7 @@ class LoopThread:
                 self._thread.start()
             return self._loop
 
-    def run(self, make_coro: Callable[[], Awaitable[T]], timeout_s: float,
-            cancel: threading.Event | None = None) -> T:
+    def run(self, make_coro: Callable[[], Awaitable[T]], timeout_s: float, cancel: threading.Event | None = None) -> T:
         """``await make_coro()`` on the loop. ``TimeoutError`` past ``timeout_s``; ``Cancelled`` on ``cancel``.
 
         Either way the coroutine is cancelled on the loop, so nothing is left running for a tick
@@ -129,11 +128,11 @@ class _CancelScope:
         self._watch.add(self._cancel, self)
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self._watch.discard(self._cancel, self)
-        if (self.fired and exc_type is asyncio.CancelledError and self._task is not None
-                and self._task.uncancel() == 0):
+        if self.fired and exc_type is asyncio.CancelledError and self._task is not None and self._task.uncancel() == 0:
             raise Cancelled("cancelled") from None
 
     def fire(self) -> None:
@@ -176,4 +175,3 @@ async def _call(make_coro: Callable[[], Awaitable[T]], cancel: threading.Event |
     if cancel is not None and cancel.is_set():
         raise Cancelled("cancelled before it started on the loop")
     return await make_coro()
-

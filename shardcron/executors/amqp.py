@@ -99,8 +99,12 @@ class AmqpExecutor:
             return failed(f"{where}: could not publish to {route}: {e}")
         except Exception as e:  # noqa: BLE001 - e.g. a malformed URL or routing key: a result, never a raise
             return failed(f"{where}: could not publish to {route}: {type(e).__name__}: {_reason(e)}")
-        return ExecutionResult(ok=True, started_at_ms=started, finished_at_ms=now_ms(),
-                               output=f"published message {ctx.idempotency_key} to {route} (confirmed by the broker)")
+        return ExecutionResult(
+            ok=True,
+            started_at_ms=started,
+            finished_at_ms=now_ms(),
+            output=f"published message {ctx.idempotency_key} to {route} (confirmed by the broker)",
+        )
 
     def _close(self, publisher: _Publisher) -> None:
         self._loop.run(publisher.close, CLOSE_TIMEOUT_S)
@@ -146,15 +150,19 @@ class _Publisher:
         connection = None
         try:
             connection, channel = await self._open()
-            exchange = (channel.default_exchange if not exchange_name
-                        else await channel.get_exchange(exchange_name, ensure=False))
+            exchange = (
+                channel.default_exchange
+                if not exchange_name
+                else await channel.get_exchange(exchange_name, ensure=False)
+            )
             await exchange.publish(message, routing_key, mandatory=True)
         except aiormq.exceptions.PublishError as e:
             delivery = getattr(e.message, "delivery", None)
             code = getattr(delivery, "reply_code", None)
             text = getattr(delivery, "reply_text", None) or "returned"
-            raise _Failed(f"the broker returned the message as unroutable ({code} {text}): "
-                          "no queue is bound for it") from None
+            raise _Failed(
+                f"the broker returned the message as unroutable ({code} {text}): no queue is bound for it"
+            ) from None
         except aiormq.exceptions.DeliveryError:
             raise _Failed("the broker refused (nacked) the message") from None
         except aiormq.exceptions.ProbableAuthenticationError as e:
@@ -168,8 +176,10 @@ class _Publisher:
         except aiormq.exceptions.InvalidFrameError as e:
             await self._drop(connection)
             if "Connection.Close" in str(e):  # aiormq words a refused Connection.Open this way
-                raise _Failed(f"the broker closed the connection while it opened: is there a virtual host "
-                              f"{self.virtual_host!r}, and may this user use it?") from None
+                raise _Failed(
+                    f"the broker closed the connection while it opened: is there a virtual host "
+                    f"{self.virtual_host!r}, and may this user use it?"
+                ) from None
             raise _Failed(_reason(e)) from None
         except aiormq.exceptions.ChannelInvalidStateError:
             # The channel (or its connection) closed under the publish; _open replaces whichever did.
@@ -183,7 +193,8 @@ class _Publisher:
             if connection is None or not _alive(connection):
                 await self._drop(connection)
                 connection = self._connection = await aio_pika.connect(
-                    self.url, timeout=CONNECT_TIMEOUT_S,
+                    self.url,
+                    timeout=CONNECT_TIMEOUT_S,
                     client_properties={"connection_name": self.connection_name},
                 )
             if self._channel is None or self._channel.is_closed:

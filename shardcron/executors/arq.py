@@ -47,11 +47,20 @@ class ArqExecutor:
         arq_spec = spec.arq
         if arq_spec is None:
             now = now_ms()
-            return ExecutionResult(ok=False, started_at_ms=now, finished_at_ms=now,
-                                   error="invalid job: an arq executor needs its settings (url, function)")
-        return redis_clients.call(self._connections, arq_spec.url, timeout_s, cancel,
-                                  f"arq enqueue of {arq_spec.function} to queue {arq_spec.queue}",
-                                  lambda client: enqueue(client, arq_spec, ctx))
+            return ExecutionResult(
+                ok=False,
+                started_at_ms=now,
+                finished_at_ms=now,
+                error="invalid job: an arq executor needs its settings (url, function)",
+            )
+        return redis_clients.call(
+            self._connections,
+            arq_spec.url,
+            timeout_s,
+            cancel,
+            f"arq enqueue of {arq_spec.function} to queue {arq_spec.queue}",
+            lambda client: enqueue(client, arq_spec, ctx),
+        )
 
 
 def enqueue(client: redis.Redis, spec: ArqSpec, ctx: TickContext) -> str:
@@ -68,8 +77,13 @@ def enqueue(client: redis.Redis, spec: ArqSpec, ctx: TickContext) -> str:
         pipe.psetex(job_key, expires_extra_ms, job)  # arq's expiry for a job never started
         pipe.zadd(spec.queue, {job_id: enqueued_ms})  # score = when to run: now
 
-    found = redis_clients.enqueue_once(client, redis_clients.marker_key(ctx), f"arq job {job_id} on queue {spec.queue}",
-                                       [job_key, result_key_prefix + job_id], write)
+    found = redis_clients.enqueue_once(
+        client,
+        redis_clients.marker_key(ctx),
+        f"arq job {job_id} on queue {spec.queue}",
+        [job_key, result_key_prefix + job_id],
+        write,
+    )
     if found is not None:
         return f"duplicate: already enqueued {found}"
     return f"enqueued {where}"

@@ -113,18 +113,22 @@ class CeleryExecutor:
             remaining = deadline - time.monotonic()
             if cancel.is_set():
                 publish.abandoned = True
-                return failed(f"cancelled: abandoned sending task {c.task} to {where} "
-                              "(this node lost the shard or is stopping)")
+                return failed(
+                    f"cancelled: abandoned sending task {c.task} to {where} (this node lost the shard or is stopping)"
+                )
             if remaining <= 0:
                 publish.abandoned = True
                 return failed(f"timed out after {timeout_s:g}s waiting for {where} to accept task {c.task}")
             publish.done.wait(min(remaining, CANCEL_POLL_S))
 
         if publish.error is not None:
-            return failed(f"{where}: could not enqueue task {c.task}: "
-                          f"{scrub_password(_explain(publish.error), c.url)}")
-        return ExecutionResult(ok=True, started_at_ms=started, finished_at_ms=now_ms(),
-                               output=f"enqueued celery task {publish.task_id} ({c.task}) to queue {publish.queue}")
+            return failed(f"{where}: could not enqueue task {c.task}: {scrub_password(_explain(publish.error), c.url)}")
+        return ExecutionResult(
+            ok=True,
+            started_at_ms=started,
+            finished_at_ms=now_ms(),
+            output=f"enqueued celery task {publish.task_id} ({c.task}) to queue {publish.queue}",
+        )
 
 
 class _Broker:
@@ -246,17 +250,23 @@ class _Publish:
             if c.priority is not None:
                 options["priority"] = c.priority
             if c.expires_ms is not None:
-                options["expires"] = datetime.fromtimestamp((self.ctx.scheduled_at_ms + c.expires_ms) / 1000,
-                                                            UTC)
+                options["expires"] = datetime.fromtimestamp((self.ctx.scheduled_at_ms + c.expires_ms) / 1000, UTC)
             wait_s = max(self.deadline - time.monotonic(), 0.001)
             with self.broker.pool.acquire(block=True, timeout=wait_s) as connection:
                 self.broker.app.send_task(
-                    c.task, args=list(c.args), kwargs=dict(c.kwargs), task_id=self.task_id,
-                    headers=tick_fields(self.ctx), connection=connection, add_to_parent=False,
+                    c.task,
+                    args=list(c.args),
+                    kwargs=dict(c.kwargs),
+                    task_id=self.task_id,
+                    headers=tick_fields(self.ctx),
+                    connection=connection,
+                    add_to_parent=False,
                     result_cls=_Sent,
-                    retry=True, retry_policy=_RETRY_POLICY,
+                    retry=True,
+                    retry_policy=_RETRY_POLICY,
                     # kombu's Producer.publish: the socket wait and the confirm wait.
-                    timeout=SOCKET_TIMEOUT_S, confirm_timeout=SOCKET_TIMEOUT_S,
+                    timeout=SOCKET_TIMEOUT_S,
+                    confirm_timeout=SOCKET_TIMEOUT_S,
                     **options,
                 )
         except Exception as e:  # every failure is a result, never an exception

@@ -30,8 +30,11 @@ class MissingExtra(InvalidJob):
     """The node lacks the optional dependency a job's executor kind needs."""
 
     def __init__(self, kind: ExecutorKind, extra: str, module: str):
-        super().__init__("executor.kind", f"{kind.value} jobs need the {extra!r} extra, which this node lacks "
-                                          f"(no module {module!r}): pip install 'shardcron[{extra}]'")
+        super().__init__(
+            "executor.kind",
+            f"{kind.value} jobs need the {extra!r} extra, which this node lacks "
+            f"(no module {module!r}): pip install 'shardcron[{extra}]'",
+        )
         self.extra = extra
 
 

@@ -113,8 +113,14 @@ class HttpExecutor:
     ``connect_timeout_s`` and ``read_timeout_s`` (None: the job's timeout) are the limits described above.
     """
 
-    def __init__(self, loop: LoopThread | None = None, *, connect_timeout_s: float = CONNECT_TIMEOUT_S,
-                 read_timeout_s: float | None = None, max_per_host: int = MAX_PER_HOST) -> None:
+    def __init__(
+        self,
+        loop: LoopThread | None = None,
+        *,
+        connect_timeout_s: float = CONNECT_TIMEOUT_S,
+        read_timeout_s: float | None = None,
+        max_per_host: int = MAX_PER_HOST,
+    ) -> None:
         self._own_loop = loop is None
         self._loop = LoopThread("shardcron-http-loop") if loop is None else loop
         self._connect_timeout_s = connect_timeout_s
@@ -131,15 +137,19 @@ class HttpExecutor:
         if self._closed:  # the loop may be gone with the node: do not start a new one for nothing
             return _failed(started, _STOPPING)
         try:
-            return self._loop.run(lambda: self.run_async(spec, ctx, timeout_s, cancel),
-                                  max(timeout_s, 0.0) + _LOOP_MARGIN_S)
+            return self._loop.run(
+                lambda: self.run_async(spec, ctx, timeout_s, cancel), max(timeout_s, 0.0) + _LOOP_MARGIN_S
+            )
         except TimeoutError:
-            return _failed(started, f"timed out after {timeout_s:g}s (the job's timeout): the node's loop did not run it")
+            return _failed(
+                started, f"timed out after {timeout_s:g}s (the job's timeout): the node's loop did not run it"
+            )
         except Cancelled:
             return _failed(started, "cancelled: the node's loop is stopping")
 
-    async def run_async(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float,
-                        cancel: CancelSignal) -> ExecutionResult:
+    async def run_async(
+        self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: CancelSignal
+    ) -> ExecutionResult:
         """The tick, awaited on the executor's loop. ``cancel``: anything with ``is_set()``."""
         started = now_ms()
         s = spec.http
@@ -161,13 +171,20 @@ class HttpExecutor:
                 async with asyncio.timeout(limits.total):
                     answer = await self._send(client, prepare(s, ctx), target, limits, phase, cancel)
         except Cancelled:
-            return _failed(started, f"cancelled: abandoned {s.method} to {target} (this node lost the shard or is stopping)")
+            return _failed(
+                started, f"cancelled: abandoned {s.method} to {target} (this node lost the shard or is stopping)"
+            )
         except Exception as e:  # noqa: BLE001 - every failure is a result, never an exception
             return _failed(started, scrub_password(explain(e, limits, phase, s.method, target), s.url))
         ok = 200 <= answer.status < 300
-        return ExecutionResult(ok=ok, started_at_ms=started, finished_at_ms=now_ms(), http_status=answer.status,
-                               output=truncate_output(answer.output),
-                               error=None if ok else f"HTTP {answer.status} {answer.reason}".rstrip())
+        return ExecutionResult(
+            ok=ok,
+            started_at_ms=started,
+            finished_at_ms=now_ms(),
+            http_status=answer.status,
+            output=truncate_output(answer.output),
+            error=None if ok else f"HTTP {answer.status} {answer.reason}".rstrip(),
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -181,8 +198,15 @@ class HttpExecutor:
         if self._own_loop:
             self._loop.close()
 
-    async def _send(self, client: HttpxClient | AiohttpClient, request: Request, target: str, limits: Limits,
-                    phase: Phase, cancel: CancelSignal) -> Answer:
+    async def _send(
+        self,
+        client: HttpxClient | AiohttpClient,
+        request: Request,
+        target: str,
+        limits: Limits,
+        phase: Phase,
+        cancel: CancelSignal,
+    ) -> Answer:
         slots = self._hosts.get(target)
         if slots is None:
             slots = self._hosts[target] = asyncio.Semaphore(self._max_per_host)

@@ -26,8 +26,9 @@ class AiohttpClient:
     def __init__(self, *, max_connections: int, max_per_host: int, keepalive_s: float) -> None:
         self._proxies = urllib.request.getproxies_environment()
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=max_connections, limit_per_host=max_per_host,
-                                           keepalive_timeout=keepalive_s),
+            connector=aiohttp.TCPConnector(
+                limit=max_connections, limit_per_host=max_per_host, keepalive_timeout=keepalive_s
+            ),
             cookie_jar=aiohttp.DummyCookieJar(),  # keeps nothing: the session is shared by every job of the node
             trust_env=False,
             headers=DEFAULT_HEADERS,
@@ -39,9 +40,16 @@ class AiohttpClient:
 
     async def exchange(self, request: Request, limits: Limits, phase: Phase) -> Answer:
         proxy, headers = self._proxy_for(request)
-        async with self._session.request(request.method, request.url, headers=headers, data=request.body,
-                                         allow_redirects=False, timeout=limits.as_aiohttp(), proxy=proxy,
-                                         trace_request_ctx=phase) as response:
+        async with self._session.request(
+            request.method,
+            request.url,
+            headers=headers,
+            data=request.body,
+            allow_redirects=False,
+            timeout=limits.as_aiohttp(),
+            proxy=proxy,
+            trace_request_ctx=phase,
+        ) as response:
             return Answer(response.status, response.reason or "", await keep_output(response.content.iter_any()))
 
     async def aclose(self) -> None:
@@ -84,8 +92,9 @@ def _entering(name: str):
     return enter
 
 
-async def _headers_sent(session: aiohttp.ClientSession, context: SimpleNamespace,
-                        params: aiohttp.TraceRequestHeadersSentParams) -> None:
+async def _headers_sent(
+    session: aiohttp.ClientSession, context: SimpleNamespace, params: aiohttp.TraceRequestHeadersSentParams
+) -> None:
     # Without a body the request is out with its head; with one, its chunk follows.
     has_body = params.headers.get("Content-Length", "0") != "0" or "Transfer-Encoding" in params.headers
     context.trace_request_ctx.name = "send" if has_body else "answer"

@@ -142,11 +142,16 @@ _PROXY_FAILED = (httpx.ProxyError, aiohttp.ClientProxyConnectionError, aiohttp.C
 # The connection ended before any answer: the server closed it (a kept-alive one it was closing, say).
 _HUNG_UP = (aiohttp.ServerDisconnectedError,)
 # An answer that is not HTTP, or one cut short.
-_BAD_ANSWER = (httpx.RemoteProtocolError, httpx.DecodingError, aiohttp.ClientResponseError,
-               aiohttp.ClientPayloadError)
+_BAD_ANSWER = (httpx.RemoteProtocolError, httpx.DecodingError, aiohttp.ClientResponseError, aiohttp.ClientPayloadError)
 # A request that cannot be sent as it is (a header value with a newline, say).
-_INVALID = (httpx.UnsupportedProtocol, httpx.InvalidURL, aiohttp.InvalidURL, aiohttp.NonHttpUrlClientError,
-            ValueError, TypeError)
+_INVALID = (
+    httpx.UnsupportedProtocol,
+    httpx.InvalidURL,
+    aiohttp.InvalidURL,
+    aiohttp.NonHttpUrlClientError,
+    ValueError,
+    TypeError,
+)
 
 
 def explain(exc: BaseException, limits: Limits, phase: Phase, method: str, target: str) -> str:
@@ -160,7 +165,8 @@ def explain(exc: BaseException, limits: Limits, phase: Phase, method: str, targe
     if (problem := _connection_problem(cause, target)) is not None:
         return problem
     if isinstance(exc, _HUNG_UP) or (
-            isinstance(exc, httpx.RemoteProtocolError) and "without sending" in str(exc).lower()):
+        isinstance(exc, httpx.RemoteProtocolError) and "without sending" in str(exc).lower()
+    ):
         return f"{target} closed the connection without answering"
     if isinstance(exc, _BAD_ANSWER):
         return f"bad HTTP response from {target}: {_text(exc)}"
@@ -191,7 +197,11 @@ def _timeout(limit: str, limits: Limits, phase: Phase, method: str, target: str)
         return timed_out(limits, phase, method, target)
     if limit == "connect":
         # It covers the TCP connect and the TLS handshake (and, with aiohttp, its own pool): the phase says which.
-        seconds, name, where = limits.connect, "connect timeout", phase.name if phase.name in ("pool", "tls") else "connect"
+        seconds, name, where = (
+            limits.connect,
+            "connect timeout",
+            phase.name if phase.name in ("pool", "tls") else "connect",
+        )
     elif limit == "read":
         seconds, name, where = limits.read, "read timeout: no byte came", "body" if phase.name == "body" else "answer"
     elif limit == "write":

@@ -24,8 +24,9 @@ class HttpxClient:
         self._client = httpx.AsyncClient(
             http2=True,
             verify=ssl.create_default_context(),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_keepalive,
-                                keepalive_expiry=keepalive_s),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_keepalive, keepalive_expiry=keepalive_s
+            ),
             follow_redirects=False,
             trust_env=True,
             # A jar that refuses every cookie: the client is shared by every job of the node.
@@ -37,8 +38,14 @@ class HttpxClient:
         # UTF-8 bytes: httpx would encode a str value as ASCII and refuse a job id in Japanese, say.
         # (Names are ASCII tokens, as httpx would encode them itself.)
         headers = {name.encode("ascii"): value.encode("utf-8") for name, value in request.headers.items()}
-        sent = self._client.build_request(request.method, request.url, headers=headers, content=request.body,
-                                          timeout=limits.as_httpx(), extensions={"trace": phase.trace})
+        sent = self._client.build_request(
+            request.method,
+            request.url,
+            headers=headers,
+            content=request.body,
+            timeout=limits.as_httpx(),
+            extensions={"trace": phase.trace},
+        )
         response = await self._client.send(sent, stream=True)
         try:
             return Answer(response.status_code, response.reason_phrase, await keep_output(response.aiter_bytes()))

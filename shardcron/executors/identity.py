@@ -80,13 +80,17 @@ def with_tick_fields(user_fields: Iterable[tuple[str, str]], ctx: TickContext) -
     return fields
 
 
-def with_tick_headers(user_headers: Iterable[tuple[str, str]], ctx: TickContext, *,
-                      also_reserved: frozenset[str] = frozenset()) -> dict[str, str]:
+def with_tick_headers(
+    user_headers: Iterable[tuple[str, str]], ctx: TickContext, *, also_reserved: frozenset[str] = frozenset()
+) -> dict[str, str]:
     """A job's own headers, minus any that would shadow shardcron's, plus shardcron's: so a job cannot
     forge the tick it carries. ``also_reserved``: lower-case names a transport keeps for itself (NATS's
     ``Nats-Msg-Id``)."""
     reserved = {IDEMPOTENCY_KEY_HEADER.lower(), *also_reserved}
-    headers = {name: value for name, value in user_headers
-               if not name.lower().startswith(RESERVED_PREFIX) and name.lower() not in reserved}
+    headers = {
+        name: value
+        for name, value in user_headers
+        if not name.lower().startswith(RESERVED_PREFIX) and name.lower() not in reserved
+    }
     headers.update(tick_headers(ctx))
     return headers

@@ -104,18 +104,23 @@ class NatsExecutor:
             else:
                 self._loop.run(lambda: _core_publish(nc, s.subject, body, headers, remaining), remaining, cancel)
         except Cancelled:
-            return failed(f"cancelled: abandoned the {kind} to {s.subject} at {where} "
-                          "(this node lost the shard or is stopping)" + _maybe_stored(s))
+            return failed(
+                f"cancelled: abandoned the {kind} to {s.subject} at {where} "
+                "(this node lost the shard or is stopping)" + _maybe_stored(s)
+            )
         except TimeoutError:
             # Maybe a slow server, maybe a dead TCP connection that nats-py would notice only after
             # minutes of unanswered pings: the next tick starts from a fresh connection either way.
             self._connections.discard(("nats", s.url), nc)
-            return failed(f"timed out after {timeout_s:g}s waiting for the {kind} to {s.subject} at {where}"
-                          + _maybe_stored(s))
+            return failed(
+                f"timed out after {timeout_s:g}s waiting for the {kind} to {s.subject} at {where}" + _maybe_stored(s)
+            )
         except NoStreamResponseError:
-            return failed(f"no JetStream stream stores subject {s.subject} at {where}: create a stream covering it "
-                          f"(e.g. nats stream add --subjects '{s.subject}'), or set jetstream = false for an "
-                          "at-most-once core NATS publish")
+            return failed(
+                f"no JetStream stream stores subject {s.subject} at {where}: create a stream covering it "
+                f"(e.g. nats stream add --subjects '{s.subject}'), or set jetstream = false for an "
+                "at-most-once core NATS publish"
+            )
         except APIError as e:
             return failed(f"JetStream refused the publish to {s.subject} at {where}: {_api_reason(e)}")
         except Exception as e:  # noqa: BLE001 - connection closed, bad header, payload too big...: a result
@@ -124,18 +129,25 @@ class NatsExecutor:
 
         finished = now_ms()
         if not s.jetstream:
-            output = (f"published to NATS subject {s.subject} at {where} (core NATS, at-most-once delivery: "
-                      "the server took it, but no stream or consumer acknowledged it)")
+            output = (
+                f"published to NATS subject {s.subject} at {where} (core NATS, at-most-once delivery: "
+                "the server took it, but no stream or consumer acknowledged it)"
+            )
         elif ack.duplicate:
-            output = (f"duplicate: already published to JetStream stream {ack.stream} (seq {ack.seq}) with "
-                      f"{MSG_ID} {ctx.idempotency_key} (JetStream dropped it within its duplicate window)")
+            output = (
+                f"duplicate: already published to JetStream stream {ack.stream} (seq {ack.seq}) with "
+                f"{MSG_ID} {ctx.idempotency_key} (JetStream dropped it within its duplicate window)"
+            )
         else:
-            output = (f"published to JetStream stream {ack.stream} (seq {ack.seq}) on subject {s.subject} at {where}, "
-                      f"{MSG_ID} {ctx.idempotency_key}")
+            output = (
+                f"published to JetStream stream {ack.stream} (seq {ack.seq}) on subject {s.subject} at {where}, "
+                f"{MSG_ID} {ctx.idempotency_key}"
+            )
         if s.jetstream:
             self._check_window(nc, s.url, ack.stream, ctx)
-        return ExecutionResult(ok=True, started_at_ms=started, finished_at_ms=finished,
-                               output=truncate_output(output.encode("utf-8")))
+        return ExecutionResult(
+            ok=True, started_at_ms=started, finished_at_ms=finished, output=truncate_output(output.encode("utf-8"))
+        )
 
     def _client(self, url: str, timeout_s: float, cancel: threading.Event):
         key = ("nats", url)
@@ -175,14 +187,20 @@ class NatsExecutor:
             info = await nc.jetstream(timeout=_STREAM_INFO_TIMEOUT_S).stream_info(key[1])
             window = float(info.config.duplicate_window or 0) or None
         except Exception as e:  # noqa: BLE001 - only advice: the account may not allow STREAM.INFO
-            log.info("could not read JetStream stream %s's duplicate window at %s: %s", key[1], mask_url(key[0]),
-                     _reason(e))
+            log.info(
+                "could not read JetStream stream %s's duplicate window at %s: %s", key[1], mask_url(key[0]), _reason(e)
+            )
             return
         with self._lock:
             self._windows[key] = window
-        log.info("JetStream stream %s at %s drops a repeated %s for %gs; a slot retried later than that is stored "
-                 "again: keep duplicate_window above the jobs' catch-up window", key[1], mask_url(key[0]), MSG_ID,
-                 window or 0)
+        log.info(
+            "JetStream stream %s at %s drops a repeated %s for %gs; a slot retried later than that is stored "
+            "again: keep duplicate_window above the jobs' catch-up window",
+            key[1],
+            mask_url(key[0]),
+            MSG_ID,
+            window or 0,
+        )
         self._warn_if_late(key, ctx)
 
     def _warn_if_late(self, key: tuple[str, str], ctx: TickContext) -> None:
@@ -194,11 +212,19 @@ class NatsExecutor:
             if late_s < window:
                 return
             self._warned.add(key)
-        log.warning("JetStream stream %s at %s: %s@%d attempt %d was published %.0fs after its slot, beyond the "
-                    "stream's duplicate_window of %gs, so an earlier attempt's copy may not be dropped; make the "
-                    "stream's duplicate_window longer than the job's catch-up window (warned once per stream)",
-                    key[1], mask_url(key[0]), ctx.job_id, ctx.scheduled_at_ms, ctx.attempt, late_s, window,
-                    extra={"job": ctx.job_id, "shard": ctx.shard, "fence": ctx.fence})
+        log.warning(
+            "JetStream stream %s at %s: %s@%d attempt %d was published %.0fs after its slot, beyond the "
+            "stream's duplicate_window of %gs, so an earlier attempt's copy may not be dropped; make the "
+            "stream's duplicate_window longer than the job's catch-up window (warned once per stream)",
+            key[1],
+            mask_url(key[0]),
+            ctx.job_id,
+            ctx.scheduled_at_ms,
+            ctx.attempt,
+            late_s,
+            window,
+            extra={"job": ctx.job_id, "shard": ctx.shard, "fence": ctx.fence},
+        )
 
 
 class _ConnectFailed(Exception):
@@ -215,8 +241,13 @@ async def _connect(url: str, timeout_s: float):
 
     try:
         return await nats.connect(
-            url, name="shardcron", connect_timeout=timeout_s, allow_reconnect=False,
-            max_reconnect_attempts=1, reconnect_time_wait=0.1, error_cb=on_error,
+            url,
+            name="shardcron",
+            connect_timeout=timeout_s,
+            allow_reconnect=False,
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0.1,
+            error_cb=on_error,
         )
     except NatsError as e:
         raise _ConnectFailed(_reason(errors[-1]) if errors else _reason(e)) from None

@@ -140,14 +140,19 @@ class PythonExecutor:
         while not call.done.wait(max(min(deadline - time.monotonic(), CANCEL_POLL_S), 0)):
             if not cancel.is_set() and time.monotonic() < deadline:
                 continue
-            reason = (f"cancelled: {p.target} was stopped (this node lost the shard or is stopping)" if cancel.is_set()
-                      else f"timed out after {timeout_s:g}s waiting for {p.target}")
+            reason = (
+                f"cancelled: {p.target} was stopped (this node lost the shard or is stopping)"
+                if cancel.is_set()
+                else f"timed out after {timeout_s:g}s waiting for {p.target}"
+            )
             if call.abandon(reason):
                 return failed(call.after_abandon(reason))
             # Its commit began before the deadline: that commit's outcome is what happened.
             if not call.done.wait(COMMIT_WAIT_S):
-                return failed(f"{p.target} returned, but the store did not finish its commit within "
-                              f"{COMMIT_WAIT_S:g}s: the tick's record says whether it landed")
+                return failed(
+                    f"{p.target} returned, but the store did not finish its commit within "
+                    f"{COMMIT_WAIT_S:g}s: the tick's record says whether it landed"
+                )
             break
         return call.result
 
@@ -160,9 +165,11 @@ class PythonExecutor:
             if self._engine is None:
                 return f"{p.target} asks for a session, but this node has no store engine to open it on"
             if self._engine.dialect.name not in ("postgresql", "mysql", "mariadb"):
-                return (f"{p.target} asks for a session, which needs a PostgreSQL or MariaDB store; this node's "
-                        f"store is {self._engine.dialect.name} (its open transaction would hold the whole file's "
-                        "write lock while the job runs)")
+                return (
+                    f"{p.target} asks for a session, which needs a PostgreSQL or MariaDB store; this node's "
+                    f"store is {self._engine.dialect.name} (its open transaction would hold the whole file's "
+                    "write lock while the job runs)"
+                )
         return None
 
 
@@ -176,8 +183,15 @@ class _Call:
     finishing (the waiter waits for its commit), never both.
     """
 
-    def __init__(self, spec: PythonSpec, ctx: TickContext, engine: Callable[[], Engine] | None, timeout_s: float,
-                 started: int, allow: tuple[str, ...]):
+    def __init__(
+        self,
+        spec: PythonSpec,
+        ctx: TickContext,
+        engine: Callable[[], Engine] | None,
+        timeout_s: float,
+        started: int,
+        allow: tuple[str, ...],
+    ):
         self.spec = spec
         self.allow = allow  # --allow-python: the target is resolved under it right before the call
         self.tick = ctx
@@ -185,14 +199,20 @@ class _Call:
         self.timeout_s = timeout_s
         self.started = started
         self.ctx = CallContext(
-            job_id=split_key(ctx.job_id).id, namespace=split_key(ctx.job_id).namespace,
+            job_id=split_key(ctx.job_id).id,
+            namespace=split_key(ctx.job_id).namespace,
             scheduled_at_ms=ctx.scheduled_at_ms,
-            scheduled_at=datetime.fromtimestamp(ctx.scheduled_at_ms / 1000, tz=UTC), attempt=ctx.attempt,
-            fence=ctx.fence, shard=ctx.shard, node_id=ctx.node_id, idempotency_key=ctx.idempotency_key,
+            scheduled_at=datetime.fromtimestamp(ctx.scheduled_at_ms / 1000, tz=UTC),
+            attempt=ctx.attempt,
+            fence=ctx.fence,
+            shard=ctx.shard,
+            node_id=ctx.node_id,
+            idempotency_key=ctx.idempotency_key,
         )
         self.done = threading.Event()
-        self.result = ExecutionResult(ok=False, started_at_ms=started, finished_at_ms=started,
-                                      error=f"{spec.target} ended without a result")
+        self.result = ExecutionResult(
+            ok=False, started_at_ms=started, finished_at_ms=started, error=f"{spec.target} ended without a result"
+        )
         self._lock = threading.Lock()
         self._abandoned: str | None = None
         self._finishing = False
@@ -213,10 +233,16 @@ class _Call:
         if self.done.wait(CANCEL_GRACE_S):
             return reason
         what = " and its session will be rolled back" if self.engine is not None else ""
-        self._log(logging.WARNING, "%s ignored cancel for %gs and is still running; its result will be discarded%s",
-                  self.spec.target, CANCEL_GRACE_S, what)
-        return (f"{reason}; {self.spec.target} ignored cancel and is still running "
-                f"(its result will not be recorded{what})")
+        self._log(
+            logging.WARNING,
+            "%s ignored cancel for %gs and is still running; its result will be discarded%s",
+            self.spec.target,
+            CANCEL_GRACE_S,
+            what,
+        )
+        return (
+            f"{reason}; {self.spec.target} ignored cancel and is still running (its result will not be recorded{what})"
+        )
 
     # -- the call's own thread -------------------------------------------------------------
 
@@ -298,8 +324,10 @@ class _Call:
         except FencedOut as e:
             tx.rollback()
             self._log(logging.WARNING, "%s returned but %s: its writes were rolled back", self.spec.target, e)
-            self._fail(f"fenced out: shard {e.shard}'s fence moved from {e.fence} to {e.current} while "
-                       f"{self.spec.target} ran (a newer leader owns the slot): its writes were rolled back")
+            self._fail(
+                f"fenced out: shard {e.shard}'s fence moved from {e.fence} to {e.current} while "
+                f"{self.spec.target} ran (a newer leader owns the slot): its writes were rolled back"
+            )
             return
         except TickNotOwned as e:
             tx.rollback()
@@ -308,8 +336,10 @@ class _Call:
             return
         except sa_exc.SQLAlchemyError as e:
             self._log(logging.WARNING, "committing %s's writes failed: %s", self.spec.target, one_line(e))
-            self._fail(f"committing the writes of {self.spec.target} failed (rolled back unless the tick's record "
-                       f"says succeeded): {_db_reason(e)}")
+            self._fail(
+                f"committing the writes of {self.spec.target} failed (rolled back unless the tick's record "
+                f"says succeeded): {_db_reason(e)}"
+            )
             return
         self.result = result
 
@@ -335,8 +365,14 @@ class _Call:
     def _log_late(self, error: str | None, rolled_back: bool = False) -> None:
         outcome = f"raised {error}" if error else "returned"
         session = "; its session was rolled back" if rolled_back else ""
-        self._log(logging.WARNING, "%s %s after it was abandoned (%s): its result is discarded%s",
-                  self.spec.target, outcome, self._abandoned, session)
+        self._log(
+            logging.WARNING,
+            "%s %s after it was abandoned (%s): its result is discarded%s",
+            self.spec.target,
+            outcome,
+            self._abandoned,
+            session,
+        )
 
     def _succeed(self, value: Any, note: str = "") -> None:
         output = _output(value)
@@ -349,8 +385,17 @@ class _Call:
 
     def _log(self, level: int, msg: str, *args, exc_info: bool = False) -> None:
         t = self.tick
-        log.log(level, "python job %s@%d attempt %d (fence %d): " + msg, t.job_id, t.scheduled_at_ms, t.attempt,
-                t.fence, *args, exc_info=exc_info, extra={"job": t.job_id, "shard": t.shard, "fence": t.fence})
+        log.log(
+            level,
+            "python job %s@%d attempt %d (fence %d): " + msg,
+            t.job_id,
+            t.scheduled_at_ms,
+            t.attempt,
+            t.fence,
+            *args,
+            exc_info=exc_info,
+            extra={"job": t.job_id, "shard": t.shard, "fence": t.fence},
+        )
 
 
 def _output(value: Any) -> str:

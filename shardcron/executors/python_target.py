@@ -78,12 +78,16 @@ def resolve_target(target: str, prefixes: Sequence[str]) -> Callable[..., Any]:
     prefixes = tuple(prefixes)
     module_name, names = _parse(target)
     if not python_module_allowed(module_name, prefixes):
-        raise TargetRefused(f"{target} is refused: module {module_name!r} is not under the --allow-python "
-                            f"prefixes ({_listed(prefixes)})")
+        raise TargetRefused(
+            f"{target} is refused: module {module_name!r} is not under the --allow-python "
+            f"prefixes ({_listed(prefixes)})"
+        )
     private = next((n for n in names if n.startswith("_")), None)
     if private is not None:
-        raise TargetRefused(f"{target} is refused: {private!r} starts with '_': a target names only public "
-                            "attributes (private and special names lead out of the module's own code)")
+        raise TargetRefused(
+            f"{target} is refused: {private!r} starts with '_': a target names only public "
+            "attributes (private and special names lead out of the module's own code)"
+        )
     obj = _module_attribute(target, _import(target, module_name), names[0])
     cls: type | None = None  # the class the last name was looked up on
     defining: type | None = None  # the class in its MRO whose namespace holds it
@@ -93,9 +97,11 @@ def resolve_target(target: str, prefixes: Sequence[str]) -> Callable[..., Any]:
             cls = obj
             obj, defining = _class_attribute(target, cls, name, walked)
         if inspect.ismodule(obj):
-            raise TargetRefused(f"{target} is refused: {walked!r} is a module ({obj.__name__}): after the colon a "
-                                "target walks through classes only; name a module before the colon, as "
-                                "package.module:function")
+            raise TargetRefused(
+                f"{target} is refused: {walked!r} is a module ({obj.__name__}): after the colon a "
+                "target walks through classes only; name a module before the colon, as "
+                "package.module:function"
+            )
         if i < len(names) - 1:
             _check_passable(target, obj, walked, prefixes)
     return _callable(target, obj, walked, cls, defining, prefixes)
@@ -107,8 +113,9 @@ def _parse(target: str) -> tuple[str, list[str]]:
         raise TargetRefused(f"invalid target {target!r}: expected package.module:function")
     for part in (*module_name.split("."), *path.split(".")):
         if not part.isidentifier():
-            raise TargetRefused(f"invalid target {target!r}: {part!r} is not a Python name "
-                                "(expected package.module:function)")
+            raise TargetRefused(
+                f"invalid target {target!r}: {part!r} is not a Python name (expected package.module:function)"
+            )
     return module_name, path.split(".")
 
 
@@ -125,8 +132,9 @@ def _module_attribute(target: str, module: types.ModuleType, name: str) -> Any:
     except AttributeError:
         raise TargetRefused(f"{target}: {module.__name__} has no attribute {name!r}") from None
     except Exception as e:  # noqa: BLE001 - a module __getattr__ is the module's own code
-        raise TargetRefused(f"{target}: looking up {name!r} in {module.__name__} raised "
-                            f"{type(e).__name__}: {one_line(e)}") from None
+        raise TargetRefused(
+            f"{target}: looking up {name!r} in {module.__name__} raised {type(e).__name__}: {one_line(e)}"
+        ) from None
 
 
 def _class_attribute(target: str, cls: type, name: str, walked: str) -> tuple[Any, type]:
@@ -141,16 +149,21 @@ def _class_attribute(target: str, cls: type, name: str, walked: str) -> tuple[An
 def _check_passable(target: str, obj: Any, walked: str, prefixes: tuple[str, ...]) -> None:
     """Between the colon and the function: a class defined under a prefix, nothing else."""
     if not isinstance(obj, type):
-        raise TargetRefused(f"{target} is refused: {walked!r} is {_kind(obj)}, not a class: after the colon a "
-                            "target walks through classes only")
+        raise TargetRefused(
+            f"{target} is refused: {walked!r} is {_kind(obj)}, not a class: after the colon a "
+            "target walks through classes only"
+        )
     if not _defined_under(obj, prefixes):
-        raise TargetRefused(f"{target} is refused: class {walked!r} is defined in module "
-                            f"{getattr(obj, '__module__', None)!r}, not under the --allow-python prefixes "
-                            f"({_listed(prefixes)})")
+        raise TargetRefused(
+            f"{target} is refused: class {walked!r} is defined in module "
+            f"{getattr(obj, '__module__', None)!r}, not under the --allow-python prefixes "
+            f"({_listed(prefixes)})"
+        )
 
 
-def _callable(target: str, obj: Any, walked: str, cls: type | None, defining: type | None,
-              prefixes: tuple[str, ...]) -> Callable[..., Any]:
+def _callable(
+    target: str, obj: Any, walked: str, cls: type | None, defining: type | None, prefixes: tuple[str, ...]
+) -> Callable[..., Any]:
     """The function to call for the object found at the end of the walk, after every check on it."""
     bind_to: type | None = None
     fn = obj
@@ -161,16 +174,22 @@ def _callable(target: str, obj: Any, walked: str, cls: type | None, defining: ty
     if not callable(fn):
         raise TargetRefused(f"{target} is not callable ({type(fn).__name__})")
     if not inspect.isfunction(fn):
-        raise TargetRefused(f"{target} is refused: {walked!r} is {_kind(fn)}; a target must be a Python function "
-                            "or a class's method, defined under the --allow-python prefixes")
+        raise TargetRefused(
+            f"{target} is refused: {walked!r} is {_kind(fn)}; a target must be a Python function "
+            "or a class's method, defined under the --allow-python prefixes"
+        )
     if not _defined_under(fn, prefixes):
-        raise TargetRefused(f"{target} is refused: {walked!r} is defined in module {fn.__module__!r}, not under "
-                            f"the --allow-python prefixes ({_listed(prefixes)}): a prefix admits the functions "
-                            "its modules define, not the ones they import")
+        raise TargetRefused(
+            f"{target} is refused: {walked!r} is defined in module {fn.__module__!r}, not under "
+            f"the --allow-python prefixes ({_listed(prefixes)}): a prefix admits the functions "
+            "its modules define, not the ones they import"
+        )
     if defining is not None and not _defined_under(defining, prefixes):
-        raise TargetRefused(f"{target} is refused: {walked!r} comes from class {defining.__qualname__!r} of "
-                            f"module {getattr(defining, '__module__', None)!r}, not under the --allow-python "
-                            f"prefixes ({_listed(prefixes)})")
+        raise TargetRefused(
+            f"{target} is refused: {walked!r} comes from class {defining.__qualname__!r} of "
+            f"module {getattr(defining, '__module__', None)!r}, not under the --allow-python "
+            f"prefixes ({_listed(prefixes)})"
+        )
     return types.MethodType(fn, bind_to) if bind_to is not None else fn
 
 
@@ -183,8 +202,17 @@ def _kind(obj: Any) -> str:
     """``obj`` described for a refusal: what it is, by its type."""
     if isinstance(obj, type):
         return "a class (calling it runs its constructor)"
-    if isinstance(obj, (types.BuiltinFunctionType, types.BuiltinMethodType, types.WrapperDescriptorType,
-                        types.MethodWrapperType, types.MethodDescriptorType, types.ClassMethodDescriptorType)):
+    if isinstance(
+        obj,
+        (
+            types.BuiltinFunctionType,
+            types.BuiltinMethodType,
+            types.WrapperDescriptorType,
+            types.MethodWrapperType,
+            types.MethodDescriptorType,
+            types.ClassMethodDescriptorType,
+        ),
+    ):
         return f"a built-in ({type(obj).__name__})"
     if isinstance(obj, types.FunctionType):
         return "a function"

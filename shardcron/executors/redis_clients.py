@@ -76,8 +76,14 @@ def marker_key(ctx: TickContext) -> str:
     return ENQUEUED_PREFIX + slot_uuid(ctx)
 
 
-def call(connections: Connections, url: str, timeout_s: float, cancel: threading.Event, what: str,
-         action: Callable[[redis.Redis], str]) -> ExecutionResult:
+def call(
+    connections: Connections,
+    url: str,
+    timeout_s: float,
+    cancel: threading.Event,
+    what: str,
+    action: Callable[[redis.Redis], str],
+) -> ExecutionResult:
     """Run ``action(client)`` on the Redis at ``url``; what it returns is the tick's output.
 
     Any failure is ``ok=False`` naming ``what`` and the (masked) URL. A duplicate is a success whose output says so.
@@ -125,8 +131,9 @@ def call(connections: Connections, url: str, timeout_s: float, cancel: threading
         pending.done.wait(min(remaining, CANCEL_POLL_S))
     if pending.error is not None:
         return failed(f"{where} failed: {explain(pending.error)}")
-    return ExecutionResult(ok=True, started_at_ms=started, finished_at_ms=now_ms(),
-                           output=truncate_output(pending.output.encode("utf-8")))
+    return ExecutionResult(
+        ok=True, started_at_ms=started, finished_at_ms=now_ms(), output=truncate_output(pending.output.encode("utf-8"))
+    )
 
 
 # The calls run on a few long-lived threads while the tick's worker waits for them, for its
@@ -181,8 +188,14 @@ def explain(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}"
 
 
-def enqueue_once(client: redis.Redis, marker: str, value: str, guard_keys: Sequence[str],
-                 write: Callable[[Any], None], ttl_ms: int = DEDUPE_TTL_MS) -> str | None:
+def enqueue_once(
+    client: redis.Redis,
+    marker: str,
+    value: str,
+    guard_keys: Sequence[str],
+    write: Callable[[Any], None],
+    ttl_ms: int = DEDUPE_TTL_MS,
+) -> str | None:
     """Queue ``write(pipe)`` and SET ``marker`` to ``value`` in one MULTI/EXEC, unless the slot is already there.
 
     Returns None when this call wrote it, else what says it was already there:

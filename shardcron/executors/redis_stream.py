@@ -60,16 +60,27 @@ class RedisStreamExecutor:
         stream_spec = spec.redis_stream
         if stream_spec is None:
             now = now_ms()
-            return ExecutionResult(ok=False, started_at_ms=now, finished_at_ms=now,
-                                   error="invalid job: a redis-stream executor needs its settings (url, stream)")
-        return redis_clients.call(self._connections, stream_spec.url, timeout_s, cancel,
-                                  f"XADD to stream {stream_spec.stream}",
-                                  lambda client: add(client, stream_spec, ctx))
+            return ExecutionResult(
+                ok=False,
+                started_at_ms=now,
+                finished_at_ms=now,
+                error="invalid job: a redis-stream executor needs its settings (url, stream)",
+            )
+        return redis_clients.call(
+            self._connections,
+            stream_spec.url,
+            timeout_s,
+            cancel,
+            f"XADD to stream {stream_spec.stream}",
+            lambda client: add(client, stream_spec, ctx),
+        )
 
 
 def add(client: redis.Redis, spec: RedisStreamSpec, ctx: TickContext) -> str:
-    args: list[str | int] = [spec.dedupe_ttl_ms or redis_clients.DEDUPE_TTL_MS,
-                             "" if spec.maxlen is None else spec.maxlen]
+    args: list[str | int] = [
+        spec.dedupe_ttl_ms or redis_clients.DEDUPE_TTL_MS,
+        "" if spec.maxlen is None else spec.maxlen,
+    ]
     for name, value in entry_fields(spec, ctx).items():
         args += [name, value]
     # register_script: EVALSHA, falling back to EVAL once after a Redis restart (NOSCRIPT).

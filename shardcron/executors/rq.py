@@ -39,11 +39,20 @@ class RqExecutor:
         rq_spec = spec.rq
         if rq_spec is None:
             now = now_ms()
-            return ExecutionResult(ok=False, started_at_ms=now, finished_at_ms=now,
-                                   error="invalid job: an rq executor needs its settings (url, func)")
-        return redis_clients.call(self._connections, rq_spec.url, timeout_s, cancel,
-                                  f"rq enqueue of {rq_spec.func} to queue {rq_spec.queue}",
-                                  lambda client: enqueue(client, rq_spec, ctx))
+            return ExecutionResult(
+                ok=False,
+                started_at_ms=now,
+                finished_at_ms=now,
+                error="invalid job: an rq executor needs its settings (url, func)",
+            )
+        return redis_clients.call(
+            self._connections,
+            rq_spec.url,
+            timeout_s,
+            cancel,
+            f"rq enqueue of {rq_spec.func} to queue {rq_spec.queue}",
+            lambda client: enqueue(client, rq_spec, ctx),
+        )
 
 
 def enqueue(client: redis.Redis, spec: RqSpec, ctx: TickContext) -> str:
@@ -52,11 +61,18 @@ def enqueue(client: redis.Redis, spec: RqSpec, ctx: TickContext) -> str:
     where = f"rq job {job_id} ({spec.func}) to queue {spec.queue}"
 
     def write(pipe) -> None:
-        queue.enqueue_call(spec.func, args=tuple(spec.args), kwargs=dict(spec.kwargs), job_id=job_id,
-                           meta={"shardcron": tick_fields(ctx)}, pipeline=pipe)
+        queue.enqueue_call(
+            spec.func,
+            args=tuple(spec.args),
+            kwargs=dict(spec.kwargs),
+            job_id=job_id,
+            meta={"shardcron": tick_fields(ctx)},
+            pipeline=pipe,
+        )
 
-    found = redis_clients.enqueue_once(client, redis_clients.marker_key(ctx), f"rq job {job_id} on queue {spec.queue}",
-                                       [Job.key_for(job_id)], write)
+    found = redis_clients.enqueue_once(
+        client, redis_clients.marker_key(ctx), f"rq job {job_id} on queue {spec.queue}", [Job.key_for(job_id)], write
+    )
     if found is not None:
         return f"duplicate: already enqueued {found}"
     return f"enqueued {where}"

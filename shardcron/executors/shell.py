@@ -41,11 +41,16 @@ class ShellExecutor:
     def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event) -> ExecutionResult:
         started = now_ms()
         if spec.shell is None:
-            return ExecutionResult(ok=False, started_at_ms=started, finished_at_ms=now_ms(),
-                                   error="invalid job: a shell executor needs a command")
+            return ExecutionResult(
+                ok=False,
+                started_at_ms=started,
+                finished_at_ms=now_ms(),
+                error="invalid job: a shell executor needs a command",
+            )
         if cancel.is_set():
-            return ExecutionResult(ok=False, started_at_ms=started, finished_at_ms=now_ms(),
-                                   error="cancelled: before the command started")
+            return ExecutionResult(
+                ok=False, started_at_ms=started, finished_at_ms=now_ms(), error="cancelled: before the command started"
+            )
         deadline = time.monotonic() + timeout_s
         try:
             proc = subprocess.Popen(
@@ -57,8 +62,9 @@ class ShellExecutor:
                 start_new_session=True,
             )
         except OSError as e:
-            return ExecutionResult(ok=False, started_at_ms=started, finished_at_ms=now_ms(),
-                                   error=f"could not start {SHELL}: {e}")
+            return ExecutionResult(
+                ok=False, started_at_ms=started, finished_at_ms=now_ms(), error=f"could not start {SHELL}: {e}"
+            )
 
         watch = _Watch(proc)
         stopped_by = None
@@ -89,8 +95,9 @@ class ShellExecutor:
             error = f"timed out after {timeout_s:g}s: killed the process group"
         else:
             error = None if code == 0 else _describe_exit(code)
-        return ExecutionResult(ok=error is None, started_at_ms=started, finished_at_ms=finished, exit_code=code,
-                               output=output, error=error)
+        return ExecutionResult(
+            ok=error is None, started_at_ms=started, finished_at_ms=finished, exit_code=code, output=output, error=error
+        )
 
 
 class _Watch:

@@ -178,8 +178,16 @@ class BackfillRunner:
         request = BackfillRequest(bf.from_ms, bf.to_ms, bf.rate_per_s, page_size(bf.rate_per_s), bf.overlap)
         started, index, last_start = s.now_ms(), 0, 0
         where = "starting" if bf.cursor_ms is None else f"continuing after slot {bf.cursor_ms}"
-        log.info("shard %d: backfill %s of %s: %d of %d slots done, %s", run.shard, bf.id, bf.job_id, bf.done,
-                 bf.planned, where, extra={"shard": run.shard, "job": bf.job_id})
+        log.info(
+            "shard %d: backfill %s of %s: %d of %d slots done, %s",
+            run.shard,
+            bf.id,
+            bf.job_id,
+            bf.done,
+            bf.planned,
+            where,
+            extra={"shard": run.shard, "job": bf.job_id},
+        )
         while self._may_go_on(run):
             self._remaining[bf.id] = max(0, bf.planned - bf.done)
             with run.lock:
@@ -197,8 +205,14 @@ class BackfillRunner:
             page = backfill_page(entry.trigger, calendars, request, (), bf.cursor_ms)
             s.yield_to_starts()
             now = s.now_ms()
-            claimed = tick_store.claim_ticks(self.engine, [SlotClaim(bf.job_id, at) for at in page.slots],
-                                             shard=run.shard, fence=run.fence, node_id=s.node_id, now_ms=now)
+            claimed = tick_store.claim_ticks(
+                self.engine,
+                [SlotClaim(bf.job_id, at) for at in page.slots],
+                shard=run.shard,
+                fence=run.fence,
+                node_id=s.node_id,
+                now_ms=now,
+            )
             for ref in claimed:
                 last_start = slot_not_before_ms(started, index, bf.rate_per_s)
                 index += 1
@@ -217,12 +231,22 @@ class BackfillRunner:
             self._wait_until(run, last_start)
 
     def _finish(self, run: ShardRun, bf: Backfill) -> None:
-        backfill_store.save_progress(self.engine, bf, fence=run.fence, node_id=self.scheduler.node_id,
-                                     now_ms=self.scheduler.now_ms())
+        backfill_store.save_progress(
+            self.engine, bf, fence=run.fence, node_id=self.scheduler.node_id, now_ms=self.scheduler.now_ms()
+        )
         self._remaining.pop(bf.id, None)
-        log.info("shard %d: backfill %s of %s %s: %d slots run, %d of them skipped (planned %d)%s", run.shard,
-                 bf.id, bf.job_id, bf.state.value, bf.done, bf.skipped, bf.planned,
-                 f": {bf.error}" if bf.error else "", extra={"shard": run.shard, "job": bf.job_id})
+        log.info(
+            "shard %d: backfill %s of %s %s: %d slots run, %d of them skipped (planned %d)%s",
+            run.shard,
+            bf.id,
+            bf.job_id,
+            bf.state.value,
+            bf.done,
+            bf.skipped,
+            bf.planned,
+            f": {bf.error}" if bf.error else "",
+            extra={"shard": run.shard, "job": bf.job_id},
+        )
 
     def _wait_all_started(self, run: ShardRun, bf: Backfill) -> None:
         """Until no tick ``bf`` wrote is merely claimed (a start or a skip is written by the recorder a

@@ -132,14 +132,19 @@ class Claimer(SchedulerState):
                     if ref in got:
                         if entry.job.jitter_ms:  # the one check a job without jitter pays
                             off = jitter_offset_ms(c.job_id, c.slot_ms, entry.job.jitter_ms)
-                            dispatch.append(DispatchDue(c.slot_ms + off, shard, fence,
-                                                        Dispatch(ref, 1, offset_ms=off, gen=c.gen)))
+                            dispatch.append(
+                                DispatchDue(c.slot_ms + off, shard, fence, Dispatch(ref, 1, offset_ms=off, gen=c.gen))
+                            )
                         else:
                             dispatch.append(DispatchDue(c.slot_ms, shard, fence, Dispatch(ref, 1, gen=c.gen)))
                     else:
-                        log.warning("shard %d: slot %s@%d was already recorded; not claimed again", shard,
-                                    c.job_id, c.slot_ms, extra={"shard": shard, "job": c.job_id, "fence": fence})
+                        log.warning(
+                            "shard %d: slot %s@%d was already recorded; not claimed again",
+                            shard,
+                            c.job_id,
+                            c.slot_ms,
+                            extra={"shard": shard, "job": c.job_id, "fence": fence},
+                        )
                     follow.append(entry)
             self._dispatch.push_many(dispatch)
             self._claims.push_many(self._next_claims(run, follow))
-

@@ -100,8 +100,9 @@ class Dispatcher(SchedulerState):
         give_up = time.monotonic() + YIELD_TO_STARTS_MAX_MS / 1000
         while not self._closing and time.monotonic() < give_up:
             in_hand, next_due, next_size = self._dispatch.bursts()
-            if in_hand < BURST_MIN and (next_size < BURST_MIN or next_due is None
-                                        or next_due > self._now_ms() + QUIET_BEFORE_BURST_MS):
+            if in_hand < BURST_MIN and (
+                next_size < BURST_MIN or next_due is None or next_due > self._now_ms() + QUIET_BEFORE_BURST_MS
+            ):
                 return
             time.sleep(0.005)  # polled: only while a burst is near, and nothing on the hot path notifies
 
@@ -140,7 +141,7 @@ class Dispatcher(SchedulerState):
         since_look = 0
         for (shard, fence), ds in groups.items():
             for i in range(0, len(ds), LOOK_AGAIN_EVERY):
-                part = ds[i:i + LOOK_AGAIN_EVERY] if len(ds) > LOOK_AGAIN_EVERY else ds
+                part = ds[i : i + LOOK_AGAIN_EVERY] if len(ds) > LOOK_AGAIN_EVERY else ds
                 self._start_group(shard, fence, part, burst)
                 since_look += len(part)
                 if interleave and since_look >= LOOK_AGAIN_EVERY:
@@ -165,10 +166,19 @@ class Dispatcher(SchedulerState):
         """Record noop ticks that completed at their start (``at``), and their lateness."""
         ok = TickStatus.SUCCEEDED
         results: dict[int, ExecutionResult] = {}  # one per start millisecond: a burst shares a few
-        self.recorder.put_many([
-            ResultWrite(shard, fence, d.slot, d.attempt,
-                        results.get(t) or results.setdefault(t, ExecutionResult(True, t, t)), ok)
-            for shard, fence, d, t in inline])
+        self.recorder.put_many(
+            [
+                ResultWrite(
+                    shard,
+                    fence,
+                    d.slot,
+                    d.attempt,
+                    results.get(t) or results.setdefault(t, ExecutionResult(True, t, t)),
+                    ok,
+                )
+                for shard, fence, d, t in inline
+            ]
+        )
         late = Counter((shard, t - d.slot.scheduled_at_ms - d.offset_ms) for shard, _, d, t in inline)
         for (shard, lateness_ms), count in late.items():
             self._observe_lateness(shard, lateness_ms, count)
@@ -214,15 +224,22 @@ class Dispatcher(SchedulerState):
             return
         # ... and the job may have been paused or given a new schedule since: a new definition (gen) tells.
         # (A backfill has its own overlap, and a manual run was asked for: neither is judged.)
-        if (d.gen != entry.gen and not d.manual and d.overlap is None
-                and (why := _disowned(entry, d.slot.scheduled_at_ms))):
+        if (
+            d.gen != entry.gen
+            and not d.manual
+            and d.overlap is None
+            and (why := _disowned(entry, d.slot.scheduled_at_ms))
+        ):
             self._skip(run, d, why)
             return
         # A job with nothing started, going or waiting here has no line: it starts (the usual case).
         if (line := run.lines.get(job_id)) is not None:
-            verdict = overlap_verdict(d.overlap or job.overlap, going=line.going,  # manual runs too
-                                      earlier_unstarted=line.unstarted_before(d.slot.scheduled_at_ms),
-                                      catch_up=d.catch_up)
+            verdict = overlap_verdict(
+                d.overlap or job.overlap,
+                going=line.going,  # manual runs too
+                earlier_unstarted=line.unstarted_before(d.slot.scheduled_at_ms),
+                catch_up=d.catch_up,
+            )
             if verdict is OverlapVerdict.WAIT:
                 run.lines.park(d)  # judged again when the job's line moves (job_line.py)
                 return
@@ -244,8 +261,13 @@ class Dispatcher(SchedulerState):
         run.lines.admitting(job_id, d.slot.scheduled_at_ms)
         run.tick_handed()
         metrics.running_executors.inc()
-        burst.on_loop.append((run, d, TickRun(job, d.slot, d.attempt, run.shard, run.fence, self.node_id,
-                                              run.stop, run.cancel, d.offset_ms)))
+        burst.on_loop.append(
+            (
+                run,
+                d,
+                TickRun(job, d.slot, d.attempt, run.shard, run.fence, self.node_id, run.stop, run.cancel, d.offset_ms),
+            )
+        )
 
     # -- the executor slots (exec_gate.py) ----------------------------------------------------
 
@@ -300,9 +322,12 @@ class Dispatcher(SchedulerState):
 
 def _disowned(entry: JobEntry, slot_ms: int) -> str | None:
     job = entry.job
-    return disowned_slot(paused=job.paused, active_since_ms=job.active_since_ms, slot_ms=slot_ms,
-                         produces_slot=entry.trigger.next_after(slot_ms - 1) == slot_ms)
-
+    return disowned_slot(
+        paused=job.paused,
+        active_since_ms=job.active_since_ms,
+        slot_ms=slot_ms,
+        produces_slot=entry.trigger.next_after(slot_ms - 1) == slot_ms,
+    )
 
 
 @dataclass

@@ -146,8 +146,12 @@ class ExecGate(Generic[T]):
         with self._lock:
             if self.fair:
                 self._seen[namespace] = now_s
-            if (self.waiting or self.busy >= self.slots or not self._may_start(namespace)
-                    or (holds and not self._within_share(namespace, now_s))):
+            if (
+                self.waiting
+                or self.busy >= self.slots
+                or not self._may_start(namespace)
+                or (holds and not self._within_share(namespace, now_s))
+            ):
                 self._queue.enqueue(namespace, item, now_s)
                 self.waiting += 1
                 return False

@@ -43,9 +43,13 @@ MARGIN_MS = 1.0  # ...plus this
 IDLE_CHECK_S = 0.25  # the dispatcher waiting for a far start looks this often
 
 
-def generation_to_collect(counts: tuple[int, int, int], gap_ms: float | None,
-                          pause_ms: tuple[float, float, float],
-                          soft: tuple[int, int, int] = SOFT, hard: tuple[int, int, int] = HARD) -> int | None:
+def generation_to_collect(
+    counts: tuple[int, int, int],
+    gap_ms: float | None,
+    pause_ms: tuple[float, float, float],
+    soft: tuple[int, int, int] = SOFT,
+    hard: tuple[int, int, int] = HARD,
+) -> int | None:
     """The generation to collect now (see the module doc); ``gap_ms`` None: nothing is due."""
     for g in (2, 1, 0):
         if counts[g] < soft[g]:
@@ -65,8 +69,9 @@ def next_estimate(previous_ms: float, measured_ms: float) -> float:
 class GcPacer:
     """Collects when ``between_starts`` says the gap allows (the dispatcher calls it; one thread)."""
 
-    def __init__(self, collect: Callable[[int], object] = gc.collect,
-                 counts: Callable[[], tuple[int, int, int]] = gc.get_count):
+    def __init__(
+        self, collect: Callable[[int], object] = gc.collect, counts: Callable[[], tuple[int, int, int]] = gc.get_count
+    ):
         self._collect = collect
         self._counts = counts
         self.pause_ms = list(FIRST_ESTIMATES_MS)

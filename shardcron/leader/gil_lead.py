@@ -57,8 +57,9 @@ HOLD_SHARE = 0.25  # holds take at most this share of the time...
 HOLD_BURST_S = 0.1  # ...and at most this much in a row of holds
 
 
-def lead_for(delays_ms: Sequence[float], quantile: float = QUANTILE, max_ms: float = LEAD_MAX_MS,
-             min_samples: int = MIN_SAMPLES) -> float:
+def lead_for(
+    delays_ms: Sequence[float], quantile: float = QUANTILE, max_ms: float = LEAD_MAX_MS, min_samples: int = MIN_SAMPLES
+) -> float:
     """The lead (ms) for these recent wake-up delays: their ``quantile``, within [0, ``max_ms``]."""
     if len(delays_ms) < min_samples:
         return 0.0
@@ -70,8 +71,9 @@ def lead_for(delays_ms: Sequence[float], quantile: float = QUANTILE, max_ms: flo
 class HoldBudget:
     """A token bucket of hold time: ``share`` of each second, at most ``burst_s`` saved up."""
 
-    def __init__(self, share: float = HOLD_SHARE, burst_s: float = HOLD_BURST_S,
-                 now: Callable[[], float] = time.monotonic):
+    def __init__(
+        self, share: float = HOLD_SHARE, burst_s: float = HOLD_BURST_S, now: Callable[[], float] = time.monotonic
+    ):
         self._share = share
         self._burst_s = burst_s
         self._now = now
@@ -139,8 +141,9 @@ def _load_clock_nanosleep():
 
 
 _clock_nanosleep = _load_clock_nanosleep()
-HOLD_AVAILABLE = _clock_nanosleep is not None and time.get_clock_info("monotonic").implementation == \
-    "clock_gettime(CLOCK_MONOTONIC)"
+HOLD_AVAILABLE = (
+    _clock_nanosleep is not None and time.get_clock_info("monotonic").implementation == "clock_gettime(CLOCK_MONOTONIC)"
+)
 
 
 def _sleep_holding_gil(monotonic_s: float) -> None:

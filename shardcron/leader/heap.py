@@ -122,8 +122,9 @@ class TimerHeap:
         with self.cond:
             return self._take(now_ms, more=True)
 
-    def wait_due(self, now_ms: Callable[[], int], slack_ms: int, closing: Callable[[], bool],
-                 idle_s: float | None = None) -> list:
+    def wait_due(
+        self, now_ms: Callable[[], int], slack_ms: int, closing: Callable[[], bool], idle_s: float | None = None
+    ) -> list:
         """Wait until the top is due (within ``slack_ms``), then take everything due; [] when closing,
         or when ``idle_s`` passed with nothing due (the loop has something to do between starts)."""
         give_up = None if idle_s is None else time.monotonic() + idle_s
@@ -143,8 +144,9 @@ class TimerHeap:
                 self.cond.wait(wait)
         return []
 
-    def wait_near(self, now_ms: Callable[[], float], lead_ms: float, closing: Callable[[], bool],
-                  idle_s: float) -> tuple[int, float | None, bool] | None:
+    def wait_near(
+        self, now_ms: Callable[[], float], lead_ms: float, closing: Callable[[], bool], idle_s: float
+    ) -> tuple[int, float | None, bool] | None:
         """Wait until the top is due, or due within ``lead_ms`` (``gil_lead.py``); take nothing.
         ``(top's due_ms, the instant the last wait aimed at or None, whether it is returned early)``; None
         when closing, or when ``idle_s`` passed with nothing due. ``now_ms`` has the fraction."""

@@ -50,12 +50,19 @@ class JobChanges(SchedulerState):
                 for job_id, e in list(run.jobs.items()):
                     if e.job.calendars and not names.isdisjoint(e.job.calendars):
                         # A new gen: the heap entry of the old schedule finds it and is dropped.
-                        renewed.append(JobEntry(e.job, e.trigger, gen=run.next_gen(), claimed_through=e.claimed_through))
+                        renewed.append(
+                            JobEntry(e.job, e.trigger, gen=run.next_gen(), claimed_through=e.claimed_through)
+                        )
                         run.jobs[job_id] = renewed[-1]
             if renewed:
                 self._claims.push_many(self._next_claims(run, renewed))
-                log.info("shard %d: %d jobs rescheduled after a change to calendars %s", run.shard, len(renewed),
-                         ", ".join(sorted(names)), extra={"shard": run.shard})
+                log.info(
+                    "shard %d: %d jobs rescheduled after a change to calendars %s",
+                    run.shard,
+                    len(renewed),
+                    ", ".join(sorted(names)),
+                    extra={"shard": run.shard},
+                )
 
     def remove_job(self, shard: int, job_id: str) -> None:
         run = self.led.run_of(shard)
@@ -79,8 +86,14 @@ class JobChanges(SchedulerState):
         # A manual tick takes the current millisecond; if a slot already sits
         # there (a scheduled one, or another trigger), the next free one.
         for at in range(now, now + 50):
-            got = tick_store.claim_ticks(self.engine, [SlotClaim(job_id, at, manual=True)], shard=shard,
-                                         fence=run.fence, node_id=self.node_id, now_ms=now)
+            got = tick_store.claim_ticks(
+                self.engine,
+                [SlotClaim(job_id, at, manual=True)],
+                shard=shard,
+                fence=run.fence,
+                node_id=self.node_id,
+                now_ms=now,
+            )
             if got:
                 self.push_dispatch(run, Dispatch(got[0], 1, manual=True))
                 return got[0]

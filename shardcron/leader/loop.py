@@ -65,8 +65,7 @@ from shardcron.store.ticks import SlotClaim
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CALENDAR_SKIP_PREFIX", "CLAIM_RETRY_MS", "JobEntry", "Scheduler", "ShardRun", "Stats",
-           "jitter_offset_of"]
+__all__ = ["CALENDAR_SKIP_PREFIX", "CLAIM_RETRY_MS", "JobEntry", "Scheduler", "ShardRun", "Stats", "jitter_offset_of"]
 
 
 class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
@@ -100,8 +99,14 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         self.node_id = node_id
         self.shard_count = shard_count
         self.allow_shell = allow_shell
-        self.executors = Executors(engine=engine, allow_shell=allow_shell, allow_python=allow_python,
-                                   workers=workers, http_pool=executor_slots, lifeline=lifeline)
+        self.executors = Executors(
+            engine=engine,
+            allow_shell=allow_shell,
+            allow_python=allow_python,
+            workers=workers,
+            http_pool=executor_slots,
+            lifeline=lifeline,
+        )
         # At most executor_slots executions at once; the starts beyond wait there, by namespace (exec_gate.py).
         self._gate: ExecGate[tuple[int, int, Dispatch]] = ExecGate(executor_slots, fair=fair_queuing)
         metrics.namespace_waiting.watch(self._gate.waiting_by_namespace)
@@ -124,8 +129,14 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         self.recorder = Recorder(engine, self._fenced, before_write=self.yield_to_starts, lifeline=lifeline)
         self.marks = RunningMarks(engine, lifeline=lifeline)
         # Deletes expired ticks of the led shards; waits for bursts of starts like the recorder.
-        self.pruner = Pruner(engine, self.led.runs, retention_ms=tick_retention_ms, now_ms=self._now_ms,
-                             before_batch=self.yield_to_starts, lifeline=lifeline)
+        self.pruner = Pruner(
+            engine,
+            self.led.runs,
+            retention_ms=tick_retention_ms,
+            now_ms=self._now_ms,
+            before_batch=self.yield_to_starts,
+            lifeline=lifeline,
+        )
         self._ticks: set[asyncio.Task] = set()  # the ticks' coroutines (the loop keeps only weak references)
         self.backfills = BackfillRunner(self)  # the led shards' backfills, each shard's on a thread of its own
         self._lifeline = lifeline
@@ -133,7 +144,6 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
             lifeline.thread(self._claim_loop, "claimer"),
             lifeline.thread(self._dispatch_loop, "dispatcher"),
         ]
-
 
     # -- lifecycle ----------------------------------------------------------------
 
@@ -211,8 +221,9 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         now = self._now_ms()
         fence_store.raise_fence(self.engine, shard, fence, self.node_id, now)
         if self._imports.get(shard):
-            n = job_store.import_jobs(self.engine, self._imports[shard], shard=shard, fence=fence,
-                                      node_id=self.node_id, now_ms=now)
+            n = job_store.import_jobs(
+                self.engine, self._imports[shard], shard=shard, fence=fence, node_id=self.node_id, now_ms=now
+            )
             if n:
                 log.info("shard %d: imported %d jobs from the jobs file", shard, n, extra={"shard": shard})
         jobs = job_reads.load_shard_jobs(self.engine, shard)
@@ -225,45 +236,78 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         if plan.reclaim:
             tick_store.take_over(self.engine, [d.slot for d in plan.reclaim], node_id=self.node_id, **kw)
         if plan.abandon:
-            tick_store.abandon_ticks(self.engine, plan.abandon, now_ms=now,
-                                     reason="its leader died mid-run and the retry budget is spent", **kw)
+            tick_store.abandon_ticks(
+                self.engine,
+                plan.abandon,
+                now_ms=now,
+                reason="its leader died mid-run and the retry budget is spent",
+                **kw,
+            )
             self.stats.add(abandoned=len(plan.abandon))
         if plan.skip:
-            tick_store.skip_ticks(self.engine, [SlotClaim(s.job_id, s.scheduled_at_ms) for s in plan.skip],
-                                  node_id=self.node_id, now_ms=now, reason="catch-up policy", **kw)
+            tick_store.skip_ticks(
+                self.engine,
+                [SlotClaim(s.job_id, s.scheduled_at_ms) for s in plan.skip],
+                node_id=self.node_id,
+                now_ms=now,
+                reason="catch-up policy",
+                **kw,
+            )
             self.stats.add(skipped=len(plan.skip))
         claimed = []
         # A missed slot a calendar excludes was never owed: not caught up.
         by_id = {j.id: j for j in jobs}
         owed = [s for s in plan.run if not self._calendar_excludes(by_id.get(s.job_id), s.scheduled_at_ms)]
         if owed:
-            claimed = tick_store.claim_ticks(self.engine, [SlotClaim(s.job_id, s.scheduled_at_ms) for s in owed],
-                                             node_id=self.node_id, now_ms=now, **kw)
+            claimed = tick_store.claim_ticks(
+                self.engine,
+                [SlotClaim(s.job_id, s.scheduled_at_ms) for s in owed],
+                node_id=self.node_id,
+                now_ms=now,
+                **kw,
+            )
             self.stats.add(caught_up=len(claimed))
             metrics.caught_up.inc(len(claimed))
         for job_id, count in plan.beyond_window.items():
-            log.warning("shard %d: job %s missed %d slots it will not run (older than its catch-up window, or "
-                        "past the %d-slot catch-up cap)", shard, job_id, count, MAX_CATCH_UP_SLOTS,
-                        extra={"shard": shard, "job": job_id})
+            log.warning(
+                "shard %d: job %s missed %d slots it will not run (older than its catch-up window, or "
+                "past the %d-slot catch-up cap)",
+                shard,
+                job_id,
+                count,
+                MAX_CATCH_UP_SLOTS,
+                extra={"shard": shard, "job": job_id},
+            )
         run = ShardRun(shard, fence, stop, session)
         with run.lock:
             for job in jobs:
-                run.jobs[job.id] = JobEntry(job, triggers[job.id], gen=run.next_gen(),
-                                            claimed_through=plan.resume_after.get(job.id, now))
+                run.jobs[job.id] = JobEntry(
+                    job, triggers[job.id], gen=run.next_gen(), claimed_through=plan.resume_after.get(job.id, now)
+                )
             entries = list(run.jobs.values())
         self.led.add(run)
         # Orphans and missed slots start at their jittered time: at once when it has passed (a
         # caught-up slot is late already), else when it comes (the old leader would have waited too).
         for d in plan.reclaim:
-            self.push_dispatch(run, d if d.manual else d._replace(offset_ms=jitter_offset_of(by_id.get(d.slot.job_id), d.slot)))
+            self.push_dispatch(
+                run, d if d.manual else d._replace(offset_ms=jitter_offset_of(by_id.get(d.slot.job_id), d.slot))
+            )
         for s in claimed:
             self.push_dispatch(run, Dispatch(s, 1, catch_up=True, offset_ms=jitter_offset_of(by_id.get(s.job_id), s)))
         for entry in entries:
             self._push_next_claim(run, entry)
         self.backfills.shard_acquired(run)  # a backfill a former leader began continues from its cursor
-        log.info("shard %d: leading with fence %d: %d jobs, %d caught up, %d re-claimed, %d skipped, %d abandoned",
-                 shard, fence, len(jobs), len(claimed), len(plan.reclaim), len(plan.skip), len(plan.abandon),
-                 extra={"shard": shard, "fence": fence})
+        log.info(
+            "shard %d: leading with fence %d: %d jobs, %d caught up, %d re-claimed, %d skipped, %d abandoned",
+            shard,
+            fence,
+            len(jobs),
+            len(claimed),
+            len(plan.reclaim),
+            len(plan.skip),
+            len(plan.abandon),
+            extra={"shard": shard, "fence": fence},
+        )
 
     def release(self, shard: int, grace_s: float, on_done: Callable[[], None]) -> None:
         run = self.led.run_of(shard)
@@ -281,8 +325,12 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         if waiting:
             self.stats.add(not_started=len(waiting))
             metrics.not_started.inc(len(waiting))
-            log.info("shard %d: %d starts waiting for an executor slot left for the next leader", shard,
-                     len(waiting), extra={"shard": shard})
+            log.info(
+                "shard %d: %d starts waiting for an executor slot left for the next leader",
+                shard,
+                len(waiting),
+                extra={"shard": shard},
+            )
 
         def drain():
             with run.lock:
@@ -314,8 +362,11 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         now = self._now_ms()
         claim_top: ClaimDue | None = self._claims.top()
         dispatch_top: DispatchDue | None = self._dispatch.top()
-        due = [s for s in (claim_top.slot_ms if claim_top else None, dispatch_top.due_ms if dispatch_top else None)
-               if s is not None and s < now]
+        due = [
+            s
+            for s in (claim_top.slot_ms if claim_top else None, dispatch_top.due_ms if dispatch_top else None)
+            if s is not None and s < now
+        ]
         # A second of slack: claims are taken a lookahead early and started on time.
         return max(0.0, (now - min(due)) / 1000.0 - 1.0) if due else 0.0
 
@@ -340,4 +391,3 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
 def jitter_offset_of(job: Job | None, slot: SlotRef) -> int:
     """The slot's jitter offset under ``job`` (0 for a deleted job or one without jitter)."""
     return jitter_offset_ms(slot.job_id, slot.scheduled_at_ms, job.jitter_ms) if job is not None else 0
-

@@ -43,9 +43,9 @@ class RunningMarks:
         self._engine = engine
         # One batch at a time is written: one thread is all the batches need.
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marks")
-        self._batches: GroupCommit[RunningMark, None] = GroupCommit(self._write, max_batch=max_batch,
-                                                                    pool=self._writer, name="marks-commit",
-                                                                    lifeline=lifeline)
+        self._batches: GroupCommit[RunningMark, None] = GroupCommit(
+            self._write, max_batch=max_batch, pool=self._writer, name="marks-commit", lifeline=lifeline
+        )
 
     @property
     def queued(self) -> int:
@@ -63,5 +63,7 @@ class RunningMarks:
         for m in marks:
             groups.setdefault((m.shard, m.fence), []).append((m.slot, m.attempt, m.started_at_ms))
         out = tick_results.mark_running_many(self._engine, groups)
-        return [FencedOut(m.shard, m.fence, out.fenced_out[m.shard]) if out.is_fenced(m.shard, m.fence) else None
-                for m in marks]
+        return [
+            FencedOut(m.shard, m.fence, out.fenced_out[m.shard]) if out.is_fenced(m.shard, m.fence) else None
+            for m in marks
+        ]

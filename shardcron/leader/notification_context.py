@@ -35,14 +35,22 @@ class NotificationContext(TickContext):
 def event(kind: str, job_id: str, scheduled_at_ms: int, tick: Tick | None) -> dict:
     """What the notification says about the slot (``tick``: its row, None if it is gone)."""
     key = split_key(job_id)
-    out = {"notification": kind, "job_id": key.id, "scheduled_at": rfc3339_ms(scheduled_at_ms),
-           "scheduled_at_ms": scheduled_at_ms}
+    out = {
+        "notification": kind,
+        "job_id": key.id,
+        "scheduled_at": rfc3339_ms(scheduled_at_ms),
+        "scheduled_at_ms": scheduled_at_ms,
+    }
     if key.namespace != DEFAULT_NAMESPACE:  # a default job's event is what it was before namespaces
         out["namespace"] = key.namespace
     if tick is not None:
-        out.update(status=tick.status.value, attempts=tick.attempt, exit_code=tick.exit_code,
-                   http_status=tick.http_status,
-                   error=(tick.error or "")[:ERROR_EXCERPT_CHARS] or None)
+        out.update(
+            status=tick.status.value,
+            attempts=tick.attempt,
+            exit_code=tick.exit_code,
+            http_status=tick.http_status,
+            error=(tick.error or "")[:ERROR_EXCERPT_CHARS] or None,
+        )
     return out
 
 

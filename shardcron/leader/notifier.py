@@ -61,8 +61,15 @@ SENDERS = 4
 
 
 class Notifier:
-    def __init__(self, scheduler, *, defaults: Defaults = NO_DEFAULTS, default_rate: Rate | None = DEFAULT_RATE,
-                 poll_s: float = 1.0, lifeline: Lifeline = UNWATCHED):
+    def __init__(
+        self,
+        scheduler,
+        *,
+        defaults: Defaults = NO_DEFAULTS,
+        default_rate: Rate | None = DEFAULT_RATE,
+        poll_s: float = 1.0,
+        lifeline: Lifeline = UNWATCHED,
+    ):
         self._scheduler = scheduler
         self._engine = scheduler.engine
         self._executors = scheduler.executors
@@ -98,8 +105,11 @@ class Notifier:
         # Identity tests: this sees every result the node writes, and an Enum member's hash is Python code.
         failed, abandoned, succeeded = TickStatus.FAILED, TickStatus.ABANDONED, TickStatus.SUCCEEDED
         failing = self._failing
-        mine = [w for w in writes if (s := w.status) is failed or s is abandoned
-                or (s is succeeded and failing and w.slot.job_id in failing)]
+        mine = [
+            w
+            for w in writes
+            if (s := w.status) is failed or s is abandoned or (s is succeeded and failing and w.slot.job_id in failing)
+        ]
         if mine:
             with self._cond:
                 self._landed.extend(mine)
@@ -178,8 +188,12 @@ class Notifier:
             self._sweep(run)
             self._swept.add((shard, run.fence))
             # Once per takeover: from here on, this leadership's failures are notified as they land.
-            log.info("shard %d: notifications swept for fence %d", shard, run.fence,
-                     extra={"shard": shard, "fence": run.fence})
+            log.info(
+                "shard %d: notifications swept for fence %d",
+                shard,
+                run.fence,
+                extra={"shard": shard, "fence": run.fence},
+            )
 
     def _sweep(self, run) -> None:
         """What a predecessor may have left: failed slots not claimed, recoveries not claimed, claims not sent."""
@@ -187,15 +201,16 @@ class Notifier:
         claims = []
         with run.lock:
             jobs = [entry.job for entry in run.jobs.values()]
-        on_failure, on_recovery = ([j.id for j in jobs if wants(j, kind, self._defaults)]
-                                   for kind in (NotificationKind.ON_FAILURE, NotificationKind.ON_RECOVERY))
+        on_failure, on_recovery = (
+            [j.id for j in jobs if wants(j, kind, self._defaults)]
+            for kind in (NotificationKind.ON_FAILURE, NotificationKind.ON_RECOVERY)
+        )
         if not on_failure and not on_recovery:
             # Nothing here is owed a notification: a takeover in a cluster without them costs one read.
             for row in store.unsent(self._engine, run.shard):
                 self._send(row)
             return
-        for job_id, slot_ms in store.failed_without_notification(self._engine, run.shard, on_failure,
-                                                                 since_ms=since):
+        for job_id, slot_ms in store.failed_without_notification(self._engine, run.shard, on_failure, since_ms=since):
             job = _job_of(run, job_id)
             if job is not None and (claim := self._claim_for(job, slot_ms, NotificationKind.ON_FAILURE)):
                 claims.append(claim)
@@ -209,15 +224,20 @@ class Notifier:
                 success_ms = _newest_success(self._engine, job_id, since)
                 if success_ms is not None:
                     prev = store.previous_run_status(self._engine, job_id, success_ms)
-                    if (claim := self._claim_for(job, success_ms, owed_kind(TickStatus.SUCCEEDED, prev))):
+                    if claim := self._claim_for(job, success_ms, owed_kind(TickStatus.SUCCEEDED, prev)):
                         claims.append(claim)
         unsent = store.unsent(self._engine, run.shard)  # read first: the predecessor's, not the claims below
         for row in unsent:
             self._send(row)
         self._claim_and_send(run.shard, run.fence, claims)
         if claims or unsent:
-            log.info("shard %d: notifications a predecessor left: %d claimed now, %d claimed and not sent",
-                     run.shard, len(claims), len(unsent), extra={"shard": run.shard, "fence": run.fence})
+            log.info(
+                "shard %d: notifications a predecessor left: %d claimed now, %d claimed and not sent",
+                run.shard,
+                len(claims),
+                len(unsent),
+                extra={"shard": run.shard, "fence": run.fence},
+            )
 
     def _resend_unsent(self) -> None:
         for shard in self._scheduler.led_shards():
@@ -229,16 +249,28 @@ class Notifier:
         if not claims:
             return
         try:
-            rows = store.claim(self._engine, claims, shard=shard, fence=fence, node_id=self._node_id,
-                               now_ms=self._now_ms(), default_rate=self._rate)
+            rows = store.claim(
+                self._engine,
+                claims,
+                shard=shard,
+                fence=fence,
+                node_id=self._node_id,
+                now_ms=self._now_ms(),
+                default_rate=self._rate,
+            )
         except FencedOut as e:
             log.warning("shard %d: notifications not claimed, the fence moved: %s", shard, e, extra={"shard": shard})
             return
         for row in rows:
             if row.status is NotificationStatus.SUPPRESSED:
                 metrics.notifications.labels(row.kind.value, "suppressed").inc()
-                log.warning("%s of %s@%d suppressed: over the default notification's rate limit", row.kind.value,
-                            row.job_id, row.scheduled_at_ms, extra={"shard": shard, "job": row.job_id})
+                log.warning(
+                    "%s of %s@%d suppressed: over the default notification's rate limit",
+                    row.kind.value,
+                    row.job_id,
+                    row.scheduled_at_ms,
+                    extra={"shard": shard, "job": row.job_id},
+                )
             else:
                 self._send(row)
 
@@ -262,41 +294,86 @@ class Notifier:
             spec = parse_table(json.loads(row.spec), row.kind.value)
             assert spec is not None  # a claim is written with its target's spec (_claim_for)
             rows = ticks_between(self._engine, row.scheduled_at_ms, row.scheduled_at_ms + 1, row.job_id)
-            spec = with_event_body(spec, event(row.kind.value, row.job_id, row.scheduled_at_ms,
-                                               rows[0] if rows else None))
+            spec = with_event_body(
+                spec, event(row.kind.value, row.job_id, row.scheduled_at_ms, rows[0] if rows else None)
+            )
             result, attempts = None, 0
             for attempts in range(1, SEND_ATTEMPTS + 1):
                 if run.cancel.is_set():
                     return  # the shard is lost or the lease not provably held: leave it claimed
-                ctx = NotificationContext(row.job_id, row.scheduled_at_ms, attempts, run.fence, run.shard,
-                                          self._node_id, notification=row.kind.value)
+                ctx = NotificationContext(
+                    row.job_id,
+                    row.scheduled_at_ms,
+                    attempts,
+                    run.fence,
+                    run.shard,
+                    self._node_id,
+                    notification=row.kind.value,
+                )
                 result = self._executors.loop.run(
-                    lambda ctx=ctx: self._executors.run(spec, ctx, SEND_TIMEOUT_S, run.cancel), SEND_TIMEOUT_S + 5)
+                    lambda ctx=ctx: self._executors.run(spec, ctx, SEND_TIMEOUT_S, run.cancel), SEND_TIMEOUT_S + 5
+                )
                 if result.ok or attempts == SEND_ATTEMPTS or run.cancel.wait(SEND_BACKOFF_S[attempts - 1]):
                     break
             if result is None or (not result.ok and run.cancel.is_set()):
                 return
             crashpoints.notify("after_send", row.job_id)
             status = NotificationStatus.SENT if result.ok else NotificationStatus.FAILED
-            store.settle(self._engine, row, status, fence=run.fence, node_id=self._node_id, attempts=attempts,
-                         error=result.error, now_ms=self._now_ms())
+            store.settle(
+                self._engine,
+                row,
+                status,
+                fence=run.fence,
+                node_id=self._node_id,
+                attempts=attempts,
+                error=result.error,
+                now_ms=self._now_ms(),
+            )
             metrics.notifications.labels(row.kind.value, status.value).inc()
             if not result.ok:
-                log.warning("%s of %s@%d failed after %d attempts: %s", row.kind.value, row.job_id,
-                            row.scheduled_at_ms, attempts, result.error, extra={"shard": row.shard, "job": row.job_id})
+                log.warning(
+                    "%s of %s@%d failed after %d attempts: %s",
+                    row.kind.value,
+                    row.job_id,
+                    row.scheduled_at_ms,
+                    attempts,
+                    result.error,
+                    extra={"shard": row.shard, "job": row.job_id},
+                )
         except FencedOut as e:
-            log.warning("%s of %s@%d: outcome not recorded, the fence moved: %s", row.kind.value, row.job_id,
-                        row.scheduled_at_ms, e, extra={"shard": row.shard})
+            log.warning(
+                "%s of %s@%d: outcome not recorded, the fence moved: %s",
+                row.kind.value,
+                row.job_id,
+                row.scheduled_at_ms,
+                e,
+                extra={"shard": row.shard},
+            )
         except StoreUnavailable as e:
-            log.warning("%s of %s@%d: store unavailable, it stays claimed and is tried again: %s", row.kind.value,
-                        row.job_id, row.scheduled_at_ms, e, extra={"shard": row.shard})
+            log.warning(
+                "%s of %s@%d: store unavailable, it stays claimed and is tried again: %s",
+                row.kind.value,
+                row.job_id,
+                row.scheduled_at_ms,
+                e,
+                extra={"shard": row.shard},
+            )
         except Exception as e:  # noqa: BLE001 - one notification's failure must not stop the others
             if self._closing:  # the node's loop and store are closing under it: expected, and it stays claimed
-                log.warning("%s of %s@%d not sent before the stop; its shard's next leader sends it: %s",
-                            row.kind.value, row.job_id, row.scheduled_at_ms, e)
+                log.warning(
+                    "%s of %s@%d not sent before the stop; its shard's next leader sends it: %s",
+                    row.kind.value,
+                    row.job_id,
+                    row.scheduled_at_ms,
+                    e,
+                )
             else:
-                log.exception("%s of %s@%d could not be sent; it stays claimed and is tried again", row.kind.value,
-                              row.job_id, row.scheduled_at_ms)
+                log.exception(
+                    "%s of %s@%d could not be sent; it stays claimed and is tried again",
+                    row.kind.value,
+                    row.job_id,
+                    row.scheduled_at_ms,
+                )
         finally:
             with self._cond:
                 self._sending.discard(row.key)

@@ -59,9 +59,16 @@ TURN_S = 5.0
 
 
 class Pruner:
-    def __init__(self, engine: Engine, led_runs: Callable[[], list[ShardRun]], *, retention_ms: int | None,
-                 now_ms: Callable[[], int], before_batch: Callable[[], None] = lambda: None,
-                 lifeline: Lifeline = UNWATCHED):
+    def __init__(
+        self,
+        engine: Engine,
+        led_runs: Callable[[], list[ShardRun]],
+        *,
+        retention_ms: int | None,
+        now_ms: Callable[[], int],
+        before_batch: Callable[[], None] = lambda: None,
+        lifeline: Lifeline = UNWATCHED,
+    ):
         self._engine = engine
         self._led_runs = led_runs
         self._retention_ms = retention_ms
@@ -94,11 +101,19 @@ class Pruner:
                 try:
                     self.prune_shard(run)
                 except FencedOut:
-                    log.info("shard %d: pruning stopped, a newer leader holds the shard", run.shard,
-                             extra={"shard": run.shard, "fence": run.fence})
+                    log.info(
+                        "shard %d: pruning stopped, a newer leader holds the shard",
+                        run.shard,
+                        extra={"shard": run.shard, "fence": run.fence},
+                    )
                 except StoreUnavailable as e:
-                    log.warning("shard %d: pruning failed (%s); next pass in %.0fs", run.shard, e, every_s,
-                                extra={"shard": run.shard})
+                    log.warning(
+                        "shard %d: pruning failed (%s); next pass in %.0fs",
+                        run.shard,
+                        e,
+                        every_s,
+                        extra={"shard": run.shard},
+                    )
                 except Exception:  # noqa: BLE001 - pruning must not take the node down; the next pass retries
                     log.exception("shard %d: pruning failed", run.shard)
 
@@ -111,8 +126,13 @@ class Pruner:
         now = self._now_ms()
         horizon = retention_horizon_ms(now, self._retention_ms, max((j.catchup_window_ms for j in jobs), default=0))
         if horizon is not None:
-            deleted += self._batches(run, "retention", lambda limit: prune_store.prune_shard_batch(
-                self._engine, shard=run.shard, fence=run.fence, horizon_ms=horizon, limit=limit, now_ms=now))
+            deleted += self._batches(
+                run,
+                "retention",
+                lambda limit: prune_store.prune_shard_batch(
+                    self._engine, shard=run.shard, fence=run.fence, horizon_ms=horizon, limit=limit, now_ms=now
+                ),
+            )
         due, next_due = self._history_due.get(run.shard, {}), {}  # rebuilt: a deleted job leaves nothing
         for job in jobs:
             if job.history_limit is None:
@@ -121,9 +141,11 @@ class Pruner:
             if at > now or not self._in_turn(run):
                 continue
             next_due[job.id] = now + history_prune_every_ms(shortest_gap_ms(job.schedule), job.history_limit)
+
             def job_batch(limit: int, job: Job = job, keep: int = job.history_limit) -> int:
-                return prune_store.prune_job_batch(self._engine, shard=run.shard, fence=run.fence, job_id=job.id,
-                                                   keep=keep, limit=limit, now_ms=now)
+                return prune_store.prune_job_batch(
+                    self._engine, shard=run.shard, fence=run.fence, job_id=job.id, keep=keep, limit=limit, now_ms=now
+                )
 
             deleted += self._batches(run, "history_limit", job_batch)
         self._history_due[run.shard] = next_due
@@ -135,21 +157,32 @@ class Pruner:
 
     def _batches(self, run: ShardRun, reason: str, batch: Callable[[int], int]) -> int:
         """``batch(limit)`` until it deletes fewer than its limit or the shard is no longer ours."""
+
         def counted(limit: int) -> int:
             n = batch(limit)
             if n:
                 metrics.ticks_pruned.labels(reason).inc(n)
             return n
 
-        deleted, self._batch = in_batches(counted, size=self._batch,
-                                          keep_going=lambda: self._in_turn(run),
-                                          rest=run.stop.wait, before_batch=self._before_batch)
+        deleted, self._batch = in_batches(
+            counted,
+            size=self._batch,
+            keep_going=lambda: self._in_turn(run),
+            rest=run.stop.wait,
+            before_batch=self._before_batch,
+        )
         self.pruned += deleted
         return deleted
 
 
-def in_batches(batch: Callable[[int], int], *, size: int, keep_going: Callable[[], bool],
-               rest: Callable[[float], bool], before_batch: Callable[[], None] = lambda: None) -> tuple[int, int]:
+def in_batches(
+    batch: Callable[[int], int],
+    *,
+    size: int,
+    keep_going: Callable[[], bool],
+    rest: Callable[[float], bool],
+    before_batch: Callable[[], None] = lambda: None,
+) -> tuple[int, int]:
     """Run ``batch(limit)`` (returns the rows it deleted) until one deletes fewer than its limit, or
     ``keep_going()`` is false, or ``rest(seconds)`` between batches returns true (a stop event's ``wait``).
 

@@ -34,9 +34,11 @@ def make_realtime(thread_id: int, set_scheduler: Callable | None = None) -> None
     try:
         set_scheduler(thread_id, os.SCHED_FIFO, os.sched_param(REALTIME_PRIORITY))
     except PermissionError as e:
-        raise ConfigError("--dispatcher-priority realtime: the node may not use SCHED_FIFO "
-                          f"({e.strerror}); it needs CAP_SYS_NICE (root, or AmbientCapabilities=CAP_SYS_NICE "
-                          "in its systemd unit), or run with --dispatcher-priority normal") from e
+        raise ConfigError(
+            "--dispatcher-priority realtime: the node may not use SCHED_FIFO "
+            f"({e.strerror}); it needs CAP_SYS_NICE (root, or AmbientCapabilities=CAP_SYS_NICE "
+            "in its systemd unit), or run with --dispatcher-priority normal"
+        ) from e
     except OSError as e:
         raise ConfigError(f"--dispatcher-priority realtime: SCHED_FIFO refused ({e.strerror or e})") from e
 

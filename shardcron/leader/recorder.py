@@ -57,9 +57,17 @@ MAX_BACKOFF_S = 5.0
 
 
 class Recorder:
-    def __init__(self, engine: Engine, on_fenced: Callable[[int, int, int], None], *, max_batch: int = 5000,
-                 linger_s: float = 0.1, write: WriteBatch = tick_results.record_results_many,
-                 before_write: Callable[[], None] = lambda: None, lifeline: Lifeline = UNWATCHED):
+    def __init__(
+        self,
+        engine: Engine,
+        on_fenced: Callable[[int, int, int], None],
+        *,
+        max_batch: int = 5000,
+        linger_s: float = 0.1,
+        write: WriteBatch = tick_results.record_results_many,
+        before_write: Callable[[], None] = lambda: None,
+        lifeline: Lifeline = UNWATCHED,
+    ):
         self._engine = engine
         self._on_fenced = on_fenced  # (shard, fence, rejected writes)
         self._write_batch = write  # the store's own; a test wraps it to inject failures
@@ -149,7 +157,7 @@ class Recorder:
                     if left <= 0:
                         break
                     self._cond.wait(left)
-                batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch:]
+                batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch :]
             try:
                 self._before_write()
                 retry = self._write(batch)
@@ -158,7 +166,7 @@ class Recorder:
                 retry = set(batch)
             with self._cond:
                 # (Only a failed batch tests membership: hashing a ResultWrite is Python, every field.)
-                for w in (batch if not retry else [w for w in batch if w not in retry]):
+                for w in batch if not retry else [w for w in batch if w not in retry]:
                     self._unwritten[w.shard] -= 1
                 if retry:
                     self._pending[:0] = list(retry)
@@ -187,8 +195,14 @@ class Recorder:
         for (shard, fence), writes in groups.items():
             if out.is_fenced(shard, fence):
                 self.rejected += len(writes)
-                log.error("shard %d: %d tick results rejected by the fence (fence %d, store has %s)", shard,
-                          len(writes), fence, out.fenced_out[shard], extra={"shard": shard, "fence": fence})
+                log.error(
+                    "shard %d: %d tick results rejected by the fence (fence %d, store has %s)",
+                    shard,
+                    len(writes),
+                    fence,
+                    out.fenced_out[shard],
+                    extra={"shard": shard, "fence": fence},
+                )
                 self._on_fenced(shard, fence, len(writes))
                 continue
             self.written += len(writes)

@@ -99,10 +99,17 @@ class TickRun:
     offset_ms: int = 0  # the slot's jitter offset: lateness is measured from slot + offset
 
 
-async def run_tick(run: TickRun, marks: RunningMarks, recorder: Recorder, executors: Executors,
-                   on_fenced: Callable[[int, int, int], None], on_started: Callable[[int], None], *,
-                   now_ms: Callable[[], int] = clock.wall_ms,
-                   on_slot_started: Callable[[], None] = lambda: None) -> TickStatus | None:
+async def run_tick(
+    run: TickRun,
+    marks: RunningMarks,
+    recorder: Recorder,
+    executors: Executors,
+    on_fenced: Callable[[int, int, int], None],
+    on_started: Callable[[int], None],
+    *,
+    now_ms: Callable[[], int] = clock.wall_ms,
+    on_slot_started: Callable[[], None] = lambda: None,
+) -> TickStatus | None:
     """Run every attempt the retry policy allows, on the executors' loop. Returns the final status,
     or None when aborted. ``on_started``: each attempt, with its lateness; ``on_slot_started``: once,
     when the first attempt is handed to its executor."""
@@ -122,15 +129,22 @@ async def run_tick(run: TickRun, marks: RunningMarks, recorder: Recorder, execut
         try:
             await marks.mark(RunningMark(run.shard, run.fence, run.slot, n, marked_start))
         except FencedOut as e:
-            log.error("shard %d: not starting %s@%d: %s", run.shard, run.slot.job_id, run.slot.scheduled_at_ms, e,
-                      extra={"shard": run.shard, "job": run.slot.job_id, "fence": run.fence})
+            log.error(
+                "shard %d: not starting %s@%d: %s",
+                run.shard,
+                run.slot.job_id,
+                run.slot.scheduled_at_ms,
+                e,
+                extra={"shard": run.shard, "job": run.slot.job_id, "fence": run.fence},
+            )
             on_fenced(run.shard, run.fence, 1)
             raise _Abort(str(e)) from None
         except StoreUnavailable as e:
             raise StoreDownBeforeStart(n, f"store unavailable, attempt {n} not started: {e}") from None
         if run.cancel.is_set():
-            raise _Abort("shard lost or lease not provably held once the running mark was written "
-                         "(marked running, not started)")
+            raise _Abort(
+                "shard lost or lease not provably held once the running mark was written (marked running, not started)"
+            )
         on_started(started - run.slot.scheduled_at_ms - run.offset_ms)
         if not slot_started:
             slot_started.append(now_ms())
@@ -165,8 +179,14 @@ async def run_tick(run: TickRun, marks: RunningMarks, recorder: Recorder, execut
     try:
         result: ExecutionResult = await retrying(attempt_once)
     except _Abort as e:
-        log.warning("tick %s@%d attempt %d not started: %s", run.slot.job_id, run.slot.scheduled_at_ms,
-                    state["attempt"], e, extra={"shard": run.shard, "job": run.slot.job_id, "fence": run.fence})
+        log.warning(
+            "tick %s@%d attempt %d not started: %s",
+            run.slot.job_id,
+            run.slot.scheduled_at_ms,
+            state["attempt"],
+            e,
+            extra={"shard": run.shard, "job": run.slot.job_id, "fence": run.fence},
+        )
         return None
     status = TickStatus.SUCCEEDED if result.ok else TickStatus.FAILED
     if slot_started and result.started_at_ms != slot_started[0]:

@@ -48,17 +48,30 @@ class TickResults(SchedulerState):
                 self._let_go(run, run.lines.started(job_id, d.slot.scheduled_at_ms))
 
         try:
-            status = await run_tick(tick, self.marks, self.recorder, self.executors,
-                                    self._fenced, lambda late: self._started(shard, late), now_ms=self._now_ms,
-                                    on_slot_started=slot_started)
+            status = await run_tick(
+                tick,
+                self.marks,
+                self.recorder,
+                self.executors,
+                self._fenced,
+                lambda late: self._started(shard, late),
+                now_ms=self._now_ms,
+                on_slot_started=slot_started,
+            )
             if status is None:
                 self.stats.add(not_started=1)
                 metrics.not_started.inc()
             else:
                 self.stats.add_status(status)
         except StoreDownBeforeStart as e:
-            log.warning("tick %s@%d: %s; trying again in %d ms", job_id, d.slot.scheduled_at_ms, e,
-                        CLAIM_RETRY_MS, extra={"shard": shard, "job": job_id, "fence": fence})
+            log.warning(
+                "tick %s@%d: %s; trying again in %d ms",
+                job_id,
+                d.slot.scheduled_at_ms,
+                e,
+                CLAIM_RETRY_MS,
+                extra={"shard": shard, "job": job_id, "fence": fence},
+            )
             if run.active:
                 again = True
                 self.push_dispatch(run, d._replace(attempt=e.attempt), not_before_ms=self._now_ms() + CLAIM_RETRY_MS)
@@ -115,4 +128,3 @@ class TickResults(SchedulerState):
         self.stats.add(fenced_rejections=count)
         metrics.fenced_writes.inc(count)
         self._report_fenced(shard, fence)
-

@@ -158,8 +158,11 @@ def find_duplicates(rows: Iterable[Tick]) -> list[Finding]:
     for (job_id, at), same in by_slot.items():
         if len(same) > 1:
             fences = ", ".join(f"fence {r.fence} on {r.node_id} ({TickStatus(r.status).value})" for r in same)
-            out.append(Finding(FindingKind.DUPLICATE, job_id, at, f"{len(same)} rows for one slot: {fences}",
-                               shard=same[0].shard))
+            out.append(
+                Finding(
+                    FindingKind.DUPLICATE, job_id, at, f"{len(same)} rows for one slot: {fences}", shard=same[0].shard
+                )
+            )
     return sorted(out, key=finding_order)
 
 
@@ -226,14 +229,16 @@ class PrunedSplit:
 
 def split_pruned(found: MissingSlots, horizon_ms: int | None) -> PrunedSplit:
     """``find_missing``'s absent slots, those below the job's retention horizon set apart as pruned."""
+
     def below(slots: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(s for s in slots if is_pruned(s, horizon_ms))
 
     def above(slots: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(s for s in slots if not is_pruned(s, horizon_ms))
 
-    return PrunedSplit(found.slots_checked, above(found.missing), above(found.excused),
-                       below(found.missing) + below(found.excused))
+    return PrunedSplit(
+        found.slots_checked, above(found.missing), above(found.excused), below(found.missing) + below(found.excused)
+    )
 
 
 def window_retention(from_ms: int, to_ms: int, horizons: Iterable[int | None]) -> PruneState:
@@ -248,13 +253,17 @@ def added_by_backfill(slot_ms: int, claimed_at_ms: int | None, backfills: Iterab
     claimed once it existed (a backfill covers only the past, whose slots the live schedule
     had claimed before)."""
     return claimed_at_ms is not None and any(
-        b.from_ms <= slot_ms < b.to_ms and claimed_at_ms >= b.created_at_ms for b in backfills)
+        b.from_ms <= slot_ms < b.to_ms and claimed_at_ms >= b.created_at_ms for b in backfills
+    )
 
 
 def backfilled_slots(rows: Iterable[Tick], backfills: Sequence[Backfill]) -> set[int]:
     """The slots of one job's scheduled rows that its backfills added."""
-    return {t.scheduled_at_ms for t in rows
-            if backfills and not t.manual and added_by_backfill(t.scheduled_at_ms, t.claimed_at_ms, backfills)}
+    return {
+        t.scheduled_at_ms
+        for t in rows
+        if backfills and not t.manual and added_by_backfill(t.scheduled_at_ms, t.claimed_at_ms, backfills)
+    }
 
 
 def find_stale(rows: Iterable[Tick], raises: Iterable[FenceRaise], tolerance_ms: int = 0) -> list[Finding]:
@@ -292,12 +301,19 @@ def find_stale(rows: Iterable[Tick], raises: Iterable[FenceRaise], tolerance_ms:
             if at is not None and newer.raised_at_ms < at - tolerance_ms
         ]
         if late:
-            out.append(Finding(
-                FindingKind.STALE_FENCE, t.job_id, t.scheduled_at_ms,
-                f"{' and '.join(late)} under fence {t.fence}, after fence {newer.fence} was raised at "
-                f"{rfc3339_ms(newer.raised_at_ms)} by {newer.node_id}",
-                shard=t.shard, fence=t.fence, node_id=t.node_id, status=TickStatus(t.status).value,
-            ))
+            out.append(
+                Finding(
+                    FindingKind.STALE_FENCE,
+                    t.job_id,
+                    t.scheduled_at_ms,
+                    f"{' and '.join(late)} under fence {t.fence}, after fence {newer.fence} was raised at "
+                    f"{rfc3339_ms(newer.raised_at_ms)} by {newer.node_id}",
+                    shard=t.shard,
+                    fence=t.fence,
+                    node_id=t.node_id,
+                    status=TickStatus(t.status).value,
+                )
+            )
     return sorted(out, key=finding_order)
 
 
@@ -320,17 +336,29 @@ def find_unresolved(
         status = TickStatus(t.status)
         if status not in _UNRESOLVED or t.scheduled_at_ms >= now_ms - grace_ms:
             continue
-        if jitter_ms and not t.manual and jitter_ms.get(t.job_id) and \
-                t.scheduled_at_ms + jitter_offset_ms(t.job_id, t.scheduled_at_ms, jitter_ms[t.job_id]) >= now_ms - grace_ms:
+        if (
+            jitter_ms
+            and not t.manual
+            and jitter_ms.get(t.job_id)
+            and t.scheduled_at_ms + jitter_offset_ms(t.job_id, t.scheduled_at_ms, jitter_ms[t.job_id])
+            >= now_ms - grace_ms
+        ):
             continue
         if live_leaders is not None and live_leaders(t.shard):
             continue
         why = "its shard has no live leader" if live_leaders is not None else "leaders not checked"
-        out.append(Finding(
-            FindingKind.UNRESOLVED, t.job_id, t.scheduled_at_ms,
-            f"still {status.value} {(now_ms - t.scheduled_at_ms) / 1000:.0f}s after its slot; {why}",
-            shard=t.shard, fence=t.fence, node_id=t.node_id, status=status.value,
-        ))
+        out.append(
+            Finding(
+                FindingKind.UNRESOLVED,
+                t.job_id,
+                t.scheduled_at_ms,
+                f"still {status.value} {(now_ms - t.scheduled_at_ms) / 1000:.0f}s after its slot; {why}",
+                shard=t.shard,
+                fence=t.fence,
+                node_id=t.node_id,
+                status=status.value,
+            )
+        )
     return sorted(out, key=finding_order)
 
 
@@ -364,19 +392,29 @@ def find_false_overlap(rows: Iterable[Tick], slack_ms: int = OVERLAP_SLACK_MS) -
         earlier = [r for r in runs.get(t.job_id, ()) if r.scheduled_at_ms <= decided]
         if any(is_going_at(r, decided, slack_ms) for r in earlier):
             continue
-        out.append(Finding(
-            FindingKind.FALSE_OVERLAP, t.job_id, t.scheduled_at_ms,
-            f"skipped at {rfc3339_ms(decided)} as overlapping, but no earlier run of the job had started and "
-            f"not finished ({_why_not_going(earlier, decided)})",
-            shard=t.shard, fence=t.fence, node_id=t.node_id, status=TickStatus(t.status).value,
-        ))
+        out.append(
+            Finding(
+                FindingKind.FALSE_OVERLAP,
+                t.job_id,
+                t.scheduled_at_ms,
+                f"skipped at {rfc3339_ms(decided)} as overlapping, but no earlier run of the job had started and "
+                f"not finished ({_why_not_going(earlier, decided)})",
+                shard=t.shard,
+                fence=t.fence,
+                node_id=t.node_id,
+                status=TickStatus(t.status).value,
+            )
+        )
     return sorted(out, key=finding_order)
 
 
 def is_going_at(r: Tick, at_ms: int, slack_ms: int = 0) -> bool:
     """Whether run ``r`` had started by ``at_ms`` and not finished (more than ``slack_ms``) before it."""
-    return (r.started_at_ms is not None and r.started_at_ms <= at_ms
-            and (r.finished_at_ms is None or r.finished_at_ms >= at_ms - slack_ms))
+    return (
+        r.started_at_ms is not None
+        and r.started_at_ms <= at_ms
+        and (r.finished_at_ms is None or r.finished_at_ms >= at_ms - slack_ms)
+    )
 
 
 def _why_not_going(earlier: Sequence[Tick], at_ms: int) -> str:

@@ -116,30 +116,42 @@ def count_slots(trigger: Trigger, from_ms: int, to_ms: int, cap: int) -> int:
     return n
 
 
-def validate_backfill(trigger: Trigger, from_ms: int, to_ms: int, rate_per_s: float,
-                      batch_size: int = DEFAULT_BATCH_SIZE, overlap: str | Overlap = Overlap.SKIP,
-                      max_slots: int = MAX_BACKFILL_SLOTS) -> BackfillRequest:
+def validate_backfill(
+    trigger: Trigger,
+    from_ms: int,
+    to_ms: int,
+    rate_per_s: float,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    overlap: str | Overlap = Overlap.SKIP,
+    max_slots: int = MAX_BACKFILL_SLOTS,
+) -> BackfillRequest:
     """The request, checked; every refusal names the option."""
     for name, value in (("--from", from_ms), ("--to", to_ms)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise BackfillError(name, f"expected epoch milliseconds, got {value!r}")
     if from_ms >= to_ms:
         raise BackfillError("--to", f"must be after --from ({from_ms} >= {to_ms})")
-    if isinstance(rate_per_s, bool) or not isinstance(rate_per_s, int | float) or not math.isfinite(rate_per_s) \
-            or rate_per_s <= 0:
+    if (
+        isinstance(rate_per_s, bool)
+        or not isinstance(rate_per_s, int | float)
+        or not math.isfinite(rate_per_s)
+        or rate_per_s <= 0
+    ):
         raise BackfillError("--rate", f"must be a positive number of slots a second, got {rate_per_s!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not 1 <= batch_size <= MAX_BATCH_SIZE:
         raise BackfillError("--batch", f"must be a whole number from 1 to {MAX_BATCH_SIZE}, got {batch_size!r}")
     mode = parse_overlap(overlap)
     count = count_slots(trigger, from_ms, to_ms, max_slots)
     if count > max_slots:
-        raise BackfillError("--from/--to", f"the range holds more than {max_slots:,} slots of the job; "
-                                           "split it into smaller ranges")
+        raise BackfillError(
+            "--from/--to", f"the range holds more than {max_slots:,} slots of the job; split it into smaller ranges"
+        )
     return BackfillRequest(from_ms, to_ms, float(rate_per_s), batch_size, mode, count)
 
 
-def owed_slots(trigger: Trigger, calendars: Sequence[Calendar], from_ms: int, to_ms: int,
-               recorded: Collection[int]) -> Iterator[int]:
+def owed_slots(
+    trigger: Trigger, calendars: Sequence[Calendar], from_ms: int, to_ms: int, recorded: Collection[int]
+) -> Iterator[int]:
     """The slots in ``[from_ms, to_ms)`` still owed, ascending: allowed by every calendar, not recorded.
 
     Excluded stretches are jumped over as ``calendars.next_allowed`` does. The
@@ -170,8 +182,13 @@ class BackfillPage:
     cursor_ms: int | None  # plan the next page from after this slot; None: the range is done
 
 
-def backfill_page(trigger: Trigger, calendars: Sequence[Calendar], request: BackfillRequest,
-                  recorded: Collection[int], cursor_ms: int | None = None) -> BackfillPage:
+def backfill_page(
+    trigger: Trigger,
+    calendars: Sequence[Calendar],
+    request: BackfillRequest,
+    recorded: Collection[int],
+    cursor_ms: int | None = None,
+) -> BackfillPage:
     """The next batch of owed slots after ``cursor_ms`` (from the range's start when None)."""
     start = request.from_ms if cursor_ms is None else max(request.from_ms, cursor_ms + 1)
     page = tuple(islice(owed_slots(trigger, calendars, start, request.to_ms, recorded), request.batch_size))
@@ -196,6 +213,20 @@ def backfill_slot_action(overlap: Overlap, running_now: int) -> BackfillAction:
     return BackfillAction.RUN if overlap_allows(overlap, running_now) else BackfillAction.SKIP
 
 
-__all__ = ["DEFAULT_BATCH_SIZE", "MAX_BACKFILL_SLOTS", "MAX_BATCH_SIZE", "BackfillAction", "BackfillError",
-           "BackfillPage", "BackfillRequest", "backfill_page", "backfill_slot_action", "count_slots", "owed_slots",
-           "parse_overlap", "parse_rate", "slot_not_before_ms", "validate_backfill"]
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "MAX_BACKFILL_SLOTS",
+    "MAX_BATCH_SIZE",
+    "BackfillAction",
+    "BackfillError",
+    "BackfillPage",
+    "BackfillRequest",
+    "backfill_page",
+    "backfill_slot_action",
+    "count_slots",
+    "owed_slots",
+    "parse_overlap",
+    "parse_rate",
+    "slot_not_before_ms",
+    "validate_backfill",
+]

@@ -68,8 +68,13 @@ class NextSlot:
     examined: int = 0  # trigger slots looked at (a bound, and a test of the jumping)
 
 
-def next_allowed(trigger: Trigger, calendars: Sequence[Calendar], after_ms: int, limit: int = MAX_CANDIDATES,
-                 horizon_ms: int = SEARCH_HORIZON_MS) -> NextSlot:
+def next_allowed(
+    trigger: Trigger,
+    calendars: Sequence[Calendar],
+    after_ms: int,
+    limit: int = MAX_CANDIDATES,
+    horizon_ms: int = SEARCH_HORIZON_MS,
+) -> NextSlot:
     """The first slot of ``trigger`` after ``after_ms`` that every calendar allows.
 
     Looks at no more than ``limit`` slots and no further than ``after_ms + horizon_ms``.

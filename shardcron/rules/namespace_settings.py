@@ -40,8 +40,12 @@ class StoredNamespace:
 
 def check_weight(weight: float, field_name: str = "weight") -> float:
     """A namespace's weight: a finite number above 0 (its share of a saturated node's executors)."""
-    if isinstance(weight, bool) or not isinstance(weight, int | float) or not math.isfinite(weight) \
-            or not 0 < weight <= MAX_WEIGHT:
+    if (
+        isinstance(weight, bool)
+        or not isinstance(weight, int | float)
+        or not math.isfinite(weight)
+        or not 0 < weight <= MAX_WEIGHT
+    ):
         raise InvalidJob(field_name, f"must be a number above 0 and at most {MAX_WEIGHT:g}, got {weight!r}")
     return float(weight)
 

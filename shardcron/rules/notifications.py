@@ -97,7 +97,9 @@ def counts_as_previous(status: TickStatus) -> bool:
     return status in _SETTLED_RUNS
 
 
-def owed_in(rows: Iterable[Tick], kinds: frozenset[NotificationKind], *, settled_before_ms: int) -> list[tuple[int, NotificationKind]]:
+def owed_in(
+    rows: Iterable[Tick], kinds: frozenset[NotificationKind], *, settled_before_ms: int
+) -> list[tuple[int, NotificationKind]]:
     """The notifications a job's ``rows`` (ticks in slot order, one job) owe, as (slot, kind), for the
     ``kinds`` the job has a spec for. Rows settled at or after ``settled_before_ms`` are left out: their
     notification may still be on its way (the audit's grace). The first row's previous run is unknown

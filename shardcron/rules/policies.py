@@ -173,5 +173,14 @@ def backoff_ms(retry: RetryPolicy, attempt: int) -> int:
     return min(retry.backoff_max_ms, retry.backoff_initial_ms << min(attempt - 1, 62))
 
 
-__all__ = ["OVERLAP_SKIP_REASON", "CatchUpPlan", "OrphanAction", "OverlapVerdict", "backoff_ms", "overlap_allows",
-           "overlap_verdict", "plan_catch_up", "settle_orphan"]
+__all__ = [
+    "OVERLAP_SKIP_REASON",
+    "CatchUpPlan",
+    "OrphanAction",
+    "OverlapVerdict",
+    "backoff_ms",
+    "overlap_allows",
+    "overlap_verdict",
+    "plan_catch_up",
+    "settle_orphan",
+]

@@ -70,10 +70,15 @@ class QuotaExceeded:
 
     @property
     def reason(self) -> str:
-        what = {"max_jobs": "hold {} jobs", "max_slots_per_second": "admit {} slots per second",
-                "max_running": "run {} executions at once"}[self.quota]
-        return (f"namespace {self.namespace!r} would {what.format(_number(self.would_be))}; its quota "
-                f"{self.quota} is {_number(self.limit)}")
+        what = {
+            "max_jobs": "hold {} jobs",
+            "max_slots_per_second": "admit {} slots per second",
+            "max_running": "run {} executions at once",
+        }[self.quota]
+        return (
+            f"namespace {self.namespace!r} would {what.format(_number(self.would_be))}; its quota "
+            f"{self.quota} is {_number(self.limit)}"
+        )
 
 
 def job_rate(schedule: Schedule) -> Fraction:
@@ -91,13 +96,14 @@ def usage_after(usage: Usage, change: PutChange) -> Usage:
 def check_put(namespace: str, quota: Quota, usage: Usage, change: PutChange) -> QuotaExceeded | None:
     """None when the put fits ``quota``, else the first limit it would cross (jobs, then rate)."""
     after = usage_after(usage, change)
-    return (_crossed("max_jobs", namespace, quota.max_jobs, usage.jobs, after.jobs)
-            or _crossed("max_slots_per_second", namespace, quota.max_slots_per_second, usage.slots_per_second,
-                        after.slots_per_second))
+    return _crossed("max_jobs", namespace, quota.max_jobs, usage.jobs, after.jobs) or _crossed(
+        "max_slots_per_second", namespace, quota.max_slots_per_second, usage.slots_per_second, after.slots_per_second
+    )
 
 
-def admit_in_order(namespace: str, quota: Quota, usage: Usage,
-                   changes: Iterable[PutChange]) -> list[QuotaExceeded | None]:
+def admit_in_order(
+    namespace: str, quota: Quota, usage: Usage, changes: Iterable[PutChange]
+) -> list[QuotaExceeded | None]:
     """PutJobs: each put, in order, is admitted while it fits what the ones admitted before it left."""
     results: list[QuotaExceeded | None] = []
     for change in changes:
@@ -113,8 +119,9 @@ def check_start(namespace: str, quota: Quota, running: int) -> QuotaExceeded | N
     return _crossed("max_running", namespace, quota.max_running, running, running + 1)
 
 
-def _crossed(name: str, namespace: str, limit: int | Fraction | None, before: int | Fraction,
-             after: int | Fraction) -> QuotaExceeded | None:
+def _crossed(
+    name: str, namespace: str, limit: int | Fraction | None, before: int | Fraction, after: int | Fraction
+) -> QuotaExceeded | None:
     if limit is None or after <= limit or after <= before:
         return None
     return QuotaExceeded(name, namespace, limit, after)
@@ -130,9 +137,11 @@ def parse_quota(raw: Mapping[str, object], where: str = "quota") -> Quota:
     if unknown:
         raise InvalidQuota(f"{where}.{unknown[0]}", f"is not a quota; the quotas are {', '.join(QUOTA_KEYS)}")
     rate = raw.get("max_slots_per_second")
-    return Quota(_count(raw.get("max_jobs"), f"{where}.max_jobs"),
-                 None if rate is None else _rate(rate, f"{where}.max_slots_per_second"),
-                 _count(raw.get("max_running"), f"{where}.max_running"))
+    return Quota(
+        _count(raw.get("max_jobs"), f"{where}.max_jobs"),
+        None if rate is None else _rate(rate, f"{where}.max_slots_per_second"),
+        _count(raw.get("max_running"), f"{where}.max_running"),
+    )
 
 
 def _count(value: object, field: str) -> int | None:
@@ -161,5 +170,17 @@ def _number(x: int | Fraction) -> str:
     return str(int(x))
 
 
-__all__ = ["QUOTA_KEYS", "InvalidQuota", "PutChange", "Quota", "QuotaExceeded", "Usage", "admit_in_order",
-           "check_put", "check_start", "job_rate", "parse_quota", "usage_after"]
+__all__ = [
+    "QUOTA_KEYS",
+    "InvalidQuota",
+    "PutChange",
+    "Quota",
+    "QuotaExceeded",
+    "Usage",
+    "admit_in_order",
+    "check_put",
+    "check_start",
+    "job_rate",
+    "parse_quota",
+    "usage_after",
+]

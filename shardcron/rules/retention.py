@@ -98,8 +98,13 @@ def may_delete(slot_ms: int, status: TickStatus, newest_of_job: bool, horizon_ms
     return status not in _UNFINISHED and not newest_of_job
 
 
-def next_batch_size(size: int, elapsed_ms: float, target_ms: float = DELETE_TARGET_MS,
-                    lo: int = MIN_DELETE_BATCH, hi: int = MAX_DELETE_BATCH) -> int:
+def next_batch_size(
+    size: int,
+    elapsed_ms: float,
+    target_ms: float = DELETE_TARGET_MS,
+    lo: int = MIN_DELETE_BATCH,
+    hi: int = MAX_DELETE_BATCH,
+) -> int:
     """The next DELETE's row limit, steered toward ``target_ms`` a statement.
 
     Scaled by target/elapsed, but at most doubled (one quick batch may have hit
@@ -158,8 +163,9 @@ def effective_horizon(shard_horizon_ms: int | None, job_horizon_ms: int | None =
     return advance_horizon(shard_horizon_ms, job_horizon_ms)
 
 
-def audit_range_state(from_ms: int, to_ms: int, shard_horizon_ms: int | None,
-                      job_horizon_ms: int | None = None) -> PruneState:
+def audit_range_state(
+    from_ms: int, to_ms: int, shard_horizon_ms: int | None, job_horizon_ms: int | None = None
+) -> PruneState:
     """What the audit may expect of ``[from_ms, to_ms)`` given the recorded horizons."""
     if from_ms >= to_ms:
         raise ValueError(f"an audit range must not be empty: {from_ms} >= {to_ms}")
@@ -177,7 +183,23 @@ def is_pruned(slot_ms: int, shard_horizon_ms: int | None, job_horizon_ms: int | 
     return horizon is not None and slot_ms < horizon
 
 
-__all__ = ["DELETE_DUTY", "DELETE_TARGET_MS", "MAX_DELETE_BATCH", "MIN_DELETE_BATCH", "PruneState",
-           "advance_horizon", "audit_range_state", "effective_horizon", "history_cutoff_ms", "is_pruned",
-           "may_delete", "next_batch_size", "parse_retention_ms", "pause_after_batch_ms",
-           "history_prune_every_ms", "prune_before_ms", "prune_every_ms", "retention_horizon_ms"]
+__all__ = [
+    "DELETE_DUTY",
+    "DELETE_TARGET_MS",
+    "MAX_DELETE_BATCH",
+    "MIN_DELETE_BATCH",
+    "PruneState",
+    "advance_horizon",
+    "audit_range_state",
+    "effective_horizon",
+    "history_cutoff_ms",
+    "is_pruned",
+    "may_delete",
+    "next_batch_size",
+    "parse_retention_ms",
+    "pause_after_batch_ms",
+    "history_prune_every_ms",
+    "prune_before_ms",
+    "prune_every_ms",
+    "retention_horizon_ms",
+]

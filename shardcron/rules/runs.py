@@ -76,15 +76,24 @@ def failures_in_a_row(statuses_newest_first: Iterable[TickStatus]) -> int:
     return n
 
 
-def job_runs(job: Job, now_ms: int, *, last_scheduled_at_ms: int | None = None, last_status: TickStatus | None = None,
-             failures: int = 0, trigger: Trigger | None = None, calendars: Sequence[Calendar] = ()) -> JobRuns:
+def job_runs(
+    job: Job,
+    now_ms: int,
+    *,
+    last_scheduled_at_ms: int | None = None,
+    last_status: TickStatus | None = None,
+    failures: int = 0,
+    trigger: Trigger | None = None,
+    calendars: Sequence[Calendar] = (),
+) -> JobRuns:
     """The answer for one job: its next run computed here, its last tick and failures in a row
     as the store counted them (``store.tick_reads.last_runs``)."""
     nxt = next_run(job, trigger or trigger_for(job.schedule), now_ms, calendars)
     if nxt is None:
         return JobRuns(now_ms, None, None, last_scheduled_at_ms, last_status, failures, next_reason=None)
-    return JobRuns(now_ms, nxt.slot_ms, nxt.start_ms, last_scheduled_at_ms, last_status, failures,
-                   next_reason=next_reason(nxt))
+    return JobRuns(
+        now_ms, nxt.slot_ms, nxt.start_ms, last_scheduled_at_ms, last_status, failures, next_reason=next_reason(nxt)
+    )
 
 
 def next_reason(nxt: NextRun) -> str | None:

@@ -111,22 +111,49 @@ CALLS: dict[str, Rule] = {
 
 # Every `shardcron` action that goes (or, for issue 15, will go) through the API, and the calls it makes.
 CLI_ACTIONS: dict[str, tuple[str, ...]] = {
-    "jobs get": ("GetJob",), "jobs list": ("ListJobs",), "ticks": ("ListTicks",),
-    "jobs put": ("PutJob",), "jobs apply": ("PutJobs",), "jobs delete": ("DeleteJob",), "jobs pause": ("PauseJob",),
-    "jobs resume": ("ResumeJob",), "jobs trigger": ("TriggerJob",),
-    "jobs backfill": ("BackfillJob",), "jobs backfills": ("ListBackfills", "GetBackfill"),
-    "calendars get": ("GetCalendar",), "calendars list": ("ListCalendars",),
-    "calendars put": ("PutCalendar",), "calendars delete": ("DeleteCalendar",),
-    "namespaces list": ("ListNamespaces",), "namespaces describe": ("GetNamespace",),
-    "namespaces create": ("CreateNamespace",), "namespaces update": ("UpdateNamespace",), "namespaces delete": ("DeleteNamespace",),
-    "tokens list": ("ListTokens",), "tokens create": ("CreateToken",), "tokens revoke": ("RevokeToken",),
-    "drain": ("Drain",), "reshard": ("Reshard",),  # etcd-direct today; through the API once tokens have roles
+    "jobs get": ("GetJob",),
+    "jobs list": ("ListJobs",),
+    "ticks": ("ListTicks",),
+    "jobs put": ("PutJob",),
+    "jobs apply": ("PutJobs",),
+    "jobs delete": ("DeleteJob",),
+    "jobs pause": ("PauseJob",),
+    "jobs resume": ("ResumeJob",),
+    "jobs trigger": ("TriggerJob",),
+    "jobs backfill": ("BackfillJob",),
+    "jobs backfills": ("ListBackfills", "GetBackfill"),
+    "calendars get": ("GetCalendar",),
+    "calendars list": ("ListCalendars",),
+    "calendars put": ("PutCalendar",),
+    "calendars delete": ("DeleteCalendar",),
+    "namespaces list": ("ListNamespaces",),
+    "namespaces describe": ("GetNamespace",),
+    "namespaces create": ("CreateNamespace",),
+    "namespaces update": ("UpdateNamespace",),
+    "namespaces delete": ("DeleteNamespace",),
+    "tokens list": ("ListTokens",),
+    "tokens create": ("CreateToken",),
+    "tokens revoke": ("RevokeToken",),
+    "drain": ("Drain",),
+    "reshard": ("Reshard",),  # etcd-direct today; through the API once tokens have roles
 }
 
 # The commands that reach etcd or the store directly, with their own credentials: no API token applies.
-LOCAL_COMMANDS: frozenset[str] = frozenset({
-    "node", "shards", "nodes", "fences", "config", "audit", "db upgrade", "db current", "db prune", "bench", "dev",
-})
+LOCAL_COMMANDS: frozenset[str] = frozenset(
+    {
+        "node",
+        "shards",
+        "nodes",
+        "fences",
+        "config",
+        "audit",
+        "db upgrade",
+        "db current",
+        "db prune",
+        "bench",
+        "dev",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -146,8 +173,11 @@ class Token:
         return self.everywhere or namespace in self.namespaces
 
     def describe(self) -> str:
-        where = "every namespace" if self.everywhere else (
-            "namespaces " + ", ".join(sorted(self.namespaces)) if self.namespaces else "no namespace")
+        where = (
+            "every namespace"
+            if self.everywhere
+            else ("namespaces " + ", ".join(sorted(self.namespaces)) if self.namespaces else "no namespace")
+        )
         return f"token {self.name!r} has role {self.role} on {where}"
 
 
@@ -172,8 +202,11 @@ def authorize(token: Token, call: str, namespace: str | None) -> Denied | None:
     if rule.reach is Reach.CLUSTER:
         if token.role >= rule.role and token.everywhere:
             return None
-        return Denied(f"{call} acts on the whole cluster: it needs role {rule.role} on every namespace ('*'); "
-                      f"{token.describe()}", rule.role, None)
+        return Denied(
+            f"{call} acts on the whole cluster: it needs role {rule.role} on every namespace ('*'); {token.describe()}",
+            rule.role,
+            None,
+        )
     if rule.reach is Reach.ANY:
         if token.role >= rule.role and token.namespaces:
             return None
@@ -183,12 +216,16 @@ def authorize(token: Token, call: str, namespace: str | None) -> Denied | None:
             return Denied(f"{call} needs role {rule.role} in one named namespace, not '*'", rule.role, namespace)
         if token.role >= rule.role and token.namespaces:
             return None  # the server shows only what may_read allows
-        return Denied(f"{call} in every namespace needs role {rule.role} in at least one; {token.describe()}",
-                      rule.role, namespace)
+        return Denied(
+            f"{call} in every namespace needs role {rule.role} in at least one; {token.describe()}",
+            rule.role,
+            namespace,
+        )
     if token.role >= rule.role and namespace is not None and token.covers(namespace):
         return None
-    return Denied(f"{call} in namespace {namespace!r} needs role {rule.role} there; {token.describe()}",
-                  rule.role, namespace)
+    return Denied(
+        f"{call} in namespace {namespace!r} needs role {rule.role} there; {token.describe()}", rule.role, namespace
+    )
 
 
 def may_read(token: Token, namespace: str) -> bool:
@@ -211,8 +248,12 @@ def forwarded_identity(caller: Token | None, forwarder: Token | None) -> Token:
         return Token("(no token)", "", Role.READ, frozenset())
     if forwarder is None:
         return caller
-    return Token(caller.name, caller.secret_hash, min(caller.role, forwarder.role),
-                 _intersect(caller.namespaces, forwarder.namespaces))
+    return Token(
+        caller.name,
+        caller.secret_hash,
+        min(caller.role, forwarder.role),
+        _intersect(caller.namespaces, forwarder.namespaces),
+    )
 
 
 def _intersect(a: frozenset[str], b: frozenset[str]) -> frozenset[str]:
@@ -235,5 +276,18 @@ def parse_namespaces(text: str, field: str = "namespaces") -> frozenset[str]:
     return frozenset(validate_namespace(n, field) for n in names)
 
 
-__all__ = ["ALL_NAMESPACES", "CALLS", "CLI_ACTIONS", "LOCAL_COMMANDS", "Denied", "Reach", "Role", "Rule", "Token",
-           "authorize", "forwarded_identity", "may_read", "parse_namespaces"]
+__all__ = [
+    "ALL_NAMESPACES",
+    "CALLS",
+    "CLI_ACTIONS",
+    "LOCAL_COMMANDS",
+    "Denied",
+    "Reach",
+    "Role",
+    "Rule",
+    "Token",
+    "authorize",
+    "forwarded_identity",
+    "may_read",
+    "parse_namespaces",
+]

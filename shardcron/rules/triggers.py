@@ -61,6 +61,7 @@ class OnceTrigger:
     def __repr__(self) -> str:
         return f"OnceTrigger({self.at_ms})"
 
+
 @functools.lru_cache(maxsize=65536)
 def trigger_for(schedule: Schedule) -> Trigger:
     """The trigger a schedule describes. Interval slots are anchored at the epoch.

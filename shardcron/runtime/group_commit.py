@@ -44,9 +44,16 @@ class GroupCommit(Generic[T, R]):
     """``pool`` runs the batches (the loop's default executor if None). ``name`` names the committer task,
     which reports through ``lifeline`` if it dies (it ends, as it should, whenever the queue is empty)."""
 
-    def __init__(self, write_batch: Callable[[list[T]], Sequence[R | BaseException]], *, max_batch: int = 256,
-                 linger_s: float = 0.0, pool: Executor | None = None, name: str = "group-commit",
-                 lifeline: Lifeline = UNWATCHED):
+    def __init__(
+        self,
+        write_batch: Callable[[list[T]], Sequence[R | BaseException]],
+        *,
+        max_batch: int = 256,
+        linger_s: float = 0.0,
+        pool: Executor | None = None,
+        name: str = "group-commit",
+        lifeline: Lifeline = UNWATCHED,
+    ):
         self._write_batch = write_batch
         self._name = name
         self._lifeline = lifeline
@@ -87,7 +94,7 @@ class GroupCommit(Generic[T, R]):
                 crashpoints.fail_worker(self._name)
                 if self._linger_s > 0 and (self._together or len(self._queue) > 1):
                     await self._linger(loop)
-                batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch:]
+                batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
                 try:
                     answers = await loop.run_in_executor(self._pool, self._write_batch, [i for i, _ in batch])
                 except Exception as e:  # noqa: BLE001 - the transaction failed: every item in it gets the error

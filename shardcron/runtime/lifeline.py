@@ -47,8 +47,9 @@ class Lifeline:
         self._lock = threading.Lock()
         self.died: str | None = None  # the first worker that died
 
-    def thread(self, target: Callable[..., object], name: str, *, args: tuple = (),
-               may_end: bool = False) -> threading.Thread:
+    def thread(
+        self, target: Callable[..., object], name: str, *, args: tuple = (), may_end: bool = False
+    ) -> threading.Thread:
         """A daemon thread running ``target(*args)`` that reports its death (not started)."""
         return threading.Thread(target=self._guard, args=(target, args, name, may_end), name=name, daemon=True)
 
@@ -57,8 +58,9 @@ class Lifeline:
         reaches the thread, so a loop stopped while the node is not stopping is its death."""
         return self.thread(_run_forever, name, args=(loop,))
 
-    def task(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, object], name: str, *,
-             may_end: bool = False) -> asyncio.Task:
+    def task(
+        self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, object], name: str, *, may_end: bool = False
+    ) -> asyncio.Task:
         """``loop.create_task(coro)``, reporting the task's death from its done-callback."""
         task = loop.create_task(coro, name=name)
         task.add_done_callback(lambda t: self._task_done(t, name, may_end))

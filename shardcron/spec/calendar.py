@@ -251,6 +251,7 @@ class StoredCalendar:
 
 # --- normalising and formatting ------------------------------------------------------------
 
+
 def calendar_zone(calendar: str, tz_name: object) -> zoneinfo.ZoneInfo:
     """The zone ``tz_name`` names; ``CalendarError`` naming ``calendar`` otherwise."""
     if not isinstance(tz_name, str) or not tz_name:
@@ -258,8 +259,9 @@ def calendar_zone(calendar: str, tz_name: object) -> zoneinfo.ZoneInfo:
     try:
         return zoneinfo.ZoneInfo(tz_name)
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
-        raise CalendarError(calendar, "timezone", f"unknown timezone {shown(tz_name)}; "
-                                                  "use an IANA name such as Europe/Lisbon") from None
+        raise CalendarError(
+            calendar, "timezone", f"unknown timezone {shown(tz_name)}; use an IANA name such as Europe/Lisbon"
+        ) from None
 
 
 def _merge_windows(calendar: str, windows: Iterable[Window]) -> tuple[Window, ...]:

@@ -92,8 +92,10 @@ def calendar_to_dict(calendar: Calendar) -> dict[str, Any]:
     if calendar.excluded_dates:
         d["exclude_dates"] = sorted(day.isoformat() for day in calendar.excluded_dates)
     if calendar.windows is not None:
-        d["windows"] = [{"days": WEEKDAYS[w.weekday], "start": clock_text(w.start_ms), "end": clock_text(w.end_ms)}
-                        for w in calendar.windows]
+        d["windows"] = [
+            {"days": WEEKDAYS[w.weekday], "start": clock_text(w.start_ms), "end": clock_text(w.end_ms)}
+            for w in calendar.windows
+        ]
     if calendar.excluded_ranges:
         d["exclude_ranges"] = [{"from": a, "to": b} for a, b in calendar.excluded_ranges]
     return d
@@ -121,15 +123,18 @@ def _parse_dates(calendar: str, raw: object) -> Iterable[date]:
                 raise ValueError
             yield date.fromisoformat(item.strip())
         except ValueError:
-            raise CalendarError(calendar, f"exclude_dates[{i}]", f"expected a date as YYYY-MM-DD, got {shown(item)}") from None
+            raise CalendarError(
+                calendar, f"exclude_dates[{i}]", f"expected a date as YYYY-MM-DD, got {shown(item)}"
+            ) from None
 
 
 def _parse_instant(calendar: str, raw: object, field_: str) -> int:
     """An instant with a UTC offset, or epoch ms (as the API sends it), within years 1970-9999 (``bounds.py``)."""
     ms = raw if isinstance(raw, int) and not isinstance(raw, bool) else _instant_ms(calendar, raw, field_)
     if not MIN_TIME_MS <= ms <= MAX_TIME_MS:
-        raise CalendarError(calendar, field_, f"{shown(raw)} is outside 1970-01-01T00:00:00Z .. "
-                                              "9999-12-31T23:59:59.999Z")
+        raise CalendarError(
+            calendar, field_, f"{shown(raw)} is outside 1970-01-01T00:00:00Z .. 9999-12-31T23:59:59.999Z"
+        )
     return ms
 
 
@@ -141,8 +146,9 @@ def _instant_ms(calendar: str, raw: object, field_: str) -> int:
         except ValueError:
             dt = None
     if not isinstance(dt, datetime):
-        raise CalendarError(calendar, field_, f"expected an ISO-8601 time such as 2026-11-24T10:00:00+00:00, "
-                                              f"got {shown(raw)}")
+        raise CalendarError(
+            calendar, field_, f"expected an ISO-8601 time such as 2026-11-24T10:00:00+00:00, got {shown(raw)}"
+        )
     if dt.utcoffset() is None:
         raise CalendarError(calendar, field_, f"{shown(raw)} has no UTC offset; add one such as Z or +01:00")
     return (dt - _EPOCH_UTC) // _MS
@@ -156,7 +162,9 @@ def _parse_ranges(calendar: str, raw: object) -> Iterable[tuple[int, int]]:
         start = _parse_instant(calendar, item["from"], f"{where}.from")
         end = _parse_instant(calendar, item["to"], f"{where}.to")
         if start >= end:
-            raise CalendarError(calendar, where, f"'from' ({shown(item['from'])}) must be before 'to' ({shown(item['to'])})")
+            raise CalendarError(
+                calendar, where, f"'from' ({shown(item['from'])}) must be before 'to' ({shown(item['to'])})"
+            )
         yield start, end
 
 
@@ -207,7 +215,7 @@ def _parse_clock(calendar: str, text: object, field_: str, allow_24: bool) -> in
 
 
 def _parse_days(calendar: str, raw: object, field_: str) -> list[int]:
-    """"mon", "mon-fri", "fri-mon" (wraps), "sat,sun", "*", or a list of those."""
+    """ "mon", "mon-fri", "fri-mon" (wraps), "sat,sun", "*", or a list of those."""
     parts = raw if isinstance(raw, list | tuple) else str(raw).split(",") if isinstance(raw, str) else None
     if not parts:
         raise CalendarError(calendar, field_, f"expected days such as mon-fri or sat,sun, got {shown(raw)}")
@@ -221,6 +229,10 @@ def _parse_days(calendar: str, raw: object, field_: str) -> list[int]:
             first, last = WEEKDAYS.index(ends[0]), WEEKDAYS.index(ends[-1])
             out.extend((first + k) % 7 for k in range((last - first) % 7 + 1))
         else:
-            raise CalendarError(calendar, field_, f"{shown(part)} is not a day or range of days; "
-                                                  f"use {', '.join(WEEKDAYS)}, a range such as mon-fri, or *")
+            raise CalendarError(
+                calendar,
+                field_,
+                f"{shown(part)} is not a day or range of days; "
+                f"use {', '.join(WEEKDAYS)}, a range such as mon-fri, or *",
+            )
     return out

@@ -86,8 +86,9 @@ def parse_time_ms(text: str | int | float | datetime, timezone: str = "UTC", fie
         try:
             dt = datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
         except ValueError:
-            raise InvalidJob(field, "expected an ISO-8601 time such as 2030-01-01T09:00:00+01:00, "
-                                    f"got {shown(text)}") from None
+            raise InvalidJob(
+                field, f"expected an ISO-8601 time such as 2030-01-01T09:00:00+01:00, got {shown(text)}"
+            ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=load_timezone(timezone))
     return (dt - _EPOCH_UTC) // _ONE_MS  # whole milliseconds, exact: no float rounding near year 9999

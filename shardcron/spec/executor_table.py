@@ -78,8 +78,13 @@ def executor_to_dict(spec: ExecutorSpec) -> dict[str, Any]:
     ex: dict[str, Any] = {"kind": spec.kind.value}
     if spec.http:
         h = spec.http
-        ex.update(url=h.url, method=h.method, headers=[list(p) for p in h.headers], body=h.body,
-                  secret_headers=list(h.secret_headers))
+        ex.update(
+            url=h.url,
+            method=h.method,
+            headers=[list(p) for p in h.headers],
+            body=h.body,
+            secret_headers=list(h.secret_headers),
+        )
     if spec.shell:
         ex["command"] = spec.shell.command
     if spec.kind not in EXECUTOR_KEYS:

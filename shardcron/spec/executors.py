@@ -52,8 +52,9 @@ EXECUTOR_KEYS = {
     ExecutorKind.RQ: frozenset({"kind", "url", "func", "queue", *_TASK_ARGS}),
     ExecutorKind.ARQ: frozenset({"kind", "url", "function", "queue", *_TASK_ARGS, "tick_kwarg"}),
     ExecutorKind.NATS: frozenset({"kind", "url", "subject", "jetstream", "body", "headers"}),
-    ExecutorKind.AMQP: frozenset({"kind", "url", "exchange", "routing_key", "body", "headers", "persistent",
-                                  "content_type"}),
+    ExecutorKind.AMQP: frozenset(
+        {"kind", "url", "exchange", "routing_key", "body", "headers", "persistent", "content_type"}
+    ),
     ExecutorKind.REDIS_STREAM: frozenset({"kind", "url", "stream", "fields", "maxlen", "dedupe_ttl"}),
     ExecutorKind.PYTHON: frozenset({"kind", "target", *_TASK_ARGS, "session"}),
 }
@@ -94,16 +95,28 @@ def _url(d: Mapping[str, Any], kind: ExecutorKind) -> str:
     except ValueError:
         raise InvalidJob("executor.url", "is not a valid URL") from None
     if parts.scheme not in schemes:
-        raise InvalidJob("executor.url", f"a {kind.value} url must start with one of "
-                                         f"{', '.join(s + '://' for s in schemes)}; got {parts.scheme or 'no'} scheme")
+        raise InvalidJob(
+            "executor.url",
+            f"a {kind.value} url must start with one of "
+            f"{', '.join(s + '://' for s in schemes)}; got {parts.scheme or 'no'} scheme",
+        )
     if parts.scheme != "unix" and not parts.hostname:
         raise InvalidJob("executor.url", f"names no host; expected something like {example}")
     return url.strip()
 
 
-def _name(d: Mapping[str, Any], key: str, *, required: bool, default: str | None = None, what: str = "",
-          pattern: re.Pattern[str] | None = None, hint: str = "", allow_empty: bool = False,
-          bounded: bool = True) -> str | None:
+def _name(
+    d: Mapping[str, Any],
+    key: str,
+    *,
+    required: bool,
+    default: str | None = None,
+    what: str = "",
+    pattern: re.Pattern[str] | None = None,
+    hint: str = "",
+    allow_empty: bool = False,
+    bounded: bool = True,
+) -> str | None:
     field = f"executor.{key}"
     value = d.get(key)
     if value is None:
@@ -141,8 +154,9 @@ def _json_size(value: Any, field: str) -> None:
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
-        raise InvalidJob(field, f"must hold JSON values only (strings, numbers, booleans, null, lists, tables): {e}") \
-            from None
+        raise InvalidJob(
+            field, f"must hold JSON values only (strings, numbers, booleans, null, lists, tables): {e}"
+        ) from None
     if utf8_size(text, field) > MAX_PAYLOAD_BYTES:
         raise InvalidJob(field, f"is larger than {MAX_PAYLOAD_BYTES} bytes as JSON")
 
@@ -213,15 +227,25 @@ def _celery(d: Mapping[str, Any], bounded: bool) -> ExecutorSpec:
         if priority > MAX_PRIORITY:
             raise InvalidJob("executor.priority", f"at most {MAX_PRIORITY}, got {shown(priority)}")
     expires_ms = _optional_duration(d, "expires", 1, "must be a positive duration")
-    return ExecutorSpec(ExecutorKind.CELERY, celery=CelerySpec(
-        url=_url(d, ExecutorKind.CELERY),
-        task=_given_name(d, "task", bounded=bounded,
-                   required=True, what="the registered Celery task name, such as app.tasks.report"),
-        args=args, kwargs=kwargs,
-        queue=_name(d, "queue", bounded=bounded, required=False),
-        routing_key=_name(d, "routing_key", bounded=bounded, required=False),
-        priority=priority, expires_ms=expires_ms,
-    ))
+    return ExecutorSpec(
+        ExecutorKind.CELERY,
+        celery=CelerySpec(
+            url=_url(d, ExecutorKind.CELERY),
+            task=_given_name(
+                d,
+                "task",
+                bounded=bounded,
+                required=True,
+                what="the registered Celery task name, such as app.tasks.report",
+            ),
+            args=args,
+            kwargs=kwargs,
+            queue=_name(d, "queue", bounded=bounded, required=False),
+            routing_key=_name(d, "routing_key", bounded=bounded, required=False),
+            priority=priority,
+            expires_ms=expires_ms,
+        ),
+    )
 
 
 def _celery_dict(s: CelerySpec) -> dict[str, Any]:
@@ -236,14 +260,24 @@ def _celery_dict(s: CelerySpec) -> dict[str, Any]:
 
 def _rq(d: Mapping[str, Any], bounded: bool) -> ExecutorSpec:
     args, kwargs = _args(d, bounded)
-    return ExecutorSpec(ExecutorKind.RQ, rq=RqSpec(
-        url=_url(d, ExecutorKind.RQ),
-        func=_given_name(d, "func", bounded=bounded,
-                   required=True, what="the dotted path a worker imports, such as app.tasks.report",
-                   pattern=_DOTTED, hint="a dotted path such as app.tasks.report"),
-        queue=_given_name(d, "queue", bounded=bounded, required=False, default="default"),
-        args=args, kwargs=kwargs,
-    ))
+    return ExecutorSpec(
+        ExecutorKind.RQ,
+        rq=RqSpec(
+            url=_url(d, ExecutorKind.RQ),
+            func=_given_name(
+                d,
+                "func",
+                bounded=bounded,
+                required=True,
+                what="the dotted path a worker imports, such as app.tasks.report",
+                pattern=_DOTTED,
+                hint="a dotted path such as app.tasks.report",
+            ),
+            queue=_given_name(d, "queue", bounded=bounded, required=False, default="default"),
+            args=args,
+            kwargs=kwargs,
+        ),
+    )
 
 
 def _rq_dict(s: RqSpec) -> dict[str, Any]:
@@ -252,18 +286,30 @@ def _rq_dict(s: RqSpec) -> dict[str, Any]:
 
 def _arq(d: Mapping[str, Any], bounded: bool) -> ExecutorSpec:
     args, kwargs = _args(d, bounded)
-    tick_kwarg = _name(d, "tick_kwarg", bounded=bounded,
-                       required=False, pattern=_IDENTIFIER, hint="a keyword argument name")
+    tick_kwarg = _name(
+        d, "tick_kwarg", bounded=bounded, required=False, pattern=_IDENTIFIER, hint="a keyword argument name"
+    )
     if tick_kwarg is not None and tick_kwarg in kwargs:
         raise InvalidJob("executor.tick_kwarg", f"{shown(tick_kwarg)} is also one of the kwargs")
-    return ExecutorSpec(ExecutorKind.ARQ, arq=ArqSpec(
-        url=_url(d, ExecutorKind.ARQ),
-        function=_given_name(d, "function", bounded=bounded,
-                       required=True, what="the name of a function in the worker's functions",
-                       pattern=_IDENTIFIER, hint="a function name"),
-        queue=_given_name(d, "queue", bounded=bounded, required=False, default="arq:queue"),
-        args=args, kwargs=kwargs, tick_kwarg=tick_kwarg,
-    ))
+    return ExecutorSpec(
+        ExecutorKind.ARQ,
+        arq=ArqSpec(
+            url=_url(d, ExecutorKind.ARQ),
+            function=_given_name(
+                d,
+                "function",
+                bounded=bounded,
+                required=True,
+                what="the name of a function in the worker's functions",
+                pattern=_IDENTIFIER,
+                hint="a function name",
+            ),
+            queue=_given_name(d, "queue", bounded=bounded, required=False, default="arq:queue"),
+            args=args,
+            kwargs=kwargs,
+            tick_kwarg=tick_kwarg,
+        ),
+    )
 
 
 def _arq_dict(s: ArqSpec) -> dict[str, Any]:
@@ -274,38 +320,73 @@ def _arq_dict(s: ArqSpec) -> dict[str, Any]:
 
 
 def _nats(d: Mapping[str, Any], bounded: bool) -> ExecutorSpec:
-    subject = _given_name(d, "subject", bounded=bounded,
-                    required=True, what="the subject to publish to, such as jobs.reports")
+    subject = _given_name(
+        d, "subject", bounded=bounded, required=True, what="the subject to publish to, such as jobs.reports"
+    )
     if not all(_NATS_TOKEN.fullmatch(token) for token in subject.split(".")):
-        raise InvalidJob("executor.subject", f"{shown(subject)} is not a subject to publish to: dot-separated tokens, "
-                                             "no white space and no wildcards (* or >)")
-    return ExecutorSpec(ExecutorKind.NATS, nats=NatsSpec(
-        url=_url(d, ExecutorKind.NATS), subject=subject, jetstream=_bool(d, "jetstream", True),
-        body=_body(d), headers=parse_headers(d.get("headers"), "executor.headers"),
-    ))
+        raise InvalidJob(
+            "executor.subject",
+            f"{shown(subject)} is not a subject to publish to: dot-separated tokens, "
+            "no white space and no wildcards (* or >)",
+        )
+    return ExecutorSpec(
+        ExecutorKind.NATS,
+        nats=NatsSpec(
+            url=_url(d, ExecutorKind.NATS),
+            subject=subject,
+            jetstream=_bool(d, "jetstream", True),
+            body=_body(d),
+            headers=parse_headers(d.get("headers"), "executor.headers"),
+        ),
+    )
 
 
 def _nats_dict(s: NatsSpec) -> dict[str, Any]:
-    return {"url": s.url, "subject": s.subject, "jetstream": s.jetstream, "body": s.body,
-            "headers": [list(p) for p in s.headers]}
+    return {
+        "url": s.url,
+        "subject": s.subject,
+        "jetstream": s.jetstream,
+        "body": s.body,
+        "headers": [list(p) for p in s.headers],
+    }
 
 
 def _amqp(d: Mapping[str, Any], bounded: bool) -> ExecutorSpec:
     exchange = _given_name(d, "exchange", bounded=bounded, required=False, default="", allow_empty=True)
-    routing_key = _given_name(d, "routing_key", bounded=bounded,
-                        required=exchange == "", default="", allow_empty=exchange != "",
-                        what="with the default exchange, the routing key names the queue to deliver to")
+    routing_key = _given_name(
+        d,
+        "routing_key",
+        bounded=bounded,
+        required=exchange == "",
+        default="",
+        allow_empty=exchange != "",
+        what="with the default exchange, the routing key names the queue to deliver to",
+    )
     content_type = _given_name(d, "content_type", bounded=bounded, required=False, default="application/json")
-    return ExecutorSpec(ExecutorKind.AMQP, amqp=AmqpSpec(
-        url=_url(d, ExecutorKind.AMQP), routing_key=routing_key, exchange=exchange, body=_body(d),
-        headers=parse_headers(d.get("headers"), "executor.headers"), persistent=_bool(d, "persistent", True),
-        content_type=content_type,
-    ))
+    return ExecutorSpec(
+        ExecutorKind.AMQP,
+        amqp=AmqpSpec(
+            url=_url(d, ExecutorKind.AMQP),
+            routing_key=routing_key,
+            exchange=exchange,
+            body=_body(d),
+            headers=parse_headers(d.get("headers"), "executor.headers"),
+            persistent=_bool(d, "persistent", True),
+            content_type=content_type,
+        ),
+    )
 
 
 def _amqp_dict(s: AmqpSpec) -> dict[str, Any]:
-    return {"url": s.url, "exchange": s.exchange, "routing_key": s.routing_key, "body": s.body,
-            "headers": [list(p) for p in s.headers], "persistent": s.persistent, "content_type": s.content_type}
+    return {
+        "url": s.url,
+        "exchange": s.exchange,
+        "routing_key": s.routing_key,
+        "body": s.body,
+        "headers": [list(p) for p in s.headers],
+        "persistent": s.persistent,
+        "content_type": s.content_type,
+    }
 
 
 def _redis_stream(d: Mapping[str, Any], bounded: bool) -> ExecutorSpec:
@@ -327,11 +408,16 @@ def _redis_stream(d: Mapping[str, Any], bounded: bool) -> ExecutorSpec:
     if maxlen is not None:
         maxlen = check_int(maxlen, "executor.maxlen", 1, INT64_MAX, " (Redis takes a signed 64-bit count)")
     ttl_ms = _optional_duration(d, "dedupe_ttl", 60_000, "must be at least 1m (it must outlast a failover)")
-    return ExecutorSpec(ExecutorKind.REDIS_STREAM, redis_stream=RedisStreamSpec(
-        url=_url(d, ExecutorKind.REDIS_STREAM),
-        stream=_given_name(d, "stream", bounded=bounded, required=True, what="the stream key to XADD to"),
-        fields=tuple(fields), maxlen=maxlen, dedupe_ttl_ms=ttl_ms,
-    ))
+    return ExecutorSpec(
+        ExecutorKind.REDIS_STREAM,
+        redis_stream=RedisStreamSpec(
+            url=_url(d, ExecutorKind.REDIS_STREAM),
+            stream=_given_name(d, "stream", bounded=bounded, required=True, what="the stream key to XADD to"),
+            fields=tuple(fields),
+            maxlen=maxlen,
+            dedupe_ttl_ms=ttl_ms,
+        ),
+    )
 
 
 def _redis_stream_dict(s: RedisStreamSpec) -> dict[str, Any]:
@@ -344,13 +430,17 @@ def _redis_stream_dict(s: RedisStreamSpec) -> dict[str, Any]:
 
 
 def _python(d: Mapping[str, Any], bounded: bool) -> ExecutorSpec:
-    target = _given_name(d, "target", bounded=bounded, required=True, what="the callable to run, as package.module:function")
+    target = _given_name(
+        d, "target", bounded=bounded, required=True, what="the callable to run, as package.module:function"
+    )
     module, colon, function = target.partition(":")
     if not colon or not _DOTTED.fullmatch(module) or not _DOTTED.fullmatch(function):
         raise InvalidJob("executor.target", f"{shown(target)} is not package.module:function")
     args, kwargs = _args(d, bounded)
-    return ExecutorSpec(ExecutorKind.PYTHON, python=PythonSpec(
-        target=target, args=args, kwargs=kwargs, session=_bool(d, "session", False)))
+    return ExecutorSpec(
+        ExecutorKind.PYTHON,
+        python=PythonSpec(target=target, args=args, kwargs=kwargs, session=_bool(d, "session", False)),
+    )
 
 
 def _python_dict(s: PythonSpec) -> dict[str, Any]:
@@ -358,12 +448,21 @@ def _python_dict(s: PythonSpec) -> dict[str, Any]:
 
 
 _PARSERS: dict[ExecutorKind, Callable[[Mapping[str, Any], bool], ExecutorSpec]] = {
-    ExecutorKind.CELERY: _celery, ExecutorKind.RQ: _rq, ExecutorKind.ARQ: _arq, ExecutorKind.NATS: _nats,
-    ExecutorKind.AMQP: _amqp, ExecutorKind.REDIS_STREAM: _redis_stream, ExecutorKind.PYTHON: _python,
+    ExecutorKind.CELERY: _celery,
+    ExecutorKind.RQ: _rq,
+    ExecutorKind.ARQ: _arq,
+    ExecutorKind.NATS: _nats,
+    ExecutorKind.AMQP: _amqp,
+    ExecutorKind.REDIS_STREAM: _redis_stream,
+    ExecutorKind.PYTHON: _python,
 }
 _SERIALISERS: dict[ExecutorKind, Callable[[Any], dict[str, Any]]] = {
-    ExecutorKind.CELERY: _celery_dict, ExecutorKind.RQ: _rq_dict, ExecutorKind.ARQ: _arq_dict,
-    ExecutorKind.NATS: _nats_dict, ExecutorKind.AMQP: _amqp_dict, ExecutorKind.REDIS_STREAM: _redis_stream_dict,
+    ExecutorKind.CELERY: _celery_dict,
+    ExecutorKind.RQ: _rq_dict,
+    ExecutorKind.ARQ: _arq_dict,
+    ExecutorKind.NATS: _nats_dict,
+    ExecutorKind.AMQP: _amqp_dict,
+    ExecutorKind.REDIS_STREAM: _redis_stream_dict,
     ExecutorKind.PYTHON: _python_dict,
 }
 

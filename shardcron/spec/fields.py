@@ -57,8 +57,11 @@ def check_printable(text: str, field: str, what: str = "") -> None:
     a control character, a bidi override or a zero-width space would make one id look like another."""
     bad = unprintable(text)
     if bad is not None:
-        raise InvalidJob(field, f"{what}must hold printable characters only, and {bad} is not (no control characters, "
-                                "bidi or zero-width format characters, private-use, unassigned or non-ASCII spaces)")
+        raise InvalidJob(
+            field,
+            f"{what}must hold printable characters only, and {bad} is not (no control characters, "
+            "bidi or zero-width format characters, private-use, unassigned or non-ASCII spaces)",
+        )
 
 
 def check_keys(d: Mapping[Any, Any], allowed: frozenset[str], where: str = "", what: str = "") -> None:

@@ -67,8 +67,9 @@ def read_ics_exclusions(text: object, tz: zoneinfo.ZoneInfo) -> tuple[set[date],
     return dates, ranges
 
 
-def _timed_range(where: str, start: datetime, end: object, duration: timedelta | None,
-                 tz: zoneinfo.ZoneInfo) -> tuple[int, int]:
+def _timed_range(
+    where: str, start: datetime, end: object, duration: timedelta | None, tz: zoneinfo.ZoneInfo
+) -> tuple[int, int]:
     if end is None:
         if duration is None:
             raise IcsError(where, "a timed event needs DTEND or DURATION to exclude a range")
@@ -89,8 +90,11 @@ def _all_day_dates(where: str, start: date, end: object, duration: timedelta | N
         raise IcsError(where, f"DTEND {end} is not a date")
     days = (end - start).days
     if not 0 < days <= MAX_EVENT_DAYS:
-        raise IcsError(where, f"spans {days} days from {start} to {end}; an all-day event must last "
-                              f"1 to {MAX_EVENT_DAYS} days (use exclude_ranges for longer)")
+        raise IcsError(
+            where,
+            f"spans {days} days from {start} to {end}; an all-day event must last "
+            f"1 to {MAX_EVENT_DAYS} days (use exclude_ranges for longer)",
+        )
     return [start + timedelta(days=k) for k in range(days)]
 
 

@@ -37,14 +37,33 @@ from shardcron.spec.schedule import SCHEDULE_KEYS, jitter_field, parse_schedule
 MAX_LABELS = 64
 MAX_LABEL_CHARS = 256
 # The keys a job and its retry table take; anything else is refused, naming the key (``fields.check_keys``).
-JOB_KEYS = frozenset({"id", "namespace", "schedule", "executor", "catchup", "catchup_window", "overlap", "timeout", "retry",
-                      "paused", "labels", "version", "jitter", "calendars", "history_limit",
-                      "on_failure", "on_recovery"})
+JOB_KEYS = frozenset(
+    {
+        "id",
+        "namespace",
+        "schedule",
+        "executor",
+        "catchup",
+        "catchup_window",
+        "overlap",
+        "timeout",
+        "retry",
+        "paused",
+        "labels",
+        "version",
+        "jitter",
+        "calendars",
+        "history_limit",
+        "on_failure",
+        "on_recovery",
+    }
+)
 RETRY_KEYS = frozenset({"max_attempts", "backoff", "backoff_max"})
 
 
-def job_from_dict(d: Mapping[str, Any], job_id: str | None = None, *, require_executor: bool = False,
-                  stored: bool = False) -> Job:
+def job_from_dict(
+    d: Mapping[str, Any], job_id: str | None = None, *, require_executor: bool = False, stored: bool = False
+) -> Job:
     """Parse and validate a job given as plain data (a TOML/YAML table or JSON).
 
     Every key must be one the job takes (``InvalidJob`` names the first that is
@@ -100,8 +119,11 @@ def job_from_dict(d: Mapping[str, Any], job_id: str | None = None, *, require_ex
         elif CONTROL_CHAR.search(k + v):  # the store's rule when the job was written, kept for reading it back
             raise InvalidJob("labels", f"label {shown(k, 40)}: keys and values must not contain control characters")
         if not k or len(k) > MAX_LABEL_CHARS or len(v) > MAX_LABEL_CHARS:
-            raise InvalidJob("labels", f"label {shown(k, 40)}: keys must be 1-{MAX_LABEL_CHARS} and values at most "
-                                       f"{MAX_LABEL_CHARS} characters")
+            raise InvalidJob(
+                "labels",
+                f"label {shown(k, 40)}: keys must be 1-{MAX_LABEL_CHARS} and values at most "
+                f"{MAX_LABEL_CHARS} characters",
+            )
         utf8_size(k + v, "labels")
     paused = d.get("paused", False)
     if not isinstance(paused, bool):
@@ -133,7 +155,7 @@ def _calendar_names(raw: object) -> tuple[str, ...]:
     if raw is None:
         return ()
     if isinstance(raw, str) or not isinstance(raw, list | tuple):
-        raise InvalidJob("calendars", f"must be a list of calendar names such as [\"business\"], got {shown(raw)}")
+        raise InvalidJob("calendars", f'must be a list of calendar names such as ["business"], got {shown(raw)}')
     names: list[str] = []
     for i, name in enumerate(raw):
         reason = check_calendar_name(name)
@@ -154,8 +176,10 @@ def _history_limit(raw: object, *, bounded: bool) -> int | None:
     except RetentionError as e:
         raise InvalidJob("history_limit", e.reason) from None
     if bounded and limit is not None and limit > MAX_HISTORY_LIMIT:
-        raise InvalidJob("history_limit", f"at most {MAX_HISTORY_LIMIT} ticks, got {shown(limit)}; to keep every "
-                                          "tick, leave history_limit out")
+        raise InvalidJob(
+            "history_limit",
+            f"at most {MAX_HISTORY_LIMIT} ticks, got {shown(limit)}; to keep every tick, leave history_limit out",
+        )
     return limit
 
 

@@ -84,8 +84,10 @@ def read_text_file(path: str) -> str:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
-        raise JobFileError(f"{path}: not UTF-8: byte 0x{raw[e.start]:02x} at offset {e.start} (line {line}) is not "
-                           "valid UTF-8; save the file as UTF-8") from None
+        raise JobFileError(
+            f"{path}: not UTF-8: byte 0x{raw[e.start]:02x} at offset {e.start} (line {line}) is not "
+            "valid UTF-8; save the file as UTF-8"
+        ) from None
     return text.removeprefix("\ufeff")  # a byte-order mark says "UTF-8"; it is not part of the content
 
 
@@ -109,8 +111,10 @@ class BoundedYamlLoader(yaml.SafeLoader):
         event = self.peek_event()  # type: ignore[no-untyped-call]  # types-PyYAML leaves peek_event untyped
         where = f"line {event.start_mark.line + 1}, column {event.start_mark.column + 1}"
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise RefusedYaml(f"{where}: YAML anchors and aliases (&name, *name, <<: *name) are not accepted in a "
-                              "job file (one alias can expand to gigabytes); write each value out")
+            raise RefusedYaml(
+                f"{where}: YAML anchors and aliases (&name, *name, <<: *name) are not accepted in a "
+                "job file (one alias can expand to gigabytes); write each value out"
+            )
         if self._depth >= MAX_FILE_DEPTH:
             raise RefusedYaml(f"{where}: nested deeper than the limit of {MAX_FILE_DEPTH} levels")
         self._depth += 1
@@ -141,12 +145,16 @@ def load_job_file(path: str, admit: Callable[[Job], None] | None = None) -> list
     if not isinstance(data, Mapping) or "jobs" not in data:
         keys = [k for k in data if isinstance(k, str)] if isinstance(data, Mapping) else []
         hint = difflib.get_close_matches("jobs", keys, n=1)
-        raise JobFileError(f"{path}: expected a top-level 'jobs' list or table"
-                           + (f" (found {shown(hint[0])}: did you mean 'jobs'?)" if hint else ""))
+        raise JobFileError(
+            f"{path}: expected a top-level 'jobs' list or table"
+            + (f" (found {shown(hint[0])}: did you mean 'jobs'?)" if hint else "")
+        )
     for key in data:
         if key not in ("jobs", "calendars", "namespace"):
-            raise JobFileError(f"{path}: {shown(key)}: unknown top-level key; a job file holds only 'jobs', "
-                               "'calendars' and 'namespace'")
+            raise JobFileError(
+                f"{path}: {shown(key)}: unknown top-level key; a job file holds only 'jobs', "
+                "'calendars' and 'namespace'"
+            )
     namespace = data.get("namespace")
     if namespace is not None:
         try:

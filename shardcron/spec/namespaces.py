@@ -60,8 +60,11 @@ def validate_namespace(name: object, field: str = "namespace") -> str:
     if len(name) > MAX_NAMESPACE_LENGTH:
         raise InvalidNamespace(field, f"is {len(name)} characters long; the limit is {MAX_NAMESPACE_LENGTH}")
     if not _NAME.fullmatch(name):
-        raise InvalidNamespace(field, f"{name!r} must be lowercase letters, digits and '-', starting and ending "
-                                      "with a letter or digit (e.g. 'team-a')")
+        raise InvalidNamespace(
+            field,
+            f"{name!r} must be lowercase letters, digits and '-', starting and ending "
+            "with a letter or digit (e.g. 'team-a')",
+        )
     return name
 
 
@@ -87,8 +90,11 @@ def job_key(namespace: str | None, job_id: str, field: str = "id") -> JobKey:
         room = MAX_JOB_ID_BYTES - len(key.namespace) - 1
         size = len(key.id.encode("utf-8"))
         if size > room:
-            raise InvalidJob(field, f"is {size} bytes long; in namespace {key.namespace!r} the limit is {room} "
-                                    f"({MAX_JOB_ID_BYTES} bytes less the namespace and one separator)")
+            raise InvalidJob(
+                field,
+                f"is {size} bytes long; in namespace {key.namespace!r} the limit is {room} "
+                f"({MAX_JOB_ID_BYTES} bytes less the namespace and one separator)",
+            )
     return key
 
 
@@ -121,8 +127,10 @@ def delete_refusal(namespace: str, job_count: int, *, force: bool) -> str | None
     if namespace == DEFAULT_NAMESPACE:
         return "the namespace 'default' cannot be deleted: requests and job files that name no namespace use it"
     if job_count and not force:
-        return (f"namespace {namespace!r} still holds {job_count} job{'s' if job_count != 1 else ''}: delete them "
-                "first, or force the deletion to delete them with it")
+        return (
+            f"namespace {namespace!r} still holds {job_count} job{'s' if job_count != 1 else ''}: delete them "
+            "first, or force the deletion to delete them with it"
+        )
     return None
 
 
@@ -131,12 +139,37 @@ def shard_vectors(keys: Iterable[JobKey], shard_counts: Iterable[int]) -> list[d
 
     The raw hash is the shard for a count of 2**32 (the rule's modulo leaves it whole)."""
     counts = list(shard_counts)
-    return [{"namespace": key.namespace, "id": key.id, "key_hex": shard_key_bytes(key).hex(),
-             "hash": shard_of(key, 2**32), "shard_count": n, "shard": shard_of(key, n)}
-            for key in keys for n in counts]
+    return [
+        {
+            "namespace": key.namespace,
+            "id": key.id,
+            "key_hex": shard_key_bytes(key).hex(),
+            "hash": shard_of(key, 2**32),
+            "shard_count": n,
+            "shard": shard_of(key, n),
+        }
+        for key in keys
+        for n in counts
+    ]
 
 
-__all__ = ["DEFAULT_NAMESPACE", "MAX_NAMESPACE_LENGTH", "NAMESPACE_ENV", "InvalidNamespace", "JobKey", "delete_refusal",
-           "display_key", "job_key", "namespace_of", "split_key", "store_key",
-           "namespace_from_cli", "namespace_or_default", "shard_key", "shard_key_bytes", "shard_of", "shard_vectors",
-           "validate_namespace"]
+__all__ = [
+    "DEFAULT_NAMESPACE",
+    "MAX_NAMESPACE_LENGTH",
+    "NAMESPACE_ENV",
+    "InvalidNamespace",
+    "JobKey",
+    "delete_refusal",
+    "display_key",
+    "job_key",
+    "namespace_of",
+    "split_key",
+    "store_key",
+    "namespace_from_cli",
+    "namespace_or_default",
+    "shard_key",
+    "shard_key_bytes",
+    "shard_of",
+    "shard_vectors",
+    "validate_namespace",
+]

@@ -52,9 +52,12 @@ def parse_cli(text: str, field: str) -> ExecutorSpec:
     if text.startswith(("http://", "https://")):
         return _table({"kind": "http", "url": text}, field)
     if not text.startswith("{"):
-        raise InvalidJob(field, "expected an http(s):// URL or an executor table as JSON, such as "
-                                '{"kind": "nats", "url": "nats://127.0.0.1", "subject": "alerts"}; '
-                                f"got {shown(text)}")
+        raise InvalidJob(
+            field,
+            "expected an http(s):// URL or an executor table as JSON, such as "
+            '{"kind": "nats", "url": "nats://127.0.0.1", "subject": "alerts"}; '
+            f"got {shown(text)}",
+        )
     return _table(load_json(text, field, MAX_FILE_DEPTH), field)
 
 

@@ -54,17 +54,25 @@ def parse_schedule(d: Mapping[str, Any], *, bounded: bool = True) -> Schedule:
 def check_schedule_bounds(schedule: Schedule, now_ms: int | None = None) -> None:
     """Refuse a schedule outside its bounds (``bounds.py``): an interval longer than ten years, a single run
     outside years 1970-9999, a cron expression with no slot in the ten years from ``now_ms`` (the clock)."""
-    if schedule.kind is ScheduleKind.INTERVAL and schedule.interval_ms is not None \
-            and schedule.interval_ms > MAX_DURATION_MS:
-        raise InvalidJob("schedule.interval_ms", f"{shown(schedule.interval_ms)} ms is longer than the limit of ten "
-                                                 f"years ({MAX_DURATION_MS} ms)")
+    if (
+        schedule.kind is ScheduleKind.INTERVAL
+        and schedule.interval_ms is not None
+        and schedule.interval_ms > MAX_DURATION_MS
+    ):
+        raise InvalidJob(
+            "schedule.interval_ms",
+            f"{shown(schedule.interval_ms)} ms is longer than the limit of ten years ({MAX_DURATION_MS} ms)",
+        )
     if schedule.kind is ScheduleKind.ONCE and schedule.at_ms is not None:
         check_time_ms(schedule.at_ms, "schedule.at")
     if schedule.kind is ScheduleKind.CRON and schedule.cron is not None:
         day = (wall_ms() if now_ms is None else now_ms) // DAY_MS
         if not _cron_fires_within(schedule.cron, schedule.timezone, day):
-            raise InvalidJob("schedule.cron", f"{shown(schedule.cron)} never fires in the next ten years (a date "
-                                              "that does not exist, such as February 30?); it would never run")
+            raise InvalidJob(
+                "schedule.cron",
+                f"{shown(schedule.cron)} never fires in the next ten years (a date "
+                "that does not exist, such as February 30?); it would never run",
+            )
 
 
 @functools.lru_cache(maxsize=4096)
@@ -88,7 +96,11 @@ def _parse_schedule_fields(d: Mapping[str, Any]) -> Schedule:
         return Schedule(ScheduleKind.CRON, cron=validate_cron(d["cron"]), timezone=tz)
     if key in ("every", "interval_ms"):
         raw = d[key]
-        ms = whole_number(raw, "schedule.interval_ms") if key == "interval_ms" else parse_duration_ms(raw, "schedule.every")
+        ms = (
+            whole_number(raw, "schedule.interval_ms")
+            if key == "interval_ms"
+            else parse_duration_ms(raw, "schedule.every")
+        )
         if ms <= 0:
             raise InvalidJob(f"schedule.{key}", f"the interval must be positive, got {shown(raw)}")
         return Schedule(ScheduleKind.INTERVAL, interval_ms=ms, timezone=tz)
@@ -130,11 +142,15 @@ def _cron_gaps_s(expr: str) -> tuple[int | None, int, bool]:
     fields = croniter(expr, second_at_beginning=True).expanded
     minutes, hours = _values(fields[0], 60), _values(fields[1], 24)
     seconds = _values(fields[5], 60) if len(fields) > 5 else [0]
-    gaps = [gap for gap in (
-        _neighbour_gap(seconds, 1, 0),
-        _neighbour_gap(minutes, 60, seconds[-1] - seconds[0]),
-        _neighbour_gap(hours, 3600, minutes[-1] * 60 + seconds[-1] - minutes[0] * 60 - seconds[0]),
-    ) if gap is not None]
+    gaps = [
+        gap
+        for gap in (
+            _neighbour_gap(seconds, 1, 0),
+            _neighbour_gap(minutes, 60, seconds[-1] - seconds[0]),
+            _neighbour_gap(hours, 3600, minutes[-1] * 60 + seconds[-1] - minutes[0] * 60 - seconds[0]),
+        )
+        if gap is not None
+    ]
     day_span = (hours[-1] - hours[0]) * 3600 + (minutes[-1] - minutes[0]) * 60 + seconds[-1] - seconds[0]
     every_day = fields[2] == ["*"] and fields[4] == ["*"]
     return (min(gaps) if gaps else None), _DAY_S - day_span, every_day
@@ -178,8 +194,9 @@ def jitter_field(raw: Any, schedule: Schedule, *, bounded: bool) -> int:
         return 0  # the usual case: nothing parsed, no gap computed
     jitter_ms = parse_jitter(raw, "jitter")
     if bounded and jitter_ms > MAX_JITTER_MS:
-        raise InvalidJob("jitter", f"{format_duration_ms(jitter_ms)} is longer than the limit of "
-                                   f"{format_duration_ms(MAX_JITTER_MS)}")
+        raise InvalidJob(
+            "jitter", f"{format_duration_ms(jitter_ms)} is longer than the limit of {format_duration_ms(MAX_JITTER_MS)}"
+        )
     if jitter_ms and bounded:  # a stored job's jitter was checked against its gap when it was admitted
         # below_ms: only "is the gap at most the jitter?" matters, which spares walking a cron's calendar.
         check_jitter(jitter_ms, shortest_gap_ms(schedule, below_ms=jitter_ms + 1), "jitter")
@@ -204,6 +221,9 @@ def check_jitter(jitter_ms: int, shortest_gap_ms: int | None, field: str = "jitt
     millisecond. ``None`` (a single slot) admits any jitter.
     """
     if shortest_gap_ms is not None and jitter_ms >= shortest_gap_ms:
-        raise InvalidJob(field, f"{format_duration_ms(jitter_ms)} is not shorter than the schedule's shortest gap "
-                                f"({format_duration_ms(shortest_gap_ms)}); slots could start out of order")
+        raise InvalidJob(
+            field,
+            f"{format_duration_ms(jitter_ms)} is not shorter than the schedule's shortest gap "
+            f"({format_duration_ms(shortest_gap_ms)}); slots could start out of order",
+        )
     return jitter_ms

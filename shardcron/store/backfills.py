@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
-from sqlalchemy import ColumnElement, Engine, and_, case, func, select
+from sqlalchemy import ColumnElement, Engine, and_, case, false, func, select
 
 from shardcron.errors import JobNotFound
 from shardcron.model import Backfill, BackfillState, Overlap, TickStatus
@@ -56,8 +56,9 @@ def get_backfill(engine: Engine, backfill_id: str) -> Backfill:
     return _from_row(row)
 
 
-def list_backfills(engine: Engine, *, job_id: str | None = None, limit: int = 100,
-                   namespaces: Collection[str] | None = None) -> list[Backfill]:
+def list_backfills(
+    engine: Engine, *, job_id: str | None = None, limit: int = 100, namespaces: Collection[str] | None = None
+) -> list[Backfill]:
     """Newest first; a job's, or everyone's (``namespaces``: only of these; None: every namespace)."""
     q = select(backfills).order_by(backfills.c.created_at_ms.desc(), backfills.c.id).limit(limit)
     if job_id is not None:
@@ -70,18 +71,33 @@ def list_backfills(engine: Engine, *, job_id: str | None = None, limit: int = 10
 
 def active_backfills(engine: Engine, shard: int) -> list[Backfill]:
     """The shard's backfills still to run, oldest first: what its leader works through."""
-    q = (select(backfills).where(backfills.c.shard == shard, backfills.c.state == BackfillState.ACTIVE.value)
-         .order_by(backfills.c.created_at_ms, backfills.c.id))
+    q = (
+        select(backfills)
+        .where(backfills.c.shard == shard, backfills.c.state == BackfillState.ACTIVE.value)
+        .order_by(backfills.c.created_at_ms, backfills.c.id)
+    )
     with reading(engine) as conn:
         return [_from_row(r) for r in conn.execute(q)]
 
 
 def save_progress(engine: Engine, bf: Backfill, *, fence: int, node_id: str, now_ms: int) -> None:
     """Write ``bf``'s cursor, counts, state and error, under ``fence`` (``FencedOut`` once it moved)."""
-    values = dict(cursor_ms=bf.cursor_ms, done=bf.done, skipped=bf.skipped, state=bf.state.value,
-                  error=clip(bf.error) if bf.error else None, fence=fence, node_id=node_id, updated_at_ms=now_ms)
-    run_fenced(engine, bf.shard, fence,
-               lambda conn: conn.execute(backfills.update().where(backfills.c.id == bf.id).values(**values)))
+    values = dict(
+        cursor_ms=bf.cursor_ms,
+        done=bf.done,
+        skipped=bf.skipped,
+        state=bf.state.value,
+        error=clip(bf.error) if bf.error else None,
+        fence=fence,
+        node_id=node_id,
+        updated_at_ms=now_ms,
+    )
+    run_fenced(
+        engine,
+        bf.shard,
+        fence,
+        lambda conn: conn.execute(backfills.update().where(backfills.c.id == bf.id).values(**values)),
+    )
 
 
 def recount(engine: Engine, bf: Backfill) -> Backfill:
@@ -102,12 +118,16 @@ def unstarted(engine: Engine, bf: Backfill) -> int:
 
 
 def _written_by(bf: Backfill) -> tuple[ColumnElement[bool], ...]:
-    return (ticks.c.job_id == bf.job_id, ticks.c.scheduled_at_ms >= bf.from_ms, ticks.c.scheduled_at_ms < bf.to_ms,
-            ticks.c.manual == False, ticks.c.claimed_at_ms >= bf.created_at_ms)  # noqa: E712
+    return (
+        ticks.c.job_id == bf.job_id,
+        ticks.c.scheduled_at_ms >= bf.from_ms,
+        ticks.c.scheduled_at_ms < bf.to_ms,
+        ticks.c.manual == false(),
+        ticks.c.claimed_at_ms >= bf.created_at_ms,
+    )
 
 
-def backfills_over(engine: Engine, from_ms: int, to_ms: int, job_ids: Sequence[str] | None = None
-                   ) -> list[Backfill]:
+def backfills_over(engine: Engine, from_ms: int, to_ms: int, job_ids: Sequence[str] | None = None) -> list[Backfill]:
     """Backfills whose range meets ``[from_ms, to_ms)`` (for the audit)."""
     q = select(backfills).where(and_(backfills.c.from_ms < to_ms, backfills.c.to_ms > from_ms))
     if job_ids is not None:
@@ -119,25 +139,71 @@ def backfills_over(engine: Engine, from_ms: int, to_ms: int, job_ids: Sequence[s
 def recorded_slots(engine: Engine, job_id: str, from_ms: int, to_ms: int) -> set[int]:
     """The job's scheduled (not manual) slots in ``[from_ms, to_ms)`` that have a row."""
     q = select(ticks.c.scheduled_at_ms).where(
-        ticks.c.job_id == job_id, ticks.c.scheduled_at_ms >= from_ms, ticks.c.scheduled_at_ms < to_ms,
-        ticks.c.manual == False)  # noqa: E712
+        ticks.c.job_id == job_id,
+        ticks.c.scheduled_at_ms >= from_ms,
+        ticks.c.scheduled_at_ms < to_ms,
+        ticks.c.manual == false(),
+    )
     with reading(engine) as conn:
         return set(conn.execute(q).scalars())
 
 
 def _row(bf: Backfill) -> dict[str, object]:
-    return dict(id=bf.id, job_id=bf.job_id, shard=bf.shard, from_ms=bf.from_ms, to_ms=bf.to_ms,
-                overlap=bf.overlap.value, rate_per_s=bf.rate_per_s, cursor_ms=bf.cursor_ms, state=bf.state.value,
-                planned=bf.planned, done=bf.done, skipped=bf.skipped, fence=bf.fence, node_id=bf.node_id,
-                created_at_ms=bf.created_at_ms, updated_at_ms=bf.updated_at_ms, error=bf.error)
+    return dict(
+        id=bf.id,
+        job_id=bf.job_id,
+        shard=bf.shard,
+        from_ms=bf.from_ms,
+        to_ms=bf.to_ms,
+        overlap=bf.overlap.value,
+        rate_per_s=bf.rate_per_s,
+        cursor_ms=bf.cursor_ms,
+        state=bf.state.value,
+        planned=bf.planned,
+        done=bf.done,
+        skipped=bf.skipped,
+        fence=bf.fence,
+        node_id=bf.node_id,
+        created_at_ms=bf.created_at_ms,
+        updated_at_ms=bf.updated_at_ms,
+        error=bf.error,
+    )
 
 
 def _from_row(r: AnyRow) -> Backfill:
-    return Backfill(r.id, r.job_id, r.shard, r.from_ms, r.to_ms, Overlap(r.overlap), float(r.rate_per_s),
-                    r.planned, r.created_at_ms, BackfillState(r.state), r.cursor_ms, r.done, r.skipped, r.fence,
-                    r.node_id, r.updated_at_ms, r.error)
+    return Backfill(
+        r.id,
+        r.job_id,
+        r.shard,
+        r.from_ms,
+        r.to_ms,
+        Overlap(r.overlap),
+        float(r.rate_per_s),
+        r.planned,
+        r.created_at_ms,
+        BackfillState(r.state),
+        r.cursor_ms,
+        r.done,
+        r.skipped,
+        r.fence,
+        r.node_id,
+        r.updated_at_ms,
+        r.error,
+    )
 
 
-__all__ = ["Backfill", "BackfillNotFound", "BackfillState", "active_backfills", "backfills_over", "create_backfill",
-           "get_backfill", "list_backfills", "new_backfill_id", "recorded_slots", "recount", "save_progress",
-           "unstarted"]
+__all__ = [
+    "Backfill",
+    "BackfillNotFound",
+    "BackfillState",
+    "active_backfills",
+    "backfills_over",
+    "create_backfill",
+    "get_backfill",
+    "list_backfills",
+    "new_backfill_id",
+    "recorded_slots",
+    "recount",
+    "save_progress",
+    "unstarted",
+]

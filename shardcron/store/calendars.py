@@ -41,9 +41,13 @@ class CalendarInUse(ShardcronError):
     """A delete refused because jobs still name the calendar (FAILED_PRECONDITION)."""
 
     def __init__(self, name: str, job_ids: list[str]):
-        shown = ", ".join(display_key(k) for k in job_ids[:10]) + (f" and {len(job_ids) - 10} more" if len(job_ids) > 10 else "")
-        super().__init__(f"calendar {name!r} is used by {len(job_ids)} job(s): {shown}; change those jobs "
-                         "first, or delete with --force (they then owe no slot until it is put again)")
+        shown = ", ".join(display_key(k) for k in job_ids[:10]) + (
+            f" and {len(job_ids) - 10} more" if len(job_ids) > 10 else ""
+        )
+        super().__init__(
+            f"calendar {name!r} is used by {len(job_ids)} job(s): {shown}; change those jobs "
+            "first, or delete with --force (they then owe no slot until it is put again)"
+        )
         self.name = name
         self.job_ids = job_ids
 
@@ -69,8 +73,9 @@ class CalendarVersion:
     calendar: Calendar | None
 
 
-def put_calendar(engine: Engine, calendar: Calendar, *, node_id: str, now_ms: int,
-                 expected_version: int | None = None) -> StoredCalendar:
+def put_calendar(
+    engine: Engine, calendar: Calendar, *, node_id: str, now_ms: int, expected_version: int | None = None
+) -> StoredCalendar:
     """Create or replace; ``expected_version`` 0: only create, N: only over version N (else ``VersionConflict``)."""
     spec = json.dumps(calendar_to_dict(calendar), sort_keys=True, separators=(",", ":"))
     try:
@@ -80,25 +85,32 @@ def put_calendar(engine: Engine, calendar: Calendar, *, node_id: str, now_ms: in
         raise CalendarVersionConflict(calendar.name, expected_version, None) from None
 
 
-def _put(engine: Engine, calendar: Calendar, spec: str, node_id: str, now_ms: int,
-         expected_version: int | None) -> StoredCalendar:
+def _put(
+    engine: Engine, calendar: Calendar, spec: str, node_id: str, now_ms: int, expected_version: int | None
+) -> StoredCalendar:
     with writing(engine) as conn:
-        row = conn.execute(select(calendars.c.version).where(calendars.c.name == calendar.name)
-                           .with_for_update()).first()
+        row = conn.execute(
+            select(calendars.c.version).where(calendars.c.name == calendar.name).with_for_update()
+        ).first()
         current = row.version if row else 0
         if expected_version is not None and expected_version != current:
             raise CalendarVersionConflict(calendar.name, expected_version, current)
         # After a delete the history goes on counting, so a re-created calendar never reuses a version.
-        last = conn.execute(select(func.max(calendar_versions.c.version))
-                            .where(calendar_versions.c.name == calendar.name)).scalar() or 0
+        last = (
+            conn.execute(
+                select(func.max(calendar_versions.c.version)).where(calendar_versions.c.name == calendar.name)
+            ).scalar()
+            or 0
+        )
         version = max(current, last) + 1
         values = dict(spec=spec, version=version, node_id=node_id, updated_at_ms=now_ms)
         if row is None:
             conn.execute(calendars.insert().values(name=calendar.name, **values))
         else:
             conn.execute(calendars.update().where(calendars.c.name == calendar.name).values(**values))
-        conn.execute(calendar_versions.insert().values(name=calendar.name, version=version, spec=spec,
-                                                       effective_at_ms=now_ms))
+        conn.execute(
+            calendar_versions.insert().values(name=calendar.name, version=version, spec=spec, effective_at_ms=now_ms)
+        )
     return StoredCalendar(calendar, version, now_ms)
 
 
@@ -117,8 +129,9 @@ def import_calendars(engine: Engine, calendars_: Iterable[Calendar], *, node_id:
         if current is not None and current.calendar == cal:
             continue
         try:
-            put_calendar(engine, cal, node_id=node_id, now_ms=now_ms,
-                         expected_version=current.version if current else 0)
+            put_calendar(
+                engine, cal, node_id=node_id, now_ms=now_ms, expected_version=current.version if current else 0
+            )
         except (CalendarVersionConflict, sa_exc.IntegrityError):
             continue
         written.append(cal.name)
@@ -150,20 +163,21 @@ def delete_calendar(engine: Engine, name: str, *, now_ms: int, force: bool = Fal
         if row is None:
             raise CalendarNotFound(name)
         conn.execute(calendars.delete().where(calendars.c.name == name))
-        conn.execute(calendar_versions.insert().values(name=name, version=row.version + 1, spec=None,
-                                                       effective_at_ms=now_ms))
+        conn.execute(
+            calendar_versions.insert().values(name=name, version=row.version + 1, spec=None, effective_at_ms=now_ms)
+        )
 
 
-def jobs_using(engine: Engine, name: str, limit: int = MAX_USERS_LISTED,
-               namespaces: Collection[str] | None = None) -> list[str]:
+def jobs_using(
+    engine: Engine, name: str, limit: int = MAX_USERS_LISTED, namespaces: Collection[str] | None = None
+) -> list[str]:
     """Keys of jobs whose definition names ``name``, by key, at most ``limit``; of ``namespaces`` only
     (None: every namespace; the API lists only the caller's).
 
     The spec is JSON text: a LIKE finds the candidates (only jobs with calendars at all),
     and each is parsed to be sure. A full scan of jobs, paid on a delete or a get only.
     """
-    q = (select(jobs.c.id, jobs.c.spec).where(jobs.c.spec.contains('"calendars"'))
-         .order_by(jobs.c.id))
+    q = select(jobs.c.id, jobs.c.spec).where(jobs.c.spec.contains('"calendars"')).order_by(jobs.c.id)
     if namespaces is not None:
         q = q.where(jobs.c.namespace.in_(sorted(namespaces)))
     out = []
@@ -186,13 +200,29 @@ def calendar_history(engine: Engine, names: Iterable[str] | None = None) -> list
         q = q.where(calendar_versions.c.name.in_(wanted))
     with reading(engine) as conn:
         rows = conn.execute(q).all()
-    return [CalendarVersion(r.name, r.version, r.effective_at_ms,
-                            None if r.spec is None else parse_calendar(r.name, json.loads(r.spec))) for r in rows]
+    return [
+        CalendarVersion(
+            r.name, r.version, r.effective_at_ms, None if r.spec is None else parse_calendar(r.name, json.loads(r.spec))
+        )
+        for r in rows
+    ]
 
 
 def _stored(row: AnyRow) -> StoredCalendar:
     return StoredCalendar(parse_calendar(row.name, json.loads(row.spec)), row.version, row.updated_at_ms)
 
 
-__all__ = ["CalendarInUse", "CalendarNotFound", "CalendarVersionConflict", "CalendarVersion", "StoredCalendar", "calendar_history",
-           "delete_calendar", "get_calendar", "import_calendars", "jobs_using", "list_calendars", "put_calendar"]
+__all__ = [
+    "CalendarInUse",
+    "CalendarNotFound",
+    "CalendarVersionConflict",
+    "CalendarVersion",
+    "StoredCalendar",
+    "calendar_history",
+    "delete_calendar",
+    "get_calendar",
+    "import_calendars",
+    "jobs_using",
+    "list_calendars",
+    "put_calendar",
+]

@@ -35,14 +35,17 @@ class TickNotOwned(ShardcronError):
     """The tick is no longer unresolved under this fence (already final, or moved): nothing to commit it with."""
 
     def __init__(self, slot: SlotRef, fence: int):
-        super().__init__(f"tick {slot.job_id}@{slot.scheduled_at_ms} is no longer unresolved under fence {fence} "
-                         "(already recorded, or taken over)")
+        super().__init__(
+            f"tick {slot.job_id}@{slot.scheduled_at_ms} is no longer unresolved under fence {fence} "
+            "(already recorded, or taken over)"
+        )
         self.slot = slot
         self.fence = fence
 
 
-def record_success_in(conn: Connection, slot: SlotRef, attempt: int, result: ExecutionResult, *,
-                      shard: int, fence: int) -> None:
+def record_success_in(
+    conn: Connection, slot: SlotRef, attempt: int, result: ExecutionResult, *, shard: int, fence: int
+) -> None:
     """In ``conn``'s open transaction: check ``fence`` and record the tick ``succeeded``. The caller commits.
 
     Raises ``FencedOut`` when the shard's fence is not ``fence`` any more, and

@@ -119,7 +119,7 @@ def writing(engine: Engine) -> Iterator[Connection]:
     once; writers in other processes still meet the busy handler.
     """
     lock = _SQLITE_WRITE_LOCKS.get(engine)
-    with store_errors(engine), (lock if lock is not None else nullcontext()), engine.connect() as conn, conn.begin():
+    with store_errors(engine), lock if lock is not None else nullcontext(), engine.connect() as conn, conn.begin():
         yield conn
 
 

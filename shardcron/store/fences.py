@@ -71,9 +71,7 @@ def raise_fence(engine: Engine, shard: int, fence: int, node_id: str, now_ms: in
             .values(fence=fence, node_id=node_id, updated_at_ms=now_ms)
         ).rowcount
         if moved == 1:
-            conn.execute(
-                fence_log.insert().values(shard=shard, fence=fence, node_id=node_id, raised_at_ms=now_ms)
-            )
+            conn.execute(fence_log.insert().values(shard=shard, fence=fence, node_id=node_id, raised_at_ms=now_ms))
             return
         current = conn.execute(select(shard_fences.c.fence).where(shard_fences.c.shard == shard)).scalar()
         if current is None:
@@ -134,8 +132,9 @@ def fenced(engine: Engine, shard: int, fence: int) -> Iterator[Connection]:
 
 
 @contextmanager
-def fenced_many(engine: Engine,
-                work: Mapping[Key, P]) -> Iterator[tuple[Connection, dict[Key, P], dict[int, int | None]]]:
+def fenced_many(
+    engine: Engine, work: Mapping[Key, P]
+) -> Iterator[tuple[Connection, dict[Key, P], dict[int, int | None]]]:
     """One transaction for several shards' work, ``{(shard, fence): item}``: yields
     ``(conn, live, fenced_out)``.
 
@@ -187,8 +186,9 @@ def run_fenced(engine: Engine, shard: int, fence: int, work: Callable[[Connectio
     return cast(T, out.value)  # the fence held, so work ran
 
 
-def run_fenced_many(engine: Engine, work_by_fence: Mapping[Key, P],
-                    work: Callable[[Connection, dict[Key, P]], T]) -> FencedOutcome[T]:
+def run_fenced_many(
+    engine: Engine, work_by_fence: Mapping[Key, P], work: Callable[[Connection, dict[Key, P]], T]
+) -> FencedOutcome[T]:
     """``work(conn, live)`` in a ``fenced_many`` transaction, re-run like ``run_fenced``;
     ``live`` holds only the items whose fence held."""
     for attempt in range(1, CONFLICT_ATTEMPTS + 1):
@@ -204,5 +204,15 @@ def run_fenced_many(engine: Engine, work_by_fence: Mapping[Key, P],
     raise AssertionError("unreachable")
 
 
-__all__ = ["FenceRow", "FencedOutcome", "ensure_shards", "fenced", "fenced_many", "raise_fence", "read_fences",
-           "run_fenced", "run_fenced_many", "stored_fence_for_share"]
+__all__ = [
+    "FenceRow",
+    "FencedOutcome",
+    "ensure_shards",
+    "fenced",
+    "fenced_many",
+    "raise_fence",
+    "read_fences",
+    "run_fenced",
+    "run_fenced_many",
+    "stored_fence_for_share",
+]

@@ -73,9 +73,15 @@ def list_jobs(
             with reading(engine) as conn:
                 searched = sorted({DEFAULT_NAMESPACE, *conn.execute(select(namespace_rows.c.name)).scalars()})
         # The namespace too: a key of namespace "pay" starts with "pa" as well.
-        q = q.where(or_(false(), *(and_(jobs.c.namespace == ns,
-                                        jobs.c.id.startswith(join_key(ns, id_prefix), autoescape=True))
-                                   for ns in searched)))
+        q = q.where(
+            or_(
+                false(),
+                *(
+                    and_(jobs.c.namespace == ns, jobs.c.id.startswith(join_key(ns, id_prefix), autoescape=True))
+                    for ns in searched
+                ),
+            )
+        )
     if after_id is not None:  # the key orders like the id within its namespace (jobkey)
         after_ns = namespace_of(after_id)
         q = q.where(or_(jobs.c.namespace > after_ns, and_(jobs.c.namespace == after_ns, jobs.c.id > after_id)))

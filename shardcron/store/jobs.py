@@ -31,15 +31,25 @@ from shardcron.store.sql import chunks
 log = logging.getLogger(__name__)
 
 # What every write sets (see _row); created_at_ms only on insert.
-_WRITE_COLUMNS = ("shard", "namespace", "spec", "version", "paused", "fence", "node_id", "updated_at_ms",
-                  "active_since_ms")
+_WRITE_COLUMNS = (
+    "shard",
+    "namespace",
+    "spec",
+    "version",
+    "paused",
+    "fence",
+    "node_id",
+    "updated_at_ms",
+    "active_since_ms",
+)
 # FOR UPDATE, read in id order, as put_each reads them: the replaced spec gives its rate back to the
 # namespace's usage, so it must be the one this transaction replaces; and every job writer locks its job
 # rows before its namespace rows (store/namespaces.py), so writers cannot deadlock on them.
 _JOBS_BY_IDS = select(*READ_COLUMNS).where(jobs.c.id.in_(bindparam("ids", expanding=True))).with_for_update()
 # The spec too: the replaced definition's rate is given back to its namespace's quota.
 _VERSIONS_FOR_UPDATE = (
-    select(jobs.c.id, jobs.c.version, jobs.c.spec).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
+    select(jobs.c.id, jobs.c.version, jobs.c.spec)
+    .where(jobs.c.id.in_(bindparam("ids", expanding=True)))
     .with_for_update()
 )
 # Many jobs' updates as one executemany; parameters are the columns prefixed b_.
@@ -135,8 +145,13 @@ def put_each(engine: Engine, puts: Sequence[Put], *, node_id: str, now_ms: int) 
             out[i] = stored = replace(p.job, version=actual + 1, active_since_ms=now_ms)
             versions[p.job.id] = stored.version
             staged[p.job.id] = (stored, p.shard, p.fence)
-        _write(conn, [w for w in staged.values() if w[0].id not in existed],
-               [w for w in staged.values() if w[0].id in existed], node_id=node_id, now_ms=now_ms)
+        _write(
+            conn,
+            [w for w in staged.values() if w[0].id not in existed],
+            [w for w in staged.values() if w[0].id in existed],
+            node_id=node_id,
+            now_ms=now_ms,
+        )
         rooms.save(conn)
         return out
 
@@ -179,13 +194,24 @@ def import_jobs(engine: Engine, jobs_: Iterable[Job], *, shard: int, fence: int,
         raise FencedOut(shard, fence, outcome.fenced_out[shard])
     for job_id, why in outcome.refused.items():
         # A leader importing its file goes on with the other jobs: one job over quota must not stop a shard.
-        log.warning("shard %d: job %s of the jobs file not imported: %s", shard, display_key(job_id), why,
-                    extra={"shard": shard})
+        log.warning(
+            "shard %d: job %s of the jobs file not imported: %s",
+            shard,
+            display_key(job_id),
+            why,
+            extra={"shard": shard},
+        )
     return sum(1 for i in outcome.written.values() if not i.unchanged)
 
 
-def import_jobs_many(engine: Engine, by_shard: Mapping[int, tuple[int, Sequence[Job]]], *, node_id: str,
-                     now_ms: int, order: Mapping[str, int] | None = None) -> ImportOutcome:
+def import_jobs_many(
+    engine: Engine,
+    by_shard: Mapping[int, tuple[int, Sequence[Job]]],
+    *,
+    node_id: str,
+    now_ms: int,
+    order: Mapping[str, int] | None = None,
+) -> ImportOutcome:
     """``import_jobs`` for several shards of one leader: ``{shard: (fence, jobs)}``.
 
     One fenced transaction for them all, a few statements per 500 jobs, and
@@ -221,8 +247,9 @@ def import_jobs_many(engine: Engine, by_shard: Mapping[int, tuple[int, Sequence[
             if row is not None:
                 job = replace(job, paused=bool(row.paused))  # the API's pause outlives a re-import
                 if row.shard == shard and _spec(job) == _normalised_spec(row.spec):
-                    written[job_id] = Imported(replace(job, version=row.version, active_since_ms=row.active_since_ms),
-                                               True)
+                    written[job_id] = Imported(
+                        replace(job, version=row.version, active_since_ms=row.active_since_ms), True
+                    )
                     continue
             change = PutChange(None if row is None else rate_of_spec(row.spec), schedule_rate(job.schedule))
             why = rooms.admit(namespace_of(job_id), change)
@@ -240,16 +267,26 @@ def import_jobs_many(engine: Engine, by_shard: Mapping[int, tuple[int, Sequence[
     return ImportOutcome(out.value, out.fenced_out, dict(refused))
 
 
-def _write(conn: Connection, inserts: Sequence[tuple[Job, int, int]], updates: Sequence[tuple[Job, int, int]], *,
-           node_id: str, now_ms: int) -> None:
+def _write(
+    conn: Connection,
+    inserts: Sequence[tuple[Job, int, int]],
+    updates: Sequence[tuple[Job, int, int]],
+    *,
+    node_id: str,
+    now_ms: int,
+) -> None:
     """Write new and existing jobs, each given as (job as stored, shard, fence): one executemany
     each, and their labels rewritten."""
     if inserts:
-        conn.execute(jobs.insert(), [{"id": j.id, "created_at_ms": now_ms, **_row(j, s, f, node_id, now_ms)}
-                                     for j, s, f in inserts])
+        conn.execute(
+            jobs.insert(),
+            [{"id": j.id, "created_at_ms": now_ms, **_row(j, s, f, node_id, now_ms)} for j, s, f in inserts],
+        )
     if updates:
-        conn.execute(_UPDATE_BY_ID, [{"b_id": j.id, **{f"b_{c}": v for c, v in _row(j, s, f, node_id, now_ms).items()}}
-                                     for j, s, f in updates])
+        conn.execute(
+            _UPDATE_BY_ID,
+            [{"b_id": j.id, **{f"b_{c}": v for c, v in _row(j, s, f, node_id, now_ms).items()}} for j, s, f in updates],
+        )
     _rewrite_labels(conn, [j for j, _, _ in updates], existed=True)
     _rewrite_labels(conn, [j for j, _, _ in inserts], existed=False)
 
@@ -259,8 +296,9 @@ def delete_job(engine: Engine, job_id: str, *, shard: int, fence: int) -> None:
     Its namespace's usage gives its room back in the same transaction."""
 
     def work(conn: Connection) -> None:
-        spec = conn.execute(select(jobs.c.spec).where(jobs.c.id == job_id, jobs.c.shard == shard)
-                            .with_for_update()).scalar()
+        spec = conn.execute(
+            select(jobs.c.spec).where(jobs.c.id == job_id, jobs.c.shard == shard).with_for_update()
+        ).scalar()
         if spec is None:
             raise JobNotFound(job_id)
         conn.execute(job_labels.delete().where(job_labels.c.job_id == job_id))
@@ -362,4 +400,3 @@ __all__ = [
     "put_job",
     "set_paused",
 ]
-

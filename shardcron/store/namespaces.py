@@ -65,12 +65,21 @@ class NamespaceInUse(ShardcronError):
 # -- management ---------------------------------------------------------------------------------
 
 
-def create_namespace(engine: Engine, name: str, settings: NamespaceSettings, *, node_id: str,
-                     now_ms: int) -> StoredNamespace:
+def create_namespace(
+    engine: Engine, name: str, settings: NamespaceSettings, *, node_id: str, now_ms: int
+) -> StoredNamespace:
     """A new namespace with no jobs; ``NamespaceExists`` when the name is taken."""
     check_weight(settings.weight)
-    row = {"name": name, "weight": settings.weight, **_quota_columns(settings.quota), "jobs": 0,
-           "slots_per_second": "0", "node_id": node_id, "created_at_ms": now_ms, "updated_at_ms": now_ms}
+    row = {
+        "name": name,
+        "weight": settings.weight,
+        **_quota_columns(settings.quota),
+        "jobs": 0,
+        "slots_per_second": "0",
+        "node_id": node_id,
+        "created_at_ms": now_ms,
+        "updated_at_ms": now_ms,
+    }
     try:
         with writing(engine) as conn:
             if name == DEFAULT_NAMESPACE:
@@ -106,9 +115,15 @@ def namespace_settings(engine: Engine) -> dict[str, NamespaceSettings]:
     return {r.name: _settings(r) for r in rows}
 
 
-def update_namespace(engine: Engine, name: str, *, weight: float | None = None,
-                     quota: Mapping[str, int | Fraction | None] | None = None, node_id: str,
-                     now_ms: int) -> StoredNamespace:
+def update_namespace(
+    engine: Engine,
+    name: str,
+    *,
+    weight: float | None = None,
+    quota: Mapping[str, int | Fraction | None] | None = None,
+    node_id: str,
+    now_ms: int,
+) -> StoredNamespace:
     """Change the weight (None: unchanged) and the named quotas (a value of None removes that limit).
 
     Lowering a quota below the usage is allowed: it then refuses growth only
@@ -129,8 +144,11 @@ def update_namespace(engine: Engine, name: str, *, weight: float | None = None,
         if row is None:
             raise NamespaceNotFound(name)
         if values:
-            conn.execute(namespaces.update().where(namespaces.c.name == name)
-                         .values(**values, node_id=node_id, updated_at_ms=now_ms))
+            conn.execute(
+                namespaces.update()
+                .where(namespaces.c.name == name)
+                .values(**values, node_id=node_id, updated_at_ms=now_ms)
+            )
             row = conn.execute(select(namespaces).where(namespaces.c.name == name)).one()  # locked above
     return _stored(row)
 
@@ -200,20 +218,31 @@ class Rooms:
         if room is not None:
             u = room.usage
             # Never below 0: a count that drifted (a row restored by hand) must not refuse what is within it.
-            room.usage = replace(u, jobs=max(0, u.jobs - 1),
-                                 slots_per_second=max(Fraction(0), u.slots_per_second - rate))
+            room.usage = replace(
+                u, jobs=max(0, u.jobs - 1), slots_per_second=max(Fraction(0), u.slots_per_second - rate)
+            )
 
     def save(self, conn: Connection) -> None:
-        rows = [{"b_name": n, "b_jobs": r.usage.jobs, "b_rate": _fraction_text(r.usage.slots_per_second)}
-                for n, r in sorted(self.rooms.items()) if r.usage != r.before]
+        rows = [
+            {"b_name": n, "b_jobs": r.usage.jobs, "b_rate": _fraction_text(r.usage.slots_per_second)}
+            for n, r in sorted(self.rooms.items())
+            if r.usage != r.before
+        ]
         if rows:
             conn.execute(_SET_USAGE, rows)
 
 
-_SET_USAGE = (namespaces.update().where(namespaces.c.name == bindparam("b_name"))
-              .values(jobs=bindparam("b_jobs"), slots_per_second=bindparam("b_rate")))
-_ROWS_FOR_UPDATE = (select(namespaces).where(namespaces.c.name.in_(bindparam("names", expanding=True)))
-                    .order_by(namespaces.c.name).with_for_update())
+_SET_USAGE = (
+    namespaces.update()
+    .where(namespaces.c.name == bindparam("b_name"))
+    .values(jobs=bindparam("b_jobs"), slots_per_second=bindparam("b_rate"))
+)
+_ROWS_FOR_UPDATE = (
+    select(namespaces)
+    .where(namespaces.c.name.in_(bindparam("names", expanding=True)))
+    .order_by(namespaces.c.name)
+    .with_for_update()
+)
 
 
 def lock_rooms(conn: Connection, names: Iterable[str], now_ms: int = 0) -> Rooms:
@@ -231,8 +260,9 @@ def lock_rooms(conn: Connection, names: Iterable[str], now_ms: int = 0) -> Rooms
     return Rooms({r.name: _Room(_settings(r).quota, _usage(r), _usage(r)) for r in rows})
 
 
-def take_room(conn: Connection, namespace: str, changes: Sequence[PutChange],
-              now_ms: int = 0) -> list[QuotaExceeded | None]:
+def take_room(
+    conn: Connection, namespace: str, changes: Sequence[PutChange], now_ms: int = 0
+) -> list[QuotaExceeded | None]:
     """Admit ``changes`` to ``namespace`` in order under its row's lock and write the new usage:
     one answer per change, None (admitted) or the quota it would cross. ``NamespaceMissing`` when
     the namespace has no row."""
@@ -292,10 +322,24 @@ def _ensure_default(conn: Connection, now_ms: int) -> None:
     count, rate = 0, Fraction(0)
     for (spec,) in conn.execute(select(jobs.c.spec).where(jobs.c.namespace == DEFAULT_NAMESPACE)):
         count, rate = count + 1, rate + rate_of_spec(spec)
-    insert_ignoring_duplicates(conn, namespaces, [{
-        "name": DEFAULT_NAMESPACE, "weight": 1.0, "max_jobs": None, "max_slots_per_second": None,
-        "max_running": None, "jobs": count, "slots_per_second": _fraction_text(rate), "node_id": "",
-        "created_at_ms": now_ms, "updated_at_ms": now_ms}])
+    insert_ignoring_duplicates(
+        conn,
+        namespaces,
+        [
+            {
+                "name": DEFAULT_NAMESPACE,
+                "weight": 1.0,
+                "max_jobs": None,
+                "max_slots_per_second": None,
+                "max_running": None,
+                "jobs": count,
+                "slots_per_second": _fraction_text(rate),
+                "node_id": "",
+                "created_at_ms": now_ms,
+                "updated_at_ms": now_ms,
+            }
+        ],
+    )
 
 
 def _ensure_default_row(engine: Engine) -> None:
@@ -311,9 +355,13 @@ def _count_jobs(conn: Connection, name: str) -> int:
 
 
 def _quota_columns(quota: Quota, only: Iterable[str] | None = None) -> dict[str, int | str | None]:
-    cols = {"max_jobs": quota.max_jobs, "max_running": quota.max_running,
-            "max_slots_per_second": None if quota.max_slots_per_second is None
-            else _fraction_text(quota.max_slots_per_second)}
+    cols = {
+        "max_jobs": quota.max_jobs,
+        "max_running": quota.max_running,
+        "max_slots_per_second": None
+        if quota.max_slots_per_second is None
+        else _fraction_text(quota.max_slots_per_second),
+    }
     return cols if only is None else {k: cols[k] for k in only}
 
 
@@ -323,8 +371,9 @@ def _fraction_text(x: Fraction) -> str:
 
 def _settings(row: AnyRow) -> NamespaceSettings:
     rate = row.max_slots_per_second
-    return NamespaceSettings(float(row.weight), Quota(row.max_jobs, None if rate is None else Fraction(rate),
-                                                      row.max_running))
+    return NamespaceSettings(
+        float(row.weight), Quota(row.max_jobs, None if rate is None else Fraction(rate), row.max_running)
+    )
 
 
 def _usage(row: AnyRow) -> Usage:
@@ -335,6 +384,20 @@ def _stored(row: AnyRow) -> StoredNamespace:
     return StoredNamespace(row.name, _settings(row), _usage(row), row.created_at_ms, row.updated_at_ms)
 
 
-__all__ = ["NamespaceInUse", "Rooms", "count_jobs",
-           "create_namespace", "delete_namespace", "get_namespace", "give_back", "job_keys", "list_namespaces",
-           "lock_rooms", "namespace_settings", "rate_of_spec", "schedule_rate", "take_room", "update_namespace"]
+__all__ = [
+    "NamespaceInUse",
+    "Rooms",
+    "count_jobs",
+    "create_namespace",
+    "delete_namespace",
+    "get_namespace",
+    "give_back",
+    "job_keys",
+    "list_namespaces",
+    "lock_rooms",
+    "namespace_settings",
+    "rate_of_spec",
+    "schedule_rate",
+    "take_room",
+    "update_namespace",
+]

@@ -54,8 +54,16 @@ class NotificationRow:
         return (self.job_id, self.scheduled_at_ms, self.kind.value)
 
 
-def claim(engine: Engine, claims: Sequence[NotificationClaim], *, shard: int, fence: int, node_id: str,
-          now_ms: int, default_rate: Rate | None) -> list[NotificationRow]:
+def claim(
+    engine: Engine,
+    claims: Sequence[NotificationClaim],
+    *,
+    shard: int,
+    fence: int,
+    node_id: str,
+    now_ms: int,
+    default_rate: Rate | None,
+) -> list[NotificationRow]:
     """Insert the rows of ``claims`` not there yet, under ``fence``; returns those inserted (claimed, or
     suppressed by ``default_rate``). ``FencedOut`` when the fence moved (nothing is written)."""
 
@@ -69,8 +77,9 @@ def claim(engine: Engine, claims: Sequence[NotificationClaim], *, shard: int, fe
                 sent = _default_claimed_since(conn, c.job_id, c.kind, window_start_ms(default_rate, now_ms))
                 if not allows(default_rate, sent):
                     status = NotificationStatus.SUPPRESSED
-            row = NotificationRow(c.job_id, c.scheduled_at_ms, c.kind, shard, fence, node_id, status, c.source,
-                                  c.spec, now_ms)
+            row = NotificationRow(
+                c.job_id, c.scheduled_at_ms, c.kind, shard, fence, node_id, status, c.source, c.spec, now_ms
+            )
             conn.execute(notifications.insert().values(_values(row)))
             out.append(row)
         return out
@@ -78,20 +87,41 @@ def claim(engine: Engine, claims: Sequence[NotificationClaim], *, shard: int, fe
     return run_fenced(engine, shard, fence, work) if claims else []
 
 
-def settle(engine: Engine, row: NotificationRow, status: NotificationStatus, *, fence: int, node_id: str,
-           attempts: int, error: str | None, now_ms: int) -> bool:
+def settle(
+    engine: Engine,
+    row: NotificationRow,
+    status: NotificationStatus,
+    *,
+    fence: int,
+    node_id: str,
+    attempts: int,
+    error: str | None,
+    now_ms: int,
+) -> bool:
     """Record a claimed notification's outcome under ``fence``; False when it was no longer claimed
     (another leader settled it). ``FencedOut`` when the fence moved."""
 
     def work(conn: Connection) -> bool:
-        return conn.execute(
-            notifications.update()
-            .where(notifications.c.job_id == row.job_id, notifications.c.scheduled_at_ms == row.scheduled_at_ms,
-                   notifications.c.kind == row.kind.value,
-                   notifications.c.status == NotificationStatus.CLAIMED.value)
-            .values(status=status.value, fence=fence, node_id=node_id, attempts=attempts,
-                    error=clip(error) if error else None, sent_at_ms=now_ms)
-        ).rowcount == 1
+        return (
+            conn.execute(
+                notifications.update()
+                .where(
+                    notifications.c.job_id == row.job_id,
+                    notifications.c.scheduled_at_ms == row.scheduled_at_ms,
+                    notifications.c.kind == row.kind.value,
+                    notifications.c.status == NotificationStatus.CLAIMED.value,
+                )
+                .values(
+                    status=status.value,
+                    fence=fence,
+                    node_id=node_id,
+                    attempts=attempts,
+                    error=clip(error) if error else None,
+                    sent_at_ms=now_ms,
+                )
+            ).rowcount
+            == 1
+        )
 
     return run_fenced(engine, row.shard, fence, work)
 
@@ -99,37 +129,63 @@ def settle(engine: Engine, row: NotificationRow, status: NotificationStatus, *, 
 def is_claimed(engine: Engine, row: NotificationRow) -> bool:
     """Whether ``row`` is still claimed and not settled (a sender looks before it sends)."""
     with reading(engine) as conn:
-        return conn.execute(select(notifications.c.status).where(
-            notifications.c.job_id == row.job_id, notifications.c.scheduled_at_ms == row.scheduled_at_ms,
-            notifications.c.kind == row.kind.value)).scalar() == NotificationStatus.CLAIMED.value
+        return (
+            conn.execute(
+                select(notifications.c.status).where(
+                    notifications.c.job_id == row.job_id,
+                    notifications.c.scheduled_at_ms == row.scheduled_at_ms,
+                    notifications.c.kind == row.kind.value,
+                )
+            ).scalar()
+            == NotificationStatus.CLAIMED.value
+        )
 
 
 def unsent(engine: Engine, shard: int) -> list[NotificationRow]:
     """The shard's notifications claimed and not settled: its new leader sends them."""
     with reading(engine) as conn:
-        rows = conn.execute(select(notifications).where(notifications.c.shard == shard,
-                                                        notifications.c.status == NotificationStatus.CLAIMED.value))
+        rows = conn.execute(
+            select(notifications).where(
+                notifications.c.shard == shard, notifications.c.status == NotificationStatus.CLAIMED.value
+            )
+        )
         return [_row(r) for r in rows]
 
 
-def failed_without_notification(engine: Engine, shard: int, job_ids: Sequence[str], *,
-                                since_ms: int) -> list[tuple[str, int]]:
+def failed_without_notification(
+    engine: Engine, shard: int, job_ids: Sequence[str], *, since_ms: int
+) -> list[tuple[str, int]]:
     """The slots of ``job_ids`` (the shard's jobs that want on_failure) scheduled after ``since_ms`` that
     failed (or were abandoned) and have no on_failure row: what a new leader claims in case its predecessor
     died between the two. Read per job along the primary key: the status index holds only unresolved
     ticks, and a scan of the last hour by time would read every shard's ticks."""
     n = notifications
-    missing = ~select(n.c.job_id).where(
-        n.c.job_id == ticks.c.job_id, n.c.scheduled_at_ms == ticks.c.scheduled_at_ms,
-        n.c.kind == NotificationKind.ON_FAILURE.value).exists()
+    missing = (
+        ~select(n.c.job_id)
+        .where(
+            n.c.job_id == ticks.c.job_id,
+            n.c.scheduled_at_ms == ticks.c.scheduled_at_ms,
+            n.c.kind == NotificationKind.ON_FAILURE.value,
+        )
+        .exists()
+    )
     out: list[tuple[str, int]] = []
     with reading(engine) as conn:
         for part in chunks(sorted(job_ids)):
-            out += [tuple(r) for r in conn.execute(
-                select(ticks.c.job_id, ticks.c.scheduled_at_ms)
-                .where(ticks.c.job_id.in_(part), ticks.c.scheduled_at_ms > since_ms, ticks.c.shard == shard,
-                       ticks.c.status.in_([s.value for s in FAILED_STATUSES]), missing)
-                .order_by(ticks.c.job_id, ticks.c.scheduled_at_ms))]
+            out += [
+                tuple(r)
+                for r in conn.execute(
+                    select(ticks.c.job_id, ticks.c.scheduled_at_ms)
+                    .where(
+                        ticks.c.job_id.in_(part),
+                        ticks.c.scheduled_at_ms > since_ms,
+                        ticks.c.shard == shard,
+                        ticks.c.status.in_([s.value for s in FAILED_STATUSES]),
+                        missing,
+                    )
+                    .order_by(ticks.c.job_id, ticks.c.scheduled_at_ms)
+                )
+            ]
     return out
 
 
@@ -139,10 +195,18 @@ def recently_failed_jobs(engine: Engine, shard: int, job_ids: Sequence[str], *, 
     out: set[str] = set()
     with reading(engine) as conn:
         for part in chunks(sorted(job_ids)):
-            out.update(conn.execute(
-                select(ticks.c.job_id).distinct()
-                .where(ticks.c.job_id.in_(part), ticks.c.scheduled_at_ms > since_ms, ticks.c.shard == shard,
-                       ticks.c.status.in_([s.value for s in FAILED_STATUSES]))).scalars())
+            out.update(
+                conn.execute(
+                    select(ticks.c.job_id)
+                    .distinct()
+                    .where(
+                        ticks.c.job_id.in_(part),
+                        ticks.c.scheduled_at_ms > since_ms,
+                        ticks.c.shard == shard,
+                        ticks.c.status.in_([s.value for s in FAILED_STATUSES]),
+                    )
+                ).scalars()
+            )
     return out
 
 
@@ -152,9 +216,14 @@ def previous_run_status(engine: Engine, job_id: str, before_ms: int) -> TickStat
     with reading(engine) as conn:
         value = conn.execute(
             select(ticks.c.status)
-            .where(ticks.c.job_id == job_id, ticks.c.scheduled_at_ms < before_ms,
-                   ticks.c.status.in_([TickStatus.SUCCEEDED.value, *(s.value for s in FAILED_STATUSES)]))
-            .order_by(ticks.c.scheduled_at_ms.desc()).limit(1)).scalar()
+            .where(
+                ticks.c.job_id == job_id,
+                ticks.c.scheduled_at_ms < before_ms,
+                ticks.c.status.in_([TickStatus.SUCCEEDED.value, *(s.value for s in FAILED_STATUSES)]),
+            )
+            .order_by(ticks.c.scheduled_at_ms.desc())
+            .limit(1)
+        ).scalar()
     return TickStatus(value) if value is not None else None
 
 
@@ -164,16 +233,20 @@ def next_run(engine: Engine, job_id: str, after_ms: int) -> tuple[int, TickStatu
     with reading(engine) as conn:
         row = conn.execute(
             select(ticks.c.scheduled_at_ms, ticks.c.status)
-            .where(ticks.c.job_id == job_id, ticks.c.scheduled_at_ms > after_ms,
-                   ticks.c.status.in_([TickStatus.SUCCEEDED.value, *(s.value for s in FAILED_STATUSES)]))
-            .order_by(ticks.c.scheduled_at_ms).limit(1)).first()
+            .where(
+                ticks.c.job_id == job_id,
+                ticks.c.scheduled_at_ms > after_ms,
+                ticks.c.status.in_([TickStatus.SUCCEEDED.value, *(s.value for s in FAILED_STATUSES)]),
+            )
+            .order_by(ticks.c.scheduled_at_ms)
+            .limit(1)
+        ).first()
     return (row.scheduled_at_ms, TickStatus(row.status)) if row is not None else None
 
 
 def between(engine: Engine, from_ms: int, to_ms: int, job_id: str | None = None) -> list[NotificationRow]:
     """Rows of slots in ``[from_ms, to_ms)`` (the audit's window), of one job or all."""
-    q = select(notifications).where(notifications.c.scheduled_at_ms >= from_ms,
-                                    notifications.c.scheduled_at_ms < to_ms)
+    q = select(notifications).where(notifications.c.scheduled_at_ms >= from_ms, notifications.c.scheduled_at_ms < to_ms)
     if job_id is not None:
         q = q.where(notifications.c.job_id == job_id)
     with reading(engine) as conn:
@@ -182,33 +255,76 @@ def between(engine: Engine, from_ms: int, to_ms: int, job_id: str | None = None)
 
 def list_for_job(engine: Engine, job_id: str) -> list[NotificationRow]:
     with reading(engine) as conn:
-        return [_row(r) for r in conn.execute(
-            select(notifications).where(notifications.c.job_id == job_id)
-            .order_by(notifications.c.scheduled_at_ms, notifications.c.kind))]
+        return [
+            _row(r)
+            for r in conn.execute(
+                select(notifications)
+                .where(notifications.c.job_id == job_id)
+                .order_by(notifications.c.scheduled_at_ms, notifications.c.kind)
+            )
+        ]
 
 
 def _exists(conn: Connection, job_id: str, slot_ms: int, kind: NotificationKind) -> bool:
-    return conn.execute(select(notifications.c.status).where(
-        notifications.c.job_id == job_id, notifications.c.scheduled_at_ms == slot_ms,
-        notifications.c.kind == kind.value)).first() is not None
+    return (
+        conn.execute(
+            select(notifications.c.status).where(
+                notifications.c.job_id == job_id,
+                notifications.c.scheduled_at_ms == slot_ms,
+                notifications.c.kind == kind.value,
+            )
+        ).first()
+        is not None
+    )
 
 
 def _default_claimed_since(conn: Connection, job_id: str, kind: NotificationKind, since_ms: int) -> int:
-    return conn.execute(select(func.count()).select_from(notifications).where(and_(
-        notifications.c.job_id == job_id, notifications.c.kind == kind.value,
-        notifications.c.source == Source.DEFAULT.value,
-        notifications.c.status != NotificationStatus.SUPPRESSED.value,
-        notifications.c.claimed_at_ms > since_ms))).scalar_one()
+    return conn.execute(
+        select(func.count())
+        .select_from(notifications)
+        .where(
+            and_(
+                notifications.c.job_id == job_id,
+                notifications.c.kind == kind.value,
+                notifications.c.source == Source.DEFAULT.value,
+                notifications.c.status != NotificationStatus.SUPPRESSED.value,
+                notifications.c.claimed_at_ms > since_ms,
+            )
+        )
+    ).scalar_one()
 
 
 def _values(row: NotificationRow) -> dict[str, object]:
-    return {"job_id": row.job_id, "scheduled_at_ms": row.scheduled_at_ms, "kind": row.kind.value, "shard": row.shard,
-            "fence": row.fence, "node_id": row.node_id, "status": row.status.value, "source": row.source.value,
-            "spec": row.spec, "claimed_at_ms": row.claimed_at_ms, "sent_at_ms": row.sent_at_ms,
-            "attempts": row.attempts, "error": row.error}
+    return {
+        "job_id": row.job_id,
+        "scheduled_at_ms": row.scheduled_at_ms,
+        "kind": row.kind.value,
+        "shard": row.shard,
+        "fence": row.fence,
+        "node_id": row.node_id,
+        "status": row.status.value,
+        "source": row.source.value,
+        "spec": row.spec,
+        "claimed_at_ms": row.claimed_at_ms,
+        "sent_at_ms": row.sent_at_ms,
+        "attempts": row.attempts,
+        "error": row.error,
+    }
 
 
 def _row(r: AnyRow) -> NotificationRow:
-    return NotificationRow(r.job_id, r.scheduled_at_ms, NotificationKind(r.kind), r.shard, r.fence, r.node_id,
-                           NotificationStatus(r.status), Source(r.source), r.spec, r.claimed_at_ms, r.sent_at_ms,
-                           r.attempts, r.error)
+    return NotificationRow(
+        r.job_id,
+        r.scheduled_at_ms,
+        NotificationKind(r.kind),
+        r.shard,
+        r.fence,
+        r.node_id,
+        NotificationStatus(r.status),
+        Source(r.source),
+        r.spec,
+        r.claimed_at_ms,
+        r.sent_at_ms,
+        r.attempts,
+        r.error,
+    )

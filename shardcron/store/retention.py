@@ -37,8 +37,10 @@ from sqlalchemy import (
     and_,
     bindparam,
     exists,
+    false,
     or_,
     select,
+    true,
     tuple_,
 )
 
@@ -57,8 +59,10 @@ _NEWER_ROW = and_(_newer.c.job_id == ticks.c.job_id, _newer.c.scheduled_at_ms > 
 # does not count: catch-up resumes from the newest scheduled row, ``ticks.last_ticks``).
 _DELETABLE = and_(
     ticks.c.status.not_in(_UNRESOLVED),
-    or_(exists().where(_NEWER_ROW, _newer.c.manual == False),  # noqa: E712 (SQL, not Python)
-        and_(ticks.c.manual == True, exists().where(_NEWER_ROW))),  # noqa: E712
+    or_(
+        exists().where(_NEWER_ROW, _newer.c.manual == false()),
+        and_(ticks.c.manual == true(), exists().where(_NEWER_ROW)),
+    ),
 )
 
 
@@ -73,8 +77,7 @@ def prune_shard_batch(engine: Engine, *, shard: int, fence: int, horizon_ms: int
     return run_fenced(engine, shard, fence, work)
 
 
-def prune_job_batch(engine: Engine, *, shard: int, fence: int, job_id: str, keep: int, limit: int,
-                    now_ms: int) -> int:
+def prune_job_batch(engine: Engine, *, shard: int, fence: int, job_id: str, keep: int, limit: int, now_ms: int) -> int:
     """Keep the job's newest ``keep`` ticks (its ``history_limit``): record the oldest kept slot as the
     job's horizon and delete at most ``limit`` deletable ticks before it; returns the rows deleted."""
 
@@ -99,40 +102,54 @@ def _delete(conn: Connection, oldest: Select[Any, Any], params: dict[str, object
     return deleted
 
 
-def _advance(conn: Connection, move: Update, table: Table, key: dict[str, object], horizon_ms: int, fence: int,
-             now_ms: int) -> None:
+def _advance(
+    conn: Connection, move: Update, table: Table, key: dict[str, object], horizon_ms: int, fence: int, now_ms: int
+) -> None:
     """Move the recorded horizon forward to ``horizon_ms``; a horizon already further on stays."""
     row = {"horizon_ms": horizon_ms, "fence": fence, "updated_at_ms": now_ms}
-    if not conn.execute(move, {**{f"k_{k}": v for k, v in key.items()}, **{f"v_{k}": v for k, v in row.items()}}
-                        ).rowcount:  # no row yet, or one further on (then the insert is the no-op)
+    if not conn.execute(
+        move, {**{f"k_{k}": v for k, v in key.items()}, **{f"v_{k}": v for k, v in row.items()}}
+    ).rowcount:  # no row yet, or one further on (then the insert is the no-op)
         insert_ignoring_duplicates(conn, table, [{**key, **row}])
 
 
 # Built once, values bound at execution: building a statement costs several times what running it does, and
 # the pruner runs beside the starts.
 def _oldest(where: ColumnElement[bool]) -> Select[Any, Any]:
-    return (select(ticks.c.job_id, ticks.c.scheduled_at_ms)
-            .where(where, ticks.c.scheduled_at_ms < bindparam("below"), _DELETABLE)
-            .order_by(ticks.c.scheduled_at_ms).limit(bindparam("limit")))
+    return (
+        select(ticks.c.job_id, ticks.c.scheduled_at_ms)
+        .where(where, ticks.c.scheduled_at_ms < bindparam("below"), _DELETABLE)
+        .order_by(ticks.c.scheduled_at_ms)
+        .limit(bindparam("limit"))
+    )
 
 
 def _move(table: Table, key_col: Column[Any]) -> Update:
-    return (table.update().where(key_col == bindparam(f"k_{key_col.name}"),
-                                 table.c.horizon_ms < bindparam("v_horizon_ms"))
-            .values(horizon_ms=bindparam("v_horizon_ms"), fence=bindparam("v_fence"),
-                    updated_at_ms=bindparam("v_updated_at_ms")))
+    return (
+        table.update()
+        .where(key_col == bindparam(f"k_{key_col.name}"), table.c.horizon_ms < bindparam("v_horizon_ms"))
+        .values(
+            horizon_ms=bindparam("v_horizon_ms"), fence=bindparam("v_fence"), updated_at_ms=bindparam("v_updated_at_ms")
+        )
+    )
 
 
 _SHARD_OLDEST = _oldest(ticks.c.shard == bindparam("shard"))
 _JOB_OLDEST = _oldest(ticks.c.job_id == bindparam("job_id"))
-_JOB_NEWEST = (select(ticks.c.scheduled_at_ms).where(ticks.c.job_id == bindparam("job_id"))
-               .order_by(ticks.c.scheduled_at_ms.desc()).limit(bindparam("keep")))
+_JOB_NEWEST = (
+    select(ticks.c.scheduled_at_ms)
+    .where(ticks.c.job_id == bindparam("job_id"))
+    .order_by(ticks.c.scheduled_at_ms.desc())
+    .limit(bindparam("keep"))
+)
 _DELETE_KEYS = ticks.delete().where(
     tuple_(ticks.c.job_id, ticks.c.scheduled_at_ms).in_(bindparam("keys", expanding=True)),
-    ticks.c.status.not_in(_UNRESOLVED))
+    ticks.c.status.not_in(_UNRESOLVED),
+)
 _DELETE_SETTLED_NOTIFICATIONS = notifications.delete().where(
     tuple_(notifications.c.job_id, notifications.c.scheduled_at_ms).in_(bindparam("keys", expanding=True)),
-    notifications.c.status != NotificationStatus.CLAIMED.value)
+    notifications.c.status != NotificationStatus.CLAIMED.value,
+)
 _SHARD_HORIZON = _move(shard_horizons, shard_horizons.c.shard)
 _JOB_HORIZON = _move(job_horizons, job_horizons.c.job_id)
 
@@ -150,9 +167,11 @@ def horizons_of_jobs(engine: Engine, job_ids: Sequence[str]) -> dict[str, int]:
     under its old shard number is judged by its new shard's horizon (a known limit).
     """
     out: dict[str, int] = {}
-    q = (select(jobs.c.id, shard_horizons.c.horizon_ms, job_horizons.c.horizon_ms.label("job_horizon"))
-         .select_from(jobs.outerjoin(shard_horizons, shard_horizons.c.shard == jobs.c.shard)
-                      .outerjoin(job_horizons, job_horizons.c.job_id == jobs.c.id)))
+    q = select(jobs.c.id, shard_horizons.c.horizon_ms, job_horizons.c.horizon_ms.label("job_horizon")).select_from(
+        jobs.outerjoin(shard_horizons, shard_horizons.c.shard == jobs.c.shard).outerjoin(
+            job_horizons, job_horizons.c.job_id == jobs.c.id
+        )
+    )
     with reading(engine) as conn:
         for part in chunks(list(job_ids), 1000):
             for r in conn.execute(q.where(jobs.c.id.in_(list(part)))):

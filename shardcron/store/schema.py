@@ -178,8 +178,11 @@ ticks = Table(
     # of keeping every tick of history indexed by status. MariaDB has no
     # partial indexes and indexes every row.
     Index(
-        "ix_ticks_unresolved", "shard", "status",
-        sqlite_where=text(UNRESOLVED_SQL), postgresql_where=text(UNRESOLVED_SQL),
+        "ix_ticks_unresolved",
+        "shard",
+        "status",
+        sqlite_where=text(UNRESOLVED_SQL),
+        postgresql_where=text(UNRESOLVED_SQL),
     ),
     # The audit's time window across all jobs.
     Index(None, "scheduled_at_ms"),
@@ -374,4 +377,3 @@ __all__ = [
     "shard_horizons",
     "ticks",
 ]
-

@@ -73,6 +73,10 @@ def key_in_namespaces(key_column: ColumnElement[str], namespaces: Collection[str
     Namespace names hold no LIKE wildcard, so ``startswith`` needs no escaping."""
     if namespaces is None:
         return true()
-    conditions = [~key_column.contains(KEY_SEPARATOR, autoescape=False) if ns == DEFAULT_NAMESPACE
-                  else key_column.startswith(ns + KEY_SEPARATOR) for ns in sorted(namespaces)]
+    conditions = [
+        ~key_column.contains(KEY_SEPARATOR, autoescape=False)
+        if ns == DEFAULT_NAMESPACE
+        else key_column.startswith(ns + KEY_SEPARATOR)
+        for ns in sorted(namespaces)
+    ]
     return or_(*conditions) if conditions else false()

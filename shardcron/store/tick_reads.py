@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from sqlalchemy import Engine, Select, bindparam, func, or_, select
+from sqlalchemy import Engine, Select, bindparam, false, func, or_, select
 
 from shardcron.model import Tick, TickStatus
 from shardcron.store.engine import reading
@@ -29,7 +29,7 @@ def last_ticks(engine: Engine, shard: int) -> dict[str, int]:
     # job's whole history.
     newest = (
         select(ticks.c.scheduled_at_ms)
-        .where(ticks.c.job_id == jobs.c.id, ticks.c.manual == False)  # noqa: E712 (SQL, not Python)
+        .where(ticks.c.job_id == jobs.c.id, ticks.c.manual == false())
         .order_by(ticks.c.scheduled_at_ms.desc())
         .limit(1)
         .correlate(jobs)
@@ -80,20 +80,34 @@ def _last_runs_query() -> Select[str, int | None, str | None, int]:
     MAX(...) FILTER (status = 'succeeded') would read every row of every job on the page."""
     # A claimed row has not started: the coming slot's, claimed a lookahead early, or a jittered
     # slot waiting for its start. The last run is the newest row that started (or was settled).
-    newest = ((ticks.c.job_id == jobs.c.id) & (ticks.c.scheduled_at_ms <= bindparam("now"))
-              & (ticks.c.status != TickStatus.CLAIMED.value))
+    newest = (
+        (ticks.c.job_id == jobs.c.id)
+        & (ticks.c.scheduled_at_ms <= bindparam("now"))
+        & (ticks.c.status != TickStatus.CLAIMED.value)
+    )
     last = select(ticks.c.scheduled_at_ms).where(newest).order_by(ticks.c.scheduled_at_ms.desc()).limit(1)
     last_status = select(ticks.c.status).where(newest).order_by(ticks.c.scheduled_at_ms.desc()).limit(1)
     ok = ticks.alias("ok")
-    last_ok = (select(ok.c.scheduled_at_ms)
-               .where(ok.c.job_id == jobs.c.id, ok.c.status == TickStatus.SUCCEEDED.value)
-               .order_by(ok.c.scheduled_at_ms.desc()).limit(1).correlate(jobs))  # two levels down: say so
+    last_ok = (
+        select(ok.c.scheduled_at_ms)
+        .where(ok.c.job_id == jobs.c.id, ok.c.status == TickStatus.SUCCEEDED.value)
+        .order_by(ok.c.scheduled_at_ms.desc())
+        .limit(1)
+        .correlate(jobs)
+    )  # two levels down: say so
     f = ticks.alias("f")
-    failures = (select(func.count())
-                .where(f.c.job_id == jobs.c.id, f.c.status.in_(_FAILED), f.c.scheduled_at_ms <= bindparam("now"),
-                       f.c.scheduled_at_ms > func.coalesce(last_ok.scalar_subquery(), -(2**62))))
-    return select(jobs.c.id, last.scalar_subquery().label("last_at"), last_status.scalar_subquery().label("status"),
-                  failures.scalar_subquery().label("failures")).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
+    failures = select(func.count()).where(
+        f.c.job_id == jobs.c.id,
+        f.c.status.in_(_FAILED),
+        f.c.scheduled_at_ms <= bindparam("now"),
+        f.c.scheduled_at_ms > func.coalesce(last_ok.scalar_subquery(), -(2**62)),
+    )
+    return select(
+        jobs.c.id,
+        last.scalar_subquery().label("last_at"),
+        last_status.scalar_subquery().label("status"),
+        failures.scalar_subquery().label("failures"),
+    ).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
 
 
 _LAST_RUNS = _last_runs_query()
@@ -156,6 +170,7 @@ def _tick(r: AnyRow) -> Tick:
         output=r.output,
         error=r.error,
     )
+
 
 __all__ = [
     "LastRun",

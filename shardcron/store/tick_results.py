@@ -31,9 +31,12 @@ def mark_running_many(
     engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple[SlotRef, int, int]]]
 ) -> ManyOutcome:
     """``mark_running`` for several shards in one transaction: ``{(shard, fence): [(slot, attempt, started)]}``."""
-    return _update_own_unresolved(engine, groups, (_MARK_RUNNING, _MARK_RUNNING_BATCH),
-                                  lambda s, attempt, started, shard, fence: (
-                                      s.job_id, s.scheduled_at_ms, shard, fence, attempt, started))
+    return _update_own_unresolved(
+        engine,
+        groups,
+        (_MARK_RUNNING, _MARK_RUNNING_BATCH),
+        lambda s, attempt, started, shard, fence: (s.job_id, s.scheduled_at_ms, shard, fence, attempt, started),
+    )
 
 
 def record_results(
@@ -59,8 +62,16 @@ def record_results_many(
     return _update_own_unresolved(engine, groups, (_RECORD_RESULT, _RECORD_RESULT_BATCH), _result_row)
 
 
-def record_result_in(conn: Connection, slot: SlotRef, attempt: int, result: ExecutionResult, status: TickStatus,
-                     *, shard: int, fence: int) -> int:
+def record_result_in(
+    conn: Connection,
+    slot: SlotRef,
+    attempt: int,
+    result: ExecutionResult,
+    status: TickStatus,
+    *,
+    shard: int,
+    fence: int,
+) -> int:
     """``record_results``' UPDATE for one tick, in the caller's open transaction; returns the rows it changed.
 
     It checks no fence itself: the caller holds the shard's fence row FOR
@@ -71,22 +82,37 @@ def record_result_in(conn: Connection, slot: SlotRef, attempt: int, result: Exec
     return conn.execute(_RECORD_RESULT, dict(zip(_RECORD_RESULT_BATCH.names, row, strict=True))).rowcount
 
 
-def _result_row(s: SlotRef, attempt: int, r: ExecutionResult, status: TickStatus, shard: int,
-                fence: int) -> ticks_batch.BatchRow:
+def _result_row(
+    s: SlotRef, attempt: int, r: ExecutionResult, status: TickStatus, shard: int, fence: int
+) -> ticks_batch.BatchRow:
     """A result's fields, in ``_RECORD_RESULT_BATCH.names``' order."""
     if type(status) is not TickStatus:
         status = TickStatus(status)
     # Identity tests and _value_, not is_final and .value: an Enum member's hash and its value property
     # are Python code, and this runs once per tick.
     unfinished = status is TickStatus.RUNNING or status is TickStatus.CLAIMED
-    return (s.job_id, s.scheduled_at_ms, shard, fence, status._value_, attempt, r.started_at_ms,
-            None if unfinished else r.finished_at_ms, r.exit_code, r.http_status,
-            r.output and clip(r.output), r.error and clip(r.error))
+    return (
+        s.job_id,
+        s.scheduled_at_ms,
+        shard,
+        fence,
+        status._value_,
+        attempt,
+        r.started_at_ms,
+        None if unfinished else r.finished_at_ms,
+        r.exit_code,
+        r.http_status,
+        r.output and clip(r.output),
+        r.error and clip(r.error),
+    )
 
 
-def _update_own_unresolved(engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple[Any, ...]]],
-                           statements: tuple[Update, ticks_batch.BatchUpdate],
-                           row: Callable[..., ticks_batch.BatchRow]) -> ManyOutcome:
+def _update_own_unresolved(
+    engine: Engine,
+    groups: Mapping[tuple[int, int], Sequence[tuple[Any, ...]]],
+    statements: tuple[Update, ticks_batch.BatchUpdate],
+    row: Callable[..., ticks_batch.BatchRow],
+) -> ManyOutcome:
     """``statements`` (an UPDATE of this fence's unresolved rows, run per row, and its one-statement forms from
     ``ticks_batch``) for every item of every live group, in one fenced transaction, in key order;
     ``row(*item, shard, fence)`` gives an item's bind values, in the order of the batch form's ``names``."""
@@ -124,7 +150,8 @@ _MARK_RUNNING = (
 )
 _MARK_RUNNING_BATCH = ticks_batch.batch_update(
     {"b_attempt": "INTEGER", "b_started": "BIGINT"},
-    {"status": f"'{TickStatus.RUNNING.value}'", "attempt": "v.b_attempt", "started_at_ms": "v.b_started"})
+    {"status": f"'{TickStatus.RUNNING.value}'", "attempt": "v.b_attempt", "started_at_ms": "v.b_started"},
+)
 _RECORD_RESULT = (
     ticks.update()
     .where(_OWN_UNRESOLVED)
@@ -142,11 +169,27 @@ _RECORD_RESULT = (
 
 
 _RECORD_RESULT_BATCH = ticks_batch.batch_update(
-    {"b_status": "TEXT", "b_attempt": "INTEGER", "b_started": "BIGINT", "b_finished": "BIGINT", "b_exit": "INTEGER",
-     "b_http": "INTEGER", "b_output": "TEXT", "b_error": "TEXT"},
-    {"status": "v.b_status", "attempt": "v.b_attempt", "started_at_ms": "v.b_started",
-     "finished_at_ms": "v.b_finished", "exit_code": "v.b_exit", "http_status": "v.b_http", "output": "v.b_output",
-     "error": "v.b_error"})
+    {
+        "b_status": "TEXT",
+        "b_attempt": "INTEGER",
+        "b_started": "BIGINT",
+        "b_finished": "BIGINT",
+        "b_exit": "INTEGER",
+        "b_http": "INTEGER",
+        "b_output": "TEXT",
+        "b_error": "TEXT",
+    },
+    {
+        "status": "v.b_status",
+        "attempt": "v.b_attempt",
+        "started_at_ms": "v.b_started",
+        "finished_at_ms": "v.b_finished",
+        "exit_code": "v.b_exit",
+        "http_status": "v.b_http",
+        "output": "v.b_output",
+        "error": "v.b_error",
+    },
+)
 
 
 def _in_key_order(rows: Iterable[ticks_batch.BatchRow]) -> list[ticks_batch.BatchRow]:

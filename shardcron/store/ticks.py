@@ -69,17 +69,30 @@ def claim_ticks_many(
     A shard whose fence moved is reported in ``fenced_out`` and nothing is
     written for it; the other shards' claims commit together.
     """
-    return _insert_new(engine, batches, node_id=node_id, now_ms=now_ms,
-                       status=TickStatus.CLAIMED.value, finished_at_ms=None, error=None)
+    return _insert_new(
+        engine,
+        batches,
+        node_id=node_id,
+        now_ms=now_ms,
+        status=TickStatus.CLAIMED.value,
+        finished_at_ms=None,
+        error=None,
+    )
 
 
 def skip_ticks(
     engine: Engine, claims: Sequence[SlotClaim], *, shard: int, fence: int, node_id: str, now_ms: int, reason: str
 ) -> list[SlotRef]:
     """Like ``claim_ticks``, but each new tick is recorded as ``skipped`` with ``reason``."""
-    return _insert_new(engine, {(shard, fence): claims}, node_id=node_id, now_ms=now_ms,
-                       status=TickStatus.SKIPPED.value, finished_at_ms=now_ms, error=clip(reason)
-                       ).written_for(shard, fence)
+    return _insert_new(
+        engine,
+        {(shard, fence): claims},
+        node_id=node_id,
+        now_ms=now_ms,
+        status=TickStatus.SKIPPED.value,
+        finished_at_ms=now_ms,
+        error=clip(reason),
+    ).written_for(shard, fence)
 
 
 def take_over(engine: Engine, slots: Sequence[SlotRef], *, shard: int, fence: int, node_id: str) -> list[SlotRef]:
@@ -122,6 +135,7 @@ def abandon_ticks(
     keys = _unique_keys(slots)
     if not keys:
         return
+
     def work(conn: Connection) -> None:
         for part in chunks(keys):
             conn.execute(
@@ -160,11 +174,18 @@ def _insert_new(
                 wanted.setdefault((c.job_id, c.scheduled_at_ms), (c, shard, fence))
         if conn.dialect.name in ticks_batch.DIALECTS:
             inserted = ticks_batch.insert_claims(
-                conn, [(k[0], k[1], shard, fence, c.manual) for k, (c, shard, fence) in wanted.items()],
-                node_id=node_id, status=status, now_ms=now_ms, finished_at_ms=finished_at_ms, error=error)
+                conn,
+                [(k[0], k[1], shard, fence, c.manual) for k, (c, shard, fence) in wanted.items()],
+                node_id=node_id,
+                status=status,
+                now_ms=now_ms,
+                finished_at_ms=finished_at_ms,
+                error=error,
+            )
         else:
-            inserted = _insert_absent(conn, wanted, node_id=node_id, now_ms=now_ms, status=status,
-                                      finished_at_ms=finished_at_ms, error=error)
+            inserted = _insert_absent(
+                conn, wanted, node_id=node_id, now_ms=now_ms, status=status, finished_at_ms=finished_at_ms, error=error
+            )
         written: dict[int, list[SlotRef]] = {}
         for k, (_, shard, _) in wanted.items():  # in the order given
             if k in inserted:
@@ -175,8 +196,16 @@ def _insert_new(
     return ManyOutcome(out.value, out.fenced_out)
 
 
-def _insert_absent(conn: Connection, wanted: Mapping[tuple[str, int], tuple[SlotClaim, int, int]], *, node_id: str,
-                   now_ms: int, status: str, finished_at_ms: int | None, error: str | None) -> set[tuple[str, int]]:
+def _insert_absent(
+    conn: Connection,
+    wanted: Mapping[tuple[str, int], tuple[SlotClaim, int, int]],
+    *,
+    node_id: str,
+    now_ms: int,
+    status: str,
+    finished_at_ms: int | None,
+    error: str | None,
+) -> set[tuple[str, int]]:
     """``ticks_batch.insert_claims`` on MariaDB: the keys of ``wanted`` it inserted."""
     # One SELECT per 500 slots finds the slots that already have a tick;
     # the rest go in as one executemany. Sorted by key, so two

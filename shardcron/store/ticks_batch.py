@@ -60,8 +60,9 @@ def _rows_of(dialect: str, columns: Mapping[str, str]) -> str:
     ``json_to_recordset`` took over objects.
     """
     if dialect == "postgresql":
-        typed = ", ".join(f"CAST(e ->> {i} AS {sql_type}) AS {name}"
-                          for i, (name, sql_type) in enumerate(columns.items()))
+        typed = ", ".join(
+            f"CAST(e ->> {i} AS {sql_type}) AS {name}" for i, (name, sql_type) in enumerate(columns.items())
+        )
         return f"(SELECT {typed} FROM jsonb_array_elements(CAST(:rows AS jsonb)) AS e) AS v"
     picked = ", ".join(f"value ->> {i} AS {name}" for i, name in enumerate(columns))
     return f"(SELECT {picked} FROM json_each(:rows)) AS v"
@@ -80,15 +81,21 @@ def batch_update(binds: Mapping[str, str], assignments: Mapping[str, str]) -> Ba
     ``v.<bind>`` or a literal."""
     columns = {**_KEY_BINDS, **binds}
     sets = ", ".join(f"{column} = {value}" for column, value in assignments.items())
-    return BatchUpdate(tuple(columns), {dialect: text(
-        f"UPDATE ticks SET {sets} FROM {_rows_of(dialect, columns)} "
-        f"WHERE ticks.job_id = v.b_job{_EXACT[dialect]} AND ticks.scheduled_at_ms = v.b_at "
-        # "+ 0": the primary key finds each row; left indexable, PostgreSQL ANDs in the (shard, status)
-        # index, whose range for a shard's unresolved rows holds every dead entry the status changes left
-        # until vacuum, so each row's lookup grew with the table's churn (bench scale: the server's CPU per
-        # tick tripled over a few minutes, and results fell minutes behind).
-        f"AND ticks.shard + 0 = v.b_shard AND ticks.fence = v.b_fence AND {_UNRESOLVED_SQL}"
-    ) for dialect in DIALECTS})
+    return BatchUpdate(
+        tuple(columns),
+        {
+            dialect: text(
+                f"UPDATE ticks SET {sets} FROM {_rows_of(dialect, columns)} "
+                f"WHERE ticks.job_id = v.b_job{_EXACT[dialect]} AND ticks.scheduled_at_ms = v.b_at "
+                # "+ 0": the primary key finds each row; left indexable, PostgreSQL ANDs in the (shard, status)
+                # index, whose range for a shard's unresolved rows holds every dead entry the status changes left
+                # until vacuum, so each row's lookup grew with the table's churn (bench scale: the server's CPU per
+                # tick tripled over a few minutes, and results fell minutes behind).
+                f"AND ticks.shard + 0 = v.b_shard AND ticks.fence = v.b_fence AND {_UNRESOLVED_SQL}"
+            )
+            for dialect in DIALECTS
+        },
+    )
 
 
 def _document(rows: Sequence[BatchRow]) -> str:
@@ -108,15 +115,29 @@ def run_batch_update(conn: Connection, update: BatchUpdate, rows: Sequence[Batch
             conn.execute(statement, {"rows": _document(part)})
 
 
-def insert_claims(conn: Connection, slots: Sequence[tuple[str, int, int, int, bool]], *, node_id: str,
-                  status: str, now_ms: int, finished_at_ms: int | None, error: str | None) -> set[tuple[str, int]]:
+def insert_claims(
+    conn: Connection,
+    slots: Sequence[tuple[str, int, int, int, bool]],
+    *,
+    node_id: str,
+    status: str,
+    now_ms: int,
+    finished_at_ms: int | None,
+    error: str | None,
+) -> set[tuple[str, int]]:
     """Insert a tick for each (job_id, scheduled_at_ms, shard, fence, manual) without one, in key order;
     returns the (job_id, scheduled_at_ms) keys this statement inserted."""
     dialect = conn.dialect.name
     inserted: set[tuple[str, int]] = set()
     for part in chunks(sorted(slots), _ROWS_PER_STATEMENT):
-        binds = {"rows": _document(part), "node_id": node_id, "status": status, "now_ms": now_ms,
-                 "finished_at_ms": finished_at_ms, "error": error}
+        binds = {
+            "rows": _document(part),
+            "node_id": node_id,
+            "status": status,
+            "now_ms": now_ms,
+            "finished_at_ms": finished_at_ms,
+            "error": error,
+        }
         if dialect == "sqlite" and _inserted_all(conn, binds, len(part)):
             inserted.update((job_id, at) for job_id, at, *_ in part)
             continue
@@ -146,18 +167,22 @@ _ROWS_PER_STATEMENT = 1000
 # there would only cost a temporary B-tree per statement.
 _IN_KEY_ORDER = {"postgresql": f"ORDER BY v.job_id{_EXACT['postgresql']}, v.at", "sqlite": ""}
 _CLAIM_COLUMNS = {"job_id": "TEXT", "at": "BIGINT", "shard": "INTEGER", "fence": "BIGINT", "manual": "BOOLEAN"}
-_INSERT_CLAIMS_SQL = {dialect: (
-    "INSERT INTO ticks (job_id, scheduled_at_ms, shard, fence, manual, node_id, status, attempt, claimed_at_ms, "
-    "finished_at_ms, error) "
-    "SELECT v.job_id, v.at, v.shard, v.fence, v.manual, :node_id, :status, 0, :now_ms, "
-    "CAST(:finished_at_ms AS BIGINT), CAST(:error AS TEXT) "
-    f"FROM {_rows_of(dialect, _CLAIM_COLUMNS)} "
-    # WHERE true: SQLite's grammar needs a WHERE before ON CONFLICT in an INSERT ... SELECT.
-    f"WHERE true {_IN_KEY_ORDER[dialect]} "
-    "ON CONFLICT DO NOTHING"
-) for dialect in DIALECTS}
-_INSERT_CLAIMS_RETURNING = {dialect: text(f"{sql} RETURNING job_id, scheduled_at_ms")
-                            for dialect, sql in _INSERT_CLAIMS_SQL.items()}
+_INSERT_CLAIMS_SQL = {
+    dialect: (
+        "INSERT INTO ticks (job_id, scheduled_at_ms, shard, fence, manual, node_id, status, attempt, claimed_at_ms, "
+        "finished_at_ms, error) "
+        "SELECT v.job_id, v.at, v.shard, v.fence, v.manual, :node_id, :status, 0, :now_ms, "
+        "CAST(:finished_at_ms AS BIGINT), CAST(:error AS TEXT) "
+        f"FROM {_rows_of(dialect, _CLAIM_COLUMNS)} "
+        # WHERE true: SQLite's grammar needs a WHERE before ON CONFLICT in an INSERT ... SELECT.
+        f"WHERE true {_IN_KEY_ORDER[dialect]} "
+        "ON CONFLICT DO NOTHING"
+    )
+    for dialect in DIALECTS
+}
+_INSERT_CLAIMS_RETURNING = {
+    dialect: text(f"{sql} RETURNING job_id, scheduled_at_ms") for dialect, sql in _INSERT_CLAIMS_SQL.items()
+}
 _INSERT_CLAIMS = {dialect: text(sql) for dialect, sql in _INSERT_CLAIMS_SQL.items()}
 
 

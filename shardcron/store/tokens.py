@@ -46,9 +46,16 @@ def create_token(engine: Engine, token: Token, *, created_by: str, now_ms: int) 
     """Insert ``token``; ``TokenExists`` when its name is taken (a hash collision is a bug: secrets are random)."""
     try:
         with writing(engine) as conn:
-            conn.execute(api_tokens.insert().values(
-                name=token.name, secret_hash=token.secret_hash, role=str(token.role),
-                namespaces=namespaces_text(token.namespaces), created_at_ms=now_ms, created_by=created_by))
+            conn.execute(
+                api_tokens.insert().values(
+                    name=token.name,
+                    secret_hash=token.secret_hash,
+                    role=str(token.role),
+                    namespaces=namespaces_text(token.namespaces),
+                    created_at_ms=now_ms,
+                    created_by=created_by,
+                )
+            )
     except sa_exc.IntegrityError:
         raise TokenExists(token.name) from None
     return StoredToken(token, now_ms, created_by)
@@ -64,9 +71,22 @@ def revoke_token(engine: Engine, name: str) -> None:
 def list_tokens(engine: Engine) -> list[StoredToken]:
     with reading(engine) as conn:
         rows = conn.execute(select(api_tokens).order_by(api_tokens.c.name)).all()
-    return [StoredToken(Token(r.name, r.secret_hash, Role.parse(r.role), parse_namespaces(r.namespaces)),
-                        r.created_at_ms, r.created_by) for r in rows]
+    return [
+        StoredToken(
+            Token(r.name, r.secret_hash, Role.parse(r.role), parse_namespaces(r.namespaces)),
+            r.created_at_ms,
+            r.created_by,
+        )
+        for r in rows
+    ]
 
 
-__all__ = ["StoredToken", "TokenExists", "TokenNotFound", "create_token", "list_tokens", "namespaces_text",
-           "revoke_token"]
+__all__ = [
+    "StoredToken",
+    "TokenExists",
+    "TokenNotFound",
+    "create_token",
+    "list_tokens",
+    "namespaces_text",
+    "revoke_token",
+]

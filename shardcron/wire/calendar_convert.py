@@ -28,10 +28,13 @@ def calendar_from_proto(p: pb.Calendar) -> Calendar:
 def calendar_to_proto(calendar: Calendar, version: int = 0, updated_at_ms: int = 0) -> pb.Calendar:
     d = calendar_to_dict(calendar)
     return pb.Calendar(
-        name=calendar.name, timezone=d["timezone"], exclude_dates=d.get("exclude_dates", []),
+        name=calendar.name,
+        timezone=d["timezone"],
+        exclude_dates=d.get("exclude_dates", []),
         windows=[pb.CalendarWindow(days=w["days"], start=w["start"], end=w["end"]) for w in d.get("windows", [])],
         exclude_ranges=[pb.CalendarRange(from_ms=r["from"], to_ms=r["to"]) for r in d.get("exclude_ranges", [])],
-        version=version, updated_at_ms=updated_at_ms,
+        version=version,
+        updated_at_ms=updated_at_ms,
     )
 
 

@@ -96,9 +96,13 @@ def executor_dict_from_proto(p: pb.Job | pb.Notification, *, stored: bool = Fals
     kind = p.WhichOneof("executor")
     if kind == "http":
         h = p.http
-        ex: dict[str, Any] = {"kind": "http", "url": h.url, "body": h.body,
-                              "headers": [(x.name, x.value) for x in h.headers],
-                              "secret_headers": list(h.secret_headers)}
+        ex: dict[str, Any] = {
+            "kind": "http",
+            "url": h.url,
+            "body": h.body,
+            "headers": [(x.name, x.value) for x in h.headers],
+            "secret_headers": list(h.secret_headers),
+        }
         if h.method:
             ex["method"] = h.method
         return ex
@@ -175,10 +179,15 @@ def executor_to_proto(p: pb.Job | pb.Notification, ex: ExecutorSpec, *, redact: 
     if ex.kind is ExecutorKind.HTTP and ex.http is not None:
         h = ex.http
         headers = masked_headers(h) if redact else h.headers
-        p.http.CopyFrom(pb.HttpExecutor(
-            url=h.url, method=h.method, body=h.body, secret_headers=list(h.secret_headers),
-            headers=[pb.Header(name=k, value=v) for k, v in headers],
-        ))
+        p.http.CopyFrom(
+            pb.HttpExecutor(
+                url=h.url,
+                method=h.method,
+                body=h.body,
+                secret_headers=list(h.secret_headers),
+                headers=[pb.Header(name=k, value=v) for k, v in headers],
+            )
+        )
     elif ex.kind is ExecutorKind.SHELL and ex.shell is not None:
         p.shell.command = ex.shell.command
     elif ex.kind.value.replace("-", "_") in _DISPATCH_KINDS and ex.settings is not None:

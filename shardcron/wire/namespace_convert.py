@@ -58,19 +58,31 @@ def quota_to_proto(q: Quota) -> pb.NamespaceQuota:
 
 
 def namespace_to_proto(n: StoredNamespace) -> pb.Namespace:
-    return pb.Namespace(name=n.name, weight=n.settings.weight, quota=quota_to_proto(n.settings.quota),
-                        jobs=n.usage.jobs, slots_per_second=str(n.usage.slots_per_second),
-                        created_at_ms=n.created_at_ms, updated_at_ms=n.updated_at_ms)
+    return pb.Namespace(
+        name=n.name,
+        weight=n.settings.weight,
+        quota=quota_to_proto(n.settings.quota),
+        jobs=n.usage.jobs,
+        slots_per_second=str(n.usage.slots_per_second),
+        created_at_ms=n.created_at_ms,
+        updated_at_ms=n.updated_at_ms,
+    )
 
 
 def stored_namespace_from_proto(p: pb.Namespace) -> StoredNamespace:
     """A namespace as the server answered it."""
-    return StoredNamespace(p.name, NamespaceSettings(p.weight or DEFAULT_WEIGHT, quota_from_proto(p.quota)),
-                           Usage(p.jobs, Fraction(p.slots_per_second or "0")), p.created_at_ms, p.updated_at_ms)
+    return StoredNamespace(
+        p.name,
+        NamespaceSettings(p.weight or DEFAULT_WEIGHT, quota_from_proto(p.quota)),
+        Usage(p.jobs, Fraction(p.slots_per_second or "0")),
+        p.created_at_ms,
+        p.updated_at_ms,
+    )
 
 
-def namespace_request(name: str, *, weight: float | None = None,
-                      quota: Mapping[str, int | Fraction | None] | None = None) -> pb.Namespace:
+def namespace_request(
+    name: str, *, weight: float | None = None, quota: Mapping[str, int | Fraction | None] | None = None
+) -> pb.Namespace:
     """The Namespace message of a Create/UpdateNamespace request (the client's side)."""
     p = pb.Namespace(name=name, weight=weight or 0)
     for key, value in (quota or {}).items():
@@ -79,5 +91,13 @@ def namespace_request(name: str, *, weight: float | None = None,
     return p
 
 
-__all__ = ["namespace_name", "namespace_request", "namespace_to_proto", "quota_from_proto", "quota_to_proto",
-           "quota_values", "settings_from_proto", "stored_namespace_from_proto"]
+__all__ = [
+    "namespace_name",
+    "namespace_request",
+    "namespace_to_proto",
+    "quota_from_proto",
+    "quota_to_proto",
+    "quota_values",
+    "settings_from_proto",
+    "stored_namespace_from_proto",
+]

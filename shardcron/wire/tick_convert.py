@@ -20,8 +20,17 @@ _STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
 
 def tick_to_proto(t: Tick) -> pb.Tick:
     key = split_key(t.job_id)
-    p = pb.Tick(job_id=key.id, namespace=key.namespace, scheduled_at_ms=t.scheduled_at_ms, shard=t.shard, fence=t.fence,
-                node_id=t.node_id, status=_STATUS_TO_PB[t.status], attempt=t.attempt, manual=t.manual)
+    p = pb.Tick(
+        job_id=key.id,
+        namespace=key.namespace,
+        scheduled_at_ms=t.scheduled_at_ms,
+        shard=t.shard,
+        fence=t.fence,
+        node_id=t.node_id,
+        status=_STATUS_TO_PB[t.status],
+        attempt=t.attempt,
+        manual=t.manual,
+    )
     for name in ("claimed_at_ms", "started_at_ms", "finished_at_ms", "exit_code", "http_status", "output", "error"):
         value = getattr(t, name)
         if value is not None:
@@ -31,11 +40,21 @@ def tick_to_proto(t: Tick) -> pb.Tick:
 
 def tick_from_proto(p: pb.Tick) -> Tick:
     return Tick(
-        job_id=join_key(p.namespace or DEFAULT_NAMESPACE, p.job_id), scheduled_at_ms=p.scheduled_at_ms, shard=p.shard, fence=p.fence, node_id=p.node_id,
-        status=_STATUS_FROM_PB.get(p.status, TickStatus.CLAIMED), attempt=p.attempt, manual=p.manual,
-        claimed_at_ms=optional(p, "claimed_at_ms"), started_at_ms=optional(p, "started_at_ms"),
-        finished_at_ms=optional(p, "finished_at_ms"), exit_code=optional(p, "exit_code"),
-        http_status=optional(p, "http_status"), output=optional(p, "output"), error=optional(p, "error"),
+        job_id=join_key(p.namespace or DEFAULT_NAMESPACE, p.job_id),
+        scheduled_at_ms=p.scheduled_at_ms,
+        shard=p.shard,
+        fence=p.fence,
+        node_id=p.node_id,
+        status=_STATUS_FROM_PB.get(p.status, TickStatus.CLAIMED),
+        attempt=p.attempt,
+        manual=p.manual,
+        claimed_at_ms=optional(p, "claimed_at_ms"),
+        started_at_ms=optional(p, "started_at_ms"),
+        finished_at_ms=optional(p, "finished_at_ms"),
+        exit_code=optional(p, "exit_code"),
+        http_status=optional(p, "http_status"),
+        output=optional(p, "output"),
+        error=optional(p, "error"),
     )
 
 

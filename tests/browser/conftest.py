@@ -22,8 +22,15 @@ import pytest
 CHROMIUM = "/usr/bin/chromium"
 # Without the background-networking flags chromium keeps reaching for Google's hosts, which this
 # machine's closed network refuses; as root it needs --no-sandbox.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 
@@ -34,13 +41,15 @@ ARTIFACTS = ROOT / "test-artifacts"
 @pytest.fixture(scope="package")
 def chromium():
     if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"{CHROMIUM} is missing: run `make setup` (it installs Debian's chromium and chromium-driver), "
-                    "or apt-get install chromium chromium-driver", pytrace=False)
+        pytest.fail(
+            f"{CHROMIUM} is missing: run `make setup` (it installs Debian's chromium and chromium-driver), "
+            "or apt-get install chromium chromium-driver",
+            pytrace=False,
+        )
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.fail("Playwright's Python package is missing: pip install -e '.[dev]' (or `make setup`)",
-                    pytrace=False)
+        pytest.fail("Playwright's Python package is missing: pip install -e '.[dev]' (or `make setup`)", pytrace=False)
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield browser
@@ -53,8 +62,14 @@ def page(chromium, request):
     page = context.new_page()
     page.set_default_timeout(30_000)
     page.console_errors = []
-    page.on("console", lambda m: page.console_errors.append(f"console: {m.text} ({m.location.get('url', '')})")
-            if m.type == "error" else None)
+    page.on(
+        "console",
+        lambda m: (
+            page.console_errors.append(f"console: {m.text} ({m.location.get('url', '')})")
+            if m.type == "error"
+            else None
+        ),
+    )
     page.on("pageerror", lambda e: page.console_errors.append(f"uncaught: {e}"))
     request.node.browser_page = page
     yield page
@@ -65,19 +80,22 @@ def page(chromium, request):
 def assert_console_clean():
     def check(page) -> None:
         assert not page.console_errors, "the page logged errors:\n" + "\n".join(page.console_errors)
+
     return check
 
 
 @pytest.fixture
 def shot():
-    target = ROOT / "docs" / "screenshots" if os.environ.get("SHARDCRON_UPDATE_SCREENSHOTS") == "1" \
-        else ARTIFACTS / "pages"
+    target = (
+        ROOT / "docs" / "screenshots" if os.environ.get("SHARDCRON_UPDATE_SCREENSHOTS") == "1" else ARTIFACTS / "pages"
+    )
 
     def save(page, name: str) -> Path:
         target.mkdir(parents=True, exist_ok=True)
         path = target / f"{name}.png"
         page.screenshot(path=str(path), full_page=True)
         return path
+
     return save
 
 

@@ -16,7 +16,7 @@ NO_ICON = b'<!doctype html><link rel=icon href="data:,">'  # else the browser as
 PAGES = {
     "/ok": NO_ICON + b"<button id=b>click</button><p id=out></p><script src=/ok.js></script>",
     "/ok.js": b"document.getElementById('b').addEventListener('click', () => "
-              b"{ document.getElementById('out').textContent = 'clicked'; });",
+    b"{ document.getElementById('out').textContent = 'clicked'; });",
     "/broken": NO_ICON + b"<p>broken</p><script src=/broken.js></script>",
     "/broken.js": b"undefinedFunction();",
 }
@@ -67,13 +67,31 @@ def test_a_failing_page_test_leaves_a_full_page_screenshot(site, tmp_path):
     (tmp_path / "test_fails_on_purpose.py").write_text(
         "def test_it(page):\n"
         f"    page.goto({site + '/ok'!r})\n"
-        "    assert page.locator('#out').inner_text() == 'never'\n")
+        "    assert page.locator('#out').inner_text() == 'never'\n"
+    )
     png = ARTIFACTS / "screenshots" / "test_fails_on_purpose.py_test_it.png"
     png.unlink(missing_ok=True)
     child = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "tests.browser.conftest", "-p", "no:cacheprovider",
-         "-c", str(tmp_path / "pytest.ini"), "--rootdir", str(tmp_path), str(tmp_path / "test_fails_on_purpose.py")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "tests.browser.conftest",
+            "-p",
+            "no:cacheprovider",
+            "-c",
+            str(tmp_path / "pytest.ini"),
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_fails_on_purpose.py"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     try:
         assert child.returncode == 1, child.stdout + child.stderr
         assert "1 failed" in child.stdout and str(png) in child.stdout, child.stdout

@@ -35,9 +35,11 @@ WAIT_MS = 60_000  # generous: a loaded 2-core machine
 def _token_file(directory: str) -> str:
     path = os.path.join(directory, "tokens")
     with open(path, "w") as f:
-        f.write(f"ops     {hash_secret(OPS)}     admin  *\n"
-                f"viewer  {hash_secret(VIEWER)}  read   *\n"
-                f"node    {hash_secret(NODE)}    admin  *\n")
+        f.write(
+            f"ops     {hash_secret(OPS)}     admin  *\n"
+            f"viewer  {hash_secret(VIEWER)}  read   *\n"
+            f"node    {hash_secret(NODE)}    admin  *\n"
+        )
     return path
 
 
@@ -45,8 +47,15 @@ def _token_file(directory: str) -> str:
 def cluster(etcd_server, tmp_path_factory):
     d = str(tmp_path_factory.mktemp("dashboard"))
     url, drop = create_database("sqlite", directory=d)
-    c = Cluster(etcd_server.endpoints, url, f"/t{uuid.uuid4().hex[:12]}", SHARDS, TTL, d,
-                extra_args=["--auth-token-file", _token_file(d)])
+    c = Cluster(
+        etcd_server.endpoints,
+        url,
+        f"/t{uuid.uuid4().hex[:12]}",
+        SHARDS,
+        TTL,
+        d,
+        extra_args=["--auth-token-file", _token_file(d)],
+    )
     c.http = {}
     for name in ("n0", "n1", "n2"):
         port = free_port()
@@ -60,8 +69,15 @@ def cluster(etcd_server, tmp_path_factory):
             # Some life for the timeline and the health charts: ticks every second, and failures.
             for i in range(6):
                 admin.put_job(job_from_dict({"id": f"heartbeat-{i}", "every": "1s", "executor": {"kind": "noop"}}))
-            admin.put_job(job_from_dict({"id": "flaky-endpoint", "every": "2s",
-                                         "executor": {"kind": "http", "url": "http://127.0.0.1:9/down"}}))
+            admin.put_job(
+                job_from_dict(
+                    {
+                        "id": "flaky-endpoint",
+                        "every": "2s",
+                        "executor": {"kind": "http", "url": "http://127.0.0.1:9/down"},
+                    }
+                )
+            )
         yield c
 
 
@@ -126,9 +142,18 @@ def test_the_cluster_page_shows_every_shard_led_and_the_nodes(cluster, base, pag
     # What the API says is what the page shows.
     with api(cluster) as c:
         m = c.shards()
-    wait_until(lambda: {int(cells.nth(i).get_attribute("data-shard")): cells.nth(i).get_attribute("data-leader")
-                        for i in range(SHARDS)} == {s["shard"]: s["leader"] for s in c.shards()["shards"]},
-               60, 0.5, "the grid to show the API's leaders")
+    wait_until(
+        lambda: (
+            {
+                int(cells.nth(i).get_attribute("data-shard")): cells.nth(i).get_attribute("data-leader")
+                for i in range(SHARDS)
+            }
+            == {s["shard"]: s["leader"] for s in c.shards()["shards"]}
+        ),
+        60,
+        0.5,
+        "the grid to show the API's leaders",
+    )
     assert m["shard_count"] == SHARDS
     assert page.locator("#token-name").inner_text() == "ops"
     shot(page, "cluster")
@@ -140,8 +165,9 @@ def test_the_job_list_searches_and_pages_on_the_server(cluster, base, page, asse
     rows = page.locator("#job-table tbody tr[data-job]")
     assert rows.count() == 19, "the module's jobs: 12 nightly, 6 heartbeats, 1 flaky"
     with api(cluster) as c:
-        wait_until(lambda: c.get_job_runs("flaky-endpoint")[1].failures_in_a_row > 0, 60, 0.5,
-                   "flaky-endpoint to have failed")
+        wait_until(
+            lambda: c.get_job_runs("flaky-endpoint")[1].failures_in_a_row > 0, 60, 0.5, "flaky-endpoint to have failed"
+        )
     page.reload()
     assert page.locator('tr.failing[data-job="flaky-endpoint"]').count() == 1, "failures in a row stand out"
     shot(page, "jobs")
@@ -150,19 +176,28 @@ def test_the_job_list_searches_and_pages_on_the_server(cluster, base, page, asse
     page.reload()
     assert rows.count() == 50
     page.fill("input[name=q]", "bulk-1")
-    wait_until(lambda: rows.count() == 20 and rows.first.get_attribute("data-job") == "bulk-100", 30, 0.2,
-               "the search to narrow the table to bulk-100..bulk-119")
+    wait_until(
+        lambda: rows.count() == 20 and rows.first.get_attribute("data-job") == "bulk-100",
+        30,
+        0.2,
+        "the search to narrow the table to bulk-100..bulk-119",
+    )
     assert "q=bulk-1" in page.url, "the filter is in the address, so the page can be shared and reloaded"
     page.fill("input[name=q]", "bulk-")
-    wait_until(lambda: rows.count() == 50 and rows.first.get_attribute("data-job") == "bulk-000", 30, 0.2,
-               "the first page of bulk-*")
+    wait_until(
+        lambda: rows.count() == 50 and rows.first.get_attribute("data-job") == "bulk-000",
+        30,
+        0.2,
+        "the first page of bulk-*",
+    )
     page.click("#next-page")
     wait_until(lambda: rows.first.get_attribute("data-job") == "bulk-050", 30, 0.2, "the second page")
     page.select_option("select[name=status]", "paused")
     wait_until(lambda: page.locator("#job-table td.empty").count() == 1, 30, 0.2, "no paused bulk job")
     page.goto(base + "/jobs?label=team%3Ddata")
     assert {rows.nth(i).get_attribute("data-job") for i in range(rows.count())} == {
-        f"nightly-{i:02d}" for i in range(1, 12, 2)}
+        f"nightly-{i:02d}" for i in range(1, 12, 2)
+    }
     page.goto(base + "/jobs?shard=99")
     assert "shard" in page.locator("#job-table .flash.error").inner_text(), "a bad filter is named, not a crash"
     assert_console_clean(page)
@@ -196,8 +231,12 @@ def test_a_trigger_appears_on_the_timeline_without_a_reload(cluster, base, page,
     page.click("#action-trigger")
     page.wait_for_selector("#flash .flash.ok", timeout=WAIT_MS)
     page.wait_for_selector('#tick-rows tr[data-status="succeeded"]', timeout=WAIT_MS)
-    wait_until(lambda: int(page.locator("#timeline").get_attribute("data-points")) > before, 30, 0.2,
-               "the triggered tick on the timeline")
+    wait_until(
+        lambda: int(page.locator("#timeline").get_attribute("data-points")) > before,
+        30,
+        0.2,
+        "the triggered tick on the timeline",
+    )
     assert not_reloaded(page)
     with api(cluster) as c:
         ticks = c.list_ticks("nightly-05")
@@ -230,8 +269,7 @@ def test_actions_need_the_sessions_csrf_token_and_this_origin(cluster, base, pag
     r = page.request.post(base + "/job/pause", form=form)
     assert r.status == 403 and "CSRF" in r.text()
     csrf = page.locator("input[name=csrf]").first.get_attribute("value")
-    r = page.request.post(base + "/job/pause", form={**form, "csrf": csrf},
-                          headers={"Origin": "https://evil.example"})
+    r = page.request.post(base + "/job/pause", form={**form, "csrf": csrf}, headers={"Origin": "https://evil.example"})
     assert r.status == 403
     with api(cluster) as c:
         assert not c.get_job("nightly-08").paused
@@ -246,8 +284,12 @@ def test_the_health_page_draws_the_nodes_metrics(cluster, base, page, assert_con
     # Samples every 5 s: two give the first interval (a README picture waits for a few more).
     intervals = 6 if os.environ.get("SHARDCRON_UPDATE_SCREENSHOTS") == "1" else 1
     charts = page.locator("#health-charts")
-    wait_until(lambda: int(charts.get_attribute("data-samples") or 0) >= intervals, 90, 0.5,
-               f"{intervals} intervals of the node's metrics on the page")
+    wait_until(
+        lambda: int(charts.get_attribute("data-samples") or 0) >= intervals,
+        90,
+        0.5,
+        f"{intervals} intervals of the node's metrics on the page",
+    )
     assert page.locator("#chart-events .uplot").count() == 1
     assert page.locator("#chart-p99 .uplot").count() == 1
     shot(page, "health")
@@ -259,21 +301,36 @@ def test_a_drain_shows_live_then_its_undo(cluster, base, page, assert_console_cl
     page.wait_for_selector(f'#shard-grid[data-led="{SHARDS}"]', timeout=WAIT_MS)
     mark_page(page)
     etcd = ["--etcd", cluster.etcd, "--prefix", cluster.prefix]
-    drained = subprocess.run([sys.executable, "-m", "shardcron", "drain", "n1", *etcd], capture_output=True,
-                             text=True, timeout=60)
+    drained = subprocess.run(
+        [sys.executable, "-m", "shardcron", "drain", "n1", *etcd], capture_output=True, text=True, timeout=60
+    )
     assert drained.returncode == 0, drained.stderr
     try:
         page.wait_for_selector('#nodes tr[data-node="n1"] td.draining', timeout=WAIT_MS)
-        wait_until(lambda: page.locator('#shard-grid .shard[data-leader="n1"]').count() == 0
-                   and page.locator(f'#shard-grid[data-led="{SHARDS}"]').count() == 1, 90, 0.5,
-                   "n1's shards handed to the others, on the page")
+        wait_until(
+            lambda: (
+                page.locator('#shard-grid .shard[data-leader="n1"]').count() == 0
+                and page.locator(f'#shard-grid[data-led="{SHARDS}"]').count() == 1
+            ),
+            90,
+            0.5,
+            "n1's shards handed to the others, on the page",
+        )
     finally:
-        undone = subprocess.run([sys.executable, "-m", "shardcron", "drain", "n1", "--undo", *etcd],
-                                capture_output=True, text=True, timeout=60)
+        undone = subprocess.run(
+            [sys.executable, "-m", "shardcron", "drain", "n1", "--undo", *etcd],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert undone.returncode == 0, undone.stderr
     page.wait_for_selector('#nodes tr[data-node="n1"] td.not-draining', timeout=WAIT_MS)
-    wait_until(lambda: page.locator('#shard-grid .shard[data-leader="n1"]').count() > 0, 120, 0.5,
-               "n1 to lead its share again, on the page")
+    wait_until(
+        lambda: page.locator('#shard-grid .shard[data-leader="n1"]').count() > 0,
+        120,
+        0.5,
+        "n1 to lead its share again, on the page",
+    )
     assert not_reloaded(page)
     assert_console_clean(page)
 
@@ -285,13 +342,21 @@ def test_a_killed_nodes_shards_change_colour_without_a_reload(cluster, base, pag
     victim = "n2"
     cells = page.locator(f'#shard-grid .shard[data-leader="{victim}"]')
     wait_until(lambda: cells.count() > 0, 60, 0.5, f"{victim} to lead a shard on the page")
-    theirs = {cells.nth(i).get_attribute("data-shard"): cells.nth(i).get_attribute("data-colour")
-              for i in range(cells.count())}
+    theirs = {
+        cells.nth(i).get_attribute("data-shard"): cells.nth(i).get_attribute("data-colour")
+        for i in range(cells.count())
+    }
     mark_page(page)
     cluster.nodes[victim].kill()
-    wait_until(lambda: page.locator(f'#shard-grid .shard[data-leader="{victim}"]').count() == 0
-               and page.locator(f'#shard-grid[data-led="{SHARDS}"]').count() == 1, 90, 0.5,
-               f"{victim}'s shards to be led by the others on the page")
+    wait_until(
+        lambda: (
+            page.locator(f'#shard-grid .shard[data-leader="{victim}"]').count() == 0
+            and page.locator(f'#shard-grid[data-led="{SHARDS}"]').count() == 1
+        ),
+        90,
+        0.5,
+        f"{victim}'s shards to be led by the others on the page",
+    )
     for shard, colour in theirs.items():
         cell = page.locator(f'#shard-grid .shard[data-shard="{shard}"]')
         assert cell.get_attribute("data-leader") in ("n0", "n1")
@@ -303,5 +368,5 @@ def test_a_killed_nodes_shards_change_colour_without_a_reload(cluster, base, pag
 
 
 def _rgb(hex_colour: str) -> str:
-    r, g, b = (int(hex_colour[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(hex_colour[i : i + 2], 16) for i in (1, 3, 5))
     return f"rgb({r}, {g}, {b})"

@@ -33,8 +33,10 @@ _FIGURES: list[dict] = []  # one dict per scenario, in the order they ran
 
 def _cannot_run() -> str | None:
     if os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("iptables") is None:
-        return (f"fault tests need root, ip and iptables (euid={os.geteuid()}, ip={shutil.which('ip')}, "
-                f"iptables={shutil.which('iptables')})")
+        return (
+            f"fault tests need root, ip and iptables (euid={os.geteuid()}, ip={shutil.which('ip')}, "
+            f"iptables={shutil.which('iptables')})"
+        )
     if shutil.which("etcdctl") is None:
         return "fault tests need etcdctl on PATH (Debian: etcd-client)"
     return None
@@ -88,17 +90,31 @@ def fault_cluster(fault_lab, pg_forwarder, fresh_db_url, tmp_path, etcd_prefix, 
     """``fault_cluster(ttl=4, job_defs=None, slow=0, extra_args=None) -> FaultCluster`` (not started)."""
     made: list[tuple[harness.FaultCluster, EtcdCluster, Sink]] = []
 
-    def make(*, ttl: int = 4, job_defs: list[harness.JobDef] | None = None, slow: int = 0,
-             extra_args: list[str] | None = None, shards: int = harness.SHARDS) -> harness.FaultCluster:
+    def make(
+        *,
+        ttl: int = 4,
+        job_defs: list[harness.JobDef] | None = None,
+        slow: int = 0,
+        extra_args: list[str] | None = None,
+        shards: int = harness.SHARDS,
+    ) -> harness.FaultCluster:
         etcd = EtcdCluster(3, host=fault_lab.gateway, base_dir=str(tmp_path / "etcd")).start()
         sink = Sink()
         try:
             sink.start(host=fault_lab.gateway)
             db = fresh_db_url("postgresql")
             fc = harness.FaultCluster(
-                lab=fault_lab, etcd=etcd, forwarder=pg_forwarder, db_url=db, sink=sink, tmp_path=tmp_path,
-                prefix=etcd_prefix, ttl=ttl, shards=shards,
-                job_defs=job_defs or harness.standard_jobs(sink.url, slow=slow), extra_args=extra_args,
+                lab=fault_lab,
+                etcd=etcd,
+                forwarder=pg_forwarder,
+                db_url=db,
+                sink=sink,
+                tmp_path=tmp_path,
+                prefix=etcd_prefix,
+                ttl=ttl,
+                shards=shards,
+                job_defs=job_defs or harness.standard_jobs(sink.url, slow=slow),
+                extra_args=extra_args,
                 figures=figures,
             )
         except BaseException:
@@ -123,8 +139,12 @@ def fault_cluster(fault_lab, pg_forwarder, fresh_db_url, tmp_path, etcd_prefix, 
         keep = KEEP_DIR / f"{time.strftime('%Y%m%d-%H%M%S')}-{request.node.name}"
         keep.mkdir(parents=True, exist_ok=True)
         # The soak writes history.json and findings.json beside the logs.
-        for log in [*tmp_path.glob("*.log"), *tmp_path.glob("etcd/*.log"), *tmp_path.glob("*.toml"),
-                    *tmp_path.glob("*.json")]:
+        for log in [
+            *tmp_path.glob("*.log"),
+            *tmp_path.glob("etcd/*.log"),
+            *tmp_path.glob("*.toml"),
+            *tmp_path.glob("*.json"),
+        ]:
             shutil.copy2(log, keep / log.name)
         print(f"\nfault scenario failed; node and etcd logs kept in {keep}")
 

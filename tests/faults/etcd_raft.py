@@ -55,8 +55,9 @@ class StatusPoller:
         self.samples: list[StatusSample] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=self._run, args=(m,), name=f"status-{m.name}", daemon=True)
-                         for m in self.members]
+        self._threads = [
+            threading.Thread(target=self._run, args=(m,), name=f"status-{m.name}", daemon=True) for m in self.members
+        ]
 
     def start(self) -> StatusPoller:
         for t in self._threads:
@@ -109,8 +110,9 @@ def leader_again(samples: list[StatusSample], *, after: float, deposed: int) -> 
 
     Until their election timeout fires, the survivors still name the dead leader; while
     they elect, they name none (0)."""
-    return next((s for s in sorted(samples, key=lambda s: s.t)
-                 if s.t > after and s.leader and s.leader != deposed), None)
+    return next(
+        (s for s in sorted(samples, key=lambda s: s.t) if s.t > after and s.leader and s.leader != deposed), None
+    )
 
 
 # -- the members' raft lines ----------------------------------------------------------------

@@ -91,21 +91,50 @@ class JobDef:
     spec: dict
 
 
-def standard_jobs(sink_url: str, *, noop: int = NOOP_JOBS, http: int = HTTP_JOBS, slow: int = 0,
-                  slow_ms: int = 2500) -> list[JobDef]:
+def standard_jobs(
+    sink_url: str, *, noop: int = NOOP_JOBS, http: int = HTTP_JOBS, slow: int = 0, slow_ms: int = 2500
+) -> list[JobDef]:
     """``noop`` noop jobs and ``http`` quick http jobs every second, catch-up ``all``, overlap allowed;
     ``slow`` http jobs every second whose call takes ``slow_ms`` (overlap allowed)."""
-    out = [JobDef(f"noop-{i:02d}", 1000, {"id": f"noop-{i:02d}", "every": "1s", "catchup": "all",
-                                           "executor": {"kind": "noop"}}) for i in range(noop)]
+    out = [
+        JobDef(
+            f"noop-{i:02d}",
+            1000,
+            {"id": f"noop-{i:02d}", "every": "1s", "catchup": "all", "executor": {"kind": "noop"}},
+        )
+        for i in range(noop)
+    ]
     # overlap "allow": with the default "skip", a catch-up burst runs the missed slots one after another and
     # records skipped each one that comes up while the run before it still goes, so "every missed slot runs
     # once" could not be asserted.
-    out += [JobDef(f"http-{i}", 1000, {"id": f"http-{i}", "every": "1s", "catchup": "all", "overlap": "allow",
-                                       "executor": {"kind": "http", "url": f"{sink_url}/p/{i}"}})
-            for i in range(http)]
-    out += [JobDef(f"slow-{i}", 1000, {"id": f"slow-{i}", "every": "1s", "catchup": "all", "overlap": "allow",
-                                       "executor": {"kind": "http", "url": f"{sink_url}/slow/{slow_ms}"}})
-            for i in range(slow)]
+    out += [
+        JobDef(
+            f"http-{i}",
+            1000,
+            {
+                "id": f"http-{i}",
+                "every": "1s",
+                "catchup": "all",
+                "overlap": "allow",
+                "executor": {"kind": "http", "url": f"{sink_url}/p/{i}"},
+            },
+        )
+        for i in range(http)
+    ]
+    out += [
+        JobDef(
+            f"slow-{i}",
+            1000,
+            {
+                "id": f"slow-{i}",
+                "every": "1s",
+                "catchup": "all",
+                "overlap": "allow",
+                "executor": {"kind": "http", "url": f"{sink_url}/slow/{slow_ms}"},
+            },
+        )
+        for i in range(slow)
+    ]
     return out
 
 
@@ -193,6 +222,7 @@ class LeaderMonitor:
                 if predicate(s.leaders):
                     return s.t
             return None
+
         return wait_until(fresh, timeout_s, POLL_S / 2, what)
 
     def gaps(self, t_from: float, t_to: float) -> dict[int, float]:
@@ -346,22 +376,43 @@ class Verdict:
 
 
 class FaultCluster:
-    def __init__(self, *, lab: NetLab, etcd: EtcdCluster, forwarder: TcpForwarder, db_url: str, sink: Sink,
-                 tmp_path, prefix: str, ttl: int, shards: int = SHARDS, job_defs: list[JobDef],
-                 extra_args: list[str] | None = None, figures: dict | None = None):
+    def __init__(
+        self,
+        *,
+        lab: NetLab,
+        etcd: EtcdCluster,
+        forwarder: TcpForwarder,
+        db_url: str,
+        sink: Sink,
+        tmp_path,
+        prefix: str,
+        ttl: int,
+        shards: int = SHARDS,
+        job_defs: list[JobDef],
+        extra_args: list[str] | None = None,
+        figures: dict | None = None,
+    ):
         self.lab = lab
         self.etcd = etcd
         self.forwarder = forwarder
         self.db_url = db_url  # for the test: 127.0.0.1
-        self.node_db_url = make_url(db_url).set(host=lab.gateway, port=forwarder.port).render_as_string(
-            hide_password=False)
+        self.node_db_url = (
+            make_url(db_url).set(host=lab.gateway, port=forwarder.port).render_as_string(hide_password=False)
+        )
         self.sink = sink
         self.tmp_path = tmp_path
         self.ttl = ttl
         self.job_defs = job_defs
         self.jobs_file = write_jobs(tmp_path / "jobs.toml", job_defs)
-        self.cluster = Cluster(etcd.endpoints, self.node_db_url, prefix, shards, ttl, str(tmp_path),
-                               extra_args=["--jobs", self.jobs_file, *(extra_args or [])])
+        self.cluster = Cluster(
+            etcd.endpoints,
+            self.node_db_url,
+            prefix,
+            shards,
+            ttl,
+            str(tmp_path),
+            extra_args=["--jobs", self.jobs_file, *(extra_args or [])],
+        )
         self.node_env: dict[str, dict[str, str]] = {}
         self.monitor = LeaderMonitor(etcd.endpoints, prefix)
         self.engine: Engine = make_engine(db_url)
@@ -381,8 +432,9 @@ class FaultCluster:
             self.node_env[node_id] = env
         # No proxy: every http call goes to the sink on the bridge.
         base_env = {"http_proxy": "", "https_proxy": "", "HTTP_PROXY": "", "HTTPS_PROXY": ""}
-        return self.cluster.add(node_id, env={**base_env, **self.node_env.get(node_id, {})},
-                                wrapper=net.wrapper, host=net.addr)
+        return self.cluster.add(
+            node_id, env={**base_env, **self.node_env.get(node_id, {})}, wrapper=net.wrapper, host=net.addr
+        )
 
     def start(self, node_ids=("n0", "n1", "n2"), env: dict[str, dict[str, str]] | None = None) -> None:
         for n in node_ids:
@@ -395,8 +447,9 @@ class FaultCluster:
     def _every_job_ran(self) -> bool:
         with self.engine.connect() as c:
             ran = {j for (j,) in c.execute(select(ticks.c.job_id).where(ticks.c.status == "succeeded").distinct())}
-            firsts = dict(c.execute(select(ticks.c.job_id, func.min(ticks.c.scheduled_at_ms))
-                                    .group_by(ticks.c.job_id)).all())
+            firsts = dict(
+                c.execute(select(ticks.c.job_id, func.min(ticks.c.scheduled_at_ms)).group_by(ticks.c.job_id)).all()
+            )
         if all(j.id in ran for j in self.job_defs):
             self.first_slot_ms = min(firsts.values())
             return True
@@ -417,6 +470,7 @@ class FaultCluster:
                 return False
             c = Counter(m.values())
             return all(lo <= c[n] <= hi for n in members)
+
         try:
             return self.monitor.wait(ok, timeout_s, f"shards balanced over {sorted(members)}")
         except TimeoutError as e:
@@ -447,8 +501,12 @@ class FaultCluster:
         return time.time()
 
     def etcd_status(self) -> list[dict]:
-        out = subprocess.run(["etcdctl", f"--endpoints={self._etcd_urls()}", "endpoint", "status", "-w", "json",
-                              "--command-timeout=2s"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["etcdctl", f"--endpoints={self._etcd_urls()}", "endpoint", "status", "-w", "json", "--command-timeout=2s"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         return json.loads(out.stdout) if out.stdout.strip() else []
 
     def _etcd_urls(self, members: list[EtcdMember] | None = None) -> str:
@@ -466,11 +524,16 @@ class FaultCluster:
                     ep = s["Endpoint"].split("://", 1)[-1]
                     return next(m for m in self.etcd.members if m.endpoint == ep)
             return None
+
         return wait_until(find, 20, 0.2, "an etcd leader")
 
     def etcd_healthy(self) -> bool:
-        out = subprocess.run(["etcdctl", f"--endpoints={self._etcd_urls()}", "endpoint", "health", "-w", "json",
-                              "--command-timeout=2s"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["etcdctl", f"--endpoints={self._etcd_urls()}", "endpoint", "health", "-w", "json", "--command-timeout=2s"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         try:
             health = json.loads(out.stdout)
         except ValueError:
@@ -478,8 +541,12 @@ class FaultCluster:
         return len(health) == len(self.etcd.members) and all(h.get("health") for h in health)
 
     def etcd_members_started(self) -> int:
-        out = subprocess.run(["etcdctl", f"--endpoints={self._etcd_urls()}", "member", "list", "-w", "json",
-                              "--command-timeout=2s"], capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            ["etcdctl", f"--endpoints={self._etcd_urls()}", "member", "list", "-w", "json", "--command-timeout=2s"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         try:
             return sum(1 for m in json.loads(out.stdout)["members"] if m.get("name") and m.get("clientURLs"))
         except (ValueError, KeyError):
@@ -497,10 +564,14 @@ class FaultCluster:
 
         def settled():
             with self.engine.connect() as c:
-                rows = c.execute(select(ticks.c.job_id, ticks.c.status).where(
-                    ticks.c.scheduled_at_ms > end - 1000, ticks.c.scheduled_at_ms <= end)).all()
+                rows = c.execute(
+                    select(ticks.c.job_id, ticks.c.status).where(
+                        ticks.c.scheduled_at_ms > end - 1000, ticks.c.scheduled_at_ms <= end
+                    )
+                ).all()
             done = {j for j, s in rows if s in FINAL}
             return all(j.id in done for j in self.job_defs)
+
         wait_until(settled, 60, 0.25, f"every job's slot at {end} to be final")
         return end
 
@@ -508,8 +579,11 @@ class FaultCluster:
         rep = SlotReport()
         with self.engine.connect() as c:
             active = dict(c.execute(select(jobs.c.id, jobs.c.active_since_ms)).all())
-            rows = c.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.status, ticks.c.manual,
-                                    ticks.c.error).where(ticks.c.scheduled_at_ms <= to_ms)).all()
+            rows = c.execute(
+                select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.status, ticks.c.manual, ticks.c.error).where(
+                    ticks.c.scheduled_at_ms <= to_ms
+                )
+            ).all()
         for r in rows:
             if r.status in ("skipped", "abandoned", "failed"):
                 key = f"{r.job_id.split('-')[0]} {r.status}: {(r.error or '')[:60]}"
@@ -552,8 +626,11 @@ class FaultCluster:
         """Per shard, the longest time (ms) in which no tick of the shard started: the outage as the jobs
         saw it (a crashed leader's key still names it in etcd until its lease expires)."""
         with self.engine.connect() as c:
-            rows = c.execute(select(ticks.c.shard, ticks.c.started_at_ms).where(
-                ticks.c.started_at_ms >= from_ms, ticks.c.started_at_ms <= to_ms)).all()
+            rows = c.execute(
+                select(ticks.c.shard, ticks.c.started_at_ms).where(
+                    ticks.c.started_at_ms >= from_ms, ticks.c.started_at_ms <= to_ms
+                )
+            ).all()
         starts: dict[int, set[int]] = defaultdict(set)
         for shard, at in rows:
             starts[shard].add(at)
@@ -567,11 +644,14 @@ class FaultCluster:
         """Per shard that has started any tick, its first tick started in [from_ms, to_ms] (None: none did):
         when each shard ran again after an outage, as the jobs saw it."""
         with self.engine.connect() as c:
-            rows = c.execute(select(ticks.c.shard, func.min(ticks.c.started_at_ms))
-                             .where(ticks.c.started_at_ms >= from_ms, ticks.c.started_at_ms <= to_ms)
-                             .group_by(ticks.c.shard)).all()
-            shards = [s for (s,) in c.execute(select(ticks.c.shard).where(ticks.c.started_at_ms.is_not(None))
-                                              .distinct())]
+            rows = c.execute(
+                select(ticks.c.shard, func.min(ticks.c.started_at_ms))
+                .where(ticks.c.started_at_ms >= from_ms, ticks.c.started_at_ms <= to_ms)
+                .group_by(ticks.c.shard)
+            ).all()
+            shards = [
+                s for (s,) in c.execute(select(ticks.c.shard).where(ticks.c.started_at_ms.is_not(None)).distinct())
+            ]
         first = dict(rows)
         return {s: first.get(s) for s in sorted(shards)}
 
@@ -579,9 +659,18 @@ class FaultCluster:
         """Rows claimed or started under a fence after a newer fence of their shard was raised."""
         raises = self.raises()
         with self.engine.connect() as c:
-            rows = c.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.shard, ticks.c.fence,
-                                    ticks.c.node_id, ticks.c.status, ticks.c.claimed_at_ms,
-                                    ticks.c.started_at_ms)).all()
+            rows = c.execute(
+                select(
+                    ticks.c.job_id,
+                    ticks.c.scheduled_at_ms,
+                    ticks.c.shard,
+                    ticks.c.fence,
+                    ticks.c.node_id,
+                    ticks.c.status,
+                    ticks.c.claimed_at_ms,
+                    ticks.c.started_at_ms,
+                )
+            ).all()
         bad = []
         for r in rows:
             newer = next(((f, n, t) for f, n, t in raises.get(r.shard, []) if f > r.fence), None)
@@ -590,9 +679,20 @@ class FaultCluster:
             for col in ("claimed_at_ms", "started_at_ms"):
                 v = getattr(r, col)
                 if v is not None and v > newer[2] + tolerance_ms:
-                    bad.append({"job": r.job_id, "slot": r.scheduled_at_ms, "shard": r.shard, "fence": r.fence,
-                                "node": r.node_id, "status": r.status, col: v, "newer_fence": newer[0],
-                                "newer_node": newer[1], "raised_at_ms": newer[2]})
+                    bad.append(
+                        {
+                            "job": r.job_id,
+                            "slot": r.scheduled_at_ms,
+                            "shard": r.shard,
+                            "fence": r.fence,
+                            "node": r.node_id,
+                            "status": r.status,
+                            col: v,
+                            "newer_fence": newer[0],
+                            "newer_node": newer[1],
+                            "raised_at_ms": newer[2],
+                        }
+                    )
         return bad
 
     def sink_findings(self, tolerance_ms: int = 250) -> tuple[list, list, list]:
@@ -606,17 +706,30 @@ class FaultCluster:
             shard, fence = int(r.header("x-shardcron-shard")), int(r.header("x-shardcron-fence"))
             newer = next(((f, n, t) for f, n, t in raises.get(shard, []) if f > fence), None)
             if newer and r.received_at_ms > newer[2] + tolerance_ms:
-                stale.append({"key": r.header("idempotency-key"), "node": r.header("x-shardcron-node"),
-                              "fence": fence, "received_at_ms": r.received_at_ms, "newer_fence": newer[0],
-                              "raised_at_ms": newer[2]})
+                stale.append(
+                    {
+                        "key": r.header("idempotency-key"),
+                        "node": r.header("x-shardcron-node"),
+                        "fence": fence,
+                        "received_at_ms": r.received_at_ms,
+                        "newer_fence": newer[0],
+                        "raised_at_ms": newer[2],
+                    }
+                )
         with self.engine.connect() as c:
             have = {(j, s): f for j, s, f in c.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.fence))}
         unclaimed = []
         for r in reqs:
             key = (r.header("x-shardcron-job-id"), int(r.header("x-shardcron-scheduled-at-ms")))
             if key not in have or have[key] < int(r.header("x-shardcron-fence")):
-                unclaimed.append({"key": r.header("idempotency-key"), "node": r.header("x-shardcron-node"),
-                                  "fence": r.header("x-shardcron-fence"), "row_fence": have.get(key)})
+                unclaimed.append(
+                    {
+                        "key": r.header("idempotency-key"),
+                        "node": r.header("x-shardcron-node"),
+                        "fence": r.header("x-shardcron-fence"),
+                        "row_fence": have.get(key),
+                    }
+                )
         return dups, stale, unclaimed
 
     def verify(self, *, clock_tolerance_ms: int = 0, expect_stale_tolerance_ms: int | None = None) -> Verdict:
@@ -629,28 +742,39 @@ class FaultCluster:
         logs = {n: NodeLog(p.log_text()) for n, p in self.nodes.items()}
         tracebacks = {n: lg.count("Traceback") for n, lg in logs.items()}
         fenced = {n: lg.fenced_rejections() for n, lg in logs.items()}
-        audit, note = run_audit(self.db_url, self.first_slot_ms - 1, end, clock_tolerance_ms=clock_tolerance_ms,
-                                etcd=self.etcd.endpoints, prefix=self.cluster.prefix)
+        audit, note = run_audit(
+            self.db_url,
+            self.first_slot_ms - 1,
+            end,
+            clock_tolerance_ms=clock_tolerance_ms,
+            etcd=self.etcd.endpoints,
+            prefix=self.cluster.prefix,
+        )
         gaps = self.monitor.gaps(self.t_ready, t_end)
         service = self.service_gaps(int(self.t_ready * 1000), end)
-        v = Verdict(rep, stale, dups, sink_stale, unclaimed, tracebacks, fenced, audit, note, gaps,
-                    (self.first_slot_ms, end))
+        v = Verdict(
+            rep, stale, dups, sink_stale, unclaimed, tracebacks, fenced, audit, note, gaps, (self.first_slot_ms, end)
+        )
         shard, worst = v.longest_gap()
         s_shard = max(service, key=service.get) if service else None
-        self.figures.update({
-            "longest service gap": f"{service[s_shard] / 1000:.2f} s (shard {s_shard})" if s_shard is not None else "-",
-            "slots checked": rep.slots_checked,
-            "duplicates": len(dups) + (len(audit.get("duplicates", [])) if audit else 0),
-            "gaps": len(rep.missing),
-            "fenced rejections": v.fenced_total,
-            "longest leaderless gap": f"{worst:.2f} s (shard {shard})" if shard is not None else "-",
-            "audit": note,
-            "window": f"{(end - self.first_slot_ms) / 1000:.0f} s",
-            "per-shard gaps": {k: g for k, g in sorted(gaps.items()) if g},
-            "fenced by node": {n: {k: c for k, c in f.items() if c} for n, f in fenced.items()},
-            "statuses": rep.statuses,
-            "rows not succeeded": rep.odd,
-        })
+        self.figures.update(
+            {
+                "longest service gap": f"{service[s_shard] / 1000:.2f} s (shard {s_shard})"
+                if s_shard is not None
+                else "-",
+                "slots checked": rep.slots_checked,
+                "duplicates": len(dups) + (len(audit.get("duplicates", [])) if audit else 0),
+                "gaps": len(rep.missing),
+                "fenced rejections": v.fenced_total,
+                "longest leaderless gap": f"{worst:.2f} s (shard {shard})" if shard is not None else "-",
+                "audit": note,
+                "window": f"{(end - self.first_slot_ms) / 1000:.0f} s",
+                "per-shard gaps": {k: g for k, g in sorted(gaps.items()) if g},
+                "fenced by node": {n: {k: c for k, c in f.items() if c} for n, f in fenced.items()},
+                "statuses": rep.statuses,
+                "rows not succeeded": rep.odd,
+            }
+        )
         return v
 
     def problems(self, v: Verdict) -> list[str]:
@@ -661,11 +785,14 @@ class FaultCluster:
         if v.slots.unexpected:
             out.append(f"rows outside the owed slots: {v.slots.unexpected[:10]}")
         if v.slots.not_final:
-            out.append(f"{len(v.slots.not_final)} rows never settled (still claimed/running at the end): "
-                       f"{v.slots.not_final[:10]}")
+            out.append(
+                f"{len(v.slots.not_final)} rows never settled (still claimed/running at the end): "
+                f"{v.slots.not_final[:10]}"
+            )
         if v.slots.skipped:
-            out.append(f"{len(v.slots.skipped)} slots of catch-up 'all' jobs recorded skipped, not run: "
-                       f"{v.slots.skipped[:10]}")
+            out.append(
+                f"{len(v.slots.skipped)} slots of catch-up 'all' jobs recorded skipped, not run: {v.slots.skipped[:10]}"
+            )
         if v.stale_rows:
             out.append(f"writes under an old fence after a newer raise: {v.stale_rows[:5]}")
         if v.sink_duplicates:
@@ -677,8 +804,10 @@ class FaultCluster:
         if any(v.tracebacks.values()):
             tails = "\n".join(f"--- {n} ---\n{p.log_text()[-2500:]}" for n, p in self.nodes.items())
             out.append(f"tracebacks in node logs {v.tracebacks}:\n{tails}")
-        if v.audit is not None and (not v.audit.get("clean", True) or any(
-                v.audit.get(k) for k in ("duplicates", "missing", "stale_fence", "unresolved"))):
+        if v.audit is not None and (
+            not v.audit.get("clean", True)
+            or any(v.audit.get(k) for k in ("duplicates", "missing", "stale_fence", "unresolved"))
+        ):
             out.append(f"shardcron audit found problems: {json.dumps(v.audit)[:3000]}")
         return out
 
@@ -704,14 +833,22 @@ _audit_help: str | None = None
 def _audit_cli_help() -> str:
     global _audit_help
     if _audit_help is None:
-        out = subprocess.run([sys.executable, "-m", "shardcron", "audit", "--help"], capture_output=True,
-                             text=True, timeout=60)
+        out = subprocess.run(
+            [sys.executable, "-m", "shardcron", "audit", "--help"], capture_output=True, text=True, timeout=60
+        )
         _audit_help = out.stdout if out.returncode == 0 else ""
     return _audit_help
 
 
-def run_audit(db_url: str, from_ms: int, to_ms: int, *, clock_tolerance_ms: int = 0, etcd: str | None = None,
-              prefix: str | None = None) -> tuple[dict | None, str]:
+def run_audit(
+    db_url: str,
+    from_ms: int,
+    to_ms: int,
+    *,
+    clock_tolerance_ms: int = 0,
+    etcd: str | None = None,
+    prefix: str | None = None,
+) -> tuple[dict | None, str]:
     """``shardcron audit --json`` over the window (``from_ms``, ``to_ms``]: (its report, a note for the figures).
 
     The report is None while neither the command nor ``shardcron.audit`` exists
@@ -720,10 +857,23 @@ def run_audit(db_url: str, from_ms: int, to_ms: int, *, clock_tolerance_ms: int 
     """
     help_text = _audit_cli_help()
     if help_text:
-        cmd = [sys.executable, "-m", "shardcron", "audit", "--db", db_url, "--from", str(from_ms),
-               "--to", str(to_ms), "--json"]
-        flag = next((f for f in ("--clock-tolerance-ms", "--clock-tolerance", "--tolerance-ms", "--skew-ms")
-                     if f in help_text), None)
+        cmd = [
+            sys.executable,
+            "-m",
+            "shardcron",
+            "audit",
+            "--db",
+            db_url,
+            "--from",
+            str(from_ms),
+            "--to",
+            str(to_ms),
+            "--json",
+        ]
+        flag = next(
+            (f for f in ("--clock-tolerance-ms", "--clock-tolerance", "--tolerance-ms", "--skew-ms") if f in help_text),
+            None,
+        )
         if clock_tolerance_ms and flag:
             cmd += [flag, str(clock_tolerance_ms)]
         if etcd and "--etcd" in help_text:  # unresolved ticks on led shards are left to their leader
@@ -741,8 +891,7 @@ def run_audit(db_url: str, from_ms: int, to_ms: int, *, clock_tolerance_ms: int 
     try:
         from shardcron.audit import run_audit as api  # noqa: PLC0415 - lands with the audit issue
     except ImportError:
-        warnings.warn("`shardcron audit` is not available yet: only the harness's own SQL checks ran",
-                      stacklevel=2)
+        warnings.warn("`shardcron audit` is not available yet: only the harness's own SQL checks ran", stacklevel=2)
         return None, "n/a (`shardcron audit` not wired yet; SQL checks only)"
     engine = make_engine(db_url)
     try:
@@ -761,12 +910,25 @@ def run_audit(db_url: str, from_ms: int, to_ms: int, *, clock_tolerance_ms: int 
 
 # -- the figures table -----------------------------------------------------------------------------------
 
-COLUMNS = ["scenario", "result", "window", "slots checked", "duplicates", "gaps", "fenced rejections",
-           "longest leaderless gap", "longest service gap", "failover measured", "theoretical window", "audit"]
+COLUMNS = [
+    "scenario",
+    "result",
+    "window",
+    "slots checked",
+    "duplicates",
+    "gaps",
+    "fenced rejections",
+    "longest leaderless gap",
+    "longest service gap",
+    "failover measured",
+    "theoretical window",
+    "audit",
+]
 
 
 def figures_markdown(rows: list[dict]) -> str:
     """One markdown table (the columns above), then each scenario's details."""
+
     def order(r: dict) -> tuple:
         m = re.match(r"(\d+)\.", str(r.get("scenario", "")))
         return (int(m.group(1)) if m else 99, str(r.get("scenario")))
@@ -776,14 +938,19 @@ def figures_markdown(rows: list[dict]) -> str:
     def cell(v) -> str:
         return "-" if v is None or v == "" else str(v).replace("|", "\\|").replace("\n", " ")
 
-    out = ["# Fault scenarios: figures", "",
-           f"Written by `pytest tests/faults` on {time.strftime('%Y-%m-%d %H:%M:%S %Z')}. "
-           f"Leaderless gaps are measured by polling the shard map every {POLL_S:.1f} s (upper bounds, "
-           "to within one poll): a crashed or cut-off leader's key names it until its lease expires, "
-           "so the service gap (longest time in which no tick of a shard started, from the rows) is the "
-           "outage as the jobs saw it. Failover is from the fault to the moment every shard of the victim "
-           "was led by another node.", "",
-           "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    out = [
+        "# Fault scenarios: figures",
+        "",
+        f"Written by `pytest tests/faults` on {time.strftime('%Y-%m-%d %H:%M:%S %Z')}. "
+        f"Leaderless gaps are measured by polling the shard map every {POLL_S:.1f} s (upper bounds, "
+        "to within one poll): a crashed or cut-off leader's key names it until its lease expires, "
+        "so the service gap (longest time in which no tick of a shard started, from the rows) is the "
+        "outage as the jobs saw it. Failover is from the fault to the moment every shard of the victim "
+        "was led by another node.",
+        "",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
     for r in rows:
         out.append("| " + " | ".join(cell(r.get(c)) for c in COLUMNS) + " |")
     out.append("")

@@ -156,7 +156,7 @@ class NetLab:
             # A fixed MAC: a bridge without one takes its lowest port's MAC and changes it as veths
             # come and go, leaving the namespaces' ARP entries for the gateway pointing nowhere.
             p = self.pid
-            mac = f"02:5c:{(p >> 24) & 0xff:02x}:{(p >> 16) & 0xff:02x}:{(p >> 8) & 0xff:02x}:{p & 0xff:02x}"
+            mac = f"02:5c:{(p >> 24) & 0xFF:02x}:{(p >> 16) & 0xFF:02x}:{(p >> 8) & 0xFF:02x}:{p & 0xFF:02x}"
             sh("ip", "link", "set", self.bridge, "address", mac)
             sh("ip", "addr", "add", f"{self.gateway}/{self.subnet.prefixlen}", "dev", self.bridge)
             sh("ip", "link", "set", self.bridge, "up")
@@ -374,5 +374,12 @@ class TcpForwarder:
                 self._conns.discard(dst)
 
 
-__all__ = ["NetError", "NetLab", "NodeNet", "TcpForwarder", "cleanup_stale", "kill_namespace_processes",
-           "missing_tools"]
+__all__ = [
+    "NetError",
+    "NetLab",
+    "NodeNet",
+    "TcpForwarder",
+    "cleanup_stale",
+    "kill_namespace_processes",
+    "missing_tools",
+]

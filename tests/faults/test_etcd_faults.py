@@ -42,6 +42,7 @@ def test_the_etcd_client_moves_to_a_live_member_when_its_member_dies(figures):
                 except Exception as e:  # noqa: BLE001 - counted, then retried
                     errors.append(str(e)[:200])
                     return False
+
             try:
                 ok = bool(wait_until(answers, 8, 0.25, "a live member to answer"))
             except TimeoutError:
@@ -50,8 +51,10 @@ def test_the_etcd_client_moves_to_a_live_member_when_its_member_dies(figures):
             figures["failover measured"] = f"{took:.2f} s" if ok else f"never within {took:.0f} s"
             figures["theoretical window"] = "well under TTL/3 (before the next lease renewal is due)"
             figures["calls failed meanwhile"] = len(errors)
-            assert ok, (f"the client stayed on the dead member {dead.endpoint} for {took:.1f} s while "
-                        f"{len(cluster.members) - 1} members kept a quorum; last error: {errors[-1:]}")
+            assert ok, (
+                f"the client stayed on the dead member {dead.endpoint} for {took:.1f} s while "
+                f"{len(cluster.members) - 1} members kept a quorum; last error: {errors[-1:]}"
+            )
         finally:
             client.close()
 
@@ -109,8 +112,9 @@ def test_etcd_leader_member_killed_scheduling_continues(fault_cluster, figures, 
     poller = etcd_raft.StatusPoller(fc.etcd.members).start()
     try:
         leader_id, term = wait_until(poller.leader, 20, 0.1, "every etcd member to name one leader")
-        ids = wait_until(lambda: _all_or_none(poller.member_ids(), len(fc.etcd.members)), 20, 0.1,
-                         "every etcd member's id")
+        ids = wait_until(
+            lambda: _all_or_none(poller.member_ids(), len(fc.etcd.members)), 20, 0.1, "every etcd member's id"
+        )
         leader = next(m for m in fc.etcd.members if ids[m.name] == leader_id)
         down_s = 2 * ttl + 2
         figures["fault"] = f"kill -9 the etcd leader member {leader.name} (term {term}) for {down_s} s, then restart it"
@@ -119,12 +123,17 @@ def test_etcd_leader_member_killed_scheduling_continues(fault_cluster, figures, 
         # together have made a node lose its session during start() (every endpoint timed out), which is
         # not what this scenario is about.
         lines_before = {n: _fault_lines(fc.log(n)) for n in fc.nodes}
-        figures["session lost lines before the fault (start-up)"] = {n: c["session lost"]
-                                                                      for n, c in lines_before.items()}
+        figures["session lost lines before the fault (start-up)"] = {
+            n: c["session lost"] for n, c in lines_before.items()
+        }
         t_kill = time.time()  # before the signal: W is never understated
         fc.etcd.kill(leader)
-        again = wait_until(lambda: etcd_raft.leader_again(poller.since(t_kill), after=t_kill, deposed=leader_id),
-                           30, 0.05, f"a new etcd leader among the {len(fc.etcd.members) - 1} members left")
+        again = wait_until(
+            lambda: etcd_raft.leader_again(poller.since(t_kill), after=t_kill, deposed=leader_id),
+            30,
+            0.05,
+            f"a new etcd leader among the {len(fc.etcd.members) - 1} members left",
+        )
         t_leader = again.t
         sleep_until(t_kill + down_s)
         terms_seen = sorted({s.term for s in poller.since(t_kill) if s.term})
@@ -132,19 +141,26 @@ def test_etcd_leader_member_killed_scheduling_continues(fault_cluster, figures, 
         poller.stop()
     fc.etcd.start_member(leader, state="existing")
     t_restart = time.time()
-    wait_until(lambda: fc.etcd_healthy() and fc.etcd_members_started() == 3, 60, 0.5,
-               "the restarted member to rejoin: 3 healthy members")
+    wait_until(
+        lambda: fc.etcd_healthy() and fc.etcd_members_started() == 3,
+        60,
+        0.5,
+        "the restarted member to rejoin: 3 healthy members",
+    )
     figures["member healthy again after restart"] = f"{time.time() - t_restart:.2f} s"
 
     window = t_leader - t_kill
     names = {v: k for k, v in ids.items()}
-    raft = etcd_raft.elections([e for m in fc.etcd.members for e in etcd_raft.raft_events(_read(m.log_path))],
-                               t_kill, t_restart)
+    raft = etcd_raft.elections(
+        [e for m in fc.etcd.members for e in etcd_raft.raft_events(_read(m.log_path))], t_kill, t_restart
+    )
     logged = raft.first_elected()
     figures["etcd leaderless window"] = (
         f"{window:.2f} s by Status polls ({leader.name} -> {names.get(again.leader, hex(again.leader))}, term "
-        f"{again.term}); raft's own line: " + (f"{logged - t_kill:.3f} s" if logged else "none logged")
-        + ("" if raft.precise else " (whole-second stamps)"))
+        f"{again.term}); raft's own line: "
+        + (f"{logged - t_kill:.3f} s" if logged else "none logged")
+        + ("" if raft.precise else " (whole-second stamps)")
+    )
     figures["etcd elections"] = f"{raft.describe()}; terms reported by Status: {terms_seen}"
     rides = window < ride_through_bound_s(ttl)
     bound = f"TTL - R - margin = {ttl} - {ttl / 3:.2f} - {RIDE_THROUGH_MARGIN_S} = {ride_through_bound_s(ttl):.2f} s"
@@ -174,14 +190,20 @@ def test_etcd_leader_member_killed_scheduling_continues(fault_cluster, figures, 
     problems = []
     if rides:
         figures["case"] = f"etcd re-elected in {window:.2f} s < {bound}: no session may be lost"
-        figures["theoretical window"] = f"etcd leaderless {window:.2f} s < {ride_through_bound_s(ttl):.2f} s: " \
-                                        f"no session lost; no shard without a tick for TTL = {ttl} s"
+        figures["theoretical window"] = (
+            f"etcd leaderless {window:.2f} s < {ride_through_bound_s(ttl):.2f} s: "
+            f"no session lost; no shard without a tick for TTL = {ttl} s"
+        )
         if any(lost.values()):
-            problems.append(f"a node lost its session although etcd had a leader again {window:.2f} s after the "
-                            f"kill, within {bound}: {lost}")
+            problems.append(
+                f"a node lost its session although etcd had a leader again {window:.2f} s after the "
+                f"kill, within {bound}: {lost}"
+            )
         if any(dropped.values()):
-            problems.append(f"nodes dropped shards although no session could have lapsed: {dropped}, "
-                            f"'coordination interrupted' lines: {interrupted}")
+            problems.append(
+                f"nodes dropped shards although no session could have lapsed: {dropped}, "
+                f"'coordination interrupted' lines: {interrupted}"
+            )
         if any(c > 1 for c in changes.values()):
             problems.append(f"a shard changed leader more than once: {changes}")
         if any(g >= ttl for g in gaps.values()):
@@ -191,22 +213,32 @@ def test_etcd_leader_member_killed_scheduling_continues(fault_cluster, figures, 
             problems.append(
                 f"shard {worst_shard} ran no tick for {service[worst_shard] / 1000:.2f} s although etcd had a leader "
                 f"again after {window:.2f} s (TTL {ttl} s); shards dropped per node (leader -> lost): {dropped}, "
-                f"'coordination interrupted' lines: {interrupted}")
+                f"'coordination interrupted' lines: {interrupted}"
+            )
     else:
         # No renewal could be confirmed for up to a TTL: dropping shards is right and safe (fencing), and etcd
         # cannot do better. What the product owes: every shard runs again soon after etcd has a leader again.
         first = fc.first_starts_after(int(t_leader * 1000), int(t_settled * 1000))
-        late = {s: (None if at is None else round(at / 1000 - t_leader, 2)) for s, at in first.items()
-                if at is None or at / 1000 - t_leader > resume_bound_s(ttl)}
+        late = {
+            s: (None if at is None else round(at / 1000 - t_leader, 2))
+            for s, at in first.items()
+            if at is None or at / 1000 - t_leader > resume_bound_s(ttl)
+        }
         resumed = max((at / 1000 - t_leader for at in first.values() if at is not None), default=0.0)
-        figures["case"] = (f"{split}etcd leader after {window:.2f} s >= {bound}: shards may drop; every shard "
-                           f"ran again {resumed:.2f} s after etcd's new leader (bound {resume_bound_s(ttl):.1f} s)")
-        figures["theoretical window"] = f"etcd leaderless {window:.2f} s >= {ride_through_bound_s(ttl):.2f} s: " \
-                                        f"every shard runs again ≤ TTL + T + settle + slack = " \
-                                        f"{resume_bound_s(ttl):.1f} s after etcd's new leader"
+        figures["case"] = (
+            f"{split}etcd leader after {window:.2f} s >= {bound}: shards may drop; every shard "
+            f"ran again {resumed:.2f} s after etcd's new leader (bound {resume_bound_s(ttl):.1f} s)"
+        )
+        figures["theoretical window"] = (
+            f"etcd leaderless {window:.2f} s >= {ride_through_bound_s(ttl):.2f} s: "
+            f"every shard runs again ≤ TTL + T + settle + slack = "
+            f"{resume_bound_s(ttl):.1f} s after etcd's new leader"
+        )
         if late:
-            problems.append(f"shards ran no tick within {resume_bound_s(ttl):.1f} s of etcd's new leader "
-                            f"(seconds after it; None: never by the end): {late}")
+            problems.append(
+                f"shards ran no tick within {resume_bound_s(ttl):.1f} s of etcd's new leader "
+                f"(seconds after it; None: never by the end): {late}"
+            )
     fc.assert_clean(v, problems)
 
 
@@ -223,8 +255,9 @@ def _read(path: str) -> str:
 
 
 def _fault_lines(log_text: str) -> Counter:
-    return Counter({line: log_text.count(line) for line in ("session lost", "leader -> lost",
-                                                            "coordination interrupted")})
+    return Counter(
+        {line: log_text.count(line) for line in ("session lost", "leader -> lost", "coordination interrupted")}
+    )
 
 
 def test_etcd_quorum_loss_stops_claims_then_every_missed_slot_runs_once(fault_cluster, figures):
@@ -240,17 +273,23 @@ def test_etcd_quorum_loss_stops_claims_then_every_missed_slot_runs_once(fault_cl
     for m in victims:
         fc.etcd.kill(m)
     t_stop = time.time()
+
     # Every node stops leading: by its lease deadline ("session lost", within TTL of its last renewal),
     # or earlier, when an etcd call fails outright ("coordination interrupted").
     def stopped(n):
         log = fc.log(n)
-        times = [(t, why) for why in ("session lost", "coordination interrupted")
-                 if (t := log.first(why, t_stop - 0.001)) is not None]
+        times = [
+            (t, why)
+            for why in ("session lost", "coordination interrupted")
+            if (t := log.first(why, t_stop - 0.001)) is not None
+        ]
         return min(times) if times else None
+
     wait_until(lambda: all(stopped(n) for n in fc.nodes), ttl + 10, 0.1, "every node to give its shards up")
     how = {n: stopped(n) for n in fc.nodes}
     figures["nodes gave their shards up after the quorum went"] = {
-        n: f"{t - t_stop:.2f} s ({why})" for n, (t, why) in how.items()}
+        n: f"{t - t_stop:.2f} s ({why})" for n, (t, why) in how.items()
+    }
     late = {n: t - t_stop for n, (t, _) in how.items() if t - t_stop > ttl + 0.5}
     assert not late, f"nodes kept their shards past the TTL without a quorum: {late}"
     sleep_until(t_stop + down_s)
@@ -259,58 +298,92 @@ def test_etcd_quorum_loss_stops_claims_then_every_missed_slot_runs_once(fault_cl
     t_back = time.time()
     wait_until(lambda: fc.etcd_healthy() and fc.etcd_members_started() == 3, 60, 0.5, "a healthy etcd again")
     figures["quorum back (3 healthy) after restart"] = f"{time.time() - t_back:.2f} s"
-    t_led = fc.monitor.wait(lambda m: len(m) == fc.cluster.shards and all(m.values()), 4 * ttl + 60,
-                            "every shard led again")
+    t_led = fc.monitor.wait(
+        lambda m: len(m) == fc.cluster.shards and all(m.values()), 4 * ttl + 60, "every shard led again"
+    )
     figures["failover measured"] = f"{t_led - t_back:.2f} s from quorum back to every shard led"
-    figures["theoretical window"] = (f"claims stop ≤ TTL = {ttl} s after the loss; leaders again ≤ TTL after "
-                                     "quorum returns (old leases are renewed by the new raft leader, then expire)")
+    figures["theoretical window"] = (
+        f"claims stop ≤ TTL = {ttl} s after the loss; leaders again ≤ TTL after "
+        "quorum returns (old leases are renewed by the new raft leader, then expire)"
+    )
 
     # No claim was made after the nodes' leases could have lapsed, until the quorum came back.
     quiet_from = int((t_stop + ttl + 0.25) * 1000)
     with fc.engine.connect() as c:
-        during = c.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.node_id, ticks.c.claimed_at_ms)
-                           .where(ticks.c.claimed_at_ms > quiet_from,
-                                  ticks.c.claimed_at_ms < int(t_back * 1000))).all()
+        during = c.execute(
+            select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.node_id, ticks.c.claimed_at_ms).where(
+                ticks.c.claimed_at_ms > quiet_from, ticks.c.claimed_at_ms < int(t_back * 1000)
+            )
+        ).all()
     figures["claims during the outage (after TTL)"] = len(during)
     assert not during, f"ticks claimed while etcd had no quorum: {during[:5]}"
 
     v = fc.verify()
     with fc.engine.connect() as c:
-        caught = c.execute(select(ticks.c.scheduled_at_ms, ticks.c.started_at_ms).where(
-            ticks.c.scheduled_at_ms > quiet_from, ticks.c.scheduled_at_ms < int(t_back * 1000))).all()
+        caught = c.execute(
+            select(ticks.c.scheduled_at_ms, ticks.c.started_at_ms).where(
+                ticks.c.scheduled_at_ms > quiet_from, ticks.c.scheduled_at_ms < int(t_back * 1000)
+            )
+        ).all()
     figures["slots of the outage caught up"] = len(caught)
-    assert caught and all(s.started_at_ms >= t_back * 1000 for s in caught if s.started_at_ms), \
+    assert caught and all(s.started_at_ms >= t_back * 1000 for s in caught if s.started_at_ms), (
         "the outage's slots ran after the quorum came back"
+    )
     fc.assert_clean(v)
 
 
 # -- the pure parts of scenario 4 (no cluster) ----------------------------------------------------
 
 _ZAP = '{{"level":"info","ts":"2026-12-05T14:11:{s}Z","caller":"raft/raft.go:1","msg":"{msg}"}}'
-_SPLIT_LOG = "\n".join([
-    _ZAP.format(s="20.100", msg="a1 [logterm: 2, index: 9, vote: b2] ignored MsgVote from c3 [logterm: 2, index: 9] "
-                                "at term 2: lease is not expired (remaining ticks: 1)"),
-    _ZAP.format(s="20.000", msg="c3 became candidate at term 3"),
-    _ZAP.format(s="20.900", msg="a1 became candidate at term 3"),
-    _ZAP.format(s="20.901", msg="a1 received MsgVoteResp rejection from c3 at term 3"),
-    _ZAP.format(s="21.800", msg="c3 became candidate at term 4"),
-    _ZAP.format(s="21.801", msg="a1 received MsgVoteResp rejection from c3 at term 4"),
-    _ZAP.format(s="22.950", msg="a1 became candidate at term 5"),
-    _ZAP.format(s="22.952", msg="raft.node: a1 elected leader a1 at term 5"),
-    _ZAP.format(s="22.953", msg="raft.node: c3 elected leader a1 at term 5"),
-    '{"level":"warn","ts":"2026-12-05T14:11:21.000Z","msg":"rafthttp: lost the TCP streaming connection"}',
-    "not a log line",
-])
+_SPLIT_LOG = "\n".join(
+    [
+        _ZAP.format(
+            s="20.100",
+            msg="a1 [logterm: 2, index: 9, vote: b2] ignored MsgVote from c3 [logterm: 2, index: 9] "
+            "at term 2: lease is not expired (remaining ticks: 1)",
+        ),
+        _ZAP.format(s="20.000", msg="c3 became candidate at term 3"),
+        _ZAP.format(s="20.900", msg="a1 became candidate at term 3"),
+        _ZAP.format(s="20.901", msg="a1 received MsgVoteResp rejection from c3 at term 3"),
+        _ZAP.format(s="21.800", msg="c3 became candidate at term 4"),
+        _ZAP.format(s="21.801", msg="a1 received MsgVoteResp rejection from c3 at term 4"),
+        _ZAP.format(s="22.950", msg="a1 became candidate at term 5"),
+        _ZAP.format(s="22.952", msg="raft.node: a1 elected leader a1 at term 5"),
+        _ZAP.format(s="22.953", msg="raft.node: c3 elected leader a1 at term 5"),
+        '{"level":"warn","ts":"2026-12-05T14:11:21.000Z","msg":"rafthttp: lost the TCP streaming connection"}',
+        "not a log line",
+    ]
+)
 _T0 = 1796480000.0  # a kill time
 
 
-@pytest.mark.parametrize(("text", "kinds", "precise"), [
-    (_SPLIT_LOG, ["vote ignored (in lease)", "campaign", "campaign", "vote rejected", "campaign", "vote rejected",
-                  "campaign", "elected", "elected"], True),
-    ("raft2026/12/05 14:11:05 INFO: 54ce became leader at term 4\n"
-     "raft2026/12/05 14:11:05 INFO: raft.node: 54ce elected leader 54ce at term 4", ["elected"], False),
-    ("2026-12-05 14:11:05.289069 W | rafthttp: health check for peer 198d could not connect", [], True),
-])
+@pytest.mark.parametrize(
+    ("text", "kinds", "precise"),
+    [
+        (
+            _SPLIT_LOG,
+            [
+                "vote ignored (in lease)",
+                "campaign",
+                "campaign",
+                "vote rejected",
+                "campaign",
+                "vote rejected",
+                "campaign",
+                "elected",
+                "elected",
+            ],
+            True,
+        ),
+        (
+            "raft2026/12/05 14:11:05 INFO: 54ce became leader at term 4\n"
+            "raft2026/12/05 14:11:05 INFO: raft.node: 54ce elected leader 54ce at term 4",
+            ["elected"],
+            False,
+        ),
+        ("2026-12-05 14:11:05.289069 W | rafthttp: health check for peer 198d could not connect", [], True),
+    ],
+)
 def test_raft_events_reads_zap_and_capnslog_lines(text, kinds, precise):
     events = etcd_raft.raft_events(text)
     assert [e.kind for e in events] == kinds
@@ -330,19 +403,27 @@ def test_elections_name_the_split_votes_and_the_term_that_elected():
 
 def test_leader_again_is_the_first_answer_naming_another_leader_after_the_kill():
     s = etcd_raft.StatusSample
-    samples = [s(_T0 - 1, "m0", 1, 7, 2),      # before the kill: the old leader 7
-               s(_T0 + 0.2, "m0", 1, 7, 2),    # still names the dead leader (election timeout not up)
-               s(_T0 + 0.3, "m7", None, None, None),  # the dead member does not answer
-               s(_T0 + 1.5, "m1", 2, 0, 3),    # campaigning: no leader
-               s(_T0 + 2.6, "m1", 2, 1, 4),    # leader 1 at term 4
-               s(_T0 + 2.5, "m0", 1, 1, 4)]    # out of order: the earliest answer counts
+    samples = [
+        s(_T0 - 1, "m0", 1, 7, 2),  # before the kill: the old leader 7
+        s(_T0 + 0.2, "m0", 1, 7, 2),  # still names the dead leader (election timeout not up)
+        s(_T0 + 0.3, "m7", None, None, None),  # the dead member does not answer
+        s(_T0 + 1.5, "m1", 2, 0, 3),  # campaigning: no leader
+        s(_T0 + 2.6, "m1", 2, 1, 4),  # leader 1 at term 4
+        s(_T0 + 2.5, "m0", 1, 1, 4),
+    ]  # out of order: the earliest answer counts
     assert etcd_raft.leader_again(samples, after=_T0, deposed=7).t == _T0 + 2.5
     assert etcd_raft.leader_again(samples[:4], after=_T0, deposed=7) is None
 
 
-@pytest.mark.parametrize(("ttl", "rides_below", "resumes_within"), [
-    (4, 1.92, 9.0), (6, 3.25, 11.0), (10, 5.92, 15.0), (15, 9.25, 20.0),
-])
+@pytest.mark.parametrize(
+    ("ttl", "rides_below", "resumes_within"),
+    [
+        (4, 1.92, 9.0),
+        (6, 3.25, 11.0),
+        (10, 5.92, 15.0),
+        (15, 9.25, 20.0),
+    ],
+)
 def test_scenario_4_bounds(ttl, rides_below, resumes_within):
     assert round(ride_through_bound_s(ttl), 2) == rides_below
     assert resume_bound_s(ttl) == resumes_within

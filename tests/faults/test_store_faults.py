@@ -29,18 +29,26 @@ FAIL_FAST_S = CONNECT_TIMEOUT_S + 10
 
 def _claims_between(fc, from_s: float, to_s: float) -> list:
     with fc.engine.connect() as c:
-        return c.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.node_id, ticks.c.claimed_at_ms)
-                         .where(ticks.c.claimed_at_ms > int(from_s * 1000),
-                                ticks.c.claimed_at_ms < int(to_s * 1000))).all()
+        return c.execute(
+            select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.node_id, ticks.c.claimed_at_ms).where(
+                ticks.c.claimed_at_ms > int(from_s * 1000), ticks.c.claimed_at_ms < int(to_s * 1000)
+            )
+        ).all()
 
 
 def _wait_claiming_again(fc, after_s: float, timeout_s: float) -> float:
     """Until every node has claimed a slot after ``after_s``; returns when."""
+
     def ok():
         with fc.engine.connect() as c:
-            nodes = {n for (n,) in c.execute(select(ticks.c.node_id).where(
-                ticks.c.claimed_at_ms > int(after_s * 1000)).distinct())}
+            nodes = {
+                n
+                for (n,) in c.execute(
+                    select(ticks.c.node_id).where(ticks.c.claimed_at_ms > int(after_s * 1000)).distinct()
+                )
+            }
         return set(fc.nodes) <= nodes
+
     wait_until(ok, timeout_s, 0.25, "every node to claim again")
     return time.time()
 
@@ -52,11 +60,14 @@ def _outage_checks(fc, label: str, t0: float, t1: float, figures: dict) -> list[
     fails = {n: fc.log(n).first_match(CLAIM_FAILED, t0 - 0.001) for n in fc.nodes}
     fails = {n: (t if t is not None and t <= t1 else None) for n, t in fails.items()}
     figures[f"{label}: first claim failure logged"] = {
-        n: (f"{t - t0:.2f} s" if t else "none (claims hung)") for n, t in fails.items()}
+        n: (f"{t - t0:.2f} s" if t else "none (claims hung)") for n, t in fails.items()
+    }
     slow = {n: t for n, t in fails.items() if t is None or t - t0 > FAIL_FAST_S}
     if slow:
-        problems.append(f"{label}: claims did not fail within {FAIL_FAST_S} s (connect + statement timeout) "
-                        f"on {sorted(slow)}: first failure per node {figures[f'{label}: first claim failure logged']}")
+        problems.append(
+            f"{label}: claims did not fail within {FAIL_FAST_S} s (connect + statement timeout) "
+            f"on {sorted(slow)}: first failure per node {figures[f'{label}: first claim failure logged']}"
+        )
     # claimed_at is read before the claim's transaction opens its connection, so an attempt begun in
     # the last connect timeout of the outage may commit just after it: only earlier stamps are wrong.
     during = _claims_between(fc, t0 + 2, t1 - CONNECT_TIMEOUT_S - 1)
@@ -74,8 +85,10 @@ def _outage_checks(fc, label: str, t0: float, t1: float, figures: dict) -> list[
 def test_database_outage_stop_and_blackhole_nothing_runs_unclaimed(fault_cluster, figures):
     ttl = 4
     figures["scenario"] = "6. database outage"
-    figures["fault"] = (f"A: pg_ctlcluster stop -m fast for {OUTAGE_S} s; B: iptables DROP from every node "
-                        f"namespace to the PostgreSQL forwarder for {OUTAGE_S} s")
+    figures["fault"] = (
+        f"A: pg_ctlcluster stop -m fast for {OUTAGE_S} s; B: iptables DROP from every node "
+        f"namespace to the PostgreSQL forwarder for {OUTAGE_S} s"
+    )
     fc = fault_cluster(ttl=ttl)
     fc.start()
 

@@ -50,8 +50,9 @@ def stopped_after(c: Cluster, *cleanup: Callable[[], None]) -> Iterator[Cluster]
 
 
 @contextmanager
-def sqlite_cluster(etcd_server, tmp_path_factory, name: str, shards: int, node_ids: list[str],
-                   extra_args: list[str] | None = None) -> Iterator[tuple[Cluster, list, str]]:
+def sqlite_cluster(
+    etcd_server, tmp_path_factory, name: str, shards: int, node_ids: list[str], extra_args: list[str] | None = None
+) -> Iterator[tuple[Cluster, list, str]]:
     """A module's own cluster: nodes ``node_ids`` (TTL 4 s) over a fresh SQLite store and an etcd prefix of its
     own, yielded balanced as ``(cluster, nodes, db_url)``; stopped afterwards, each log checked for tracebacks."""
     d = tmp_path_factory.mktemp(name)

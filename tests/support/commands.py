@@ -14,8 +14,7 @@ from shardcron.errors import ShardcronError
 
 
 def shardcron(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardcron", *args], capture_output=True, text=True,
-                          timeout=timeout_s)
+    return subprocess.run([sys.executable, "-m", "shardcron", *args], capture_output=True, text=True, timeout=timeout_s)
 
 
 def audit(db: str, from_ms: int, to_ms: int) -> dict:

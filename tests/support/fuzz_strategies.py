@@ -35,30 +35,115 @@ def fuzz_examples(n: int) -> int:
 def fuzz_settings(n: int) -> settings:
     """A fuzz test's settings: ``fuzz_examples(n)`` examples, no per-example deadline (a noisy shared machine
     must not fail a slow example), and no health check that a large or slow input would trip."""
-    return settings(max_examples=fuzz_examples(n), deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                           HealthCheck.large_base_example, HealthCheck.filter_too_much])
+    return settings(
+        max_examples=fuzz_examples(n),
+        deadline=None,
+        suppress_health_check=[
+            HealthCheck.too_slow,
+            HealthCheck.data_too_large,
+            HealthCheck.large_base_example,
+            HealthCheck.filter_too_much,
+        ],
+    )
 
 
 # -- scalars --------------------------------------------------------------------------------
 
 INT64_MAX, INT64_MIN = 2**63 - 1, -(2**63)
-INT_EDGES = (0, 1, -1, 2, 59, 60, 1000, 2**31 - 1, -(2**31), 2**31, 2**32, 2**53 + 1, INT64_MAX - 1, INT64_MAX,
-             INT64_MAX + 1, INT64_MIN, INT64_MIN - 1, 2**64, 10**23, -(10**23), 10**100)
+INT_EDGES = (
+    0,
+    1,
+    -1,
+    2,
+    59,
+    60,
+    1000,
+    2**31 - 1,
+    -(2**31),
+    2**31,
+    2**32,
+    2**53 + 1,
+    INT64_MAX - 1,
+    INT64_MAX,
+    INT64_MAX + 1,
+    INT64_MIN,
+    INT64_MIN - 1,
+    2**64,
+    10**23,
+    -(10**23),
+    10**100,
+)
 # Epoch milliseconds at the edges of what a datetime holds and of the years a job may name.
-TIME_MS_EDGES = (-62135596800000, -62135596800001, 0, -1, 253402300799999, 253402300800000, 13569465600000,
-                 4102444800000, 1_767_225_600_000)
-FLOAT_EDGES = (math.nan, math.inf, -math.inf, 1e23, -1e23, 0.0, -0.0, 1e-9, 0.5, 1.5, 1e308, 5e-324,
-               9.223372036854776e18, 3.15e11)
+TIME_MS_EDGES = (
+    -62135596800000,
+    -62135596800001,
+    0,
+    -1,
+    253402300799999,
+    253402300800000,
+    13569465600000,
+    4102444800000,
+    1_767_225_600_000,
+)
+FLOAT_EDGES = (
+    math.nan,
+    math.inf,
+    -math.inf,
+    1e23,
+    -1e23,
+    0.0,
+    -0.0,
+    1e-9,
+    0.5,
+    1.5,
+    1e308,
+    5e-324,
+    9.223372036854776e18,
+    3.15e11,
+)
 
-ints = st.one_of(st.sampled_from(INT_EDGES + TIME_MS_EDGES), st.integers(-(10**6), 10**6),
-                 st.integers(-(2**65), 2**65))
+ints = st.one_of(st.sampled_from(INT_EDGES + TIME_MS_EDGES), st.integers(-(10**6), 10**6), st.integers(-(2**65), 2**65))
 floats = st.one_of(st.sampled_from(FLOAT_EDGES), st.floats())
 
 # Characters that have hidden text, reversed it, ended C strings or broken encoders.
-NASTY_CHARS = ("\u202e", "\u202d", "\u2066", "\u2069", "\u200b", "\u200d", "\u2060", "\ufeff", "\x00", "\x1b",
-               "\x7f", "\x85", "\u2028", "\t", "\n", "\r", " ", "\ud800", "\udfff", "\uffff", "\U0010ffff", "é",
-               "日本", "🙂", "'", '"', "\\", "<", "&", "%", ":", ".", "/", "..", "*", ">")
+NASTY_CHARS = (
+    "\u202e",
+    "\u202d",
+    "\u2066",
+    "\u2069",
+    "\u200b",
+    "\u200d",
+    "\u2060",
+    "\ufeff",
+    "\x00",
+    "\x1b",
+    "\x7f",
+    "\x85",
+    "\u2028",
+    "\t",
+    "\n",
+    "\r",
+    " ",
+    "\ud800",
+    "\udfff",
+    "\uffff",
+    "\U0010ffff",
+    "é",
+    "日本",
+    "🙂",
+    "'",
+    '"',
+    "\\",
+    "<",
+    "&",
+    "%",
+    ":",
+    ".",
+    "/",
+    "..",
+    "*",
+    ">",
+)
 GIANT_TEXTS = ("a" * 257, "é" * 200, "x" * 70_000, "a" * (1024 * 1024 + 1), "\u202e" * 1000)
 
 nasty_text = st.one_of(
@@ -67,8 +152,9 @@ nasty_text = st.one_of(
     st.sampled_from(("", " ", "-", "x ", " x", "job-1", "team-a", "default", "Default", "*")),
     st.sampled_from(GIANT_TEXTS),
 )
-short_nasty_text = st.one_of(st.text(max_size=8),
-                             st.lists(st.sampled_from(NASTY_CHARS), min_size=1, max_size=3).map("".join))
+short_nasty_text = st.one_of(
+    st.text(max_size=8), st.lists(st.sampled_from(NASTY_CHARS), min_size=1, max_size=3).map("".join)
+)
 
 
 class Nested(list):
@@ -111,20 +197,34 @@ DEPTHS = (64, 500, 2000, 100_000)
 deep_values = st.one_of(st.sampled_from(DEPTHS).map(Nested), st.sampled_from(DEPTHS).map(NestedDict))
 
 json_leaves = st.one_of(st.none(), st.booleans(), ints, floats, short_nasty_text)
-json_values = st.recursive(json_leaves, lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                                                st.dictionaries(short_nasty_text, inner, max_size=3)),
-                           max_leaves=8)
+json_values = st.recursive(
+    json_leaves,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(short_nasty_text, inner, max_size=3)),
+    max_leaves=8,
+)
 
-EXTREME_DATETIMES = (datetime(1, 1, 1), datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14))),
-                     datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), datetime(2400, 1, 1),
-                     datetime(9999, 12, 31, 23, 59, 59, 999999), datetime(9999, 12, 31, 23, 59, 59,
-                                                                          tzinfo=timezone(timedelta(hours=-12))),
-                     datetime(2026, 3, 8, 2, 30), datetime(2030, 1, 1, 9, 0, tzinfo=UTC))
+EXTREME_DATETIMES = (
+    datetime(1, 1, 1),
+    datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=14))),
+    datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+    datetime(2400, 1, 1),
+    datetime(9999, 12, 31, 23, 59, 59, 999999),
+    datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone(timedelta(hours=-12))),
+    datetime(2026, 3, 8, 2, 30),
+    datetime(2030, 1, 1, 9, 0, tzinfo=UTC),
+)
 EXTREME_DATES = (date(1, 1, 1), date(2400, 1, 1), date(9999, 12, 31))
 
 # Anything at all, of any type: what a field gets when it wanders off.
-wild = st.one_of(json_values, deep_values, nasty_text, st.sampled_from(EXTREME_DATETIMES + EXTREME_DATES),
-                 st.binary(max_size=8), st.tuples(ints, ints), st.sets(st.integers(0, 3), max_size=2))
+wild = st.one_of(
+    json_values,
+    deep_values,
+    nasty_text,
+    st.sampled_from(EXTREME_DATETIMES + EXTREME_DATES),
+    st.binary(max_size=8),
+    st.tuples(ints, ints),
+    st.sets(st.integers(0, 3), max_size=2),
+)
 
 
 def valid_or(valid: st.SearchStrategy, edgy: st.SearchStrategy) -> st.SearchStrategy:
@@ -139,53 +239,213 @@ def sometimes_wild(plausible: st.SearchStrategy, odds: int = 4) -> st.SearchStra
 
 # -- the parts of a job ---------------------------------------------------------------------
 
-job_ids = valid_or(st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True), st.one_of(nasty_text,
-                    st.sampled_from(("ok\u202eexe.txt", "zero\u200bwidth", "a\u200d", "nul\x00", "tab\t",
-                                     "x" * 256, "é" * 128, "x" * 10 * 1024 * 1024, "\u0085next"))))
-namespaces = valid_or(st.sampled_from(("team-a", "default")), st.one_of(st.sampled_from(("", "Default", "a" * 64, "a" * 65, "-x", "x-",
-                                        "a.b", "\u202eteam", "team\x00")), short_nasty_text))
+job_ids = valid_or(
+    st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True),
+    st.one_of(
+        nasty_text,
+        st.sampled_from(
+            (
+                "ok\u202eexe.txt",
+                "zero\u200bwidth",
+                "a\u200d",
+                "nul\x00",
+                "tab\t",
+                "x" * 256,
+                "é" * 128,
+                "x" * 10 * 1024 * 1024,
+                "\u0085next",
+            )
+        ),
+    ),
+)
+namespaces = valid_or(
+    st.sampled_from(("team-a", "default")),
+    st.one_of(
+        st.sampled_from(("", "Default", "a" * 64, "a" * 65, "-x", "x-", "a.b", "\u202eteam", "team\x00")),
+        short_nasty_text,
+    ),
+)
 
-CRONS = ("* * * * *", "0 0 30 2 *", "0 0 31 2 *", "0 0 29 2 *", "0 0 29 2 1", "0 0 31 4,6,9,11 *", "0 0 31 2,4 *",
-         "*/1 * * * * *", "* * * * * *", "0 0 1 1 *", "61 * * * *", "* 24 * * *", "* * 32 * *", "* * * 13 *",
-         "* * * * 8", "0 0 * * 7", "* * * * * * *", "* * * *", "@yearly", "@reboot", "@every 5s", "0 0 1 1 * 2400",
-         "0 0 L 2 *", "0 0 ? * *", "0 12 * * 1#5", "0 12 * * 5L", "0 0 15W * *", "H * * * *", "0 0 1-31/0 * *",
-         "*/0 * * * *", "*/9999999999 * * * *", "1-59/60 * * * *", "0-59 0-23 1-31 1-12 0-6", "59-0 * * * *",
-         "  0  0 1 1 *  ", "0\t0\t1\t1\t*", "0 0 1 1 *\x00", "0 0 1 1 \u202e*", "0 0 30 2 * 0", "0 0 30 2 mon",
-         "0 0 1 jan-dec sun-sat", "0 0 1 JAN *", "99999999999999999999 * * * *", "-1 * * * *", "0 0 1 1 1#6",
-         "0 0 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31 * *",
-         "0 59 23 31 12 *")
-CRON_TOKENS = ("*", "*/2", "*/7", "0", "1", "5", "29", "30", "31", "59", "60", "0-5", "1-31/15", "L", "W", "?",
-               "1#5", "mon-fri", "2", "12")
-crons = valid_or(st.sampled_from(("*/5 * * * *", "0 9 * * mon-fri", "0 0 * * *", "30 2 * * *", "*/10 * * * * *",
-                                  "0 0 1 * *", "15 3 29 2 *")), st.one_of(st.sampled_from(CRONS),
-                  st.lists(st.sampled_from(CRON_TOKENS), min_size=5, max_size=6).map(" ".join)))
+CRONS = (
+    "* * * * *",
+    "0 0 30 2 *",
+    "0 0 31 2 *",
+    "0 0 29 2 *",
+    "0 0 29 2 1",
+    "0 0 31 4,6,9,11 *",
+    "0 0 31 2,4 *",
+    "*/1 * * * * *",
+    "* * * * * *",
+    "0 0 1 1 *",
+    "61 * * * *",
+    "* 24 * * *",
+    "* * 32 * *",
+    "* * * 13 *",
+    "* * * * 8",
+    "0 0 * * 7",
+    "* * * * * * *",
+    "* * * *",
+    "@yearly",
+    "@reboot",
+    "@every 5s",
+    "0 0 1 1 * 2400",
+    "0 0 L 2 *",
+    "0 0 ? * *",
+    "0 12 * * 1#5",
+    "0 12 * * 5L",
+    "0 0 15W * *",
+    "H * * * *",
+    "0 0 1-31/0 * *",
+    "*/0 * * * *",
+    "*/9999999999 * * * *",
+    "1-59/60 * * * *",
+    "0-59 0-23 1-31 1-12 0-6",
+    "59-0 * * * *",
+    "  0  0 1 1 *  ",
+    "0\t0\t1\t1\t*",
+    "0 0 1 1 *\x00",
+    "0 0 1 1 \u202e*",
+    "0 0 30 2 * 0",
+    "0 0 30 2 mon",
+    "0 0 1 jan-dec sun-sat",
+    "0 0 1 JAN *",
+    "99999999999999999999 * * * *",
+    "-1 * * * *",
+    "0 0 1 1 1#6",
+    "0 0 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31 * *",
+    "0 59 23 31 12 *",
+)
+CRON_TOKENS = (
+    "*",
+    "*/2",
+    "*/7",
+    "0",
+    "1",
+    "5",
+    "29",
+    "30",
+    "31",
+    "59",
+    "60",
+    "0-5",
+    "1-31/15",
+    "L",
+    "W",
+    "?",
+    "1#5",
+    "mon-fri",
+    "2",
+    "12",
+)
+crons = valid_or(
+    st.sampled_from(
+        ("*/5 * * * *", "0 9 * * mon-fri", "0 0 * * *", "30 2 * * *", "*/10 * * * * *", "0 0 1 * *", "15 3 29 2 *")
+    ),
+    st.one_of(st.sampled_from(CRONS), st.lists(st.sampled_from(CRON_TOKENS), min_size=5, max_size=6).map(" ".join)),
+)
 
-DURATIONS = ("1s", "0", "0s", "-1s", "-1", "1ms", "0.5ms", "0.0001ms", "1.5", "1e23", "1e23s", "1m30s", "1h30m",
-             "99999999999999999999999d", "3650d", "3651d", "87600h", "87601h", "9223372036854775807ms",
-             "9223372036854775808ms", "315360000s", "315360000.0001s", "1d1d", "", " 5m ", "5M", "inf", "nan",
-             "5 m", "1y", "PT5M", "2d", "48h", "1000000000000ms")
-durations = valid_or(st.one_of(st.sampled_from(("1s", "5m", "1h", "250ms", "1h30m", "2d")), st.integers(1, 86_400)),
-                     st.one_of(st.sampled_from(DURATIONS), ints, floats))
+DURATIONS = (
+    "1s",
+    "0",
+    "0s",
+    "-1s",
+    "-1",
+    "1ms",
+    "0.5ms",
+    "0.0001ms",
+    "1.5",
+    "1e23",
+    "1e23s",
+    "1m30s",
+    "1h30m",
+    "99999999999999999999999d",
+    "3650d",
+    "3651d",
+    "87600h",
+    "87601h",
+    "9223372036854775807ms",
+    "9223372036854775808ms",
+    "315360000s",
+    "315360000.0001s",
+    "1d1d",
+    "",
+    " 5m ",
+    "5M",
+    "inf",
+    "nan",
+    "5 m",
+    "1y",
+    "PT5M",
+    "2d",
+    "48h",
+    "1000000000000ms",
+)
+durations = valid_or(
+    st.one_of(st.sampled_from(("1s", "5m", "1h", "250ms", "1h30m", "2d")), st.integers(1, 86_400)),
+    st.one_of(st.sampled_from(DURATIONS), ints, floats),
+)
 
-TIMEZONES = ("UTC", "Europe/Lisbon", "America/New_York", "Pacific/Kiritimati", "Etc/GMT+12", "Etc/GMT-14",
-             "Australia/Lord_Howe", "", "Mars/Olympus", "../../etc/passwd", "/etc/localtime", "posixrules",
-             "Factory", "EST5EDT", "utc", "UTC\x00", "UTC\u202e", "Europe/" + "x" * 300)
+TIMEZONES = (
+    "UTC",
+    "Europe/Lisbon",
+    "America/New_York",
+    "Pacific/Kiritimati",
+    "Etc/GMT+12",
+    "Etc/GMT-14",
+    "Australia/Lord_Howe",
+    "",
+    "Mars/Olympus",
+    "../../etc/passwd",
+    "/etc/localtime",
+    "posixrules",
+    "Factory",
+    "EST5EDT",
+    "utc",
+    "UTC\x00",
+    "UTC\u202e",
+    "Europe/" + "x" * 300,
+)
 timezones = valid_or(st.sampled_from(TIMEZONES[:7]), st.sampled_from(TIMEZONES))
 
-TIMES = ("0001-01-01T00:00:00Z", "0001-01-01T00:00:00+14:00", "0001-01-01", "1969-12-31T23:59:59.999Z",
-         "1970-01-01T00:00:00Z", "2400-01-01T00:00:00Z", "2400-01-01", "9999-12-31T23:59:59Z",
-         "9999-12-31T23:59:59-12:00", "9999-12-31T23:59:59.999999", "10000-01-01T00:00:00Z", "2030-01-01T09:00:00",
-         "2026-03-08T02:30:00", "2030-02-30T00:00:00Z", "2030-01-01T25:00:00Z", "now", "", "2030-01-01T00:00:00Z ")
-times = valid_or(st.one_of(st.sampled_from(("2030-01-01T00:00:00Z", "2027-06-01T12:00:00+02:00")),
-                           st.integers(1_796_428_800_000, 1_896_428_800_000)),
-                 st.one_of(st.sampled_from(TIMES), st.sampled_from(EXTREME_DATETIMES + EXTREME_DATES), ints, floats))
+TIMES = (
+    "0001-01-01T00:00:00Z",
+    "0001-01-01T00:00:00+14:00",
+    "0001-01-01",
+    "1969-12-31T23:59:59.999Z",
+    "1970-01-01T00:00:00Z",
+    "2400-01-01T00:00:00Z",
+    "2400-01-01",
+    "9999-12-31T23:59:59Z",
+    "9999-12-31T23:59:59-12:00",
+    "9999-12-31T23:59:59.999999",
+    "10000-01-01T00:00:00Z",
+    "2030-01-01T09:00:00",
+    "2026-03-08T02:30:00",
+    "2030-02-30T00:00:00Z",
+    "2030-01-01T25:00:00Z",
+    "now",
+    "",
+    "2030-01-01T00:00:00Z ",
+)
+times = valid_or(
+    st.one_of(
+        st.sampled_from(("2030-01-01T00:00:00Z", "2027-06-01T12:00:00+02:00")),
+        st.integers(1_796_428_800_000, 1_896_428_800_000),
+    ),
+    st.one_of(st.sampled_from(TIMES), st.sampled_from(EXTREME_DATETIMES + EXTREME_DATES), ints, floats),
+)
 
 
 @st.composite
 def schedules(draw) -> dict:
     """A schedule table: usually exactly one of its kinds, sometimes none or two."""
-    kinds = {"cron": crons, "every": durations, "interval_ms": valid_or(st.integers(1000, 10**9), ints), "at": times,
-             "at_ms": valid_or(st.integers(1_796_428_800_000, 1_896_428_800_000), ints)}
+    kinds = {
+        "cron": crons,
+        "every": durations,
+        "interval_ms": valid_or(st.integers(1000, 10**9), ints),
+        "at": times,
+        "at_ms": valid_or(st.integers(1_796_428_800_000, 1_896_428_800_000), ints),
+    }
     count = draw(st.sampled_from((1,) * 18 + (0, 2)))
     chosen = draw(st.lists(st.sampled_from(sorted(kinds)), min_size=count, max_size=count, unique=True))
     table = {k: draw(sometimes_wild(kinds[k], odds=8)) for k in chosen}
@@ -194,15 +454,42 @@ def schedules(draw) -> dict:
     return table
 
 
-URLS = ("http://127.0.0.1:1/x", "https://example.com/hook", "ftp://example.com", "http://", "http://[::1",
-        "http://a:99999/", "http://a:-1/", "http://exa mple.com", "javascript:alert(1)", "http://\u202eexample.com",
-        "redis://127.0.0.1:6379/0", "rediss://:secret@h/1", "redis://", "redis://h:notaport", "unix:///tmp/r.sock",
-        "amqp://guest:guest@127.0.0.1:5672//", "amqps://h", "pyamqp://h", "nats://127.0.0.1:4222", "tls://h",
-        "nats://", "http://x/" + "a" * 70_000, "http://h/\x00", "http://h/\r\nX: y")
+URLS = (
+    "http://127.0.0.1:1/x",
+    "https://example.com/hook",
+    "ftp://example.com",
+    "http://",
+    "http://[::1",
+    "http://a:99999/",
+    "http://a:-1/",
+    "http://exa mple.com",
+    "javascript:alert(1)",
+    "http://\u202eexample.com",
+    "redis://127.0.0.1:6379/0",
+    "rediss://:secret@h/1",
+    "redis://",
+    "redis://h:notaport",
+    "unix:///tmp/r.sock",
+    "amqp://guest:guest@127.0.0.1:5672//",
+    "amqps://h",
+    "pyamqp://h",
+    "nats://127.0.0.1:4222",
+    "tls://h",
+    "nats://",
+    "http://x/" + "a" * 70_000,
+    "http://h/\x00",
+    "http://h/\r\nX: y",
+)
 urls = st.one_of(st.sampled_from(URLS), short_nasty_text)
-VALID_URLS = {"http": "http://127.0.0.1:1/hook", "celery": "redis://127.0.0.1:6379/0", "rq": "redis://127.0.0.1:6379/0",
-              "arq": "redis://127.0.0.1:6379/0", "redis-stream": "redis://127.0.0.1:6379/0",
-              "nats": "nats://127.0.0.1:4222", "amqp": "amqp://guest:guest@127.0.0.1:5672//"}
+VALID_URLS = {
+    "http": "http://127.0.0.1:1/hook",
+    "celery": "redis://127.0.0.1:6379/0",
+    "rq": "redis://127.0.0.1:6379/0",
+    "arq": "redis://127.0.0.1:6379/0",
+    "redis-stream": "redis://127.0.0.1:6379/0",
+    "nats": "nats://127.0.0.1:4222",
+    "amqp": "amqp://guest:guest@127.0.0.1:5672//",
+}
 
 
 def url_for(kind: str) -> st.SearchStrategy:
@@ -211,45 +498,143 @@ def url_for(kind: str) -> st.SearchStrategy:
 
 def name_like(valid: str) -> st.SearchStrategy:
     return valid_or(st.just(valid), names)
-names = st.one_of(st.sampled_from(("app.tasks.report", "report", "jobs.reports", "q", "", " q", "a" * 256,
-                                   "a.b.c", "_x", "1x", "x-y", "a..b", "jobs.*", "jobs.>", "tests.support.pyjobs:echo",
-                                   "os:system", "myapp:os.system", "myapp:__builtins__", "a:b:c", "a:")),
-                  short_nasty_text)
-headers = st.one_of(st.dictionaries(short_nasty_text, short_nasty_text, max_size=3),
-                    st.lists(st.tuples(short_nasty_text, short_nasty_text), max_size=3),
-                    st.just({"X-Token": "secret"}), st.just({"Bad\r\nName": "v"}), st.just({"X": "a\r\nb"}),
-                    st.just([["X"]]), st.just([["X", "y", "z"]]))
-task_args = valid_or(st.lists(json_leaves, max_size=3), st.one_of(st.lists(json_values, max_size=3), deep_values.map(lambda v: [v]), st.just([math.nan]),
-                      st.just(["\ud800"]), st.just([10**400]), st.just(["a" * (1024 * 1024)])))
-task_kwargs = valid_or(st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,5}", fullmatch=True), json_leaves, max_size=2),
-                       st.one_of(st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,5}", fullmatch=True), json_values,
-                                        max_size=3),
-                        st.dictionaries(short_nasty_text, json_values, max_size=2),
-                        st.sampled_from(DEPTHS).map(lambda d: {"a": NestedDict(d)}), st.just({"x": math.inf})))
+
+
+names = st.one_of(
+    st.sampled_from(
+        (
+            "app.tasks.report",
+            "report",
+            "jobs.reports",
+            "q",
+            "",
+            " q",
+            "a" * 256,
+            "a.b.c",
+            "_x",
+            "1x",
+            "x-y",
+            "a..b",
+            "jobs.*",
+            "jobs.>",
+            "tests.support.pyjobs:echo",
+            "os:system",
+            "myapp:os.system",
+            "myapp:__builtins__",
+            "a:b:c",
+            "a:",
+        )
+    ),
+    short_nasty_text,
+)
+headers = st.one_of(
+    st.dictionaries(short_nasty_text, short_nasty_text, max_size=3),
+    st.lists(st.tuples(short_nasty_text, short_nasty_text), max_size=3),
+    st.just({"X-Token": "secret"}),
+    st.just({"Bad\r\nName": "v"}),
+    st.just({"X": "a\r\nb"}),
+    st.just([["X"]]),
+    st.just([["X", "y", "z"]]),
+)
+task_args = valid_or(
+    st.lists(json_leaves, max_size=3),
+    st.one_of(
+        st.lists(json_values, max_size=3),
+        deep_values.map(lambda v: [v]),
+        st.just([math.nan]),
+        st.just(["\ud800"]),
+        st.just([10**400]),
+        st.just(["a" * (1024 * 1024)]),
+    ),
+)
+task_kwargs = valid_or(
+    st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,5}", fullmatch=True), json_leaves, max_size=2),
+    st.one_of(
+        st.dictionaries(st.from_regex(r"[a-z_][a-z0-9_]{0,5}", fullmatch=True), json_values, max_size=3),
+        st.dictionaries(short_nasty_text, json_values, max_size=2),
+        st.sampled_from(DEPTHS).map(lambda d: {"a": NestedDict(d)}),
+        st.just({"x": math.inf}),
+    ),
+)
 
 EXECUTOR_FIELDS = {
     "noop": {},
     "shell": {"command": st.one_of(st.sampled_from(("echo hi", "", " ", "a" * (1024 * 1024 + 1))), nasty_text)},
-    "http": {"url": url_for("http"), "method": st.sampled_from(("GET", "post", "TRACE", "", "G\x00ET")), "headers": headers,
-             "body": nasty_text, "secret_headers": st.lists(short_nasty_text, max_size=2)},
-    "celery": {"url": url_for("celery"), "task": name_like("app.tasks.report"), "args": task_args,
-               "kwargs": task_kwargs, "queue": names, "routing_key": names, "priority": ints, "expires": durations},
-    "rq": {"url": url_for("rq"), "func": name_like("app.tasks.report"), "queue": names, "args": task_args, "kwargs": task_kwargs},
-    "arq": {"url": url_for("arq"), "function": name_like("report"), "queue": names, "args": task_args, "kwargs": task_kwargs,
-            "tick_kwarg": names},
-    "nats": {"url": url_for("nats"), "subject": name_like("jobs.reports"), "jetstream": st.booleans(), "body": nasty_text, "headers": headers},
-    "amqp": {"url": url_for("amqp"), "exchange": names, "routing_key": name_like("reports"), "body": nasty_text, "headers": headers,
-             "persistent": st.booleans(), "content_type": names},
-    "redis-stream": {"url": url_for("redis-stream"), "stream": name_like("events"),
-                     "fields": st.dictionaries(short_nasty_text, short_nasty_text, max_size=3),
-                     "maxlen": ints, "dedupe_ttl": durations},
-    "python": {"target": name_like("tests.support.pyjobs:echo"), "args": task_args, "kwargs": task_kwargs, "session": st.booleans()},
+    "http": {
+        "url": url_for("http"),
+        "method": st.sampled_from(("GET", "post", "TRACE", "", "G\x00ET")),
+        "headers": headers,
+        "body": nasty_text,
+        "secret_headers": st.lists(short_nasty_text, max_size=2),
+    },
+    "celery": {
+        "url": url_for("celery"),
+        "task": name_like("app.tasks.report"),
+        "args": task_args,
+        "kwargs": task_kwargs,
+        "queue": names,
+        "routing_key": names,
+        "priority": ints,
+        "expires": durations,
+    },
+    "rq": {
+        "url": url_for("rq"),
+        "func": name_like("app.tasks.report"),
+        "queue": names,
+        "args": task_args,
+        "kwargs": task_kwargs,
+    },
+    "arq": {
+        "url": url_for("arq"),
+        "function": name_like("report"),
+        "queue": names,
+        "args": task_args,
+        "kwargs": task_kwargs,
+        "tick_kwarg": names,
+    },
+    "nats": {
+        "url": url_for("nats"),
+        "subject": name_like("jobs.reports"),
+        "jetstream": st.booleans(),
+        "body": nasty_text,
+        "headers": headers,
+    },
+    "amqp": {
+        "url": url_for("amqp"),
+        "exchange": names,
+        "routing_key": name_like("reports"),
+        "body": nasty_text,
+        "headers": headers,
+        "persistent": st.booleans(),
+        "content_type": names,
+    },
+    "redis-stream": {
+        "url": url_for("redis-stream"),
+        "stream": name_like("events"),
+        "fields": st.dictionaries(short_nasty_text, short_nasty_text, max_size=3),
+        "maxlen": ints,
+        "dedupe_ttl": durations,
+    },
+    "python": {
+        "target": name_like("tests.support.pyjobs:echo"),
+        "args": task_args,
+        "kwargs": task_kwargs,
+        "session": st.booleans(),
+    },
 }
 
 
-REQUIRED_KEYS = {"shell": {"command"}, "http": {"url"}, "celery": {"url", "task"}, "rq": {"url", "func"},
-                 "arq": {"url", "function"}, "nats": {"url", "subject"}, "amqp": {"url", "routing_key"},
-                 "redis-stream": {"url", "stream"}, "python": {"target"}}
+REQUIRED_KEYS = {
+    "shell": {"command"},
+    "http": {"url"},
+    "celery": {"url", "task"},
+    "rq": {"url", "func"},
+    "arq": {"url", "function"},
+    "nats": {"url", "subject"},
+    "amqp": {"url", "routing_key"},
+    "redis-stream": {"url", "stream"},
+    "python": {"target"},
+}
 
 
 @st.composite
@@ -271,15 +656,24 @@ def executor_tables(draw) -> dict:
 JOB_FIELDS = {
     "executor": executor_tables(),
     "catchup": st.sampled_from(("all", "latest", "none", "ALL", "some")),
-    "catchup_window": durations, "overlap": st.sampled_from(("skip", "allow", "queue")), "timeout": durations,
-    "retry": st.fixed_dictionaries({}, optional={"max_attempts": ints, "backoff": durations,
-                                                 "backoff_max": durations}),
-    "paused": st.booleans(), "version": ints, "jitter": durations,
-    "labels": st.one_of(st.dictionaries(short_nasty_text, short_nasty_text, max_size=3),
-                        st.just({f"k{i}": "v" for i in range(65)}), st.just({"k": "v" * 257})),
-    "calendars": st.one_of(st.lists(st.sampled_from(("business", "", "a" * 129, "-x", "b\u202e")), max_size=3),
-                           st.just("business")),
-    "history_limit": ints, "on_failure": executor_tables(), "on_recovery": executor_tables(),
+    "catchup_window": durations,
+    "overlap": st.sampled_from(("skip", "allow", "queue")),
+    "timeout": durations,
+    "retry": st.fixed_dictionaries({}, optional={"max_attempts": ints, "backoff": durations, "backoff_max": durations}),
+    "paused": st.booleans(),
+    "version": ints,
+    "jitter": durations,
+    "labels": st.one_of(
+        st.dictionaries(short_nasty_text, short_nasty_text, max_size=3),
+        st.just({f"k{i}": "v" for i in range(65)}),
+        st.just({"k": "v" * 257}),
+    ),
+    "calendars": st.one_of(
+        st.lists(st.sampled_from(("business", "", "a" * 129, "-x", "b\u202e")), max_size=3), st.just("business")
+    ),
+    "history_limit": ints,
+    "on_failure": executor_tables(),
+    "on_recovery": executor_tables(),
     "namespace": namespaces,
 }
 
@@ -305,15 +699,41 @@ def job_dicts(draw) -> dict:
 # -- protobuf messages from their descriptor ------------------------------------------------
 
 _INT_RANGES = {
-    FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1), FieldDescriptor.TYPE_SINT32: (-(2**31), 2**31 - 1),
-    FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1), FieldDescriptor.TYPE_INT64: (INT64_MIN, INT64_MAX),
-    FieldDescriptor.TYPE_SINT64: (INT64_MIN, INT64_MAX), FieldDescriptor.TYPE_SFIXED64: (INT64_MIN, INT64_MAX),
-    FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1), FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1),
-    FieldDescriptor.TYPE_UINT64: (0, 2**64 - 1), FieldDescriptor.TYPE_FIXED64: (0, 2**64 - 1),
+    FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_SINT32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_SFIXED32: (-(2**31), 2**31 - 1),
+    FieldDescriptor.TYPE_INT64: (INT64_MIN, INT64_MAX),
+    FieldDescriptor.TYPE_SINT64: (INT64_MIN, INT64_MAX),
+    FieldDescriptor.TYPE_SFIXED64: (INT64_MIN, INT64_MAX),
+    FieldDescriptor.TYPE_UINT32: (0, 2**32 - 1),
+    FieldDescriptor.TYPE_FIXED32: (0, 2**32 - 1),
+    FieldDescriptor.TYPE_UINT64: (0, 2**64 - 1),
+    FieldDescriptor.TYPE_FIXED64: (0, 2**64 - 1),
 }
-JSON_TEXTS = ("[]", "{}", "[1, 2]", '{"a": 1}', "[" * 100_000, '{"a":' * 50_000, "[" * 1000 + "]" * 1000,
-              "[1e999]", "[NaN]", "[Infinity]", '["\\ud800"]', "[1]x", "", "null", "5", '"s"', "{", "[" * 64 + "]" * 64,
-              json.dumps([[[["deep"]]]]), '{"a": 1, "a": 2}', '{"1x": 1}', "[" + "1," * 10_000 + "1]")
+JSON_TEXTS = (
+    "[]",
+    "{}",
+    "[1, 2]",
+    '{"a": 1}',
+    "[" * 100_000,
+    '{"a":' * 50_000,
+    "[" * 1000 + "]" * 1000,
+    "[1e999]",
+    "[NaN]",
+    "[Infinity]",
+    '["\\ud800"]',
+    "[1]x",
+    "",
+    "null",
+    "5",
+    '"s"',
+    "{",
+    "[" * 64 + "]" * 64,
+    json.dumps([[[["deep"]]]]),
+    '{"a": 1, "a": 2}',
+    '{"1x": 1}',
+    "[" + "1," * 10_000 + "1]",
+)
 
 
 def _string_pool(field_name: str) -> st.SearchStrategy:
@@ -331,8 +751,10 @@ def _string_pool(field_name: str) -> st.SearchStrategy:
     elif field_name in ("task", "func", "function", "target", "subject", "queue", "stream", "exchange"):
         pool = names
     elif field_name.endswith("token"):
-        pool = st.one_of(st.binary(max_size=24).map(lambda b: base64.urlsafe_b64encode(b).decode()),
-                         st.sampled_from(("!!!", "=", "gA==", "_-_-", "AAAA" * 10_000)))
+        pool = st.one_of(
+            st.binary(max_size=24).map(lambda b: base64.urlsafe_b64encode(b).decode()),
+            st.sampled_from(("!!!", "=", "gA==", "_-_-", "AAAA" * 10_000)),
+        )
     elif field_name in ("role",):
         pool = st.sampled_from(("admin", "write", "read", "Admin", "root", ""))
     else:
@@ -441,10 +863,23 @@ def messages(descriptor, depth: int = 0) -> st.SearchStrategy:
 
 def raw_payloads() -> st.SearchStrategy[bytes]:
     """Bytes that are no message, or almost one: truncated, invalid UTF-8 in a string, wrong wire types."""
-    return st.one_of(st.binary(max_size=64),
-                     st.sampled_from((b"\x0a\x02\xc3\x28", b"\x0a\x03\xed\xa0\x80", b"\xff" * 10, b"\x08",
-                                      b"\x0a\xff\xff\xff\xff\x0f", b"\x12\x05\x0a\x03\xe2\x80", b"\x0a\x80\x80\x80\x80\x10",
-                                      b"\x0b", b"\x0a\x00" * 1000, b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")))
+    return st.one_of(
+        st.binary(max_size=64),
+        st.sampled_from(
+            (
+                b"\x0a\x02\xc3\x28",
+                b"\x0a\x03\xed\xa0\x80",
+                b"\xff" * 10,
+                b"\x08",
+                b"\x0a\xff\xff\xff\xff\x0f",
+                b"\x12\x05\x0a\x03\xe2\x80",
+                b"\x0a\x80\x80\x80\x80\x10",
+                b"\x0b",
+                b"\x0a\x00" * 1000,
+                b"\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",
+            )
+        ),
+    )
 
 
 # -- job files ------------------------------------------------------------------------------
@@ -507,8 +942,9 @@ def _toml_value(v) -> str | None:
 
 def to_toml(data: dict) -> str:
     lines = []
-    tables = isinstance(data.get("jobs"), list) and all(isinstance(j, dict) and not isinstance(j, NestedDict)
-                                                        for j in data["jobs"])
+    tables = isinstance(data.get("jobs"), list) and all(
+        isinstance(j, dict) and not isinstance(j, NestedDict) for j in data["jobs"]
+    )
     for key, value in data.items():
         if key == "jobs" and tables:
             continue
@@ -525,8 +961,9 @@ def _json_value(v) -> str:
     if (deep := _deep_text(v, "json")) is not None:
         return deep
     if isinstance(v, dict):
-        return "{" + ", ".join(f"{json.dumps(str(k), ensure_ascii=False)}: {_json_value(x)}"
-                               for k, x in v.items()) + "}"
+        return (
+            "{" + ", ".join(f"{json.dumps(str(k), ensure_ascii=False)}: {_json_value(x)}" for k, x in v.items()) + "}"
+        )
     if isinstance(v, list | tuple | set):
         return "[" + ", ".join(_json_value(x) for x in v) + "]"
     if isinstance(v, bytes | date):
@@ -569,8 +1006,10 @@ def _billion_laughs(levels: int, fan: int) -> bytes:
     lines = ["a0: &a0 [x]"]
     for i in range(1, levels):
         lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * fan) + "]")
-    lines.append("jobs:\n  bomb:\n    every: 1h\n    executor: {kind: celery, url: 'redis://h', task: t, "
-                 f"args: [*a{levels - 1}]}}")
+    lines.append(
+        "jobs:\n  bomb:\n    every: 1h\n    executor: {kind: celery, url: 'redis://h', task: t, "
+        f"args: [*a{levels - 1}]}}"
+    )
     return "\n".join(lines).encode()
 
 
@@ -592,7 +1031,10 @@ RAW_FILES = (
     ("yaml", b"jobs:\n  big:\n    every: 1h\n    timeout: 1.0e+23\n    executor: {kind: noop}\n"),
     ("yaml", b"jobs:\n  far:\n    at: 2400-01-01T00:00:00Z\n    executor: {kind: noop}\n"),
     ("yaml", b"jobs:\n  far:\n    at: 2400-01-01\n    executor: {kind: noop}\n"),
-    ("yaml", b"jobs:\n  far:\n    at: 0001-01-01 00:00:00\n    timezone: Pacific/Kiritimati\n    executor: {kind: noop}\n"),
+    (
+        "yaml",
+        b"jobs:\n  far:\n    at: 0001-01-01 00:00:00\n    timezone: Pacific/Kiritimati\n    executor: {kind: noop}\n",
+    ),
     ("toml", b'[[jobs]]\nid = "far"\nat = 2400-01-01T00:00:00Z\nexecutor = {kind = "noop"}\n'),
     ("toml", b'[[jobs]]\nid = "far"\nat = 9999-12-31T23:59:59-12:00\nexecutor = {kind = "noop"}\n'),
     ("toml", b'[[jobs]]\nid = "t"\nat = 12:00:00\nexecutor = {kind = "noop"}\n'),
@@ -603,15 +1045,27 @@ RAW_FILES = (
     ("yaml", b"jobs:\n  x: &a\n    every: 1s\n    executor: {kind: noop}\n    on_failure: *a\n"),
     ("yaml", b"jobs: &j\n  - *j\n"),
     ("yaml", _billion_laughs(4, 8)),
-    ("yaml", b""), ("toml", b""), ("json", b""), ("yaml", b"\x00"), ("json", b"null"), ("yaml", b"- a\n- b\n"),
-    ("yaml", b"jobs: 5\n"), ("toml", b"jobs = 5\n"), ("json", b'{"jobs": {"": {}}}'),
+    ("yaml", b""),
+    ("toml", b""),
+    ("json", b""),
+    ("yaml", b"\x00"),
+    ("json", b"null"),
+    ("yaml", b"- a\n- b\n"),
+    ("yaml", b"jobs: 5\n"),
+    ("toml", b"jobs = 5\n"),
+    ("json", b'{"jobs": {"": {}}}'),
     ("json", b'{"jobs": [{"id": "x", "every": "1s", "executor": {"kind": "noop"}}], "jobs ": 1}'),
     ("json", b'{"jobs": [{"id": "x", "every": NaN, "executor": {"kind": "noop"}}]}'),
     ("json", b'{"jobs": [{"id": "x", "every": 1e400, "executor": {"kind": "noop"}}]}'),
     ("json", b'{"jobs": [{"id": "\\ud800", "every": "1s", "executor": {"kind": "noop"}}]}'),
     ("json", b'{"jobs": [{"id": "' + b"x" * (10 * 1024 * 1024) + b'", "every": "1s", "executor": {"kind": "noop"}}]}'),
-    ("yaml", b"jobs:\n  big:\n    every: 1h\n    executor: {kind: celery, url: 'redis://h', task: t, args: "
-             + b"[" * 5000 + b"]" * 5000 + b"}\n"),
+    (
+        "yaml",
+        b"jobs:\n  big:\n    every: 1h\n    executor: {kind: celery, url: 'redis://h', task: t, args: "
+        + b"[" * 5000
+        + b"]" * 5000
+        + b"}\n",
+    ),
 )
 
 

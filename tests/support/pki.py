@@ -14,9 +14,13 @@ def make_pki(directory: Path, client_name: str = "shardcron-client") -> dict[str
     server = ca.issue_cert("127.0.0.1", "localhost")
     client = ca.issue_cert(client_name)
     paths = {}
-    for name, blob in (("ca.pem", ca.cert_pem), ("server.pem", server.cert_chain_pems[0]),
-                       ("server-key.pem", server.private_key_pem), ("client.pem", client.cert_chain_pems[0]),
-                       ("client-key.pem", client.private_key_pem)):
+    for name, blob in (
+        ("ca.pem", ca.cert_pem),
+        ("server.pem", server.cert_chain_pems[0]),
+        ("server-key.pem", server.private_key_pem),
+        ("client.pem", client.cert_chain_pems[0]),
+        ("client-key.pem", client.private_key_pem),
+    ):
         blob.write_to_path(str(directory / name))
         paths[name] = str(directory / name)
     return paths

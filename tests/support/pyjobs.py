@@ -23,7 +23,8 @@ metadata = MetaData()
 # The "user's" table: one row per effect. Deliberately no unique key on (job_id, slot):
 # a slot's effect written twice must show up as two rows, not as a blocked or failed insert.
 effects = Table(
-    "user_effects", metadata,
+    "user_effects",
+    metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("job_id", String(200), nullable=False),
     Column("slot", BigInteger, nullable=False),
@@ -52,9 +53,16 @@ def entered(name: str) -> threading.Event:
 
 def echo(ctx: CallContext, *args, **kwargs) -> dict:
     return {
-        "job_id": ctx.job_id, "scheduled_at_ms": ctx.scheduled_at_ms, "scheduled_at": ctx.scheduled_at.isoformat(),
-        "attempt": ctx.attempt, "fence": ctx.fence, "shard": ctx.shard, "node_id": ctx.node_id,
-        "idempotency_key": ctx.idempotency_key, "session": ctx.session is not None, "args": list(args),
+        "job_id": ctx.job_id,
+        "scheduled_at_ms": ctx.scheduled_at_ms,
+        "scheduled_at": ctx.scheduled_at.isoformat(),
+        "attempt": ctx.attempt,
+        "fence": ctx.fence,
+        "shard": ctx.shard,
+        "node_id": ctx.node_id,
+        "idempotency_key": ctx.idempotency_key,
+        "session": ctx.session is not None,
+        "args": list(args),
         "kwargs": kwargs,
     }
 
@@ -92,8 +100,11 @@ def stubborn(ctx: CallContext, name: str) -> str:
 
 def insert_then_wait(ctx: CallContext, name: str, cooperate: bool = False) -> str:
     """Writes one effect row in its session, then waits for its gate (or for cancel, if ``cooperate``)."""
-    ctx.session.execute(effects.insert().values(job_id=ctx.job_id, slot=ctx.scheduled_at_ms, fence=ctx.fence,
-                                                node_id=ctx.node_id, attempt=ctx.attempt))
+    ctx.session.execute(
+        effects.insert().values(
+            job_id=ctx.job_id, slot=ctx.scheduled_at_ms, fence=ctx.fence, node_id=ctx.node_id, attempt=ctx.attempt
+        )
+    )
     ctx.session.commit()  # only a flush: the executor commits with the tick's fenced result
     entered(name).set()
     deadline = time.monotonic() + 60
@@ -106,8 +117,11 @@ def insert_then_wait(ctx: CallContext, name: str, cooperate: bool = False) -> st
 
 
 def rolls_back(ctx: CallContext) -> str:
-    ctx.session.execute(effects.insert().values(job_id=ctx.job_id, slot=ctx.scheduled_at_ms, fence=ctx.fence,
-                                                node_id=ctx.node_id, attempt=ctx.attempt))
+    ctx.session.execute(
+        effects.insert().values(
+            job_id=ctx.job_id, slot=ctx.scheduled_at_ms, fence=ctx.fence, node_id=ctx.node_id, attempt=ctx.attempt
+        )
+    )
     ctx.session.rollback()
     return "changed my mind"
 
@@ -120,8 +134,11 @@ def record_effect(ctx: CallContext) -> str:
     ``SHARDCRON_TEST_PYJOB_HOLD=<dir>``: the first call writes ``<dir>/held.json`` (its slot, fence,
     node) and then keeps working, ignoring cancel, until ``<dir>/release`` exists (at most 120 s)."""
     global _held_once
-    ctx.session.execute(effects.insert().values(job_id=ctx.job_id, slot=ctx.scheduled_at_ms, fence=ctx.fence,
-                                                node_id=ctx.node_id, attempt=ctx.attempt))
+    ctx.session.execute(
+        effects.insert().values(
+            job_id=ctx.job_id, slot=ctx.scheduled_at_ms, fence=ctx.fence, node_id=ctx.node_id, attempt=ctx.attempt
+        )
+    )
     hold = os.environ.get("SHARDCRON_TEST_PYJOB_HOLD")
     if hold and not _held_once:
         _held_once = True

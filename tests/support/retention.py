@@ -33,7 +33,18 @@ def fill_led_shard(engine: Engine) -> Engine:
     claims = [SlotClaim("j", MIN * i) for i in range(1, 11)] + [SlotClaim("old", MIN)]
     claim_ticks(engine, claims, shard=0, fence=FENCE, node_id=NODE, now_ms=1)
     done = ExecutionResult(True, 1, 2)
-    record_results(engine, [(SlotRef(c.job_id, c.scheduled_at_ms), 1, done,
-                             TickStatus.RUNNING if c.scheduled_at_ms == 4 * MIN else TickStatus.SUCCEEDED)
-                            for c in claims], shard=0, fence=FENCE)
+    record_results(
+        engine,
+        [
+            (
+                SlotRef(c.job_id, c.scheduled_at_ms),
+                1,
+                done,
+                TickStatus.RUNNING if c.scheduled_at_ms == 4 * MIN else TickStatus.SUCCEEDED,
+            )
+            for c in claims
+        ],
+        shard=0,
+        fence=FENCE,
+    )
     return engine

@@ -23,6 +23,9 @@ __all__ = ["ALLOW_PYTHON", "TARGET", "effects", "metadata", "record_effect"]
 def record_effect(ctx: CallContext) -> str:
     if ctx.session is None:
         raise RuntimeError("record_effect needs session = true in its executor table")
-    ctx.session.execute(insert(effects).values(job_id=ctx.job_id, slot=ctx.scheduled_at_ms, fence=ctx.fence,
-                                               node_id=ctx.node_id, attempt=ctx.attempt))
+    ctx.session.execute(
+        insert(effects).values(
+            job_id=ctx.job_id, slot=ctx.scheduled_at_ms, fence=ctx.fence, node_id=ctx.node_id, attempt=ctx.attempt
+        )
+    )
     return f"effect of {ctx.job_id}@{ctx.scheduled_at_ms} under fence {ctx.fence}"

@@ -96,8 +96,11 @@ class Rig:
         return {(t.scheduled_at_ms - T0) // S: (t.status, t.error) for t in list_ticks(self.engine, job_id)}
 
     def wait_status(self, job_id: str, slot_s: int, status: TickStatus) -> None:
-        wait_until(lambda: self.ticks(job_id).get(slot_s, (None,))[0] is status, 30,
-                   what=f"{job_id}@{slot_s}s to be {status.value}")
+        wait_until(
+            lambda: self.ticks(job_id).get(slot_s, (None,))[0] is status,
+            30,
+            what=f"{job_id}@{slot_s}s to be {status.value}",
+        )
 
     def close(self) -> None:
         self.scheduler.close()

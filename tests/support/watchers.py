@@ -23,8 +23,9 @@ SLOTS_WANTED = 2
 
 
 async def main(address: str, count: int, job_id: str, all_jobs: bool) -> None:
-    channels = [grpc.aio.insecure_channel(address) for _ in range((count + STREAMS_PER_CHANNEL - 1)
-                                                                   // STREAMS_PER_CHANNEL)]
+    channels = [
+        grpc.aio.insecure_channel(address) for _ in range((count + STREAMS_PER_CHANNEL - 1) // STREAMS_PER_CHANNEL)
+    ]
     opened = 0
     done = 0
     events_of: list[int] = [0] * count  # events per stream, for the summary

@@ -35,4 +35,6 @@ def test_the_readme_tree_names_every_folder_of_the_package():
     tree = readme.split("## How it works\n\n```\n", 1)[1].split("```", 1)[0]
     named = set(re.findall(r"\b([a-z_0-9]+)/", tree)) - {"shardcron"}
     packages = {p.parent.name for p in (ROOT / "shardcron").glob("*/__init__.py")}
-    assert named == packages, f"README's tree names {sorted(named - packages)} extra and lacks {sorted(packages - named)}"
+    assert named == packages, (
+        f"README's tree names {sorted(named - packages)} extra and lacks {sorted(packages - named)}"
+    )

@@ -18,12 +18,15 @@ def settings(*argv: str, env: dict | None = None, monkeypatch=None):
     return node_config_from_args(p.parse_args(list(argv)))
 
 
-@pytest.mark.parametrize("argv, ms", [
-    pytest.param([], None, id="default-keeps-everything"),
-    pytest.param(["--tick-retention", "none"], None, id="none"),
-    pytest.param(["--tick-retention", "30d"], 30 * 86_400_000, id="days"),
-    pytest.param(["--tick-retention", "90s"], 90_000, id="seconds"),
-])
+@pytest.mark.parametrize(
+    "argv, ms",
+    [
+        pytest.param([], None, id="default-keeps-everything"),
+        pytest.param(["--tick-retention", "none"], None, id="none"),
+        pytest.param(["--tick-retention", "30d"], 30 * 86_400_000, id="days"),
+        pytest.param(["--tick-retention", "90s"], 90_000, id="seconds"),
+    ],
+)
 def test_tick_retention(argv, ms):
     assert settings(*argv).tick_retention_ms == ms
 

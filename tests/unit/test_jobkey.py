@@ -33,7 +33,7 @@ def test_a_namespaced_job_sends_its_namespace_beside_its_id_and_no_control_chara
     assert (values["job_id"], values["namespace"]) == ("nightly", "team-a")
     headers = tick_headers(c)
     assert headers["X-Shardcron-Job-Id"] == "nightly" and headers["X-Shardcron-Namespace"] == "team-a"
-    assert all(0x20 <= ord(ch) < 0x7f for v in headers.values() for ch in v), headers  # header-safe
+    assert all(0x20 <= ord(ch) < 0x7F for v in headers.values() for ch in v), headers  # header-safe
     assert headers["Idempotency-Key"].startswith("team-a/")
 
 

@@ -16,42 +16,79 @@ from shardcron.errors import ConfigError, ShardcronError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="measure tick precision, throughput, scale, failover, submission and dispatch speed")
-    p.add_argument("scenario",
-                   choices=["precision", "throughput", "scale", "failover", "submit", "at-size", "dispatch",
-                            "fairness"])
-    p.add_argument("--jobs", type=int, default=None,
-                   help="jobs firing every second (default 1000); at-size: jobs held (default 100000); "
-                        "fairness: the calm namespace's noop jobs (default 100)")
-    p.add_argument("--flood-jobs", type=int, default=2000,
-                   help="fairness: the flooding namespace's http jobs, each every second (default %(default)s)")
-    p.add_argument("--executor-slots", type=int, default=100,
-                   help="fairness: the node's --executor-slots (default %(default)s)")
-    p.add_argument("--dispatcher-priority", choices=["normal", "realtime"], default="normal",
-                   help="fairness: the node's --dispatcher-priority (default %(default)s; realtime needs CAP_SYS_NICE)")
-    p.add_argument("--start-lead-max-ms", type=float, default=None,
-                   help="fairness: the node's --start-lead-max-ms (default: the node's own; 0 turns the lead off)")
+    p = sub.add_parser(
+        "bench", help="measure tick precision, throughput, scale, failover, submission and dispatch speed"
+    )
+    p.add_argument(
+        "scenario",
+        choices=["precision", "throughput", "scale", "failover", "submit", "at-size", "dispatch", "fairness"],
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        help="jobs firing every second (default 1000); at-size: jobs held (default 100000); "
+        "fairness: the calm namespace's noop jobs (default 100)",
+    )
+    p.add_argument(
+        "--flood-jobs",
+        type=int,
+        default=2000,
+        help="fairness: the flooding namespace's http jobs, each every second (default %(default)s)",
+    )
+    p.add_argument(
+        "--executor-slots", type=int, default=100, help="fairness: the node's --executor-slots (default %(default)s)"
+    )
+    p.add_argument(
+        "--dispatcher-priority",
+        choices=["normal", "realtime"],
+        default="normal",
+        help="fairness: the node's --dispatcher-priority (default %(default)s; realtime needs CAP_SYS_NICE)",
+    )
+    p.add_argument(
+        "--start-lead-max-ms",
+        type=float,
+        default=None,
+        help="fairness: the node's --start-lead-max-ms (default: the node's own; 0 turns the lead off)",
+    )
     p.add_argument("--seconds", type=int, default=60, help="measured window (default %(default)s)")
-    p.add_argument("--nodes", default=None,
-                   help="node processes (default 1; 3 for failover); scale: node counts to compare (default 1,2,3)")
+    p.add_argument(
+        "--nodes",
+        default=None,
+        help="node processes (default 1; 3 for failover); scale: node counts to compare (default 1,2,3)",
+    )
     p.add_argument("--shards", type=int, default=None, help="shard count (default 64; at-size 256)")
     p.add_argument("--ttl", type=int, default=10, help="session TTL (default %(default)s)")
-    p.add_argument("--db", default=None,
-                   help="store URL (default: SQLite in a temporary directory); scale needs a PostgreSQL one")
+    p.add_argument(
+        "--db", default=None, help="store URL (default: SQLite in a temporary directory); scale needs a PostgreSQL one"
+    )
     p.add_argument("--etcd", default=None, help="use this etcd instead of starting one")
-    p.add_argument("--rates", default=None,
-                   help="throughput and scale: total ticks/s steps (default 1000,2000,5000,10000); "
-                        "dispatch: default 500,1000,2000")
-    p.add_argument("--neighbour", choices=["none", "cpu"], default="none",
-                   help="precision: 'cpu' measures a second window beside a busy neighbour (one python spin loop "
-                        "per CPU the nodes may use, pinned to it, normal priority, started just before that "
-                        "window and killed after it) and prints quiet and loaded side by side "
-                        "(default %(default)s)")
-    p.add_argument("--kind", default="redis-stream",
-                   choices=["nats", "celery", "redis-stream", "amqp", "rq", "arq", "http"],
-                   help="dispatch: the executor kind to measure (default %(default)s)")
-    p.add_argument("--broker", default=None,
-                   help="dispatch: the broker's URL (default: the local Redis, RabbitMQ or NATS for the kind)")
+    p.add_argument(
+        "--rates",
+        default=None,
+        help="throughput and scale: total ticks/s steps (default 1000,2000,5000,10000); "
+        "dispatch: default 500,1000,2000",
+    )
+    p.add_argument(
+        "--neighbour",
+        choices=["none", "cpu"],
+        default="none",
+        help="precision: 'cpu' measures a second window beside a busy neighbour (one python spin loop "
+        "per CPU the nodes may use, pinned to it, normal priority, started just before that "
+        "window and killed after it) and prints quiet and loaded side by side "
+        "(default %(default)s)",
+    )
+    p.add_argument(
+        "--kind",
+        default="redis-stream",
+        choices=["nats", "celery", "redis-stream", "amqp", "rq", "arq", "http"],
+        help="dispatch: the executor kind to measure (default %(default)s)",
+    )
+    p.add_argument(
+        "--broker",
+        default=None,
+        help="dispatch: the broker's URL (default: the local Redis, RabbitMQ or NATS for the kind)",
+    )
     p.add_argument("--trials", type=int, default=10, help="failover: kill -9 trials (default %(default)s)")
     p.add_argument("--graceful-trials", type=int, default=3, help="failover: SIGTERM trials")
     p.add_argument("--peer", choices=["apscheduler"], default=None, help="run the same workload on a peer")
@@ -112,8 +149,9 @@ def _run(a: argparse.Namespace) -> int:
         shared = None if a.etcd else EtcdCluster(1).start()
 
         def make_env(n: int = nodes) -> BenchEnv:
-            return BenchEnv(nodes=n, shards=a.shards, ttl=a.ttl, db=a.db,
-                            etcd=a.etcd if shared is None else shared.endpoints)
+            return BenchEnv(
+                nodes=n, shards=a.shards, ttl=a.ttl, db=a.db, etcd=a.etcd if shared is None else shared.endpoints
+            )
 
         try:
             if a.scenario == "throughput":
@@ -132,11 +170,22 @@ def _run(a: argparse.Namespace) -> int:
 
         shared = None if a.etcd else EtcdCluster(1).start()
         try:
-            figures = fairness.run(lambda extra: BenchEnv(nodes=1, shards=a.shards, ttl=a.ttl, db=a.db,
-                                                          etcd=a.etcd if shared is None else shared.endpoints,
-                                                          extra_args=extra),
-                                   a.jobs, a.flood_jobs, a.seconds, a.executor_slots, a.dispatcher_priority,
-                                   a.start_lead_max_ms)
+            figures = fairness.run(
+                lambda extra: BenchEnv(
+                    nodes=1,
+                    shards=a.shards,
+                    ttl=a.ttl,
+                    db=a.db,
+                    etcd=a.etcd if shared is None else shared.endpoints,
+                    extra_args=extra,
+                ),
+                a.jobs,
+                a.flood_jobs,
+                a.seconds,
+                a.executor_slots,
+                a.dispatcher_priority,
+                a.start_lead_max_ms,
+            )
         finally:
             if shared:
                 shared.stop()
@@ -196,47 +245,136 @@ def render(out: dict) -> str:
     if f["scenario"] == "precision":
         # Beside a neighbour, one row per window: "quiet" and "loaded" on the same nodes.
         runs = [("shardcron", f)] if "loaded" not in f else [("quiet", f), ("loaded", f["loaded"])]
-        rows = [[name, m["db"], m["jobs"], m["expected"], m["recorded"], m["missed"], m["duplicated"],
-                 *_lat(m), m["cpu_ms_per_1000_ticks"], m["peak_rss_mb"]] for name, m in runs]
+        rows = [
+            [
+                name,
+                m["db"],
+                m["jobs"],
+                m["expected"],
+                m["recorded"],
+                m["missed"],
+                m["duplicated"],
+                *_lat(m),
+                m["cpu_ms_per_1000_ticks"],
+                m["peak_rss_mb"],
+            ]
+            for name, m in runs
+        ]
         if "peer" in out:
             p = out["peer"]
             rows.append([p["peer"], "-", p["jobs"], p["expected"], p["recorded"], p["missed"], "-", *_lat(p), "-", "-"])
-        lines.append(tabulate(rows, headers=["scheduler" if "loaded" not in f else "run", "store", "jobs/s",
-                                             "expected", "recorded", "missed", "duplicated", "p50 ms", "p99 ms",
-                                             "p99.9 ms", "max ms", "CPU ms/1k ticks", "peak RSS MB"],
-                              tablefmt="github"))
+        lines.append(
+            tabulate(
+                rows,
+                headers=[
+                    "scheduler" if "loaded" not in f else "run",
+                    "store",
+                    "jobs/s",
+                    "expected",
+                    "recorded",
+                    "missed",
+                    "duplicated",
+                    "p50 ms",
+                    "p99 ms",
+                    "p99.9 ms",
+                    "max ms",
+                    "CPU ms/1k ticks",
+                    "peak RSS MB",
+                ],
+                tablefmt="github",
+            )
+        )
         if "loaded" in f:
-            lines.append(f"\nneighbour: {len(f['neighbour_pids'])} busy process(es), one per CPU the node may use; "
-                         f"target (issue 13): p99 <= {f['loaded_p99_target_ms']} ms loaded, nothing missed: "
-                         f"{'met' if f['loaded_target_met'] else 'NOT met'} on {f['db']}")
+            lines.append(
+                f"\nneighbour: {len(f['neighbour_pids'])} busy process(es), one per CPU the node may use; "
+                f"target (issue 13): p99 <= {f['loaded_p99_target_ms']} ms loaded, nothing missed: "
+                f"{'met' if f['loaded_target_met'] else 'NOT met'} on {f['db']}"
+            )
         if "peer" in out and f["lateness_ms"]["p99"] and out["peer"]["lateness_ms"]["p99"]:
             ratio = out["peer"]["lateness_ms"]["p99"] / max(f["lateness_ms"]["p99"], 0.5)
             lines.append(f"\np99 lateness: APScheduler / shardcron = {ratio:.1f}x")
     elif f["scenario"] == "throughput":
-        rows = [[s["rate"], s["expected"], s["recorded"], s["missed"], s["duplicated"], *_lat(s),
-                 s["cpu_ms_per_1000_ticks"]] for s in f["steps"]]
-        lines.append(tabulate(rows, headers=["ticks/s", "expected", "recorded", "missed", "duplicated", "p50 ms",
-                                             "p99 ms", "p99.9 ms", "max ms", "CPU ms/1k ticks"], tablefmt="github"))
-        lines.append(f"\nhighest rate sustained (p99 <= {f['p99_limit_ms']} ms, nothing missed): "
-                     f"{f['highest_sustained_rate']} ticks/s on {f['db']}")
+        rows = [
+            [
+                s["rate"],
+                s["expected"],
+                s["recorded"],
+                s["missed"],
+                s["duplicated"],
+                *_lat(s),
+                s["cpu_ms_per_1000_ticks"],
+            ]
+            for s in f["steps"]
+        ]
+        lines.append(
+            tabulate(
+                rows,
+                headers=[
+                    "ticks/s",
+                    "expected",
+                    "recorded",
+                    "missed",
+                    "duplicated",
+                    "p50 ms",
+                    "p99 ms",
+                    "p99.9 ms",
+                    "max ms",
+                    "CPU ms/1k ticks",
+                ],
+                tablefmt="github",
+            )
+        )
+        lines.append(
+            f"\nhighest rate sustained (p99 <= {f['p99_limit_ms']} ms, nothing missed): "
+            f"{f['highest_sustained_rate']} ticks/s on {f['db']}"
+        )
         if "peer" in out:
             p = out["peer"]
-            lines.append(f"APScheduler at {p['jobs']}/s: missed {p['missed']} of {p['expected']}, "
-                         f"p99 {p['lateness_ms']['p99']} ms")
+            lines.append(
+                f"APScheduler at {p['jobs']}/s: missed {p['missed']} of {p['expected']}, "
+                f"p99 {p['lateness_ms']['p99']} ms"
+            )
     elif f["scenario"] == "scale":
         from shardcron.dev.bench import scale
 
         lines.append(tabulate(scale.render(f), headers=scale.HEADERS, tablefmt="github"))
         lines += ["", *scale.summary(f)]
     elif f["scenario"] == "failover":
-        rows = [[t["trial"], t["kind"], t["shard"], t["victim"], t["seconds_to_new_leader"],
-                 t["seconds_to_first_claim"], t["slots_caught_up"], t["max_lateness_s"], t["slots_not_run"]]
-                for t in f["trials"]]
-        lines.append(tabulate(rows, headers=["trial", "stop", "shard", "stopped leader", "s to new leader",
-                                             "s to first claim", "slots caught up", "max lateness s",
-                                             "slots not run"], tablefmt="github"))
-        lines.append(f"\nTTL {f['ttl']} s: kill -9 worst {f['kill9_max_s']} s to the successor's first claim; "
-                     f"SIGTERM worst {f['sigterm_max_s']} s to the new leader")
+        rows = [
+            [
+                t["trial"],
+                t["kind"],
+                t["shard"],
+                t["victim"],
+                t["seconds_to_new_leader"],
+                t["seconds_to_first_claim"],
+                t["slots_caught_up"],
+                t["max_lateness_s"],
+                t["slots_not_run"],
+            ]
+            for t in f["trials"]
+        ]
+        lines.append(
+            tabulate(
+                rows,
+                headers=[
+                    "trial",
+                    "stop",
+                    "shard",
+                    "stopped leader",
+                    "s to new leader",
+                    "s to first claim",
+                    "slots caught up",
+                    "max lateness s",
+                    "slots not run",
+                ],
+                tablefmt="github",
+            )
+        )
+        lines.append(
+            f"\nTTL {f['ttl']} s: kill -9 worst {f['kill9_max_s']} s to the successor's first claim; "
+            f"SIGTERM worst {f['sigterm_max_s']} s to the new leader"
+        )
     elif f["scenario"] == "dispatch":
         from shardcron.dev.bench import dispatch
 

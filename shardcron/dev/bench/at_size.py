@@ -72,7 +72,7 @@ def workload(count: int) -> list[Job]:
 
 def submit(addresses: list[str], jobs: list[Job]) -> dict:
     """One caller per node, each putting its share in PutJobs batches; returns figures and the failures."""
-    shares = [jobs[k::len(addresses)] for k in range(len(addresses))]
+    shares = [jobs[k :: len(addresses)] for k in range(len(addresses))]
 
     def put(k: int) -> list:
         with Client([addresses[k]], timeout_s=120) as client:
@@ -82,8 +82,13 @@ def submit(addresses: list[str], jobs: list[Job]) -> dict:
     with ThreadPoolExecutor(len(addresses)) as pool:
         failed = [r for rs in pool.map(put, range(len(addresses))) for r in rs]
     took = time.perf_counter() - t0
-    return {"jobs": len(jobs), "seconds": round(took, 2), "jobs_per_s": round(len(jobs) / took),
-            "failed": len(failed), "first_failures": [f"{r.id}: {r.code} {r.message}" for r in failed[:5]]}
+    return {
+        "jobs": len(jobs),
+        "seconds": round(took, 2),
+        "jobs_per_s": round(len(jobs) / took),
+        "failed": len(failed),
+        "first_failures": [f"{r.id}: {r.code} {r.message}" for r in failed[:5]],
+    }
 
 
 def time_command(args: list[str], runs: int = 5) -> dict:
@@ -101,8 +106,9 @@ def time_command(args: list[str], runs: int = 5) -> dict:
 
 def takeovers(log_text: str, since_line: int = 0) -> list[tuple[int, int, int]]:
     """(shard, ms, jobs) of every ``ready to tick`` line in a node log after ``since_line``."""
-    return [(int(m[1]), int(m[2]), int(m[3])) for line in log_text.splitlines()[since_line:]
-            if (m := _READY.search(line))]
+    return [
+        (int(m[1]), int(m[2]), int(m[3])) for line in log_text.splitlines()[since_line:] if (m := _READY.search(line))
+    ]
 
 
 def dashboard_pages(base_url: str, shard: int, runs: int = 5) -> dict:
@@ -112,8 +118,13 @@ def dashboard_pages(base_url: str, shard: int, runs: int = 5) -> dict:
     is not timed; each timed one is a whole request and answer, the page rendered from a ListJobs
     call through the node's API.
     """
-    pages = {"every job": "/jobs", "search by id": "/jobs?q=fleet-0421", f"shard {shard}": f"/jobs?shard={shard}",
-             "label team=t7": "/jobs?label=team%3Dt7", "paused": "/jobs?status=paused"}
+    pages = {
+        "every job": "/jobs",
+        "search by id": "/jobs?q=fleet-0421",
+        f"shard {shard}": f"/jobs?shard={shard}",
+        "label team=t7": "/jobs?label=team%3Dt7",
+        "paused": "/jobs?status=paused",
+    }
     out = {}
     with httpx.Client(base_url=base_url, follow_redirects=True, timeout=30) as http:
         http.get("/jobs").raise_for_status()
@@ -125,20 +136,24 @@ def dashboard_pages(base_url: str, shard: int, runs: int = 5) -> dict:
                 took.append((time.perf_counter() - t0) * 1000)
                 r.raise_for_status()
                 rows = r.text.count("<tr data-job=")
-            out[name] = {"path": path, "rows": rows, "median_ms": round(statistics.median(took), 1),
-                         "max_ms": round(max(took), 1)}
+            out[name] = {
+                "path": path,
+                "rows": rows,
+                "median_ms": round(statistics.median(took), 1),
+                "max_ms": round(max(took), 1),
+            }
     return out
 
 
 def run(env: BenchEnv, count: int = 100_000) -> dict:
     http_ports: dict[str, int] = {}
-    env.start_nodes(count=3, extra_args=lambda node: [
-        "--http-listen", f"127.0.0.1:{http_ports.setdefault(node, free_port())}"])
+    env.start_nodes(
+        count=3, extra_args=lambda node: ["--http-listen", f"127.0.0.1:{http_ports.setdefault(node, free_port())}"]
+    )
     cluster = env.cluster
     nodes = sorted(cluster.nodes)
     addresses = [cluster.nodes[n].address for n in nodes]
-    figures: dict = {"scenario": "at-size", "nodes": len(nodes), "shards": env.shards, "db": env.db,
-                     "targets": TARGETS}
+    figures: dict = {"scenario": "at-size", "nodes": len(nodes), "shards": env.shards, "db": env.db, "targets": TARGETS}
     figures["submit"] = submit(addresses, workload(count))
 
     leaders = cluster.wait_all_led(60)
@@ -149,8 +164,11 @@ def run(env: BenchEnv, count: int = 100_000) -> dict:
     list_cmd = ["jobs", "list", "--server", addresses[0], "--shard", str(busiest)]
     listing = time_command(list_cmd)
     listed = json.loads(time_command([*list_cmd, "--json"], runs=1)["output"])
-    figures["jobs_list_command"] = {"shard": busiest, "jobs": len(listed),
-                                    **{k: v for k, v in listing.items() if k != "output"}}
+    figures["jobs_list_command"] = {
+        "shard": busiest,
+        "jobs": len(listed),
+        **{k: v for k, v in listing.items() if k != "output"},
+    }
     figures["dashboard_jobs"] = dashboard_pages(f"http://127.0.0.1:{http_ports[nodes[0]]}", busiest)
 
     victim = nodes[0]
@@ -159,25 +177,38 @@ def run(env: BenchEnv, count: int = 100_000) -> dict:
     moved = sorted(s for s, n in leaders.items() if n == victim)
     history = LeaderHistory(env.etcd, cluster.prefix).start()
     t_drain = time.monotonic()
-    drain = subprocess.run([sys.executable, "-m", "shardcron", "drain", victim, *etcd_flags], capture_output=True,
-                           text=True, timeout=60)
+    drain = subprocess.run(
+        [sys.executable, "-m", "shardcron", "drain", victim, *etcd_flags], capture_output=True, text=True, timeout=60
+    )
     if drain.returncode != 0:
         history.close()
         raise RuntimeError(f"shardcron drain failed: {drain.stderr.strip()[-500:]}")
-    wait_until(lambda: all(cluster.leaders().get(s) not in (None, victim) for s in moved), 120, 0.2,
-               f"the shards of {victim} to move")
+    wait_until(
+        lambda: all(cluster.leaders().get(s) not in (None, victim) for s in moved),
+        120,
+        0.2,
+        f"the shards of {victim} to move",
+    )
     won = {}
     for n in nodes[1:]:
         won.update({s: (ms, jobs) for s, ms, jobs in takeovers(cluster.nodes[n].log_text(), marks[n])})
     times = sorted(ms for s, (ms, _) in won.items() if s in moved)
     loaded = {s: won[s][1] for s in moved if s in won}
-    figures["takeover"] = {"shards": len(moved), "seen": len(times), "jobs_loaded": loaded,
-                           "jobs_per_shard_median": statistics.median(loaded.values() or [0]),
-                           "median_ms": statistics.median(times) if times else None,
-                           "max_ms": max(times) if times else None}
+    figures["takeover"] = {
+        "shards": len(moved),
+        "seen": len(times),
+        "jobs_loaded": loaded,
+        "jobs_per_shard_median": statistics.median(loaded.values() or [0]),
+        "median_ms": statistics.median(times) if times else None,
+        "max_ms": max(times) if times else None,
+    }
     t_undo = time.monotonic()
-    subprocess.run([sys.executable, "-m", "shardcron", "drain", victim, "--undo", *etcd_flags], capture_output=True,
-                   text=True, timeout=60)
+    subprocess.run(
+        [sys.executable, "-m", "shardcron", "drain", victim, "--undo", *etcd_flags],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     try:
         # Undone: the victim takes its share back; done when every shard is on its placed node.
         back = cluster.wait_settled(set(nodes), 180)
@@ -214,20 +245,46 @@ def render(f: dict) -> list[list]:
     s, sh, jl, to = f["submit"], f["shards_command"], f["jobs_list_command"], f["takeover"]
     rss = max(f["peak_rss_mb"].values())
     return [
-        ["submit 100,000 jobs (PutJobs, 3 callers)" if s["jobs"] == 100_000 else f"submit {s['jobs']} jobs",
-         f"{s['seconds']} s ({s['jobs_per_s']} jobs/s, {s['failed']} refused)", f"< {t['submit_s']:.0f} s"],
+        [
+            "submit 100,000 jobs (PutJobs, 3 callers)" if s["jobs"] == 100_000 else f"submit {s['jobs']} jobs",
+            f"{s['seconds']} s ({s['jobs_per_s']} jobs/s, {s['failed']} refused)",
+            f"< {t['submit_s']:.0f} s",
+        ],
         ["shardcron shards", f"median {sh['median_s']} s, max {sh['max_s']} s", f"< {t['command_s']:.0f} s"],
-        [f"shardcron jobs list --shard {jl['shard']} ({jl['jobs']} jobs)",
-         f"median {jl['median_s']} s, max {jl['max_s']} s", f"< {t['command_s']:.0f} s"],
-        *([f"dashboard jobs page: {name} ({p['rows']} rows)", f"median {p['median_ms']} ms, max {p['max_ms']} ms",
-           f"< {t.get('page_ms', 300):.0f} ms"] for name, p in f.get("dashboard_jobs", {}).items()),
-        [f"takeover of {to['shards']} shards (~{to['jobs_per_shard_median']:.0f} jobs each)",
-         f"median {to['median_ms']} ms, max {to['max_ms']} ms", f"< {t['takeover_s'] * 1000:.0f} ms"],
-        ["peak RSS per node", ", ".join(f"{n} {v} MB" for n, v in f["peak_rss_mb"].items()) + f" (max {rss})",
-         f"< {t['rss_mb']:.0f} MB"],
-        *([[f"leaderless per moved shard: drain ({ho['drain']['shards']} shards), "
-            f"hand-back ({ho['undo']['shards']} shards, done in {ho['undo_s']} s)",
-            f"drain median {ho['drain']['median_ms']} ms, max {ho['drain']['max_ms']} ms; "
-            f"hand-back median {ho['undo']['median_ms']} ms, max {ho['undo']['max_ms']} ms",
-            f"< {t['takeover_s'] * 1000:.0f} ms"]] if (ho := f.get("handover")) else []),
+        [
+            f"shardcron jobs list --shard {jl['shard']} ({jl['jobs']} jobs)",
+            f"median {jl['median_s']} s, max {jl['max_s']} s",
+            f"< {t['command_s']:.0f} s",
+        ],
+        *(
+            [
+                f"dashboard jobs page: {name} ({p['rows']} rows)",
+                f"median {p['median_ms']} ms, max {p['max_ms']} ms",
+                f"< {t.get('page_ms', 300):.0f} ms",
+            ]
+            for name, p in f.get("dashboard_jobs", {}).items()
+        ),
+        [
+            f"takeover of {to['shards']} shards (~{to['jobs_per_shard_median']:.0f} jobs each)",
+            f"median {to['median_ms']} ms, max {to['max_ms']} ms",
+            f"< {t['takeover_s'] * 1000:.0f} ms",
+        ],
+        [
+            "peak RSS per node",
+            ", ".join(f"{n} {v} MB" for n, v in f["peak_rss_mb"].items()) + f" (max {rss})",
+            f"< {t['rss_mb']:.0f} MB",
+        ],
+        *(
+            [
+                [
+                    f"leaderless per moved shard: drain ({ho['drain']['shards']} shards), "
+                    f"hand-back ({ho['undo']['shards']} shards, done in {ho['undo_s']} s)",
+                    f"drain median {ho['drain']['median_ms']} ms, max {ho['drain']['max_ms']} ms; "
+                    f"hand-back median {ho['undo']['median_ms']} ms, max {ho['undo']['max_ms']} ms",
+                    f"< {t['takeover_s'] * 1000:.0f} ms",
+                ]
+            ]
+            if (ho := f.get("handover"))
+            else []
+        ),
     ]

@@ -43,8 +43,11 @@ from shardcron.model import TickContext
 from shardcron.spec.headers import mask_url
 from shardcron.store.schema import ticks
 
-DEFAULT_BROKERS = {"redis": "redis://127.0.0.1:6379/0", "amqp": "amqp://guest:guest@127.0.0.1:5672/",
-                   "nats": "nats://127.0.0.1:4222"}
+DEFAULT_BROKERS = {
+    "redis": "redis://127.0.0.1:6379/0",
+    "amqp": "amqp://guest:guest@127.0.0.1:5672/",
+    "nats": "nats://127.0.0.1:4222",
+}
 # Issue 11's targets (issue 12's for http): enqueues (requests answered) per second sustained, each with p99
 # slot-to-ack lateness <= P99_TARGET_MS.
 TARGETS = {"nats": 2000, "redis-stream": 2000, "celery": 1000, "http": 2000}
@@ -72,7 +75,7 @@ class _Redis:
 
         keys = [ENQUEUED_PREFIX + u for u in _slot_uuids(slots)] + self.own_keys(slots)
         for i in range(0, len(keys), 1000):
-            self.client.delete(*keys[i:i + 1000])
+            self.client.delete(*keys[i : i + 1000])
         self.client.close()
 
     def own_keys(self, slots) -> list[str]:
@@ -149,13 +152,22 @@ class _Nats:
 
         async def go():
             # Tried twice at most (0 means "retry forever" to nats-py), and bounded as a whole.
-            nc = await asyncio.wait_for(nats.connect(self.url, connect_timeout=5, allow_reconnect=False,
-                                                     max_reconnect_attempts=1, reconnect_time_wait=0.1,
-                                                     error_cb=quiet), 15)
+            nc = await asyncio.wait_for(
+                nats.connect(
+                    self.url,
+                    connect_timeout=5,
+                    allow_reconnect=False,
+                    max_reconnect_attempts=1,
+                    reconnect_time_wait=0.1,
+                    error_cb=quiet,
+                ),
+                15,
+            )
             try:
                 return await action(nc.jetstream())
             finally:
                 await nc.close()
+
         return asyncio.run(go())
 
     def executor(self) -> dict:
@@ -164,6 +176,7 @@ class _Nats:
     def held(self) -> int:
         async def count(js):
             return (await js.stream_info(self.stream)).state.messages
+
         return self._js(count)
 
     def remove(self, slots) -> None:
@@ -223,8 +236,14 @@ class Destination(Protocol):
 
 
 DESTINATIONS: dict[str, Callable[[str, str], Destination]] = {
-    "redis-stream": _RedisStream, "celery": _Celery, "rq": _Rq, "arq": _Arq, "nats": _Nats, "amqp": _Amqp,
-    "http": _Http}
+    "redis-stream": _RedisStream,
+    "celery": _Celery,
+    "rq": _Rq,
+    "arq": _Arq,
+    "nats": _Nats,
+    "amqp": _Amqp,
+    "http": _Http,
+}
 
 
 def default_broker(kind: str) -> str | None:
@@ -252,18 +271,33 @@ def run(make_env, kind: str, rates: list[int], seconds: int, broker: str | None)
                 steps.append(step(env, kind, rate, seconds, broker))
             except (TimeoutError, GaveUp) as e:
                 # Keep the steps already measured; a higher rate would not fare better.
-                tail = " | ".join(line for n in env.cluster.nodes.values()
-                                  for line in n.log_text().strip().splitlines()[-2:])
+                tail = " | ".join(
+                    line for n in env.cluster.nodes.values() for line in n.log_text().strip().splitlines()[-2:]
+                )
                 steps.append({"rate": rate, "error": f"{e}; node log: {tail}"[:1000]})
                 break
     target = TARGETS.get(kind)
     met = None
     if target:
-        met = any("error" not in s and s["rate"] >= target and s["enqueues_per_s"] >= target and not s["lost"]
-                  and (s["lateness_ms"]["p99"] or 0) <= P99_TARGET_MS for s in steps)
-    return {"scenario": "dispatch", "kind": kind, "broker": mask_url(broker) if broker else "dev sink",
-            "db": db, "seconds": seconds, "target_per_s": target, "target_p99_ms": P99_TARGET_MS,
-            "target_met": met, "steps": steps}
+        met = any(
+            "error" not in s
+            and s["rate"] >= target
+            and s["enqueues_per_s"] >= target
+            and not s["lost"]
+            and (s["lateness_ms"]["p99"] or 0) <= P99_TARGET_MS
+            for s in steps
+        )
+    return {
+        "scenario": "dispatch",
+        "kind": kind,
+        "broker": mask_url(broker) if broker else "dev sink",
+        "db": db,
+        "seconds": seconds,
+        "target_per_s": target,
+        "target_p99_ms": P99_TARGET_MS,
+        "target_met": met,
+        "steps": steps,
+    }
 
 
 def step(env: BenchEnv, kind: str, rate: int, seconds: int, broker: str | None) -> dict:
@@ -272,14 +306,21 @@ def step(env: BenchEnv, kind: str, rate: int, seconds: int, broker: str | None) 
     try:
         dest = DESTINATIONS[kind](broker or "", tag)  # no broker: the dev sink
     except Exception as e:  # noqa: BLE001 - a broker that does not answer: say which, without a traceback
-        raise RuntimeError(f"cannot prepare the {kind} destination at {mask_url(broker or '')}: "
-                           f"{type(e).__name__}: {e}") from None
+        raise RuntimeError(
+            f"cannot prepare the {kind} destination at {mask_url(broker or '')}: {type(e).__name__}: {e}"
+        ) from None
     slots: list[tuple[str, int]] = []
     try:
         jobs_file = os.path.join(env.workdir, f"jobs-{prefix}.json")
         with open(jobs_file, "w") as f:
-            json.dump({"jobs": [{"id": f"{prefix}-{i:06d}", "every": "1s", "executor": dest.executor()}
-                                for i in range(rate)]}, f)
+            json.dump(
+                {
+                    "jobs": [
+                        {"id": f"{prefix}-{i:06d}", "every": "1s", "executor": dest.executor()} for i in range(rate)
+                    ]
+                },
+                f,
+            )
         try:
             env.start_nodes(jobs_file)
             env.wait_jobs_loaded(rate)
@@ -319,7 +360,9 @@ def figures(rows: list, rate: int, seconds: int, from_ms: int, held: int) -> dic
     succeeded_total = sum(1 for r in rows if r.status == "succeeded")
     expected = rate * seconds
     return {
-        "rate": rate, "expected": expected, "succeeded": len({(r.job_id, r.scheduled_at_ms) for r in ok}),
+        "rate": rate,
+        "expected": expected,
+        "succeeded": len({(r.job_id, r.scheduled_at_ms) for r in ok}),
         "enqueues_per_s": round(len(ok) / seconds, 1),
         "missed": expected - len({(r.job_id, r.scheduled_at_ms) for r in ok}),
         "duplicated": sum(c - 1 for c in per_slot.values() if c > 1),
@@ -327,8 +370,11 @@ def figures(rows: list, rate: int, seconds: int, from_ms: int, held: int) -> dic
         # Neither succeeded nor failed (skipped, abandoned, still running): says what "missed" was.
         "other": dict(Counter(r.status for r in window if r.status not in ("succeeded", "failed"))),
         "first_error": (failed[0].error or "")[:300] if failed else None,
-        "lateness_ms": {"p50": percentile(lateness, 50), "p99": percentile(lateness, 99),
-                        "max": lateness[-1] if lateness else None},
+        "lateness_ms": {
+            "p50": percentile(lateness, 50),
+            "p99": percentile(lateness, 99),
+            "max": lateness[-1] if lateness else None,
+        },
         "to_start_ms": {"p50": percentile(to_start, 50), "p99": percentile(to_start, 99)},
         "round_trip_ms": {"p50": percentile(round_trip, 50), "p99": percentile(round_trip, 99)},
         "succeeded_all_slots": succeeded_total,
@@ -343,10 +389,19 @@ def figures(rows: list, rate: int, seconds: int, from_ms: int, held: int) -> dic
 
 def _rows(db: str, prefix: str, from_ms: int = 0, to_ms: int = 2**62) -> list:
     with read_store(db) as c:
-        return c.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.started_at_ms,
-                                ticks.c.finished_at_ms, ticks.c.status, ticks.c.manual, ticks.c.error)
-                         .where(ticks.c.job_id.like(f"{prefix}-%"), ticks.c.scheduled_at_ms >= from_ms,
-                                ticks.c.scheduled_at_ms < to_ms)).all()
+        return c.execute(
+            select(
+                ticks.c.job_id,
+                ticks.c.scheduled_at_ms,
+                ticks.c.started_at_ms,
+                ticks.c.finished_at_ms,
+                ticks.c.status,
+                ticks.c.manual,
+                ticks.c.error,
+            ).where(
+                ticks.c.job_id.like(f"{prefix}-%"), ticks.c.scheduled_at_ms >= from_ms, ticks.c.scheduled_at_ms < to_ms
+            )
+        ).all()
 
 
 def _wait_settled(db: str, prefix: str, from_ms: int, to_ms: int, expected: int) -> None:
@@ -361,18 +416,52 @@ def _wait_settled(db: str, prefix: str, from_ms: int, to_ms: int, expected: int)
 
 def render(f: dict) -> list[list]:
     """Rows for the table: one per rate."""
-    return [[s["rate"], s["expected"], s["enqueues_per_s"], s["lateness_ms"]["p50"], s["lateness_ms"]["p99"],
-             s["lateness_ms"]["max"], s["to_start_ms"]["p99"], s["round_trip_ms"]["p99"], s["missed"],
-             s["duplicated"], s["failed"], s["at_broker"], s["lost"], s["unrecorded"], s["cpu_ms_per_1000_ticks"]]
-            for s in f["steps"] if "error" not in s]
+    return [
+        [
+            s["rate"],
+            s["expected"],
+            s["enqueues_per_s"],
+            s["lateness_ms"]["p50"],
+            s["lateness_ms"]["p99"],
+            s["lateness_ms"]["max"],
+            s["to_start_ms"]["p99"],
+            s["round_trip_ms"]["p99"],
+            s["missed"],
+            s["duplicated"],
+            s["failed"],
+            s["at_broker"],
+            s["lost"],
+            s["unrecorded"],
+            s["cpu_ms_per_1000_ticks"],
+        ]
+        for s in f["steps"]
+        if "error" not in s
+    ]
 
 
-HEADERS = ["jobs/s", "expected", "enqueues/s", "p50 ms", "p99 ms", "max ms", "to start p99", "round trip p99",
-           "missed", "duplicated", "failed", "at broker", "lost", "unrecorded", "CPU ms/1k"]
+HEADERS = [
+    "jobs/s",
+    "expected",
+    "enqueues/s",
+    "p50 ms",
+    "p99 ms",
+    "max ms",
+    "to start p99",
+    "round trip p99",
+    "missed",
+    "duplicated",
+    "failed",
+    "at broker",
+    "lost",
+    "unrecorded",
+    "CPU ms/1k",
+]
 
 
 def verdict(f: dict) -> str:
     if not f["target_per_s"]:
         return f"target: none set for {f['kind']} (issues 11 and 12 set nats, redis-stream, celery and http)"
-    return (f"target: >= {f['target_per_s']}/s to {f['kind']} with p99 <= {f['target_p99_ms']} ms, nothing lost: "
-            f"{'met' if f['target_met'] else 'NOT met'} on {f['db']}")
+    return (
+        f"target: >= {f['target_per_s']}/s to {f['kind']} with p99 <= {f['target_p99_ms']} ms, nothing lost: "
+        f"{'met' if f['target_met'] else 'NOT met'} on {f['db']}"
+    )

@@ -62,13 +62,29 @@ DEFAULT_SLOTS = 100
 DEFAULT_FLOOD_JOBS = 2000
 TARGET_RATIO = 2.0  # issue 15: calm's p99 with the flood within 2x of its p99 alone, with fair queuing
 
-HEADERS = ["fair queuing", "window", "calm ticks", "started", "p50 ms", "p99 ms", "max ms", "flood starts/s",
-           "node CPU %", "machine CPU %"]
+HEADERS = [
+    "fair queuing",
+    "window",
+    "calm ticks",
+    "started",
+    "p50 ms",
+    "p99 ms",
+    "max ms",
+    "flood starts/s",
+    "node CPU %",
+    "machine CPU %",
+]
 
 
-def run(make_env: Callable[[list[str]], BenchEnv], calm_jobs: int, flood_jobs: int, seconds: int,
-        slots: int = DEFAULT_SLOTS, dispatcher_priority: str = "normal",
-        start_lead_max_ms: float | None = None) -> dict:
+def run(
+    make_env: Callable[[list[str]], BenchEnv],
+    calm_jobs: int,
+    flood_jobs: int,
+    seconds: int,
+    slots: int = DEFAULT_SLOTS,
+    dispatcher_priority: str = "normal",
+    start_lead_max_ms: float | None = None,
+) -> dict:
     draw = random.Random(15)
     sink = Sink(on_request=lambda r: time.sleep(draw.uniform(*SINK_SLEEP_S)))
     sink.start()
@@ -76,20 +92,37 @@ def run(make_env: Callable[[list[str]], BenchEnv], calm_jobs: int, flood_jobs: i
         modes = {}
         lead = [] if start_lead_max_ms is None else ["--start-lead-max-ms", str(start_lead_max_ms)]
         for mode in ("on", "off"):
-            with make_env(["--executor-slots", str(slots), "--fair-queuing", mode,
-                           "--dispatcher-priority", dispatcher_priority, *lead]) as env:
+            with make_env(
+                [
+                    "--executor-slots",
+                    str(slots),
+                    "--fair-queuing",
+                    mode,
+                    "--dispatcher-priority",
+                    dispatcher_priority,
+                    *lead,
+                ]
+            ) as env:
                 modes[mode] = _one_run(env, sink.url, calm_jobs, flood_jobs, seconds)
                 db = db_kind(env.db)
     finally:
         sink.stop()
     on = modes["on"]
     ratio = _ratio(on["flooding"]["p99_ms"], on["idle"]["p99_ms"])
-    return {"scenario": "fairness", "executor_slots": slots, "dispatcher_priority": dispatcher_priority,
-            "start_lead_max_ms": start_lead_max_ms,
-            "calm_jobs": calm_jobs, "flood_jobs": flood_jobs, "seconds": seconds,
-            "sink_sleep_ms": [int(x * 1000) for x in SINK_SLEEP_S], "db": db, "modes": modes,
-            "fair_p99_ratio": ratio, "target_met": ratio is not None and ratio <= TARGET_RATIO
-            and not on["flooding"]["censored"]}
+    return {
+        "scenario": "fairness",
+        "executor_slots": slots,
+        "dispatcher_priority": dispatcher_priority,
+        "start_lead_max_ms": start_lead_max_ms,
+        "calm_jobs": calm_jobs,
+        "flood_jobs": flood_jobs,
+        "seconds": seconds,
+        "sink_sleep_ms": [int(x * 1000) for x in SINK_SLEEP_S],
+        "db": db,
+        "modes": modes,
+        "fair_p99_ratio": ratio,
+        "target_met": ratio is not None and ratio <= TARGET_RATIO and not on["flooding"]["censored"],
+    }
 
 
 def _one_run(env: BenchEnv, sink_url: str, calm_jobs: int, flood_jobs: int, seconds: int) -> dict:
@@ -97,19 +130,38 @@ def _one_run(env: BenchEnv, sink_url: str, calm_jobs: int, flood_jobs: int, seco
     env.cluster.wait_all_led(60)
     client = Client([env.cluster.nodes[node].address], timeout_s=60)
     try:
-        _put(client, CALM, [{"id": f"calm-{i:05d}", "every": "1s", "jitter": f"{CALM_JITTER_MS}ms",
-                             "executor": {"kind": "noop"}} for i in range(calm_jobs)])
+        _put(
+            client,
+            CALM,
+            [
+                {"id": f"calm-{i:05d}", "every": "1s", "jitter": f"{CALM_JITTER_MS}ms", "executor": {"kind": "noop"}}
+                for i in range(calm_jobs)
+            ],
+        )
         pid = env.pids()[node]
         idle_from = window_start(WARMUP_S)
         idle_cpu = _cpu_over(pid, idle_from, seconds)
-        _put(client, FLOOD, [{"id": f"flood-{i:05d}", "every": "1s", "timeout": "30s",
-                              "executor": {"kind": "http", "url": f"{sink_url}/flood"}} for i in range(flood_jobs)])
+        _put(
+            client,
+            FLOOD,
+            [
+                {
+                    "id": f"flood-{i:05d}",
+                    "every": "1s",
+                    "timeout": "30s",
+                    "executor": {"kind": "http", "url": f"{sink_url}/flood"},
+                }
+                for i in range(flood_jobs)
+            ],
+        )
         flood_from = window_start(WARMUP_S)  # the backlog has built up by then
         flood_cpu = _cpu_over(pid, flood_from, seconds)
         time.sleep(GRACE_S)
         measured_at = int(time.time() * 1000)
-        return {"idle": {**_window(env, idle_from, seconds, calm_jobs, measured_at), **idle_cpu},
-                "flooding": {**_window(env, flood_from, seconds, calm_jobs, measured_at), **flood_cpu}}
+        return {
+            "idle": {**_window(env, idle_from, seconds, calm_jobs, measured_at), **idle_cpu},
+            "flooding": {**_window(env, flood_from, seconds, calm_jobs, measured_at), **flood_cpu},
+        }
     finally:
         client.close()
         env.cluster.stop_all()
@@ -143,12 +195,23 @@ def _window(env: BenchEnv, from_ms: int, seconds: int, calm_jobs: int, measured_
             censored += 1
     lateness.sort()
     with read_store(env.db) as c:  # the flood's starts in the window, whatever their slot (its backlog's)
-        flood_started = c.execute(select(func.count()).select_from(ticks).where(
-            ticks.c.job_id.like(FLOOD + "\x1f%"), ticks.c.started_at_ms >= from_ms, ticks.c.started_at_ms < to_ms)
+        flood_started = c.execute(
+            select(func.count())
+            .select_from(ticks)
+            .where(
+                ticks.c.job_id.like(FLOOD + "\x1f%"), ticks.c.started_at_ms >= from_ms, ticks.c.started_at_ms < to_ms
+            )
         ).scalar()
-    return {"expected": calm_jobs * seconds, "recorded": len(calm), "started": len(calm) - censored,
-            "censored": censored, "p50_ms": percentile(lateness, 50), "p99_ms": percentile(lateness, 99),
-            "max_ms": lateness[-1] if lateness else None, "flood_starts_per_s": round(flood_started / seconds, 1)}
+    return {
+        "expected": calm_jobs * seconds,
+        "recorded": len(calm),
+        "started": len(calm) - censored,
+        "censored": censored,
+        "p50_ms": percentile(lateness, 50),
+        "p99_ms": percentile(lateness, 99),
+        "max_ms": lateness[-1] if lateness else None,
+        "flood_starts_per_s": round(flood_started / seconds, 1),
+    }
 
 
 def _cpu_over(pid: int, from_ms: int, seconds: int) -> dict:
@@ -158,8 +221,10 @@ def _cpu_over(pid: int, from_ms: int, seconds: int) -> dict:
     node0, machine0 = proc_cpu_seconds(pid), machine_busy_cpu_seconds()
     _sleep_until(from_ms + seconds * 1000)
     node_s, machine_s = proc_cpu_seconds(pid) - node0, machine_busy_cpu_seconds() - machine0
-    return {"node_cpu_pct": round(100 * node_s / seconds, 1),
-            "machine_cpu_pct": round(100 * machine_s / seconds / (os.cpu_count() or 1), 1)}
+    return {
+        "node_cpu_pct": round(100 * node_s / seconds, 1),
+        "machine_cpu_pct": round(100 * machine_s / seconds / (os.cpu_count() or 1), 1),
+    }
 
 
 def _sleep_until(at_ms: int) -> None:
@@ -188,26 +253,38 @@ def render(f: dict) -> list[list]:
         for window in ("idle", "flooding"):
             w = f["modes"][mode][window]
             bound = ">=" if w["censored"] else ""
-            rows.append([mode, "A idle" if window == "idle" else "A flooding", f"{w['recorded']}/{w['expected']}",
-                         w["started"], f"{bound}{w['p50_ms']}", f"{bound}{w['p99_ms']}", f"{bound}{w['max_ms']}",
-                         w["flood_starts_per_s"] if window == "flooding" else "-", w["node_cpu_pct"],
-                         w["machine_cpu_pct"]])
+            rows.append(
+                [
+                    mode,
+                    "A idle" if window == "idle" else "A flooding",
+                    f"{w['recorded']}/{w['expected']}",
+                    w["started"],
+                    f"{bound}{w['p50_ms']}",
+                    f"{bound}{w['p99_ms']}",
+                    f"{bound}{w['max_ms']}",
+                    w["flood_starts_per_s"] if window == "flooding" else "-",
+                    w["node_cpu_pct"],
+                    w["machine_cpu_pct"],
+                ]
+            )
     return rows
 
 
 def verdict(f: dict) -> str:
     off = f["modes"]["off"]
     lead = f.get("start_lead_max_ms")
-    return (f"{f['executor_slots']} executor slots, dispatcher priority {f.get('dispatcher_priority', 'normal')}, "
-            f"{'start lead: the node default' if lead is None else f'start lead at most {lead:g} ms'}, "
-            f"flood: {f['flood_jobs']} http jobs/s to a sink that answers in "
-            f"{f['sink_sleep_ms'][0]}-{f['sink_sleep_ms'][1]} ms; calm: {f['calm_jobs']} noop jobs/s "
-            f"(jitter {CALM_JITTER_MS} ms); "
-            f"lateness from the ticks table (started_at - scheduled_at - jitter offset), store {f['db']}.\n"
-            f"fair queuing: calm p99 flooding / idle = {f['fair_p99_ratio']}x (target <= {TARGET_RATIO}x: "
-            f"{'met' if f['target_met'] else 'NOT met'}){_added(f['modes']['on'])}; first-come: "
-            f"{_ratio(off['flooding']['p99_ms'], off['idle']['p99_ms'])}x"
-            f"{' or more' if off['flooding']['censored'] else ''}")
+    return (
+        f"{f['executor_slots']} executor slots, dispatcher priority {f.get('dispatcher_priority', 'normal')}, "
+        f"{'start lead: the node default' if lead is None else f'start lead at most {lead:g} ms'}, "
+        f"flood: {f['flood_jobs']} http jobs/s to a sink that answers in "
+        f"{f['sink_sleep_ms'][0]}-{f['sink_sleep_ms'][1]} ms; calm: {f['calm_jobs']} noop jobs/s "
+        f"(jitter {CALM_JITTER_MS} ms); "
+        f"lateness from the ticks table (started_at - scheduled_at - jitter offset), store {f['db']}.\n"
+        f"fair queuing: calm p99 flooding / idle = {f['fair_p99_ratio']}x (target <= {TARGET_RATIO}x: "
+        f"{'met' if f['target_met'] else 'NOT met'}){_added(f['modes']['on'])}; first-come: "
+        f"{_ratio(off['flooding']['p99_ms'], off['idle']['p99_ms'])}x"
+        f"{' or more' if off['flooding']['censored'] else ''}"
+    )
 
 
 __all__ = ["HEADERS", "render", "run", "verdict"]

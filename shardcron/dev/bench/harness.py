@@ -103,9 +103,17 @@ class BenchEnv:
     /metrics on a free port of its own (``metrics_ports``).
     """
 
-    def __init__(self, nodes: int = 1, shards: int = 64, ttl: int = 10, db: str | None = None,
-                 etcd: str | None = None, extra_args: list[str] | None = None, serve_metrics: bool = False,
-                 workdir: str | None = None):
+    def __init__(
+        self,
+        nodes: int = 1,
+        shards: int = 64,
+        ttl: int = 10,
+        db: str | None = None,
+        etcd: str | None = None,
+        extra_args: list[str] | None = None,
+        serve_metrics: bool = False,
+        workdir: str | None = None,
+    ):
         self.nodes, self.shards, self.ttl = nodes, shards, ttl
         self._db, self._endpoints = db, etcd
         self.extra_args = extra_args if extra_args is not None else []
@@ -135,8 +143,9 @@ class BenchEnv:
         if self._db is None:
             self._db = f"sqlite:///{self.workdir}/bench.db"
         prefix = f"/bench{int(time.time() * 1000)}"
-        self._cluster = Cluster(self._endpoints, self._db, prefix, self.shards, self.ttl, self.workdir,
-                                extra_args=list(self.extra_args))
+        self._cluster = Cluster(
+            self._endpoints, self._db, prefix, self.shards, self.ttl, self.workdir, extra_args=list(self.extra_args)
+        )
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -149,12 +158,22 @@ class BenchEnv:
     def write_noop_jobs(self, count: int, every: str = "1s", prefix: str = "bench") -> str:
         path = os.path.join(self.workdir, f"jobs-{prefix}-{count}.json")
         with open(path, "w") as f:
-            json.dump({"jobs": [{"id": f"{prefix}-{i:06d}", "every": every, "executor": {"kind": "noop"}}
-                                for i in range(count)]}, f)
+            json.dump(
+                {
+                    "jobs": [
+                        {"id": f"{prefix}-{i:06d}", "every": every, "executor": {"kind": "noop"}} for i in range(count)
+                    ]
+                },
+                f,
+            )
         return path
 
-    def start_nodes(self, jobs_file: str | None = None, count: int | None = None,
-                    extra_args: Callable[[str], list[str]] | None = None) -> list[str]:
+    def start_nodes(
+        self,
+        jobs_file: str | None = None,
+        count: int | None = None,
+        extra_args: Callable[[str], list[str]] | None = None,
+    ) -> list[str]:
         """``extra_args(node_id)``: flags of that node's own (a port, say)."""
         ids = []
         for _ in range(count or self.nodes):
@@ -163,8 +182,14 @@ class BenchEnv:
             if self.serve_metrics:
                 self.metrics_ports[node_id] = free_port()
                 metrics_args = ["--metrics-listen", f"127.0.0.1:{self.metrics_ports[node_id]}"]
-            self.cluster.add(node_id, extra_args=[*(["--jobs", jobs_file] if jobs_file else []), *metrics_args,
-                                                  *(extra_args(node_id) if extra_args else [])])
+            self.cluster.add(
+                node_id,
+                extra_args=[
+                    *(["--jobs", jobs_file] if jobs_file else []),
+                    *metrics_args,
+                    *(extra_args(node_id) if extra_args else []),
+                ],
+            )
             ids.append(node_id)
         members = set(self.cluster.nodes)
         self.cluster.wait_balanced(members, timeout_s=120 + 2 * self.ttl)
@@ -174,6 +199,7 @@ class BenchEnv:
         def loaded():
             with read_store(self.db) as c:
                 return c.execute(select(func.count()).select_from(jobs_table)).scalar() >= count
+
         wait_until(loaded, timeout_s, 0.25, f"{count} jobs to be imported")
 
     def forget_jobs(self, prefix: str, *, with_ticks: bool = False) -> None:
@@ -193,17 +219,28 @@ class BenchEnv:
 
     def tick_rows(self, from_ms: int, to_ms: int) -> list:
         with read_store(self.db) as c:
-            return c.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.started_at_ms,
-                                    ticks.c.claimed_at_ms, ticks.c.status, ticks.c.node_id, ticks.c.fence,
-                                    ticks.c.shard, ticks.c.manual)
-                             .where(ticks.c.scheduled_at_ms >= from_ms, ticks.c.scheduled_at_ms < to_ms)).all()
+            return c.execute(
+                select(
+                    ticks.c.job_id,
+                    ticks.c.scheduled_at_ms,
+                    ticks.c.started_at_ms,
+                    ticks.c.claimed_at_ms,
+                    ticks.c.status,
+                    ticks.c.node_id,
+                    ticks.c.fence,
+                    ticks.c.shard,
+                    ticks.c.manual,
+                ).where(ticks.c.scheduled_at_ms >= from_ms, ticks.c.scheduled_at_ms < to_ms)
+            ).all()
 
     def fence_raises(self, shard: int, since_ms: int) -> list:
         """(fence, node_id, raised_at_ms) of the shard's fence raises at or after ``since_ms``, oldest first."""
         with read_store(self.db) as c:
-            return c.execute(select(fence_log.c.fence, fence_log.c.node_id, fence_log.c.raised_at_ms)
-                             .where(fence_log.c.shard == shard, fence_log.c.raised_at_ms >= since_ms)
-                             .order_by(fence_log.c.raised_at_ms)).all()
+            return c.execute(
+                select(fence_log.c.fence, fence_log.c.node_id, fence_log.c.raised_at_ms)
+                .where(fence_log.c.shard == shard, fence_log.c.raised_at_ms >= since_ms)
+                .order_by(fence_log.c.raised_at_ms)
+            ).all()
 
     def pids(self) -> dict[str, int]:
         return {n: p.pid for n, p in self.cluster.nodes.items() if p.alive()}

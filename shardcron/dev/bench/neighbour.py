@@ -36,8 +36,12 @@ def cpu_neighbour(cpus: list[int]) -> Iterator[list[int]]:
     procs: list[subprocess.Popen] = []
     try:
         for cpu in cpus:
-            p = subprocess.Popen([sys.executable, "-c", _SPIN], stdin=subprocess.DEVNULL,
-                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            p = subprocess.Popen(
+                [sys.executable, "-c", _SPIN],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             procs.append(p)
             try:
                 os.sched_setaffinity(p.pid, {cpu})

@@ -38,9 +38,12 @@ def run(jobs: int, seconds: int, store: str = "memory", workdir: str = "/tmp") -
         jobstore = SQLAlchemyJobStore(url=f"sqlite:///{workdir}/apscheduler-{time.time_ns()}.db")
     else:
         jobstore = MemoryJobStore()
-    sched = BackgroundScheduler(jobstores={"default": jobstore},
-                                executors={"default": ThreadPoolExecutor(20)}, timezone=UTC,
-                                job_defaults={"coalesce": False, "max_instances": 3, "misfire_grace_time": 1})
+    sched = BackgroundScheduler(
+        jobstores={"default": jobstore},
+        executors={"default": ThreadPoolExecutor(20)},
+        timezone=UTC,
+        job_defaults={"coalesce": False, "max_instances": 3, "misfire_grace_time": 1},
+    )
 
     from apscheduler.events import EVENT_JOB_EXECUTED, EVENT_JOB_MISSED
 
@@ -70,8 +73,17 @@ def run(jobs: int, seconds: int, store: str = "memory", workdir: str = "/tmp") -
         values = sorted(lateness)
     expected = jobs * seconds
     return {
-        "scenario": "precision", "peer": f"apscheduler ({store} store)", "jobs": jobs, "seconds": seconds,
-        "expected": expected, "recorded": len(values), "missed": expected - len(values),
-        "lateness_ms": {"p50": percentile(values, 50), "p99": percentile(values, 99),
-                        "p99.9": percentile(values, 99.9), "max": values[-1] if values else None},
+        "scenario": "precision",
+        "peer": f"apscheduler ({store} store)",
+        "jobs": jobs,
+        "seconds": seconds,
+        "expected": expected,
+        "recorded": len(values),
+        "missed": expected - len(values),
+        "lateness_ms": {
+            "p50": percentile(values, 50),
+            "p99": percentile(values, 99),
+            "p99.9": percentile(values, 99.9),
+            "max": values[-1] if values else None,
+        },
     }

@@ -44,17 +44,21 @@ from shardcron.store.engine import make_engine
 
 P99_LIMIT_MS = 50.0  # issue 13: "total ticks/s sustained at p99 <= 50 ms"
 
-_DATABASE = text("SELECT xact_commit, tup_inserted + tup_updated, "
-                 "pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') FROM pg_stat_database "
-                 "WHERE datname = current_database()")
+_DATABASE = text(
+    "SELECT xact_commit, tup_inserted + tup_updated, "
+    "pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0') FROM pg_stat_database "
+    "WHERE datname = current_database()"
+)
 _BACKENDS = text("SELECT pid FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()")
 _STATEMENT_COUNT = "shardcron_db_call_seconds"  # a histogram; its _count sample counts statements
 
 
 def require_postgresql(db: str | None) -> str:
     if not db or make_url(db).get_backend_name() != "postgresql":
-        raise ConfigError("bench scale: --db must name a PostgreSQL database (postgresql+psycopg://...), "
-                          f"got {db or 'none (SQLite)'}; the scale figures are PostgreSQL's own counters")
+        raise ConfigError(
+            "bench scale: --db must name a PostgreSQL database (postgresql+psycopg://...), "
+            f"got {db or 'none (SQLite)'}; the scale figures are PostgreSQL's own counters"
+        )
     return db
 
 
@@ -73,9 +77,13 @@ def _statements_sent(env: BenchEnv) -> int:
     total = 0.0
     for port in env.metrics_ports.values():
         page = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-        total += sum(sample.value for family in text_string_to_metric_families(page)
-                     if family.name == _STATEMENT_COUNT
-                     for sample in family.samples if sample.name == f"{_STATEMENT_COUNT}_count")
+        total += sum(
+            sample.value
+            for family in text_string_to_metric_families(page)
+            if family.name == _STATEMENT_COUNT
+            for sample in family.samples
+            if sample.name == f"{_STATEMENT_COUNT}_count"
+        )
     return int(total)
 
 
@@ -117,15 +125,19 @@ def db_cost_probe(db: str) -> scenarios.Probe:
         moved["db_counters"] = {k: after[k] - before[k] for k in after}
         if local:
             moved["db_counters"]["server_cpu_ms"] = 1000 * sum(
-                t - cpu_before.get(pid, 0.0) for pid, t in cpu_after.items())
+                t - cpu_before.get(pid, 0.0) for pid, t in cpu_after.items()
+            )
+
     return probe
 
 
 def per_1000_ticks(step: dict) -> dict[str, float | None]:
     """The database's counters over a step, per 1,000 recorded ticks (None where not measured)."""
     moved, ticks = step.get("db_counters", {}), max(1, step["recorded"])
-    return {k: round(moved[k] * 1000 / ticks, 1) if k in moved else None
-            for k in ("statements", "commits", "rows_written", "wal_bytes", "server_cpu_ms")}
+    return {
+        k: round(moved[k] * 1000 / ticks, 1) if k in moved else None
+        for k in ("statements", "commits", "rows_written", "wal_bytes", "server_cpu_ms")
+    }
 
 
 def _serving_metrics(env: BenchEnv) -> BenchEnv:
@@ -133,23 +145,41 @@ def _serving_metrics(env: BenchEnv) -> BenchEnv:
     return env
 
 
-def run(make_env: Callable[[int], BenchEnv], node_counts: list[int], rates: list[int], seconds: int,
-        db: str) -> dict:
+def run(make_env: Callable[[int], BenchEnv], node_counts: list[int], rates: list[int], seconds: int, db: str) -> dict:
     probe = db_cost_probe(db)
     counts = []
     for n in node_counts:
-        steps, held = scenarios.step_rates(lambda n=n: _serving_metrics(make_env(n)), rates, seconds, P99_LIMIT_MS,
-                                           prefix=f"sc{n}x", probe=probe)
+        steps, held = scenarios.step_rates(
+            lambda n=n: _serving_metrics(make_env(n)), rates, seconds, P99_LIMIT_MS, prefix=f"sc{n}x", probe=probe
+        )
         for s in steps:
             s["db_per_1000_ticks"] = per_1000_ticks(s)
         counts.append({"nodes": n, "highest_sustained_rate": held, "steps": steps})
-    return {"scenario": "scale", "db": "postgresql", "seconds": seconds, "p99_limit_ms": P99_LIMIT_MS,
-            "node_counts": counts}
+    return {
+        "scenario": "scale",
+        "db": "postgresql",
+        "seconds": seconds,
+        "p99_limit_ms": P99_LIMIT_MS,
+        "node_counts": counts,
+    }
 
 
-HEADERS = ["nodes", "ticks/s", "recorded", "missed", "duplicated", "p50 ms", "p99 ms", "max ms",
-           "CPU ms/1k ticks (all nodes)", "PostgreSQL CPU ms/1k", "statements/1k", "commits/1k",
-           "rows written/1k", "WAL KB/1k"]
+HEADERS = [
+    "nodes",
+    "ticks/s",
+    "recorded",
+    "missed",
+    "duplicated",
+    "p50 ms",
+    "p99 ms",
+    "max ms",
+    "CPU ms/1k ticks (all nodes)",
+    "PostgreSQL CPU ms/1k",
+    "statements/1k",
+    "commits/1k",
+    "rows written/1k",
+    "WAL KB/1k",
+]
 
 
 def render(f: dict) -> list[list]:
@@ -157,17 +187,34 @@ def render(f: dict) -> list[list]:
     for c in f["node_counts"]:
         for s in c["steps"]:
             lat, db = s["lateness_ms"], s["db_per_1000_ticks"]
-            rows.append([c["nodes"], s["rate"], s["recorded"], s["missed"], s["duplicated"], lat["p50"],
-                         lat["p99"], lat["max"], s["cpu_ms_per_1000_ticks"],
-                         "-" if db["server_cpu_ms"] is None else db["server_cpu_ms"],
-                         db["statements"], db["commits"], db["rows_written"], round(db["wal_bytes"] / 1024, 1)])
+            rows.append(
+                [
+                    c["nodes"],
+                    s["rate"],
+                    s["recorded"],
+                    s["missed"],
+                    s["duplicated"],
+                    lat["p50"],
+                    lat["p99"],
+                    lat["max"],
+                    s["cpu_ms_per_1000_ticks"],
+                    "-" if db["server_cpu_ms"] is None else db["server_cpu_ms"],
+                    db["statements"],
+                    db["commits"],
+                    db["rows_written"],
+                    round(db["wal_bytes"] / 1024, 1),
+                ]
+            )
     return rows
 
 
 def summary(f: dict) -> list[str]:
-    held = ", ".join(f"{c['nodes']} node{'s' if c['nodes'] > 1 else ''}: {c['highest_sustained_rate']}"
-                     for c in f["node_counts"])
-    return [f"highest total rate sustained (p99 <= {f['p99_limit_ms']} ms, nothing missed), ticks/s: {held}",
-            "statements: sent by the nodes (their shardcron_db_call_seconds_count); commits and rows written: "
-            "PostgreSQL's pg_stat_database; WAL: pg_current_wal_lsn; PostgreSQL CPU: its processes on this machine "
-            "(- when it runs elsewhere)"]
+    held = ", ".join(
+        f"{c['nodes']} node{'s' if c['nodes'] > 1 else ''}: {c['highest_sustained_rate']}" for c in f["node_counts"]
+    )
+    return [
+        f"highest total rate sustained (p99 <= {f['p99_limit_ms']} ms, nothing missed), ticks/s: {held}",
+        "statements: sent by the nodes (their shardcron_db_call_seconds_count); commits and rows written: "
+        "PostgreSQL's pg_stat_database; WAL: pg_current_wal_lsn; PostgreSQL CPU: its processes on this machine "
+        "(- when it runs elsewhere)",
+    ]

@@ -53,8 +53,10 @@ def measure_ticks(env: BenchEnv, jobs: int, from_ms: int, seconds: int, prefix: 
         "not_succeeded": sum(1 for r in rows if r.status != "succeeded"),
         "not_started": sum(1 for r in rows if not r.started_at_ms),
         "lateness_ms": {
-            "p50": percentile(lateness, 50), "p99": percentile(lateness, 99),
-            "p99.9": percentile(lateness, 99.9), "max": lateness[-1] if lateness else None,
+            "p50": percentile(lateness, 50),
+            "p99": percentile(lateness, 99),
+            "p99.9": percentile(lateness, 99.9),
+            "max": lateness[-1] if lateness else None,
         },
     }
 
@@ -73,10 +75,15 @@ def precision_beside_neighbour(env: BenchEnv, jobs: int, seconds: int, prefix: s
     with cpu_neighbour(neighbour_cpus(env.pids().values())) as spinners:
         loaded = measure_window(env, jobs, seconds, prefix)
     p99 = loaded["lateness_ms"]["p99"]
-    quiet.update(neighbour="cpu", neighbour_pids=spinners, loaded=loaded,
-                 loaded_p99_target_ms=LOADED_P99_TARGET_MS,
-                 loaded_target_met=bool(p99 is not None and not loaded["missed"] and not loaded["duplicated"]
-                                        and p99 <= LOADED_P99_TARGET_MS))
+    quiet.update(
+        neighbour="cpu",
+        neighbour_pids=spinners,
+        loaded=loaded,
+        loaded_p99_target_ms=LOADED_P99_TARGET_MS,
+        loaded_target_met=bool(
+            p99 is not None and not loaded["missed"] and not loaded["duplicated"] and p99 <= LOADED_P99_TARGET_MS
+        ),
+    )
     return quiet
 
 
@@ -98,7 +105,11 @@ def measure_window(env: BenchEnv, jobs: int, seconds: int, prefix: str, probe: P
         cpu = sum(proc_cpu_seconds(p) - cpu0[n] for n, p in pids.items())
     out = measure_ticks(env, jobs, from_ms, seconds, prefix)
     out.update(
-        scenario="precision", jobs=jobs, seconds=seconds, nodes=len(pids), db=db_kind(env.db),
+        scenario="precision",
+        jobs=jobs,
+        seconds=seconds,
+        nodes=len(pids),
+        db=db_kind(env.db),
         cpu_ms_per_1000_ticks=round(1000 * cpu / max(1, out["recorded"]) * 1000, 1),
         peak_rss_mb=round(max(proc_peak_rss_mb(p) for p in pids.values()), 1),
         **extra,
@@ -115,12 +126,18 @@ def sustained(step: dict, p99_limit_ms: float) -> bool:
     """A step holds its rate when nothing was missed or run twice, every slot started (a claimed row whose
     result is not written yet counts as recorded, not as started) and p99 lateness is within the limit."""
     p99 = step["lateness_ms"]["p99"]
-    return (not step["missed"] and not step["duplicated"] and not step["not_started"]
-            and p99 is not None and p99 <= p99_limit_ms)
+    return (
+        not step["missed"]
+        and not step["duplicated"]
+        and not step["not_started"]
+        and p99 is not None
+        and p99 <= p99_limit_ms
+    )
 
 
-def step_rates(make_env, rates: list[int], seconds: int, p99_limit_ms: float, prefix: str = "tp",
-               probe: Probe | None = None) -> tuple[list[dict], int]:
+def step_rates(
+    make_env, rates: list[int], seconds: int, p99_limit_ms: float, prefix: str = "tp", probe: Probe | None = None
+) -> tuple[list[dict], int]:
     """Raise the rate until a step does not hold it, each step on a fresh cluster: the steps and the
     highest rate held (0 if none). Steps may share one store, so each forgets its jobs when done."""
     steps = []
@@ -143,8 +160,14 @@ def step_rates(make_env, rates: list[int], seconds: int, p99_limit_ms: float, pr
 def throughput(make_env, rates: list[int], seconds: int, p99_limit_ms: float = 100.0) -> dict:
     """Raise the rate until p99 lateness passes the limit or a tick is missed; each step on a fresh cluster."""
     steps, held = step_rates(make_env, rates, seconds, p99_limit_ms)
-    return {"scenario": "throughput", "db": steps[-1]["db"] if steps else None, "seconds": seconds,
-            "p99_limit_ms": p99_limit_ms, "highest_sustained_rate": held, "steps": steps}
+    return {
+        "scenario": "throughput",
+        "db": steps[-1]["db"] if steps else None,
+        "seconds": seconds,
+        "p99_limit_ms": p99_limit_ms,
+        "highest_sustained_rate": held,
+        "steps": steps,
+    }
 
 
 def failover(env: BenchEnv, jobs: int, trials: int, graceful_trials: int) -> dict:
@@ -158,17 +181,25 @@ def failover(env: BenchEnv, jobs: int, trials: int, graceful_trials: int) -> dic
         shard = i % env.shards
         leaders = env.cluster.wait_all_led(120)
         victim = leaders[shard]
-        wait_until(lambda: any(r.shard == shard for r in env.tick_rows(int(time.time() * 1000) - 3000,
-                                                                         int(time.time() * 1000))),
-                   30, 0.2, "the shard to tick")
+        wait_until(
+            lambda: any(
+                r.shard == shard for r in env.tick_rows(int(time.time() * 1000) - 3000, int(time.time() * 1000))
+            ),
+            30,
+            0.2,
+            "the shard to tick",
+        )
         node = env.cluster.nodes[victim]
         t_kill_ms = int(time.time() * 1000)
         node.signal(signal.SIGTERM if graceful else signal.SIGKILL)
 
         def successor_claimed():
             now = int(time.time() * 1000)
-            rows = [r for r in env.tick_rows(t_kill_ms - 60_000, now + 5000)
-                    if r.shard == shard and r.node_id != victim and r.claimed_at_ms and r.claimed_at_ms >= t_kill_ms]
+            rows = [
+                r
+                for r in env.tick_rows(t_kill_ms - 60_000, now + 5000)
+                if r.shard == shard and r.node_id != victim and r.claimed_at_ms and r.claimed_at_ms >= t_kill_ms
+            ]
             return rows or None
 
         rows = wait_until(successor_claimed, 3 * env.ttl + 30, 0.05, "the successor to claim a tick")
@@ -177,16 +208,27 @@ def failover(env: BenchEnv, jobs: int, trials: int, graceful_trials: int) -> dic
         caught_up = sum(1 for r in rows if r.fence == new_fence and r.scheduled_at_ms < first_claim - 500)
         raised = [r for r in env.fence_raises(shard, t_kill_ms) if r.node_id != victim]
         # Every slot from the stop until the successor's first claim must have run once, catch-up included.
-        window = wait_until(lambda: _settled(env, shard, t_kill_ms - 1000, first_claim + 2000), 30, 0.2,
-                            "the hand-over's slots to be recorded")
-        results.append({"trial": i + 1, "kind": "SIGTERM" if graceful else "SIGKILL", "shard": shard,
-                        "victim": victim, "seconds_to_first_claim": round((first_claim - t_kill_ms) / 1000, 3),
-                        "seconds_to_new_leader": round((raised[0].raised_at_ms - t_kill_ms) / 1000, 3)
-                        if raised else None,
-                        "slots_caught_up": caught_up,
-                        "max_lateness_s": round(max(r.started_at_ms - r.scheduled_at_ms for r in window) / 1000, 3)
-                        if window else None,
-                        "slots_not_run": sum(1 for r in window if r.status != "succeeded")})
+        window = wait_until(
+            lambda: _settled(env, shard, t_kill_ms - 1000, first_claim + 2000),
+            30,
+            0.2,
+            "the hand-over's slots to be recorded",
+        )
+        results.append(
+            {
+                "trial": i + 1,
+                "kind": "SIGTERM" if graceful else "SIGKILL",
+                "shard": shard,
+                "victim": victim,
+                "seconds_to_first_claim": round((first_claim - t_kill_ms) / 1000, 3),
+                "seconds_to_new_leader": round((raised[0].raised_at_ms - t_kill_ms) / 1000, 3) if raised else None,
+                "slots_caught_up": caught_up,
+                "max_lateness_s": round(max(r.started_at_ms - r.scheduled_at_ms for r in window) / 1000, 3)
+                if window
+                else None,
+                "slots_not_run": sum(1 for r in window if r.status != "succeeded"),
+            }
+        )
         if node.proc:
             node.proc.wait(30)
         # Bring the node back so the next trial starts from a full cluster.
@@ -195,9 +237,16 @@ def failover(env: BenchEnv, jobs: int, trials: int, graceful_trials: int) -> dic
         env.cluster.wait_balanced(set(env.cluster.nodes), 120 + 2 * env.ttl)
     crash = [r["seconds_to_first_claim"] for r in results if r["kind"] == "SIGKILL"]
     soft = [r["seconds_to_new_leader"] or r["seconds_to_first_claim"] for r in results if r["kind"] == "SIGTERM"]
-    return {"scenario": "failover", "ttl": env.ttl, "nodes": env.nodes, "jobs": jobs, "trials": results,
-            "kill9_max_s": max(crash) if crash else None, "sigterm_max_s": max(soft) if soft else None,
-            "db": db_kind(env.db)}
+    return {
+        "scenario": "failover",
+        "ttl": env.ttl,
+        "nodes": env.nodes,
+        "jobs": jobs,
+        "trials": results,
+        "kill9_max_s": max(crash) if crash else None,
+        "sigterm_max_s": max(soft) if soft else None,
+        "db": db_kind(env.db),
+    }
 
 
 def _settled(env: BenchEnv, shard: int, from_ms: int, to_ms: int) -> list | None:

@@ -46,8 +46,18 @@ UNARY = f"unary PutJob ({CONCURRENCY} callers)"
 PROBE_EVERY_S = 0.1
 PROBE_TIMEOUT_S = 5.0
 
-HEADERS = ["mode", "calls/s", "jobs/s", "p50 ms", "p99 ms", "errors",
-           "CPU ms/call: caller", "forwarder", "leader", "rest of machine"]
+HEADERS = [
+    "mode",
+    "calls/s",
+    "jobs/s",
+    "p50 ms",
+    "p99 ms",
+    "errors",
+    "CPU ms/call: caller",
+    "forwarder",
+    "leader",
+    "rest of machine",
+]
 
 
 def run(env: BenchEnv, jobs: int, seconds: int) -> dict:
@@ -71,28 +81,49 @@ def run(env: BenchEnv, jobs: int, seconds: int) -> dict:
             ids.append(jid)
         i += 1
     specs = [job_from_dict({"id": j, "every": "1h", "executor": {"kind": "noop"}}) for j in ids]
-    requests = [put_job_request_bytes(s) for s in specs[:jobs + warmup]]
+    requests = [put_job_request_bytes(s) for s in specs[: jobs + warmup]]
     address = env.cluster.nodes[via].address
     pids = env.pids()
     probes = HealthProbes({"API port (--listen)": address, "health port (--health-listen)": health_ports[via]})
     with probes:
-        modes = {UNARY: asyncio.run(_unary(address, requests[:warmup], requests[warmup:], seconds,
-                                           {"forwarder": pids[via], "leader": pids[leader]}))}
+        modes = {
+            UNARY: asyncio.run(
+                _unary(
+                    address,
+                    requests[:warmup],
+                    requests[warmup:],
+                    seconds,
+                    {"forwarder": pids[via], "leader": pids[leader]},
+                )
+            )
+        }
     client = Client([address], timeout_s=30)
     try:
-        batch = specs[jobs + warmup:]
+        batch = specs[jobs + warmup :]
         t0 = time.perf_counter()
         results = client.put_jobs(batch)
         took = time.perf_counter() - t0
         failed = sum(1 for r in results if not r.ok)
         calls = -(-len(batch) // 1000)
-        modes["batched PutJobs"] = {"calls_per_s": round(calls / took, 2), "jobs_per_s": round(len(batch) / took, 1),
-                                    "p50_ms": _r(took * 1000 / calls), "p99_ms": _r(took * 1000 / calls),
-                                    "errors": failed}
+        modes["batched PutJobs"] = {
+            "calls_per_s": round(calls / took, 2),
+            "jobs_per_s": round(len(batch) / took, 1),
+            "p50_ms": _r(took * 1000 / calls),
+            "p99_ms": _r(took * 1000 / calls),
+            "errors": failed,
+        }
     finally:
         client.close()
-    return {"scenario": "submit", "via": via, "leader": leader, "forwarded": True, "jobs": jobs, "modes": modes,
-            "health_probes": probes.figures(), "db": env.db}
+    return {
+        "scenario": "submit",
+        "via": via,
+        "leader": leader,
+        "forwarded": True,
+        "jobs": jobs,
+        "modes": modes,
+        "health_probes": probes.figures(),
+        "db": env.db,
+    }
 
 
 class HealthProbes:
@@ -117,8 +148,12 @@ class HealthProbes:
         out = {}
         for name, took in self._took.items():
             ms = sorted(took)
-            out[name] = {"probes": len(ms) + self._failed[name], "failed": self._failed[name],
-                         "p99_ms": _r(percentile(ms, 99)), "max_ms": _r(ms[-1] if ms else None)}
+            out[name] = {
+                "probes": len(ms) + self._failed[name],
+                "failed": self._failed[name],
+                "p99_ms": _r(percentile(ms, 99)),
+                "max_ms": _r(ms[-1] if ms else None),
+            }
         return out
 
     def _probe(self) -> None:
@@ -141,13 +176,14 @@ class HealthProbes:
 def health_lines(f: dict) -> list[str]:
     lines = []
     for name, p in (f.get("health_probes") or {}).items():
-        lines.append(f"health Check on the forwarding node's {name} during the unary window: "
-                     f"{p['probes']} probes, p99 {p['p99_ms']} ms, max {p['max_ms']} ms, failed {p['failed']}")
+        lines.append(
+            f"health Check on the forwarding node's {name} during the unary window: "
+            f"{p['probes']} probes, p99 {p['p99_ms']} ms, max {p['max_ms']} ms, failed {p['failed']}"
+        )
     return lines
 
 
-async def _unary(address: str, warmup: list[bytes], requests: list[bytes], seconds: int,
-                 pids: dict[str, int]) -> dict:
+async def _unary(address: str, warmup: list[bytes], requests: list[bytes], seconds: int, pids: dict[str, int]) -> dict:
     """``CONCURRENCY`` callers share ``requests`` (each sent once) until they run out or ``seconds`` pass."""
     async with open_aio_channel(address, None, CHANNEL_OPTIONS) as channel:
         put = channel.unary_unary(PUT_JOB, None, None)  # bytes in, bytes out: the caller neither builds nor parses
@@ -177,17 +213,31 @@ async def _unary(address: str, warmup: list[bytes], requests: list[bytes], secon
         cpu = window.per_call_ms(len(outcomes))
     latencies = sorted(ms for ms, _ in outcomes)
     n = len(outcomes)
-    return {"calls_per_s": round(n / took, 1), "jobs_per_s": round(n / took, 1),
-            "p50_ms": _r(percentile(latencies, 50)), "p99_ms": _r(percentile(latencies, 99)),
-            "errors": sum(1 for _, ok in outcomes if not ok), "cpu_ms_per_call": cpu}
+    return {
+        "calls_per_s": round(n / took, 1),
+        "jobs_per_s": round(n / took, 1),
+        "p50_ms": _r(percentile(latencies, 50)),
+        "p99_ms": _r(percentile(latencies, 99)),
+        "errors": sum(1 for _, ok in outcomes if not ok),
+        "cpu_ms_per_call": cpu,
+    }
 
 
 def render(f: dict) -> list[list]:
     rows = []
     for name, m in f["modes"].items():
         cpu = m.get("cpu_ms_per_call") or {}
-        rows.append([name, m["calls_per_s"], m["jobs_per_s"], m["p50_ms"], m["p99_ms"], m["errors"],
-                     *(cpu.get(k, "") for k in ("caller", "forwarder", "leader", "rest"))])
+        rows.append(
+            [
+                name,
+                m["calls_per_s"],
+                m["jobs_per_s"],
+                m["p50_ms"],
+                m["p99_ms"],
+                m["errors"],
+                *(cpu.get(k, "") for k in ("caller", "forwarder", "leader", "rest")),
+            ]
+        )
     return rows
 
 

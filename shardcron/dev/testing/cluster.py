@@ -39,8 +39,10 @@ def wait_until(predicate: Callable[[], T | None], timeout_s: float, interval_s: 
         except Exception as e:  # noqa: BLE001 - keep polling; report the last error on timeout
             last_error = e
         if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s}s waiting for {what or predicate}"
-                               + (f" (last error: {last_error})" if last_error else ""))
+            raise TimeoutError(
+                f"timed out after {timeout_s}s waiting for {what or predicate}"
+                + (f" (last error: {last_error})" if last_error else "")
+            )
         time.sleep(interval_s)
 
 
@@ -75,17 +77,39 @@ class NodeProcess:
 
     def command(self) -> list[str]:
         return [
-            *self.wrapper, sys.executable, "-m", "shardcron", "node",
-            "--node-id", self.node_id, "--etcd", self.etcd, "--db", self.db, "--prefix", self.prefix,
-            "--shards", str(self.shards), "--ttl", str(self.ttl), "--listen", f"{self.host}:{self.port}",
+            *self.wrapper,
+            sys.executable,
+            "-m",
+            "shardcron",
+            "node",
+            "--node-id",
+            self.node_id,
+            "--etcd",
+            self.etcd,
+            "--db",
+            self.db,
+            "--prefix",
+            self.prefix,
+            "--shards",
+            str(self.shards),
+            "--ttl",
+            str(self.ttl),
+            "--listen",
+            f"{self.host}:{self.port}",
             *self.extra_args,
         ]
 
     def start(self) -> NodeProcess:
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **self.env}
         log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self.command(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         log.close()
         return self
 
@@ -146,13 +170,30 @@ class Cluster:
     extra_args: list[str] = field(default_factory=list)
     nodes: dict[str, NodeProcess] = field(default_factory=dict)
 
-    def add(self, node_id: str, *, start: bool = True, extra_args: list[str] | None = None,
-            env: dict[str, str] | None = None, wrapper: list[str] | None = None, host: str = "127.0.0.1",
-            port: int | None = None) -> NodeProcess:
-        n = NodeProcess(node_id, self.etcd, self.db, self.prefix, self.shards, self.ttl,
-                        os.path.join(self.log_dir, f"{node_id}.log"),
-                        extra_args=[*self.extra_args, *(extra_args or [])], env=dict(env or {}),
-                        wrapper=list(wrapper or []), host=host)
+    def add(
+        self,
+        node_id: str,
+        *,
+        start: bool = True,
+        extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        wrapper: list[str] | None = None,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+    ) -> NodeProcess:
+        n = NodeProcess(
+            node_id,
+            self.etcd,
+            self.db,
+            self.prefix,
+            self.shards,
+            self.ttl,
+            os.path.join(self.log_dir, f"{node_id}.log"),
+            extra_args=[*self.extra_args, *(extra_args or [])],
+            env=dict(env or {}),
+            wrapper=list(wrapper or []),
+            host=host,
+        )
         if port:
             n.port = port
         self.nodes[node_id] = n
@@ -172,6 +213,7 @@ class Cluster:
             if by is not None and set(m.values()) - by:
                 return None
             return m
+
         return wait_until(ok, timeout_s, 0.1, "every shard to have a leader")
 
     def wait_balanced(self, members: set[str], timeout_s: float) -> dict[int, str]:
@@ -188,6 +230,7 @@ class Cluster:
                 return None
             counts = {n: list(m.values()).count(n) for n in members}
             return m if all(lo <= c <= hi for c in counts.values()) else None
+
         return wait_until(ok, timeout_s, 0.1, f"shards balanced over {sorted(members)}")
 
     def wait_settled(self, members: set[str], timeout_s: float) -> dict[int, str]:
@@ -208,6 +251,7 @@ class Cluster:
             plan = assign(self.shards, members, {s: Owner(h.node_id, h.create_revision) for s, h in heads.items()})
             leaders = {s: h.node_id for s, h in heads.items()}
             return leaders if all(plan[s].primary == n for s, n in leaders.items()) else None
+
         try:
             return wait_until(ok, timeout_s, 0.1, f"every shard on its placed node, over {sorted(members)}")
         finally:

@@ -56,8 +56,16 @@ class EtcdMember:
 class EtcdCluster:
     """``size`` etcd members on loopback with a temporary data directory each."""
 
-    def __init__(self, size: int = 1, *, base_dir: str | None = None, host: str = "127.0.0.1",
-                 extra_args: list[str] | None = None, scheme: str = "http", client_security=None):
+    def __init__(
+        self,
+        size: int = 1,
+        *,
+        base_dir: str | None = None,
+        host: str = "127.0.0.1",
+        extra_args: list[str] | None = None,
+        scheme: str = "http",
+        client_security=None,
+    ):
         if shutil.which("etcd") is None:
             raise ConfigError("etcd is not on PATH: run `make setup` (Debian: apt-get install etcd-server)")
         self._own_dir = base_dir is None
@@ -66,8 +74,15 @@ class EtcdCluster:
         self.scheme = scheme
         self.client_security = client_security  # how wait_ready talks to a TLS etcd
         self.members = [
-            EtcdMember(f"m{i}", free_port(), free_port(), os.path.join(self.base_dir, f"m{i}"),
-                       os.path.join(self.base_dir, f"m{i}.log"), extra_args=list(extra_args or []), host=host)
+            EtcdMember(
+                f"m{i}",
+                free_port(),
+                free_port(),
+                os.path.join(self.base_dir, f"m{i}"),
+                os.path.join(self.base_dir, f"m{i}.log"),
+                extra_args=list(extra_args or []),
+                host=host,
+            )
             for i in range(size)
         ]
         self.token = f"shardcron-{os.getpid()}-{time.monotonic_ns()}"
@@ -84,13 +99,30 @@ class EtcdCluster:
         """Start member ``m``'s etcd process (``m.proc``, returned too)."""
         url = f"{self.scheme}://{m.host}:{m.client_port}"
         cmd = [
-            "etcd", "--name", m.name, "--data-dir", m.data_dir,
-            "--listen-client-urls", url, "--advertise-client-urls", url,
-            "--listen-peer-urls", m.peer_url, "--initial-advertise-peer-urls", m.peer_url,
-            "--initial-cluster", self._initial_cluster(), "--initial-cluster-state", state,
-            "--initial-cluster-token", self.token,
+            "etcd",
+            "--name",
+            m.name,
+            "--data-dir",
+            m.data_dir,
+            "--listen-client-urls",
+            url,
+            "--advertise-client-urls",
+            url,
+            "--listen-peer-urls",
+            m.peer_url,
+            "--initial-advertise-peer-urls",
+            m.peer_url,
+            "--initial-cluster",
+            self._initial_cluster(),
+            "--initial-cluster-state",
+            state,
+            "--initial-cluster-token",
+            self.token,
             # Fast elections on loopback keep failover tests short.
-            "--heartbeat-interval", "100", "--election-timeout", "1000",
+            "--heartbeat-interval",
+            "100",
+            "--election-timeout",
+            "1000",
             *m.extra_args,
         ]
         log = open(m.log_path, "ab")

@@ -154,8 +154,9 @@ def parse_spec(job_id: str, spec: Mapping) -> Job:
     return job_from_dict(spec, job_id=job_id, stored=True)
 
 
-def build_timeline(job_id: str, ops: Sequence[Op], tolerance_ms: int,
-                   static: StaticJob | None = None) -> tuple[Timeline, list[Finding]]:
+def build_timeline(
+    job_id: str, ops: Sequence[Op], tolerance_ms: int, static: StaticJob | None = None
+) -> tuple[Timeline, list[Finding]]:
     """The job's timeline from its ops (any order; only state-changing ones count), and what the model could not
     follow (``model`` findings). ``static``: the job of the jobs file, ACTIVE from its ``active_since_ms``."""
     findings: list[Finding] = []
@@ -205,19 +206,26 @@ def _after(job_id: str, state: State, op: Op, findings: list[Finding]) -> State:
     if op.kind == "delete":
         return ABSENT
     if state.phase is JobPhase.ABSENT:
-        findings.append(Finding("model", f"ok {op.kind} op {op.id} of a job the history holds absent (deleted or "
-                                         "never put): the product acted on a job it had not", job_id, op.return_ms))
+        findings.append(
+            Finding(
+                "model",
+                f"ok {op.kind} op {op.id} of a job the history holds absent (deleted or "
+                "never put): the product acted on a job it had not",
+                job_id,
+                op.return_ms,
+            )
+        )
         return UNKNOWN
     return State(JobPhase.PAUSED if op.kind == "pause" else JobPhase.ACTIVE, state.job)
 
 
-def _parsed_state(job_id: str, spec: Mapping | None, paused: bool | None, findings: list[Finding],
-                  what: str) -> State:
+def _parsed_state(job_id: str, spec: Mapping | None, paused: bool | None, findings: list[Finding], what: str) -> State:
     try:
         job = parse_spec(job_id, spec or {})
     except ShardcronError as e:
-        findings.append(Finding("model", f"{what}: its spec does not parse ({e}); the job is unknown from then",
-                                job_id))
+        findings.append(
+            Finding("model", f"{what}: its spec does not parse ({e}); the job is unknown from then", job_id)
+        )
         return UNKNOWN
     return State(JobPhase.PAUSED if (job.paused if paused is None else paused) else JobPhase.ACTIVE, job)
 
@@ -257,15 +265,21 @@ def build_model(history: History) -> Model:
     statics = {s.id: s for s in history.static_jobs}
     timelines = {}
     for job_id in sorted(set(ops_by_job) | set(statics)):
-        timelines[job_id], found = build_timeline(job_id, ops_by_job[job_id], history.clock_tolerance_ms,
-                                                  statics.get(job_id))
+        timelines[job_id], found = build_timeline(
+            job_id, ops_by_job[job_id], history.clock_tolerance_ms, statics.get(job_id)
+        )
         findings += found
     for timeline in timelines.values():
         for _, state in timeline.changes:
             if state.job is not None and calendars_of(state.job, calendars) is None:
                 missing = sorted(set(state.job.calendars) - set(calendars))
-                findings.append(Finding("model", f"its spec names calendars the history does not define: {missing}; "
-                                                 "its slots are not judged", timeline.job_id))
+                findings.append(
+                    Finding(
+                        "model",
+                        f"its spec names calendars the history does not define: {missing}; its slots are not judged",
+                        timeline.job_id,
+                    )
+                )
                 break
     backfills: dict[str, list[tuple[int, int]]] = defaultdict(list)
     for op in history.ops:
@@ -292,9 +306,16 @@ def find_duplicates(rows: Iterable[TickRow]) -> list[Finding]:
     for (job, slot, manual), same in sorted(by_slot.items()):
         if len(same) > 1:
             rows_text = ", ".join(f"fence {r.fence} on {r.node} ({r.status})" for r in same)
-            out.append(Finding("duplicates", f"{len(same)} {'manual' if manual else 'scheduled'} rows for one slot: "
-                                             f"{rows_text}", job, slot, same[0].shard,
-                               "manual" if manual else "scheduled"))
+            out.append(
+                Finding(
+                    "duplicates",
+                    f"{len(same)} {'manual' if manual else 'scheduled'} rows for one slot: {rows_text}",
+                    job,
+                    slot,
+                    same[0].shard,
+                    "manual" if manual else "scheduled",
+                )
+            )
     return out
 
 
@@ -335,17 +356,28 @@ def scheduled_rows(rows: Iterable[TickRow]) -> dict[tuple[str, int], TickRow]:
 
 
 def find_missing(owed: Mapping[str, Sequence[int]], rows: Mapping[tuple[str, int], TickRow]) -> list[Finding]:
-    return [Finding("missing", "owed slot without a row", job, s)
-            for job, slots in sorted(owed.items()) for s in slots if (job, s) not in rows]
+    return [
+        Finding("missing", "owed slot without a row", job, s)
+        for job, slots in sorted(owed.items())
+        for s in slots
+        if (job, s) not in rows
+    ]
 
 
 def find_not_final(rows: Iterable[TickRow], end_ms: int) -> list[Finding]:
     """Every row of a slot up to ``end_ms`` whose status is not final, owed or not (a stuck manual or backfilled
     row is a stuck row too, and the audit's unresolved rows are compared with these)."""
-    return [Finding("not_final", f"status {r.status} (fence {r.fence} on {r.node}, attempt {r.attempt})",
-                    r.job, r.slot_ms, r.shard)
-            for r in sorted(rows, key=lambda r: (r.job, r.slot_ms))
-            if r.slot_ms <= end_ms and r.status not in FINAL_STATUSES]
+    return [
+        Finding(
+            "not_final",
+            f"status {r.status} (fence {r.fence} on {r.node}, attempt {r.attempt})",
+            r.job,
+            r.slot_ms,
+            r.shard,
+        )
+        for r in sorted(rows, key=lambda r: (r.job, r.slot_ms))
+        if r.slot_ms <= end_ms and r.status not in FINAL_STATUSES
+    ]
 
 
 # -- rule 3: unowed runs ---------------------------------------------------------------------------------------
@@ -386,10 +418,15 @@ def find_unowed(rows: Iterable[TickRow], model: Model) -> tuple[list[Finding], i
             continue
         why = why_unowed(state, r.slot_ms, model.calendars)
         if why and not backfill_covers(model.backfills.get(r.job, ()), r.slot_ms):
-            out.append(Finding("unowed", f"{why}: status {r.status}, fence {r.fence} on {r.node}", r.job, r.slot_ms,
-                               r.shard))
-    out += [Finding("unowed", f"{n} scheduled rows of a job the history does not know (neither static nor put by "
-                              "any op)", job) for job, n in sorted(unknown_jobs.items())]
+            out.append(
+                Finding("unowed", f"{why}: status {r.status}, fence {r.fence} on {r.node}", r.job, r.slot_ms, r.shard)
+            )
+    out += [
+        Finding(
+            "unowed", f"{n} scheduled rows of a job the history does not know (neither static nor put by any op)", job
+        )
+        for job, n in sorted(unknown_jobs.items())
+    ]
     return out, uncertain
 
 
@@ -407,14 +444,27 @@ def find_fence_order(raises: Iterable[FenceRaise], tolerance_ms: int) -> list[Fi
         for fence, same in sorted(by_fence.items()):
             same.sort(key=lambda r: r.raised_at_ms)
             if len(same) > 1:
-                out.append(Finding("fences", f"fence {fence} raised {len(same)} times: " + ", ".join(
-                    f"by {r.node} at {r.raised_at_ms}" for r in same), shard=shard, kind="raised_twice"))
+                out.append(
+                    Finding(
+                        "fences",
+                        f"fence {fence} raised {len(same)} times: "
+                        + ", ".join(f"by {r.node} at {r.raised_at_ms}" for r in same),
+                        shard=shard,
+                        kind="raised_twice",
+                    )
+                )
             first = same[0]
             if latest is not None and latest.raised_at_ms > first.raised_at_ms + tolerance_ms:
-                out.append(Finding("fences", f"fence went backwards: fence {fence} raised by {first.node} at "
-                                             f"{first.raised_at_ms}, {latest.raised_at_ms - first.raised_at_ms} ms "
-                                             f"before the lower fence {latest.fence} (by {latest.node})",
-                                   shard=shard, kind="backwards"))
+                out.append(
+                    Finding(
+                        "fences",
+                        f"fence went backwards: fence {fence} raised by {first.node} at "
+                        f"{first.raised_at_ms}, {latest.raised_at_ms - first.raised_at_ms} ms "
+                        f"before the lower fence {latest.fence} (by {latest.node})",
+                        shard=shard,
+                        kind="backwards",
+                    )
+                )
             if latest is None or same[-1].raised_at_ms > latest.raised_at_ms:
                 latest = same[-1]
     return out
@@ -447,12 +497,23 @@ def find_stale_writes(rows: Iterable[TickRow], raises: Iterable[FenceRaise], tol
         if i == len(fences):
             continue
         newer = earliest[i]
-        late = [f"{what} at {at}" for what, at in (("claimed", r.claimed_at_ms), ("started", r.started_at_ms))
-                if at is not None and at > newer.raised_at_ms + tolerance_ms]
+        late = [
+            f"{what} at {at}"
+            for what, at in (("claimed", r.claimed_at_ms), ("started", r.started_at_ms))
+            if at is not None and at > newer.raised_at_ms + tolerance_ms
+        ]
         if late:
-            out.append(Finding("fences", f"stale write: {' and '.join(late)} under fence {r.fence} on {r.node}, after "
-                                         f"fence {newer.fence} was raised at {newer.raised_at_ms} by {newer.node}",
-                               r.job, r.slot_ms, r.shard, "stale_write"))
+            out.append(
+                Finding(
+                    "fences",
+                    f"stale write: {' and '.join(late)} under fence {r.fence} on {r.node}, after "
+                    f"fence {newer.fence} was raised at {newer.raised_at_ms} by {newer.node}",
+                    r.job,
+                    r.slot_ms,
+                    r.shard,
+                    "stale_write",
+                )
+            )
     return out
 
 
@@ -461,10 +522,18 @@ def find_stale_effects(effects: Iterable[Effect], rows: Iterable[TickRow]) -> li
     fence_of: dict[tuple[str, int], int] = {}
     for r in rows:
         fence_of[(r.job, r.slot_ms)] = max(r.fence, fence_of.get((r.job, r.slot_ms), r.fence))
-    return [Finding("fences", f"stale effect: written under fence {e.fence} on {e.node}, the slot's row holds fence "
-                              f"{fence_of[(e.job, e.slot_ms)]}", e.job, e.slot_ms, kind="stale_effect")
-            for e in sorted(effects, key=lambda e: (e.job, e.slot_ms))
-            if (e.job, e.slot_ms) in fence_of and e.fence < fence_of[(e.job, e.slot_ms)]]
+    return [
+        Finding(
+            "fences",
+            f"stale effect: written under fence {e.fence} on {e.node}, the slot's row holds fence "
+            f"{fence_of[(e.job, e.slot_ms)]}",
+            e.job,
+            e.slot_ms,
+            kind="stale_effect",
+        )
+        for e in sorted(effects, key=lambda e: (e.job, e.slot_ms))
+        if (e.job, e.slot_ms) in fence_of and e.fence < fence_of[(e.job, e.slot_ms)]
+    ]
 
 
 # -- rule 5: the session job's effects -------------------------------------------------------------------------
@@ -495,8 +564,9 @@ def find_effect_errors(job_id: str, rows: Iterable[TickRow], effects: Iterable[E
 # -- rule 6: the stream job's deliveries -----------------------------------------------------------------------
 
 
-def find_delivery_errors(job_id: str, rows: Iterable[TickRow], deliveries: Iterable[Delivery], from_ms: int,
-                         until_ms: int) -> list[Finding]:
+def find_delivery_errors(
+    job_id: str, rows: Iterable[TickRow], deliveries: Iterable[Delivery], from_ms: int, until_ms: int
+) -> list[Finding]:
     """For slots in (from_ms, until_ms]: one "first" per succeeded slot of the stream job; at most one for a slot
     whose run may have enqueued before it ended otherwise (``abandoned``: its leader died mid-run; ``failed``: the
     enqueue's answer was lost); a "first" for any other slot is a deposed leader's message acted on; any other
@@ -514,18 +584,30 @@ def find_delivery_errors(job_id: str, rows: Iterable[TickRow], deliveries: Itera
         if d.verdict == "first":
             firsts[d.slot_ms] += 1
         elif d.verdict not in NON_FIRST_VERDICTS:
-            out.append(Finding("deliveries", f"unknown verdict {d.verdict!r} (attempt {d.attempt}, fence {d.fence})",
-                               job_id, d.slot_ms))
+            out.append(
+                Finding(
+                    "deliveries",
+                    f"unknown verdict {d.verdict!r} (attempt {d.attempt}, fence {d.fence})",
+                    job_id,
+                    d.slot_ms,
+                )
+            )
     for slot in sorted(succeeded | set(firsts)):
         n = firsts[slot]
         if slot in succeeded and n != 1:
-            what = "never acted on (no \"first\" delivery)" if n == 0 else f"acted on {n} times (\"first\" {n} times)"
+            what = 'never acted on (no "first" delivery)' if n == 0 else f'acted on {n} times ("first" {n} times)'
             out.append(Finding("deliveries", f"succeeded slot {what}", job_id, slot))
         elif slot in may_have_run and n > 1:
             out.append(Finding("deliveries", f"a slot that may have run once acted on {n} times", job_id, slot))
         elif slot not in succeeded and slot not in may_have_run:
-            out.append(Finding("deliveries", "\"first\" delivery for a slot with no succeeded row (a deposed "
-                                             "leader's message acted on)", job_id, slot))
+            out.append(
+                Finding(
+                    "deliveries",
+                    '"first" delivery for a slot with no succeeded row (a deposed leader\'s message acted on)',
+                    job_id,
+                    slot,
+                )
+            )
     return out
 
 
@@ -540,25 +622,42 @@ def time_to_all_led(samples: Iterable[LeaderSample], shards: int, heal_ms: int) 
     return None
 
 
-def find_liveness(history: History, model: Model, owed: Mapping[str, Sequence[int]],
-                  led_after_ms: int | None) -> list[Finding]:
+def find_liveness(
+    history: History, model: Model, owed: Mapping[str, Sequence[int]], led_after_ms: int | None
+) -> list[Finding]:
     bound_ms = round((history.ttl_s + history.settle_s) * 1000)
-    out = [Finding("liveness", f"fault {f.kind} on {f.target} (from {f.start_ms}) was never healed")
-           for f in history.faults if f.end_ms is None]
+    out = [
+        Finding("liveness", f"fault {f.kind} on {f.target} (from {f.start_ms}) was never healed")
+        for f in history.faults
+        if f.end_ms is None
+    ]
     if led_after_ms is None:
         out.append(Finding("liveness", "no leader sample after the heal has every shard led"))
     elif led_after_ms > bound_ms:
-        out.append(Finding("liveness", f"every shard led only {led_after_ms} ms after the heal; bound {bound_ms} ms "
-                                       f"(ttl {history.ttl_s} s + settle {history.settle_s} s)"))
+        out.append(
+            Finding(
+                "liveness",
+                f"every shard led only {led_after_ms} ms after the heal; bound {bound_ms} ms "
+                f"(ttl {history.ttl_s} s + settle {history.settle_s} s)",
+            )
+        )
     since = history.heal_ms + bound_ms
-    final_after: set[str] = {r.job for r in history.ticks
-                             if not r.manual and r.slot_ms > since and r.status in FINAL_STATUSES}
+    final_after: set[str] = {
+        r.job for r in history.ticks if not r.manual and r.slot_ms > since and r.status in FINAL_STATUSES
+    }
     for job_id, timeline in sorted(model.timelines.items()):
         state = timeline.certain_at(history.end_ms)
         due = [s for s in owed.get(job_id, ()) if s > since]
         if state is not None and state.phase is JobPhase.ACTIVE and due and job_id not in final_after:
-            out.append(Finding("liveness", f"active at the end and owed {len(due)} slots after {since} (heal + "
-                                           f"{bound_ms} ms), yet no final row of a slot after it", job_id, due[0]))
+            out.append(
+                Finding(
+                    "liveness",
+                    f"active at the end and owed {len(due)} slots after {since} (heal + "
+                    f"{bound_ms} ms), yet no final row of a slot after it",
+                    job_id,
+                    due[0],
+                )
+            )
     return out
 
 
@@ -617,8 +716,10 @@ AUDIT_OTHER = ("false_overlap", "notification_missing")  # the model has no rule
 
 
 def audit_keys(audit: Mapping, kind: str) -> set[tuple[str, int]]:
-    return {(join_key(f.get("namespace") or DEFAULT_NAMESPACE, f["job_id"]), f["scheduled_at_ms"])
-            for f in audit.get(kind) or ()}
+    return {
+        (join_key(f.get("namespace") or DEFAULT_NAMESPACE, f["job_id"]), f["scheduled_at_ms"])
+        for f in audit.get(kind) or ()
+    }
 
 
 def audit_judged(timeline: Timeline | None, slot_ms: int) -> bool:
@@ -659,15 +760,31 @@ def find_audit_disagreement(history: History, model: Model, checker: Mapping[str
             out.append(Finding("audit", f"the checker finds {kind} and the audit does not", job, slot))
     for kind in AUDIT_OTHER:
         for f in audit.get(kind) or ():
-            out.append(Finding("audit", f"the audit reports {kind} (a rule the checker does not have): "
-                                        f"{f.get('detail', '')}", f.get("job_id"), f.get("scheduled_at_ms")))
+            out.append(
+                Finding(
+                    "audit",
+                    f"the audit reports {kind} (a rule the checker does not have): {f.get('detail', '')}",
+                    f.get("job_id"),
+                    f.get("scheduled_at_ms"),
+                )
+            )
     return out
 
 
 # -- the report ------------------------------------------------------------------------------------------------
 
-RULES = ("model", "duplicates", "missing", "not_final", "unowed", "fences", "effects", "deliveries", "liveness",
-         "audit")
+RULES = (
+    "model",
+    "duplicates",
+    "missing",
+    "not_final",
+    "unowed",
+    "fences",
+    "effects",
+    "deliveries",
+    "liveness",
+    "audit",
+)
 
 
 @dataclass
@@ -738,9 +855,14 @@ class Report:
             f"after heal: every shard led in {led}; lateness ms p50 {late.get('p50')} p99 {late.get('p99')} max "
             f"{late.get('max')} ({late.get('count', 0)} rows)",
             f"audit: {'none' if self.audit_clean is None else 'clean' if self.audit_clean else 'findings'}",
-            f"service gaps per shard (bound {self.service_gap_bound_ms} ms): " + (", ".join(
-                f"{shard}: {g.longest_ms}{' OVER' if g.longest_ms > self.service_gap_bound_ms else ''}"
-                for shard, g in sorted(self.service_gaps.items())) or "none"),
+            f"service gaps per shard (bound {self.service_gap_bound_ms} ms): "
+            + (
+                ", ".join(
+                    f"{shard}: {g.longest_ms}{' OVER' if g.longest_ms > self.service_gap_bound_ms else ''}"
+                    for shard, g in sorted(self.service_gaps.items())
+                )
+                or "none"
+            ),
         ]
         for rule, found in self.findings().items():
             if not found:
@@ -760,8 +882,15 @@ class Report:
 
 
 def _finding_text(f: Finding) -> str:
-    where = [x for x in (f.job and f"job {f.job}", f.slot_ms is not None and f"slot {f.slot_ms}",
-                         f.shard is not None and f"shard {f.shard}") if x]
+    where = [
+        x
+        for x in (
+            f.job and f"job {f.job}",
+            f.slot_ms is not None and f"slot {f.slot_ms}",
+            f.shard is not None and f"shard {f.shard}",
+        )
+        if x
+    ]
     return f"{', '.join(where)}: {f.detail}" if where else f.detail
 
 
@@ -787,11 +916,15 @@ def check(history: History) -> Report:
         missing=find_missing(owed.owed, by_slot),
         not_final=find_not_final(rows, history.end_ms),
         unowed=unowed,
-        fences=(find_fence_order(history.fences, tol) + find_stale_writes(rows, history.fences, tol)
-                + find_stale_effects(history.effects, rows)),
+        fences=(
+            find_fence_order(history.fences, tol)
+            + find_stale_writes(rows, history.fences, tol)
+            + find_stale_effects(history.effects, rows)
+        ),
         effects=find_effect_errors(history.session_job, rows, history.effects),
-        deliveries=find_delivery_errors(history.stream_job, rows, history.deliveries, history.started_ms,
-                                        history.end_ms - STREAM_DRAIN_MARGIN_MS),
+        deliveries=find_delivery_errors(
+            history.stream_job, rows, history.deliveries, history.started_ms, history.end_ms - STREAM_DRAIN_MARGIN_MS
+        ),
         rows_by_status=dict(sorted(Counter(r.status for r in rows).items())),
         slots_checked=sum(len(s) for s in owed.owed.values()),
         calendar_excluded=owed.calendar_excluded,
@@ -807,11 +940,20 @@ def check(history: History) -> Report:
     report.lateness_ms = percentiles(lateness_ms(rows, model, after_heal))
     shards = {shard_for(s.id, history.shards) for s in history.static_jobs} if history.shards > 0 else set()
     report.service_gaps = service_gaps(rows, shards, history.started_ms, history.end_ms)
-    report.service_gap_bound_ms = service_gap_bound_ms(history.faults, history.ttl_s, history.settle_s,
-                                                       history.end_ms)
+    report.service_gap_bound_ms = service_gap_bound_ms(history.faults, history.ttl_s, history.settle_s, history.end_ms)
     report.audit = find_audit_disagreement(history, model, report.findings())
     return report
 
 
-__all__ = ["INDETERMINATE_TAIL_S", "Finding", "JobPhase", "Report", "ServiceGap", "State", "Timeline",
-           "build_model", "build_timeline", "check"]
+__all__ = [
+    "INDETERMINATE_TAIL_S",
+    "Finding",
+    "JobPhase",
+    "Report",
+    "ServiceGap",
+    "State",
+    "Timeline",
+    "build_model",
+    "build_timeline",
+    "check",
+]

@@ -64,15 +64,17 @@ BACKFILL_BACK_S = (5, 20)  # how far back it reaches before that end
 BACKFILL_RATES = (2.0, 5.0, 10.0)
 PAUSED_PUT_CHANCE = 0.1  # a put that stores the job paused
 
-FAIL_CODES = frozenset({
-    grpc.StatusCode.INVALID_ARGUMENT,  # the request (or a value the store cannot hold): nothing written
-    grpc.StatusCode.NOT_FOUND,  # no such job
-    grpc.StatusCode.ALREADY_EXISTS,
-    grpc.StatusCode.PERMISSION_DENIED,  # refused before the call is served
-    grpc.StatusCode.UNAUTHENTICATED,
-    grpc.StatusCode.RESOURCE_EXHAUSTED,  # a limit, a quota, the trigger budget: refused before any write
-    grpc.StatusCode.OUT_OF_RANGE,
-})
+FAIL_CODES = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,  # the request (or a value the store cannot hold): nothing written
+        grpc.StatusCode.NOT_FOUND,  # no such job
+        grpc.StatusCode.ALREADY_EXISTS,
+        grpc.StatusCode.PERMISSION_DENIED,  # refused before the call is served
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.RESOURCE_EXHAUSTED,  # a limit, a quota, the trigger budget: refused before any write
+        grpc.StatusCode.OUT_OF_RANGE,
+    }
+)
 
 # The dynamic jobs' schedules: every 1 s / 2 s, 6-field crons, jitter.
 SCHEDULES: tuple[dict, ...] = (
@@ -125,8 +127,7 @@ def random_spec(job_id: str, rng: random.Random, current: Mapping | None = None)
     """A dynamic job's spec (the jobspec dict form): one of ``SCHEDULES``, another than ``current``'s when given."""
     now = {k: v for k, v in (current or {}).items() if k in ("every", "cron", "jitter")}
     schedules = [s for s in SCHEDULES if s != now] or list(SCHEDULES)
-    spec = {"id": job_id, **rng.choice(schedules), "catchup": "all", "overlap": "allow",
-            "executor": {"kind": "noop"}}
+    spec = {"id": job_id, **rng.choice(schedules), "catchup": "all", "overlap": "allow", "executor": {"kind": "noop"}}
     if rng.random() < PAUSED_PUT_CHANCE:
         spec["paused"] = True
     return spec
@@ -151,8 +152,11 @@ def next_op(jobs: Mapping[str, DynJob], static_ids: Sequence[str], rng: random.R
             choices.append((4.0, "put", job_id))
         elif state in (JobPhase.ACTIVE, JobPhase.PAUSED):
             choices += [(2.0, "put", job_id), (1.0, "delete", job_id), (0.7, "backfill", job_id)]
-            choices += ([(1.2, "pause", job_id), (1.0, "trigger", job_id)] if state is JobPhase.ACTIVE
-                        else [(2.0, "resume", job_id)])
+            choices += (
+                [(1.2, "pause", job_id), (1.0, "trigger", job_id)]
+                if state is JobPhase.ACTIVE
+                else [(2.0, "resume", job_id)]
+            )
     for job_id in static_ids:
         choices += [(0.4, "trigger", job_id), (0.2, "backfill", job_id)]
     if not choices:
@@ -208,9 +212,17 @@ class OperationGenerator:
     every exception is an ``info`` outcome, logged.
     """
 
-    def __init__(self, addresses: Mapping[str, str], rng: random.Random, history: History, *,
-                 static_ids: Sequence[str], dyn_jobs: int = DYN_JOBS, call_timeout_s: float = CALL_TIMEOUT_S,
-                 log=print):
+    def __init__(
+        self,
+        addresses: Mapping[str, str],
+        rng: random.Random,
+        history: History,
+        *,
+        static_ids: Sequence[str],
+        dyn_jobs: int = DYN_JOBS,
+        call_timeout_s: float = CALL_TIMEOUT_S,
+        log=print,
+    ):
         if not addresses:
             raise ValueError("OperationGenerator needs at least one node address")
         self.addresses = dict(addresses)
@@ -295,9 +307,19 @@ class OperationGenerator:
             result, exc = None, e
         return_ms = now_ms()
         outcome, error = outcome_of(exc)
-        op = Op(id=self._next_id, kind=planned.kind, job=planned.job, node=node, call_ms=call_ms,
-                return_ms=return_ms, outcome=outcome, spec=planned.spec, result=result if outcome == "ok" else None,
-                args=args, error=error)
+        op = Op(
+            id=self._next_id,
+            kind=planned.kind,
+            job=planned.job,
+            node=node,
+            call_ms=call_ms,
+            return_ms=return_ms,
+            outcome=outcome,
+            spec=planned.spec,
+            result=result if outcome == "ok" else None,
+            args=args,
+            error=error,
+        )
         self._next_id += 1
         self.history.ops.append(op)
         if planned.job in self.jobs:
@@ -333,8 +355,9 @@ class OperationGenerator:
         if planned.kind == "trigger":
             return {"slot_ms": c.trigger_job(planned.job).scheduled_at_ms}
         if planned.kind == "backfill":
-            bf = c.backfill_job(planned.job, args["from_ms"], args["to_ms"], rate_per_s=args["rate_per_s"],
-                                overlap=args["overlap"])
+            bf = c.backfill_job(
+                planned.job, args["from_ms"], args["to_ms"], rate_per_s=args["rate_per_s"], overlap=args["overlap"]
+            )
             return {"id": bf.id, "from_ms": bf.from_ms, "to_ms": bf.to_ms}
         raise ValueError(f"unknown operation kind {planned.kind!r}")
 

@@ -163,12 +163,21 @@ class History:
     @classmethod
     def from_json(cls, text: str) -> History:
         raw = json.loads(text)
-        kinds = {"static_jobs": StaticJob, "ops": Op, "faults": Fault, "ticks": TickRow, "fences": FenceRaise,
-                 "effects": Effect, "deliveries": Delivery}
+        kinds = {
+            "static_jobs": StaticJob,
+            "ops": Op,
+            "faults": Fault,
+            "ticks": TickRow,
+            "fences": FenceRaise,
+            "effects": Effect,
+            "deliveries": Delivery,
+        }
         for name, kind in kinds.items():
             raw[name] = [kind(**x) for x in raw.get(name, [])]
-        raw["leaders"] = [LeaderSample(s["t_ms"], None if s["leaders"] is None else
-                                       {int(k): v for k, v in s["leaders"].items()}) for s in raw.get("leaders", [])]
+        raw["leaders"] = [
+            LeaderSample(s["t_ms"], None if s["leaders"] is None else {int(k): v for k, v in s["leaders"].items()})
+            for s in raw.get("leaders", [])
+        ]
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in known})
 

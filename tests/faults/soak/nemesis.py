@@ -42,20 +42,54 @@ from shardcron.dev.testing.etcd_server import port_open
 from tests.faults import harness
 from tests.faults.soak.history import Fault, History
 
-KINDS = ("kill", "stop", "term", "cut-etcd", "cut-store", "etcd-member", "etcd-move-leader", "etcd-compact",
-         "db-restart", "db-conn-kill", "clock", "drain")
+KINDS = (
+    "kill",
+    "stop",
+    "term",
+    "cut-etcd",
+    "cut-store",
+    "etcd-member",
+    "etcd-move-leader",
+    "etcd-compact",
+    "db-restart",
+    "db-conn-kill",
+    "clock",
+    "drain",
+)
 NODE_KINDS = frozenset({"kill", "stop", "term", "cut-etcd", "cut-store", "clock", "drain"})
 DB_KINDS = frozenset({"db-restart", "db-conn-kill", "cut-store"})
 INSTANT_KINDS = frozenset({"etcd-move-leader", "etcd-compact", "db-restart", "db-conn-kill"})
 # How often each kind is drawn once the opening round (one of each) is done: process faults and cuts most.
-WEIGHTS = {"kill": 3.0, "stop": 3.0, "cut-etcd": 3.0, "cut-store": 3.0, "term": 2.0, "etcd-member": 1.5,
-           "clock": 1.0, "drain": 1.0, "etcd-move-leader": 1.0, "etcd-compact": 1.0, "db-conn-kill": 1.0,
-           "db-restart": 0.7}
+WEIGHTS = {
+    "kill": 3.0,
+    "stop": 3.0,
+    "cut-etcd": 3.0,
+    "cut-store": 3.0,
+    "term": 2.0,
+    "etcd-member": 1.5,
+    "clock": 1.0,
+    "drain": 1.0,
+    "etcd-move-leader": 1.0,
+    "etcd-compact": 1.0,
+    "db-conn-kill": 1.0,
+    "db-restart": 0.7,
+}
 # How long a fault's effect outlasts its heal (s): a node restarted by the heal boots, an etcd member
 # rejoins, a new raft leader settles, PostgreSQL restarts (a db-restart's whole effect falls in here).
-AFTERMATH_S = {"kill": 3.0, "term": 3.0, "clock": 3.0, "etcd-member": 3.0, "db-restart": 6.0, "stop": 1.0,
-               "cut-etcd": 1.0, "cut-store": 1.0, "drain": 1.0, "etcd-move-leader": 2.0, "etcd-compact": 1.0,
-               "db-conn-kill": 1.0}
+AFTERMATH_S = {
+    "kill": 3.0,
+    "term": 3.0,
+    "clock": 3.0,
+    "etcd-member": 3.0,
+    "db-restart": 6.0,
+    "stop": 1.0,
+    "cut-etcd": 1.0,
+    "cut-store": 1.0,
+    "drain": 1.0,
+    "etcd-move-leader": 2.0,
+    "etcd-compact": 1.0,
+    "db-conn-kill": 1.0,
+}
 MAX_BUSY = 2
 FIRST_AT_S = (1.0, 3.0)  # the first fault starts this far into the run
 GAP_S = (3.0, 10.0)  # between one fault's start and the next's
@@ -87,8 +121,9 @@ class PlannedFault:
 # -- the plan (pure) ---------------------------------------------------------------------------------------
 
 
-def plan_faults(seed: int | str, seconds: float, nodes: list[str], members: list[str], *,
-                ttl_s: int) -> list[PlannedFault]:
+def plan_faults(
+    seed: int | str, seconds: float, nodes: list[str], members: list[str], *, ttl_s: int
+) -> list[PlannedFault]:
     """A seeded, staggered, possibly overlapping fault plan over [0, ``seconds``], sorted by start."""
     rng = random.Random(f"nemesis:{seed}")
     opening = list(KINDS)
@@ -101,8 +136,14 @@ def plan_faults(seed: int | str, seconds: float, nodes: list[str], members: list
         offset = rng.choice((-1, 1)) * rng.randint(*CLOCK_OFFSET_MS) if kind == "clock" else 0
         targets = _targets(kind, nodes, members)
         rng.shuffle(targets)
-        placed = next((f for f in (PlannedFault(kind, x, round(t, 1), duration, offset) for x in targets)
-                       if fits(f, plan, seconds)), None)
+        placed = next(
+            (
+                f
+                for f in (PlannedFault(kind, x, round(t, 1), duration, offset) for x in targets)
+                if fits(f, plan, seconds)
+            ),
+            None,
+        )
         if placed is None:
             if kind in KINDS and not any(p.kind == kind for p in plan) and kind not in opening:
                 opening.append(kind)  # still owed to the opening round: tried again after the others
@@ -120,8 +161,10 @@ def fits(f: PlannedFault, plan: list[PlannedFault], seconds: float) -> bool:
     during = [p for p in plan if p.at_s <= f.busy_until_s and f.at_s <= p.busy_until_s]
     if any(p.target == f.target or p.kind == f.kind == "etcd-member" for p in during):
         return False  # one fault per target; one etcd member down at most (the quorum kept)
-    if "db-restart" in {f.kind, *(p.kind for p in during)} and sum(
-            k in DB_KINDS for k in [f.kind, *(p.kind for p in during)]) > 1:
+    if (
+        "db-restart" in {f.kind, *(p.kind for p in during)}
+        and sum(k in DB_KINDS for k in [f.kind, *(p.kind for p in during)]) > 1
+    ):
         return False
     return max_busy([*during, f]) <= MAX_BUSY
 
@@ -146,9 +189,16 @@ def _draw_kind(rng: random.Random) -> str:
 
 
 def _duration(kind: str, rng: random.Random, ttl_s: int) -> float:
-    lo, hi = {"stop": (ttl_s + 1, 2 * ttl_s + 2), "kill": (1, 8), "term": (1, 8), "cut-etcd": (2, 3 * ttl_s),
-              "cut-store": (2, 3 * ttl_s), "etcd-member": (2, 10), "clock": (10, 30), "drain": (5, 20)
-              }.get(kind, (0, 0))
+    lo, hi = {
+        "stop": (ttl_s + 1, 2 * ttl_s + 2),
+        "kill": (1, 8),
+        "term": (1, 8),
+        "cut-etcd": (2, 3 * ttl_s),
+        "cut-store": (2, 3 * ttl_s),
+        "etcd-member": (2, 10),
+        "clock": (10, 30),
+        "drain": (5, 20),
+    }.get(kind, (0, 0))
     return round(rng.uniform(lo, hi), 1)
 
 
@@ -183,15 +233,22 @@ class Nemesis:
         self._lock = threading.RLock()  # one action on the cluster at a time (the thread, heal_all)
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        self._db = create_engine(fc.db_url, poolclass=NullPool, isolation_level="AUTOCOMMIT",
-                                 connect_args={"connect_timeout": 3})
+        self._db = create_engine(
+            fc.db_url, poolclass=NullPool, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3}
+        )
         self._actions: dict[str, tuple[Callable[[PlannedFault], str], Callable[[PlannedFault], str]]] = {
-            "kill": (self._kill, self._restart), "stop": (self._pause, self._resume),
-            "term": (self._term, self._restart_after_exit), "cut-etcd": (self._cut_etcd, self._restore),
-            "cut-store": (self._cut_store, self._restore), "clock": (self._skew, self._unskew),
-            "drain": (self._drain, self._undrain), "etcd-member": (self._kill_member, self._start_member),
-            "etcd-move-leader": (self._move_leader, self._nothing), "etcd-compact": (self._compact, self._nothing),
-            "db-restart": (self._restart_db, self._db_answers), "db-conn-kill": (self._kill_db_conns, self._nothing),
+            "kill": (self._kill, self._restart),
+            "stop": (self._pause, self._resume),
+            "term": (self._term, self._restart_after_exit),
+            "cut-etcd": (self._cut_etcd, self._restore),
+            "cut-store": (self._cut_store, self._restore),
+            "clock": (self._skew, self._unskew),
+            "drain": (self._drain, self._undrain),
+            "etcd-member": (self._kill_member, self._start_member),
+            "etcd-move-leader": (self._move_leader, self._nothing),
+            "etcd-compact": (self._compact, self._nothing),
+            "db-restart": (self._restart_db, self._db_answers),
+            "db-conn-kill": (self._kill_db_conns, self._nothing),
         }
 
     @property
@@ -266,7 +323,8 @@ class Nemesis:
         i = self._active.pop(f)
         old = self.history.faults[i]
         self.history.faults[i] = dataclasses.replace(
-            old, end_ms=harness.now_ms(), detail="; ".join(x for x in (old.detail, detail) if x))
+            old, end_ms=harness.now_ms(), detail="; ".join(x for x in (old.detail, detail) if x)
+        )
         self.log(f"nemesis: {f.kind} {f.target} healed" + (f": {detail}" if detail else ""))
 
     # -- the end of a run -----------------------------------------------------------------------------
@@ -287,9 +345,13 @@ class Nemesis:
     def _mend(self, timeout_s: float) -> list[str]:
         """Whatever is still broken, mended; returns what could not be."""
         broken = []
-        for what, step in (("etcd", self._mend_etcd), ("PostgreSQL", self._mend_db),
-                           ("namespaces", self._mend_namespaces), ("nodes", self._mend_nodes),
-                           ("drains", self._mend_drains)):
+        for what, step in (
+            ("etcd", self._mend_etcd),
+            ("PostgreSQL", self._mend_db),
+            ("namespaces", self._mend_namespaces),
+            ("nodes", self._mend_nodes),
+            ("drains", self._mend_drains),
+        ):
             try:
                 step(timeout_s)
             except Exception as e:  # noqa: BLE001 - every step is tried; each failure is named
@@ -301,8 +363,12 @@ class Nemesis:
             if m.proc is None or m.proc.poll() is not None:
                 self._surprise(f"etcd member {m.name} was not running (no fault of ours in force): started")
                 self.fc.etcd.start_member(m, state="existing")
-        wait_until(lambda: self.fc.etcd_healthy() and self.fc.etcd_members_started() == len(self.fc.etcd.members),
-                   timeout_s, 0.5, f"{len(self.fc.etcd.members)} healthy etcd members")
+        wait_until(
+            lambda: self.fc.etcd_healthy() and self.fc.etcd_members_started() == len(self.fc.etcd.members),
+            timeout_s,
+            0.5,
+            f"{len(self.fc.etcd.members)} healthy etcd members",
+        )
 
     def _mend_db(self, timeout_s: float) -> None:
         try:
@@ -326,8 +392,10 @@ class Nemesis:
                     p.terminate(30)
                     self._start(p)
             else:
-                self._surprise(f"{n} was not running (exit code {p.proc.returncode if p.proc else None}) "
-                               "with no fault of ours on it: restarted")
+                self._surprise(
+                    f"{n} was not running (exit code {p.proc.returncode if p.proc else None}) "
+                    "with no fault of ours on it: restarted"
+                )
                 self._start(p)
         for n, p in self.fc.nodes.items():
             wait_until(lambda p=p: _serving(p), timeout_s, 0.2, f"{n} to run and listen on {p.address}")
@@ -394,8 +462,10 @@ class Nemesis:
 
     def _check_graceful(self, p: NodeProcess, code) -> None:
         if code != 0:
-            self._surprise(f"{p.node_id} exited {code} on SIGTERM, not 0: "
-                           + " | ".join(p.log_text().strip().splitlines()[-3:])[-600:])
+            self._surprise(
+                f"{p.node_id} exited {code} on SIGTERM, not 0: "
+                + " | ".join(p.log_text().strip().splitlines()[-3:])[-600:]
+            )
 
     def _pause(self, f: PlannedFault) -> str:
         p = self._running(f)
@@ -443,12 +513,21 @@ class Nemesis:
         return "shardcron drain --undo"
 
     def _shardcron(self, *args: str) -> str:
-        cmd = [sys.executable, "-m", "shardcron", *args, "--etcd", self.fc.etcd.endpoints,
-               "--prefix", self.fc.cluster.prefix]
+        cmd = [
+            sys.executable,
+            "-m",
+            "shardcron",
+            *args,
+            "--etcd",
+            self.fc.etcd.endpoints,
+            "--prefix",
+            self.fc.cluster.prefix,
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
         if out.returncode != 0:
-            raise RuntimeError(f"`shardcron {' '.join(args)}` exited {out.returncode}: "
-                               f"{(out.stderr or out.stdout).strip()[-500:]}")
+            raise RuntimeError(
+                f"`shardcron {' '.join(args)}` exited {out.returncode}: {(out.stderr or out.stdout).strip()[-500:]}"
+            )
         return out.stdout
 
     def _drained(self) -> list[str]:
@@ -485,7 +564,7 @@ class Nemesis:
         names = sorted(m.name for m in self.fc.etcd.members)
         by_name = {m.name: m for m in self.fc.etcd.members}
         # The member after the leader (by name) that answers: repeated moves go round the cluster.
-        after = names[names.index(leader.name) + 1:] + names[:names.index(leader.name)]
+        after = names[names.index(leader.name) + 1 :] + names[: names.index(leader.name)]
         to = next((by_name[n] for n in after if by_name[n].endpoint in ids), None)
         if to is None:
             raise NotApplied(f"no live member to hand the leadership of {leader.name} to")
@@ -510,14 +589,19 @@ class Nemesis:
             with self._db.connect() as c:
                 c.execute(text("SELECT 1"))
             return True
+
         wait_until(answers, timeout_s, 0.2, f"PostgreSQL to answer at {self._db.url.render_as_string()}")
         return f"PostgreSQL answered after {time.time() - t:.1f} s"
 
     def _kill_db_conns(self, _f: PlannedFault) -> str:
         self.fc.forwarder.reset_all()
         with self._db.connect() as c:
-            n = c.execute(text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                               "WHERE datname = current_database() AND pid <> pg_backend_pid()")).scalar()
+            n = c.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+            ).scalar()
         return f"forwarded connections reset; {n} backends of the test database terminated"
 
     def _nothing(self, _f: PlannedFault) -> str:
@@ -538,11 +622,18 @@ def timeline(plan: list[PlannedFault]) -> list[tuple[float, str, PlannedFault]]:
 
 def _etcdctl(endpoints: str, *args: str) -> str:
     cmd = ["etcdctl", f"--endpoints={endpoints}", "--command-timeout=5s", *args]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
-                         env={**os.environ, "ETCDCTL_API": "3"})
+    out = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "ETCDCTL_API": "3"},
+    )
     if out.returncode != 0:
-        raise RuntimeError(f"`etcdctl {' '.join(args)}` exited {out.returncode}: "
-                           f"{(out.stderr or out.stdout).strip()[-500:]}")
+        raise RuntimeError(
+            f"`etcdctl {' '.join(args)}` exited {out.returncode}: {(out.stderr or out.stdout).strip()[-500:]}"
+        )
     return out.stdout
 
 
@@ -557,6 +648,8 @@ def _stopped(pid: int) -> bool:
 
 def _serving(p: NodeProcess) -> bool:
     if not p.alive():
-        raise GaveUp(f"{p.node_id} exited ({p.proc.returncode if p.proc else None}): "
-                           + " | ".join(p.log_text().strip().splitlines()[-3:]))
+        raise GaveUp(
+            f"{p.node_id} exited ({p.proc.returncode if p.proc else None}): "
+            + " | ".join(p.log_text().strip().splitlines()[-3:])
+        )
     return not _stopped(p.pid) and port_open(p.host, p.port)

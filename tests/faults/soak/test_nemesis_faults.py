@@ -38,8 +38,7 @@ def test_every_fault_kind_applies_heals_and_leaves_the_cluster_whole(fault_clust
     fc = fault_cluster(ttl=TTL_S)
     fc.start()
     addresses = {n: p.address for n, p in fc.nodes.items()}
-    history = History(seed=0, seconds=60, ttl_s=TTL_S, shards=fc.cluster.shards, clock_tolerance_ms=1300,
-                      settle_s=8)
+    history = History(seed=0, seconds=60, ttl_s=TTL_S, shards=fc.cluster.shards, clock_tolerance_ms=1300, settle_s=8)
     nem = Nemesis(fc, history)
     t0 = time.time()
     nem.run(PLAN, t0)
@@ -50,8 +49,7 @@ def test_every_fault_kind_applies_heals_and_leaves_the_cluster_whole(fault_clust
     nem.heal_all()  # idempotent: nothing left to heal or mend
 
     faults = history.faults
-    figures["faults"] = {f"{f.kind} {f.target}": f"{(f.end_ms - f.start_ms) / 1000:.1f} s: {f.detail}"
-                         for f in faults}
+    figures["faults"] = {f"{f.kind} {f.target}": f"{(f.end_ms - f.start_ms) / 1000:.1f} s: {f.detail}" for f in faults}
     assert all(f.end_ms is not None and int(t0 * 1000) <= f.start_ms <= f.end_ms for f in faults), faults
     applied = [f for f in faults if not f.detail.startswith("not applied")]
     assert {f.kind for f in applied} == set(KINDS), [f"{f.kind} {f.target}: {f.detail}" for f in faults]
@@ -76,8 +74,11 @@ def test_every_fault_kind_applies_heals_and_leaves_the_cluster_whole(fault_clust
     assert fc.etcd_healthy() and fc.etcd_members_started() == 3
     assert not [n["node"] for n in fc.cluster.shard_map()["nodes"] if n["draining"]]
     members = set(fc.nodes)
-    t_led = fc.monitor.wait(lambda m: len(m) == fc.cluster.shards and all(
-        v in members and fc.nodes[v].alive() for v in m.values()), 4 * TTL_S + 60, "every shard led by a live node")
+    t_led = fc.monitor.wait(
+        lambda m: len(m) == fc.cluster.shards and all(v in members and fc.nodes[v].alive() for v in m.values()),
+        4 * TTL_S + 60,
+        "every shard led by a live node",
+    )
     figures["every shard led after heal_all"] = f"{t_led - t_heal:.1f} s"
     fc.wait_balanced(members, 4 * TTL_S + 60)
     # Reported, not judged here (the soak's checker judges the run): what the nodes made of the faults.

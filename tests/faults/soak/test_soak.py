@@ -69,8 +69,9 @@ def test_soak(seed, fault_cluster, fault_lab, tmp_path, figures, capsys):
     figures["replay"] = replay
 
     nodes = ("n0", "n1", "n2")
-    history = History(seed=seed, seconds=seconds, ttl_s=TTL_S, shards=harness.SHARDS, clock_tolerance_ms=0,
-                      settle_s=SETTLE_S)
+    history = History(
+        seed=seed, seconds=seconds, ttl_s=TTL_S, shards=harness.SHARDS, clock_tolerance_ms=0, settle_s=SETTLE_S
+    )
     with workload.Workload(fault_lab, history) as wl:
         fc = fault_cluster(ttl=TTL_S, job_defs=wl.job_defs, extra_args=wl.node_args)
         wl.prepare(fc)
@@ -81,8 +82,12 @@ def test_soak(seed, fault_cluster, fault_lab, tmp_path, figures, capsys):
         history.static_jobs = wl.static_history(fc.engine)
         figures["faults planned"] = len(plan)
 
-        gen = generator.OperationGenerator({n: p.address for n, p in fc.nodes.items()}, random.Random(seed),
-                                           history, static_ids=[j.id for j in history.static_jobs])
+        gen = generator.OperationGenerator(
+            {n: p.address for n, p in fc.nodes.items()},
+            random.Random(seed),
+            history,
+            static_ids=[j.id for j in history.static_jobs],
+        )
         nem = nemesis.Nemesis(fc, history)
         t0 = time.time()
         history.started_ms = int(t0 * 1000)
@@ -121,11 +126,16 @@ def test_soak(seed, fault_cluster, fault_lab, tmp_path, figures, capsys):
 
 def _wait_final(fc: harness.FaultCluster, end_ms: int) -> None:
     """Until no row of a slot up to ``end_ms`` is still claimed or running (a healed cluster settles them)."""
+
     def settled():
         with fc.engine.connect() as c:
-            open_rows = c.execute(select(ticks.c.job_id).where(
-                ticks.c.scheduled_at_ms <= end_ms, ticks.c.status.not_in(sorted(FINAL_STATUSES))).limit(1)).all()
+            open_rows = c.execute(
+                select(ticks.c.job_id)
+                .where(ticks.c.scheduled_at_ms <= end_ms, ticks.c.status.not_in(sorted(FINAL_STATUSES)))
+                .limit(1)
+            ).all()
         return not open_rows
+
     try:
         wait_until(settled, 90, 0.5, f"every row up to {end_ms} to be final")
     except TimeoutError:
@@ -136,8 +146,14 @@ def _collect(fc: harness.FaultCluster, wl: workload.Workload, history: History) 
     store = workload.collect_store(fc.engine)
     history.ticks, history.fences, history.effects = store.ticks, store.fences, store.effects
     history.deliveries = wl.deliveries()
-    history.leaders = [LeaderSample(int(s.t * 1000), s.leaders) for s in fc.monitor.samples
-                       if s.t * 1000 >= history.heal_ms - 1000]
-    history.audit, _ = harness.run_audit(fc.db_url, history.started_ms, history.end_ms,
-                                         clock_tolerance_ms=history.clock_tolerance_ms,
-                                         etcd=fc.etcd.endpoints, prefix=fc.cluster.prefix)
+    history.leaders = [
+        LeaderSample(int(s.t * 1000), s.leaders) for s in fc.monitor.samples if s.t * 1000 >= history.heal_ms - 1000
+    ]
+    history.audit, _ = harness.run_audit(
+        fc.db_url,
+        history.started_ms,
+        history.end_ms,
+        clock_tolerance_ms=history.clock_tolerance_ms,
+        etcd=fc.etcd.endpoints,
+        prefix=fc.cluster.prefix,
+    )

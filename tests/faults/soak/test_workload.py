@@ -42,15 +42,20 @@ TTL_S = 4
 
 def test_workload_and_generator_without_faults(fault_cluster, fault_lab, figures):
     figures["scenario"] = "soak workload and generator, no faults"
-    history = History(seed=SEED, seconds=RUN_S, ttl_s=TTL_S, shards=harness.SHARDS, clock_tolerance_ms=500,
-                      settle_s=8.0)
+    history = History(
+        seed=SEED, seconds=RUN_S, ttl_s=TTL_S, shards=harness.SHARDS, clock_tolerance_ms=500, settle_s=8.0
+    )
     with workload.Workload(fault_lab, history) as wl:
         fc = fault_cluster(ttl=TTL_S, job_defs=wl.job_defs, extra_args=wl.node_args)
         wl.prepare(fc)
         fc.start()
         history.static_jobs = wl.static_history(fc.engine)
-        gen = OperationGenerator({n: p.address for n, p in fc.nodes.items()}, random.Random(SEED), history,
-                                 static_ids=[j.id for j in history.static_jobs])
+        gen = OperationGenerator(
+            {n: p.address for n, p in fc.nodes.items()},
+            random.Random(SEED),
+            history,
+            static_ids=[j.id for j in history.static_jobs],
+        )
         history.started_ms = now_ms()
         gen.start()
         try:
@@ -69,9 +74,16 @@ def test_workload_and_generator_without_faults(fault_cluster, fault_lab, figures
     end = history.end_ms
     rows = [r for r in store.ticks if r.slot_ms <= end]
     outcomes = Counter(op.outcome for op in history.ops)
-    figures.update({"window": f"{(end - history.started_ms) / 1000:.0f} s", "ops": dict(outcomes),
-                    "op kinds": dict(Counter(op.kind for op in history.ops)), "rows": len(rows),
-                    "deliveries": len(history.deliveries), "effects": len(store.effects)})
+    figures.update(
+        {
+            "window": f"{(end - history.started_ms) / 1000:.0f} s",
+            "ops": dict(outcomes),
+            "op kinds": dict(Counter(op.kind for op in history.ops)),
+            "rows": len(rows),
+            "deliveries": len(history.deliveries),
+            "effects": len(store.effects),
+        }
+    )
     problems = []
     if still_unknown:
         problems.append(f"dynamic jobs still unknown after heal_ops: {still_unknown}")
@@ -89,8 +101,12 @@ def test_workload_and_generator_without_faults(fault_cluster, fault_lab, figures
 def _wait_final(fc: harness.FaultCluster, end_ms: int) -> None:
     def settled():
         with fc.engine.connect() as c:
-            return not c.execute(select(ticks.c.job_id).where(
-                ticks.c.scheduled_at_ms <= end_ms, ticks.c.status.not_in(sorted(FINAL_STATUSES))).limit(1)).all()
+            return not c.execute(
+                select(ticks.c.job_id)
+                .where(ticks.c.scheduled_at_ms <= end_ms, ticks.c.status.not_in(sorted(FINAL_STATUSES)))
+                .limit(1)
+            ).all()
+
     wait_until(settled, 60, 0.25, f"every row up to {end_ms} to be final")
 
 
@@ -108,14 +124,20 @@ def _session_problems(history: History, rows, effects, end: int) -> list[str]:
     if doubled:
         out.append(f"session slots with more than one effect: {dict(list(doubled.items())[:5])}")
     if set(per_slot) != succeeded:
-        out.append(f"effects without a succeeded row: {sorted(set(per_slot) - succeeded)[:10]}; "
-                   f"succeeded rows without an effect: {sorted(succeeded - set(per_slot))[:10]}")
-    wrong_fence = [(s, es[0].fence, session_rows[s].fence) for s, es in per_slot.items()
-                   if s in session_rows and es[0].fence != session_rows[s].fence]
+        out.append(
+            f"effects without a succeeded row: {sorted(set(per_slot) - succeeded)[:10]}; "
+            f"succeeded rows without an effect: {sorted(succeeded - set(per_slot))[:10]}"
+        )
+    wrong_fence = [
+        (s, es[0].fence, session_rows[s].fence)
+        for s, es in per_slot.items()
+        if s in session_rows and es[0].fence != session_rows[s].fence
+    ]
     if wrong_fence:
         out.append(f"effects under another fence than their row's (slot, effect, row): {wrong_fence[:5]}")
     if not any(r.manual for r in session_rows.values()) and any(
-            op.kind == "trigger" and op.job == history.session_job and op.outcome == "ok" for op in history.ops):
+        op.kind == "trigger" and op.job == history.session_job and op.outcome == "ok" for op in history.ops
+    ):
         out.append("the session job was triggered ok but has no manual row")
     return out
 
@@ -128,7 +150,9 @@ def _stream_problems(history: History, rows, end: int) -> list[str]:
         out.append(f"the stream job succeeded only {len(succeeded)} times")
     not_once = {s: firsts[s] for s in succeeded if firsts[s] != 1}
     if not_once:
-        out.append(f"succeeded stream slots not admitted exactly once (slot: firsts): {dict(list(not_once.items())[:10])}")
+        out.append(
+            f"succeeded stream slots not admitted exactly once (slot: firsts): {dict(list(not_once.items())[:10])}"
+        )
     unowned = sorted(s for s in firsts if s <= end and s not in succeeded)
     if unowned:
         out.append(f"stream messages admitted for slots without a succeeded row: {unowned[:10]}")
@@ -142,8 +166,10 @@ def _ops_problems(history: History, gen: OperationGenerator, stored_jobs: dict[s
     if len(ops) < RUN_S // 2:
         out.append(f"only {len(ops)} operations in {RUN_S} s")
     if outcomes["ok"] < 0.8 * len(ops):
-        out.append(f"fewer than 80% of the operations ok without faults: {dict(outcomes)}; not ok: "
-                   f"{[(o.kind, o.job, o.outcome, o.error) for o in ops if o.outcome != 'ok'][:10]}")
+        out.append(
+            f"fewer than 80% of the operations ok without faults: {dict(outcomes)}; not ok: "
+            f"{[(o.kind, o.job, o.outcome, o.error) for o in ops if o.outcome != 'ok'][:10]}"
+        )
     if not {"put", "trigger"} <= {op.kind for op in ops if op.outcome == "ok"}:
         out.append(f"no ok put or no ok trigger among {Counter(op.kind for op in ops)}")
     if [op.id for op in ops] != list(range(len(ops))) or any(op.return_ms < op.call_ms for op in ops):
@@ -153,8 +179,10 @@ def _ops_problems(history: History, gen: OperationGenerator, stored_jobs: dict[s
         expected = {JobPhase.ABSENT: None, JobPhase.ACTIVE: False, JobPhase.PAUSED: True}.get(model.state, "?")
         got = stored_jobs[job_id] if in_store else None
         if expected != got:
-            out.append(f"{job_id}: the generator's model says {model.state.value}, the store "
-                       f"{'has it paused' if got else 'has it active' if in_store else 'has no such job'}")
+            out.append(
+                f"{job_id}: the generator's model says {model.state.value}, the store "
+                f"{'has it paused' if got else 'has it active' if in_store else 'has no such job'}"
+            )
     return out
 
 
@@ -165,8 +193,9 @@ def _static_problems(history: History, rows) -> list[str]:
     if missing:
         out.append(f"static jobs that never ran during the run: {missing}")
     cal = parse_calendar(workload.CALENDAR, history.calendars[workload.CALENDAR])
-    excluded_runs = [r.slot_ms for r in rows if r.job == workload.CALENDAR_JOB and not r.manual
-                     and not cal.allows(r.slot_ms)]
+    excluded_runs = [
+        r.slot_ms for r in rows if r.job == workload.CALENDAR_JOB and not r.manual and not cal.allows(r.slot_ms)
+    ]
     if excluded_runs:
         out.append(f"the calendar job ran at excluded slots: {excluded_runs[:10]}")
     window = range((history.started_ms // 1000 + 1) * 1000, history.end_ms + 1, 1000)

@@ -73,37 +73,58 @@ def noop_ids(shards: int) -> list[str]:
     return out
 
 
-def static_jobs(*, shards: int, run_s: float, stream_url: str, stream_key: str, stream_job: str,
-                calendar: str = CALENDAR) -> list[harness.JobDef]:
+def static_jobs(
+    *, shards: int, run_s: float, stream_url: str, stream_key: str, stream_job: str, calendar: str = CALENDAR
+) -> list[harness.JobDef]:
     """The static jobs; ``stream_url`` is Redis as the nodes reach it (the forwarder on the bridge)."""
     window = {"catchup_window": f"{int(run_s) + CATCHUP_MARGIN_S}s"}
 
     def job(job_id: str, interval_ms: int, schedule: dict, executor: dict, **extra) -> harness.JobDef:
-        return harness.JobDef(job_id, interval_ms, {"id": job_id, **schedule, **_COMMON, **window, **extra,
-                                                    "executor": executor})
+        return harness.JobDef(
+            job_id, interval_ms, {"id": job_id, **schedule, **_COMMON, **window, **extra, "executor": executor}
+        )
 
     noop = {"kind": "noop"}
     out = [job(i, 1000, {"every": "1s"}, noop) for i in noop_ids(shards)]
     out.append(job("cron-2s", 2000, {"cron": "*/2 * * * * *"}, noop))
     out.append(job("jitter-2s", 2000, {"every": "2s", "jitter": "700ms"}, noop))
     out.append(job(CALENDAR_JOB, 1000, {"every": "1s"}, noop, calendars=[calendar]))
-    out.append(job(SESSION_JOB, 1000, {"every": "1s"},
-                   {"kind": "python", "target": soak_target.TARGET, "session": True}, timeout="10s",
-                   retry=RETRY))
-    out.append(job(stream_job, 1000, {"every": "1s"},
-                   {"kind": "redis-stream", "url": stream_url, "stream": stream_key,
-                    "fields": {"source": "soak"}, "dedupe_ttl": f"{int(run_s) + CATCHUP_MARGIN_S}s"},
-                   timeout="10s", retry=RETRY))
+    out.append(
+        job(
+            SESSION_JOB,
+            1000,
+            {"every": "1s"},
+            {"kind": "python", "target": soak_target.TARGET, "session": True},
+            timeout="10s",
+            retry=RETRY,
+        )
+    )
+    out.append(
+        job(
+            stream_job,
+            1000,
+            {"every": "1s"},
+            {
+                "kind": "redis-stream",
+                "url": stream_url,
+                "stream": stream_key,
+                "fields": {"source": "soak"},
+                "dedupe_ttl": f"{int(run_s) + CATCHUP_MARGIN_S}s",
+            },
+            timeout="10s",
+            retry=RETRY,
+        )
+    )
     return out
 
 
-def exclusion_calendar(from_ms: int, until_ms: int, *, every_s: int = EXCLUDED_EVERY_S,
-                       length_s: int = EXCLUDED_S) -> dict:
+def exclusion_calendar(
+    from_ms: int, until_ms: int, *, every_s: int = EXCLUDED_EVERY_S, length_s: int = EXCLUDED_S
+) -> dict:
     """A calendar excluding ``[t, t + length_s)`` every ``every_s`` from ``from_ms`` (on whole seconds)
     through ``until_ms``, in the form ``parse_calendar`` reads."""
     start = -(-from_ms // 1000) * 1000
-    ranges = [{"from": _iso(t), "to": _iso(t + length_s * 1000)}
-              for t in range(start, until_ms, every_s * 1000)]
+    ranges = [{"from": _iso(t), "to": _iso(t + length_s * 1000)} for t in range(start, until_ms, every_s * 1000)]
     return {"exclude_ranges": ranges}
 
 
@@ -112,8 +133,9 @@ def calendars_toml(calendars: dict[str, dict]) -> str:
     lines = []
     for name, body in calendars.items():
         lines.append(f"[calendars.{name}]")
-        ranges = ", ".join(f"{{ from = {json.dumps(r['from'])}, to = {json.dumps(r['to'])} }}"
-                           for r in body.get("exclude_ranges", []))
+        ranges = ", ".join(
+            f"{{ from = {json.dumps(r['from'])}, to = {json.dumps(r['to'])} }}" for r in body.get("exclude_ranges", [])
+        )
         lines.append(f"exclude_ranges = [{ranges}]")
         lines.append("")
     return "\n".join(lines)
@@ -172,11 +194,39 @@ def _effects(c: Connection) -> list[Effect]:
 
 def _ticks(c: Connection) -> list[TickRow]:
     t = ticks.c
-    rows = c.execute(select(t.job_id, t.scheduled_at_ms, t.status, t.manual, t.shard, t.fence, t.node_id, t.attempt,
-                            t.claimed_at_ms, t.started_at_ms, t.finished_at_ms, t.error)
-                     .order_by(t.job_id, t.scheduled_at_ms)).all()
-    return [TickRow(r.job_id, r.scheduled_at_ms, r.status, bool(r.manual), r.shard, r.fence, r.node_id, r.attempt,
-                    r.claimed_at_ms, r.started_at_ms, r.finished_at_ms, r.error) for r in rows]
+    rows = c.execute(
+        select(
+            t.job_id,
+            t.scheduled_at_ms,
+            t.status,
+            t.manual,
+            t.shard,
+            t.fence,
+            t.node_id,
+            t.attempt,
+            t.claimed_at_ms,
+            t.started_at_ms,
+            t.finished_at_ms,
+            t.error,
+        ).order_by(t.job_id, t.scheduled_at_ms)
+    ).all()
+    return [
+        TickRow(
+            r.job_id,
+            r.scheduled_at_ms,
+            r.status,
+            bool(r.manual),
+            r.shard,
+            r.fence,
+            r.node_id,
+            r.attempt,
+            r.claimed_at_ms,
+            r.started_at_ms,
+            r.finished_at_ms,
+            r.error,
+        )
+        for r in rows
+    ]
 
 
 def _fences(c: Connection) -> list[FenceRaise]:
@@ -229,15 +279,18 @@ class StreamConsumer:
     the stream held when it was called has been read; ``stop`` ends the thread.
     """
 
-    def __init__(self, redis_url: str, stream_key: str, history: History, *, dedupe_prefix: str | None = None,
-                 log=print):
+    def __init__(
+        self, redis_url: str, stream_key: str, history: History, *, dedupe_prefix: str | None = None, log=print
+    ):
         self.stream_key = stream_key
         self.history = history
         self.log = log
-        self._client = redis.Redis.from_url(redis_url, decode_responses=True, socket_timeout=5,
-                                            socket_connect_timeout=5)
-        self._deduper = RedisDeduper(self._client, prefix=dedupe_prefix or f"{stream_key}:dedupe:",
-                                     ttl_s=DELIVERY_TTL_S)
+        self._client = redis.Redis.from_url(
+            redis_url, decode_responses=True, socket_timeout=5, socket_connect_timeout=5
+        )
+        self._deduper = RedisDeduper(
+            self._client, prefix=dedupe_prefix or f"{stream_key}:dedupe:", ttl_s=DELIVERY_TTL_S
+        )
         self._last = "0-0"  # the last entry handled
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -269,12 +322,15 @@ class StreamConsumer:
             except redis.RedisError as e:
                 self.log(f"stream consumer: drain cannot read {self.stream_key}: {e}")
                 return False
+
         try:
             wait_until(caught_up, timeout_s, 0.1, f"the consumer to read {self.stream_key} to its end")
             return True
         except TimeoutError:
-            self.log(f"stream consumer: {self.stream_key} not drained within {timeout_s:.0f}s "
-                     f"(read up to {self._last}, newest {target[:1]})")
+            self.log(
+                f"stream consumer: {self.stream_key} not drained within {timeout_s:.0f}s "
+                f"(read up to {self._last}, newest {target[:1]})"
+            )
             return False
 
     def _run(self) -> None:
@@ -298,8 +354,14 @@ class StreamConsumer:
             self.log(f"stream consumer: skipping an entry of {self.stream_key}: {e}")
             return
         verdict = self._deduper.admit(tick)  # a Redis error leaves the entry unread: read again after the pause
-        d = Delivery(job=tick.job_id, slot_ms=tick.scheduled_at_ms, attempt=tick.attempt, fence=tick.fence,
-                     verdict=verdict.value.replace("-", "_"), at_ms=harness.now_ms())
+        d = Delivery(
+            job=tick.job_id,
+            slot_ms=tick.scheduled_at_ms,
+            attempt=tick.attempt,
+            fence=tick.fence,
+            verdict=verdict.value.replace("-", "_"),
+            at_ms=harness.now_ms(),
+        )
         with self._lock:
             self.history.deliveries.append(d)
 
@@ -348,10 +410,18 @@ class Workload:
         self.forwarder = TcpForwarder(self.lab.gateway, (host, port)).start()
         node_url = f"redis://{self.lab.gateway}:{self.forwarder.port}/{db}"
         now = harness.now_ms()
-        self.calendars = {CALENDAR: exclusion_calendar(
-            now + CALENDAR_LEAD_S * 1000, now + int((self.history.seconds + CALENDAR_TAIL_S) * 1000))}
-        self.job_defs = static_jobs(shards=self.history.shards, run_s=self.history.seconds, stream_url=node_url,
-                                    stream_key=self.stream_key, stream_job=self.stream_job)
+        self.calendars = {
+            CALENDAR: exclusion_calendar(
+                now + CALENDAR_LEAD_S * 1000, now + int((self.history.seconds + CALENDAR_TAIL_S) * 1000)
+            )
+        }
+        self.job_defs = static_jobs(
+            shards=self.history.shards,
+            run_s=self.history.seconds,
+            stream_url=node_url,
+            stream_key=self.stream_key,
+            stream_job=self.stream_job,
+        )
         self.history.calendars = dict(self.calendars)
         self.history.session_job = SESSION_JOB
         self.history.stream_job = self.stream_job
@@ -362,8 +432,9 @@ class Workload:
         with open(fc.jobs_file, "a") as f:
             f.write("\n" + calendars_toml(self.calendars))
         create_effects_table(fc.engine)
-        self.consumer = StreamConsumer(self.redis_url, self.stream_key, self.history,
-                                       dedupe_prefix=self.dedupe_prefix, log=self.log).start()
+        self.consumer = StreamConsumer(
+            self.redis_url, self.stream_key, self.history, dedupe_prefix=self.dedupe_prefix, log=self.log
+        ).start()
 
     def static_history(self, engine: Engine) -> list[StaticJob]:
         """After ``fc.start()`` (every static job ran once, so the store holds each)."""

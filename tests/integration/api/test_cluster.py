@@ -35,8 +35,7 @@ def noop(job_id: str, every: str = "1s", **kw):
 
 
 @pytest.mark.parametrize("kind", CLUSTER_DBS)
-def test_jobs_submitted_through_one_node_are_written_and_run_by_their_shard_leaders(make_cluster, fresh_db_url,
-                                                                                    kind):
+def test_jobs_submitted_through_one_node_are_written_and_run_by_their_shard_leaders(make_cluster, fresh_db_url, kind):
     c = make_cluster(fresh_db_url(kind), shards=8)
     for i in range(3):
         c.add(f"n{i}")
@@ -63,10 +62,15 @@ def test_jobs_submitted_through_one_node_are_written_and_run_by_their_shard_lead
 
     engine = make_engine(c.db)
     try:
+
         def every_job_ran():
             with engine.connect() as conn:
-                done = {r[0] for r in conn.execute(
-                    select(ticks.c.job_id).where(ticks.c.status == TickStatus.SUCCEEDED.value).distinct())}
+                done = {
+                    r[0]
+                    for r in conn.execute(
+                        select(ticks.c.job_id).where(ticks.c.status == TickStatus.SUCCEEDED.value).distinct()
+                    )
+                }
             return done >= set(ids)
 
         wait_until(every_job_ran, 60, 0.2, what="a finished tick of every job")
@@ -75,8 +79,9 @@ def test_jobs_submitted_through_one_node_are_written_and_run_by_their_shard_lead
         stable = c.leaders() == leaders
         with engine.connect() as conn:
             rows = {r.id: r for r in conn.execute(select(jobs.c.id, jobs.c.shard, jobs.c.fence, jobs.c.node_id))}
-            tick_rows = conn.execute(select(ticks.c.job_id, ticks.c.shard, ticks.c.fence, ticks.c.node_id)
-                                     .where(ticks.c.job_id.in_(ids))).all()
+            tick_rows = conn.execute(
+                select(ticks.c.job_id, ticks.c.shard, ticks.c.fence, ticks.c.node_id).where(ticks.c.job_id.in_(ids))
+            ).all()
             raised_by = {(r.shard, r.fence): r.node_id for r in conn.execute(select(fence_log))}
         for job_id in ids:
             shard = shard_for(job_id, 8)
@@ -123,8 +128,12 @@ def test_a_node_that_leads_nothing_forwards_every_call(make_cluster, fresh_db_ur
         reader.start()
         # Trigger until the stream shows one: the relay may reach the leader after the first trigger.
         slots = set()
-        wait_until(lambda: slots.add(client.trigger_job("fwd").scheduled_at_ms) or streamed, 20, 1.0,
-                   what="a triggered tick on the relayed stream")
+        wait_until(
+            lambda: slots.add(client.trigger_job("fwd").scheduled_at_ms) or streamed,
+            20,
+            1.0,
+            what="a triggered tick on the relayed stream",
+        )
         reader.join(5)
         watch.cancel()
         assert streamed[0].scheduled_at_ms in slots and streamed[0].node_id == "n0"

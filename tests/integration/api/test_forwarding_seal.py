@@ -34,10 +34,19 @@ FORGED = ("x-shardcron-forwarded", "1")
 def cluster(etcd_server, tmp_path_factory):
     d = tmp_path_factory.mktemp("forwarding-seal")
     tokens = d / "tokens"
-    tokens.write_text(f"ops {hash_secret(OPS)} admin *\nnode {hash_secret(NODE)} admin *\n"
-                      f"writer {hash_secret(WRITER)} write default\n")
-    c = Cluster(etcd_server.endpoints, f"sqlite:///{d}/store.db", f"/t{uuid.uuid4().hex[:12]}", SHARDS, 4, str(d),
-                extra_args=["--auth-token-file", str(tokens), "--max-streams-per-peer", str(PER_PEER)])
+    tokens.write_text(
+        f"ops {hash_secret(OPS)} admin *\nnode {hash_secret(NODE)} admin *\n"
+        f"writer {hash_secret(WRITER)} write default\n"
+    )
+    c = Cluster(
+        etcd_server.endpoints,
+        f"sqlite:///{d}/store.db",
+        f"/t{uuid.uuid4().hex[:12]}",
+        SHARDS,
+        4,
+        str(d),
+        extra_args=["--auth-token-file", str(tokens), "--max-streams-per-peer", str(PER_PEER)],
+    )
     for name in ("n0", "n1"):
         c.add(name, env={"SHARDCRON_NODE_TOKEN": NODE})
     with stopped_after(c):
@@ -60,9 +69,10 @@ def _ids_led_by(c: Cluster, tag: str) -> dict[str, str]:
 def _audit_lines(c: Cluster, call: str, target: str) -> dict[str, int]:
     """How many audit lines each node logged for ``call`` on ``target`` (token writer)."""
     needle = f"call={call} token=writer namespace=default target={target}"
-    return {name: sum(1 for line in n.log_text().splitlines()
-                      if "shardcron.audit" in line and line.endswith(needle))
-            for name, n in c.nodes.items()}
+    return {
+        name: sum(1 for line in n.log_text().splitlines() if "shardcron.audit" in line and line.endswith(needle))
+        for name, n in c.nodes.items()
+    }
 
 
 def _stub(node) -> tuple[grpc.Channel, pb_grpc.SchedulerStub]:
@@ -107,8 +117,9 @@ def test_a_write_through_another_node_is_logged_once_by_the_leader_with_the_call
     batch = [job_from_dict({"id": jid, "every": "1h", "executor": {"kind": "noop"}}) for jid in ids.values()]
     ch, stub = _stub(cluster.nodes["n0"])
     with ch:
-        answer = stub.PutJobs(pb.PutJobsRequest(jobs=[job_to_proto(j, redact=False) for j in batch]),
-                              metadata=caller, timeout=30)
+        answer = stub.PutJobs(
+            pb.PutJobsRequest(jobs=[job_to_proto(j, redact=False) for j in batch]), metadata=caller, timeout=30
+        )
     assert all(r.code == 0 for r in answer.results), answer
     for leader, jid in ids.items():
         lines = _audit_lines(cluster, "PutJobs", jid)

@@ -47,8 +47,12 @@ METHODS = sorted(SERVICE.methods, key=lambda m: m.name)
 def _holds_a_job(message, seen=()) -> bool:
     if message.full_name == pb.Job.DESCRIPTOR.full_name:
         return True
-    return any(f.message_type is not None and f.message_type.full_name not in seen
-               and _holds_a_job(f.message_type, (*seen, message.full_name)) for f in message.fields)
+    return any(
+        f.message_type is not None
+        and f.message_type.full_name not in seen
+        and _holds_a_job(f.message_type, (*seen, message.full_name))
+        for f in message.fields
+    )
 
 
 # RPCs that carry a job get four draws in the mix: the job spec is where most of the input is.
@@ -59,9 +63,15 @@ NODE = "fuzz-node-" + uuid.uuid4().hex
 TEAM = "team-a"
 # What only a peer node sends (a forwarded call's marker and seal, the forwarding node's own token): from a
 # client, forged or garbled, it must be ignored or refused, never crash the call.
-PEER_METADATA = ((FORWARDED_HEADER, "1"), (FORWARDED_HEADER, "v1."), (FORWARDED_HEADER, "v1." + "0" * 64),
-                 (FORWARDED_HEADER, "v2.x" * 1000), (NODE_TOKEN_HEADER, NODE), (NODE_TOKEN_HEADER, "not-a-node"),
-                 (NODE_TOKEN_HEADER, ""))
+PEER_METADATA = (
+    (FORWARDED_HEADER, "1"),
+    (FORWARDED_HEADER, "v1."),
+    (FORWARDED_HEADER, "v1." + "0" * 64),
+    (FORWARDED_HEADER, "v2.x" * 1000),
+    (NODE_TOKEN_HEADER, NODE),
+    (NODE_TOKEN_HEADER, "not-a-node"),
+    (NODE_TOKEN_HEADER, ""),
+)
 SERVER_FAULTS = {grpc.StatusCode.INTERNAL, grpc.StatusCode.UNKNOWN}
 UNARY_DEADLINE_S = 30  # generous: a shared 2-core machine; DEADLINE_EXCEEDED is an acceptable answer
 STREAM_DEADLINE_S = 1.5  # a watch that is accepted stays open: it ends at its deadline
@@ -71,20 +81,23 @@ def _identity(b: bytes) -> bytes:
     return b
 
 
-def call(channel: grpc.Channel, method, payload: bytes, secret: str | None,
-         extra: tuple[tuple[str, str], ...] = ()) -> tuple[grpc.StatusCode, str]:
+def call(
+    channel: grpc.Channel, method, payload: bytes, secret: str | None, extra: tuple[tuple[str, str], ...] = ()
+) -> tuple[grpc.StatusCode, str]:
     """Send ``payload`` as the request of ``method``: the status the node answered and its details."""
     path = f"/{SERVICE.full_name}/{method.name}"
     metadata = ((("authorization", f"Bearer {secret}"),) if secret is not None else ()) + extra
     try:
         if method.server_streaming:
             stream = channel.unary_stream(path, request_serializer=_identity, response_deserializer=_identity)(
-                payload, metadata=metadata, timeout=STREAM_DEADLINE_S)
+                payload, metadata=metadata, timeout=STREAM_DEADLINE_S
+            )
             for _ in stream:
                 pass
         else:
             channel.unary_unary(path, request_serializer=_identity, response_deserializer=_identity)(
-                payload, metadata=metadata, timeout=UNARY_DEADLINE_S)
+                payload, metadata=metadata, timeout=UNARY_DEADLINE_S
+            )
     except grpc.RpcError as e:
         return e.code(), e.details() or ""
     return grpc.StatusCode.OK, ""
@@ -122,8 +135,11 @@ def requests(draw):
 def node(make_cluster, tmp_path):
     tokens = tmp_path / "tokens"
     tokens.write_text(f"fuzz-admin {hash_secret(ADMIN)} admin *\nfuzz-node {hash_secret(NODE)} admin *\n")
-    c = make_cluster(f"sqlite:///{tmp_path}/store.db", shards=4,
-                     extra_args=["--auth-token-file", str(tokens), "--allow-python", "tests.support.pyjobs"])
+    c = make_cluster(
+        f"sqlite:///{tmp_path}/store.db",
+        shards=4,
+        extra_args=["--auth-token-file", str(tokens), "--allow-python", "tests.support.pyjobs"],
+    )
     n = c.add("n0", env={"SHARDCRON_NODE_TOKEN": NODE, "PYTHONPATH": os.getcwd()})
     c.wait_balanced({"n0"}, 120)
     return c, n
@@ -135,8 +151,10 @@ def ticks_after(admin, job_id: str, namespace: str, since_ms: int) -> int:
 
 def test_every_rpc_answers_random_and_malformed_requests_without_a_server_fault(node):
     cluster, n = node
-    alive_ns, alive = f"alive-{uuid.uuid4().hex[:8]}", job_from_dict({"id": "alive", "every": "1s",
-                                                                      "executor": {"kind": "noop"}})
+    alive_ns, alive = (
+        f"alive-{uuid.uuid4().hex[:8]}",
+        job_from_dict({"id": "alive", "every": "1s", "executor": {"kind": "noop"}}),
+    )
     with token_client(n, ADMIN) as admin:
         ensure_namespaces(admin, TEAM, alive_ns)
         admin.put_job(alive, namespace=alive_ns)
@@ -145,12 +163,28 @@ def test_every_rpc_answers_random_and_malformed_requests_without_a_server_fault(
         secrets["stored-admin"] = admin.create_token(f"fuzz-admin-{tag}", "admin", ["*"])[1]
         admin.put_job(job_from_dict({"id": "job-1", "every": "1h", "executor": {"kind": "noop"}}), namespace=TEAM)
         start_ms = int(time.time() * 1000)
-        wait_until(lambda: ticks_after(admin, "alive", alive_ns, start_ms) >= 1, 60, 0.2,
-                   what="the liveness job's first tick")
+        wait_until(
+            lambda: ticks_after(admin, "alive", alive_ns, start_ms) >= 1, 60, 0.2, what="the liveness job's first tick"
+        )
     # Mostly tokens that pass, so that the calls reach the handlers; then every way of failing the check.
-    callers = st.sampled_from((ADMIN, ADMIN, secrets["stored-admin"], secrets["write"], secrets["write"],
-                               secrets["read"], None, "", "not-a-token", " " + ADMIN, "Bearer " + ADMIN, "bearer",
-                               ADMIN[:-1], "x" * 4096))
+    callers = st.sampled_from(
+        (
+            ADMIN,
+            ADMIN,
+            secrets["stored-admin"],
+            secrets["write"],
+            secrets["write"],
+            secrets["read"],
+            None,
+            "",
+            "not-a-token",
+            " " + ADMIN,
+            "Bearer " + ADMIN,
+            "bearer",
+            ADMIN[:-1],
+            "x" * 4096,
+        )
+    )
     channel = grpc.insecure_channel(n.address)
     answered: Counter = Counter()
 
@@ -182,6 +216,10 @@ def test_every_rpc_answers_random_and_malformed_requests_without_a_server_fault(
         admin.put_job(alive, namespace=alive_ns)
         admin.resume_job("alive", namespace=alive_ns)
         since_ms = int(time.time() * 1000)
-        wait_until(lambda: ticks_after(admin, "alive", alive_ns, since_ms) >= 2, 60, 0.2,
-                   what="the liveness job's ticks after the fuzzing")
+        wait_until(
+            lambda: ticks_after(admin, "alive", alive_ns, since_ms) >= 2,
+            60,
+            0.2,
+            what="the liveness job's ticks after the fuzzing",
+        )
     assert_no_traceback(cluster)

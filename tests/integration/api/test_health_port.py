@@ -77,17 +77,42 @@ def test_unknown_service_and_watch_are_refused_with_a_reason(port):
 @pytest.mark.cluster
 def test_a_node_answers_on_its_health_port_and_a_taken_one_is_named(etcd_server, tmp_path):
     address = f"127.0.0.1:{free_port()}"
-    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/s.db", f"/t{uuid.uuid4().hex[:12]}", 2, 4, str(tmp_path),
-                extra_args=["--health-listen", address])
+    c = Cluster(
+        etcd_server.endpoints,
+        f"sqlite:///{tmp_path}/s.db",
+        f"/t{uuid.uuid4().hex[:12]}",
+        2,
+        4,
+        str(tmp_path),
+        extra_args=["--health-listen", address],
+    )
     try:
         c.add("n0")
         c.wait_all_led(60)
         wait_until(lambda: check(address) == SERVING, 30, 0.5, "the health port to say SERVING")
         out = subprocess.run(
-            [sys.executable, "-m", "shardcron", "node", "--listen", f"127.0.0.1:{free_port()}",
-             "--health-listen", address, "--etcd", etcd_server.endpoints, "--db", f"sqlite:///{tmp_path}/x.db",
-             "--prefix", f"/t{uuid.uuid4().hex[:12]}", "--shards", "1"],
-            capture_output=True, text=True, timeout=60)
+            [
+                sys.executable,
+                "-m",
+                "shardcron",
+                "node",
+                "--listen",
+                f"127.0.0.1:{free_port()}",
+                "--health-listen",
+                address,
+                "--etcd",
+                etcd_server.endpoints,
+                "--db",
+                f"sqlite:///{tmp_path}/x.db",
+                "--prefix",
+                f"/t{uuid.uuid4().hex[:12]}",
+                "--shards",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         c.stop_all()
     assert out.returncode != 0

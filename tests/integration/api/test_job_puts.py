@@ -109,8 +109,10 @@ def test_async_calls_queued_behind_a_commit_share_the_next_one_and_the_scheduler
             blocker.execute(select(shard_fences.c.fence).where(shard_fences.c.shard == 0).with_for_update())
             first = asyncio.ensure_future(gc.submit(Put(make_job("j0"), 0, F0)))
             await until(lambda: batches == [1], "the first call to start committing")
-            rest = [asyncio.ensure_future(gc.submit(Put(make_job("same") if i % 2 else make_job(f"j{i}"), 0, F0)))
-                    for i in range(1, 10)]
+            rest = [
+                asyncio.ensure_future(gc.submit(Put(make_job("same") if i % 2 else make_job(f"j{i}"), 0, F0)))
+                for i in range(1, 10)
+            ]
             await until(lambda: gc.queued == 9, "nine calls to queue behind the commit")
         return await asyncio.gather(first, *rest, return_exceptions=True)
 
@@ -141,7 +143,8 @@ def test_async_calls_keep_their_own_answers_and_a_failed_transaction_fails_only_
             gc.submit(Put(make_job("b"), 1, F1, expected_version=3)),
             gc.submit(Put(make_job("c"), 0, F_OLD)),
             gc.submit(Put(make_job("refused-by-scheduler"), 1, F1)),
-            return_exceptions=True)
+            return_exceptions=True,
+        )
         return failed, later
 
     (failed,), (a, b, c, refused) = asyncio.run(scenario())

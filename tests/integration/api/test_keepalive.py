@@ -68,8 +68,15 @@ def _noop(job_id: str, every: str = "1s"):
 def test_a_frozen_peer_is_given_up_within_the_keepalive(etcd_server, tmp_path):
     from shardcron.dev.testing.cluster import Cluster
 
-    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/store.db", f"/t{uuid.uuid4().hex[:12]}", SHARDS,
-                TTL_S, str(tmp_path), extra_args=PINGS)
+    c = Cluster(
+        etcd_server.endpoints,
+        f"sqlite:///{tmp_path}/store.db",
+        f"/t{uuid.uuid4().hex[:12]}",
+        SHARDS,
+        TTL_S,
+        str(tmp_path),
+        extra_args=PINGS,
+    )
     a = c.add("a")
     try:
         c.wait_all_led(60)  # the store is made: a second node started with it would find SQLite's file locked
@@ -83,12 +90,16 @@ def test_a_frozen_peer_is_given_up_within_the_keepalive(etcd_server, tmp_path):
         with Client(a.address) as client:
             client.put_job(_noop(ticking))
         relay_channel = grpc.insecure_channel(a.address)
-        relayed = _Stream(pb_grpc.SchedulerStub(relay_channel).WatchTicks(pb.WatchTicksRequest(job_id=ticking)),
-                          ticking)
+        relayed = _Stream(
+            pb_grpc.SchedulerStub(relay_channel).WatchTicks(pb.WatchTicksRequest(job_id=ticking)), ticking
+        )
         direct_channel = grpc.insecure_channel(b.address, options=channel_options(1000, 1000))
         direct = _Stream(pb_grpc.SchedulerStub(direct_channel).WatchTicks(pb.WatchTicksRequest()), ticking)
-        wait_until(lambda: relayed.slots_after(0) >= 2 and direct.slots_after(0) >= 2, 60,
-                   what="both streams seeing the job's slots")
+        wait_until(
+            lambda: relayed.slots_after(0) >= 2 and direct.slots_after(0) >= 2,
+            60,
+            what="both streams seeing the job's slots",
+        )
 
         b.pause()
         frozen_at_ms = int(time.time() * 1000)
@@ -106,8 +117,10 @@ def test_a_frozen_peer_is_given_up_within_the_keepalive(etcd_server, tmp_path):
 
         # "a" serves what it leads at once.
         with grpc.insecure_channel(a.address) as ch:
-            assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
-                health_pb2.HealthCheckResponse.SERVING
+            assert (
+                health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+                == health_pb2.HealthCheckResponse.SERVING
+            )
         with Client(a.address, timeout_s=10) as client:
             client.put_job(_noop(here, "1h"))
             assert client.get_job(here).id == here
@@ -119,8 +132,11 @@ def test_a_frozen_peer_is_given_up_within_the_keepalive(etcd_server, tmp_path):
         # Once b's lease is gone, "a" leads the shard and serves both calls that were on b.
         putter.join(TTL_S + 45)
         assert put_outcome and not isinstance(put_outcome[0], Exception), put_outcome
-        wait_until(lambda: relayed.slots_after(frozen_at_ms) >= 2, TTL_S + 45,
-                   what="the relayed watch seeing the job's slots again, now from a")
+        wait_until(
+            lambda: relayed.slots_after(frozen_at_ms) >= 2,
+            TTL_S + 45,
+            what="the relayed watch seeing the job's slots again, now from a",
+        )
         assert relayed.ended is None
         assert c.leaders()[shard_for(ticking, SHARDS)] == "a"
         relayed.call.cancel()

@@ -35,9 +35,22 @@ PREFIX = f"/t{uuid.uuid4().hex[:12]}"
 def node(etcd_server, tmp_path_factory):
     d = tmp_path_factory.mktemp("limits")
     c = Cluster(etcd_server.endpoints, f"sqlite:///{d}/store.db", PREFIX, 2, 4, str(d))
-    n = c.add("limited", extra_args=[
-        "--allow-shell", "--max-streams", str(MAX_STREAMS), "--max-streams-per-peer", str(PER_PEER),
-        "--max-request-bytes", "64KiB", "--max-jobs-per-call", str(MAX_JOBS), "--trigger-rate", TRIGGERS])
+    n = c.add(
+        "limited",
+        extra_args=[
+            "--allow-shell",
+            "--max-streams",
+            str(MAX_STREAMS),
+            "--max-streams-per-peer",
+            str(PER_PEER),
+            "--max-request-bytes",
+            "64KiB",
+            "--max-jobs-per-call",
+            str(MAX_JOBS),
+            "--trigger-rate",
+            TRIGGERS,
+        ],
+    )
     try:
         c.wait_all_led(60)
         yield n
@@ -62,8 +75,10 @@ def _refused(call) -> str:
 
 def _still_answers(node) -> None:
     with grpc.insecure_channel(node.address) as ch:
-        assert health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10).status == \
-            health_pb2.HealthCheckResponse.SERVING
+        assert (
+            health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=10).status
+            == health_pb2.HealthCheckResponse.SERVING
+        )
         assert pb_grpc.SchedulerStub(ch).GetShards(pb.GetShardsRequest(), timeout=10).shard_count == 2
 
 
@@ -113,8 +128,12 @@ def test_streams_per_peer_then_per_node(node, etcd_server):
 
 
 def test_a_request_over_max_request_bytes_names_the_flag(node, stub):
-    big = pb.Job(id="big", noop=pb.NoopExecutor(), schedule=pb.Schedule(interval_ms=60_000),
-                 labels={"pad": "x" * (MAX_REQUEST + 1000)})
+    big = pb.Job(
+        id="big",
+        noop=pb.NoopExecutor(),
+        schedule=pb.Schedule(interval_ms=60_000),
+        labels={"pad": "x" * (MAX_REQUEST + 1000)},
+    )
     details = _refused(lambda: stub.PutJob(pb.PutJobRequest(job=big), timeout=10))
     assert "--max-request-bytes" in details and str(MAX_REQUEST) in details
     # Far over it, grpc itself refuses before the node reads it: still RESOURCE_EXHAUSTED.
@@ -124,8 +143,10 @@ def test_a_request_over_max_request_bytes_names_the_flag(node, stub):
 
 
 def test_jobs_per_put_jobs_call(node, stub):
-    jobs = [pb.Job(id=f"many-{i}", noop=pb.NoopExecutor(), schedule=pb.Schedule(interval_ms=60_000))
-            for i in range(MAX_JOBS + 1)]
+    jobs = [
+        pb.Job(id=f"many-{i}", noop=pb.NoopExecutor(), schedule=pb.Schedule(interval_ms=60_000))
+        for i in range(MAX_JOBS + 1)
+    ]
     details = _refused(lambda: stub.PutJobs(pb.PutJobsRequest(jobs=jobs), timeout=10))
     assert "--max-jobs-per-call" in details and str(MAX_JOBS) in details
     answer = stub.PutJobs(pb.PutJobsRequest(jobs=jobs[:MAX_JOBS]), timeout=30)
@@ -150,8 +171,9 @@ def test_a_manual_run_waits_for_a_running_one_when_overlap_is_skip(node):
     with Client(node.address) as c:
         c.put_job(pb_job("slow", shell="sleep 20", overlap="skip"))
         c.trigger_job("slow")
-        wait_until(lambda: any(t.status is TickStatus.RUNNING for t in c.list_ticks("slow")), 30,
-                   what="the manual run running")
+        wait_until(
+            lambda: any(t.status is TickStatus.RUNNING for t in c.list_ticks("slow")), 30, what="the manual run running"
+        )
         with pytest.raises(ApiError) as e:
             c.trigger_job("slow")
         assert e.value.code is grpc.StatusCode.FAILED_PRECONDITION

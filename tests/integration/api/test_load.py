@@ -39,8 +39,13 @@ class _Watchers:
 
     def __init__(self, address: str, job_id: str, all_jobs: bool):
         args = [sys.executable, "-m", "tests.support.watchers", address, str(PER_PROCESS), job_id]
-        self.proc = subprocess.Popen(args + (["--all"] if all_jobs else []), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            args + (["--all"] if all_jobs else []),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.lines: list[str] = []
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -64,8 +69,10 @@ class _Watchers:
 
 def _serving(address: str) -> bool:
     with grpc.insecure_channel(address) as ch:
-        return health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status == \
-            health_pb2.HealthCheckResponse.SERVING
+        return (
+            health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5).status
+            == health_pb2.HealthCheckResponse.SERVING
+        )
 
 
 def _round_trip(address: str, job_id: str) -> None:
@@ -92,22 +99,32 @@ def test_two_thousand_watchers_on_one_node(make_cluster, tmp_path):
         client.put_job(job_from_dict({"id": ticking, "every": "1s", "executor": {"kind": "noop"}}))
     procs = [_Watchers(a.address, ticking, all_jobs=i % 2 == 0) for i in range(PROCESSES)]
     try:
-        wait_until(lambda: all(p.saw(f"opened {PER_PROCESS}") for p in procs), 180, 0.5,
-                   what=f"{PROCESSES * PER_PROCESS} streams open")
+        wait_until(
+            lambda: all(p.saw(f"opened {PER_PROCESS}") for p in procs),
+            180,
+            0.5,
+            what=f"{PROCESSES * PER_PROCESS} streams open",
+        )
         # With every stream open: the node answers its health probe and its calls, for the
         # shards it leads and the ones it forwards.
         assert _serving(a.address)
         _round_trip(a.address, job_on("a", "here"))
         _round_trip(a.address, job_on("b", "there"))
         try:
-            wait_until(lambda: all(p.saw(f"ticks {PER_PROCESS}") for p in procs), 180, 0.5,
-                       what="every stream seeing two slots of the ticking job")
+            wait_until(
+                lambda: all(p.saw(f"ticks {PER_PROCESS}") for p in procs),
+                180,
+                0.5,
+                what="every stream seeing two slots of the ticking job",
+            )
         except TimeoutError as e:
             for p in procs:
                 p.stop()
             logs = {n: c.nodes[n].log_text()[-3000:] for n in ("a", "b")}
-            raise AssertionError(f"{e}; each process's last lines: {[p.lines[-2:] for p in procs]}; "
-                                 f"leaders now: {c.leaders()}; logs: {logs}") from None
+            raise AssertionError(
+                f"{e}; each process's last lines: {[p.lines[-2:] for p in procs]}; "
+                f"leaders now: {c.leaders()}; logs: {logs}"
+            ) from None
         assert _serving(a.address)
         _round_trip(a.address, job_on("a", "again"))
     finally:

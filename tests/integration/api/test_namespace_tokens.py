@@ -27,8 +27,15 @@ def cluster(etcd_server, tmp_path_factory):
     tokens = os.path.join(d, "tokens")
     with open(tokens, "w") as f:
         f.write(f"ops   {hash_secret(OPS)}  admin  *\nnode  {hash_secret(NODE)}  admin  *\n")
-    c = Cluster(etcd_server.endpoints, f"sqlite:///{d}/store.db", f"/t{uuid.uuid4().hex[:12]}", 4, 4, str(d),
-                extra_args=["--auth-token-file", tokens])
+    c = Cluster(
+        etcd_server.endpoints,
+        f"sqlite:///{d}/store.db",
+        f"/t{uuid.uuid4().hex[:12]}",
+        4,
+        4,
+        str(d),
+        extra_args=["--auth-token-file", tokens],
+    )
     for name in ("n1", "n2", "n3"):
         c.add(name, env={"SHARDCRON_NODE_TOKEN": NODE})
     with stopped_after(c):
@@ -60,8 +67,9 @@ def test_a_teams_tokens_see_and_manage_only_what_their_role_allows(cluster):
         denied(lambda: w.list_namespaces())
         denied(lambda: w.get_namespace(mine))
     with token_client(n3, team_writer, namespace=mine) as w:  # jobs on every shard, so every leader
-        results = w.put_jobs([job_from_dict({"id": f"j{i}", "every": "1h", "executor": {"kind": "noop"}})
-                              for i in range(8)])
+        results = w.put_jobs(
+            [job_from_dict({"id": f"j{i}", "every": "1h", "executor": {"kind": "noop"}}) for i in range(8)]
+        )
         assert all(r.ok for r in results), results
     with token_client(n3, OPS) as ops:
         assert ops.delete_namespace(mine, force=True) == 8

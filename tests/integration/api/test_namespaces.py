@@ -95,8 +95,11 @@ def test_ticks_triggers_and_watches_stay_in_their_namespace(cluster):
             # team-b's event reached this node's watchers before this trigger: team-a's watcher reads
             # its queue in order, so by the time it sees the next team-a tick it would have seen team-b's.
             again = a.trigger_job(ident)
-            wait_until(lambda: succeeded(seen_a, again.job_id, again.scheduled_at_ms), 60,
-                       what="team-a's watcher to see its second triggered tick")
+            wait_until(
+                lambda: succeeded(seen_a, again.job_id, again.scheduled_at_ms),
+                60,
+                what="team-a's watcher to see its second triggered tick",
+            )
             assert succeeded(seen_a, slot_a.job_id, slot_a.scheduled_at_ms)
             assert {t.job_id for t in seen_a} == {slot_a.job_id}, "a team-a watcher saw another namespace's ticks"
         assert [t.scheduled_at_ms for t in a.list_ticks(ident)] == [again.scheduled_at_ms, slot_a.scheduled_at_ms]
@@ -129,7 +132,8 @@ def test_a_list_of_every_namespace_pages_by_namespace_then_id(cluster):
         listed = [(j.key.namespace, j.key.id) for j in c.list_jobs(namespace="*", labels={"tag": tag}, page_size=2)]
         assert listed == sorted(keys)
         assert [k for k in listed if k[0] == "team-b"] == [
-            (j.key.namespace, j.key.id) for j in c.list_jobs(namespace="team-b", labels={"tag": tag}, page_size=1)]
+            (j.key.namespace, j.key.id) for j in c.list_jobs(namespace="team-b", labels={"tag": tag}, page_size=1)
+        ]
         for ns, ident in keys:
             c.delete_job(ident, namespace=ns)
 
@@ -142,8 +146,10 @@ def test_an_id_search_stays_inside_each_namespace(cluster):
         for ns, ident in (("default", f"{tag}-x"), ("team-a", f"{tag}-y"), ("team-b", "other")):
             c.put_job(hourly_job(ident), namespace=ns)
         found, _ = c.job_page(namespace="*", id_prefix=tag)
-        assert sorted((j.key.namespace, j.key.id) for j, _ in found) == [("default", f"{tag}-x"),
-                                                                          ("team-a", f"{tag}-y")]
+        assert sorted((j.key.namespace, j.key.id) for j, _ in found) == [
+            ("default", f"{tag}-x"),
+            ("team-a", f"{tag}-y"),
+        ]
         assert c.job_page(namespace="*", id_prefix="team")[0] == [], "a namespace's name is no id"
         only_a, _ = c.job_page(namespace="team-a", id_prefix=tag)
         assert [j.key.id for j, _ in only_a] == [f"{tag}-y"]

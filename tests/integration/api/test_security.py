@@ -32,11 +32,22 @@ def pki(tmp_path):
 
 
 def test_tls_and_token_protected_cluster(pki, tmp_path, etcd_server, etcd_prefix):
-    flags = ["--tls-cert", pki["node.pem"], "--tls-key", pki["node-key.pem"], "--tls-client-ca", pki["ca.pem"],
-             "--tls-ca", pki["ca.pem"], "--auth-token-file", pki["tokens"], "--allow-shell",
-             "--shell-allow", r"echo [a-z]+"]
-    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/s.db", etcd_prefix, 2, 4, str(tmp_path),
-                extra_args=flags)
+    flags = [
+        "--tls-cert",
+        pki["node.pem"],
+        "--tls-key",
+        pki["node-key.pem"],
+        "--tls-client-ca",
+        pki["ca.pem"],
+        "--tls-ca",
+        pki["ca.pem"],
+        "--auth-token-file",
+        pki["tokens"],
+        "--allow-shell",
+        "--shell-allow",
+        r"echo [a-z]+",
+    ]
+    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/s.db", etcd_prefix, 2, 4, str(tmp_path), extra_args=flags)
     try:
         a, b = c.add("n0"), c.add("n1")
         c.wait_balanced({"n0", "n1"}, 90)
@@ -60,8 +71,14 @@ def test_tls_and_token_protected_cluster(pki, tmp_path, etcd_server, etcd_prefix
         # Health says NOT_SERVING while a node has no session, so on a loaded machine it may take a moment.
         ch = open_channel(a.address, tls)
         health = health_pb2_grpc.HealthStub(ch)
-        serving = eventually(lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=10).status
-                             == health_pb2.HealthCheckResponse.SERVING, 60, 0.2)
+        serving = eventually(
+            lambda: (
+                health.Check(health_pb2.HealthCheckRequest(), timeout=10).status
+                == health_pb2.HealthCheckResponse.SERVING
+            ),
+            60,
+            0.2,
+        )
         assert serving, f"n0 never reported SERVING; its log ends:\n{a.log_text()[-3000:]}"
         ch.close()
 
@@ -73,16 +90,35 @@ def test_tls_and_token_protected_cluster(pki, tmp_path, etcd_server, etcd_prefix
             assert {shard_for(j, 2) for j in ids} == {0, 1}
             assert {leaders[shard_for(j, 2)] for j in ids} == {"n0", "n1"}, "some calls were forwarded to n1"
             assert sorted(j.id for j in client.list_jobs()) == sorted(ids)
-            client.put_job(job_from_dict({"id": "greet", "every": "1h",
-                                          "executor": {"kind": "shell", "command": "echo hello"}}))
+            client.put_job(
+                job_from_dict({"id": "greet", "every": "1h", "executor": {"kind": "shell", "command": "echo hello"}})
+            )
             with pytest.raises(InvalidRequest, match="executor.command"):
-                client.put_job(job_from_dict({"id": "nope", "every": "1h",
-                                              "executor": {"kind": "shell", "command": "rm -rf /tmp/x"}}))
+                client.put_job(
+                    job_from_dict(
+                        {"id": "nope", "every": "1h", "executor": {"kind": "shell", "command": "rm -rf /tmp/x"}}
+                    )
+                )
 
-        cli = [sys.executable, "-m", "shardcron", "jobs", "list", "--server", b.address, "--tls-ca", pki["ca.pem"],
-               "--tls-cert", pki["client.pem"], "--tls-key", pki["client-key.pem"], "--json"]
-        ok = subprocess.run(cli, capture_output=True, text=True, timeout=60,
-                            env={**os.environ, "SHARDCRON_TOKEN": "alpha-token"})
+        cli = [
+            sys.executable,
+            "-m",
+            "shardcron",
+            "jobs",
+            "list",
+            "--server",
+            b.address,
+            "--tls-ca",
+            pki["ca.pem"],
+            "--tls-cert",
+            pki["client.pem"],
+            "--tls-key",
+            pki["client-key.pem"],
+            "--json",
+        ]
+        ok = subprocess.run(
+            cli, capture_output=True, text=True, timeout=60, env={**os.environ, "SHARDCRON_TOKEN": "alpha-token"}
+        )
         assert ok.returncode == 0 and "job-0" in ok.stdout, ok.stderr
         env = {k: v for k, v in os.environ.items() if k != "SHARDCRON_TOKEN"}
         denied = subprocess.run(cli, capture_output=True, text=True, timeout=60, env=env)

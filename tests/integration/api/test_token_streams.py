@@ -41,10 +41,19 @@ _STAMP = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z")
 def cluster(etcd_server, tmp_path_factory):
     d = tmp_path_factory.mktemp("token-streams")
     tokens = d / "tokens"
-    tokens.write_text(f"ops {hash_secret(OPS)} admin *\nnode {hash_secret(NODE)} admin *\n"
-                      f"reader-a {hash_secret(READER_A)} read team-a\n")
-    c = Cluster(etcd_server.endpoints, f"sqlite:///{d}/store.db", f"/t{uuid.uuid4().hex[:12]}", 2, 4, str(d),
-                extra_args=["--auth-token-file", str(tokens)])
+    tokens.write_text(
+        f"ops {hash_secret(OPS)} admin *\nnode {hash_secret(NODE)} admin *\n"
+        f"reader-a {hash_secret(READER_A)} read team-a\n"
+    )
+    c = Cluster(
+        etcd_server.endpoints,
+        f"sqlite:///{d}/store.db",
+        f"/t{uuid.uuid4().hex[:12]}",
+        2,
+        4,
+        str(d),
+        extra_args=["--auth-token-file", str(tokens)],
+    )
     for name in ("n0", "n1"):
         port = free_port()
         node = c.add(name, env={"SHARDCRON_NODE_TOKEN": NODE}, extra_args=["--http-listen", f"127.0.0.1:{port}"])
@@ -104,15 +113,22 @@ def test_revoking_a_token_on_one_node_ends_all_its_streams_on_another(cluster):
     wait_until(lambda: accepted(n0, secret), 30, 0.1, "n0 to know the new token")
     bearer = {"Authorization": f"Bearer {secret}"}
 
-    with token_client(n0, secret) as api, httpx.Client(base_url=n0.dashboard, timeout=60) as http, \
-            http.stream("GET", "/events/job", params={"id": "every-second", "namespace": "default"},
-                        headers=bearer) as job_page, \
-            http.stream("GET", "/events/cluster", headers=bearer) as cluster_page:
+    with (
+        token_client(n0, secret) as api,
+        httpx.Client(base_url=n0.dashboard, timeout=60) as http,
+        http.stream(
+            "GET", "/events/job", params={"id": "every-second", "namespace": "default"}, headers=bearer
+        ) as job_page,
+        http.stream("GET", "/events/cluster", headers=bearer) as cluster_page,
+    ):
         one_job = api.watch_ticks("every-second")
         every_job = api.watch_ticks(namespace="*")
-        streams = {"WatchTicks of one job": _Ending(one_job), "WatchTicks of every job": _Ending(every_job),
-                   "the dashboard's job stream": _Ending(_events(job_page, 120)),
-                   "the dashboard's cluster stream": _Ending(_events(cluster_page, 120))}
+        streams = {
+            "WatchTicks of one job": _Ending(one_job),
+            "WatchTicks of every job": _Ending(every_job),
+            "the dashboard's job stream": _Ending(_events(job_page, 120)),
+            "the dashboard's cluster stream": _Ending(_events(cluster_page, 120)),
+        }
         try:
             for what, s in streams.items():  # each delivers before the revoke: a live stream is ended
                 assert s.first.wait(TEST_DEADLINE_S), f"{what} delivered nothing (ended: {s.error!r})"
@@ -177,8 +193,10 @@ def test_a_visitor_holds_at_most_its_share_of_the_dashboards_streams(cluster):
         finally:
             for r in held:
                 r.close()
+
         # Closed streams give the visitor's slots back (once the dashboard has seen them go).
         def one_more() -> bool:
             with http.stream("GET", "/events/cluster", headers=reader) as r:
                 return r.status_code == 200
+
         wait_until(one_more, TEST_DEADLINE_S, 0.2, "the visitor's slots to come back")

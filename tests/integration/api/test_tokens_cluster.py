@@ -41,10 +41,12 @@ OPS, NODE, NODE_RO = "ops-secret-" + "x" * 20, "node-secret-" + "y" * 20, "node-
 def _token_file(directory) -> str:
     path = os.path.join(directory, "tokens")
     with open(path, "w") as f:
-        f.write("# name  hash  role  namespaces\n"
-                f"ops      {hash_secret(OPS)}  admin  *\n"
-                f"node     {hash_secret(NODE)}  admin  *\n"
-                f"node-ro  {hash_secret(NODE_RO)}  read  *\n")
+        f.write(
+            "# name  hash  role  namespaces\n"
+            f"ops      {hash_secret(OPS)}  admin  *\n"
+            f"node     {hash_secret(NODE)}  admin  *\n"
+            f"node-ro  {hash_secret(NODE_RO)}  read  *\n"
+        )
     return path
 
 
@@ -52,8 +54,15 @@ def _token_file(directory) -> str:
 def cluster(etcd_server, database_servers, tmp_path_factory):
     d = tmp_path_factory.mktemp("tokens")
     url, drop = create_database("sqlite", directory=d)
-    c = Cluster(etcd_server.endpoints, url, f"/t{uuid.uuid4().hex[:12]}", SHARDS, 4, str(d),
-                extra_args=["--auth-token-file", _token_file(str(d))])
+    c = Cluster(
+        etcd_server.endpoints,
+        url,
+        f"/t{uuid.uuid4().hex[:12]}",
+        SHARDS,
+        4,
+        str(d),
+        extra_args=["--auth-token-file", _token_file(str(d))],
+    )
     for name in ("n1", "n2", "n3"):
         c.add(name, env={"SHARDCRON_NODE_TOKEN": NODE})
     with stopped_after(c, drop):
@@ -126,8 +135,10 @@ def test_teams_cannot_reach_each_others_jobs_through_any_node(cluster, teams):
 
 
 def test_a_read_token_cannot_write(cluster, teams):
-    with token_client(cluster.nodes["n2"], OPS, "team-a") as admin, \
-            token_client(cluster.nodes["n2"], teams["a-read"], "team-a") as reader:
+    with (
+        token_client(cluster.nodes["n2"], OPS, "team-a") as admin,
+        token_client(cluster.nodes["n2"], teams["a-read"], "team-a") as reader,
+    ):
         ident = _forwarded_from(cluster, "n2", "team-a")
         admin.put_job(hourly_job(ident))
         assert reader.get_job(ident).key.id == ident
@@ -150,15 +161,18 @@ def test_a_watch_of_every_namespace_shows_only_the_callers(cluster, teams):
             b.put_job(hourly_job(ident))
             slot_a = a.trigger_job(ident)
             slot_b = b.trigger_job(ident)
-            wait_until(lambda: succeeded(seen_all, slot_b.job_id), 60,
-                       what="the admin's watcher to see team-b's tick")
+            wait_until(lambda: succeeded(seen_all, slot_b.job_id), 60, what="the admin's watcher to see team-b's tick")
             # team-b's event reached n1's watchers before this trigger; team-a's watcher reads its queue in order.
             again = a.trigger_job(ident)
-            wait_until(lambda: succeeded(seen_a, again.job_id, again.scheduled_at_ms), 60,
-                       what="team-a's watcher to see its second tick")
+            wait_until(
+                lambda: succeeded(seen_a, again.job_id, again.scheduled_at_ms),
+                60,
+                what="team-a's watcher to see its second tick",
+            )
             assert succeeded(seen_a, slot_a.job_id, slot_a.scheduled_at_ms)
-            assert {namespace_of(t.job_id) for t in seen_a} == {"team-a"}, \
+            assert {namespace_of(t.job_id) for t in seen_a} == {"team-a"}, (
                 "team-a's token saw another namespace's ticks"
+            )
             assert succeeded(seen_all, slot_a.job_id)
     finally:
         a.delete_job(ident)
@@ -203,12 +217,22 @@ def test_every_write_is_audited_with_the_tokens_name(cluster, teams):
         a.delete_job(ident)
     # A write is logged by the node that applied it (the leader n1 forwarded it to), once; a refusal where refused.
     leader = next(n for n in cluster.nodes.values() if n is not n1 and f"target={ident}" in n.log_text())
-    wait_until(lambda: "call=DeleteJob token=team-a-" in leader.log_text() and
-               f"namespace=team-a target={ident}" in leader.log_text(), 30, what="the audit lines")
+    wait_until(
+        lambda: (
+            "call=DeleteJob token=team-a-" in leader.log_text()
+            and f"namespace=team-a target={ident}" in leader.log_text()
+        ),
+        30,
+        what="the audit lines",
+    )
     lines = [ln for ln in leader.log_text().splitlines() if f"target={ident}" in ln]
     assert any("call=PutJob" in ln and "namespace=team-a" in ln for ln in lines), lines
-    everywhere = [ln for n in cluster.nodes.values() for ln in n.log_text().splitlines()
-                  if "call=PutJob token=team-a-" in ln and f"target={ident}" in ln]
+    everywhere = [
+        ln
+        for n in cluster.nodes.values()
+        for ln in n.log_text().splitlines()
+        if "call=PutJob token=team-a-" in ln and f"target={ident}" in ln
+    ]
     assert len(everywhere) == 1, everywhere
     refused = [ln for ln in n1.log_text().splitlines() if f"target={ident}" in ln]
     assert any("call=DeleteJob" in ln and "namespace=team-b" in ln and ln.endswith("denied") for ln in refused), refused
@@ -220,8 +244,9 @@ def test_the_cli_creates_lists_and_revokes(cluster):
     name = f"cli-{uuid.uuid4().hex[:6]}"
 
     def cli(*args):
-        return subprocess.run([sys.executable, "-m", "shardcron", "tokens", *args], capture_output=True, text=True,
-                              timeout=60, env=env)
+        return subprocess.run(
+            [sys.executable, "-m", "shardcron", "tokens", *args], capture_output=True, text=True, timeout=60, env=env
+        )
 
     made = cli("create", name, "--role", "write", "--namespaces", "team-a,team-b")
     assert made.returncode == 0, made.stderr
@@ -239,8 +264,15 @@ def test_the_cli_creates_lists_and_revokes(cluster):
 def test_a_forwarded_call_is_not_widened(etcd_server, database_servers, tmp_path):
     """A node whose own token may only read forwards an admin's write: the leader refuses it."""
     url, drop = create_database("sqlite", directory=tmp_path)
-    c = Cluster(etcd_server.endpoints, url, f"/t{uuid.uuid4().hex[:12]}", 4, 4, str(tmp_path),
-                extra_args=["--auth-token-file", _token_file(str(tmp_path))])
+    c = Cluster(
+        etcd_server.endpoints,
+        url,
+        f"/t{uuid.uuid4().hex[:12]}",
+        4,
+        4,
+        str(tmp_path),
+        extra_args=["--auth-token-file", _token_file(str(tmp_path))],
+    )
     try:
         c.add("full", env={"SHARDCRON_NODE_TOKEN": NODE})
         ro = c.add("ro", env={"SHARDCRON_NODE_TOKEN": NODE_RO})
@@ -265,12 +297,18 @@ def test_a_calendar_lists_only_the_jobs_its_reader_may_see(cluster, teams):
 
     name = f"holidays-{uuid.uuid4().hex[:6]}"
     n2 = cluster.nodes["n2"]
-    with token_client(n2, OPS) as admin, token_client(n2, teams["a"], "team-a") as a, \
-            token_client(n2, teams["b"], "team-b") as b:
+    with (
+        token_client(n2, OPS) as admin,
+        token_client(n2, teams["a"], "team-a") as a,
+        token_client(n2, teams["b"], "team-b") as b,
+    ):
         admin.put_calendar(parse_calendar(name, {"exclude_dates": ["2026-12-25"]}))
         for c in (a, b):
-            wait_until(lambda: admitted(c, hourly_job(name, calendars=[name])), 30,
-                       what="the job admitted once its calendar is known where it is admitted")
+            wait_until(
+                lambda: admitted(c, hourly_job(name, calendars=[name])),
+                30,
+                what="the job admitted once its calendar is known where it is admitted",
+            )
         _, jobs = a.get_calendar(name)
         assert [namespace_of(k) for k in jobs] == ["team-a"]
         _, jobs = admin.get_calendar(name)

@@ -72,8 +72,17 @@ def add_job(engine, job_id: str, shard: int = 0, *, node: str = NODE_A, **fields
     return put_job(engine, job, shard=shard, fence=F1, node_id=node, now_ms=T0)
 
 
-def run(engine, job_id: str, slots: list[int], *, shard: int = 0, fence: int = F1, node: str = NODE_A,
-        claimed_at: int | None = None, final: bool = True) -> None:
+def run(
+    engine,
+    job_id: str,
+    slots: list[int],
+    *,
+    shard: int = 0,
+    fence: int = F1,
+    node: str = NODE_A,
+    claimed_at: int | None = None,
+    final: bool = True,
+) -> None:
     """Claim ``slots`` (one lookahead second ahead, or at ``claimed_at``), mark them running
     at their slot, and record success (or leave them running)."""
     if not slots:
@@ -84,8 +93,11 @@ def run(engine, job_id: str, slots: list[int], *, shard: int = 0, fence: int = F
     assert len(got) == len(slots)
     mark_running(engine, [(SlotRef(job_id, s), 1, s) for s in slots], **kw)
     if final:
-        record_results(engine, [(SlotRef(job_id, s), 1, ExecutionResult(True, s, s + 5), TickStatus.SUCCEEDED)
-                                for s in slots], **kw)
+        record_results(
+            engine,
+            [(SlotRef(job_id, s), 1, ExecutionResult(True, s, s + 5), TickStatus.SUCCEEDED) for s in slots],
+            **kw,
+        )
 
 
 def seconds(first: int, last: int) -> range:
@@ -99,10 +111,17 @@ def test_a_clean_history_audits_clean(store, db_url):
     add_job(store, "every-second")
     run(store, "every-second", at(*seconds(1, 60)))
     manual = SlotRef("every-second", T0 + 12_345)  # a manual run: no slot, not owed, not a duplicate
-    claim_ticks(store, [SlotClaim(manual.job_id, manual.scheduled_at_ms, manual=True)], shard=0, fence=F1,
-                node_id=NODE_A, now_ms=manual.scheduled_at_ms)
-    record_results(store, [(manual, 1, ExecutionResult(True, T0 + 12_345, T0 + 12_400), TickStatus.SUCCEEDED)],
-                   shard=0, fence=F1)
+    claim_ticks(
+        store,
+        [SlotClaim(manual.job_id, manual.scheduled_at_ms, manual=True)],
+        shard=0,
+        fence=F1,
+        node_id=NODE_A,
+        now_ms=manual.scheduled_at_ms,
+    )
+    record_results(
+        store, [(manual, 1, ExecutionResult(True, T0 + 12_345, T0 + 12_400), TickStatus.SUCCEEDED)], shard=0, fence=F1
+    )
 
     add_job(store, "every-5s-cron", cron="*/5 * * * * *")
     run(store, "every-5s-cron", at(*range(5, 61, 5)))
@@ -113,8 +132,15 @@ def test_a_clean_history_audits_clean(store, db_url):
     run(store, "caught-up", at(*seconds(1, 20)))
     back = T0 + 40_500
     plan = plan_catch_up(CatchUp.NONE, 10 * S, at(*seconds(21, 40)), back)
-    skip_ticks(store, [SlotClaim("caught-up", s) for s in plan.skip], shard=0, fence=F1, node_id=NODE_A,
-               now_ms=back, reason="catch-up policy")
+    skip_ticks(
+        store,
+        [SlotClaim("caught-up", s) for s in plan.skip],
+        shard=0,
+        fence=F1,
+        node_id=NODE_A,
+        now_ms=back,
+        reason="catch-up policy",
+    )
     run(store, "caught-up", at(*seconds(41, 60)))
 
     add_job(store, "paused")
@@ -196,10 +222,14 @@ def test_stale_fence_rows_are_found(store, db_url):
     raise_fence(store, 0, F2, NODE_B, T0 + 30 * S)
     b = dict(shard=0, fence=F2)
     assert take_over(store, [SlotRef("j", T0 + 27 * S)], node_id=NODE_B, **b) == [SlotRef("j", T0 + 27 * S)]
-    record_results(store, [(SlotRef("j", T0 + 27 * S), 1, ExecutionResult(True, T0 + 31 * S, T0 + 31 * S),
-                            TickStatus.SUCCEEDED)], **b)
-    abandon_ticks(store, [SlotRef("j", s) for s in at(*seconds(21, 26))], now_ms=T0 + 31 * S,
-                  reason="the old leader's run", **b)  # settled; they keep fence F1
+    record_results(
+        store,
+        [(SlotRef("j", T0 + 27 * S), 1, ExecutionResult(True, T0 + 31 * S, T0 + 31 * S), TickStatus.SUCCEEDED)],
+        **b,
+    )
+    abandon_ticks(
+        store, [SlotRef("j", s) for s in at(*seconds(21, 26))], now_ms=T0 + 31 * S, reason="the old leader's run", **b
+    )  # settled; they keep fence F1
     run(store, "j", at(*seconds(28, 60)), node=NODE_B, fence=F2)
 
     report = run_audit(store, from_ms=T0, to_ms=T0 + 60 * S, now_ms=LATER)
@@ -271,11 +301,22 @@ def test_overlap_skips_with_no_run_in_flight_are_false_overlap(store, db_url):
     long_run = T0 + 10 * S
     claim_ticks(store, [SlotClaim("stuck-count", long_run)], shard=0, fence=F1, node_id=NODE_A, now_ms=long_run - S)
     mark_running(store, [(SlotRef("stuck-count", long_run), 1, long_run)], shard=0, fence=F1)
-    record_results(store, [(SlotRef("stuck-count", long_run), 1, ExecutionResult(True, long_run, long_run + 2500),
-                            TickStatus.SUCCEEDED)], shard=0, fence=F1)
+    record_results(
+        store,
+        [(SlotRef("stuck-count", long_run), 1, ExecutionResult(True, long_run, long_run + 2500), TickStatus.SUCCEEDED)],
+        shard=0,
+        fence=F1,
+    )
     for slot in at(*seconds(11, 15)):  # each decided at its slot
-        skip_ticks(store, [SlotClaim("stuck-count", slot)], shard=0, fence=F1, node_id=NODE_A, now_ms=slot,
-                   reason=OVERLAP_SKIP_REASON)
+        skip_ticks(
+            store,
+            [SlotClaim("stuck-count", slot)],
+            shard=0,
+            fence=F1,
+            node_id=NODE_A,
+            now_ms=slot,
+            reason=OVERLAP_SKIP_REASON,
+        )
     run(store, "stuck-count", at(*seconds(16, 60)))
 
     # 11 and 12 overlap the run of 10 (done at 12.5 s), 13 is within the slack; 14 and 15 had nothing to wait for.
@@ -295,10 +336,24 @@ def test_auditing_3000_slots_is_quick(store):
     slots = at(*seconds(1, 60))
     for n in range(50):
         add_job(store, f"job-{n:02}")
-    claim_ticks(store, [SlotClaim(f"job-{n:02}", s) for n in range(50) for s in slots], shard=0, fence=F1,
-                node_id=NODE_A, now_ms=T0)
-    record_results(store, [(SlotRef(f"job-{n:02}", s), 1, ExecutionResult(True, s, s), TickStatus.SUCCEEDED)
-                           for n in range(50) for s in slots], shard=0, fence=F1)
+    claim_ticks(
+        store,
+        [SlotClaim(f"job-{n:02}", s) for n in range(50) for s in slots],
+        shard=0,
+        fence=F1,
+        node_id=NODE_A,
+        now_ms=T0,
+    )
+    record_results(
+        store,
+        [
+            (SlotRef(f"job-{n:02}", s), 1, ExecutionResult(True, s, s), TickStatus.SUCCEEDED)
+            for n in range(50)
+            for s in slots
+        ],
+        shard=0,
+        fence=F1,
+    )
     t0 = time.monotonic()
     report = run_audit(store, from_ms=T0, to_ms=T0 + 60 * S, now_ms=LATER)
     elapsed = time.monotonic() - t0
@@ -308,8 +363,9 @@ def test_auditing_3000_slots_is_quick(store):
 
 def test_the_default_window_is_the_hour_before_now_minus_the_margin(store, db_url):
     now = clock.wall_ms()
-    job = put_job(store, job_from_dict({"id": "recent", "every": "1s"}), shard=0, fence=F1, node_id=NODE_A,
-                  now_ms=now - 100 * S)
+    job = put_job(
+        store, job_from_dict({"id": "recent", "every": "1s"}), shard=0, fence=F1, node_id=NODE_A, now_ms=now - 100 * S
+    )
     slots = [s for s in range(job.active_since_ms // S * S + S, now + 10 * S, S) if s > job.active_since_ms]
     run(store, "recent", slots)
     rc, out, _ = shardcron("audit", "--db", db_url, "--json")
@@ -349,7 +405,10 @@ def test_the_audit_command_through_python_m_shardcron(store, db_url):
     run(store, "gappy", at(*seconds(1, 29), *seconds(31, 60)))
     proc = subprocess.run(
         [sys.executable, "-m", "shardcron", "audit", "--db", db_url, *window()],
-        capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[3],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[3],
     )
     assert (proc.returncode, proc.stderr) == (2, ""), proc.stderr
     assert "gappy" in proc.stdout and proc.stdout.splitlines()[-1] == "FOUND: 1 missing"

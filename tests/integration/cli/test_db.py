@@ -16,8 +16,12 @@ from shardcron.store.schema import VERSION_TABLE, metadata
 from tests.support.commands import admin_command as shardcron
 
 # The newest migration file, as `db current` names it: "0003_calendars (head)".
-HEAD_FILE = sorted(p.stem for p in (Path(__file__).resolve().parents[3] / "shardcron/store/migrations/versions")
-                   .glob("[0-9][0-9][0-9][0-9]_*.py"))[-1]
+HEAD_FILE = sorted(
+    p.stem
+    for p in (Path(__file__).resolve().parents[3] / "shardcron/store/migrations/versions").glob(
+        "[0-9][0-9][0-9][0-9]_*.py"
+    )
+)[-1]
 HEAD = f"{HEAD_FILE} (head)"
 
 
@@ -47,7 +51,10 @@ def test_upgrade_an_empty_database_then_again(db_url):
     assert shardcron("db", "current", "--db", db_url) == (0, f"{HEAD}\n", "")
     # A second upgrade is a no-op.
     assert shardcron("db", "upgrade", "--db", db_url) == (
-        0, f"{masked(db_url)}: already at {HEAD}; nothing to do\n", "")
+        0,
+        f"{masked(db_url)}: already at {HEAD}; nothing to do\n",
+        "",
+    )
     assert shardcron("db", "current", "--db", db_url) == (0, f"{HEAD}\n", "")
 
 
@@ -110,8 +117,9 @@ def test_db_commands_through_python_m_shardcron(fresh_db_url):
     repo = Path(__file__).resolve().parents[3]
 
     def shardcron_process(*argv: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "shardcron", *argv], capture_output=True, text=True,
-                              timeout=60, cwd=repo)
+        return subprocess.run(
+            [sys.executable, "-m", "shardcron", *argv], capture_output=True, text=True, timeout=60, cwd=repo
+        )
 
     up = shardcron_process("db", "upgrade", "--db", url)
     assert (up.returncode, up.stderr) == (0, ""), up.stderr
@@ -139,14 +147,26 @@ def test_a_store_written_at_the_first_revision_upgrades_to_head_with_nothing_los
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "0001")
         with engine.begin() as conn:
-            conn.execute(text("INSERT INTO jobs (id, shard, spec, version, paused, fence, node_id, created_at_ms, "
-                              "updated_at_ms, active_since_ms) VALUES ('nightly', 3, '{}', 1, :no, 7, 'n1', 0, 0, 0)"),
-                         {"no": False})
-            for at, status, manual in [(1000, "succeeded", False), (2000, "claimed", False),
-                                       (3000, "running", False), (4000, "failed", True)]:
-                conn.execute(text("INSERT INTO ticks (job_id, scheduled_at_ms, shard, fence, node_id, status, "
-                                  "attempt, manual) VALUES ('nightly', :at, 3, 7, 'n1', :status, 1, :manual)"),
-                             {"at": at, "status": status, "manual": manual})
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (id, shard, spec, version, paused, fence, node_id, created_at_ms, "
+                    "updated_at_ms, active_since_ms) VALUES ('nightly', 3, '{}', 1, :no, 7, 'n1', 0, 0, 0)"
+                ),
+                {"no": False},
+            )
+            for at, status, manual in [
+                (1000, "succeeded", False),
+                (2000, "claimed", False),
+                (3000, "running", False),
+                (4000, "failed", True),
+            ]:
+                conn.execute(
+                    text(
+                        "INSERT INTO ticks (job_id, scheduled_at_ms, shard, fence, node_id, status, "
+                        "attempt, manual) VALUES ('nightly', :at, 3, 7, 'n1', :status, 1, :manual)"
+                    ),
+                    {"at": at, "status": status, "manual": manual},
+                )
         assert current_revision(engine) == "0001"
 
         rc, out, err = shardcron("db", "upgrade", "--db", db_url)
@@ -155,7 +175,9 @@ def test_a_store_written_at_the_first_revision_upgrades_to_head_with_nothing_los
         with engine.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM ticks")).scalar_one() == 4
         assert [(t.scheduled_at_ms, t.status.value) for t in unresolved_ticks(engine, 3)] == [
-            (2000, "claimed"), (3000, "running")]
+            (2000, "claimed"),
+            (3000, "running"),
+        ]
         assert last_ticks(engine, 3) == {"nightly": 3000}  # the manual run at 4000 is not where it left off
     finally:
         engine.dispose()
@@ -182,11 +204,20 @@ def test_namespaces_arrive_with_every_stored_job_in_default_and_its_usage_counte
         with engine.begin() as conn:
             for job_id, when in specs.items():
                 spec = job_to_json(job_from_dict({"id": job_id, **when}))
-                conn.execute(text("INSERT INTO jobs (id, shard, spec, version, paused, fence, node_id, created_at_ms, "
-                                  "updated_at_ms, active_since_ms) VALUES (:id, 1, :spec, 1, :no, 7, 'n1', 0, 0, 0)"),
-                             {"id": job_id, "spec": spec, "no": False})
-            conn.execute(text("INSERT INTO ticks (job_id, scheduled_at_ms, shard, fence, node_id, status, attempt, "
-                              "manual) VALUES ('every-10s', 1000, 1, 7, 'n1', 'succeeded', 1, :no)"), {"no": False})
+                conn.execute(
+                    text(
+                        "INSERT INTO jobs (id, shard, spec, version, paused, fence, node_id, created_at_ms, "
+                        "updated_at_ms, active_since_ms) VALUES (:id, 1, :spec, 1, :no, 7, 'n1', 0, 0, 0)"
+                    ),
+                    {"id": job_id, "spec": spec, "no": False},
+                )
+            conn.execute(
+                text(
+                    "INSERT INTO ticks (job_id, scheduled_at_ms, shard, fence, node_id, status, attempt, "
+                    "manual) VALUES ('every-10s', 1000, 1, 7, 'n1', 'succeeded', 1, :no)"
+                ),
+                {"no": False},
+            )
 
         rc, out, err = shardcron("db", "upgrade", "--db", db_url)
         assert (rc, err) == (0, ""), err
@@ -194,8 +225,13 @@ def test_namespaces_arrive_with_every_stored_job_in_default_and_its_usage_counte
         with engine.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM ticks")).scalar_one() == 1
             assert sorted(conn.execute(text("SELECT id, namespace FROM jobs")).all()) == [
-                ("every-10s", "default"), ("minutely", "default"), ("once", "default")]
-            row = conn.execute(text("SELECT weight, jobs, slots_per_second FROM namespaces WHERE name = 'default'")).one()
+                ("every-10s", "default"),
+                ("minutely", "default"),
+                ("once", "default"),
+            ]
+            row = conn.execute(
+                text("SELECT weight, jobs, slots_per_second FROM namespaces WHERE name = 'default'")
+            ).one()
         assert (row.weight, row.jobs, Fraction(row.slots_per_second)) == (1.0, 3, Fraction(1, 10) + Fraction(1, 60))
         assert get_job(engine, "minutely").schedule.cron == "0 * * * * *"
         assert {j.id for j in list_jobs(engine, namespaces={"default"})} == set(specs)

@@ -22,13 +22,16 @@ def test_prune_by_hand_keeps_unfinished_and_newest_ticks_and_records_the_horizon
 
     # Again, with an older time: nothing to do, and the horizon stays where it was.
     assert admin_command("db", "prune", "--db", db_url, "--before", str(2 * MIN))[:2] == (
-        0, "pruned 0 ticks scheduled before 1970-01-01T00:02:00.000Z; horizon recorded on every shard\n")
+        0,
+        "pruned 0 ticks scheduled before 1970-01-01T00:02:00.000Z; horizon recorded on every shard\n",
+    )
     assert shard_horizons_by_shard(led) == {0: 6 * MIN, 1: 6 * MIN}
 
     rc, out, _ = admin_command("audit", "--db", db_url, "--from", "0", "--to", str(10 * MIN), "--job", "j")
     assert "4 pruned by retention" in out and "retention: this window is partially pruned" in out
-    report = json.loads(admin_command("audit", "--db", db_url, "--from", "0", "--to", str(10 * MIN), "--job", "j",
-                                       "--json")[1])
+    report = json.loads(
+        admin_command("audit", "--db", db_url, "--from", "0", "--to", str(10 * MIN), "--job", "j", "--json")[1]
+    )
     assert (report["missing"], report["pruned"], report["retention"]) == ([], 4, "partially pruned")
 
 
@@ -43,10 +46,13 @@ def test_the_horizon_is_held_back_to_the_catch_up_window(led, db_url):
     assert now - 3_600_000 <= shard_horizons_by_shard(led)[0] <= after - 3_600_000  # jobs' default window, 1h
 
 
-@pytest.mark.parametrize("args, says", [
-    (["--before", "yesterday"], "--before: expected ISO-8601"),
-    (["--before", "2999-01-01T00:00:00Z"], "--before: must not be in the future"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--before", "yesterday"], "--before: expected ISO-8601"),
+        (["--before", "2999-01-01T00:00:00Z"], "--before: must not be in the future"),
+    ],
+)
 def test_bad_input_is_one_line_naming_the_flag(store_engine, db_url, args, says):
     rc, out, err = admin_command("db", "prune", "--db", db_url, *args)
     assert (rc, out) == (1, "") and says in err and err.count("\n") == 1, err

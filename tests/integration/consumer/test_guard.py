@@ -187,18 +187,45 @@ def test_celery_task_runs_once_per_slot(worker_env, job_id):
     # The same slot twice (a successor's retry), then a deposed leader's message for a new slot.
     results = [
         app.send_task(dedupe_app.CELERY_TASK, args=[job_id, "a"], queue=queue, headers=tick_fields(ctx)),
-        app.send_task(dedupe_app.CELERY_TASK, args=[job_id, "b"], queue=queue,
-                      headers=tick_fields(TickContext(**{**ctx.__dict__, "attempt": 2}))),
-        app.send_task(dedupe_app.CELERY_TASK, args=[job_id, "c"], queue=queue,
-                      headers=tick_fields(TickContext(**{**ctx.__dict__, "scheduled_at_ms": 1, "fence": 8}))),
+        app.send_task(
+            dedupe_app.CELERY_TASK,
+            args=[job_id, "b"],
+            queue=queue,
+            headers=tick_fields(TickContext(**{**ctx.__dict__, "attempt": 2})),
+        ),
+        app.send_task(
+            dedupe_app.CELERY_TASK,
+            args=[job_id, "c"],
+            queue=queue,
+            headers=tick_fields(TickContext(**{**ctx.__dict__, "scheduled_at_ms": 1, "fence": 8})),
+        ),
         # The old nested form, which Celery exposes only in task.request.headers.
         app.send_task(dedupe_app.CELERY_TASK, args=[job_id, "d"], queue=queue, headers={"headers": tick_fields(ctx)}),
     ]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tests.support.workers.dedupe_app", "worker", "-Q", queue,
-         "--pool", "solo", "-n", f"{queue}@%h", "--without-heartbeat", "--without-gossip", "--without-mingle",
-         "--loglevel", "INFO"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.support.workers.dedupe_app",
+            "worker",
+            "-Q",
+            queue,
+            "--pool",
+            "solo",
+            "-n",
+            f"{queue}@%h",
+            "--without-heartbeat",
+            "--without-gossip",
+            "--without-mingle",
+            "--loglevel",
+            "INFO",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     try:
         outcomes = [r.get(timeout=90) for r in results]
@@ -218,11 +245,17 @@ def test_rq_job_runs_once_per_slot(worker_env, job_id):
     meta = {"shardcron": tick_fields(_ctx(job_id))}
     # Two jobs of the same slot under different ids: what a broker without dedupe would deliver.
     for suffix in ("a", "b"):
-        queue.enqueue_job(queue.create_job(dedupe_app.rq_task, args=[job_id, suffix], meta=meta,
-                                           job_id=f"{slot_uuid(_ctx(job_id))}-{suffix}"))
+        queue.enqueue_job(
+            queue.create_job(
+                dedupe_app.rq_task, args=[job_id, suffix], meta=meta, job_id=f"{slot_uuid(_ctx(job_id))}-{suffix}"
+            )
+        )
     proc = subprocess.run(
         [sys.executable, "-m", "rq.cli", "worker", "--burst", "--url", REDIS_URL, queue.name],
-        cwd=ROOT, env=env, capture_output=True, timeout=120,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=120,
     )
     log = proc.stdout.decode(errors="replace") + proc.stderr.decode(errors="replace")
     assert proc.returncode == 0, log
@@ -245,10 +278,17 @@ def test_arq_function_runs_once_per_slot(worker_env, job_id, monkeypatch):
         pool = await create_pool(settings, default_queue_name=queue)
         try:
             for suffix in ("a", "b"):  # distinct arq job ids, so arq's own dedupe does not hide the second
-                await pool.enqueue_job("arq_task", job_id, suffix, tick=tick_fields(_ctx(job_id)),
-                                       _job_id=f"{job_id}-{suffix}")
-            worker = Worker(functions=[dedupe_app.arq_task], redis_pool=pool, queue_name=queue, burst=True,
-                            handle_signals=False, poll_delay=0.1)
+                await pool.enqueue_job(
+                    "arq_task", job_id, suffix, tick=tick_fields(_ctx(job_id)), _job_id=f"{job_id}-{suffix}"
+                )
+            worker = Worker(
+                functions=[dedupe_app.arq_task],
+                redis_pool=pool,
+                queue_name=queue,
+                burst=True,
+                handle_signals=False,
+                poll_delay=0.1,
+            )
             await worker.main()
             assert (worker.jobs_complete, worker.jobs_failed) == (2, 0)
         finally:

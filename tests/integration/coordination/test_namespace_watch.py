@@ -66,8 +66,11 @@ def test_a_write_on_another_node_reaches_this_one_through_the_bump(engine, etcd,
         assert here.calls[-1]["team-a"] == NamespaceSettings(3.0, Quota(max_running=2))
         ns.update_namespace(engine, "team-a", quota={"max_slots_per_second": Fraction(1, 3)}, node_id="b", now_ms=2)
         other.bump("team-a", 2)
-        wait_until(lambda: here.calls[-1]["team-a"].quota.max_slots_per_second == Fraction(1, 3), 30,
-                   what="the update reloaded")
+        wait_until(
+            lambda: here.calls[-1]["team-a"].quota.max_slots_per_second == Fraction(1, 3),
+            30,
+            what="the update reloaded",
+        )
         calls, reloads = len(here.calls), watch.reloads
         other.bump("team-a", 3)  # nothing changed in the store: the scheduler is not bothered
         wait_until(lambda: watch.reloads > reloads, 30, what="the reload the bump brings")

@@ -21,12 +21,12 @@ def shardcron(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "shardcron", *args], capture_output=True, text=True, timeout=timeout)
 
 
-def test_reshard_up_and_down_under_load_keeps_every_slot_exactly_once(tmp_path, etcd_server, etcd_prefix,
-                                                                      fresh_db_url):
+def test_reshard_up_and_down_under_load_keeps_every_slot_exactly_once(tmp_path, etcd_server, etcd_prefix, fresh_db_url):
     db = fresh_db_url("postgresql")
     jobs = tmp_path / "jobs.json"
-    jobs.write_text(json.dumps({"jobs": [{"id": f"r-{i:03d}", "every": "1s", "executor": {"kind": "noop"}}
-                                         for i in range(60)]}))
+    jobs.write_text(
+        json.dumps({"jobs": [{"id": f"r-{i:03d}", "every": "1s", "executor": {"kind": "noop"}} for i in range(60)]})
+    )
     c = Cluster(etcd_server.endpoints, db, etcd_prefix, 16, TTL, str(tmp_path), extra_args=["--jobs", str(jobs)])
     etcd_args = ["--etcd", etcd_server.endpoints, "--prefix", etcd_prefix]
     with stopped_after(c):

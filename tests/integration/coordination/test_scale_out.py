@@ -23,14 +23,25 @@ SHARDS = 64
 JOBS = 300
 
 
-def test_join_crash_drain_under_load_moves_few_shards_and_keeps_every_slot(tmp_path, etcd_server, etcd_prefix,
-                                                                          fresh_db_url):
+def test_join_crash_drain_under_load_moves_few_shards_and_keeps_every_slot(
+    tmp_path, etcd_server, etcd_prefix, fresh_db_url
+):
     db = fresh_db_url("postgresql")
     jobs = tmp_path / "jobs.json"
-    jobs.write_text(json.dumps({"jobs": [{"id": f"load-{i:03d}", "every": "1s", "executor": {"kind": "noop"}}
-                                         for i in range(JOBS)]}))
-    c = Cluster(etcd_server.endpoints, db, etcd_prefix, SHARDS, TTL, str(tmp_path),
-                extra_args=["--jobs", str(jobs), "--settle", "1"])
+    jobs.write_text(
+        json.dumps(
+            {"jobs": [{"id": f"load-{i:03d}", "every": "1s", "executor": {"kind": "noop"}} for i in range(JOBS)]}
+        )
+    )
+    c = Cluster(
+        etcd_server.endpoints,
+        db,
+        etcd_prefix,
+        SHARDS,
+        TTL,
+        str(tmp_path),
+        extra_args=["--jobs", str(jobs), "--settle", "1"],
+    )
     with stopped_after(c):
         c.add("n0")
         leaders = c.wait_all_led(90, by={"n0"})
@@ -53,12 +64,14 @@ def test_join_crash_drain_under_load_moves_few_shards_and_keeps_every_slot(tmp_p
                 bound = math.ceil(SHARDS / len(members)) + 2
                 assert sum(moves.values()) <= bound, (
                     f"joining {new} changed {sum(moves.values())} leaders before the first settled map; at most "
-                    f"{bound} may change: {moves}")
+                    f"{bound} may change: {moves}"
+                )
                 assert all(n == 1 for n in moves.values()), f"shards that moved more than once: {moves}"
                 moved_to = {history.leaders_at(settled)[s] for s in moves}
                 assert moved_to == {new}, f"joining {new} moved shards between the old nodes: {moved_to}"
-                print(f"joining {new}: {sum(moves.values())} leaders changed up to the first settled map "
-                      f"(bound {bound})")
+                print(
+                    f"joining {new}: {sum(moves.values())} leaders changed up to the first settled map (bound {bound})"
+                )
 
         c.nodes["n1"].kill()
         members.discard("n1")
@@ -66,8 +79,22 @@ def test_join_crash_drain_under_load_moves_few_shards_and_keeps_every_slot(tmp_p
         by_node = {n: list(leaders.values()).count(n) for n in members}
         assert max(by_node.values()) - min(by_node.values()) <= 1, f"a crashed node's shards pile up: {by_node}"
 
-        out = subprocess.run([sys.executable, "-m", "shardcron", "drain", "n2", "--etcd", etcd_server.endpoints,
-                              "--prefix", etcd_prefix], capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "shardcron",
+                "drain",
+                "n2",
+                "--etcd",
+                etcd_server.endpoints,
+                "--prefix",
+                etcd_prefix,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 0, out.stderr
         members.discard("n2")
         c.wait_balanced(members, 2 * TTL + 60)
@@ -87,12 +114,20 @@ def balanced_over(members: set[str]):
             return False
         lo, hi = fair_share(len(leaders), len(members))
         return all(lo <= list(leaders.values()).count(m) <= hi for m in members)
+
     return ok
 
 
 def test_a_quick_restart_inside_the_settle_window_does_not_move_shards_twice(tmp_path, etcd_server, etcd_prefix):
-    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/s.db", etcd_prefix, 16, TTL, str(tmp_path),
-                extra_args=["--settle", "8"])
+    c = Cluster(
+        etcd_server.endpoints,
+        f"sqlite:///{tmp_path}/s.db",
+        etcd_prefix,
+        16,
+        TTL,
+        str(tmp_path),
+        extra_args=["--settle", "8"],
+    )
     everyone = {"n0", "n1", "n2"}
     with stopped_after(c):
         # Grown one node at a time, each join settled, so that `before` is a placement the

@@ -47,9 +47,9 @@ def _events(response: httpx.Response, within_s: float = 60) -> Iterator[tuple[st
     for line in response.iter_lines():
         assert time.monotonic() < deadline, f"the event stream went on for {within_s} s"
         if line.startswith("event: "):
-            name = line[len("event: "):]
+            name = line[len("event: ") :]
         elif line.startswith("data: "):
-            data.append(line[len("data: "):])
+            data.append(line[len("data: ") :])
         elif not line and name:
             yield name, "\n".join(data)
             name, data = "", []
@@ -59,11 +59,29 @@ def test_tls_bearer_tokens_and_the_shared_metrics_port(tmp_path, etcd_server):
     pki = make_pki(tmp_path)
     (tmp_path / "tokens").write_text(f"admin {hash_secret(ADMIN)} admin *\nreader {hash_secret(READER)} read *\n")
     port = free_port()
-    flags = ["--tls-cert", pki["server.pem"], "--tls-key", pki["server-key.pem"], "--tls-ca", pki["ca.pem"],
-             "--auth-token-file", str(tmp_path / "tokens"), "--http-listen", f"127.0.0.1:{port}",
-             "--metrics-listen", f"127.0.0.1:{port}"]
-    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/s.db", f"/t{uuid.uuid4().hex[:12]}", 2, 4,
-                str(tmp_path), extra_args=flags)
+    flags = [
+        "--tls-cert",
+        pki["server.pem"],
+        "--tls-key",
+        pki["server-key.pem"],
+        "--tls-ca",
+        pki["ca.pem"],
+        "--auth-token-file",
+        str(tmp_path / "tokens"),
+        "--http-listen",
+        f"127.0.0.1:{port}",
+        "--metrics-listen",
+        f"127.0.0.1:{port}",
+    ]
+    c = Cluster(
+        etcd_server.endpoints,
+        f"sqlite:///{tmp_path}/s.db",
+        f"/t{uuid.uuid4().hex[:12]}",
+        2,
+        4,
+        str(tmp_path),
+        extra_args=flags,
+    )
     node = c.add("n0", env={"SHARDCRON_NODE_TOKEN": ADMIN})
     base = f"https://127.0.0.1:{port}"
     trust = ssl.create_default_context(cafile=pki["ca.pem"])
@@ -83,18 +101,28 @@ def test_tls_bearer_tokens_and_the_shared_metrics_port(tmp_path, etcd_server):
             assert listed.status_code == 200 and 'data-job="visible"' in listed.text
             assert "set-cookie" not in listed.headers, "a bearer request opens no session"
             # A script with a read token is refused a write, with the API's reason and status.
-            refused = http.post("/job/pause", data={"id": "visible", "namespace": "default"},
-                                headers={"Authorization": f"Bearer {READER}"})
+            refused = http.post(
+                "/job/pause",
+                data={"id": "visible", "namespace": "default"},
+                headers={"Authorization": f"Bearer {READER}"},
+            )
             assert refused.status_code == 403 and "needs role write" in refused.text
-            done = http.post("/job/pause", data={"id": "visible", "namespace": "default"},
-                             headers={"Authorization": f"Bearer {ADMIN}"})
+            done = http.post(
+                "/job/pause",
+                data={"id": "visible", "namespace": "default"},
+                headers={"Authorization": f"Bearer {ADMIN}"},
+            )
             assert done.status_code == 200 and "paused" in done.text
             # A backfill from the form's fields; a bad field is named, not a crash.
             admin = {"Authorization": f"Bearer {ADMIN}"}
-            form = {"id": "visible", "namespace": "default", "from": "2026-01-01T00:00:00Z",
-                    "to": "2026-01-01T03:00:00Z", "rate": "5"}
-            for field, bad, named in (("rate", "fast", "rate:"), ("rate", "0", "rate:"),
-                                      ("from", "yesterday", "from")):
+            form = {
+                "id": "visible",
+                "namespace": "default",
+                "from": "2026-01-01T00:00:00Z",
+                "to": "2026-01-01T03:00:00Z",
+                "rate": "5",
+            }
+            for field, bad, named in (("rate", "fast", "rate:"), ("rate", "0", "rate:"), ("from", "yesterday", "from")):
                 refused = http.post("/job/backfill", data={**form, field: bad}, headers=admin)
                 assert refused.status_code == 400 and named in refused.text, (field, bad, refused.text)
             started = http.post("/job/backfill", data=form, headers=admin)
@@ -111,8 +139,9 @@ def test_tls_bearer_tokens_and_the_shared_metrics_port(tmp_path, etcd_server):
             # The form without script: a plain POST with the session's CSRF field, then back to the job.
             job_page = http.get("/job?namespace=default&id=visible").text
             csrf = re.search(r'name="csrf" value="([^"]+)"', job_page).group(1)
-            resumed = http.post("/job/resume", data={"id": "visible", "namespace": "default", "csrf": csrf},
-                                headers={"Origin": base})
+            resumed = http.post(
+                "/job/resume", data={"id": "visible", "namespace": "default", "csrf": csrf}, headers={"Origin": base}
+            )
             assert resumed.status_code == 303 and resumed.headers["location"] == "/job?namespace=default&id=visible"
             assert 'id="job-state">active<' in http.get(resumed.headers["location"]).text
             # A session ends when its token is revoked, at its next request.
@@ -129,8 +158,9 @@ def test_tls_bearer_tokens_and_the_shared_metrics_port(tmp_path, etcd_server):
                     assert rest, "the stream ended at once, without saying why"
                     last = rest[-1][1]
                     assert "has been revoked" in last and 'id="shard-grid"' not in last, rest
-                    wait_until(lambda: other.get("/jobs").status_code == 303, 30, 0.2,
-                               "the revoked token's session to end")
+                    wait_until(
+                        lambda: other.get("/jobs").status_code == 303, 30, 0.2, "the revoked token's session to end"
+                    )
                     assert other.get("/jobs").headers["location"].startswith("/login")
             # /metrics shares the port, open as the metrics port always is (Prometheus sends no token).
             metrics = http.get("/metrics")
@@ -139,8 +169,15 @@ def test_tls_bearer_tokens_and_the_shared_metrics_port(tmp_path, etcd_server):
 
 def test_a_node_without_tokens_serves_a_session_for_csrf_and_says_it_is_open(tmp_path, etcd_server):
     port = free_port()
-    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/s.db", f"/t{uuid.uuid4().hex[:12]}", 2, 4,
-                str(tmp_path), extra_args=["--http-listen", f"127.0.0.1:{port}"])
+    c = Cluster(
+        etcd_server.endpoints,
+        f"sqlite:///{tmp_path}/s.db",
+        f"/t{uuid.uuid4().hex[:12]}",
+        2,
+        4,
+        str(tmp_path),
+        extra_args=["--http-listen", f"127.0.0.1:{port}"],
+    )
     c.add("n0")
     base = f"http://127.0.0.1:{port}"
     with stopped_after(c):
@@ -163,22 +200,35 @@ def test_a_dashboards_cluster_streams_share_one_reader_of_the_map(tmp_path, etcd
     """Two visitors, each with a token of their own, follow one reading of the map, which stops with the last."""
     tokens = tmp_path / "tokens"
     tokens.write_text(f"admin {hash_secret(ADMIN)} admin *\nreader {hash_secret(READER)} read *\n")
-    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/s.db", f"/t{uuid.uuid4().hex[:12]}", 2, 4,
-                str(tmp_path), extra_args=["--auth-token-file", str(tokens)])
+    c = Cluster(
+        etcd_server.endpoints,
+        f"sqlite:///{tmp_path}/s.db",
+        f"/t{uuid.uuid4().hex[:12]}",
+        2,
+        4,
+        str(tmp_path),
+        extra_args=["--auth-token-file", str(tokens)],
+    )
     node = c.add("n0", env={"SHARDCRON_NODE_TOKEN": ADMIN})
     with stopped_after(c):
         c.wait_all_led(90)
         # A dashboard in this process, over the node's API, so that its reader can be watched.
-        dashboard = Dashboard(node_id="n0", api_target=node.address, forward_security=None,
-                              tokens=NodeTokens(load_tokens(str(tokens))[0]),
-                              history=MetricsHistory(CollectorRegistry()))
+        dashboard = Dashboard(
+            node_id="n0",
+            api_target=node.address,
+            forward_security=None,
+            tokens=NodeTokens(load_tokens(str(tokens))[0]),
+            history=MetricsHistory(CollectorRegistry()),
+        )
         port = free_port()
         server = DashboardServer(dashboard, f"127.0.0.1:{port}").start()
         feed = dashboard.streams.map_feed
         try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http, \
-                    http.stream("GET", "/events/cluster", headers={"Authorization": f"Bearer {ADMIN}"}) as a, \
-                    http.stream("GET", "/events/cluster", headers={"Authorization": f"Bearer {READER}"}) as b:
+            with (
+                httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http,
+                http.stream("GET", "/events/cluster", headers={"Authorization": f"Bearer {ADMIN}"}) as a,
+                http.stream("GET", "/events/cluster", headers={"Authorization": f"Bearer {READER}"}) as b,
+            ):
                 pages = [_events(a, 120), _events(b, 120)]
                 for page in pages:
                     assert 'id="shard-grid"' in next(page)[1], "each stream's first reading is its own"
@@ -187,8 +237,12 @@ def test_a_dashboards_cluster_streams_share_one_reader_of_the_map(tmp_path, etcd
                 c.add("n1", env={"SHARDCRON_NODE_TOKEN": ADMIN})
                 for page in pages:  # a change of the map reaches both, from the one reader
                     assert any('data-node="n1"' in html for _, html in page), "n1 never appeared"
-            wait_until(lambda: feed.followers == 0 and not feed.reading, 30, 0.05,
-                       "the reader to stop when no cluster page is open")
+            wait_until(
+                lambda: feed.followers == 0 and not feed.reading,
+                30,
+                0.05,
+                "the reader to stop when no cluster page is open",
+            )
         finally:
             server.stop()
 
@@ -202,15 +256,13 @@ def test_a_taken_port_and_a_missing_extra_are_clear_errors(tmp_path, etcd_server
     shim = tmp_path / "shim"
     shim.mkdir()
     (shim / "jinja2.py").write_text("raise ImportError('No module named jinja2')\n")
-    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/s.db", f"/t{uuid.uuid4().hex[:12]}", 2, 4,
-                str(tmp_path))
+    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/s.db", f"/t{uuid.uuid4().hex[:12]}", 2, 4, str(tmp_path))
     try:
         busy = c.add("busy", extra_args=["--http-listen", f"127.0.0.1:{port}"])
         assert busy.proc.wait(90) != 0
         text = busy.log_text()
         assert f"--http-listen 127.0.0.1:{port}" in text and "Traceback" not in text, text[-3000:]
-        bare = c.add("bare", extra_args=["--http-listen", f"127.0.0.1:{free_port()}"],
-                     env={"PYTHONPATH": str(shim)})
+        bare = c.add("bare", extra_args=["--http-listen", f"127.0.0.1:{free_port()}"], env={"PYTHONPATH": str(shim)})
         assert bare.proc.wait(90) != 0
         text = bare.log_text()
         assert "'dashboard' extra" in text and "pip install 'shardcron[dashboard]'" in text, text[-3000:]
@@ -225,9 +277,15 @@ def test_tokens_forms_and_redirects_are_read_strictly(tmp_path, etcd_server):
     a login only to a path of its own, and refuses an oversized field or body by name."""
     (tmp_path / "tokens").write_text(f"admin {hash_secret(ADMIN)} admin *\n")
     port = free_port()
-    c = Cluster(etcd_server.endpoints, f"sqlite:///{tmp_path}/s.db", f"/t{uuid.uuid4().hex[:12]}", 2, 4,
-                str(tmp_path), extra_args=["--auth-token-file", str(tmp_path / "tokens"),
-                                           "--http-listen", f"127.0.0.1:{port}"])
+    c = Cluster(
+        etcd_server.endpoints,
+        f"sqlite:///{tmp_path}/s.db",
+        f"/t{uuid.uuid4().hex[:12]}",
+        2,
+        4,
+        str(tmp_path),
+        extra_args=["--auth-token-file", str(tmp_path / "tokens"), "--http-listen", f"127.0.0.1:{port}"],
+    )
     node = c.add("n0", env={"SHARDCRON_NODE_TOKEN": ADMIN})
     base = f"http://127.0.0.1:{port}"
     with stopped_after(c):
@@ -244,8 +302,13 @@ def test_tokens_forms_and_redirects_are_read_strictly(tmp_path, etcd_server):
                     login = browser.post("/login", data={"token": token, "next": "/jobs"})
                     assert login.status_code == 303 and login.headers["location"] == "/jobs", repr(token)
             # The open redirect of the finding, and its cousins: each lands on this site's root.
-            for target in ("/\t/evil.example/phish", "//evil.example/phish", "/\\evil.example", "https://evil.example",
-                           "/%2F/evil.example"):
+            for target in (
+                "/\t/evil.example/phish",
+                "//evil.example/phish",
+                "/\\evil.example",
+                "https://evil.example",
+                "/%2F/evil.example",
+            ):
                 with httpx.Client(base_url=base, timeout=30) as browser:
                     login = browser.post("/login", data={"token": ADMIN, "next": target})
                     assert login.status_code == 303 and login.headers["location"] == "/", (target, login.headers)
@@ -253,14 +316,21 @@ def test_tokens_forms_and_redirects_are_read_strictly(tmp_path, etcd_server):
             assert "evil.example" not in page
             admin = {"Authorization": f"Bearer {ADMIN}"}
             for name, limit in (("id", 256), ("namespace", 64), ("from", 64), ("rate", 32)):
-                form = {"id": "visible", "namespace": "default", "from": "2026-01-01T00:00:00Z",
-                        "to": "2026-01-01T03:00:00Z", "rate": "5", name: "x" * (limit + 1)}
+                form = {
+                    "id": "visible",
+                    "namespace": "default",
+                    "from": "2026-01-01T00:00:00Z",
+                    "to": "2026-01-01T03:00:00Z",
+                    "rate": "5",
+                    name: "x" * (limit + 1),
+                }
                 refused = http.post("/job/backfill", data=form, headers=admin)
                 assert refused.status_code == 400, (name, refused.text)
                 assert f"{name}: at most {limit} characters, got {limit + 1}" in refused.text, refused.text
                 assert "x" * 40 not in refused.text, "the value is not echoed"
             too_long = http.get("/events/job", params={"id": "x" * 300}, headers=admin)
             assert too_long.status_code == 400 and "id: at most 256 characters" in too_long.text
-            huge = http.post("/job/pause", data={"id": "visible", "namespace": "default", "pad": "x" * 100_000},
-                             headers=admin)
+            huge = http.post(
+                "/job/pause", data={"id": "visible", "namespace": "default", "pad": "x" * 100_000}, headers=admin
+            )
             assert huge.status_code == 413, huge.status_code

@@ -37,8 +37,9 @@ SHARDS = 256
 def test_three_nodes_hold_100k_jobs_over_256_shards(tmp_path, etcd_server, fresh_db_url):
     db = fresh_db_url("postgresql")
     started_ms = int(time.time() * 1000)
-    with BenchEnv(nodes=3, shards=SHARDS, ttl=10, db=db, etcd=etcd_server.endpoints,
-                  workdir=str(tmp_path / "bench")) as env:
+    with BenchEnv(
+        nodes=3, shards=SHARDS, ttl=10, db=db, etcd=etcd_server.endpoints, workdir=str(tmp_path / "bench")
+    ) as env:
         figures = at_size.run(env, JOBS)
         print("\n" + tabulate(at_size.render(figures), headers=["at size", "measured", "target"]))
         cluster = env.cluster
@@ -53,8 +54,11 @@ def test_three_nodes_hold_100k_jobs_over_256_shards(tmp_path, etcd_server, fresh
                 stored = c.execute(select(func.count()).select_from(jobs_table)).scalar()
             counts = job_reads.count_jobs_by_shard(engine)
             with engine.connect() as c:  # when the last ticking job began to owe slots
-                ticking_since_ms = c.execute(select(func.max(jobs_table.c.active_since_ms)).where(
-                    jobs_table.c.id.in_([at_size.job_id(i) for i in range(at_size.TICKING)]))).scalar()
+                ticking_since_ms = c.execute(
+                    select(func.max(jobs_table.c.active_since_ms)).where(
+                        jobs_table.c.id.in_([at_size.job_id(i) for i in range(at_size.TICKING)])
+                    )
+                ).scalar()
         finally:
             engine.dispose()
         assert stored == JOBS == len({r.id for r in rows})
@@ -68,7 +72,12 @@ def test_three_nodes_hold_100k_jobs_over_256_shards(tmp_path, etcd_server, fresh
         # The dashboard's job list pages at size: a full first page where 50 or more match, none paused.
         pages = figures["dashboard_jobs"]
         assert {name: p["rows"] for name, p in pages.items()} == {
-            "every job": 50, "search by id": 50, f"shard {listing['shard']}": 50, "label team=t7": 50, "paused": 0}
+            "every job": 50,
+            "search by id": 50,
+            f"shard {listing['shard']}": 50,
+            "label team=t7": 50,
+            "paused": 0,
+        }
 
         # `shards` (etcd alone) shows every shard led and, once the leaders have
         # proclaimed their counts, every job. The run returns once the drain is undone

@@ -20,9 +20,30 @@ REDIS = "redis://127.0.0.1:6379/0"
 
 def test_redis_stream_dispatch_is_counted_exactly_and_cleaned_up(tmp_path):
     out_file = tmp_path / "figures.json"
-    out = subprocess.run([sys.executable, "-m", "shardcron", "bench", "dispatch", "--kind", "redis-stream",
-                          "--rates", "20", "--seconds", "3", "--shards", "4", "--broker", REDIS,
-                          "--json", str(out_file)], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shardcron",
+            "bench",
+            "dispatch",
+            "--kind",
+            "redis-stream",
+            "--rates",
+            "20",
+            "--seconds",
+            "3",
+            "--shards",
+            "4",
+            "--broker",
+            REDIS,
+            "--json",
+            str(out_file),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     assert "Traceback" not in out.stderr
     assert "target: >= 2000/s to redis-stream" in out.stdout  # the table and its verdict were printed

@@ -15,8 +15,12 @@ pytestmark = pytest.mark.cluster
 
 def run_bench(tmp_path, *args: str) -> tuple[dict, str]:
     out_file = tmp_path / "figures.json"
-    out = subprocess.run([sys.executable, "-m", "shardcron", "bench", *args, "--json", str(out_file)],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "shardcron", "bench", *args, "--json", str(out_file)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     assert "Traceback" not in out.stderr
     return json.loads(out_file.read_text())["shardcron"], out.stdout
@@ -31,8 +35,9 @@ def assert_every_tick_once(m: dict) -> None:
 
 
 def test_precision_quiet_and_beside_a_cpu_neighbour(tmp_path):
-    f, printed = run_bench(tmp_path, "precision", "--jobs", "50", "--seconds", "3", "--shards", "8",
-                           "--neighbour", "cpu")
+    f, printed = run_bench(
+        tmp_path, "precision", "--jobs", "50", "--seconds", "3", "--shards", "8", "--neighbour", "cpu"
+    )
     assert f["neighbour"] == "cpu"
     assert_every_tick_once(f)
     assert_every_tick_once(f["loaded"])
@@ -52,8 +57,20 @@ def test_precision_quiet_and_beside_a_cpu_neighbour(tmp_path):
 
 
 def test_scale_steps_each_node_count_on_postgresql(tmp_path, fresh_db_url):
-    f, printed = run_bench(tmp_path, "scale", "--nodes", "1,2", "--rates", "20,40", "--seconds", "3",
-                           "--shards", "8", "--db", fresh_db_url("postgresql"))
+    f, printed = run_bench(
+        tmp_path,
+        "scale",
+        "--nodes",
+        "1,2",
+        "--rates",
+        "20,40",
+        "--seconds",
+        "3",
+        "--shards",
+        "8",
+        "--db",
+        fresh_db_url("postgresql"),
+    )
     assert [c["nodes"] for c in f["node_counts"]] == [1, 2]
     assert "statements: sent by the nodes" in printed
     for c in f["node_counts"]:
@@ -71,14 +88,22 @@ def test_scale_steps_each_node_count_on_postgresql(tmp_path, fresh_db_url):
     assert "1 node: " in printed and "2 nodes: " in printed
 
 
-@pytest.mark.parametrize("args, named", [
-    (["scale", "--nodes", "1"], "--db"),
-    (["scale", "--nodes", "1", "--db", "sqlite:///x.db"], "--db"),
-    (["throughput", "--neighbour", "cpu"], "--neighbour"),
-    (["precision", "--nodes", "1,2"], "--nodes"),
-])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["scale", "--nodes", "1"], "--db"),
+        (["scale", "--nodes", "1", "--db", "sqlite:///x.db"], "--db"),
+        (["throughput", "--neighbour", "cpu"], "--neighbour"),
+        (["precision", "--nodes", "1,2"], "--nodes"),
+    ],
+)
 def test_misuse_is_refused_naming_the_flag(tmp_path, args, named):
-    out = subprocess.run([sys.executable, "-m", "shardcron", "bench", *args, "--seconds", "1"],
-                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-m", "shardcron", "bench", *args, "--seconds", "1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert out.returncode != 0
     assert named in out.stderr and "Traceback" not in out.stderr

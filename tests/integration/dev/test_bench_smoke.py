@@ -13,8 +13,12 @@ pytestmark = pytest.mark.cluster
 
 def bench(tmp_path, *args: str) -> dict:
     out_file = tmp_path / "figures.json"
-    out = subprocess.run([sys.executable, "-m", "shardcron", "bench", *args, "--json", str(out_file)],
-                         capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-m", "shardcron", "bench", *args, "--json", str(out_file)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     assert "Traceback" not in out.stderr
     return json.loads(out_file.read_text())
@@ -30,8 +34,20 @@ def sane_ticks(f: dict) -> None:
 
 @pytest.mark.parametrize("peer_store", ["memory", "sqlite"])
 def test_precision_with_the_apscheduler_peer(tmp_path, peer_store):
-    f = bench(tmp_path, "precision", "--jobs", "50", "--seconds", "3", "--shards", "8", "--peer", "apscheduler",
-              "--peer-store", peer_store)
+    f = bench(
+        tmp_path,
+        "precision",
+        "--jobs",
+        "50",
+        "--seconds",
+        "3",
+        "--shards",
+        "8",
+        "--peer",
+        "apscheduler",
+        "--peer-store",
+        peer_store,
+    )
     sane_ticks(f["shardcron"])
     sane_ticks(f["peer"])
     assert f["peer"]["peer"] == f"apscheduler ({peer_store} store)"
@@ -51,8 +67,9 @@ def test_throughput_steps(tmp_path, fresh_db_url, kind):
 
 
 def test_failover_kill_and_sigterm(tmp_path):
-    f = bench(tmp_path, "failover", "--jobs", "20", "--trials", "1", "--graceful-trials", "1", "--ttl", "3",
-              "--shards", "4")["shardcron"]
+    f = bench(
+        tmp_path, "failover", "--jobs", "20", "--trials", "1", "--graceful-trials", "1", "--ttl", "3", "--shards", "4"
+    )["shardcron"]
     kinds = [t["kind"] for t in f["trials"]]
     assert kinds == ["SIGKILL", "SIGTERM"]
     assert all(t["seconds_to_first_claim"] >= 0 for t in f["trials"])
@@ -71,8 +88,20 @@ def test_submit_through_a_forwarding_node(tmp_path):
 
 
 def test_fairness_both_modes(tmp_path):
-    f = bench(tmp_path, "fairness", "--jobs", "10", "--flood-jobs", "100", "--executor-slots", "5",
-              "--seconds", "3", "--shards", "8")["shardcron"]
+    f = bench(
+        tmp_path,
+        "fairness",
+        "--jobs",
+        "10",
+        "--flood-jobs",
+        "100",
+        "--executor-slots",
+        "5",
+        "--seconds",
+        "3",
+        "--shards",
+        "8",
+    )["shardcron"]
     assert f["executor_slots"] == 5 and set(f["modes"]) == {"on", "off"}
     for mode in ("on", "off"):
         for window in ("idle", "flooding"):

@@ -87,9 +87,24 @@ def test_dev_cluster_streams_ticks_and_leaves_nothing_behind_on_ctrl_c(tmp_path)
     # No --dir: the temporary directory `make dev` announces, made under TMPDIR.
     env = {**without_shardcron_env(), "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "shardcron", "dev", "--base-port", str(base), "--sink-port", str(free_port()),
-         "--http-base-port", str(http_base)],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+        [
+            sys.executable,
+            "-m",
+            "shardcron",
+            "dev",
+            "--base-port",
+            str(base),
+            "--sink-port",
+            str(free_port()),
+            "--http-base-port",
+            str(http_base),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        env=env,
+    )
     lines: list[str] = []
     seen = threading.Event()
     streamed = threading.Event()  # the demo's redis-stream job: make test starts the Redis it needs
@@ -115,16 +130,23 @@ def test_dev_cluster_streams_ticks_and_leaves_nothing_behind_on_ctrl_c(tmp_path)
         assert set(told) == {"SHARDCRON_SERVER", "SHARDCRON_ETCD", "SHARDCRON_DB"}, "".join(lines[-40:])
         as_told = {**without_shardcron_env(), **told}
         for command in (["shards"], ["nodes"], ["jobs", "list"], ["ticks", "heartbeat", "--limit", "1"]):
-            out = subprocess.run([sys.executable, "-m", "shardcron", *command], capture_output=True, text=True,
-                                 timeout=60, env=as_told)
+            out = subprocess.run(
+                [sys.executable, "-m", "shardcron", *command], capture_output=True, text=True, timeout=60, env=as_told
+            )
             assert out.returncode == 0 and "Traceback" not in out.stderr, (command, out.stdout, out.stderr)
-        shards = subprocess.run([sys.executable, "-m", "shardcron", "shards", "--json"], capture_output=True,
-                                text=True, timeout=60, env=as_told)
+        shards = subprocess.run(
+            [sys.executable, "-m", "shardcron", "shards", "--json"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=as_told,
+        )
         assert json.loads(shards.stdout)["shard_count"] == 16
         # Each node's dashboard, as announced, shows the cluster (the dev cluster checks no tokens).
         announced = re.findall(r"Dashboard of (node-\d): (http://\S+)", "".join(lines))
         assert [n for n, _ in announced] == ["node-1", "node-2", "node-3"]
         import httpx
+
         page = httpx.get(announced[2][1] + "cluster", follow_redirects=True, timeout=30)
         assert page.status_code == 200 and 'id="shard-grid"' in page.text and "node-1" in page.text
         logs_dir = re.search(r"logs in (\S+)", "".join(lines)).group(1)
@@ -151,10 +173,15 @@ def test_dev_cluster_streams_ticks_and_leaves_nothing_behind_on_ctrl_c(tmp_path)
 def test_an_unreachable_etcd_names_the_flag_and_the_variable():
     port = free_port()
     for command in ("shards", "nodes"):
-        out = subprocess.run([sys.executable, "-m", "shardcron", command], capture_output=True, text=True,
-                             timeout=60, env={**without_shardcron_env(), "SHARDCRON_ETCD": f"127.0.0.1:{port}"})
+        out = subprocess.run(
+            [sys.executable, "-m", "shardcron", command],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**without_shardcron_env(), "SHARDCRON_ETCD": f"127.0.0.1:{port}"},
+        )
         assert out.returncode == 1 and "Traceback" not in out.stderr
-        line, = out.stderr.strip().splitlines()
+        (line,) = out.stderr.strip().splitlines()
         assert f"127.0.0.1:{port}" in line and "--etcd (or SHARDCRON_ETCD)" in line, line
 
 
@@ -171,9 +198,24 @@ class RunningDev:
         read_end, write_end = os.pipe()
         env = {**without_shardcron_env(), "TMPDIR": str(tmp_path)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "shardcron", "dev", "--base-port", str(self.base), "--sink-port",
-             str(self.sink_port), "--http-base-port", str(self.http_base)],
-            stdout=write_end, stderr=write_end, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+            [
+                sys.executable,
+                "-m",
+                "shardcron",
+                "dev",
+                "--base-port",
+                str(self.base),
+                "--sink-port",
+                str(self.sink_port),
+                "--http-base-port",
+                str(self.http_base),
+            ],
+            stdout=write_end,
+            stderr=write_end,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env=env,
+        )
         os.close(write_end)
         self.read_end: int | None = read_end
         self.text = ""
@@ -192,8 +234,7 @@ class RunningDev:
 
     def ports(self) -> list[int]:
         etcd_port = int(re.search(r"etcd at (?:https?://)?127\.0\.0\.1:(\d+)", self.text).group(1))
-        return [*range(self.base, self.base + 3), *range(self.http_base, self.http_base + 3), self.sink_port,
-                etcd_port]
+        return [*range(self.base, self.base + 3), *range(self.http_base, self.http_base + 3), self.sink_port, etcd_port]
 
     def close_output(self) -> None:
         """What a `| tee` that dies with Ctrl-C does to dev: every later write to stdout or stderr fails."""

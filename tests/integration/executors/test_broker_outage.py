@@ -57,9 +57,24 @@ class PrivateRedis:
     def start(self) -> None:
         with open(self.dir / f"redis-{self.port}.log", "ab") as log:
             self.proc = subprocess.Popen(
-                ["/usr/bin/redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--requirepass", PASSWORD,
-                 "--save", "", "--appendonly", "no", "--dir", str(self.dir)],
-                stdout=log, stderr=subprocess.STDOUT)
+                [
+                    "/usr/bin/redis-server",
+                    "--port",
+                    str(self.port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--requirepass",
+                    PASSWORD,
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(self.dir),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         wait_until(lambda: self.client().ping(), 30, 0.1, f"the private redis on port {self.port} to answer")
 
     def stop(self) -> None:
@@ -82,9 +97,17 @@ def private_redis(tmp_path):
 
 def _rows(engine, job_prefix: str):
     with engine.connect() as c:
-        return c.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.started_at_ms,
-                                ticks.c.finished_at_ms, ticks.c.status, ticks.c.attempt, ticks.c.error)
-                         .where(ticks.c.job_id.like(f"{job_prefix}%"), ticks.c.manual.is_(False))).all()
+        return c.execute(
+            select(
+                ticks.c.job_id,
+                ticks.c.scheduled_at_ms,
+                ticks.c.started_at_ms,
+                ticks.c.finished_at_ms,
+                ticks.c.status,
+                ticks.c.attempt,
+                ticks.c.error,
+            ).where(ticks.c.job_id.like(f"{job_prefix}%"), ticks.c.manual.is_(False))
+        ).all()
 
 
 def test_a_redis_outage_fails_its_ticks_and_leaves_the_other_jobs_on_time(make_cluster, fresh_db_url, private_redis):
@@ -93,11 +116,18 @@ def test_a_redis_outage_fails_its_ticks_and_leaves_the_other_jobs_on_time(make_c
     node = cluster.add("n0")
     cluster.wait_all_led(60)
     stream = f"outage-{uuid.uuid4().hex[:10]}"
-    jobs = [job_from_dict({"id": f"noop-{i:02d}", "every": "1s", "executor": {"kind": "noop"}})
-            for i in range(NOOPS)]
-    jobs.append(job_from_dict({"id": "stream", "every": "1s", "timeout": "5s",
-                               "retry": {"max_attempts": 2, "backoff": "200ms"},
-                               "executor": {"kind": "redis-stream", "url": private_redis.url, "stream": stream}}))
+    jobs = [job_from_dict({"id": f"noop-{i:02d}", "every": "1s", "executor": {"kind": "noop"}}) for i in range(NOOPS)]
+    jobs.append(
+        job_from_dict(
+            {
+                "id": "stream",
+                "every": "1s",
+                "timeout": "5s",
+                "retry": {"max_attempts": 2, "backoff": "200ms"},
+                "executor": {"kind": "redis-stream", "url": private_redis.url, "stream": stream},
+            }
+        )
+    )
     engine = make_engine(db)
     try:
         with Client(node.address) as client:
@@ -122,8 +152,12 @@ def test_a_redis_outage_fails_its_ticks_and_leaves_the_other_jobs_on_time(make_c
         up_ms = int(time.time() * 1000)
         private_redis.start()
 
-        wait_until(lambda: len(succeeded_stream_slots(up_ms)) >= 2, 60, 0.2,
-                   "the redis-stream job to succeed again once redis is back")
+        wait_until(
+            lambda: len(succeeded_stream_slots(up_ms)) >= 2,
+            60,
+            0.2,
+            "the redis-stream job to succeed again once redis is back",
+        )
         settled_to_ms = max(r.scheduled_at_ms for r in succeeded_stream_slots(up_ms))
         stream_rows = _rows(engine, "stream")
         noop_rows = _rows(engine, "noop-")
@@ -132,8 +166,11 @@ def test_a_redis_outage_fails_its_ticks_and_leaves_the_other_jobs_on_time(make_c
         engine.dispose()
 
     # While redis was down, every redis-stream tick that ran failed, after both attempts, saying why.
-    during = [r for r in stream_rows if r.started_at_ms and r.started_at_ms > down_ms
-              and r.finished_at_ms and r.finished_at_ms < up_ms]
+    during = [
+        r
+        for r in stream_rows
+        if r.started_at_ms and r.started_at_ms > down_ms and r.finished_at_ms and r.finished_at_ms < up_ms
+    ]
     assert len(during) >= 3, during
     masked = mask_url(private_redis.url)
     for r in during:
@@ -155,13 +192,15 @@ def test_a_redis_outage_fails_its_ticks_and_leaves_the_other_jobs_on_time(make_c
     before = [r for r in noop_rows if r.scheduled_at_ms < before_ms and r.started_at_ms]
     in_outage = [by_slot[s] for s in owed]
     assert worst(in_outage) < LATENESS_BOUND_MS, (
-        f"noop lateness during the outage {worst(in_outage)} ms (before it: {worst(before)} ms)")
+        f"noop lateness during the outage {worst(in_outage)} ms (before it: {worst(before)} ms)"
+    )
 
     # Back: the stream holds exactly one entry per slot that succeeded after the restart, and nothing else.
     per_slot = Counter((f[b"shardcron_job_id"].decode(), int(f[b"shardcron_scheduled_at_ms"])) for _, f in entries)
     assert all(n == 1 for n in per_slot.values()), per_slot
     after = range(up_ms + 1000, settled_to_ms + 1)
     held = {s for s in per_slot if s[1] in after}
-    succeeded = {("stream", r.scheduled_at_ms) for r in stream_rows
-                 if r.status == "succeeded" and r.scheduled_at_ms in after}
+    succeeded = {
+        ("stream", r.scheduled_at_ms) for r in stream_rows if r.status == "succeeded" and r.scheduled_at_ms in after
+    }
     assert held == succeeded and succeeded

@@ -62,8 +62,9 @@ ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.timeout(180)
 
 
-def ctx(job_id: str = "job-c", at: int | None = None, attempt: int = 1, fence: int = 7,
-        node_id: str = "node-a") -> TickContext:
+def ctx(
+    job_id: str = "job-c", at: int | None = None, attempt: int = 1, fence: int = 7, node_id: str = "node-a"
+) -> TickContext:
     at = at if at is not None else int(time.time()) * 1000
     return TickContext(job_id=job_id, scheduled_at_ms=at, attempt=attempt, fence=fence, shard=3, node_id=node_id)
 
@@ -78,12 +79,14 @@ def amqp_spec(routing_key: str, url: str = AMQP_URL, **kw) -> ExecutorSpec:
 
 def amqp(work):
     """``await work(channel)`` on a connection of the test's own."""
+
     async def main():
         connection = await aio_pika.connect(AMQP_URL, timeout=10)
         try:
             return await work(await connection.channel())
         finally:
             await connection.close()
+
     return asyncio.run(main())
 
 
@@ -94,15 +97,18 @@ def amqp_get_all(queue: str) -> list[aio_pika.abc.AbstractIncomingMessage]:
         while (m := await q.get(fail=False, no_ack=True)) is not None:
             got.append(m)
         return got
+
     return amqp(get)
 
 
 def forget_rabbitmq(queue: str, *, exchange: bool = False) -> None:
     """Delete a test's queue (and the exchange Celery declares under the queue's name)."""
+
     async def delete(channel):
         await channel.queue_delete(queue)
         if exchange:
             await channel.exchange_delete(queue)
+
     amqp(delete)
 
 
@@ -164,8 +170,7 @@ def test_a_celery_task_lands_in_redis_with_the_slot_id_and_the_tick_headers(cele
     assert h["id"] == slot_uuid(tick) and h["task"] == "reports.daily"
     assert {name: h.get(name) for name in tick_fields(tick)} == tick_fields(tick)
     # expires is the slot's time plus expires_ms, not the send time plus it.
-    assert datetime.fromisoformat(h["expires"]) == datetime.fromtimestamp(tick.scheduled_at_ms / 1000 + 30,
-                                                                          UTC)
+    assert datetime.fromisoformat(h["expires"]) == datetime.fromtimestamp(tick.scheduled_at_ms / 1000 + 30, UTC)
     args, kwargs, _embed = json.loads(base64.b64decode(msg["body"]))
     assert (args, kwargs) == ([1, "a"], {"k": "v"})
 
@@ -181,8 +186,9 @@ def test_a_celery_task_on_rabbitmq_is_confirmed_and_queued(celery_exec):
     queue = f"sc-celery-{uuid.uuid4().hex[:12]}"
     tick = ctx(job_id="job-r")
     try:
-        result = celery_exec.run(celery_spec(AMQP_URL, queue=queue, priority=5, kwargs={"n": 1}), tick, 10.0,
-                                 threading.Event())
+        result = celery_exec.run(
+            celery_spec(AMQP_URL, queue=queue, priority=5, kwargs={"n": 1}), tick, 10.0, threading.Event()
+        )
         assert result.ok, result.error
         [msg] = amqp_get_all(queue)
         assert msg.headers["id"] == slot_uuid(tick) and msg.correlation_id == slot_uuid(tick)
@@ -195,15 +201,22 @@ def test_a_celery_task_on_rabbitmq_is_confirmed_and_queued(celery_exec):
 
 def test_an_amqp_message_reaches_its_queue_with_the_slot_id_and_the_tick_headers(amqp_exec, amqp_queue):
     tick = ctx(job_id="job-a")
-    spec = amqp_spec(amqp_queue, body='{"report": "daily"}', headers=(
-        ("X-Team", "billing"),
-        # Forgeries: shardcron's own headers are not the job's to set.
-        ("X-Shardcron-Fence", "999"), ("idempotency-key", "forged"),
-    ))
+    spec = amqp_spec(
+        amqp_queue,
+        body='{"report": "daily"}',
+        headers=(
+            ("X-Team", "billing"),
+            # Forgeries: shardcron's own headers are not the job's to set.
+            ("X-Shardcron-Fence", "999"),
+            ("idempotency-key", "forged"),
+        ),
+    )
     result = amqp_exec.run(spec, tick, 10.0, threading.Event())
     assert result.ok, result.error
-    assert result.output == (f"published message {tick.idempotency_key} to exchange '' with routing key "
-                             f"'{amqp_queue}' (confirmed by the broker)")
+    assert result.output == (
+        f"published message {tick.idempotency_key} to exchange '' with routing key "
+        f"'{amqp_queue}' (confirmed by the broker)"
+    )
     [msg] = amqp_get_all(amqp_queue)
     assert msg.body == b'{"report": "daily"}'
     assert msg.message_id == tick.idempotency_key
@@ -223,9 +236,11 @@ def test_an_unroutable_amqp_message_fails_the_tick(amqp_exec):
     nobody = f"sc-nobody-{uuid.uuid4().hex[:12]}"
     result = amqp_exec.run(amqp_spec(nobody), ctx(), 10.0, threading.Event())
     assert not result.ok
-    assert result.error == (f"amqp broker amqp://guest:***@127.0.0.1:5672/: could not publish to exchange '' "
-                            f"with routing key '{nobody}': the broker returned the message as unroutable "
-                            "(312 NO_ROUTE): no queue is bound for it"), result.error
+    assert result.error == (
+        f"amqp broker amqp://guest:***@127.0.0.1:5672/: could not publish to exchange '' "
+        f"with routing key '{nobody}': the broker returned the message as unroutable "
+        "(312 NO_ROUTE): no queue is bound for it"
+    ), result.error
 
 
 def test_a_missing_exchange_fails_the_tick_and_the_channel_is_reopened(amqp_exec, amqp_queue):
@@ -362,12 +377,21 @@ def test_a_cancel_before_the_publish_sends_nothing(executors, kind, amqp_queue):
 
 def _close_rabbitmq_connections(name_part: str) -> int:
     """Have RabbitMQ close the connections whose client-given name contains ``name_part``."""
-    listing = subprocess.run(["rabbitmqctl", "-q", "list_connections", "pid", "client_properties"],
-                             capture_output=True, text=True, timeout=60, check=True).stdout
+    listing = subprocess.run(
+        ["rabbitmqctl", "-q", "list_connections", "pid", "client_properties"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     pids = [line.split("\t", 1)[0] for line in listing.splitlines() if name_part in line]
     for pid in pids:
-        subprocess.run(["rabbitmqctl", "-q", "close_connection", pid, "closed by a shardcron test"],
-                       capture_output=True, timeout=60, check=True)
+        subprocess.run(
+            ["rabbitmqctl", "-q", "close_connection", pid, "closed by a shardcron test"],
+            capture_output=True,
+            timeout=60,
+            check=True,
+        )
     return len(pids)
 
 
@@ -410,8 +434,14 @@ def read_records(path: Path) -> list[dict]:
 @contextmanager
 def _process(command: list[str], log: Path, ready: Path, env: dict[str, str] | None = None) -> Iterator[None]:
     with open(log, "wb") as out:
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})})
+        proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, **(env or {})},
+        )
 
     def started():
         if proc.poll() is not None:
@@ -435,8 +465,14 @@ class Consumer:
 
     def job(self, job_id: str, **extra) -> dict:
         if self.kind == "celery":
-            executor = {"kind": "celery", "url": REDIS_URL, "task": celery_app.TASK, "queue": self.queue,
-                        "args": [job_id], "kwargs": {"source": "shardcron"}}
+            executor = {
+                "kind": "celery",
+                "url": REDIS_URL,
+                "task": celery_app.TASK,
+                "queue": self.queue,
+                "args": [job_id],
+                "kwargs": {"source": "shardcron"},
+            }
         else:
             executor = {"kind": "amqp", "url": AMQP_URL, "routing_key": self.queue, "body": json.dumps({"job": job_id})}
         return {"id": job_id, "every": "1s", **extra, "executor": executor}
@@ -469,17 +505,51 @@ def start_consumer(tmp_path, rds) -> Iterator:
             stack.callback(_forget_redis_keys, rds, f"{prefix}*")
             if kind == "celery":
                 stack.callback(_forget_redis_keys, rds, f"*{c.queue}*")
-                command = [sys.executable, "-m", "celery", "-A", "tests.support.workers.celery_app", "worker",
-                           "-P", "solo", "-Q", c.queue, "-n", f"{c.queue}@%h", "-l", "INFO",
-                           "--without-gossip", "--without-mingle", "--without-heartbeat"]
-                env = {celery_app.BROKER_ENV: REDIS_URL, celery_app.RECORD_ENV: str(c.out),
-                       celery_app.READY_ENV: str(ready), celery_app.PREFIX_ENV: prefix,
-                       celery_app.DEDUPE_REDIS_ENV: REDIS_URL}
+                command = [
+                    sys.executable,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "tests.support.workers.celery_app",
+                    "worker",
+                    "-P",
+                    "solo",
+                    "-Q",
+                    c.queue,
+                    "-n",
+                    f"{c.queue}@%h",
+                    "-l",
+                    "INFO",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                ]
+                env = {
+                    celery_app.BROKER_ENV: REDIS_URL,
+                    celery_app.RECORD_ENV: str(c.out),
+                    celery_app.READY_ENV: str(ready),
+                    celery_app.PREFIX_ENV: prefix,
+                    celery_app.DEDUPE_REDIS_ENV: REDIS_URL,
+                }
             else:
                 stack.callback(forget_rabbitmq, c.queue)
-                command = [sys.executable, "-m", "tests.support.workers.amqp_consumer", "--url", AMQP_URL,
-                           "--queue", c.queue, "--out", str(c.out), "--dedupe-redis", REDIS_URL,
-                           "--dedupe-prefix", prefix, "--ready", str(ready)]
+                command = [
+                    sys.executable,
+                    "-m",
+                    "tests.support.workers.amqp_consumer",
+                    "--url",
+                    AMQP_URL,
+                    "--queue",
+                    c.queue,
+                    "--out",
+                    str(c.out),
+                    "--dedupe-redis",
+                    REDIS_URL,
+                    "--dedupe-prefix",
+                    prefix,
+                    "--ready",
+                    str(ready),
+                ]
                 env = {}
             stack.enter_context(_process(command, log, ready, env))
             return c
@@ -500,8 +570,12 @@ def _settle(engine, client, job_ids: list[str], shard: int = 0) -> dict[str, lis
     """Delete the jobs, wait until none of their ticks is unresolved; their ticks, oldest first."""
     for job_id in job_ids:
         client.delete_job(job_id)
-    wait_until(lambda: not [t for t in unresolved_ticks(engine, shard) if t.job_id in job_ids], 60, 0.2,
-               "the jobs' last ticks to be recorded")
+    wait_until(
+        lambda: not [t for t in unresolved_ticks(engine, shard) if t.job_id in job_ids],
+        60,
+        0.2,
+        "the jobs' last ticks to be recorded",
+    )
     return {j: sorted(list_ticks(engine, j, limit=1000), key=lambda t: t.scheduled_at_ms) for j in job_ids}
 
 
@@ -517,14 +591,19 @@ def test_every_succeeded_slot_reaches_its_consumer_exactly_once(make_cluster, fr
         with Client(node.address) as client:
             for job_id, c in consumers.items():
                 client.put_job(job_from_dict(c.job(job_id), require_executor=True))
-            wait_until(lambda: all(_succeeded(engine, j) >= 30 for j in consumers), 120, 0.5,
-                       "30 slots of each job to succeed")
+            wait_until(
+                lambda: all(_succeeded(engine, j) >= 30 for j in consumers), 120, 0.5, "30 slots of each job to succeed"
+            )
             ticks = _settle(engine, client, list(consumers))
         for job_id, c in consumers.items():
             succeeded = {t.scheduled_at_ms: t for t in ticks[job_id] if t.status is TickStatus.SUCCEEDED}
             assert len(succeeded) >= 30
-            wait_until(lambda: set(c.by_slot()) >= set(succeeded), 60, 0.2,
-                       f"the {c.kind} consumer to receive every succeeded slot")
+            wait_until(
+                lambda: set(c.by_slot()) >= set(succeeded),
+                60,
+                0.2,
+                f"the {c.kind} consumer to receive every succeeded slot",
+            )
             by_slot = c.by_slot()
             assert set(by_slot) == set(succeeded), f"{c.kind}: a delivery of a slot the store did not record succeeded"
             for at, tick in succeeded.items():
@@ -564,9 +643,18 @@ def test_a_leader_killed_after_its_enqueue_costs_one_admitted_copy(make_cluster,
             return t if t.status.is_final else None
 
         tick = wait_until(crashed_slot_final, 90, 0.2, "n1 to retry the slot n0 enqueued")
-        wait_until(lambda: sum(t.status is TickStatus.SUCCEEDED and t.scheduled_at_ms > crashed_at
-                               for t in list_ticks(engine, job_id, limit=200)) >= 3, 60, 0.2,
-                   "three later slots to succeed under n1")
+        wait_until(
+            lambda: (
+                sum(
+                    t.status is TickStatus.SUCCEEDED and t.scheduled_at_ms > crashed_at
+                    for t in list_ticks(engine, job_id, limit=200)
+                )
+                >= 3
+            ),
+            60,
+            0.2,
+            "three later slots to succeed under n1",
+        )
         with Client([n1.address]) as client:
             ticks = _settle(engine, client, [job_id])[job_id]
 
@@ -575,13 +663,19 @@ def test_a_leader_killed_after_its_enqueue_costs_one_admitted_copy(make_cluster,
 
         succeeded = {t.scheduled_at_ms: t for t in ticks if t.status is TickStatus.SUCCEEDED}
         # The broker confirmed both copies of the crashed slot (n0's, then n1's retry): both are delivered.
-        wait_until(lambda: set(c.by_slot()) >= set(succeeded) and len(c.by_slot()[crashed_at]) >= 2, 60, 0.2,
-                   "the consumer to receive every succeeded slot and both copies of the crashed one")
+        wait_until(
+            lambda: set(c.by_slot()) >= set(succeeded) and len(c.by_slot()[crashed_at]) >= 2,
+            60,
+            0.2,
+            "the consumer to receive every succeeded slot and both copies of the crashed one",
+        )
         by_slot = c.by_slot()
         assert set(by_slot) == set(succeeded)
         copies = by_slot[crashed_at]
         assert sorted((d["node"], d["attempt"], d["fence"]) for d in copies) == [
-            ("n0", 1, n0_fence), ("n1", 2, tick.fence)], copies
+            ("n0", 1, n0_fence),
+            ("n1", 2, tick.fence),
+        ], copies
         # At-least-once at the broker, exactly once past shardcron.consumer.
         [admitted] = [d for d in copies if d["admitted"]]
         [refused] = [d for d in copies if not d["admitted"]]

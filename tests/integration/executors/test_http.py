@@ -81,7 +81,10 @@ def test_ticks_to_one_host_beyond_its_limit_wait_for_a_slot_and_other_hosts_do_n
         held = [pool.submit(run, http, slow, 30.0) for _ in range(2)]
         assert sink.wait_for(lambda reqs: len(reqs) == 2, timeout=30)  # generous: the machine may be busy
         third = run(http, slow, timeout_s=0.5)
-        assert third.error == f"timed out after 0.5s (the job's timeout) waiting for a free connection to 127.0.0.1:{sink.address[1]}"
+        assert (
+            third.error
+            == f"timed out after 0.5s (the job's timeout) waiting for a free connection to 127.0.0.1:{sink.address[1]}"
+        )
         assert run(http, other.url + "/elsewhere").ok  # another host has slots of its own
         sink.stop()  # wakes the two held requests: they are answered
         assert all(f.result(timeout=10).ok for f in held)
@@ -166,7 +169,9 @@ def test_connect_timeout_names_the_tls_handshake(silent_server, make_executor):
 def test_read_timeout_names_the_wait_for_the_answer(sink, make_executor):
     result = run(make_executor(read_timeout_s=0.3), sink.url + "/slow/10000")
     port = sink.address[1]
-    assert result.error == f"timed out after 0.3s (read timeout: no byte came) waiting for 127.0.0.1:{port} to answer POST"
+    assert (
+        result.error == f"timed out after 0.3s (read timeout: no byte came) waiting for 127.0.0.1:{port} to answer POST"
+    )
 
 
 @pytest.mark.parametrize(
@@ -202,7 +207,9 @@ def test_cancel_mid_request_returns_at_once_and_closes_the_connection(silent_ser
         result = future.result(timeout=5)
     assert time.monotonic() - t0 < 1
     assert (result.ok, result.error) == (
-        False, f"cancelled: abandoned POST to 127.0.0.1:{port} (this node lost the shard or is stopping)")
+        False,
+        f"cancelled: abandoned POST to 127.0.0.1:{port} (this node lost the shard or is stopping)",
+    )
     assert conn.recv(65536) == b""  # cancelled on the loop: the client closed its end
 
 
@@ -226,7 +233,8 @@ class H2Server:
     def __enter__(self) -> H2Server:
         self._thread.start()
         self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self._ssl), self._loop).result(10)
+            asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self._ssl), self._loop
+        ).result(10)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -256,8 +264,10 @@ class H2Server:
                         conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)
                     elif isinstance(event, h2.events.StreamEnded):
                         self.requests.append(heads.pop(event.stream_id))
-                        conn.send_headers(event.stream_id, [(b":status", b"200"), (b"content-length", b"2"),
-                                                            (b"set-cookie", b"session=s3cret")])
+                        conn.send_headers(
+                            event.stream_id,
+                            [(b":status", b"200"), (b"content-length", b"2"), (b"set-cookie", b"session=s3cret")],
+                        )
                         conn.send_data(event.stream_id, b"ok", end_stream=True)
                 writer.write(conn.data_to_send())
                 await writer.drain()

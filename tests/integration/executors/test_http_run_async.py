@@ -90,12 +90,18 @@ def outcome(result) -> tuple:
     [
         ("/hook", 10.0, (True, 200, "ok", None)),
         ("/status/500", 10.0, (False, 500, "500", "HTTP 500 Internal Server Error")),
-        ("/slow/10000", 2.0, (False, None, None, "timed out after 2s (the job's timeout) waiting for {target} to answer POST")),
+        (
+            "/slow/10000",
+            2.0,
+            (False, None, None, "timed out after 2s (the job's timeout) waiting for {target} to answer POST"),
+        ),
         ("refused", 10.0, (False, None, None, "connection refused by {target}")),
     ],
 )
 @pytest.mark.parametrize("scheme", ["http", "https"])
-def test_run_async_on_the_loop_gives_what_run_gives(sink, tls_sink, make_executor, loop, scheme, path, timeout_s, expected):
+def test_run_async_on_the_loop_gives_what_run_gives(
+    sink, tls_sink, make_executor, loop, scheme, path, timeout_s, expected
+):
     served = sink if scheme == "http" else tls_sink
     url = served.url + path if path != "refused" else f"{scheme}://127.0.0.1:{unused_port()}/"
     target = url.split("/")[2]
@@ -235,7 +241,9 @@ def test_plain_http_keeps_no_cookie(make_executor):
 
 
 def test_a_proxys_credentials_go_to_the_proxy_and_no_proxy_is_honoured(sink, make_executor, monkeypatch):
-    monkeypatch.setenv("http_proxy", sink.url.replace("://", "://proxy-user:pr%C3%B6xy@"))  # read when the client is made
+    monkeypatch.setenv(
+        "http_proxy", sink.url.replace("://", "://proxy-user:pr%C3%B6xy@")
+    )  # read when the client is made
     monkeypatch.setenv("no_proxy", "127.0.0.1,localhost,bypassed.invalid")
     monkeypatch.delenv("NO_PROXY")
     http = make_executor()

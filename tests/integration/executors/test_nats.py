@@ -71,6 +71,7 @@ class Stream:
             if not state.messages:
                 return []
             return [await j.get_msg(self.name, seq) for seq in range(state.first_seq, state.last_seq + 1)]
+
         return js(read)
 
 
@@ -102,11 +103,17 @@ def nats_spec(subject: str, url: str = NATS_URL, **kw) -> ExecutorSpec:
 
 
 def test_jetstream_publish_is_acked_and_carries_the_tick(executor, stream):
-    spec = nats_spec(f"{stream.prefix}.reports", body='{"report": "daily"}', headers=(
-        ("X-Team", "billing"),
-        # Forgeries: shardcron's own headers are not the job's to set.
-        ("X-Shardcron-Fence", "999"), ("nats-msg-id", "forged"), ("Idempotency-Key", "forged"),
-    ))
+    spec = nats_spec(
+        f"{stream.prefix}.reports",
+        body='{"report": "daily"}',
+        headers=(
+            ("X-Team", "billing"),
+            # Forgeries: shardcron's own headers are not the job's to set.
+            ("X-Shardcron-Fence", "999"),
+            ("nats-msg-id", "forged"),
+            ("Idempotency-Key", "forged"),
+        ),
+    )
     result = executor.run(spec, ctx(), 10.0, threading.Event())
     assert result.ok, result.error
     assert result.output.startswith(f"published to JetStream stream {stream.name} (seq 1)"), result.output
@@ -245,9 +252,24 @@ def consumer(stream, tmp_path):
     out, ready = tmp_path / "consumer.jsonl", tmp_path / "consumer.ready"
     log = open(tmp_path / "consumer.log", "wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.support.workers.nats_consumer", "--url", NATS_URL, "--stream", stream.name,
-         "--subject", stream.subjects, "--out", str(out), "--ready", str(ready)],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-m",
+            "tests.support.workers.nats_consumer",
+            "--url",
+            NATS_URL,
+            "--stream",
+            stream.name,
+            "--subject",
+            stream.subjects,
+            "--out",
+            str(out),
+            "--ready",
+            str(ready),
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
     )
     log.close()
 
@@ -264,8 +286,12 @@ def consumer(stream, tmp_path):
 
 
 def _job(job_id: str, stream: Stream, **extra) -> dict:
-    return {"id": job_id, "every": "1s", **extra,
-            "executor": {"kind": "nats", "url": NATS_URL, "subject": f"{stream.prefix}.{job_id}", "body": "tick"}}
+    return {
+        "id": job_id,
+        "every": "1s",
+        **extra,
+        "executor": {"kind": "nats", "url": NATS_URL, "subject": f"{stream.prefix}.{job_id}", "body": "tick"},
+    }
 
 
 def _by_slot(messages: list[dict]) -> dict[int, list[dict]]:
@@ -280,12 +306,19 @@ def _by_slot(messages: list[dict]) -> dict[int, list[dict]]:
 def _wait_delivered(consumer, succeeded: dict, cutoff_ms: int) -> dict[int, list[dict]]:
     """Wait until the consumer has every succeeded slot; the messages per slot, up to ``cutoff_ms``."""
     try:
-        wait_until(lambda: set(_by_slot(read_messages(consumer))) >= set(succeeded), 60, 0.2,
-                   "the consumer to receive every succeeded slot")
+        wait_until(
+            lambda: set(_by_slot(read_messages(consumer))) >= set(succeeded),
+            60,
+            0.2,
+            "the consumer to receive every succeeded slot",
+        )
     except TimeoutError as e:
         missing = sorted(set(succeeded) - set(_by_slot(read_messages(consumer))))
-        pytest.fail(f"{e}: {len(missing)} of {len(succeeded)} never arrived, e.g. "
-                    f"{[(at, succeeded[at].output) for at in missing[:3]]}", pytrace=False)
+        pytest.fail(
+            f"{e}: {len(missing)} of {len(succeeded)} never arrived, e.g. "
+            f"{[(at, succeeded[at].output) for at in missing[:3]]}",
+            pytrace=False,
+        )
     return _by_slot(_messages_through(consumer, cutoff_ms))
 
 
@@ -295,6 +328,7 @@ def _ticks_through(engine, job_id: str, cutoff_ms: int) -> list:
     The job keeps running meanwhile: the comparison is over a closed range of
     slots, so nothing is deleted under a claim in flight.
     """
+
     def all_final():
         ts = [t for t in list_ticks(engine, job_id, limit=1000) if t.scheduled_at_ms <= cutoff_ms]
         return ts if all(t.status.is_final for t in ts) else None
@@ -302,15 +336,17 @@ def _ticks_through(engine, job_id: str, cutoff_ms: int) -> list:
     try:
         ticks = wait_until(all_final, 60, 0.2, f"the ticks of {job_id} up to {cutoff_ms} to be final")
     except TimeoutError as e:
-        still = [t for t in list_ticks(engine, job_id, limit=1000)
-                 if t.scheduled_at_ms <= cutoff_ms and not t.status.is_final]
+        still = [
+            t
+            for t in list_ticks(engine, job_id, limit=1000)
+            if t.scheduled_at_ms <= cutoff_ms and not t.status.is_final
+        ]
         pytest.fail(f"{e}: still unresolved: {still}", pytrace=False)
     return sorted(ticks, key=lambda t: t.scheduled_at_ms)
 
 
 def _succeeded(engine, job_id: str) -> list[int]:
-    return sorted(t.scheduled_at_ms for t in list_ticks(engine, job_id, limit=1000)
-                  if t.status is TickStatus.SUCCEEDED)
+    return sorted(t.scheduled_at_ms for t in list_ticks(engine, job_id, limit=1000) if t.status is TickStatus.SUCCEEDED)
 
 
 def _messages_through(consumer, cutoff_ms: int) -> list[dict]:
@@ -327,8 +363,9 @@ def test_every_succeeded_slot_reaches_the_consumer_exactly_once(fresh_db_url, ma
     try:
         with Client(node.address) as client:
             client.put_job(job_from_dict(_job("steady", stream), require_executor=True))
-        cutoff = wait_until(lambda: len(s := _succeeded(engine, "steady")) >= 20 and s[-1], 90, 0.5,
-                            "20 slots to succeed")
+        cutoff = wait_until(
+            lambda: len(s := _succeeded(engine, "steady")) >= 20 and s[-1], 90, 0.5, "20 slots to succeed"
+        )
         ticks = _ticks_through(engine, "steady", cutoff)
         succeeded = {t.scheduled_at_ms: t for t in ticks if t.status is TickStatus.SUCCEEDED}
         assert len(succeeded) >= 20
@@ -369,8 +406,12 @@ def test_a_leader_killed_after_its_publish_costs_no_second_message(fresh_db_url,
 
         tick = wait_until(crashed_slot_final, 90, 0.2, "n1 to retry the slot n0 published")
         # A few more slots under n1; the comparison covers every slot up to the last of them.
-        cutoff = wait_until(lambda: len(s := [at for at in _succeeded(engine, "crashy") if at > crashed_at]) >= 3
-                            and s[-1], 60, 0.2, "three later slots to succeed under n1")
+        cutoff = wait_until(
+            lambda: len(s := [at for at in _succeeded(engine, "crashy") if at > crashed_at]) >= 3 and s[-1],
+            60,
+            0.2,
+            "three later slots to succeed under n1",
+        )
         ticks = _ticks_through(engine, "crashy", cutoff)
 
         assert tick.status is TickStatus.SUCCEEDED, (tick.status, tick.error)
@@ -389,4 +430,3 @@ def test_a_leader_killed_after_its_publish_costs_no_second_message(fresh_db_url,
         assert all(n == 1 for n in counts.values()), counts
     finally:
         engine.dispose()
-

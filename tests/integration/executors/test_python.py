@@ -70,8 +70,10 @@ def running_tick(engine, job_id: str = "pj", at: int = 1_767_225_605_000) -> Tic
 
 
 def spec(target: str, *args, **kwargs) -> ExecutorSpec:
-    return ExecutorSpec(ExecutorKind.PYTHON, python=PythonSpec(target=f"tests.support.pyjobs:{target}", args=args,
-                                                               kwargs=kwargs, session=True))
+    return ExecutorSpec(
+        ExecutorKind.PYTHON,
+        python=PythonSpec(target=f"tests.support.pyjobs:{target}", args=args, kwargs=kwargs, session=True),
+    )
 
 
 def effects(engine) -> list:
@@ -106,8 +108,9 @@ def test_success_commits_the_effect_and_the_tick_together(engine, executor):
 
     # The runner then hands the same result to the recorder: its UPDATE finds no unresolved row, changes nothing.
     later = ExecutionResult(ok=True, started_at_ms=1, finished_at_ms=2, output="recorder's copy")
-    record_results(engine, [(SlotRef(ctx.job_id, ctx.scheduled_at_ms), 1, later, TickStatus.SUCCEEDED)],
-                   shard=0, fence=FENCE)
+    record_results(
+        engine, [(SlotRef(ctx.job_id, ctx.scheduled_at_ms), 1, later, TickStatus.SUCCEEDED)], shard=0, fence=FENCE
+    )
     assert tick_row(engine, ctx) == tick
 
 
@@ -122,8 +125,9 @@ def test_a_fence_raised_while_the_call_runs_rolls_its_writes_back(engine, execut
     pyjobs.gate(n).set()
     result = future.result(30)
     assert not result.ok
-    assert result.error.startswith(f"fenced out: shard 0's fence moved from {FENCE} to {FENCE + 1} while "
-                                   "tests.support.pyjobs:insert_then_wait ran"), result.error
+    assert result.error.startswith(
+        f"fenced out: shard 0's fence moved from {FENCE} to {FENCE + 1} while tests.support.pyjobs:insert_then_wait ran"
+    ), result.error
     assert result.error.endswith("its writes were rolled back")
     assert effects(engine) == []
     tick = tick_row(engine, ctx)
@@ -150,9 +154,15 @@ def test_an_abandoned_call_never_commits(engine, executor, caplog):
     assert "ignored cancel and is still running" in result.error
     assert "its session will be rolled back" in result.error
     pyjobs.gate(n).set()
-    wait_until(lambda: any("returned after it was abandoned" in r.getMessage()
-                           and "its session was rolled back" in r.getMessage() for r in caplog.records),
-               30, 0.02, "the late return to be rolled back")
+    wait_until(
+        lambda: any(
+            "returned after it was abandoned" in r.getMessage() and "its session was rolled back" in r.getMessage()
+            for r in caplog.records
+        ),
+        30,
+        0.02,
+        "the late return to be rolled back",
+    )
     assert effects(engine) == []
     assert tick_row(engine, ctx).status is TickStatus.RUNNING
 
@@ -166,8 +176,9 @@ def test_a_cooperative_call_stopped_by_cancel_commits_nothing(engine, executor):
     cancel.set()
     result = future.result(30)
     assert not result.ok
-    assert result.error == ("cancelled: tests.support.pyjobs:insert_then_wait was stopped "
-                            "(this node lost the shard or is stopping)")
+    assert result.error == (
+        "cancelled: tests.support.pyjobs:insert_then_wait was stopped (this node lost the shard or is stopping)"
+    )
     wait_until(lambda: pyjobs.late.get(n) == "returned", 30, 0.02, "the call to end")
     assert effects(engine) == []
 
@@ -205,10 +216,16 @@ def test_a_frozen_leaders_effect_rolls_back_and_each_slot_has_exactly_one(fresh_
     n0 = cluster.add("n0", env={"SHARDCRON_TEST_PYJOB_HOLD": str(hold)})
     cluster.wait_all_led(60, by={"n0"})
     n1 = cluster.add("n1")
-    job = job_from_dict({"id": "effects", "every": "1s", "timeout": "60s",
-                         "retry": {"max_attempts": 3, "backoff": "200ms"},
-                         "executor": {"kind": "python", "target": "tests.support.pyjobs:record_effect",
-                                      "session": True}}, require_executor=True)
+    job = job_from_dict(
+        {
+            "id": "effects",
+            "every": "1s",
+            "timeout": "60s",
+            "retry": {"max_attempts": 3, "backoff": "200ms"},
+            "executor": {"kind": "python", "target": "tests.support.pyjobs:record_effect", "session": True},
+        },
+        require_executor=True,
+    )
     engine = make_engine(db)
     try:
         with Client([n0.address, n1.address]) as client:
@@ -228,8 +245,9 @@ def test_a_frozen_leaders_effect_rolls_back_and_each_slot_has_exactly_one(fresh_
         assert n0.alive()
 
         # The job keeps running: compare over the slots up to the latest success, once all of them are final.
-        cutoff = max(t.scheduled_at_ms for t in list_ticks(engine, "effects", limit=500)
-                     if t.status is TickStatus.SUCCEEDED)
+        cutoff = max(
+            t.scheduled_at_ms for t in list_ticks(engine, "effects", limit=500) if t.status is TickStatus.SUCCEEDED
+        )
 
         def final_through_cutoff():
             ts = [t for t in list_ticks(engine, "effects", limit=500) if t.scheduled_at_ms <= cutoff]
@@ -249,8 +267,11 @@ def test_a_frozen_leaders_effect_rolls_back_and_each_slot_has_exactly_one(fresh_
         for at, [r] in per_slot.items():  # every effect carries its tick's fence and attempt
             assert (r.fence, r.node_id, r.attempt) == (ticks[at].fence, ticks[at].node_id, ticks[at].attempt)
         # n0 said what happened to its call: rolled back (abandoned on the shard loss, or fenced out at its commit).
-        assert [line for line in n0.log_text().splitlines()
-                if f"python job effects@{held['slot']}" in line and "rolled back" in line]
+        assert [
+            line
+            for line in n0.log_text().splitlines()
+            if f"python job effects@{held['slot']}" in line and "rolled back" in line
+        ]
     finally:
         engine.dispose()
         (hold / "release").touch()

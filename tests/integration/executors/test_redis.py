@@ -62,8 +62,15 @@ class Names:
     suffix: str
     slots: set[str] = field(default_factory=set)  # slot uuids used, for the clean-up
 
-    def tick(self, kind: str, scheduled_at_ms: int = 1_700_000_000_000, *, attempt: int = 1, fence: int = 41,
-             node_id: str = "n0") -> TickContext:
+    def tick(
+        self,
+        kind: str,
+        scheduled_at_ms: int = 1_700_000_000_000,
+        *,
+        attempt: int = 1,
+        fence: int = 41,
+        node_id: str = "n0",
+    ) -> TickContext:
         return self.seen(TickContext(self.job(kind), scheduled_at_ms, attempt, fence, 0, node_id))
 
     def seen(self, tick: TickContext) -> TickContext:
@@ -82,17 +89,34 @@ class Names:
     def executor(self, kind: str, url: str = REDIS_URL) -> dict:
         """The job file's executor table for ``kind``, calling the test workers."""
         if kind == "rq":
-            return {"kind": "rq", "url": url, "func": "tests.support.workers.rq_tasks.record",
-                    "queue": self.queue(kind), "args": [self.record(kind)]}
+            return {
+                "kind": "rq",
+                "url": url,
+                "func": "tests.support.workers.rq_tasks.record",
+                "queue": self.queue(kind),
+                "args": [self.record(kind)],
+            }
         if kind == "arq":
-            return {"kind": "arq", "url": url, "function": "record", "queue": self.queue(kind),
-                    "args": [self.record(kind)], "tick_kwarg": "tick"}
-        return {"kind": "redis-stream", "url": url, "stream": self.queue(kind), "fields": {"report": "daily"},
-                "maxlen": 10_000}
+            return {
+                "kind": "arq",
+                "url": url,
+                "function": "record",
+                "queue": self.queue(kind),
+                "args": [self.record(kind)],
+                "tick_kwarg": "tick",
+            }
+        return {
+            "kind": "redis-stream",
+            "url": url,
+            "stream": self.queue(kind),
+            "fields": {"report": "daily"},
+            "maxlen": 10_000,
+        }
 
     def spec(self, kind: str, url: str = REDIS_URL) -> ExecutorSpec:
-        return job_from_dict({"id": self.job(kind), "every": "1s", "executor": self.executor(kind, url)},
-                             require_executor=True).executor
+        return job_from_dict(
+            {"id": self.job(kind), "every": "1s", "executor": self.executor(kind, url)}, require_executor=True
+        ).executor
 
 
 def queued(r: redis.Redis, names: Names, kind: str) -> list[dict]:
@@ -103,8 +127,10 @@ def queued(r: redis.Redis, names: Names, kind: str) -> list[dict]:
     if kind == "arq":
         ids = r.zrange(names.queue(kind), 0, -1)
         return [{"id": i.decode(), **deserialize_job(r.get(b"arq:job:" + i)).kwargs["tick"]} for i in ids]
-    return [{"id": entry_id.decode(), **{k.decode(): v.decode() for k, v in fields.items()}}
-            for entry_id, fields in r.xrange(names.queue(kind))]
+    return [
+        {"id": entry_id.decode(), **{k.decode(): v.decode() for k, v in fields.items()}}
+        for entry_id, fields in r.xrange(names.queue(kind))
+    ]
 
 
 def consume(r: redis.Redis, names: Names, kind: str) -> None:
@@ -132,8 +158,11 @@ def rds() -> Iterator[redis.Redis]:
     try:
         client.ping()
     except redis.RedisError as e:
-        pytest.fail(f"Redis at {REDIS_URL} does not answer ({e}); `make test` starts it "
-                    f"(scripts/ensure-services.sh), or set SHARDCRON_TEST_REDIS_URL", pytrace=False)
+        pytest.fail(
+            f"Redis at {REDIS_URL} does not answer ({e}); `make test` starts it "
+            f"(scripts/ensure-services.sh), or set SHARDCRON_TEST_REDIS_URL",
+            pytrace=False,
+        )
     yield client
     client.close()
 
@@ -145,8 +174,15 @@ def names(rds) -> Iterator[Names]:
     yield n
     doomed = list(rds.scan_iter(match=f"*{n.suffix}*", count=1000))
     for slot in n.slots:
-        doomed += [f"{ENQUEUED_PREFIX}{slot}", f"rq:job:{slot}", f"rq:results:{slot}", f"arq:job:{slot}",
-                   f"arq:result:{slot}", f"arq:in-progress:{slot}", f"arq:retry:{slot}"]
+        doomed += [
+            f"{ENQUEUED_PREFIX}{slot}",
+            f"rq:job:{slot}",
+            f"rq:results:{slot}",
+            f"arq:job:{slot}",
+            f"arq:result:{slot}",
+            f"arq:in-progress:{slot}",
+            f"arq:retry:{slot}",
+        ]
     for kind in KINDS:
         rds.srem("rq:queues", f"rq:queue:{n.queue(kind)}")
     rds.delete(*doomed)
@@ -185,7 +221,8 @@ def test_a_slot_is_enqueued_once_whoever_retries_it(kind, rds, names, pools):
     assert done.output.startswith(("enqueued ", "added ")), done.output
     entries = queued(rds, names, kind)
     assert [(e["shardcron_scheduled_at_ms"], e["shardcron_fence"], e["shardcron_attempt"]) for e in entries] == [
-        (str(first.scheduled_at_ms), "41", "1")]
+        (str(first.scheduled_at_ms), "41", "1")
+    ]
 
     # The next leader retries the slot: another node, a higher fence, attempt 2.
     retry = replace(first, attempt=2, fence=57, node_id="n1")
@@ -281,9 +318,15 @@ def test_cancel_stops_the_enqueue(kind, rds, names, pools):
 def process(command: list[str], log_path: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen]:
     """A worker process, logging to ``log_path``; SIGTERM (then SIGKILL) when the block ends."""
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **(env or {})},
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            command,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1", **(env or {})},
+            start_new_session=True,
+        )
     try:
         yield proc
     finally:
@@ -293,16 +336,42 @@ def process(command: list[str], log_path: Path, env: dict[str, str] | None = Non
 def start_worker(stack: ExitStack, kind: str, names: Names, log_dir: Path) -> subprocess.Popen:
     log = log_dir / f"worker-{kind}.log"
     if kind == "rq":
-        command = [sys.executable, "-m", "rq.cli", "worker", "--url", REDIS_URL, "--path", str(ROOT),
-                   "--name", f"sc-{names.suffix}", names.queue(kind)]
+        command = [
+            sys.executable,
+            "-m",
+            "rq.cli",
+            "worker",
+            "--url",
+            REDIS_URL,
+            "--path",
+            str(ROOT),
+            "--name",
+            f"sc-{names.suffix}",
+            names.queue(kind),
+        ]
         return stack.enter_context(process(command, log))
     if kind == "arq":
-        return stack.enter_context(process(
-            [sys.executable, "-m", "arq", "tests.support.workers.arq_worker.WorkerSettings"], log,
-            env={"SHARDCRON_TEST_REDIS_URL": REDIS_URL, "SHARDCRON_TEST_ARQ_QUEUE": names.queue(kind)}))
-    return stack.enter_context(process(
-        [sys.executable, "-m", "tests.support.workers.stream_consumer", REDIS_URL, names.queue(kind), "sc-group",
-         names.record(kind)], log))
+        return stack.enter_context(
+            process(
+                [sys.executable, "-m", "arq", "tests.support.workers.arq_worker.WorkerSettings"],
+                log,
+                env={"SHARDCRON_TEST_REDIS_URL": REDIS_URL, "SHARDCRON_TEST_ARQ_QUEUE": names.queue(kind)},
+            )
+        )
+    return stack.enter_context(
+        process(
+            [
+                sys.executable,
+                "-m",
+                "tests.support.workers.stream_consumer",
+                REDIS_URL,
+                names.queue(kind),
+                "sc-group",
+                names.record(kind),
+            ],
+            log,
+        )
+    )
 
 
 def job_dict(names: Names, kind: str, **extra) -> dict:
@@ -346,6 +415,7 @@ def assert_sent_by(record: dict, tick: Tick) -> None:
 
 def wait_consumed(rds, names: Names, kinds, expected: dict[str, dict[int, Tick]], procs, log_dir: Path) -> None:
     """Until every worker has received at least every slot the store recorded succeeded."""
+
     def caught_up() -> bool:
         alive(procs, log_dir)
         return all(set(expected[k]) <= set(slots_received(rds, names, k)) for k in kinds)
@@ -374,12 +444,22 @@ def test_every_succeeded_slot_reaches_its_worker_exactly_once(make_cluster, fres
                 wait_until(thirty_each, 150, 0.5, what="30 succeeded slots of each job")
                 for kind in KINDS:
                     client.pause_job(names.job(kind))
-            ticks = {k: wait_until(lambda k=k: final_ticks(engine, names, names.job(k)), 60, 0.2,
-                                   what=f"every tick of {k} to be final") for k in KINDS}
+            ticks = {
+                k: wait_until(
+                    lambda k=k: final_ticks(engine, names, names.job(k)), 60, 0.2, what=f"every tick of {k} to be final"
+                )
+                for k in KINDS
+            }
             expected = {k: succeeded(ticks[k]) for k in KINDS}
             # A slot may be skipped (overlap policy) on a busy machine: never enqueued, it must not arrive either.
-            failed = {k: [(t.status.value, t.error) for t in ticks[k]
-                          if t.status not in (TickStatus.SUCCEEDED, TickStatus.SKIPPED)] for k in KINDS}
+            failed = {
+                k: [
+                    (t.status.value, t.error)
+                    for t in ticks[k]
+                    if t.status not in (TickStatus.SUCCEEDED, TickStatus.SKIPPED)
+                ]
+                for k in KINDS
+            }
             assert not any(failed.values()), failed
             wait_consumed(rds, names, KINDS, expected, procs, tmp_path)
             for kind in KINDS:
@@ -399,8 +479,9 @@ def test_every_succeeded_slot_reaches_its_worker_exactly_once(make_cluster, fres
 
 @pytest.mark.cluster
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_slot_retried_after_its_leader_died_mid_dispatch_runs_once(kind, make_cluster, fresh_db_url, rds, names,
-                                                                     tmp_path):
+def test_a_slot_retried_after_its_leader_died_mid_dispatch_runs_once(
+    kind, make_cluster, fresh_db_url, rds, names, tmp_path
+):
     db = fresh_db_url("postgresql")
     cluster = make_cluster(db, shards=1)
     n0 = cluster.add("n0", env={"SHARDCRON_TEST_CRASH_AFTER_DISPATCH": names.job(kind)})
@@ -411,8 +492,9 @@ def test_a_slot_retried_after_its_leader_died_mid_dispatch_runs_once(kind, make_
             cluster.wait_all_led(60, by={"n0"})
             cluster.add("n1")
             cluster.wait_settled({"n0", "n1"}, 60)  # sticky placement: n0 keeps the shard
-            job = job_from_dict(job_dict(names, kind, retry={"max_attempts": 3, "backoff": "200ms"}),
-                                require_executor=True)
+            job = job_from_dict(
+                job_dict(names, kind, retry={"max_attempts": 3, "backoff": "200ms"}), require_executor=True
+            )
             with Client(n0.address) as client:
                 client.put_job(job)
             wait_until(lambda: not n0.alive(), 60, 0.1, what="n0 to kill itself after its first enqueue")

@@ -35,9 +35,11 @@ S = 1000
 
 def range_rows(engine, job_id: str, from_ms: int, to_ms: int) -> list:
     with engine.connect() as c:
-        return c.execute(select(ticks).where(ticks.c.job_id == job_id, ticks.c.scheduled_at_ms >= from_ms,
-                                             ticks.c.scheduled_at_ms < to_ms)
-                         .order_by(ticks.c.scheduled_at_ms)).all()
+        return c.execute(
+            select(ticks)
+            .where(ticks.c.job_id == job_id, ticks.c.scheduled_at_ms >= from_ms, ticks.c.scheduled_at_ms < to_ms)
+            .order_by(ticks.c.scheduled_at_ms)
+        ).all()
 
 
 def parse_ms(text: str) -> int:
@@ -45,8 +47,12 @@ def parse_ms(text: str) -> int:
 
 
 def cli(node, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardcron", *args, "--server", node.address],
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "shardcron", *args, "--server", node.address],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_backfill_of_500_slots_survives_a_kill_9_of_the_leader_with_one_row_per_slot(make_cluster, fresh_db_url):
@@ -68,16 +74,31 @@ def test_a_backfill_of_500_slots_survives_a_kill_9_of_the_leader_with_one_row_pe
             client.put_job(job_from_dict({"id": job_id, "every": "1s", "executor": {"kind": "noop"}}))
             bf = client.backfill_job(job_id, from_ms, to_ms, rate_per_s=rate)
             assert (bf.state, bf.planned, bf.shard) == (BackfillState.ACTIVE, 500, shard)
-            wait_until(lambda: len(range_rows(engine, job_id, from_ms, to_ms)) >= 200, 60, 0.05,
-                       what="the leader to be half-way")
+            wait_until(
+                lambda: len(range_rows(engine, job_id, from_ms, to_ms)) >= 200,
+                60,
+                0.05,
+                what="the leader to be half-way",
+            )
             c.nodes[victim].kill()
             wait_until(lambda: c.leaders()[shard] == survivor, 2 * TTL + 20, what="the successor to lead")
-            final = wait_until(lambda: (b := client.get_backfill(bf.id)).state is not BackfillState.ACTIVE and b,
-                               90, 0.5, what="the backfill to end")
+            final = wait_until(
+                lambda: (b := client.get_backfill(bf.id)).state is not BackfillState.ACTIVE and b,
+                90,
+                0.5,
+                what="the backfill to end",
+            )
         assert (final.state, final.planned, final.done, final.skipped) == (BackfillState.DONE, 500, 500, 0), final
-        rows = wait_until(lambda: (r := range_rows(engine, job_id, from_ms, to_ms))
-                          and all(TickStatus(x.status).is_final for x in r) and r, 30, 0.2,
-                          what="every backfilled slot to finish")
+        rows = wait_until(
+            lambda: (
+                (r := range_rows(engine, job_id, from_ms, to_ms))
+                and all(TickStatus(x.status).is_final for x in r)
+                and r
+            ),
+            30,
+            0.2,
+            what="every backfilled slot to finish",
+        )
         # Exactly one row per slot of the range (the key allows no second), and every one ran.
         assert [r.scheduled_at_ms for r in rows] == list(range(from_ms, to_ms, S))
         assert {TickStatus(r.status) for r in rows} == {TickStatus.SUCCEEDED}
@@ -115,13 +136,29 @@ def test_a_backfill_runs_only_the_slots_without_a_row_and_the_audit_stays_clean(
     job_id = f"bf-{uuid.uuid4().hex[:6]}"
     with Client(node.address) as client:
         job = client.put_job(job_from_dict({"id": job_id, "every": "1s", "executor": {"kind": "noop"}}))
-        live = wait_until(lambda: len(r := [t for t in client.list_ticks(job_id) if t.status.is_final]) >= 3 and r,
-                          30, 0.2, what="three live ticks")
+        live = wait_until(
+            lambda: len(r := [t for t in client.list_ticks(job_id) if t.status.is_final]) >= 3 and r,
+            30,
+            0.2,
+            what="three live ticks",
+        )
         first_live = min(t.scheduled_at_ms for t in live)
         from_ms = (job.active_since_ms // S - 20) * S  # 20-odd slots before the job existed, then live ones
         to_ms = max(t.scheduled_at_ms for t in live)  # excluded: the range ends in the past
-        out = cli(node, "jobs", "backfill", job_id, "--from", str(from_ms), "--to", str(to_ms), "--rate", "100/s",
-                  "--wait", "--json")
+        out = cli(
+            node,
+            "jobs",
+            "backfill",
+            job_id,
+            "--from",
+            str(from_ms),
+            "--to",
+            str(to_ms),
+            "--rate",
+            "100/s",
+            "--wait",
+            "--json",
+        )
         assert out.returncode == 0, out.stderr
         done = json.loads(out.stdout)
         owed = (first_live - from_ms) // S
@@ -143,10 +180,13 @@ def test_a_backfill_runs_only_the_slots_without_a_row_and_the_audit_stays_clean(
     assert again.returncode == 0 and json.loads(again.stdout)["planned"] == 0, again  # nothing left to run
 
 
-@pytest.mark.parametrize("overlap, statuses", [
-    pytest.param("skip", [TickStatus.SUCCEEDED] + [TickStatus.SKIPPED] * 5, id="skip"),
-    pytest.param("allow", [TickStatus.SUCCEEDED] * 6, id="allow"),
-])
+@pytest.mark.parametrize(
+    "overlap, statuses",
+    [
+        pytest.param("skip", [TickStatus.SUCCEEDED] + [TickStatus.SKIPPED] * 5, id="skip"),
+        pytest.param("allow", [TickStatus.SUCCEEDED] * 6, id="allow"),
+    ],
+)
 def test_the_backfills_overlap_decides_while_its_first_slot_still_runs(solo, overlap, statuses):
     """Six yearly slots (no live run comes due meanwhile) at 10/s, each run taking 5 s: with skip the five
     started while the first goes on are recorded skipped, with allow all six run side by side."""
@@ -154,17 +194,37 @@ def test_the_backfills_overlap_decides_while_its_first_slot_still_runs(solo, ove
     job_id = f"bf-{overlap}-{uuid.uuid4().hex[:6]}"
     from_ms, to_ms = parse_ms("2021-01-01T00:00:00Z"), parse_ms("2026-01-02T00:00:00Z")
     with Client(node.address) as client:
-        client.put_job(job_from_dict({"id": job_id, "cron": "0 0 1 1 *", "timeout": "30s",
-                                      "executor": {"kind": "shell", "command": "sleep 5"}}))
+        client.put_job(
+            job_from_dict(
+                {
+                    "id": job_id,
+                    "cron": "0 0 1 1 *",
+                    "timeout": "30s",
+                    "executor": {"kind": "shell", "command": "sleep 5"},
+                }
+            )
+        )
         bf = client.backfill_job(job_id, from_ms, to_ms, rate_per_s=10, overlap=overlap)
         assert bf.planned == 6
-        final = wait_until(lambda: (b := client.get_backfill(bf.id)).state is not BackfillState.ACTIVE and b,
-                           60, 0.3, what="the backfill to end")
+        final = wait_until(
+            lambda: (b := client.get_backfill(bf.id)).state is not BackfillState.ACTIVE and b,
+            60,
+            0.3,
+            what="the backfill to end",
+        )
         assert (final.state, final.done, final.skipped) == (BackfillState.DONE, 6, statuses.count(TickStatus.SKIPPED))
     engine = make_engine(url)
     try:
-        rows = wait_until(lambda: (r := range_rows(engine, job_id, from_ms, to_ms))
-                          and all(TickStatus(x.status).is_final for x in r) and r, 30, 0.2, what="the runs to end")
+        rows = wait_until(
+            lambda: (
+                (r := range_rows(engine, job_id, from_ms, to_ms))
+                and all(TickStatus(x.status).is_final for x in r)
+                and r
+            ),
+            30,
+            0.2,
+            what="the runs to end",
+        )
         assert [TickStatus(r.status) for r in rows] == statuses
         report = run_audit(engine, from_ms=from_ms - 1, to_ms=to_ms - 1)  # the skips had a run going: no finding
         assert report.clean(), report.to_dict()
@@ -175,14 +235,20 @@ def test_the_backfills_overlap_decides_while_its_first_slot_still_runs(solo, ove
 @pytest.mark.parametrize(
     "args, expected",
     [
-        pytest.param(["--from", "2026-01-02T00:00:00Z", "--to", "2026-01-01T00:00:00Z"], "--to: must be after --from",
-                     id="reversed"),
+        pytest.param(
+            ["--from", "2026-01-02T00:00:00Z", "--to", "2026-01-01T00:00:00Z"],
+            "--to: must be after --from",
+            id="reversed",
+        ),
         pytest.param(["--rate", "0"], "--rate: must be a positive rate", id="rate 0"),
         pytest.param(["--rate", "fast"], "--rate: expected a rate such as 10/s", id="rate not a number"),
         pytest.param(["--overlap", "maybe"], "--overlap: 'maybe' is not one of: skip, allow", id="overlap"),
         pytest.param(["--from", "yesterday"], "--from: expected ISO-8601", id="time"),
-        pytest.param(["--from", "2020-01-01T00:00:00Z"], "from_ms/to_ms: the range holds more than 1,000,000 slots",
-                     id="too many slots"),
+        pytest.param(
+            ["--from", "2020-01-01T00:00:00Z"],
+            "from_ms/to_ms: the range holds more than 1,000,000 slots",
+            id="too many slots",
+        ),
         pytest.param(["--to", "2999-01-01T00:00:00Z"], "to_ms: must not be in the future", id="future"),
         pytest.param(["--job", "no-such-job"], "job 'no-such-job' not found", id="unknown job"),
     ],
@@ -224,12 +290,26 @@ def test_a_backfill_skips_the_slots_the_jobs_calendars_exclude(solo):
     with Client(node.address) as client:
         now = int(time.time()) * S
         from_ms, to_ms = now - 60 * S, now - 40 * S
-        client.put_calendar(parse_calendar(calendar, {"exclude_ranges": [{"from": from_ms + 5 * S,
-                                                                          "to": from_ms + 10 * S}]}))
-        client.put_job(job_from_dict({"id": job_id, "every": "1s", "executor": {"kind": "noop"},
-                                      "calendars": [calendar]}))
-        out = cli(node, "jobs", "backfill", job_id, "--from", str(from_ms), "--to", str(to_ms), "--rate", "100/s",
-                  "--wait", "--json")
+        client.put_calendar(
+            parse_calendar(calendar, {"exclude_ranges": [{"from": from_ms + 5 * S, "to": from_ms + 10 * S}]})
+        )
+        client.put_job(
+            job_from_dict({"id": job_id, "every": "1s", "executor": {"kind": "noop"}, "calendars": [calendar]})
+        )
+        out = cli(
+            node,
+            "jobs",
+            "backfill",
+            job_id,
+            "--from",
+            str(from_ms),
+            "--to",
+            str(to_ms),
+            "--rate",
+            "100/s",
+            "--wait",
+            "--json",
+        )
         assert out.returncode == 0, out.stderr
         done = json.loads(out.stdout)
         assert (done["state"], done["planned"], done["done"]) == ("done", 15, 15), done

@@ -72,8 +72,9 @@ def test_a_job_runs_only_where_its_calendar_allows_and_follows_a_live_change(clu
     assert not [t for t in ticks if first[0] <= t.scheduled_at_ms < first[1]], ticks
     slots = sorted(t.scheduled_at_ms for t in ticks)
     assert len(slots) == len(set(slots))
-    allowed = [s for s in range(slots[0], slots[-1] + 1, 1000)
-               if not (first[0] <= s < first[1] or second[0] <= s < second[1])]
+    allowed = [
+        s for s in range(slots[0], slots[-1] + 1, 1000) if not (first[0] <= s < first[1] or second[0] <= s < second[1])
+    ]
     assert set(allowed) <= set(ran), sorted(set(allowed) - set(ran))  # every allowed slot ran
     engine = make_engine(url)
     try:
@@ -111,8 +112,10 @@ def test_calendars_cli_put_get_list_and_delete(cluster, tmp_path):
     _, nodes, _ = cluster
     name = f"biz-{uuid.uuid4().hex[:6]}"
     f = tmp_path / "cal.toml"
-    f.write_text(f'[calendars.{name}]\ntimezone = "Europe/Lisbon"\nexclude_dates = [2026-12-25]\n'
-                 'windows = { mon-fri = "09:00-18:00" }\n')
+    f.write_text(
+        f'[calendars.{name}]\ntimezone = "Europe/Lisbon"\nexclude_dates = [2026-12-25]\n'
+        'windows = { mon-fri = "09:00-18:00" }\n'
+    )
     out = node_command(nodes[0], "calendars", "put", str(f))
     assert out.returncode == 0 and f"calendar {name} version 1" in out.stdout, out.stderr
     out = node_command(nodes[1], "calendars", "get", name, "--json")
@@ -123,16 +126,27 @@ def test_calendars_cli_put_get_list_and_delete(cluster, tmp_path):
     out = node_command(nodes[1], "calendars", "list")
     assert out.returncode == 0 and name in out.stdout and "Europe/Lisbon" in out.stdout, out.stdout
     ics = tmp_path / "holidays.ics"
-    ics.write_text("BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//t//EN\r\nBEGIN:VEVENT\r\nUID:1\r\n"
-                   "SUMMARY:Christmas\r\nDTSTART;VALUE=DATE:20261225\r\nDTEND;VALUE=DATE:20261226\r\n"
-                   "END:VEVENT\r\nEND:VCALENDAR\r\n")
+    ics.write_text(
+        "BEGIN:VCALENDAR\r\nVERSION:2.0\r\nPRODID:-//t//t//EN\r\nBEGIN:VEVENT\r\nUID:1\r\n"
+        "SUMMARY:Christmas\r\nDTSTART;VALUE=DATE:20261225\r\nDTEND;VALUE=DATE:20261226\r\n"
+        "END:VEVENT\r\nEND:VCALENDAR\r\n"
+    )
     out = node_command(nodes[0], "calendars", "put", str(ics), "--name", f"{name}-ics", "--json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)[0]["exclude_dates"] == ["2026-12-25"]
 
     jid = f"cal-user-{uuid.uuid4().hex[:6]}"
-    wait_until(lambda: node_command(nodes[1], "jobs", "put", jid, "--every", "1h", "--noop", "--paused",
-                           "--calendar", name).returncode == 0, 20, 0.3, what="the job put on node b")
+    wait_until(
+        lambda: (
+            node_command(
+                nodes[1], "jobs", "put", jid, "--every", "1h", "--noop", "--paused", "--calendar", name
+            ).returncode
+            == 0
+        ),
+        20,
+        0.3,
+        what="the job put on node b",
+    )
     out = node_command(nodes[0], "calendars", "delete", name)
     assert out.returncode == 1, out.stdout
     lines = out.stderr.strip().splitlines()
@@ -148,12 +162,15 @@ def test_calendars_cli_put_get_list_and_delete(cluster, tmp_path):
     assert runs["next_slot_ms"] is None and "does not exist" in runs["next_reason"], runs
 
 
-@pytest.mark.parametrize("body, says", [
-    ('timezone = "Mars/Olympus"', "timezone: unknown timezone 'Mars/Olympus'"),
-    ('windows = { mon-fri = "9-18" }', "windows.mon-fri.start: expected a wall-clock time HH:MM"),
-    ('exclude_dates = ["2026-13-01"]', "exclude_dates[0]: expected a date as YYYY-MM-DD"),
-    ('holidays = []', "holidays: unknown key"),
-])
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ('timezone = "Mars/Olympus"', "timezone: unknown timezone 'Mars/Olympus'"),
+        ('windows = { mon-fri = "9-18" }', "windows.mon-fri.start: expected a wall-clock time HH:MM"),
+        ('exclude_dates = ["2026-13-01"]', "exclude_dates[0]: expected a date as YYYY-MM-DD"),
+        ("holidays = []", "holidays: unknown key"),
+    ],
+)
 def test_calendars_put_refuses_a_bad_file_naming_the_field(cluster, tmp_path, body, says):
     _, nodes, _ = cluster
     f = tmp_path / "bad.toml"
@@ -180,8 +197,9 @@ def test_the_api_refuses_bad_calendars_and_unknown_names_naming_the_field(cluste
         with pytest.raises(grpc.RpcError) as e:
             stub.DeleteCalendar(pb.DeleteCalendarRequest(name="never-was"), timeout=10)
         assert e.value.code() is grpc.StatusCode.NOT_FOUND, e.value.details()
-        job = pb.Job(id="cal-unknown", schedule=pb.Schedule(interval_ms=60_000), noop=pb.NoopExecutor(),
-                     calendars=["never-was"])
+        job = pb.Job(
+            id="cal-unknown", schedule=pb.Schedule(interval_ms=60_000), noop=pb.NoopExecutor(), calendars=["never-was"]
+        )
         with pytest.raises(grpc.RpcError) as e:
             stub.PutJob(pb.PutJobRequest(job=job), timeout=10)
         assert e.value.code() is grpc.StatusCode.INVALID_ARGUMENT
@@ -212,8 +230,10 @@ def test_jobs_apply_puts_a_files_calendars_before_its_jobs(cluster, tmp_path):
     _, nodes, _ = cluster
     name, jid = f"file-{uuid.uuid4().hex[:6]}", f"cal-file-{uuid.uuid4().hex[:6]}"
     f = tmp_path / "jobs.yaml"
-    f.write_text(f"calendars:\n  {name}:\n    timezone: America/New_York\n    windows: {{'sat,sun': '10:00-12:00'}}\n"
-                 f"jobs:\n  - id: {jid}\n    every: 1h\n    calendars: [{name}]\n    executor: {{kind: noop}}\n")
+    f.write_text(
+        f"calendars:\n  {name}:\n    timezone: America/New_York\n    windows: {{'sat,sun': '10:00-12:00'}}\n"
+        f"jobs:\n  - id: {jid}\n    every: 1h\n    calendars: [{name}]\n    executor: {{kind: noop}}\n"
+    )
     out = node_command(nodes[1], "jobs", "apply", "-f", str(f))
     assert out.returncode == 0, out.stderr
     assert f"calendar {name} version 1" in out.stdout and jid in out.stdout, out.stdout
@@ -229,14 +249,17 @@ def test_a_nodes_jobs_file_imports_its_calendars(cluster, tmp_path):
     c, nodes, _ = cluster
     name, jid = f"boot-{uuid.uuid4().hex[:6]}", f"cal-boot-{uuid.uuid4().hex[:6]}"
     f = tmp_path / "jobs.toml"
-    f.write_text(f'[calendars.{name}]\ntimezone = "Europe/Lisbon"\nexclude_dates = [2026-12-25]\n\n'
-                 f'[[jobs]]\nid = "{jid}"\nevery = "1h"\ncalendars = ["{name}"]\nexecutor = {{ kind = "noop" }}\n')
+    f.write_text(
+        f'[calendars.{name}]\ntimezone = "Europe/Lisbon"\nexclude_dates = [2026-12-25]\n\n'
+        f'[[jobs]]\nid = "{jid}"\nevery = "1h"\ncalendars = ["{name}"]\nexecutor = {{ kind = "noop" }}\n'
+    )
     third = c.add("c", extra_args=["--jobs", str(f)])
     try:
         with Client(nodes[0].address) as client:
             stored, _ = wait_until(lambda: _calendar_or_none(client, name), 30, 0.3, what="the file's calendar")
         assert stored.version == 1 and stored.calendar == parse_calendar(
-            name, {"timezone": "Europe/Lisbon", "exclude_dates": ["2026-12-25"]})
+            name, {"timezone": "Europe/Lisbon", "exclude_dates": ["2026-12-25"]}
+        )
     finally:
         third.terminate()
     assert "Traceback" not in third.log_text(), third.log_text()[-4000:]

@@ -37,8 +37,14 @@ class OneAtATimeSink:
 
     def order(self) -> list[tuple[str, str, int]]:
         """(namespace, job id, slot) of every request, in the order they arrived."""
-        return [(r.header("x-shardcron-namespace"), r.header("x-shardcron-job-id"),
-                 int(r.header("x-shardcron-scheduled-at-ms"))) for r in self.sink.requests()]
+        return [
+            (
+                r.header("x-shardcron-namespace"),
+                r.header("x-shardcron-job-id"),
+                int(r.header("x-shardcron-scheduled-at-ms")),
+            )
+            for r in self.sink.requests()
+        ]
 
     def close(self) -> None:
         for _ in range(1000):
@@ -62,8 +68,15 @@ def sink():
 
 def a_job(sink: OneAtATimeSink, i: int) -> Job:
     # Every second, overlapping allowed: its second slot waits in the gate, not skipped.
-    job = job_from_dict({"id": f"a{i}", "every": "1s", "overlap": "allow", "timeout": "60s",
-                         "executor": {"kind": "http", "url": sink.sink.url + "/slow"}})
+    job = job_from_dict(
+        {
+            "id": f"a{i}",
+            "every": "1s",
+            "overlap": "allow",
+            "timeout": "60s",
+            "executor": {"kind": "http", "url": sink.sink.url + "/slow"},
+        }
+    )
     return replace(job, id=store_key("a", f"a{i}"))
 
 
@@ -73,8 +86,9 @@ def b_job(i: int) -> Job:
 
 
 def run_flood(rig, sink: OneAtATimeSink, fair: bool):
-    r = rig([a_job(sink, i) for i in range(A_JOBS)] + [b_job(i) for i in range(B_JOBS)],
-            executor_slots=1, fair_queuing=fair)
+    r = rig(
+        [a_job(sink, i) for i in range(A_JOBS)] + [b_job(i) for i in range(B_JOBS)], executor_slots=1, fair_queuing=fair
+    )
     r.at(T0)
     r.at(T0 + 1 * S)  # A's 4 first slots: one runs (held at the sink), three wait
     wait_until(lambda: len(sink.order()) == 1, 30, what="A's first run to reach the sink")
@@ -88,8 +102,11 @@ def run_flood(rig, sink: OneAtATimeSink, fair: bool):
         sink.turns.release()
         if k < total_a:
             wait_until(lambda: len(sink.order()) == k + 1, 30, what=f"A's run {k + 1} to reach the sink")
-    wait_until(lambda: r.scheduler._gate.busy == 0 and r.scheduler._gate.waiting == 0, 30,
-               what="every waiting start to be served and ended")
+    wait_until(
+        lambda: r.scheduler._gate.busy == 0 and r.scheduler._gate.waiting == 0,
+        30,
+        what="every waiting start to be served and ended",
+    )
     assert r.scheduler.recorder.flush(0, 30)
     return r
 
@@ -154,8 +171,11 @@ def test_max_running_holds_a_namespaces_start_while_others_run(rig, sink):
     r.clock.now_ms = T0 + 2 * S
     r.scheduler.claim_due()
     r.scheduler.dispatch_due()  # b0's noop: queued behind a1 (the queue's order decides), served on a free slot
-    wait_until(lambda: r.ticks(store_key("b", "b0")).get(2, (None,))[0] is TickStatus.SUCCEEDED, 30,
-               what="b0 to run while a1 waits for a's running quota")
+    wait_until(
+        lambda: r.ticks(store_key("b", "b0")).get(2, (None,))[0] is TickStatus.SUCCEEDED,
+        30,
+        what="b0 to run while a1 waits for a's running quota",
+    )
     assert len(sink.order()) == 1, "a1 still waits: a0 runs"
     r.clock.now_ms = T0 + 2 * S + STEP_MS
     sink.turns.release()  # a0 ends: a1 may go now

@@ -31,8 +31,9 @@ def noop(job_id: str = "beat") -> Job:
 
 
 def slow(held: HeldSink, job_id: str = "slow") -> Job:
-    return job_from_dict({"id": job_id, "every": "1s", "overlap": "skip",
-                          "executor": {"kind": "http", "url": held.sink.url + "/held"}})
+    return job_from_dict(
+        {"id": job_id, "every": "1s", "overlap": "skip", "executor": {"kind": "http", "url": held.sink.url + "/held"}}
+    )
 
 
 SKIPPED = (TickStatus.SKIPPED, OVERLAP_SKIP_REASON)
@@ -207,8 +208,9 @@ def test_a_tick_that_comes_due_while_a_burst_starts_starts_within_the_burst_not_
     from shardcron.rules.jitter import jitter_offset_ms
 
     slot = T0 + 10 * S
-    jit = next(j for j in (_jittered(f"jit-{i}") for i in range(200))
-               if 2 * S <= jitter_offset_ms(j.id, slot, 9 * S) <= 4 * S)
+    jit = next(
+        j for j in (_jittered(f"jit-{i}") for i in range(200)) if 2 * S <= jitter_offset_ms(j.id, slot, 9 * S) <= 4 * S
+    )
     offset = jitter_offset_ms(jit.id, slot, 9 * S)
     burst = [job_from_dict({"id": f"b{i:03}", "every": "10s"}) for i in range(300)]
     r = rig(burst + [jit])
@@ -223,7 +225,8 @@ def test_a_tick_that_comes_due_while_a_burst_starts_starts_within_the_burst_not_
     assert jit_start >= slot + offset, "nothing starts before its slot and offset"
     assert jit_start < burst_starts[-1], (
         f"the tick due at +{offset} ms started at +{jit_start - slot} ms, after the whole burst "
-        f"(+{burst_starts[0] - slot} to +{burst_starts[-1] - slot} ms)")
+        f"(+{burst_starts[0] - slot} to +{burst_starts[-1] - slot} ms)"
+    )
     assert all(r.ticks(j.id)[10] == OK for j in burst + [jit])
 
 
@@ -237,8 +240,9 @@ def test_a_reclaimed_jittered_orphan_waits_for_its_offset_and_a_late_one_starts_
     raise_fence(engine, 0, 5, "old", T0 - 60 * S)
     put_job(engine, job, shard=0, fence=5, node_id="old", now_ms=T0 - 60 * S)
     early, ahead = T0 - 10 * S, T0 + 10 * S
-    claim_ticks(engine, [SlotClaim("jit", early), SlotClaim("jit", ahead)], shard=0, fence=5, node_id="old",
-                now_ms=T0 - 11 * S)
+    claim_ticks(
+        engine, [SlotClaim("jit", early), SlotClaim("jit", ahead)], shard=0, fence=5, node_id="old", now_ms=T0 - 11 * S
+    )
     r = Rig(engine, [])
     try:
         r.at(T0)
@@ -261,8 +265,12 @@ def left_by_a_dead_leader(engine, job: Job, last_ms: int) -> None:
     raise_fence(engine, 0, 5, "old", T0 - 60 * S)
     put_job(engine, job, shard=0, fence=5, node_id="old", now_ms=T0 - 60 * S)
     claim_ticks(engine, [SlotClaim(job.id, last_ms)], shard=0, fence=5, node_id="old", now_ms=last_ms - S)
-    record_results(engine, [(SlotRef(job.id, last_ms), 1, ExecutionResult(True, last_ms, last_ms),
-                             TickStatus.SUCCEEDED)], shard=0, fence=5)
+    record_results(
+        engine,
+        [(SlotRef(job.id, last_ms), 1, ExecutionResult(True, last_ms, last_ms), TickStatus.SUCCEEDED)],
+        shard=0,
+        fence=5,
+    )
 
 
 def test_missed_jittered_slots_caught_up_by_a_new_leader_start_at_once_and_the_slot_at_now_waits(engine):
@@ -300,8 +308,13 @@ def test_a_live_slot_waits_behind_unstarted_catch_up_slots_and_is_judged_at_its_
         wait_until(lambda: held.calls("slow") == [T0 - 2 * S], 30, what="the first catch-up run to reach the sink")
         r.at(T0 + S)  # the live slot T0 + 1 s is due while T0 - 1 s and T0 have not started
         assert {s: st for s, (st, _) in r.ticks("slow").items()} == {
-            -3: TickStatus.SUCCEEDED, -2: TickStatus.RUNNING, -1: TickStatus.CLAIMED, 0: TickStatus.CLAIMED,
-            1: TickStatus.CLAIMED, 2: TickStatus.CLAIMED}
+            -3: TickStatus.SUCCEEDED,
+            -2: TickStatus.RUNNING,
+            -1: TickStatus.CLAIMED,
+            0: TickStatus.CLAIMED,
+            1: TickStatus.CLAIMED,
+            2: TickStatus.CLAIMED,
+        }
         held.let_go()
         step = iter(range(T0 + S + 1, T0 + 2 * S))  # the line moves as runs end; each step starts what came due
 
@@ -328,9 +341,15 @@ def test_a_run_waiting_out_its_retry_backoff_is_going_and_its_row_keeps_its_firs
     from shardcron.audit import find_false_overlap
 
     held.let_go()
-    job = job_from_dict({"id": "flaky", "every": "1s", "overlap": "skip",
-                         "retry": {"max_attempts": 2, "backoff": "1s"},
-                         "executor": {"kind": "http", "url": held.sink.url + "/status/500"}})
+    job = job_from_dict(
+        {
+            "id": "flaky",
+            "every": "1s",
+            "overlap": "skip",
+            "retry": {"max_attempts": 2, "backoff": "1s"},
+            "executor": {"kind": "http", "url": held.sink.url + "/status/500"},
+        }
+    )
     r = rig([job])
     r.at(T0)
     r.at(T0 + S)  # attempt 1 fails at once; attempt 2 comes a second of backoff later
@@ -353,8 +372,7 @@ def test_a_slot_claimed_before_its_job_changed_runs_only_if_the_job_still_owes_i
     r.at(T0)  # claims slot 1, due a second later
     assert r.ticks("beat")[1][0] is TickStatus.CLAIMED
     if change == "pause":
-        r.scheduler.upsert_job(0, set_paused(engine, "beat", True, shard=0, fence=FENCE, node_id=NODE,
-                                             now_ms=T0 + 500))
+        r.scheduler.upsert_job(0, set_paused(engine, "beat", True, shard=0, fence=FENCE, node_id=NODE, now_ms=T0 + 500))
         expected = (TickStatus.SKIPPED, PAUSED_SKIP_REASON)
     elif change == "new schedule":  # every 2 s: T0 is a whole 2 s, T0 + 1 s is no slot of it
         r.put_again(job_from_dict({"id": "beat", "every": "2s"}), T0 + 500)

@@ -55,8 +55,9 @@ def test_marks_that_wait_together_share_a_transaction_and_each_learns_its_shards
             blocker.execute(select(shard_fences.c.fence).where(shard_fences.c.shard == 0).with_for_update())
             first = asyncio.ensure_future(mark("a", 0, F0, SLOTS[0]))
             await until(lambda: batches == [1], "the first mark to start committing")
-            rest = [asyncio.ensure_future(mark("a", 0, F0, s)) for s in SLOTS[1:]] + \
-                   [asyncio.ensure_future(mark("b", 1, F1, s)) for s in SLOTS]
+            rest = [asyncio.ensure_future(mark("a", 0, F0, s)) for s in SLOTS[1:]] + [
+                asyncio.ensure_future(mark("b", 1, F1, s)) for s in SLOTS
+            ]
             await until(lambda: marks.queued == 15, "fifteen marks to queue behind the commit")
         got = await asyncio.gather(first, *rest)
         return dict(zip([("a", s) for s in SLOTS] + [("b", s) for s in SLOTS], got, strict=True))

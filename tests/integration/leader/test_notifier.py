@@ -35,8 +35,11 @@ FAILED = {TickStatus.FAILED, TickStatus.ABANDONED}
 
 def settled_ticks(engine, job_id: str) -> list:
     """The job's ticks once every one is final (call it after pausing the job: a run may still be going)."""
-    return wait_until(lambda: (ts := list_ticks(engine, job_id, limit=1000)) and all(t.status.is_final for t in ts)
-                      and ts, 30, what=f"every tick of {job_id} final")
+    return wait_until(
+        lambda: (ts := list_ticks(engine, job_id, limit=1000)) and all(t.status.is_final for t in ts) and ts,
+        30,
+        what=f"every tick of {job_id} final",
+    )
 
 
 def keys_of(sink: Sink, path: str) -> list[str]:
@@ -54,23 +57,35 @@ def test_on_failure_fires_once_per_failed_slot_across_a_sigkill_and_on_recovery_
     survivor = ({"n0", "n1"} - {victim}).pop()
     engine = make_engine(db)
     with Sink() as sink, Client(c.nodes[survivor].address) as client:
+
         def job(path: str) -> dict:
-            return {"id": jid, "every": "1s", "executor": {"kind": "http", "url": sink.url + path},
-                    "on_failure": {"kind": "http", "url": sink.url + "/failed"},
-                    "on_recovery": {"kind": "http", "url": sink.url + "/recovered"}}
+            return {
+                "id": jid,
+                "every": "1s",
+                "executor": {"kind": "http", "url": sink.url + path},
+                "on_failure": {"kind": "http", "url": sink.url + "/failed"},
+                "on_recovery": {"kind": "http", "url": sink.url + "/recovered"},
+            }
 
         client.put_job(job_from_dict(job("/status/500")))
         wait_until(lambda: len(keys_of(sink, "/failed")) >= 3, 30, what="three failure notifications")
         c.nodes[victim].kill()
         killed_at_ms = int(time.time() * 1000)
         wait_until(lambda: c.leaders()[shard_for(jid, SHARDS)] == survivor, 2 * TTL + 15, what="the successor")
-        wait_until(lambda: any(json.loads(r.body)["scheduled_at_ms"] > killed_at_ms
-                               for r in sink.requests() if r.path == "/failed"), 30,
-                   what="a failure notification from the successor")
+        wait_until(
+            lambda: any(
+                json.loads(r.body)["scheduled_at_ms"] > killed_at_ms for r in sink.requests() if r.path == "/failed"
+            ),
+            30,
+            what="a failure notification from the successor",
+        )
         client.put_job(job_from_dict(job("/ok")))
         wait_until(lambda: keys_of(sink, "/recovered"), 30, what="the recovery notification")
-        wait_until(lambda: sum(t.status is TickStatus.SUCCEEDED for t in list_ticks(engine, jid, limit=50)) >= 3,
-                   30, what="three successes after the recovery")
+        wait_until(
+            lambda: sum(t.status is TickStatus.SUCCEEDED for t in list_ticks(engine, jid, limit=50)) >= 3,
+            30,
+            what="three successes after the recovery",
+        )
         client.pause_job(jid)
 
         ticks = settled_ticks(engine, jid)
@@ -82,29 +97,41 @@ def test_on_failure_fires_once_per_failed_slot_across_a_sigkill_and_on_recovery_
         got = Counter(keys_of(sink, "/failed"))
         assert set(got) == owed
         assert sum(got.values()) - len(got) <= 1, f"resent more than the one the kill can explain: {got}"
-        wait_until(lambda: all(n.status.value == "sent" for n in notification_store.list_for_job(engine, jid)), 15,
-                   what="every row recorded sent")
+        wait_until(
+            lambda: all(n.status.value == "sent" for n in notification_store.list_for_job(engine, jid)),
+            15,
+            what="every row recorded sent",
+        )
         # Recoveries by slot order: normally the first success after the failures; a run of the failing
         # definition that was already claimed may fail after it, and the next success recovers again.
-        recoveries = [f"{jid}:{slot}:on_recovery" for slot, _ in
-                      owed_in(sorted(ticks, key=lambda t: t.scheduled_at_ms), frozenset({NotificationKind.ON_RECOVERY}),
-                              settled_before_ms=2**62)]
+        recoveries = [
+            f"{jid}:{slot}:on_recovery"
+            for slot, _ in owed_in(
+                sorted(ticks, key=lambda t: t.scheduled_at_ms),
+                frozenset({NotificationKind.ON_RECOVERY}),
+                settled_before_ms=2**62,
+            )
+        ]
         assert recoveries
         wait_until(lambda: sorted(keys_of(sink, "/recovered")) == recoveries, 15, what="each recovery once")
         time.sleep(2)  # a recovery sent twice would have arrived by now
         assert sorted(keys_of(sink, "/recovered")) == recoveries
         body = json.loads(next(r.body for r in sink.requests() if r.path == "/failed"))
         assert body["notification"] == "on_failure" and body["status"] in ("failed", "abandoned")
-        assert next(r for r in sink.requests() if r.path == "/failed").header("X-Shardcron-Notification") \
-            == "on_failure"
+        assert (
+            next(r for r in sink.requests() if r.path == "/failed").header("X-Shardcron-Notification") == "on_failure"
+        )
 
         now = int(time.time() * 1000)
         window = dict(from_ms=min(failed) - 1, to_ms=now, now_ms=now, grace_ms=1000)
         assert run_audit(engine, **window).notification_missing == []
         # A failed slot without its notification is a finding.
         with engine.begin() as conn:
-            conn.execute(notifications.delete().where(notifications.c.job_id == jid,
-                                                      notifications.c.scheduled_at_ms == failed[0]))
+            conn.execute(
+                notifications.delete().where(
+                    notifications.c.job_id == jid, notifications.c.scheduled_at_ms == failed[0]
+                )
+            )
         found = run_audit(engine, **window).notification_missing
         assert [(f.kind, f.scheduled_at_ms) for f in found] == [(FindingKind.NOTIFICATION_MISSING, failed[0])]
     engine.dispose()
@@ -114,23 +141,41 @@ def test_the_default_notification_is_rate_limited_and_the_rest_recorded_suppress
     db = fresh_db_url("postgresql")
     with Sink() as sink:
         port = free_port()
-        c = make_cluster(db, shards=SHARDS, extra_args=["--notify-on-failure", sink.url + "/default",
-                                                        "--notify-rate", "3/1h", "--metrics-listen",
-                                                        f"127.0.0.1:{port}"])
+        c = make_cluster(
+            db,
+            shards=SHARDS,
+            extra_args=[
+                "--notify-on-failure",
+                sink.url + "/default",
+                "--notify-rate",
+                "3/1h",
+                "--metrics-listen",
+                f"127.0.0.1:{port}",
+            ],
+        )
         node = c.add("solo")
         c.wait_all_led(60)
         engine = make_engine(db)
         with Client(node.address) as client:
-            client.put_job(job_from_dict({"id": "flaky", "every": "1s",
-                                          "executor": {"kind": "http", "url": sink.url + "/status/503"}}))
-            wait_until(lambda: [n for n in notification_store.list_for_job(engine, "flaky")
-                                if n.status.value == "suppressed"][2:], 30, what="three suppressed notifications")
+            client.put_job(
+                job_from_dict(
+                    {"id": "flaky", "every": "1s", "executor": {"kind": "http", "url": sink.url + "/status/503"}}
+                )
+            )
+            wait_until(
+                lambda: [n for n in notification_store.list_for_job(engine, "flaky") if n.status.value == "suppressed"][
+                    2:
+                ],
+                30,
+                what="three suppressed notifications",
+            )
             client.pause_job("flaky")
         rows = notification_store.list_for_job(engine, "flaky")
         wait_until(lambda: len(keys_of(sink, "/default")) >= 3, 20, what="the three allowed")
         assert [n.status.value for n in rows[:3]] != ["suppressed"] * 3
         assert sum(n.status.value != "suppressed" for n in rows) == 3
         assert len(set(keys_of(sink, "/default"))) == 3
+
         # Counted, not silently dropped: the metric says what the table holds.
         def suppressed_in_table_and_metric():
             m = scrape(port)
@@ -157,25 +202,41 @@ def test_a_leader_killed_at_a_notification_crash_point_leaves_nothing_owed(fresh
         c.add("successor")
         # The job fails only after the victim's notifier swept its new leadership, so the failure
         # reaches the crash point by the live path, not by that first sweep.
-        wait_until(lambda: "shard 0: notifications swept for fence" in victim.log_text(), 30,
-                   what="the victim's notifier to sweep its leadership")
+        wait_until(
+            lambda: "shard 0: notifications swept for fence" in victim.log_text(),
+            30,
+            what="the victim's notifier to sweep its leadership",
+        )
         engine = make_engine(db)
         with Client(victim.address) as client:
-            client.put_job(job_from_dict({"id": jid, "every": "1s",
-                                          "executor": {"kind": "http", "url": sink.url + "/status/500"},
-                                          "on_failure": {"kind": "http", "url": sink.url + "/failed"}}))
+            client.put_job(
+                job_from_dict(
+                    {
+                        "id": jid,
+                        "every": "1s",
+                        "executor": {"kind": "http", "url": sink.url + "/status/500"},
+                        "on_failure": {"kind": "http", "url": sink.url + "/failed"},
+                    }
+                )
+            )
         wait_until(lambda: not victim.alive(), 30, what="the victim to reach its crash point")
         wait_until(lambda: c.leaders()[0] == "successor", 2 * TTL + 15, what="the successor to lead")
         first_failed = min(t.scheduled_at_ms for t in list_ticks(engine, jid, limit=1000) if t.status in FAILED)
-        wait_until(lambda: f"{jid}:{first_failed}:on_failure" in keys_of(sink, "/failed"), 30,
-                   what="the victim's owed notification, from the successor")
+        wait_until(
+            lambda: f"{jid}:{first_failed}:on_failure" in keys_of(sink, "/failed"),
+            30,
+            what="the victim's owed notification, from the successor",
+        )
         with Client(c.nodes["successor"].address) as client:
             client.pause_job(jid)
         ticks = settled_ticks(engine, jid)
         owed = {f"{jid}:{t.scheduled_at_ms}:on_failure" for t in ticks if t.status in FAILED}
         wait_until(lambda: set(keys_of(sink, "/failed")) >= owed, 30, what="every failed slot's notification")
-        wait_until(lambda: all(n.status.value == "sent" for n in notification_store.list_for_job(engine, jid)),
-                   15, what="every row recorded sent")
+        wait_until(
+            lambda: all(n.status.value == "sent" for n in notification_store.list_for_job(engine, jid)),
+            15,
+            what="every row recorded sent",
+        )
         got = Counter(keys_of(sink, "/failed"))
         assert set(got) == owed
         # after_send: the first one arrived twice, with the same key (a receiver drops the second).

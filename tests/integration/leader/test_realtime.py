@@ -33,8 +33,11 @@ def succeeded(db: str, job_id: str) -> int:
     engine = make_engine(db)
     try:
         with engine.connect() as c:
-            return len(c.execute(select(ticks.c.scheduled_at_ms).where(
-                ticks.c.job_id == job_id, ticks.c.status == "succeeded")).all())
+            return len(
+                c.execute(
+                    select(ticks.c.scheduled_at_ms).where(ticks.c.job_id == job_id, ticks.c.status == "succeeded")
+                ).all()
+            )
     finally:
         engine.dispose()
 
@@ -45,8 +48,15 @@ def one_node(etcd_server, etcd_prefix, tmp_path):
         pytest.skip("SCHED_FIFO needs CAP_SYS_NICE: run as root (CI does)")
     db = f"sqlite:///{tmp_path}/store.db"
     jobs = write_jobs(tmp_path / "jobs.toml", [{"id": "beat", "every": "1s", "executor": {"kind": "noop"}}])
-    c = Cluster(etcd_server.endpoints, db, etcd_prefix, 1, 4, str(tmp_path),
-                extra_args=["--jobs", jobs, "--dispatcher-priority", "realtime"])
+    c = Cluster(
+        etcd_server.endpoints,
+        db,
+        etcd_prefix,
+        1,
+        4,
+        str(tmp_path),
+        extra_args=["--jobs", jobs, "--dispatcher-priority", "realtime"],
+    )
     yield c, db
     c.stop_all()
 
@@ -55,8 +65,11 @@ def test_the_dispatcher_alone_runs_under_sched_fifo_and_ticks_run(one_node):
     c, db = one_node
     node = c.add("n0")
     c.wait_all_led(60)
-    wait_until(lambda: list(threads_by_policy(node.proc.pid).values()).count(os.SCHED_FIFO) == 1, 30,
-               what="one thread of the node under SCHED_FIFO")
+    wait_until(
+        lambda: list(threads_by_policy(node.proc.pid).values()).count(os.SCHED_FIFO) == 1,
+        30,
+        what="one thread of the node under SCHED_FIFO",
+    )
     policies = threads_by_policy(node.proc.pid)
     assert len(policies) > 5 and list(policies.values()).count(os.SCHED_OTHER) == len(policies) - 1, policies
     fifo = next(t for t, p in policies.items() if p == os.SCHED_FIFO)

@@ -77,8 +77,9 @@ def test_a_listener_that_raises_neither_stops_the_writer_nor_writes_twice(store_
     recorder.start()
     try:
         for at in (60_000, 61_000):
-            recorder.put(ResultWrite(0, FENCE, SlotRef("j", at), 1, ExecutionResult(True, at, at + 1),
-                                     TickStatus.SUCCEEDED))
+            recorder.put(
+                ResultWrite(0, FENCE, SlotRef("j", at), 1, ExecutionResult(True, at, at + 1), TickStatus.SUCCEEDED)
+            )
             assert recorder.flush(0, 30)
         assert told == [60_000, 61_000] and recorder.written == 2
         assert {t.status for t in list_ticks(store_engine, "j")} == {TickStatus.SUCCEEDED}
@@ -91,8 +92,14 @@ def claimed_slots(engine, count: int) -> list[SlotRef]:
     ensure_shards(engine, 1)
     raise_fence(engine, 0, FENCE, "n", 1)
     slots = [SlotRef("j", 60_000 + 1000 * i) for i in range(count)]
-    claim_ticks(engine, [SlotClaim(s.job_id, s.scheduled_at_ms) for s in slots], shard=0, fence=FENCE,
-                node_id="n", now_ms=59_000)
+    claim_ticks(
+        engine,
+        [SlotClaim(s.job_id, s.scheduled_at_ms) for s in slots],
+        shard=0,
+        fence=FENCE,
+        node_id="n",
+        now_ms=59_000,
+    )
     return slots
 
 

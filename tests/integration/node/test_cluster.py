@@ -56,8 +56,12 @@ def count_by_node(leaders: dict[int, str]) -> dict[str, int]:
 
 def slots_of(engine, job_id: str) -> list[int]:
     with engine.connect() as c:
-        return [r[0] for r in c.execute(
-            select(ticks.c.scheduled_at_ms).where(ticks.c.job_id == job_id).order_by(ticks.c.scheduled_at_ms))]
+        return [
+            r[0]
+            for r in c.execute(
+                select(ticks.c.scheduled_at_ms).where(ticks.c.job_id == job_id).order_by(ticks.c.scheduled_at_ms)
+            )
+        ]
 
 
 def assert_every_slot_once(engine, job_id: str, interval_ms: int = 1000) -> list[int]:
@@ -78,8 +82,12 @@ def test_three_nodes_split_sixteen_shards_then_a_fourth_joins_and_one_leaves(mak
     assert sorted(count_by_node(leaders).values()) == [5, 5, 6]
 
     # `shardcron shards --json` agrees with etcd itself.
-    out = subprocess.run([sys.executable, "-m", "shardcron", "shards", "--etcd", etcd_server.endpoints,
-                          "--prefix", c.prefix, "--json"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "shardcron", "shards", "--etcd", etcd_server.endpoints, "--prefix", c.prefix, "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     printed = json.loads(out.stdout)
     etcd = Etcd(etcd_server.endpoints)
@@ -111,10 +119,14 @@ def test_kill_9_the_leader_then_the_successor_catches_up_every_missed_slot(make_
     survivor = ({"n0", "n1"} - {victim}).pop()
     engine = make_engine(cluster_db)
     try:
+
         def ticks_by(node):
             with engine.connect() as conn:
-                return conn.execute(select(func.count()).select_from(ticks).where(
-                    ticks.c.job_id == "every-second", ticks.c.node_id == node, ticks.c.status == "succeeded")).scalar()
+                return conn.execute(
+                    select(func.count())
+                    .select_from(ticks)
+                    .where(ticks.c.job_id == "every-second", ticks.c.node_id == node, ticks.c.status == "succeeded")
+                ).scalar()
 
         wait_until(lambda: ticks_by(victim) >= 2, 30, what="the leader to run the job")
         c.nodes[victim].kill()
@@ -124,12 +136,18 @@ def test_kill_9_the_leader_then_the_successor_catches_up_every_missed_slot(make_
         took = time.time() - killed_at
         assert took <= 2 * TTL + 10
         # The successor records slots past the kill, and none is missing in between.
-        wait_until(lambda: slots_of(engine, "every-second")[-1] > killed_at * 1000 + 2000, 30,
-                   what="ticks after the failover")
+        wait_until(
+            lambda: slots_of(engine, "every-second")[-1] > killed_at * 1000 + 2000, 30, what="ticks after the failover"
+        )
         assert_every_slot_once(engine, "every-second")
         with engine.connect() as conn:
-            fences = dict(conn.execute(select(ticks.c.node_id, func.max(ticks.c.fence))
-                                       .where(ticks.c.job_id == "every-second").group_by(ticks.c.node_id)).all())
+            fences = dict(
+                conn.execute(
+                    select(ticks.c.node_id, func.max(ticks.c.fence))
+                    .where(ticks.c.job_id == "every-second")
+                    .group_by(ticks.c.node_id)
+                ).all()
+            )
         assert fences[survivor] > fences[victim], "the successor writes under a higher fence"
     finally:
         engine.dispose()
@@ -156,10 +174,13 @@ def test_a_paused_leader_never_starts_work_after_its_successor_took_over(make_cl
     sink = Sink()
     sink.start()
     try:
-        jobs = write_jobs(tmp_path / "jobs.toml", [
-            {"id": f"ping-{i}", "every": "1s", "executor": {"kind": "http", "url": sink.url + "/p"}}
-            for i in range(4)
-        ])
+        jobs = write_jobs(
+            tmp_path / "jobs.toml",
+            [
+                {"id": f"ping-{i}", "every": "1s", "executor": {"kind": "http", "url": sink.url + "/p"}}
+                for i in range(4)
+            ],
+        )
         c = make_cluster(cluster_db, shards=2, extra_args=["--jobs", jobs])
         c.add("n0")
         c.wait_all_led(60, by={"n0"})
@@ -172,8 +193,11 @@ def test_a_paused_leader_never_starts_work_after_its_successor_took_over(make_cl
         sink.wait_for(lambda reqs: len(reqs) >= 8, 30)
         c.nodes[victim].pause()
         paused_at = time.time()
-        wait_until(lambda: all(v == survivor for v in c.leaders().values()), 2 * TTL + 20,
-                   what="the survivor to lead every shard")
+        wait_until(
+            lambda: all(v == survivor for v in c.leaders().values()),
+            2 * TTL + 20,
+            what="the survivor to lead every shard",
+        )
         # Stay stopped for 2 x TTL in all, then wake up.
         time.sleep(max(0.0, paused_at + 2 * TTL - time.time()))
         c.nodes[victim].resume()
@@ -187,22 +211,32 @@ def test_a_paused_leader_never_starts_work_after_its_successor_took_over(make_cl
             with engine.connect() as conn:
                 takeover = {  # shard -> (fence, when) of the survivor's first takeover
                     r.shard: (r.fence, r.raised_at_ms)
-                    for r in conn.execute(select(fence_log).where(fence_log.c.node_id == survivor)
-                                          .order_by(fence_log.c.fence.desc()))
+                    for r in conn.execute(
+                        select(fence_log).where(fence_log.c.node_id == survivor).order_by(fence_log.c.fence.desc())
+                    )
                 }
             # A request from the woken node under a fence older than the takeover's,
             # received after the takeover, would be a stale leader's work.
             late = []
             for r in sink.requests():
                 fence_then, when = takeover.get(int(r.header("x-shardcron-shard")), (None, None))
-                if (r.header("x-shardcron-node") == victim and fence_then is not None
-                        and int(r.header("x-shardcron-fence")) < fence_then and r.received_at_ms > when):
+                if (
+                    r.header("x-shardcron-node") == victim
+                    and fence_then is not None
+                    and int(r.header("x-shardcron-fence")) < fence_then
+                    and r.received_at_ms > when
+                ):
                     late.append(r)
             assert not late, f"{len(late)} executors of the paused leader started after the takeover"
             with engine.connect() as conn:
                 rows = conn.execute(select(ticks.c.shard, ticks.c.fence, ticks.c.started_at_ms)).all()
-            stale_writes = [r for r in rows if r.shard in takeover and r.fence < takeover[r.shard][0]
-                            and (r.started_at_ms or 0) > takeover[r.shard][1]]
+            stale_writes = [
+                r
+                for r in rows
+                if r.shard in takeover
+                and r.fence < takeover[r.shard][0]
+                and (r.started_at_ms or 0) > takeover[r.shard][1]
+            ]
             assert not stale_writes, f"writes under an old fence landed after the takeover: {stale_writes[:3]}"
             for i in range(4):
                 assert_every_slot_once(engine, f"ping-{i}")
@@ -214,23 +248,34 @@ def test_a_paused_leader_never_starts_work_after_its_successor_took_over(make_cl
 
 
 def run_node_cli(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardcron", "node", "--listen", "127.0.0.1:0", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "shardcron", "node", "--listen", "127.0.0.1:0", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
-@pytest.mark.parametrize("jobs_toml, expected", [
-    ('[[jobs]]\nid = "a"\ncron = "61 * * * *"\n', "not a valid cron expression"),
-    ('[[jobs]]\nid = "a"\nevery = "1s"\ntimezone = "Mars/Olympus"\n', "unknown timezone"),
-    ('[[jobs]]\nid = ""\nevery = "1s"\n', "id: must be a non-empty string"),
-    ('[[jobs]]\nid = "' + "x" * 257 + '"\nevery = "1s"\n', "the limit is 256"),
-    ('[[jobs]]\nid = "a"\nevery = "1s"\nexecutor = { kind = "shell", command = "true" }\n', "--allow-shell"),
-    ('[[jobs]]\nid = "a"\nevery = "0s"\n', "interval must be positive"),
-    ("[[jobs]\n", "not valid TOML"),
-    ('[[jobs]]\nid = "a"\nevery = "1m"\njitter = "abc"\nexecutor = { kind = "noop" }\n',
-     "job 'a': jitter: expected a duration"),
-    ('[[jobs]]\nid = "a"\nevery = "1m"\njitter = "1m"\nexecutor = { kind = "noop" }\n',
-     "job 'a': jitter: 1m is not shorter than the schedule's shortest gap (1m)"),
-])
+@pytest.mark.parametrize(
+    "jobs_toml, expected",
+    [
+        ('[[jobs]]\nid = "a"\ncron = "61 * * * *"\n', "not a valid cron expression"),
+        ('[[jobs]]\nid = "a"\nevery = "1s"\ntimezone = "Mars/Olympus"\n', "unknown timezone"),
+        ('[[jobs]]\nid = ""\nevery = "1s"\n', "id: must be a non-empty string"),
+        ('[[jobs]]\nid = "' + "x" * 257 + '"\nevery = "1s"\n', "the limit is 256"),
+        ('[[jobs]]\nid = "a"\nevery = "1s"\nexecutor = { kind = "shell", command = "true" }\n', "--allow-shell"),
+        ('[[jobs]]\nid = "a"\nevery = "0s"\n', "interval must be positive"),
+        ("[[jobs]\n", "not valid TOML"),
+        (
+            '[[jobs]]\nid = "a"\nevery = "1m"\njitter = "abc"\nexecutor = { kind = "noop" }\n',
+            "job 'a': jitter: expected a duration",
+        ),
+        (
+            '[[jobs]]\nid = "a"\nevery = "1m"\njitter = "1m"\nexecutor = { kind = "noop" }\n',
+            "job 'a': jitter: 1m is not shorter than the schedule's shortest gap (1m)",
+        ),
+    ],
+)
 def test_bad_jobs_file_is_refused_with_a_clear_error(tmp_path, jobs_toml, expected, etcd_server):
     path = tmp_path / "jobs.toml"
     path.write_text(jobs_toml)
@@ -285,15 +330,23 @@ def test_shards_says_clearly_when_etcd_is_unreachable():
     from shardcron.dev.testing.etcd_server import free_port
 
     port = free_port()
-    out = subprocess.run([sys.executable, "-m", "shardcron", "shards", "--etcd", f"127.0.0.1:{port}"],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "shardcron", "shards", "--etcd", f"127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1
     assert f"127.0.0.1:{port}" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_shards_works_with_no_node_running(etcd_server, etcd_prefix):
-    out = subprocess.run([sys.executable, "-m", "shardcron", "shards", "--etcd", etcd_server.endpoints,
-                          "--prefix", etcd_prefix], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "shardcron", "shards", "--etcd", etcd_server.endpoints, "--prefix", etcd_prefix],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0 and "no cluster under" in out.stdout
 
 

@@ -54,20 +54,37 @@ def started(db: str) -> list:
     engine = make_engine(db)
     try:
         with engine.connect() as c:
-            return c.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.started_at_ms, ticks.c.status)
-                             ).all()
+            return c.execute(
+                select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.started_at_ms, ticks.c.status)
+            ).all()
     finally:
         engine.dispose()
 
 
 def test_calm_ticks_are_served_between_the_floods_starts(etcd_server, etcd_prefix, tmp_path, held_sink):
-    jobs = [{"id": f"f{i}", "namespace": "flood", "every": "1s", "overlap": "allow", "timeout": "120s",
-             "executor": {"kind": "http", "url": held_sink.url + "/slow"}} for i in range(FLOOD_JOBS)]
+    jobs = [
+        {
+            "id": f"f{i}",
+            "namespace": "flood",
+            "every": "1s",
+            "overlap": "allow",
+            "timeout": "120s",
+            "executor": {"kind": "http", "url": held_sink.url + "/slow"},
+        }
+        for i in range(FLOOD_JOBS)
+    ]
     jobs.append({"id": "c0", "namespace": "calm", "every": "1s", "executor": {"kind": "noop"}})
     db = f"sqlite:///{tmp_path}/store.db"
     create_namespaces(db, "flood", "calm")  # a job file's namespaces must exist (store/namespaces.py)
-    c = Cluster(etcd_server.endpoints, db, etcd_prefix, 1, 4, str(tmp_path),
-                extra_args=["--jobs", write_jobs(tmp_path / "jobs.toml", jobs), "--executor-slots", "1"])
+    c = Cluster(
+        etcd_server.endpoints,
+        db,
+        etcd_prefix,
+        1,
+        4,
+        str(tmp_path),
+        extra_args=["--jobs", write_jobs(tmp_path / "jobs.toml", jobs), "--executor-slots", "1"],
+    )
     try:
         c.add("n0")
         c.wait_all_led(60)
@@ -78,8 +95,11 @@ def test_calm_ticks_are_served_between_the_floods_starts(etcd_server, etcd_prefi
         def calm_waiting() -> list:
             return [r for r in started(db) if r.job_id == calm and r.scheduled_at_ms > held_from_ms]
 
-        wait_until(lambda: len(calm_waiting()) >= HELD_S and time.time() * 1000 > held_from_ms + HELD_S * 1000, 60,
-                   what="calm's slots to pile up behind the held slot")
+        wait_until(
+            lambda: len(calm_waiting()) >= HELD_S and time.time() * 1000 > held_from_ms + HELD_S * 1000,
+            60,
+            what="calm's slots to pile up behind the held slot",
+        )
         owed = sorted(r.scheduled_at_ms for r in calm_waiting())[:HELD_S]
         assert all(r.started_at_ms is None for r in calm_waiting()), "nothing may start while the one slot is held"
         release_from_ms = int(time.time() * 1000)
@@ -87,8 +107,11 @@ def test_calm_ticks_are_served_between_the_floods_starts(etcd_server, etcd_prefi
         for n in range(2, 60):
             held_sink.turns.release()
             wait_until(lambda: len(held_sink.requests()) >= n, 60, what=f"the flood's run {n} to start")
-            done = {r.scheduled_at_ms: r for r in started(db) if r.job_id == calm and r.scheduled_at_ms in owed
-                    and r.status == "succeeded"}
+            done = {
+                r.scheduled_at_ms: r
+                for r in started(db)
+                if r.job_id == calm and r.scheduled_at_ms in owed and r.status == "succeeded"
+            }
             if len(done) == len(owed):
                 break
         rows = started(db)
@@ -100,8 +123,10 @@ def test_calm_ticks_are_served_between_the_floods_starts(etcd_server, etcd_prefi
         # backlog of HELD_S ticks in turn with it: each of them after at most 2 more of the flood's starts.
         flood_before = [sum(1 for f in flood_starts if f < s) for s in calm_starts]
         assert flood_before[-1] <= 1 + 2 * HELD_S, (flood_before, len(flood_starts))
-        assert sum(1 for r in rows if namespace_of(r.job_id) == "flood" and r.scheduled_at_ms <= owed[-1]) \
-            >= FLOOD_JOBS * HELD_S, "the flood's backlog was there to be overtaken"
+        assert (
+            sum(1 for r in rows if namespace_of(r.job_id) == "flood" and r.scheduled_at_ms <= owed[-1])
+            >= FLOOD_JOBS * HELD_S
+        ), "the flood's backlog was there to be overtaken"
     finally:
         for _ in range(10_000):
             held_sink.turns.release()

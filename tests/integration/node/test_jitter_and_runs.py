@@ -31,13 +31,16 @@ SHARDS = 2
 
 @pytest.fixture(scope="module")
 def cluster(etcd_server, tmp_path_factory):
-    with sqlite_cluster(etcd_server, tmp_path_factory, "jitter-node", SHARDS, ["solo"], extra_args=["--allow-shell"]) as (c, [n], url):
+    with sqlite_cluster(
+        etcd_server, tmp_path_factory, "jitter-node", SHARDS, ["solo"], extra_args=["--allow-shell"]
+    ) as (c, [n], url):
         yield c, n, url
 
 
 def cli(node, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardcron", *args, "--server", node.address],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "shardcron", *args, "--server", node.address], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_a_jittered_job_starts_each_slot_at_its_offset_once_and_audits_clean(cluster):
@@ -45,11 +48,18 @@ def test_a_jittered_job_starts_each_slot_at_its_offset_once_and_audits_clean(clu
     jid = f"jit-{uuid.uuid4().hex[:6]}"
     jitter_ms = 1500
     with Client(node.address) as c:
-        stored = c.put_job(job_from_dict({"id": jid, "every": "2s", "jitter": "1500ms",
-                                          "executor": {"kind": "shell", "command": "true"}}))
+        stored = c.put_job(
+            job_from_dict(
+                {"id": jid, "every": "2s", "jitter": "1500ms", "executor": {"kind": "shell", "command": "true"}}
+            )
+        )
         assert stored.jitter_ms == jitter_ms and c.get_job(jid).jitter_ms == jitter_ms
-        done = wait_until(lambda: (f := [t for t in c.list_ticks(jid) if t.status.is_final]) and len(f) >= 5 and f,
-                          40, 0.5, what="five finished ticks")
+        done = wait_until(
+            lambda: (f := [t for t in c.list_ticks(jid) if t.status.is_final]) and len(f) >= 5 and f,
+            40,
+            0.5,
+            what="five finished ticks",
+        )
         ticks = c.list_ticks(jid, limit=100)
     offsets = {t.scheduled_at_ms: jitter_offset_ms(jid, t.scheduled_at_ms, jitter_ms) for t in done}
     assert len(set(offsets.values())) > 1, offsets  # the offsets really differ from slot to slot
@@ -63,22 +73,28 @@ def test_a_jittered_job_starts_each_slot_at_its_offset_once_and_audits_clean(clu
     assert all(s % 2000 == 0 for s in slots) and slots == list(range(slots[0], slots[-1] + 1, 2000))  # no gap
     engine = make_engine(url)
     try:
-        report = run_audit(engine, from_ms=slots[0] - 1, to_ms=slots[-1], job_id=jid,
-                           now_ms=slots[-1] + 10_000)
+        report = run_audit(engine, from_ms=slots[0] - 1, to_ms=slots[-1], job_id=jid, now_ms=slots[-1] + 10_000)
     finally:
         engine.dispose()
     assert report.clean(), report.to_dict()
     assert report.per_job[jid].slots_checked == len(slots)
 
 
-@pytest.mark.parametrize("jitter_ms, says", [(60_000, "not shorter than the schedule's shortest gap (1m)"),
-                                             (90_000, "not shorter"), (-1, "expected a duration")])
+@pytest.mark.parametrize(
+    "jitter_ms, says",
+    [
+        (60_000, "not shorter than the schedule's shortest gap (1m)"),
+        (90_000, "not shorter"),
+        (-1, "expected a duration"),
+    ],
+)
 def test_the_api_refuses_a_bad_jitter_naming_the_field(cluster, jitter_ms, says):
     _, node, _ = cluster
     with grpc.insecure_channel(node.address) as ch:
         stub = pb_grpc.SchedulerStub(ch)
-        job = pb.Job(id="bad-jitter", schedule=pb.Schedule(interval_ms=60_000), noop=pb.NoopExecutor(),
-                     jitter_ms=jitter_ms)
+        job = pb.Job(
+            id="bad-jitter", schedule=pb.Schedule(interval_ms=60_000), noop=pb.NoopExecutor(), jitter_ms=jitter_ms
+        )
         with pytest.raises(grpc.RpcError) as e:
             stub.PutJob(pb.PutJobRequest(job=job), timeout=10)
     assert e.value.code() is grpc.StatusCode.INVALID_ARGUMENT
@@ -89,8 +105,10 @@ def test_the_api_refuses_a_bad_jitter_naming_the_field(cluster, jitter_ms, says)
     assert "jitter" in str(e.value)
 
 
-@pytest.mark.parametrize("jitter, says", [("abc", "expected a duration such as 30s"),
-                                          ("1m", "not shorter than the schedule's shortest gap (1m)")])
+@pytest.mark.parametrize(
+    "jitter, says",
+    [("abc", "expected a duration such as 30s"), ("1m", "not shorter than the schedule's shortest gap (1m)")],
+)
 def test_the_cli_refuses_a_bad_jitter_naming_the_field(cluster, jitter, says):
     _, node, _ = cluster
     out = cli(node, "jobs", "put", "bad-jitter", "--every", "1m", "--noop", "--jitter", jitter)
@@ -143,8 +161,18 @@ def test_last_runs_match_the_definition_in_one_statement_per_page(store_engine):
     for jid, seq in SEQUENCES.items():
         for i, status in enumerate(seq):
             at = now + 5_000 if status == "claimed-ahead" else t0 + i * 1000
-            rows.append({"job_id": jid, "scheduled_at_ms": at, "shard": 0, "fence": 1, "node_id": "n",
-                         "status": "claimed" if status == "claimed-ahead" else status, "attempt": 1, "manual": False})
+            rows.append(
+                {
+                    "job_id": jid,
+                    "scheduled_at_ms": at,
+                    "shard": 0,
+                    "fence": 1,
+                    "node_id": "n",
+                    "status": "claimed" if status == "claimed-ahead" else status,
+                    "attempt": 1,
+                    "manual": False,
+                }
+            )
     with store_engine.begin() as conn:
         conn.execute(ticks.insert(), rows)
 
@@ -172,10 +200,22 @@ def test_get_job_and_the_cli_show_next_slot_last_tick_and_failures_in_a_row_then
     jid = f"flaky-{uuid.uuid4().hex[:6]}"
     ok_file = tmp_path / "ok"
     with Client(node.address) as c:
-        c.put_job(job_from_dict({"id": jid, "every": "1s", "jitter": "500ms",
-                                 "executor": {"kind": "shell", "command": f"test -e {ok_file}"}}))
-        job, runs = wait_until(lambda: (r := c.get_job_runs(jid)) and r[1].failures_in_a_row >= 3 and r, 30, 0.3,
-                               what="three failures in a row")
+        c.put_job(
+            job_from_dict(
+                {
+                    "id": jid,
+                    "every": "1s",
+                    "jitter": "500ms",
+                    "executor": {"kind": "shell", "command": f"test -e {ok_file}"},
+                }
+            )
+        )
+        job, runs = wait_until(
+            lambda: (r := c.get_job_runs(jid)) and r[1].failures_in_a_row >= 3 and r,
+            30,
+            0.3,
+            what="three failures in a row",
+        )
         # A 1 s job's newest tick may be running at the moment of the answer.
         assert job.jitter_ms == 500 and runs.last_status in (TickStatus.FAILED, TickStatus.RUNNING)
         assert runs.next_slot_ms > runs.last_scheduled_at_ms and runs.next_slot_ms % 1000 == 0
@@ -183,8 +223,9 @@ def test_get_job_and_the_cli_show_next_slot_last_tick_and_failures_in_a_row_then
         assert runs.next_start_ms > runs.as_of_ms
         # The count is the ticks' own: failed ticks since the last success (none yet).
         ticks = [t for t in c.list_ticks(jid, limit=200) if t.scheduled_at_ms < runs.last_scheduled_at_ms]
-        assert runs.failures_in_a_row == sum(t.status is TickStatus.FAILED for t in ticks) + \
-            (runs.last_status is TickStatus.FAILED)
+        assert runs.failures_in_a_row == sum(t.status is TickStatus.FAILED for t in ticks) + (
+            runs.last_status is TickStatus.FAILED
+        )
         listed = dict((j.id, r) for j, r in c.list_jobs_runs())
         assert listed[jid].failures_in_a_row >= 3 and listed[jid].next_slot_ms is not None
 
@@ -198,8 +239,12 @@ def test_get_job_and_the_cli_show_next_slot_last_tick_and_failures_in_a_row_then
         assert as_json["next_start_ms"] - as_json["next_slot_ms"] == jitter_offset_ms(jid, as_json["next_slot_ms"], 500)
 
         ok_file.write_text("")  # the job recovers
-        _, runs = wait_until(lambda: (r := c.get_job_runs(jid)) and r[1].last_status is TickStatus.SUCCEEDED and r,
-                             30, 0.3, what="a success")
+        _, runs = wait_until(
+            lambda: (r := c.get_job_runs(jid)) and r[1].last_status is TickStatus.SUCCEEDED and r,
+            30,
+            0.3,
+            what="a success",
+        )
         assert runs.failures_in_a_row == 0
         c.pause_job(jid)
         _, paused = c.get_job_runs(jid)

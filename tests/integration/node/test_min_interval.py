@@ -26,18 +26,28 @@ pytestmark = pytest.mark.cluster
 
 def succeeded_ticks(engine, job_id: str) -> int:
     with engine.connect() as conn:
-        return conn.execute(select(func.count()).select_from(ticks).where(
-            ticks.c.job_id == job_id, ticks.c.status == "succeeded")).scalar()
+        return conn.execute(
+            select(func.count()).select_from(ticks).where(ticks.c.job_id == job_id, ticks.c.status == "succeeded")
+        ).scalar()
 
 
 def node_cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardcron", "node", "--listen", "127.0.0.1:0", *args],
-                          capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "shardcron", "node", "--listen", "127.0.0.1:0", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def config_cli(etcd_server, prefix: str, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardcron", "config", "--etcd", etcd_server.endpoints,
-                           "--prefix", prefix, *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "shardcron", "config", "--etcd", etcd_server.endpoints, "--prefix", prefix, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def the_one_error_line(out: subprocess.CompletedProcess) -> str:
@@ -71,30 +81,54 @@ def admitted(client: Client, job_id: str, every: str) -> bool:
         return False
 
 
-@pytest.mark.parametrize("schedule, minimum, said", [
-    ('every = "1ms"', "1s", "schedule.every: every 1ms: shorter than this cluster's minimum interval of 1s"),
-    ('cron = "* * * * * *"', "2s",
-     "schedule.cron: '* * * * * *' has slots 1s apart: shorter than this cluster's minimum interval of 2s"),
-    ('cron = "*/5 * * * *"', "10m",
-     "schedule.cron: '*/5 * * * *' has slots 5m apart: shorter than this cluster's minimum interval of 10m"),
-])
+@pytest.mark.parametrize(
+    "schedule, minimum, said",
+    [
+        ('every = "1ms"', "1s", "schedule.every: every 1ms: shorter than this cluster's minimum interval of 1s"),
+        (
+            'cron = "* * * * * *"',
+            "2s",
+            "schedule.cron: '* * * * * *' has slots 1s apart: shorter than this cluster's minimum interval of 2s",
+        ),
+        (
+            'cron = "*/5 * * * *"',
+            "10m",
+            "schedule.cron: '*/5 * * * *' has slots 5m apart: shorter than this cluster's minimum interval of 10m",
+        ),
+    ],
+)
 def test_a_job_file_below_the_minimum_stops_the_node_naming_file_job_and_minimum(
-        tmp_path, etcd_server, etcd_prefix, schedule, minimum, said):
+    tmp_path, etcd_server, etcd_prefix, schedule, minimum, said
+):
     path = tmp_path / "jobs.toml"
     path.write_text(f'[[jobs]]\nid = "e2"\n{schedule}\nexecutor = {{ kind = "noop" }}\n')
-    out = node_cli("--etcd", etcd_server.endpoints, "--prefix", etcd_prefix, "--db", f"sqlite:///{tmp_path}/x.db",
-                   "--jobs", str(path), "--min-interval", minimum)
+    out = node_cli(
+        "--etcd",
+        etcd_server.endpoints,
+        "--prefix",
+        etcd_prefix,
+        "--db",
+        f"sqlite:///{tmp_path}/x.db",
+        "--jobs",
+        str(path),
+        "--min-interval",
+        minimum,
+    )
     assert out.returncode == 1 and "Traceback" not in out.stderr
     line = out.stderr.strip().splitlines()[-1]
-    assert line == (f"shardcron: error: {path}: job 'e2': {said}; to allow it, lower the cluster's "
-                    "minimum with `shardcron config --min-interval DURATION`")
+    assert line == (
+        f"shardcron: error: {path}: job 'e2': {said}; to allow it, lower the cluster's "
+        "minimum with `shardcron config --min-interval DURATION`"
+    )
 
 
 def test_a_bad_min_interval_is_refused_naming_the_flag(tmp_path, etcd_server):
     out = node_cli("--etcd", etcd_server.endpoints, "--db", f"sqlite:///{tmp_path}/x.db", "--min-interval", "fast")
     assert out.returncode == 1 and "Traceback" not in out.stderr
-    assert out.stderr.strip().splitlines()[-1] == \
-        "shardcron: error: --min-interval: expected a duration such as 1s, 500ms or 1m (0: no minimum), got 'fast'"
+    assert (
+        out.stderr.strip().splitlines()[-1]
+        == "shardcron: error: --min-interval: expected a duration such as 1s, 500ms or 1m (0: no minimum), got 'fast'"
+    )
 
 
 def test_a_lower_minimum_admits_sub_second_jobs_from_the_file_and_the_api(make_cluster, tmp_path):
@@ -105,15 +139,24 @@ def test_a_lower_minimum_admits_sub_second_jobs_from_the_file_and_the_api(make_c
     n = c.add("n0", env={"SHARDCRON_MIN_INTERVAL": "200ms"})  # the variable works as the flag does
     c.wait_all_led(60)
     with Client(n.address) as client:
-        assert client.put_job(job_from_dict({"id": "fast-api", "every": "200ms", "executor": {"kind": "noop"},
-                                             "paused": True})).version == 1
+        assert (
+            client.put_job(
+                job_from_dict({"id": "fast-api", "every": "200ms", "executor": {"kind": "noop"}, "paused": True})
+            ).version
+            == 1
+        )
         with pytest.raises(InvalidRequest, match="every 100ms: shorter than this cluster's minimum interval of 200ms"):
             client.put_job(job_from_dict({"id": "too-fast", "every": "100ms", "executor": {"kind": "noop"}}))
-        results = client.put_jobs([job_from_dict({"id": "b-ok", "every": "200ms", "paused": True}),
-                                   job_from_dict({"id": "b-bad", "every": "199ms"})])
+        results = client.put_jobs(
+            [
+                job_from_dict({"id": "b-ok", "every": "200ms", "paused": True}),
+                job_from_dict({"id": "b-bad", "every": "199ms"}),
+            ]
+        )
         assert [r.ok for r in results] == [True, False] and "minimum interval of 200ms" in results[1].message
     engine = make_engine(db)
     try:
+
         def succeeded() -> int:
             return succeeded_ticks(engine, "fast-file")
 
@@ -123,7 +166,8 @@ def test_a_lower_minimum_admits_sub_second_jobs_from_the_file_and_the_api(make_c
 
 
 def test_the_first_node_writes_the_minimum_a_node_given_another_refuses_and_one_without_adopts_it(
-        make_cluster, etcd_server, etcd_prefix, tmp_path):
+    make_cluster, etcd_server, etcd_prefix, tmp_path
+):
     db = f"sqlite:///{tmp_path}/store.db"
     c = make_cluster(db, shards=2)
     c.add("n0", extra_args=["--min-interval", "200ms"])
@@ -135,7 +179,8 @@ def test_the_first_node_writes_the_minimum_a_node_given_another_refuses_and_one_
     assert the_one_error_line(refused) == (
         f"shardcron: error: the cluster under {etcd_prefix} has a minimum interval of 200ms, but this node was "
         "started with --min-interval 1s (SHARDCRON_MIN_INTERVAL); start it without the flag to use the "
-        "cluster's, or change the cluster's with `shardcron config --min-interval 1s`")
+        "cluster's, or change the cluster's with `shardcron config --min-interval 1s`"
+    )
     by_env = node_cli(*base, "--node-id", "n-env", env={**_env(), "SHARDCRON_MIN_INTERVAL": "500ms"})
     assert "but this node was started with --min-interval 500ms" in the_one_error_line(by_env)
 
@@ -161,23 +206,34 @@ def test_shardcron_config_changes_the_minimum_on_every_live_node(make_cluster, e
 
         out = config_cli(etcd_server, etcd_prefix, "--min-interval", "300ms")
         assert out.returncode == 0, out.stderr
-        assert out.stdout.strip() == ("the cluster's minimum interval is now 300ms (was 1s): every node admits new "
-                                      "and changed jobs by it at once; stored jobs keep running as stored")
+        assert out.stdout.strip() == (
+            "the cluster's minimum interval is now 300ms (was 1s): every node admits new "
+            "and changed jobs by it at once; stored jobs keep running as stored"
+        )
         assert stored_config(etcd_server, etcd_prefix)["shards"] == 2  # the other keys are kept
         for client in (a, b):
             for i in ids:  # each node's view follows the watch: wait, then every write is admitted
-                wait_until(lambda client=client, i=i: admitted(client, i, "300ms"), 30, 0.1,
-                           what=f"{i} at 300ms to be admitted once the minimum is 300ms")
+                wait_until(
+                    lambda client=client, i=i: admitted(client, i, "300ms"),
+                    30,
+                    0.1,
+                    what=f"{i} at 300ms to be admitted once the minimum is 300ms",
+                )
         assert not admitted(a, "still-too-fast", "299ms")
 
         # Raise it again: new writes are refused at once on both nodes, a stored job keeps running.
         a.put_job(job("runs-on", "300ms", paused=False))
         assert config_cli(etcd_server, etcd_prefix, "--min-interval", "1s").returncode == 0
         for client in (a, b):
-            wait_until(lambda client=client: not admitted(client, "late", "300ms"), 30, 0.1,
-                       what="a 300ms job to be refused once the minimum is back to 1s")
+            wait_until(
+                lambda client=client: not admitted(client, "late", "300ms"),
+                30,
+                0.1,
+                what="a 300ms job to be refused once the minimum is back to 1s",
+            )
     engine = make_engine(db)
     try:
+
         def succeeded() -> int:
             return succeeded_ticks(engine, "runs-on")
 
@@ -197,19 +253,35 @@ def test_an_older_cluster_without_the_key_means_one_second(etcd_server, etcd_pre
         etcd.close()
     shown = json.loads(config_cli(etcd_server, etcd_prefix, "--json").stdout)
     assert shown == {"prefix": etcd_prefix, "shards": 2, "min_interval_ms": 1000, "created_at_ms": 1}
-    refused = node_cli("--etcd", etcd_server.endpoints, "--prefix", etcd_prefix, "--db",
-                       f"sqlite:///{tmp_path}/x.db", "--shards", "2", "--min-interval", "200ms")
-    assert "has a minimum interval of 1s, but this node was started with --min-interval 200ms" in \
-        the_one_error_line(refused)
+    refused = node_cli(
+        "--etcd",
+        etcd_server.endpoints,
+        "--prefix",
+        etcd_prefix,
+        "--db",
+        f"sqlite:///{tmp_path}/x.db",
+        "--shards",
+        "2",
+        "--min-interval",
+        "200ms",
+    )
+    assert "has a minimum interval of 1s, but this node was started with --min-interval 200ms" in the_one_error_line(
+        refused
+    )
     assert config_cli(etcd_server, etcd_prefix, "--min-interval", "200ms").returncode == 0
     assert stored_config(etcd_server, etcd_prefix) == {"shards": 2, "created_at_ms": 1, "min_interval_ms": 200}
 
 
-@pytest.mark.parametrize("args, said", [
-    (["--min-interval", "soon"],
-     "--min-interval: expected a duration such as 1s, 500ms or 1m (0: no minimum), got 'soon'"),
-    (["--min-interval=-1s"], "--min-interval: "),
-])
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (
+            ["--min-interval", "soon"],
+            "--min-interval: expected a duration such as 1s, 500ms or 1m (0: no minimum), got 'soon'",
+        ),
+        (["--min-interval=-1s"], "--min-interval: "),
+    ],
+)
 def test_shardcron_config_refuses_a_bad_value_naming_the_flag(etcd_server, etcd_prefix, args, said):
     assert the_one_error_line(config_cli(etcd_server, etcd_prefix, *args)).startswith(f"shardcron: error: {said}")
 
@@ -217,7 +289,8 @@ def test_shardcron_config_refuses_a_bad_value_naming_the_flag(etcd_server, etcd_
 def test_shardcron_config_without_a_cluster_or_during_a_reshard_is_a_clear_error(etcd_server, etcd_prefix):
     for args in ([], ["--min-interval", "200ms"]):
         assert the_one_error_line(config_cli(etcd_server, etcd_prefix, *args)) == (
-            f"shardcron: error: no cluster under {etcd_prefix} in etcd (no node has started yet): start a node first")
+            f"shardcron: error: no cluster under {etcd_prefix} in etcd (no node has started yet): start a node first"
+        )
     layout = KeyLayout(etcd_prefix)
     etcd = Etcd(etcd_server.endpoints, timeout_s=3.0)
     try:
@@ -225,7 +298,8 @@ def test_shardcron_config_without_a_cluster_or_during_a_reshard_is_a_clear_error
         etcd.put(layout.reshard, json.dumps({"from": 2, "to": 4, "state": "draining"}).encode())
         assert the_one_error_line(config_cli(etcd_server, etcd_prefix, "--min-interval", "200ms")) == (
             "shardcron: error: a reshard is in progress (`shardcron shards` shows it); change the minimum interval "
-            "once it has finished")
+            "once it has finished"
+        )
         assert json.loads(etcd.get(layout.config).value)["min_interval_ms"] == 1000
     finally:
         etcd.close()

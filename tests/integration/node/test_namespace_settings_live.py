@@ -33,8 +33,16 @@ def test_max_running_holds_on_the_node_and_a_live_change_reaches_it(make_cluster
     with Client(node.address, namespace=name) as client:
         client.create_namespace(name, quota={"max_running": 1})
         for job_id in ids:
-            client.put_job(job_from_dict({"id": job_id, "every": "1s", "overlap": "allow",
-                                          "executor": {"kind": "http", "url": f"{sink.url}/slow/{RUN_MS}"}}))
+            client.put_job(
+                job_from_dict(
+                    {
+                        "id": job_id,
+                        "every": "1s",
+                        "overlap": "allow",
+                        "executor": {"kind": "http", "url": f"{sink.url}/slow/{RUN_MS}"},
+                    }
+                )
+            )
 
         def finished():
             return [t for j in ids for t in client.list_ticks(j, limit=100) if t.http_status == 200]

@@ -50,8 +50,23 @@ def noop(job_id: str, every: str = "1h"):
 def test_namespaces_through_the_cli(cluster):
     _, nodes, _ = cluster
     name = f"team-{uuid.uuid4().hex[:6]}"
-    assert ok(node_command(nodes[0], "namespaces", "create", name, "--weight", "2", "--max-jobs", "10",
-                  "--max-slots-per-second", "10/3")) == f"namespace {name} created\n"
+    assert (
+        ok(
+            node_command(
+                nodes[0],
+                "namespaces",
+                "create",
+                name,
+                "--weight",
+                "2",
+                "--max-jobs",
+                "10",
+                "--max-slots-per-second",
+                "10/3",
+            )
+        )
+        == f"namespace {name} created\n"
+    )
     listed = ok(node_command(nodes[1], "namespaces", "list"))
     header, *rows = listed.splitlines()
     assert header.split() == ["NAME", "WEIGHT", "JOBS", "MAX", "JOBS", "SLOTS/S", "MAX", "SLOTS/S", "MAX", "RUNNING"]
@@ -71,12 +86,15 @@ def test_namespaces_through_the_cli(cluster):
     assert weighted["weight"] == 0.5 and weighted["quota"]["max_running"] == 4
 
     assert "already exists" in one_line_error(node_command(nodes[0], "namespaces", "create", name))
-    assert "name: 'Team_A' must be lowercase" in one_line_error(node_command(nodes[0], "namespaces", "describe",
-                                                                         "Team_A"))
-    assert "--max-jobs: must be a whole number" in one_line_error(node_command(nodes[0], "namespaces", "create", "x",
-                                                                      "--max-jobs", "lots"))
-    assert "--weight: must be a number above 0" in one_line_error(node_command(nodes[0], "namespaces", "update", name,
-                                                                      "--weight", "0"))
+    assert "name: 'Team_A' must be lowercase" in one_line_error(
+        node_command(nodes[0], "namespaces", "describe", "Team_A")
+    )
+    assert "--max-jobs: must be a whole number" in one_line_error(
+        node_command(nodes[0], "namespaces", "create", "x", "--max-jobs", "lots")
+    )
+    assert "--weight: must be a number above 0" in one_line_error(
+        node_command(nodes[0], "namespaces", "update", name, "--weight", "0")
+    )
     assert "nothing to change" in one_line_error(node_command(nodes[0], "namespaces", "update", name))
     assert "'default' cannot be deleted" in one_line_error(node_command(nodes[0], "namespaces", "delete", "default"))
 
@@ -142,8 +160,9 @@ def test_a_namespaces_quotas_refuse_through_any_node(cluster):
                 with pytest.raises(ApiError) as e:
                     c.put_job(noop("j0", "1s"))  # a replacement takes no job's room, but a faster rate
                 assert e.value.code is grpc.StatusCode.RESOURCE_EXHAUSTED
-                assert str(e.value) == (f"namespace {name!r} would admit 1.2 slots per second; "
-                                        "its quota max_slots_per_second is 0.5")
+                assert str(e.value) == (
+                    f"namespace {name!r} would admit 1.2 slots per second; its quota max_slots_per_second is 0.5"
+                )
         described = c0.get_namespace(name)
         assert (described.usage.jobs, described.usage.slots_per_second) == (3, Fraction(3, 10))
         with Client(nodes[1].address, namespace=name) as c1:
@@ -172,8 +191,10 @@ def test_a_namespace_with_jobs_is_deleted_only_by_force_through_the_cli(cluster)
         try:
             refused = one_line_error(node_command(nodes[2], "namespaces", "delete", name))
             assert f"namespace {name!r} still holds 12 jobs" in refused and "force" in refused
-            assert ok(node_command(nodes[2], "namespaces", "delete", name, "--force")) == \
-                f"namespace {name} deleted with its 12 jobs\n"
+            assert (
+                ok(node_command(nodes[2], "namespaces", "delete", name, "--force"))
+                == f"namespace {name} deleted with its 12 jobs\n"
+            )
             assert list(c2.list_jobs(namespace=name)) == []
             assert c2.get_job("job-0").key.namespace == "default"
             assert name not in {n.name for n in c2.list_namespaces()}
@@ -183,8 +204,10 @@ def test_a_namespace_with_jobs_is_deleted_only_by_force_through_the_cli(cluster)
 
 def test_a_jobs_file_job_of_a_missing_namespace_is_left_out_and_the_rest_imported(make_cluster, tmp_path):
     path = tmp_path / "jobs.toml"
-    path.write_text('[jobs.kept]\nevery = "1h"\nexecutor = { kind = "noop" }\n\n'
-                    '[jobs.stray]\nnamespace = "ghost"\nevery = "1h"\nexecutor = { kind = "noop" }\n')
+    path.write_text(
+        '[jobs.kept]\nevery = "1h"\nexecutor = { kind = "noop" }\n\n'
+        '[jobs.stray]\nnamespace = "ghost"\nevery = "1h"\nexecutor = { kind = "noop" }\n'
+    )
     c = make_cluster(f"sqlite:///{tmp_path}/store.db", shards=2, extra_args=["--jobs", str(path)])
     node = c.add("solo")
     c.wait_balanced({"solo"}, 60)

@@ -44,36 +44,70 @@ def test_no_live_slot_is_skipped_behind_an_unstarted_catch_up(make_cluster, fres
     queue = f"sc-overlap-{uuid.uuid4().hex[:12]}"
     ids = [f"cel-ovl-{i:02d}" for i in range(JOBS)]
     with slow_proxy("127.0.0.1", 6379, BROKER_DELAY_S) as port:
-        jobs = write_jobs(tmp_path / "jobs.toml", [
-            {"id": job_id, "every": "1s", "overlap": "skip", "catchup": "all", "catchup_window": "1m",
-             "executor": {"kind": "celery", "url": f"redis://127.0.0.1:{port}/{REDIS_DB}",
-                          "task": "overlap.noop", "queue": queue}}
-            for job_id in ids])
+        jobs = write_jobs(
+            tmp_path / "jobs.toml",
+            [
+                {
+                    "id": job_id,
+                    "every": "1s",
+                    "overlap": "skip",
+                    "catchup": "all",
+                    "catchup_window": "1m",
+                    "executor": {
+                        "kind": "celery",
+                        "url": f"redis://127.0.0.1:{port}/{REDIS_DB}",
+                        "task": "overlap.noop",
+                        "queue": queue,
+                    },
+                }
+                for job_id in ids
+            ],
+        )
         c = make_cluster(db, shards=SHARDS, extra_args=["--jobs", jobs])
         victim, survivor, theirs = "n0", "n1", ids
         c.add(victim)
         c.wait_all_led(60, by={victim})
         engine = make_engine(db)
         try:
+
             def rows():
                 return [t for t in ticks_between(engine, 0, 2**62) if t.job_id in theirs]
 
-            wait_until(lambda: all(sum(1 for t in rows() if t.job_id == j and t.status is TickStatus.SUCCEEDED) >= 2
-                                   for j in theirs), 60, what="the victim to run each of its jobs twice")
+            wait_until(
+                lambda: all(
+                    sum(1 for t in rows() if t.job_id == j and t.status is TickStatus.SUCCEEDED) >= 2 for j in theirs
+                ),
+                60,
+                what="the victim to run each of its jobs twice",
+            )
             c.nodes[victim].kill()
             killed_at = time.time()
             # The outage itself: nobody leads for DEAD_S, and every job misses as many slots.
-            wait_until(lambda: not c.nodes[victim].alive() and time.time() - killed_at >= DEAD_S, DEAD_S + 30,
-                       what="the outage to last its seconds")
+            wait_until(
+                lambda: not c.nodes[victim].alive() and time.time() - killed_at >= DEAD_S,
+                DEAD_S + 30,
+                what="the outage to last its seconds",
+            )
             c.add(survivor)
-            wait_until(lambda: all(n == survivor for n in c.leaders().values()), 2 * TTL + 20,
-                       what="the survivor to lead every shard")
+            wait_until(
+                lambda: all(n == survivor for n in c.leaders().values()),
+                2 * TTL + 20,
+                what="the survivor to lead every shard",
+            )
             took_over_ms = time.time() * 1000
             # Well past the catch-up: each job has a run of its own live schedule 8 s after the takeover.
             settled_ms = took_over_ms + 8000
-            wait_until(lambda: all(any(t.job_id == j and t.scheduled_at_ms >= settled_ms
-                                       and t.status is TickStatus.SUCCEEDED for t in rows()) for j in theirs),
-                       60, what="the survivor's live runs after the catch-up")
+            wait_until(
+                lambda: all(
+                    any(
+                        t.job_id == j and t.scheduled_at_ms >= settled_ms and t.status is TickStatus.SUCCEEDED
+                        for t in rows()
+                    )
+                    for j in theirs
+                ),
+                60,
+                what="the survivor's live runs after the catch-up",
+            )
             seen = [t for t in rows() if t.scheduled_at_ms < settled_ms]
         finally:
             engine.dispose()
@@ -87,21 +121,32 @@ def test_no_live_slot_is_skipped_behind_an_unstarted_catch_up(make_cluster, fres
         by_job.setdefault(t.job_id, []).append(t)
     survivors = [t for t in seen if t.node_id == survivor]
     # A catch-up slot was claimed after it was due; a live one a lookahead before.
-    catch_ups = [t for t in survivors if t.claimed_at_ms is not None and t.claimed_at_ms > t.scheduled_at_ms
-                 and t.started_at_ms is not None]
+    catch_ups = [
+        t
+        for t in survivors
+        if t.claimed_at_ms is not None and t.claimed_at_ms > t.scheduled_at_ms and t.started_at_ms is not None
+    ]
     live = [t for t in survivors if t.claimed_at_ms is not None and t.claimed_at_ms <= t.scheduled_at_ms]
-    spilled = [(cu.job_id, cu.scheduled_at_ms, lv.scheduled_at_ms) for cu in catch_ups for lv in live
-               if lv.job_id == cu.job_id and lv.scheduled_at_ms > cu.scheduled_at_ms
-               and cu.started_at_ms > lv.scheduled_at_ms]
+    spilled = [
+        (cu.job_id, cu.scheduled_at_ms, lv.scheduled_at_ms)
+        for cu in catch_ups
+        for lv in live
+        if lv.job_id == cu.job_id and lv.scheduled_at_ms > cu.scheduled_at_ms and cu.started_at_ms > lv.scheduled_at_ms
+    ]
     assert spilled, "the test needs a catch-up that started after a live slot of its job came due"
 
     behind_unstarted = []
     for s in (t for t in survivors if is_overlap_skip(t)):
         decided = s.finished_at_ms
         for r in by_job[s.job_id]:
-            if (r.scheduled_at_ms < s.scheduled_at_ms and r.status is not TickStatus.SKIPPED
-                    and (r.started_at_ms is None or r.started_at_ms > decided)):
-                behind_unstarted.append(f"{s.job_id}: slot {s.scheduled_at_ms} skipped at {decided}, before slot "
-                                        f"{r.scheduled_at_ms} started (at {r.started_at_ms})")
+            if (
+                r.scheduled_at_ms < s.scheduled_at_ms
+                and r.status is not TickStatus.SKIPPED
+                and (r.started_at_ms is None or r.started_at_ms > decided)
+            ):
+                behind_unstarted.append(
+                    f"{s.job_id}: slot {s.scheduled_at_ms} skipped at {decided}, before slot "
+                    f"{r.scheduled_at_ms} started (at {r.started_at_ms})"
+                )
     assert not behind_unstarted, "\n".join(behind_unstarted)
     assert find_false_overlap(seen) == []

@@ -27,14 +27,22 @@ from shardcron.store.tick_reads import list_ticks
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
 TARGET = "tests.support.pytargets:os.spawnl"
-REASON = (f"{TARGET} is refused: 'os' is a module (os): after the colon a target walks through classes only; "
-          "name a module before the colon, as package.module:function")
+REASON = (
+    f"{TARGET} is refused: 'os' is a module (os): after the colon a target walks through classes only; "
+    "name a module before the colon, as package.module:function"
+)
 
 
 def spawning_job(job_id: str, marker, every: str):
-    return job_from_dict({"id": job_id, "every": every, "retry": {"max_attempts": 1},
-                          "executor": {"kind": "python", "target": TARGET,
-                                       "args": ["/bin/sh", "sh", "-c", f"touch {marker}"]}}, require_executor=True)
+    return job_from_dict(
+        {
+            "id": job_id,
+            "every": every,
+            "retry": {"max_attempts": 1},
+            "executor": {"kind": "python", "target": TARGET, "args": ["/bin/sh", "sh", "-c", f"touch {marker}"]},
+        },
+        require_executor=True,
+    )
 
 
 def test_a_target_through_an_imported_module_runs_nothing(fresh_db_url, make_cluster, tmp_path):
@@ -46,8 +54,14 @@ def test_a_target_through_an_imported_module_runs_nothing(fresh_db_url, make_clu
         ensure_schema(engine, auto_upgrade=True)
         ensure_shards(engine, 1)
         raise_fence(engine, 0, 1, "seeder", int(time.time() * 1000))
-        put_job(engine, spawning_job("stored", marker, "1s"), shard=0, fence=1, node_id="seeder",
-                now_ms=int(time.time() * 1000))
+        put_job(
+            engine,
+            spawning_job("stored", marker, "1s"),
+            shard=0,
+            fence=1,
+            node_id="seeder",
+            now_ms=int(time.time() * 1000),
+        )
 
         cluster = make_cluster(db, shards=1, extra_args=["--allow-python", "tests.support.pytargets"])
         node = cluster.add("n0")

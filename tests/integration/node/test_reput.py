@@ -42,8 +42,9 @@ def test_a_job_put_again_mid_run_still_runs_its_later_slots(make_cluster, db_url
     cluster = make_cluster(db_url, shards=1)
     node = cluster.add("n0")
     cluster.wait_all_led(60)
-    job = job_from_dict({"id": "slow", "every": "1s", "overlap": "skip",
-                         "executor": {"kind": "http", "url": sink.url + "/slow/1500"}})
+    job = job_from_dict(
+        {"id": "slow", "every": "1s", "overlap": "skip", "executor": {"kind": "http", "url": sink.url + "/slow/1500"}}
+    )
     engine = make_engine(db_url)
     try:
         with Client(node.address) as client:
@@ -60,8 +61,10 @@ def test_a_job_put_again_mid_run_still_runs_its_later_slots(make_cluster, db_url
         try:
             wait_until(two_runs_after_the_change, 45, 0.2, what="two slots after the re-put to succeed")
         except TimeoutError as e:
-            seen = Counter(f"{t.status.value}: {t.error}" if t.error else t.status.value
-                           for t in _ticks_after(engine, "slow", changed_at))
+            seen = Counter(
+                f"{t.status.value}: {t.error}" if t.error else t.status.value
+                for t in _ticks_after(engine, "slow", changed_at)
+            )
             pytest.fail(f"{e}; the ticks after the re-put: {dict(seen)}", pytrace=False)
         later = _ticks_after(engine, "slow", changed_at)
         last = max(t.scheduled_at_ms for t in later)

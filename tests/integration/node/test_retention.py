@@ -57,7 +57,8 @@ class LatenessReader:
         while not self.stop.wait(0.5):
             since = clock.wall_ms() - 5_000
             q = select(ticks.c.job_id, ticks.c.scheduled_at_ms, ticks.c.started_at_ms).where(
-                ticks.c.scheduled_at_ms > since, ticks.c.started_at_ms.is_not(None))
+                ticks.c.scheduled_at_ms > since, ticks.c.started_at_ms.is_not(None)
+            )
             with reading(self.engine) as conn:
                 for job_id, at, started in conn.execute(q):
                     self.late.setdefault((job_id, at), started - at)
@@ -69,8 +70,7 @@ class LatenessReader:
 def refuses_a_bad_history_limit(node) -> None:
     """INVALID_ARGUMENT naming history_limit from the API; one line naming it from the CLI."""
     with grpc.insecure_channel(node.address) as ch:
-        job = pb.Job(id="bad-limit", schedule=pb.Schedule(interval_ms=60_000), noop=pb.NoopExecutor(),
-                     history_limit=0)
+        job = pb.Job(id="bad-limit", schedule=pb.Schedule(interval_ms=60_000), noop=pb.NoopExecutor(), history_limit=0)
         with pytest.raises(grpc.RpcError) as e:
             pb_grpc.SchedulerStub(ch).PutJob(pb.PutJobRequest(job=job), timeout=10)
     assert e.value.code() is grpc.StatusCode.INVALID_ARGUMENT and "history_limit" in e.value.details()
@@ -91,8 +91,25 @@ def test_retention_at_200_jobs_a_second(etcd_server, fresh_db_url, tmp_path, cap
         with Client(node.address) as client:
             assert all(r.ok for r in client.put_jobs(jobs))
         refuses_a_bad_history_limit(node)
-        assert json.loads(cli(node, "jobs", "put", "kept3", "--every", "1s", "--catchup-window", "5s", "--noop",
-                              "--history-limit", "3", "--json").stdout)["history_limit"] == 3
+        assert (
+            json.loads(
+                cli(
+                    node,
+                    "jobs",
+                    "put",
+                    "kept3",
+                    "--every",
+                    "1s",
+                    "--catchup-window",
+                    "5s",
+                    "--noop",
+                    "--history-limit",
+                    "3",
+                    "--json",
+                ).stdout
+            )["history_limit"]
+            == 3
+        )
         reader = LatenessReader(engine)
         first = (clock.wall_ms() // 1000 + 2) * 1000  # the first whole second every job surely owes
         wait_until(lambda: clock.wall_ms() > first + RUN_S * 1000, RUN_S + 30, 0.5, what="the run")
@@ -100,13 +117,17 @@ def test_retention_at_200_jobs_a_second(etcd_server, fresh_db_url, tmp_path, cap
         # Ticks older than the horizon are gone (the leader prunes every second: allow it a few passes).
         def old_rows() -> int:
             with reading(engine) as conn:
-                return conn.execute(select(func.count()).where(
-                    ticks.c.scheduled_at_ms < clock.wall_ms() - (RETENTION_S + 5) * 1000)).scalar()
+                return conn.execute(
+                    select(func.count()).where(ticks.c.scheduled_at_ms < clock.wall_ms() - (RETENTION_S + 5) * 1000)
+                ).scalar()
+
         wait_until(lambda: old_rows() == 0, 60, 0.5, what="ticks older than the retention to be pruned")
+
         # history_limit 3: its leader prunes it (every 10 s) and records the job's own horizon.
         def kept3_horizon() -> int | None:
             with reading(engine) as conn:
                 return conn.execute(select(job_horizons.c.horizon_ms).where(job_horizons.c.job_id == "kept3")).scalar()
+
         wait_until(kept3_horizon, 30, 0.5, what="kept3's history to be pruned")
         assert len(list_ticks(engine, "kept3")) <= 3 + 10 + 2  # its newest 3, and what came since the last turn
         reader.stop.set()
@@ -137,6 +158,8 @@ def test_retention_at_200_jobs_a_second(etcd_server, fresh_db_url, tmp_path, cap
     with_pruning = reader.between(first + (RETENTION_S + 2) * 1000, first + RUN_S * 1000)
     assert len(without) >= JOBS * (RETENTION_S - 2) and len(with_pruning) >= JOBS * (RUN_S - RETENTION_S - 4)
     with capsys.disabled():
-        print(f"\nretention {RETENTION_S}s, {JOBS} jobs/s, SQLite: lateness p99 without pruning {p99(without)} ms "
-              f"({len(without)} ticks, max {max(without)} ms), while pruning {p99(with_pruning)} ms "
-              f"({len(with_pruning)} ticks, max {max(with_pruning)} ms); {whole.pruned} slots pruned in the audit")
+        print(
+            f"\nretention {RETENTION_S}s, {JOBS} jobs/s, SQLite: lateness p99 without pruning {p99(without)} ms "
+            f"({len(without)} ticks, max {max(without)} ms), while pruning {p99(with_pruning)} ms "
+            f"({len(with_pruning)} ticks, max {max(with_pruning)} ms); {whole.pruned} slots pruned in the audit"
+        )

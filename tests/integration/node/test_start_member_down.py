@@ -15,8 +15,7 @@ from shardcron.dev.testing.etcd_server import free_port
 pytestmark = pytest.mark.cluster
 
 
-def test_nodes_start_while_etcd_members_they_may_try_first_are_down(etcd_server, etcd_prefix, fresh_db_url,
-                                                                    tmp_path):
+def test_nodes_start_while_etcd_members_they_may_try_first_are_down(etcd_server, etcd_prefix, fresh_db_url, tmp_path):
     """Two of the three endpoints refuse connections (as killed members do). The client picks its first member
     itself, so each of three nodes starts on a dead one with odds 2/3: without trying the next member, at least
     one of them exits (odds 26/27)."""
@@ -26,8 +25,12 @@ def test_nodes_start_while_etcd_members_they_may_try_first_are_down(etcd_server,
     try:
         nodes = [c.add(n) for n in ("n0", "n1", "n2")]
         for node in nodes:
-            wait_until(lambda node=node: f"node {node.node_id} started" in node.log_text() or not node.alive(), 60,
-                       0.2, f"{node.node_id} to start (or exit)")
+            wait_until(
+                lambda node=node: f"node {node.node_id} started" in node.log_text() or not node.alive(),
+                60,
+                0.2,
+                f"{node.node_id} to start (or exit)",
+            )
         exited = {n.node_id: n.log_text()[-1500:] for n in nodes if not n.alive()}
         assert not exited, f"nodes exited at start-up with an etcd quorum answering: {exited}"
         view = Cluster(etcd_server.endpoints, db, etcd_prefix, 6, 4, str(tmp_path))  # reads the map only

@@ -32,9 +32,21 @@ TTL = 9
 VICTIM, SURVIVOR = "n0", "n1"
 
 WORKERS = [
-    "claimer", "dispatcher", "recorder", "pruner", "notifier", "coordinator", f"{VICTIM}-keepalive",
-    "calendars", "namespaces", "shardcron-loop", "marks-commit",
-    "api-loop", "token-reload", "dashboard", "dashboard-metrics",
+    "claimer",
+    "dispatcher",
+    "recorder",
+    "pruner",
+    "notifier",
+    "coordinator",
+    f"{VICTIM}-keepalive",
+    "calendars",
+    "namespaces",
+    "shardcron-loop",
+    "marks-commit",
+    "api-loop",
+    "token-reload",
+    "dashboard",
+    "dashboard-metrics",
 ]
 NODE_SECRET = "node-secret-for-the-worker-death-test"
 
@@ -58,9 +70,10 @@ def jobs_on_every_shard(tmp_path) -> str:
     while len(ids) < SHARDS:
         ids.setdefault(shard_for(f"tick-{i}", SHARDS), f"tick-{i}")
         i += 1
-    return write_jobs(tmp_path / "jobs.toml", [{"id": job_id, "every": "1s",
-                                                "executor": {"kind": "shell", "command": "true"}}
-                                               for job_id in ids.values()])
+    return write_jobs(
+        tmp_path / "jobs.toml",
+        [{"id": job_id, "every": "1s", "executor": {"kind": "shell", "command": "true"}} for job_id in ids.values()],
+    )
 
 
 def bump_settings(etcd_endpoints: str, prefix: str) -> None:
@@ -75,21 +88,30 @@ def bump_settings(etcd_endpoints: str, prefix: str) -> None:
 
 
 def error_lines(log: str, worker: str) -> list[str]:
-    return [line for line in log.splitlines()
-            if re.search(r"\bERROR\b", line) and f"worker {worker!r}" in line]
+    return [line for line in log.splitlines() if re.search(r"\bERROR\b", line) and f"worker {worker!r}" in line]
 
 
 @pytest.mark.parametrize("worker", WORKERS)
-def test_a_dead_worker_hands_the_shards_over_at_once_and_the_node_exits_non_zero(worker, etcd_server, etcd_prefix,
-                                                                                   fresh_db_url, tmp_path):
+def test_a_dead_worker_hands_the_shards_over_at_once_and_the_node_exits_non_zero(
+    worker, etcd_server, etcd_prefix, fresh_db_url, tmp_path
+):
     arm = tmp_path / "fail-now"
     flags, victim_flags, env = needs(worker, tmp_path)
-    c = Cluster(etcd_server.endpoints, fresh_db_url("sqlite"), etcd_prefix, SHARDS, TTL, str(tmp_path),
-                extra_args=["--jobs", jobs_on_every_shard(tmp_path), "--allow-shell", "--tick-retention", "1h",
-                            *flags])
+    c = Cluster(
+        etcd_server.endpoints,
+        fresh_db_url("sqlite"),
+        etcd_prefix,
+        SHARDS,
+        TTL,
+        str(tmp_path),
+        extra_args=["--jobs", jobs_on_every_shard(tmp_path), "--allow-shell", "--tick-retention", "1h", *flags],
+    )
     try:
-        victim = c.add(VICTIM, extra_args=victim_flags,
-                       env={**env, "SHARDCRON_TEST_FAIL_THREAD": worker, "SHARDCRON_TEST_FAIL_WHEN": str(arm)})
+        victim = c.add(
+            VICTIM,
+            extra_args=victim_flags,
+            env={**env, "SHARDCRON_TEST_FAIL_THREAD": worker, "SHARDCRON_TEST_FAIL_WHEN": str(arm)},
+        )
         c.add(SURVIVOR, env=env)
         leaders = c.wait_balanced({VICTIM, SURVIVOR}, timeout_s=90)
         mine = [s for s, n in leaders.items() if n == VICTIM]
@@ -97,8 +119,11 @@ def test_a_dead_worker_hands_the_shards_over_at_once_and_the_node_exits_non_zero
 
         arm.touch()
         bump_settings(etcd_server.endpoints, etcd_prefix)  # the settings' watchers wake only for a change
-        wait_until(lambda: error_lines(victim.log_text(), worker) or not victim.alive(), 60,
-                   what=f"the node to report its {worker} dead")
+        wait_until(
+            lambda: error_lines(victim.log_text(), worker) or not victim.alive(),
+            60,
+            what=f"the node to report its {worker} dead",
+        )
         died_at = time.monotonic()
         wait_until(lambda: all(c.leaders()[s] == SURVIVOR for s in mine), 60, what=f"{SURVIVOR} to take {mine}")
         took = time.monotonic() - died_at
@@ -116,8 +141,9 @@ def test_a_dead_worker_hands_the_shards_over_at_once_and_the_node_exits_non_zero
         c.stop_all()
 
 
-def test_a_claimer_that_raises_no_longer_leaves_a_leader_that_claims_nothing(etcd_server, etcd_prefix,
-                                                                              fresh_db_url, tmp_path):
+def test_a_claimer_that_raises_no_longer_leaves_a_leader_that_claims_nothing(
+    etcd_server, etcd_prefix, fresh_db_url, tmp_path
+):
     """The claimer dying (as a job's out-of-range time once made it) ends the node, and the survivor claims
     and runs the victim's jobs from then on."""
     from sqlalchemy import func, select
@@ -127,8 +153,15 @@ def test_a_claimer_that_raises_no_longer_leaves_a_leader_that_claims_nothing(etc
 
     arm = tmp_path / "fail-now"
     db = fresh_db_url("sqlite")
-    c = Cluster(etcd_server.endpoints, db, etcd_prefix, SHARDS, TTL, str(tmp_path),
-                extra_args=["--jobs", jobs_on_every_shard(tmp_path), "--allow-shell"])
+    c = Cluster(
+        etcd_server.endpoints,
+        db,
+        etcd_prefix,
+        SHARDS,
+        TTL,
+        str(tmp_path),
+        extra_args=["--jobs", jobs_on_every_shard(tmp_path), "--allow-shell"],
+    )
     engine = make_engine(db)
     try:
         victim = c.add(VICTIM, env={"SHARDCRON_TEST_FAIL_THREAD": "claimer", "SHARDCRON_TEST_FAIL_WHEN": str(arm)})
@@ -138,14 +171,20 @@ def test_a_claimer_that_raises_no_longer_leaves_a_leader_that_claims_nothing(etc
 
         def claimed_by_survivor_on(shards: list[int]) -> int:
             with engine.connect() as conn:
-                return conn.execute(select(func.count()).select_from(ticks).where(
-                    ticks.c.node_id == SURVIVOR, ticks.c.shard.in_(shards))).scalar()
+                return conn.execute(
+                    select(func.count())
+                    .select_from(ticks)
+                    .where(ticks.c.node_id == SURVIVOR, ticks.c.shard.in_(shards))
+                ).scalar()
 
         before = claimed_by_survivor_on(mine)
         arm.touch()
         assert victim.proc.wait(60) == EXIT_WORKER_DIED
-        wait_until(lambda: claimed_by_survivor_on(mine) >= before + 3, 60,
-                   what=f"{SURVIVOR} to claim the slots of {VICTIM}'s shards")
+        wait_until(
+            lambda: claimed_by_survivor_on(mine) >= before + 3,
+            60,
+            what=f"{SURVIVOR} to claim the slots of {VICTIM}'s shards",
+        )
     finally:
         engine.dispose()
         c.stop_all()

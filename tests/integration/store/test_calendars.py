@@ -10,8 +10,9 @@ from shardcron.spec.job import job_from_dict
 from shardcron.store import calendars as cs
 from shardcron.store import ensure_schema, ensure_shards, put_job, raise_fence
 
-HOLIDAYS = parse_calendar("holidays", {"timezone": "Europe/Lisbon", "exclude_dates": ["2026-12-25"],
-                                       "windows": {"mon-fri": "09:00-18:00"}})
+HOLIDAYS = parse_calendar(
+    "holidays", {"timezone": "Europe/Lisbon", "exclude_dates": ["2026-12-25"], "windows": {"mon-fri": "09:00-18:00"}}
+)
 MORE = parse_calendar("holidays", {"timezone": "Europe/Lisbon", "exclude_dates": ["2026-12-25", "2027-01-01"]})
 
 
@@ -41,7 +42,11 @@ def test_put_get_list_versions_and_history(engine):
     assert cs.put_calendar(engine, HOLIDAYS, node_id="n1", now_ms=4000).version == 4
     history = cs.calendar_history(engine, ["holidays"])
     assert [(v.version, v.effective_at_ms, v.calendar) for v in history] == [
-        (1, 1000, HOLIDAYS), (2, 2000, MORE), (3, 3000, None), (4, 4000, HOLIDAYS)]
+        (1, 1000, HOLIDAYS),
+        (2, 2000, MORE),
+        (3, 3000, None),
+        (4, 4000, HOLIDAYS),
+    ]
     assert cs.calendar_history(engine, []) == []
 
 
@@ -49,10 +54,20 @@ def test_a_calendar_a_job_names_is_deleted_only_by_force(engine):
     ensure_shards(engine, 1)
     raise_fence(engine, 0, 5, "n1", 1)
     cs.put_calendar(engine, HOLIDAYS, node_id="n1", now_ms=1000)
-    for jid, cals in (("b-user", ["holidays"]), ("a-user", ["other", "holidays"]), ("no-cal", []),
-                      ("near-miss", ["holidays-2"])):
-        put_job(engine, job_from_dict({"id": jid, "every": "1h", "calendars": cals}), shard=0, fence=5,
-                node_id="n1", now_ms=1000)
+    for jid, cals in (
+        ("b-user", ["holidays"]),
+        ("a-user", ["other", "holidays"]),
+        ("no-cal", []),
+        ("near-miss", ["holidays-2"]),
+    ):
+        put_job(
+            engine,
+            job_from_dict({"id": jid, "every": "1h", "calendars": cals}),
+            shard=0,
+            fence=5,
+            node_id="n1",
+            now_ms=1000,
+        )
     assert cs.jobs_using(engine, "holidays") == ["a-user", "b-user"]
     with pytest.raises(cs.CalendarInUse) as e:
         cs.delete_calendar(engine, "holidays", now_ms=2000)

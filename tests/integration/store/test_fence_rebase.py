@@ -54,15 +54,37 @@ def test_a_rebuilt_etcd_is_refused_until_the_fences_are_rebased(tmp_path, fresh_
 
     new = EtcdCluster(1).start()  # a rebuilt etcd: new cluster id, revisions from 1
     try:
-        out = subprocess.run([sys.executable, "-m", "shardcron", "node", "--etcd", new.endpoints, "--db", db,
-                              "--shards", "2", "--listen", "127.0.0.1:0", "--jobs", jobs],
-                             capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "shardcron",
+                "node",
+                "--etcd",
+                new.endpoints,
+                "--db",
+                db,
+                "--shards",
+                "2",
+                "--listen",
+                "127.0.0.1:0",
+                "--jobs",
+                jobs,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert out.returncode == 1
         assert "etcd has forgotten" in out.stderr and "fences rebase" in out.stderr
         assert "Traceback" not in out.stderr
 
-        rebase = subprocess.run([sys.executable, "-m", "shardcron", "fences", "rebase", "--etcd", new.endpoints,
-                                 "--db", db], capture_output=True, text=True, timeout=60)
+        rebase = subprocess.run(
+            [sys.executable, "-m", "shardcron", "fences", "rebase", "--etcd", new.endpoints, "--db", db],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert rebase.returncode == 0, rebase.stderr
 
         resumed_at = time.time() * 1000
@@ -72,8 +94,12 @@ def test_a_rebuilt_etcd_is_refused_until_the_fences_are_rebased(tmp_path, fresh_
             wait_until(lambda: max_fence() > fence_before, 60, what="ticks under the rebased fences")
             wait_until(lambda: count() > 0 and _latest(engine) > resumed_at + 2000, 60, what="ticking again")
             assert_every_slot_once(engine, "tick")  # the outage was caught up, nothing doubled
-            shards = subprocess.run([sys.executable, "-m", "shardcron", "shards", "--etcd", new.endpoints, "--json"],
-                                    capture_output=True, text=True, timeout=60)
+            shards = subprocess.run(
+                [sys.executable, "-m", "shardcron", "shards", "--etcd", new.endpoints, "--json"],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             import json
 
             assert all(r["fence"] > fence_before for r in json.loads(shards.stdout)["shards"])

@@ -50,16 +50,22 @@ def create(engine, name: str, **quota) -> None:
 
 def test_create_get_list_update_delete(engine):
     assert [n.name for n in ns.list_namespaces(engine)] == ["default"]
-    created = ns.create_namespace(engine, "team-a", NamespaceSettings(2.0, Quota(max_jobs=5)), node_id="n1",
-                                  now_ms=1000)
+    created = ns.create_namespace(
+        engine, "team-a", NamespaceSettings(2.0, Quota(max_jobs=5)), node_id="n1", now_ms=1000
+    )
     assert (created.settings.weight, created.settings.quota.max_jobs, created.usage.jobs) == (2.0, 5, 0)
     with pytest.raises(NamespaceExists, match="namespace 'team-a' already exists"):
         create(engine, "team-a")
     with pytest.raises(NamespaceExists):
         create(engine, "default")
-    updated = ns.update_namespace(engine, "team-a", weight=3.0,
-                                  quota={"max_slots_per_second": Fraction(10, 3), "max_jobs": None},
-                                  node_id="n2", now_ms=2000)
+    updated = ns.update_namespace(
+        engine,
+        "team-a",
+        weight=3.0,
+        quota={"max_slots_per_second": Fraction(10, 3), "max_jobs": None},
+        node_id="n2",
+        now_ms=2000,
+    )
     assert updated.settings == NamespaceSettings(3.0, Quota(None, Fraction(10, 3), None))
     assert (updated.created_at_ms, updated.updated_at_ms) == (1000, 2000)
     got = ns.get_namespace(engine, "team-a")
@@ -144,8 +150,9 @@ def test_a_lowered_quota_blocks_neither_a_delete_nor_a_slower_replacement(engine
     create(engine, "team-a")
     for i, every in enumerate(("1s", "1s", "1s")):
         put(engine, job("team-a", f"j{i}", every))
-    ns.update_namespace(engine, "team-a", quota={"max_jobs": 1, "max_slots_per_second": Fraction(1, 2)},
-                        node_id="n1", now_ms=2000)
+    ns.update_namespace(
+        engine, "team-a", quota={"max_jobs": 1, "max_slots_per_second": Fraction(1, 2)}, node_id="n1", now_ms=2000
+    )
     put(engine, job("team-a", "j0", "10s"))  # slower: over both limits still, but less so
     assert usage(engine, "team-a") == (3, Fraction(21, 10))
     with pytest.raises(QuotaRefused, match="max_slots_per_second"):
@@ -159,14 +166,20 @@ def test_a_lowered_quota_blocks_neither_a_delete_nor_a_slower_replacement(engine
 def test_put_jobs_admits_in_request_order(engine):
     create(engine, "team-a", max_jobs=3, max_slots_per_second=Fraction(5, 2))
     put(engine, job("team-a", "old", "1s"))  # 1 job, 1/s
-    batch = [job("team-a", "x", "1s"), job("team-a", "y", "1s"), job("team-a", "z", "1h"),
-             job("team-a", "old", "1m"), job("default", "d", "1s")]
+    batch = [
+        job("team-a", "x", "1s"),
+        job("team-a", "y", "1s"),
+        job("team-a", "z", "1h"),
+        job("team-a", "old", "1m"),
+        job("default", "d", "1s"),
+    ]
     by_shard = {0: (FENCES[0], batch[:2] + batch[3:]), 1: (FENCES[1], batch[2:3])}
     order = {j.id: i for i, j in enumerate(batch)}
     out = js.import_jobs_many(engine, by_shard, node_id="n1", now_ms=1000, order=order)
     # x fits (2 jobs, 2/s); y would make 3/s; z fits (3 jobs); old slows down, which always fits.
-    assert sorted(out.written) == sorted(store_key(*k) for k in
-                                         (("team-a", "x"), ("team-a", "z"), ("team-a", "old"), ("default", "d")))
+    assert sorted(out.written) == sorted(
+        store_key(*k) for k in (("team-a", "x"), ("team-a", "z"), ("team-a", "old"), ("default", "d"))
+    )
     assert list(out.refused) == [store_key("team-a", "y")]
     assert "would admit 3 slots per second" in str(out.refused[store_key("team-a", "y")])
     assert usage(engine, "team-a") == (3, 1 + Fraction(1, 3600) + Fraction(1, 60))
@@ -178,8 +191,12 @@ def test_put_jobs_admits_in_request_order(engine):
 
 def test_put_each_answers_each_put_and_counts_repeats_of_one_job_once(engine):
     create(engine, "team-a", max_jobs=1)
-    puts = [js.Put(job("team-a", "a", "1s"), 0, FENCES[0]), js.Put(job("team-a", "a", "2s"), 0, FENCES[0]),
-            js.Put(job("team-a", "b", "1s"), 1, FENCES[1]), js.Put(job("team-x", "c"), 1, FENCES[1])]
+    puts = [
+        js.Put(job("team-a", "a", "1s"), 0, FENCES[0]),
+        js.Put(job("team-a", "a", "2s"), 0, FENCES[0]),
+        js.Put(job("team-a", "b", "1s"), 1, FENCES[1]),
+        js.Put(job("team-x", "c"), 1, FENCES[1]),
+    ]
     out = js.put_each(engine, puts, node_id="n1", now_ms=1000)
     assert [type(o).__name__ for o in out] == ["Job", "Job", "QuotaRefused", "NamespaceMissing"]
     assert out[1].version == 2
@@ -191,8 +208,10 @@ def test_take_room_and_give_back_in_a_transaction(engine):
 
     create(engine, "team-a", max_jobs=1)
     with writing(engine) as conn:
-        assert ns.take_room(conn, "team-a", [PutChange(None, Fraction(1)), PutChange(None, Fraction(1))]) \
-            == [None, ns.QuotaExceeded("max_jobs", "team-a", 1, 2)]
+        assert ns.take_room(conn, "team-a", [PutChange(None, Fraction(1)), PutChange(None, Fraction(1))]) == [
+            None,
+            ns.QuotaExceeded("max_jobs", "team-a", 1, 2),
+        ]
     assert usage(engine, "team-a") == (1, 1)
     with writing(engine) as conn:
         ns.give_back(conn, "team-a", [Fraction(1)])

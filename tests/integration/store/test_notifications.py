@@ -29,8 +29,15 @@ def led(store_engine):
 
 
 def claim(engine, slots, *, fence=F1, source=Source.JOB, rate=None, job="j", now_ms=10_000):
-    return store.claim(engine, [NotificationClaim(job, s, F, source, SPEC) for s in slots], shard=0, fence=fence,
-                       node_id="a", now_ms=now_ms, default_rate=rate)
+    return store.claim(
+        engine,
+        [NotificationClaim(job, s, F, source, SPEC) for s in slots],
+        shard=0,
+        fence=fence,
+        node_id="a",
+        now_ms=now_ms,
+        default_rate=rate,
+    )
 
 
 def test_one_row_per_slot_and_kind_whoever_claims_it(led):
@@ -49,8 +56,7 @@ def test_a_claim_or_an_outcome_under_an_older_fence_is_rejected_and_writes_nothi
     assert [(r.scheduled_at_ms, r.status) for r in store.list_for_job(led, "j")] == [(1000, NotificationStatus.CLAIMED)]
     # The new leader sends what was claimed and records it; a second settle changes nothing.
     assert store.settle(led, row, NotificationStatus.SENT, fence=F2, node_id="b", attempts=1, error=None, now_ms=1)
-    assert not store.settle(led, row, NotificationStatus.FAILED, fence=F2, node_id="b", attempts=2, error="x",
-                            now_ms=2)
+    assert not store.settle(led, row, NotificationStatus.FAILED, fence=F2, node_id="b", attempts=2, error="x", now_ms=2)
     assert store.unsent(led, 0) == []
     assert store.list_for_job(led, "j")[0].node_id == "b"
 
@@ -69,8 +75,12 @@ def test_a_new_leader_finds_failed_slots_without_a_notification_and_the_previous
     slots = [1000, 2000, 3000, 4000]
     claim_ticks(led, [SlotClaim("j", s) for s in slots], shard=0, fence=F1, node_id="a", now_ms=500)
     outcome = {1000: TickStatus.SUCCEEDED, 2000: TickStatus.FAILED, 3000: TickStatus.FAILED, 4000: TickStatus.SUCCEEDED}
-    record_results(led, [(SlotRef("j", s), 1, ExecutionResult(st is TickStatus.SUCCEEDED, s, s + 1), st)
-                         for s, st in outcome.items()], shard=0, fence=F1)
+    record_results(
+        led,
+        [(SlotRef("j", s), 1, ExecutionResult(st is TickStatus.SUCCEEDED, s, s + 1), st) for s, st in outcome.items()],
+        shard=0,
+        fence=F1,
+    )
     claim(led, [2000])
     assert store.failed_without_notification(led, 0, ["j"], since_ms=0) == [("j", 3000)]
     assert store.failed_without_notification(led, 0, ["j"], since_ms=3000) == []
@@ -85,7 +95,8 @@ def test_a_new_leader_finds_failed_slots_without_a_notification_and_the_previous
 
 def test_the_next_run_after_a_slot_for_a_failure_that_lands_after_a_later_success(led):
     claim_ticks(led, [SlotClaim("j", s) for s in (1000, 2000, 3000)], shard=0, fence=F1, node_id="a", now_ms=500)
-    record_results(led, [(SlotRef("j", 3000), 1, ExecutionResult(True, 3000, 3001), TickStatus.SUCCEEDED)],
-                   shard=0, fence=F1)
+    record_results(
+        led, [(SlotRef("j", 3000), 1, ExecutionResult(True, 3000, 3001), TickStatus.SUCCEEDED)], shard=0, fence=F1
+    )
     assert store.next_run(led, "j", 1000) == (3000, TickStatus.SUCCEEDED)  # 2000 still unfinished: passed over
     assert store.next_run(led, "j", 3000) is None

@@ -72,10 +72,18 @@ def test_a_pruned_ticks_settled_notifications_go_with_it_and_a_claimed_one_stays
 
     spec = '{"kind": "http", "url": "http://hooks.example/x"}'
     rows = notification_store.claim(
-        led, [NotificationClaim("j", MIN * i, NotificationKind.ON_FAILURE, Source.JOB, spec) for i in (1, 2, 8)],
-        node_id=NODE_A, now_ms=3, default_rate=None, **A)
-    notification_store.settle(led, rows[0], NotificationStatus.SENT, fence=F1, node_id=NODE_A, attempts=1,
-                              error=None, now_ms=4)  # slot 2 stays claimed: its sender has not finished
+        led,
+        [NotificationClaim("j", MIN * i, NotificationKind.ON_FAILURE, Source.JOB, spec) for i in (1, 2, 8)],
+        node_id=NODE_A,
+        now_ms=3,
+        default_rate=None,
+        **A,
+    )
+    notification_store.settle(
+        led, rows[0], NotificationStatus.SENT, fence=F1, node_id=NODE_A, attempts=1, error=None, now_ms=4
+    )  # slot 2 stays claimed: its sender has not finished
     assert prune_shard_batch(led, horizon_ms=6 * MIN, limit=100, now_ms=5, **A) == 4  # 1, 2, 3, 5
     assert [(r.scheduled_at_ms // MIN, r.status) for r in notification_store.list_for_job(led, "j")] == [
-        (2, NotificationStatus.CLAIMED), (8, NotificationStatus.CLAIMED)]
+        (2, NotificationStatus.CLAIMED),
+        (8, NotificationStatus.CLAIMED),
+    ]

@@ -63,10 +63,7 @@ def make_job(job_id: str, **fields) -> Job:
 def snapshot(engine) -> dict[str, list[tuple]]:
     """Every row of every table, sorted: to prove a rejected write changed nothing."""
     with engine.connect() as conn:
-        return {
-            t.name: sorted(tuple(r) for r in conn.execute(select(t)))
-            for t in metadata.sorted_tables
-        }
+        return {t.name: sorted(tuple(r) for r in conn.execute(select(t))) for t in metadata.sorted_tables}
 
 
 def ok(output: str) -> ExecutionResult:
@@ -118,10 +115,18 @@ def test_fenced_refuses_other_fences_and_rolls_back_on_error(led):
     before = snapshot(led)
     with pytest.raises(RuntimeError):
         with fenced(led, 0, F1) as conn:
-            conn.execute(ticks.insert().values(
-                job_id="j", scheduled_at_ms=1, shard=0, fence=F1, node_id=NODE_A, status="claimed",
-                attempt=0, manual=False,
-            ))
+            conn.execute(
+                ticks.insert().values(
+                    job_id="j",
+                    scheduled_at_ms=1,
+                    shard=0,
+                    fence=F1,
+                    node_id=NODE_A,
+                    status="claimed",
+                    attempt=0,
+                    manual=False,
+                )
+            )
             raise RuntimeError("boom")
     assert snapshot(led) == before
 
@@ -173,10 +178,19 @@ def test_fence_raise_waits_for_an_open_fenced_transaction(led, db_url):
         with fenced(led, 0, F1) as conn:
             in_tx.set()
             may_commit.wait(10)
-            conn.execute(ticks.insert().values(
-                job_id="j", scheduled_at_ms=1, shard=0, fence=F1, node_id=NODE_A, status="claimed",
-                attempt=0, manual=False, claimed_at_ms=1,
-            ))
+            conn.execute(
+                ticks.insert().values(
+                    job_id="j",
+                    scheduled_at_ms=1,
+                    shard=0,
+                    fence=F1,
+                    node_id=NODE_A,
+                    status="claimed",
+                    attempt=0,
+                    manual=False,
+                    claimed_at_ms=1,
+                )
+            )
 
     def new_leader() -> None:
         in_tx.wait(10)
@@ -452,8 +466,10 @@ def test_a_slot_is_claimed_once(led):
     assert claim_ticks(led, [SlotClaim("j", 60_000)], now_ms=2_000, **A) == []
     # Duplicates in one batch, mixed with an old slot: the new ones come back, once, in order.
     got = claim_ticks(
-        led, [SlotClaim("j", 180_000), SlotClaim("j", 60_000), SlotClaim("j", 120_000), SlotClaim("j", 180_000)],
-        now_ms=3_000, **A,
+        led,
+        [SlotClaim("j", 180_000), SlotClaim("j", 60_000), SlotClaim("j", 120_000), SlotClaim("j", 180_000)],
+        now_ms=3_000,
+        **A,
     )
     assert got == [SlotRef("j", 180_000), SlotRef("j", 120_000)]
     rows = list_ticks(led, "j")
@@ -480,7 +496,11 @@ def test_skip_ticks(led):
     assert got == [SlotRef("j", 120_000)]
     t = list_ticks(led, "j")[0]
     assert (t.status, t.error, t.finished_at_ms, t.fence, t.node_id) == (
-        TickStatus.SKIPPED, "catch-up", 2_000, F1, NODE_A
+        TickStatus.SKIPPED,
+        "catch-up",
+        2_000,
+        F1,
+        NODE_A,
     )
     assert list_ticks(led, "j")[1].status is TickStatus.CLAIMED  # left untouched
 
@@ -517,7 +537,13 @@ def test_running_results_and_the_tick_fence(led):
     record_results(led, [(s3, 2, done, TickStatus.SUCCEEDED), (s1, 1, done, TickStatus.SUCCEEDED)], shard=0, fence=F2)
     t = list_ticks(led, "j")[0]
     assert (t.status, t.attempt, t.started_at_ms, t.finished_at_ms, t.http_status, t.output, t.error) == (
-        TickStatus.SUCCEEDED, 2, 2_300, 2_400, 200, "fine", None
+        TickStatus.SUCCEEDED,
+        2,
+        2_300,
+        2_400,
+        200,
+        "fine",
+        None,
     )
     assert list_ticks(led, "j")[2].status is TickStatus.CLAIMED  # s1 kept F1: untouched
 
@@ -536,8 +562,17 @@ def test_a_batch_that_names_a_tick_twice_applies_both_in_order(led):
     claim_ticks(led, [SlotClaim("j", 60_000), SlotClaim("j", 120_000)], now_ms=1_000, **A)
     failed = ExecutionResult(ok=False, started_at_ms=2_100, finished_at_ms=2_200, exit_code=3, error="exit 3")
     done = ExecutionResult(ok=True, started_at_ms=2_300, finished_at_ms=2_400, output="fine")
-    record_results(led, [(s1, 1, failed, TickStatus.RUNNING), (s2, 1, done, TickStatus.SUCCEEDED),
-                         (s1, 2, done, TickStatus.SUCCEEDED), (s2, 2, failed, TickStatus.RUNNING)], shard=0, fence=F1)
+    record_results(
+        led,
+        [
+            (s1, 1, failed, TickStatus.RUNNING),
+            (s2, 1, done, TickStatus.SUCCEEDED),
+            (s1, 2, done, TickStatus.SUCCEEDED),
+            (s2, 2, failed, TickStatus.RUNNING),
+        ],
+        shard=0,
+        fence=F1,
+    )
     by_slot = {t.slot: t for t in list_ticks(led, "j")}
     assert (by_slot[s1].status, by_slot[s1].attempt, by_slot[s1].output) == (TickStatus.SUCCEEDED, 2, "fine")
     assert (by_slot[s2].status, by_slot[s2].attempt, by_slot[s2].error) == (TickStatus.SUCCEEDED, 1, None)
@@ -560,7 +595,9 @@ def test_take_over_moves_only_older_unresolved_ticks(led):
     by_slot = {t.scheduled_at_ms: t for t in list_ticks(led, "j")}
     assert (by_slot[60_000].fence, by_slot[60_000].node_id) == (F1, NODE_A)
     assert (by_slot[120_000].fence, by_slot[120_000].node_id, by_slot[120_000].status) == (
-        F2, NODE_B, TickStatus.RUNNING
+        F2,
+        NODE_B,
+        TickStatus.RUNNING,
     )
     assert take_over(led, wanted, shard=0, fence=F2, node_id=NODE_B) == []  # idempotent
     assert list_ticks(led, "k")[0].fence == F1
@@ -707,18 +744,23 @@ def test_claims_and_results_for_several_shards_commit_together_except_a_fenced_o
     batches = {(s, F1): [SlotClaim(f"j{s}", 60_000), SlotClaim(f"j{s}", 61_000)] for s in range(3)}
     out = claim_ticks_many(store_engine, batches, node_id=NODE_A, now_ms=10)
     assert out.fenced_out == {2: F2}
-    assert out.written == {0: [SlotRef("j0", 60_000), SlotRef("j0", 61_000)],
-                           1: [SlotRef("j1", 60_000), SlotRef("j1", 61_000)]}
+    assert out.written == {
+        0: [SlotRef("j0", 60_000), SlotRef("j0", 61_000)],
+        1: [SlotRef("j1", 60_000), SlotRef("j1", 61_000)],
+    }
     assert [t.job_id for t in ticks_between(store_engine, 0, 10**6)] == ["j0", "j1", "j0", "j1"]
     again = claim_ticks_many(store_engine, {(0, F1): [SlotClaim("j0", 60_000)]}, node_id=NODE_A, now_ms=11)
     assert again.written == {} and again.fenced_out == {}, "an existing slot is never claimed twice"
 
     ok = ExecutionResult(True, 60_001, 60_002)
-    res = record_results_many(store_engine, {
-        (0, F1): [(SlotRef("j0", 60_000), 1, ok, TickStatus.SUCCEEDED)],
-        (1, F1): [(SlotRef("j1", 60_000), 1, ok, TickStatus.SUCCEEDED)],
-        (2, F1): [(SlotRef("j2", 60_000), 1, ok, TickStatus.SUCCEEDED)],
-    })
+    res = record_results_many(
+        store_engine,
+        {
+            (0, F1): [(SlotRef("j0", 60_000), 1, ok, TickStatus.SUCCEEDED)],
+            (1, F1): [(SlotRef("j1", 60_000), 1, ok, TickStatus.SUCCEEDED)],
+            (2, F1): [(SlotRef("j2", 60_000), 1, ok, TickStatus.SUCCEEDED)],
+        },
+    )
     assert res.fenced_out == {2: F2}
     done = {(t.job_id, t.scheduled_at_ms): t.status for t in ticks_between(store_engine, 0, 10**6)}
     assert done[("j0", 60_000)] is TickStatus.SUCCEEDED and done[("j1", 60_000)] is TickStatus.SUCCEEDED
@@ -743,10 +785,13 @@ def test_fenced_work_over_several_shards_is_handed_only_the_live_shards(store_en
     # The same shard under its old and its new fence in one batch of results: only the new one is written.
     claim_ticks(store_engine, [SlotClaim("j", 60_000)], shard=1, fence=F2, node_id=NODE_B, now_ms=10)
     ok = ExecutionResult(True, 60_001, 60_002)
-    res = record_results_many(store_engine, {
-        (1, F1): [(SlotRef("j", 60_000), 1, ok._replace(error="the deposed leader's"), TickStatus.FAILED)],
-        (1, F2): [(SlotRef("j", 60_000), 1, ok, TickStatus.SUCCEEDED)],
-    })
+    res = record_results_many(
+        store_engine,
+        {
+            (1, F1): [(SlotRef("j", 60_000), 1, ok._replace(error="the deposed leader's"), TickStatus.FAILED)],
+            (1, F2): [(SlotRef("j", 60_000), 1, ok, TickStatus.SUCCEEDED)],
+        },
+    )
     assert res.written == {1: [SlotRef("j", 60_000)]} and res.is_fenced(1, F1) and not res.is_fenced(1, F2)
     [t] = list_ticks(store_engine, "j")
     assert (t.status, t.fence, t.error) == (TickStatus.SUCCEEDED, F2, None)

@@ -40,19 +40,24 @@ async def consume(url: str, queue_name: str, out: Path, deduper: RedisDeduper, r
             headers = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in (message.headers or {}).items()}
             tick = TickInfo.from_mapping(headers)
             verdict = await asyncio.to_thread(deduper.admit, tick)
-            f.write(json.dumps({
-                "message_id": message.message_id,
-                "job": tick.job_id,
-                "slot": tick.scheduled_at_ms,
-                "fence": tick.fence,
-                "attempt": tick.attempt,
-                "node": tick.node_id,
-                "admitted": verdict is Verdict.FIRST,
-                "verdict": verdict.value,
-                "redelivered": bool(message.redelivered),
-                "body": message.body.decode("utf-8", "replace"),
-                "headers": headers,
-            }) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "message_id": message.message_id,
+                        "job": tick.job_id,
+                        "slot": tick.scheduled_at_ms,
+                        "fence": tick.fence,
+                        "attempt": tick.attempt,
+                        "node": tick.node_id,
+                        "admitted": verdict is Verdict.FIRST,
+                        "verdict": verdict.value,
+                        "redelivered": bool(message.redelivered),
+                        "body": message.body.decode("utf-8", "replace"),
+                        "headers": headers,
+                    }
+                )
+                + "\n"
+            )
             f.flush()
             await message.ack()
 

@@ -19,8 +19,9 @@ from arq.connections import RedisSettings
 
 
 async def record(ctx, key: str, tick: dict | None = None) -> None:
-    await ctx["redis"].rpush(key, json.dumps({"queue_job_id": ctx["job_id"], "job_try": ctx["job_try"],
-                                              **(tick or {})}))
+    await ctx["redis"].rpush(
+        key, json.dumps({"queue_job_id": ctx["job_id"], "job_try": ctx["job_try"], **(tick or {})})
+    )
 
 
 class WorkerSettings:

@@ -53,8 +53,7 @@ class _Remembering:
 
     @functools.cached_property
     def inner(self) -> RedisDeduper:
-        return RedisDeduper(os.environ.get(DEDUPE_REDIS_ENV, _DEFAULT_REDIS), prefix=os.environ[PREFIX_ENV],
-                            ttl_s=3600)
+        return RedisDeduper(os.environ.get(DEDUPE_REDIS_ENV, _DEFAULT_REDIS), prefix=os.environ[PREFIX_ENV], ttl_s=3600)
 
     def admit(self, tick: TickInfo) -> Verdict:
         self.last = self.inner.admit(tick)

@@ -33,13 +33,18 @@ async def consume(url: str, stream: str, subject: str, out: Path, ready: Path | 
 
         async def record(msg) -> None:
             meta = msg.metadata
-            f.write(json.dumps({
-                "subject": msg.subject,
-                "body": msg.data.decode("utf-8", "replace"),
-                "headers": dict(msg.headers or {}),
-                "stream_seq": meta.sequence.stream,
-                "num_delivered": meta.num_delivered,
-            }) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "subject": msg.subject,
+                        "body": msg.data.decode("utf-8", "replace"),
+                        "headers": dict(msg.headers or {}),
+                        "stream_seq": meta.sequence.stream,
+                        "num_delivered": meta.num_delivered,
+                    }
+                )
+                + "\n"
+            )
             f.flush()
             await msg.ack()
 

@@ -67,11 +67,16 @@ def test_namespace_of_request(method, request_, expected):
     assert namespace_of_request(method, request_) == expected
 
 
-@pytest.mark.parametrize("method,request_", [
-    ("PutJob", pb.PutJobRequest(job=_job())), ("GetJob", pb.GetJobRequest(id="j")),
-    ("WatchTicks", pb.WatchTicksRequest()), ("PutJobs", pb.PutJobsRequest(jobs=[_job()])),
-    ("PutJobs", pb.PutJobsRequest()),
-])
+@pytest.mark.parametrize(
+    "method,request_",
+    [
+        ("PutJob", pb.PutJobRequest(job=_job())),
+        ("GetJob", pb.GetJobRequest(id="j")),
+        ("WatchTicks", pb.WatchTicksRequest()),
+        ("PutJobs", pb.PutJobsRequest(jobs=[_job()])),
+        ("PutJobs", pb.PutJobsRequest()),
+    ],
+)
 def test_an_empty_namespace_is_default(method, request_):
     assert namespace_of_request(method, request_) == ("default",)
 
@@ -90,18 +95,21 @@ READER = _token("team-a-reader", Role.READ, "team-a")
 ADMIN = _token("ops", Role.ADMIN, "*")
 
 
-@pytest.mark.parametrize("token,method,request_,denied_with", [
-    (TEAM_A, "PutJob", pb.PutJobRequest(job=_job("team-a")), None),
-    (TEAM_A, "PutJob", pb.PutJobRequest(job=_job("team-b")), "namespace 'team-b' needs role write"),
-    (TEAM_A, "PutJobs", pb.PutJobsRequest(jobs=[_job("team-a"), _job("team-b")]), "'team-b'"),
-    (TEAM_A, "GetJob", pb.GetJobRequest(id="j"), "namespace 'default'"),
-    (TEAM_A, "ListJobs", pb.ListJobsRequest(namespace="*"), None),  # filtered by may_see
-    (READER, "DeleteJob", pb.DeleteJobRequest(id="j", namespace="team-a"), "role write"),
-    (READER, "WatchTicks", pb.WatchTicksRequest(namespace="team-a"), None),
-    (TEAM_A, "CreateToken", pb.CreateTokenRequest(token=pb.ApiToken(name="t")), "every namespace ('*')"),
-    (ADMIN, "CreateToken", pb.CreateTokenRequest(token=pb.ApiToken(name="t")), None),
-    (TEAM_A, "GetShards", pb.GetShardsRequest(), None),
-])
+@pytest.mark.parametrize(
+    "token,method,request_,denied_with",
+    [
+        (TEAM_A, "PutJob", pb.PutJobRequest(job=_job("team-a")), None),
+        (TEAM_A, "PutJob", pb.PutJobRequest(job=_job("team-b")), "namespace 'team-b' needs role write"),
+        (TEAM_A, "PutJobs", pb.PutJobsRequest(jobs=[_job("team-a"), _job("team-b")]), "'team-b'"),
+        (TEAM_A, "GetJob", pb.GetJobRequest(id="j"), "namespace 'default'"),
+        (TEAM_A, "ListJobs", pb.ListJobsRequest(namespace="*"), None),  # filtered by may_see
+        (READER, "DeleteJob", pb.DeleteJobRequest(id="j", namespace="team-a"), "role write"),
+        (READER, "WatchTicks", pb.WatchTicksRequest(namespace="team-a"), None),
+        (TEAM_A, "CreateToken", pb.CreateTokenRequest(token=pb.ApiToken(name="t")), "every namespace ('*')"),
+        (ADMIN, "CreateToken", pb.CreateTokenRequest(token=pb.ApiToken(name="t")), None),
+        (TEAM_A, "GetShards", pb.GetShardsRequest(), None),
+    ],
+)
 def test_check(token, method, request_, denied_with):
     reason = check(token, method, request_)
     if denied_with is None:
@@ -113,11 +121,26 @@ def test_check(token, method, request_, denied_with):
 def test_the_audit_line_names_the_call_token_namespace_and_target():
     r = pb.DeleteJobRequest(id="nightly", namespace="team-a")
     assert audit_line("DeleteJob", TEAM_A, r) == "call=DeleteJob token=team-a-writer namespace=team-a target=nightly"
-    assert audit_line("RevokeToken", ADMIN, pb.RevokeTokenRequest(name="ci"), "denied") == \
-        "call=RevokeToken token=ops namespace=- target=ci denied"
-    assert {"PutJob", "PutJobs", "DeleteJob", "PauseJob", "ResumeJob", "TriggerJob", "BackfillJob", "PutCalendar",
-            "DeleteCalendar", "CreateNamespace", "UpdateNamespace", "DeleteNamespace", "CreateToken",
-            "RevokeToken"} == WRITE_CALLS
+    assert (
+        audit_line("RevokeToken", ADMIN, pb.RevokeTokenRequest(name="ci"), "denied")
+        == "call=RevokeToken token=ops namespace=- target=ci denied"
+    )
+    assert {
+        "PutJob",
+        "PutJobs",
+        "DeleteJob",
+        "PauseJob",
+        "ResumeJob",
+        "TriggerJob",
+        "BackfillJob",
+        "PutCalendar",
+        "DeleteCalendar",
+        "CreateNamespace",
+        "UpdateNamespace",
+        "DeleteNamespace",
+        "CreateToken",
+        "RevokeToken",
+    } == WRITE_CALLS
 
 
 FILE = """\
@@ -129,8 +152,10 @@ legacy-bare-secret
 
 def _book() -> NodeTokens:
     text = FILE.format(ops=hash_secret("ops-secret"), node=hash_secret("node-secret"))
-    store = [_token("team-a-writer", Role.WRITE, "team-a"),
-             Token("ops", hash_secret("a-store-ops"), Role.ADMIN, frozenset({"*"}))]  # the file's name wins
+    store = [
+        _token("team-a-writer", Role.WRITE, "team-a"),
+        Token("ops", hash_secret("a-store-ops"), Role.ADMIN, frozenset({"*"})),
+    ]  # the file's name wins
     tokens = NodeTokens(parse_token_file(text), lambda: store)
     tokens.reload()
     return tokens
@@ -175,9 +200,18 @@ def test_identify_a_direct_call():
     assert identify(tokens, (), SEAL) == (None, None, False)
 
 
-@pytest.mark.parametrize("value", ["Bearer team-a-writer-secret", "bearer team-a-writer-secret",
-                                   "BEARER\tteam-a-writer-secret", "team-a-writer-secret",
-                                   " team-a-writer-secret\n", "Bearer team-a-writer-secret\t", "\tbearer  team-a-writer-secret "])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "Bearer team-a-writer-secret",
+        "bearer team-a-writer-secret",
+        "BEARER\tteam-a-writer-secret",
+        "team-a-writer-secret",
+        " team-a-writer-secret\n",
+        "Bearer team-a-writer-secret\t",
+        "\tbearer  team-a-writer-secret ",
+    ],
+)
 def test_the_api_reads_a_token_with_any_bearer_case_or_bare_and_strips_whitespace(value):
     token, secret, _ = identify(_book(), _md(("authorization", value)), SEAL)
     assert token is not None and token.name == "team-a-writer" and secret == "team-a-writer-secret"
@@ -188,14 +222,25 @@ def test_a_forwarded_call_is_never_wider_than_its_caller_nor_its_node():
 
     def fwd(secret):
         return SEAL.marker(secret)
+
     # An admin caller through a read-only node: read.
-    token, _, forwarded = identify(tokens, _md(fwd("ops-secret"), ("authorization", "Bearer ops-secret"),
-                                               (NODE_TOKEN_HEADER, "Bearer node-secret")), SEAL)
+    token, _, forwarded = identify(
+        tokens,
+        _md(fwd("ops-secret"), ("authorization", "Bearer ops-secret"), (NODE_TOKEN_HEADER, "Bearer node-secret")),
+        SEAL,
+    )
     assert forwarded and token.name == "ops" and token.role is Role.READ
     assert check(token, "PutJob", pb.PutJobRequest(job=_job("team-a"))) is not None
     # A team caller through an admin node: the team's scope.
-    token, _, _ = identify(tokens, _md(fwd("team-a-writer-secret"), ("authorization", "Bearer team-a-writer-secret"),
-                                       (NODE_TOKEN_HEADER, "Bearer ops-secret")), SEAL)
+    token, _, _ = identify(
+        tokens,
+        _md(
+            fwd("team-a-writer-secret"),
+            ("authorization", "Bearer team-a-writer-secret"),
+            (NODE_TOKEN_HEADER, "Bearer ops-secret"),
+        ),
+        SEAL,
+    )
     assert token.role is Role.WRITE and token.namespaces == frozenset({"team-a"})
     # The node's token alone: no rights at all.
     token, _, _ = identify(tokens, _md(fwd(None), (NODE_TOKEN_HEADER, "Bearer ops-secret")), SEAL)
@@ -205,13 +250,28 @@ def test_a_forwarded_call_is_never_wider_than_its_caller_nor_its_node():
     assert identify(tokens, _md(fwd("nope"), ("authorization", "Bearer nope")), SEAL)[0] is None
 
 
-@pytest.mark.parametrize("marker", ["1", "v1.", "v1." + "0" * 64, Seal(b"another cluster's secret!").seal("ops-secret"),
-                                    SEAL.seal("team-a-writer-secret")])  # the last: sealed for another caller
+@pytest.mark.parametrize(
+    "marker",
+    [
+        "1",
+        "v1.",
+        "v1." + "0" * 64,
+        Seal(b"another cluster's secret!").seal("ops-secret"),
+        SEAL.seal("team-a-writer-secret"),
+    ],
+)  # the last: sealed for another caller
 def test_a_marker_without_this_clusters_seal_for_this_caller_is_ignored(marker):
     """A client that sends the forwarded marker itself is a direct caller: its own token, unnarrowed by any
     node token and not trusted as a peer (so it is routed, limited and audit-logged)."""
-    token, secret, forwarded = identify(_book(), _md((FORWARDED_HEADER, marker), ("authorization", "Bearer ops-secret"),
-                                                     (NODE_TOKEN_HEADER, "Bearer node-secret")), SEAL)
+    token, secret, forwarded = identify(
+        _book(),
+        _md(
+            (FORWARDED_HEADER, marker),
+            ("authorization", "Bearer ops-secret"),
+            (NODE_TOKEN_HEADER, "Bearer node-secret"),
+        ),
+        SEAL,
+    )
     assert not forwarded and token.name == "ops" and token.role is Role.ADMIN and secret == "ops-secret"
 
 
@@ -219,20 +279,35 @@ def test_may_see_without_a_caller_sees_everything():
     assert auth.caller() is None and auth.may_see("team-b") and auth.readable_namespaces() is None
 
 
-@pytest.mark.parametrize("value, secret", [
-    ("Bearer sct_abc", "sct_abc"), ("bearer sct_abc", "sct_abc"), ("BEARER sct_abc", "sct_abc"),
-    ("bEaReR\tsct_abc", "sct_abc"), ("sct_abc", "sct_abc"), (" sct_abc", "sct_abc"), ("sct_abc\n", "sct_abc"),
-    ("\tBearer   sct_abc \r\n", "sct_abc"),
-    # no secret named
-    (None, None), ("", None), ("   ", None), ("Bearer", None), ("bearer ", None), ("Basic dXNlcjpwYXNz", None),
-    ("Bearer a b", None),
-])
+@pytest.mark.parametrize(
+    "value, secret",
+    [
+        ("Bearer sct_abc", "sct_abc"),
+        ("bearer sct_abc", "sct_abc"),
+        ("BEARER sct_abc", "sct_abc"),
+        ("bEaReR\tsct_abc", "sct_abc"),
+        ("sct_abc", "sct_abc"),
+        (" sct_abc", "sct_abc"),
+        ("sct_abc\n", "sct_abc"),
+        ("\tBearer   sct_abc \r\n", "sct_abc"),
+        # no secret named
+        (None, None),
+        ("", None),
+        ("   ", None),
+        ("Bearer", None),
+        ("bearer ", None),
+        ("Basic dXNlcjpwYXNz", None),
+        ("Bearer a b", None),
+    ],
+)
 def test_one_reading_of_an_authorization_value_for_the_api_and_the_dashboard(value, secret):
     assert secret_from_authorization(value) == secret
 
 
-@pytest.mark.parametrize("given, kept", [("sct_abc\n", "sct_abc"), (" sct_abc\t", "sct_abc"), ("\n", None),
-                                         ("sct_abc", "sct_abc"), (None, None)])
+@pytest.mark.parametrize(
+    "given, kept",
+    [("sct_abc\n", "sct_abc"), (" sct_abc\t", "sct_abc"), ("\n", None), ("sct_abc", "sct_abc"), (None, None)],
+)
 def test_a_channels_token_is_the_secret_without_surrounding_whitespace(given, kept):
     sec = ChannelSecurity(token=given)
     assert sec.token == kept
@@ -249,8 +324,10 @@ def test_a_token_file_with_a_byte_order_mark_and_crlf_lines_is_read(tmp_path):
 
 def test_a_reload_that_finds_a_token_gone_tells_its_subscribers_once():
     store = [_token("team-a-writer", Role.WRITE, "team-a"), _token("team-b-reader", Role.READ, "team-b")]
-    tokens = NodeTokens(parse_token_file(FILE.format(ops=hash_secret("ops-secret"), node=hash_secret("node-secret"))),
-                        lambda: list(store))
+    tokens = NodeTokens(
+        parse_token_file(FILE.format(ops=hash_secret("ops-secret"), node=hash_secret("node-secret"))),
+        lambda: list(store),
+    )
     tokens.reload()
     heard: list[frozenset[str]] = []
     unsubscribe = tokens.on_revoked(heard.append)

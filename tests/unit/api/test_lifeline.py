@@ -64,8 +64,17 @@ def test_an_api_server_whose_port_is_taken_reports_no_death(deaths):
 
 
 def _dashboard(lifeline: Lifeline, listen: str) -> DashboardServer:
-    return DashboardServer(Dashboard(node_id="solo", api_target="127.0.0.1:1", forward_security=None, tokens=None,
-                                     history=MetricsHistory(CollectorRegistry()), lifeline=lifeline), listen)
+    return DashboardServer(
+        Dashboard(
+            node_id="solo",
+            api_target="127.0.0.1:1",
+            forward_security=None,
+            tokens=None,
+            history=MetricsHistory(CollectorRegistry()),
+            lifeline=lifeline,
+        ),
+        listen,
+    )
 
 
 def test_a_dashboard_that_stops_reports_no_death(deaths):
@@ -82,6 +91,7 @@ def test_a_dashboard_whose_port_is_taken_reports_no_death(deaths):
         s.listen()
         with pytest.raises(ConfigError):
             _dashboard(lifeline, f"127.0.0.1:{s.getsockname()[1]}").start()
-    wait_until(lambda: not any(t.name == "dashboard" for t in threading.enumerate()), 10,
-               what="the dashboard's thread to end")
+    wait_until(
+        lambda: not any(t.name == "dashboard" for t in threading.enumerate()), 10, what="the dashboard's thread to end"
+    )
     assert told == []

@@ -18,19 +18,24 @@ from shardcron.errors import (
 from shardcron.wire.messages import BadRequest
 
 
-@pytest.mark.parametrize("exc, code", [
-    (InvalidJob("schedule.cron", "bad"), grpc.StatusCode.INVALID_ARGUMENT),
-    (BadRequest("page_size", "bad"), grpc.StatusCode.INVALID_ARGUMENT),
-    (JobNotFound("a"), grpc.StatusCode.NOT_FOUND),
-    (VersionConflict("a", 1, 2), grpc.StatusCode.ABORTED),
-    (FencedOut(3, 4, 5), grpc.StatusCode.UNAVAILABLE),
-    (StoreUnavailable("db down"), grpc.StatusCode.UNAVAILABLE),
-    (TriggerBusy("a", 1), grpc.StatusCode.UNAVAILABLE),
-    (CallFailed(grpc.StatusCode.PERMISSION_DENIED, "no"), grpc.StatusCode.PERMISSION_DENIED),
-    (KeyError("bug"), grpc.StatusCode.INTERNAL),
-    (DataError("INSERT", {}, ValueError("PostgreSQL text fields cannot contain NUL (0x00) bytes")),
-     grpc.StatusCode.INVALID_ARGUMENT),
-])
+@pytest.mark.parametrize(
+    "exc, code",
+    [
+        (InvalidJob("schedule.cron", "bad"), grpc.StatusCode.INVALID_ARGUMENT),
+        (BadRequest("page_size", "bad"), grpc.StatusCode.INVALID_ARGUMENT),
+        (JobNotFound("a"), grpc.StatusCode.NOT_FOUND),
+        (VersionConflict("a", 1, 2), grpc.StatusCode.ABORTED),
+        (FencedOut(3, 4, 5), grpc.StatusCode.UNAVAILABLE),
+        (StoreUnavailable("db down"), grpc.StatusCode.UNAVAILABLE),
+        (TriggerBusy("a", 1), grpc.StatusCode.UNAVAILABLE),
+        (CallFailed(grpc.StatusCode.PERMISSION_DENIED, "no"), grpc.StatusCode.PERMISSION_DENIED),
+        (KeyError("bug"), grpc.StatusCode.INTERNAL),
+        (
+            DataError("INSERT", {}, ValueError("PostgreSQL text fields cannot contain NUL (0x00) bytes")),
+            grpc.StatusCode.INVALID_ARGUMENT,
+        ),
+    ],
+)
 def test_status_mapping(exc, code):
     assert status_for(exc)[0] is code
 

@@ -21,14 +21,17 @@ def test_a_request_becomes_a_token():
     assert token_from_proto(_req(role="ADMIN", namespaces=["*"])).everywhere
 
 
-@pytest.mark.parametrize("request_,field,says", [
-    (_req(name=""), "token.name", "1 to 64"),
-    (_req(name="has space"), "token.name", "letters, digits"),
-    (_req(role="owner"), "token.role", "read, write, admin"),
-    (_req(namespaces=()), "token.namespaces", "at least one"),
-    (_req(namespaces=("Team A",)), "token.namespaces", "lowercase"),
-    (_req(namespaces=("*", "team-a")), "token.namespaces", "alone"),
-])
+@pytest.mark.parametrize(
+    "request_,field,says",
+    [
+        (_req(name=""), "token.name", "1 to 64"),
+        (_req(name="has space"), "token.name", "letters, digits"),
+        (_req(role="owner"), "token.role", "read, write, admin"),
+        (_req(namespaces=()), "token.namespaces", "at least one"),
+        (_req(namespaces=("Team A",)), "token.namespaces", "lowercase"),
+        (_req(namespaces=("*", "team-a")), "token.namespaces", "alone"),
+    ],
+)
 def test_a_bad_request_names_the_field(request_, field, says):
     with pytest.raises(BadRequest) as e:
         token_from_proto(request_)
@@ -39,15 +42,18 @@ def _t(role: Role, *namespaces: str) -> Token:
     return Token("x", "", role, frozenset(namespaces))
 
 
-@pytest.mark.parametrize("new,creator,refused", [
-    (_t(Role.WRITE, "team-a"), _t(Role.ADMIN, "*"), False),
-    (_t(Role.ADMIN, "*"), _t(Role.ADMIN, "*"), False),
-    (_t(Role.ADMIN, "team-a"), _t(Role.WRITE, "*"), True),
-    (_t(Role.READ, "team-b"), _t(Role.ADMIN, "team-a"), True),
-    (_t(Role.READ, "*"), _t(Role.ADMIN, "team-a"), True),
-    (_t(Role.READ, "team-a"), _t(Role.ADMIN, "team-a", "team-b"), False),
-    (_t(Role.ADMIN, "*"), None, False),  # auth off: nothing to compare with
-])
+@pytest.mark.parametrize(
+    "new,creator,refused",
+    [
+        (_t(Role.WRITE, "team-a"), _t(Role.ADMIN, "*"), False),
+        (_t(Role.ADMIN, "*"), _t(Role.ADMIN, "*"), False),
+        (_t(Role.ADMIN, "team-a"), _t(Role.WRITE, "*"), True),
+        (_t(Role.READ, "team-b"), _t(Role.ADMIN, "team-a"), True),
+        (_t(Role.READ, "*"), _t(Role.ADMIN, "team-a"), True),
+        (_t(Role.READ, "team-a"), _t(Role.ADMIN, "team-a", "team-b"), False),
+        (_t(Role.ADMIN, "*"), None, False),  # auth off: nothing to compare with
+    ],
+)
 def test_a_token_never_grants_more_than_its_creator(new, creator, refused):
     assert (_not_wider(new, creator) is not None) == refused
 

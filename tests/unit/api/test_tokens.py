@@ -59,10 +59,13 @@ def test_a_legacy_file_of_bare_tokens_keeps_full_power():
     assert "plain" not in tok.name
 
 
-@pytest.mark.parametrize("tok", [
-    Token("ci", HASH_A, Role.WRITE, frozenset({"team-b", "team-a"})),
-    Token("ops@example.com", HASH_B, Role.ADMIN, frozenset({ALL_NAMESPACES})),
-])
+@pytest.mark.parametrize(
+    "tok",
+    [
+        Token("ci", HASH_A, Role.WRITE, frozenset({"team-b", "team-a"})),
+        Token("ops@example.com", HASH_B, Role.ADMIN, frozenset({ALL_NAMESPACES})),
+    ],
+)
 def test_token_line_round_trips(tok):
     assert parse_token_file(token_line(tok)).identify(SECRET_A if tok.secret_hash == HASH_A else SECRET_B) == tok
 
@@ -72,8 +75,11 @@ def test_token_line_round_trips(tok):
     [
         ("", "tokens.txt holds no token"),
         ("# only a comment\n\n", "tokens.txt holds no token"),
-        (f"ci {HASH_A} write", "tokens.txt line 1: expected NAME sha256:HASH ROLE NAMESPACES (4 fields), "
-                               "or one legacy token; got 3 fields"),
+        (
+            f"ci {HASH_A} write",
+            "tokens.txt line 1: expected NAME sha256:HASH ROLE NAMESPACES (4 fields), "
+            "or one legacy token; got 3 fields",
+        ),
         (f"\n\nci {HASH_A} write team-a extra", "line 3: expected NAME sha256:HASH ROLE NAMESPACES (4 fields)"),
         (f"-ci {HASH_A} write team-a", "line 1: the name '-ci' must be 1 to 64 letters"),
         (f"{'n' * 65} {HASH_A} write team-a", "line 1: the name"),
@@ -84,8 +90,10 @@ def test_token_line_round_trips(tok):
         (f"ci {HASH_A} write team-a,", "line 1: namespaces: 'team-a,' holds an empty name"),
         (f"ci {HASH_A} write *,team-a", "line 1: namespaces: '*,team-a': '*' already means every namespace"),
         (f"ci {HASH_A} read a\nci {HASH_B} read b", "line 2: the name 'ci' is already used on line 1"),
-        (f"ci {HASH_A} read a\n#\nbot {HASH_A} write b",
-         "line 3: the same secret as line 1 ('ci'); one secret, one identity"),
+        (
+            f"ci {HASH_A} read a\n#\nbot {HASH_A} write b",
+            "line 3: the same secret as line 1 ('ci'); one secret, one identity",
+        ),
         (f"{SECRET_A}\nci {HASH_A} read a", "line 2: the same secret as line 1"),
     ],
 )

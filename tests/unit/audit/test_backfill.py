@@ -21,8 +21,17 @@ def backfill(from_s: int, to_s: int, created_s: int) -> Backfill:
 
 
 def row(at_s: int, claimed_s: int | None, manual: bool = False) -> Tick:
-    return Tick("j", at_s * S, 0, 1, "a", TickStatus.SUCCEEDED, attempt=1, manual=manual,
-                claimed_at_ms=None if claimed_s is None else claimed_s * S)
+    return Tick(
+        "j",
+        at_s * S,
+        0,
+        1,
+        "a",
+        TickStatus.SUCCEEDED,
+        attempt=1,
+        manual=manual,
+        claimed_at_ms=None if claimed_s is None else claimed_s * S,
+    )
 
 
 @pytest.mark.parametrize(

@@ -30,12 +30,34 @@ from shardcron.spec.job import job_from_dict
 S = 1000  # one second; the test job runs every second, at whole seconds
 
 
-def tick(job_id: str = "j", at: int = S, *, shard: int = 0, fence: int = 100, node: str = "a",
-         status: TickStatus = TickStatus.SUCCEEDED, manual: bool = False,
-         claimed: int | None = None, started: int | None = None, finished: int | None = None,
-         error: str | None = None) -> Tick:
-    return Tick(job_id, at, shard, fence, node, status, attempt=1, manual=manual,
-                claimed_at_ms=claimed, started_at_ms=started, finished_at_ms=finished, error=error)
+def tick(
+    job_id: str = "j",
+    at: int = S,
+    *,
+    shard: int = 0,
+    fence: int = 100,
+    node: str = "a",
+    status: TickStatus = TickStatus.SUCCEEDED,
+    manual: bool = False,
+    claimed: int | None = None,
+    started: int | None = None,
+    finished: int | None = None,
+    error: str | None = None,
+) -> Tick:
+    return Tick(
+        job_id,
+        at,
+        shard,
+        fence,
+        node,
+        status,
+        attempt=1,
+        manual=manual,
+        claimed_at_ms=claimed,
+        started_at_ms=started,
+        finished_at_ms=finished,
+        error=error,
+    )
 
 
 # -- duplicates ------------------------------------------------------------------------------
@@ -87,29 +109,74 @@ def secs(*slots_s: int) -> tuple[int, ...]:
         pytest.param(every_second(), rows(1, 2, 3, 4, 5), (0, 5), 100, MissingSlots(5, (), ()), id="all there"),
         pytest.param(every_second(), rows(1, 2, 4, 5), (0, 5), 100, MissingSlots(5, secs(3), ()), id="a gap"),
         pytest.param(every_second(), {}, (0, 5), 100, MissingSlots(5, secs(1, 2, 3, 4, 5), ()), id="no rows"),
-        pytest.param(every_second(), rows(2, 3), (1, 3), 100, MissingSlots(2, (), ()),
-                     id="from is exclusive, to inclusive"),
-        pytest.param(every_second(active_since_ms=2500), rows(3, 4, 5), (0, 5), 100, MissingSlots(3, (), ()),
-                     id="nothing owed before active_since"),
-        pytest.param(every_second(active_since_ms=3 * S), rows(4, 5), (0, 5), 100, MissingSlots(2, (), ()),
-                     id="a slot at active_since is not owed"),
-        pytest.param(every_second(active_since_ms=9 * S), {}, (0, 5), 100, MissingSlots(0, (), ()),
-                     id="a job newer than the window"),
-        pytest.param(every_second(), rows(1, 2, 3), (0, 10), 3, MissingSlots(3, (), ()),
-                     id="slots after now are not owed yet"),
+        pytest.param(
+            every_second(), rows(2, 3), (1, 3), 100, MissingSlots(2, (), ()), id="from is exclusive, to inclusive"
+        ),
+        pytest.param(
+            every_second(active_since_ms=2500),
+            rows(3, 4, 5),
+            (0, 5),
+            100,
+            MissingSlots(3, (), ()),
+            id="nothing owed before active_since",
+        ),
+        pytest.param(
+            every_second(active_since_ms=3 * S),
+            rows(4, 5),
+            (0, 5),
+            100,
+            MissingSlots(2, (), ()),
+            id="a slot at active_since is not owed",
+        ),
+        pytest.param(
+            every_second(active_since_ms=9 * S),
+            {},
+            (0, 5),
+            100,
+            MissingSlots(0, (), ()),
+            id="a job newer than the window",
+        ),
+        pytest.param(
+            every_second(), rows(1, 2, 3), (0, 10), 3, MissingSlots(3, (), ()), id="slots after now are not owed yet"
+        ),
         # A paused job owes nothing after its last row: the pause, or a leader that
         # did not catch up a paused job's backlog.
-        pytest.param(every_second(paused=True), rows(1, 2, 3), (0, 10), 100, MissingSlots(3, (), ()),
-                     id="paused: nothing after the last row"),
-        pytest.param(every_second(paused=True), rows(1, 3), (0, 10), 100, MissingSlots(3, secs(2), ()),
-                     id="paused: a gap before the last row"),
-        pytest.param(every_second(paused=True), {}, (0, 10), 100, MissingSlots(0, (), ()),
-                     id="paused: no rows, nothing owed"),
-        pytest.param(every_second(), {S: None, 3 * S: None}, (0, 3), 100, MissingSlots(3, secs(2), ()),
-                     id="a row without a claim time counts as claimed at its slot"),
+        pytest.param(
+            every_second(paused=True),
+            rows(1, 2, 3),
+            (0, 10),
+            100,
+            MissingSlots(3, (), ()),
+            id="paused: nothing after the last row",
+        ),
+        pytest.param(
+            every_second(paused=True),
+            rows(1, 3),
+            (0, 10),
+            100,
+            MissingSlots(3, secs(2), ()),
+            id="paused: a gap before the last row",
+        ),
+        pytest.param(
+            every_second(paused=True), {}, (0, 10), 100, MissingSlots(0, (), ()), id="paused: no rows, nothing owed"
+        ),
+        pytest.param(
+            every_second(),
+            {S: None, 3 * S: None},
+            (0, 3),
+            100,
+            MissingSlots(3, secs(2), ()),
+            id="a row without a claim time counts as claimed at its slot",
+        ),
         # Rows after the window are not checked, but say when the slots before them were caught up.
-        pytest.param(every_second(), rows(1, 2, 20), (0, 5), 100, MissingSlots(5, secs(3, 4, 5), ()),
-                     id="the next row is after the window"),
+        pytest.param(
+            every_second(),
+            rows(1, 2, 20),
+            (0, 5),
+            100,
+            MissingSlots(5, secs(3, 4, 5), ()),
+            id="the next row is after the window",
+        ),
     ],
 )
 def test_find_missing(job, present, window, now_s, expected):
@@ -164,11 +231,20 @@ RAISES = [FenceRaise(0, F1, "a", 1 * S), FenceRaise(0, F2, "b", 5 * S), FenceRai
         pytest.param(tick(fence=F2, claimed=6 * S, started=7 * S), 0, None, id="current fence"),
         pytest.param(tick(fence=F1, claimed=4 * S, started=4500), 0, None, id="all before the raise"),
         pytest.param(tick(fence=F1, claimed=5 * S), 0, None, id="at the raise itself"),
-        pytest.param(tick(fence=F1, claimed=6 * S), 0, "claimed at 1970-01-01T00:00:06.000Z under fence 100, "
-                     "after fence 200 was raised at 1970-01-01T00:00:05.000Z by b", id="claimed after"),
+        pytest.param(
+            tick(fence=F1, claimed=6 * S),
+            0,
+            "claimed at 1970-01-01T00:00:06.000Z under fence 100, "
+            "after fence 200 was raised at 1970-01-01T00:00:05.000Z by b",
+            id="claimed after",
+        ),
         pytest.param(tick(fence=F1, claimed=4 * S, started=6 * S), 0, "started", id="started after"),
-        pytest.param(tick(fence=F1, claimed=6 * S, started=6 * S), 0, "claimed at 1970-01-01T00:00:06.000Z and "
-                     "started at", id="both"),
+        pytest.param(
+            tick(fence=F1, claimed=6 * S, started=6 * S),
+            0,
+            "claimed at 1970-01-01T00:00:06.000Z and started at",
+            id="both",
+        ),
         pytest.param(tick(fence=F1, claimed=7 * S), 2 * S, None, id="within the clock tolerance"),
         pytest.param(tick(fence=F1, claimed=7 * S + 1), 2 * S, "claimed", id="beyond the clock tolerance"),
         pytest.param(tick(fence=F1, claimed=6 * S, shard=1), 0, None, id="another shard's raise"),
@@ -236,8 +312,14 @@ def ran(at_s: float, finished_s: float | None, job_id: str = "j", started_s: flo
     """A run of slot ``at_s`` that started at ``started_s`` (its slot when not given) and finished at
     ``finished_s`` (None: still running)."""
     status = kw.pop("status", TickStatus.SUCCEEDED if finished_s is not None else TickStatus.RUNNING)
-    return tick(job_id, int(at_s * S), status=status, started=int((at_s if started_s is None else started_s) * S),
-                finished=None if finished_s is None else int(finished_s * S), **kw)
+    return tick(
+        job_id,
+        int(at_s * S),
+        status=status,
+        started=int((at_s if started_s is None else started_s) * S),
+        finished=None if finished_s is None else int(finished_s * S),
+        **kw,
+    )
 
 
 def claimed(at_s: float, job_id: str = "j") -> Tick:
@@ -247,8 +329,9 @@ def claimed(at_s: float, job_id: str = "j") -> Tick:
 
 def overlap_skip(at_s: float, job_id: str = "j", decided_s: float | None = None) -> Tick:
     decided = int((at_s if decided_s is None else decided_s) * S)
-    return tick(job_id, int(at_s * S), status=TickStatus.SKIPPED, started=decided, finished=decided,
-                error=OVERLAP_SKIP_REASON)
+    return tick(
+        job_id, int(at_s * S), status=TickStatus.SKIPPED, started=decided, finished=decided, error=OVERLAP_SKIP_REASON
+    )
 
 
 SLACK_S = OVERLAP_SLACK_MS / S
@@ -260,35 +343,66 @@ SLACK_S = OVERLAP_SLACK_MS / S
         pytest.param([], [], id="no rows"),
         pytest.param([ran(1, 2.5), overlap_skip(2), ran(3, 4.5)], [], id="skipped while the run went on"),
         pytest.param([ran(1, None), overlap_skip(2), overlap_skip(3)], [], id="the run is still unresolved"),
-        pytest.param([ran(1, 1.5), overlap_skip(3), overlap_skip(4)], [3, 4],
-                     id="the run was over before each skip (the re-put bug)"),
+        pytest.param(
+            [ran(1, 1.5), overlap_skip(3), overlap_skip(4)],
+            [3, 4],
+            id="the run was over before each skip (the re-put bug)",
+        ),
         pytest.param([ran(1, 3 - SLACK_S), overlap_skip(3)], [], id="finished within the slack: no finding"),
         pytest.param([ran(1, 3 - SLACK_S - 0.001), overlap_skip(3)], [3], id="finished just beyond the slack"),
         pytest.param([overlap_skip(2)], [2], id="no earlier run at all"),
         pytest.param([overlap_skip(2), ran(3, None)], [2], id="a later run does not cover an earlier skip"),
         pytest.param([ran(1, None, job_id="other"), overlap_skip(2)], [2], id="another job's run does not count"),
         pytest.param([ran(1.5, 3, manual=True), overlap_skip(2)], [], id="a manual run in flight covers it"),
-        pytest.param([ran(1, 3, status=TickStatus.FAILED), overlap_skip(2)], [],
-                     id="a failed run, still retrying then, covers it"),
+        pytest.param(
+            [ran(1, 3, status=TickStatus.FAILED), overlap_skip(2)],
+            [],
+            id="a failed run, still retrying then, covers it",
+        ),
         pytest.param([claimed(1), overlap_skip(2)], [2], id="a claimed, unstarted slot does not cover it"),
-        pytest.param([ran(1, 2.5, started_s=2.181), overlap_skip(2, decided_s=2.016)], [2],
-                     id="an earlier slot claimed but started after the skip (a catch-up waiting its turn)"),
-        pytest.param([ran(1, None, started_s=2.181), overlap_skip(2, decided_s=2.016)], [2],
-                     id="... still running now, started after the skip"),
-        pytest.param([ran(0, 1.9 - SLACK_S), ran(1, 2.5, started_s=2.181), overlap_skip(2, decided_s=2.016)], [2],
-                     id="... and the run before it had finished beyond the slack"),
-        pytest.param([ran(1, 2.5, started_s=2.016), overlap_skip(2, decided_s=2.016)], [],
-                     id="started at the very moment of the skip: it covers it"),
-        pytest.param([ran(0, 2.05), ran(1, 2.5, started_s=2.181), overlap_skip(2, decided_s=2.016)], [],
-                     id="the slot before the catch-up was still going: it covers it"),
-        pytest.param([ran(1, 3, started_s=1.2, status=TickStatus.FAILED), overlap_skip(2)], [],
-                     id="a run in its retry backoff has started and not finished: it covers it"),
-        pytest.param([tick(at=1 * S, status=TickStatus.SKIPPED, finished=1 * S, error="catch-up policy"),
-                      overlap_skip(2)], [2], id="a skipped row is not a run"),
-        pytest.param([tick(at=2 * S, status=TickStatus.SKIPPED, finished=2 * S, error="catch-up policy")], [],
-                     id="other skips are not judged"),
-        pytest.param([ran(1, 2.5), overlap_skip(2, decided_s=4)], [2],
-                     id="judged when the skip was decided, not at its slot"),
+        pytest.param(
+            [ran(1, 2.5, started_s=2.181), overlap_skip(2, decided_s=2.016)],
+            [2],
+            id="an earlier slot claimed but started after the skip (a catch-up waiting its turn)",
+        ),
+        pytest.param(
+            [ran(1, None, started_s=2.181), overlap_skip(2, decided_s=2.016)],
+            [2],
+            id="... still running now, started after the skip",
+        ),
+        pytest.param(
+            [ran(0, 1.9 - SLACK_S), ran(1, 2.5, started_s=2.181), overlap_skip(2, decided_s=2.016)],
+            [2],
+            id="... and the run before it had finished beyond the slack",
+        ),
+        pytest.param(
+            [ran(1, 2.5, started_s=2.016), overlap_skip(2, decided_s=2.016)],
+            [],
+            id="started at the very moment of the skip: it covers it",
+        ),
+        pytest.param(
+            [ran(0, 2.05), ran(1, 2.5, started_s=2.181), overlap_skip(2, decided_s=2.016)],
+            [],
+            id="the slot before the catch-up was still going: it covers it",
+        ),
+        pytest.param(
+            [ran(1, 3, started_s=1.2, status=TickStatus.FAILED), overlap_skip(2)],
+            [],
+            id="a run in its retry backoff has started and not finished: it covers it",
+        ),
+        pytest.param(
+            [tick(at=1 * S, status=TickStatus.SKIPPED, finished=1 * S, error="catch-up policy"), overlap_skip(2)],
+            [2],
+            id="a skipped row is not a run",
+        ),
+        pytest.param(
+            [tick(at=2 * S, status=TickStatus.SKIPPED, finished=2 * S, error="catch-up policy")],
+            [],
+            id="other skips are not judged",
+        ),
+        pytest.param(
+            [ran(1, 2.5), overlap_skip(2, decided_s=4)], [2], id="judged when the skip was decided, not at its slot"
+        ),
     ],
 )
 def test_find_false_overlap(rows, expected):
@@ -299,16 +413,19 @@ def test_find_false_overlap(rows, expected):
 
 def test_a_false_overlap_names_the_last_run():
     [f] = find_false_overlap([ran(1, 1.5), overlap_skip(3)])
-    assert f.detail == ("skipped at 1970-01-01T00:00:03.000Z as overlapping, but no earlier run of the job had "
-                        "started and not finished (the last one finished at 1970-01-01T00:00:01.500Z)")
+    assert f.detail == (
+        "skipped at 1970-01-01T00:00:03.000Z as overlapping, but no earlier run of the job had "
+        "started and not finished (the last one finished at 1970-01-01T00:00:01.500Z)"
+    )
     [f] = find_false_overlap([overlap_skip(3)])
     assert f.detail.endswith("(none had run)")
 
 
 def test_a_false_overlap_names_the_earlier_slot_that_had_not_started():
     [f] = find_false_overlap([ran(1, 2.5, started_s=2.181), overlap_skip(2, decided_s=2.016)])
-    assert f.detail.endswith("(slot 1970-01-01T00:00:01.000Z was claimed and had not started: it started at "
-                             "1970-01-01T00:00:02.181Z)")
+    assert f.detail.endswith(
+        "(slot 1970-01-01T00:00:01.000Z was claimed and had not started: it started at 1970-01-01T00:00:02.181Z)"
+    )
     [f] = find_false_overlap([claimed(1), overlap_skip(2)])
     assert f.detail.endswith("(slot 1970-01-01T00:00:01.000Z was claimed and had not started)")
 
@@ -323,8 +440,19 @@ def test_report_is_clean_only_without_findings_and_serialises():
     assert not gap.clean()
     d = json.loads(json.dumps(gap.to_dict()))
     assert d["clean"] is False and d["excused"] == 3
-    assert d["missing"] == [{"kind": "missing", "job_id": "j", "scheduled_at_ms": 5 * S, "detail": "no tick row",
-                             "shard": None, "fence": None, "node_id": None, "status": None, "namespace": "default"}]
+    assert d["missing"] == [
+        {
+            "kind": "missing",
+            "job_id": "j",
+            "scheduled_at_ms": 5 * S,
+            "detail": "no tick row",
+            "shard": None,
+            "fence": None,
+            "node_id": None,
+            "status": None,
+            "namespace": "default",
+        }
+    ]
     assert d["per_job"]["j"]["slots_checked"] == 10
     assert d["duplicates"] == d["stale_fence"] == d["unresolved"] == d["false_overlap"] == []
     phantom = replace(empty, false_overlap=find_false_overlap([overlap_skip(2)]))
@@ -353,8 +481,7 @@ def test_the_text_report_shows_false_overlaps_per_job_and_in_detail():
     per_job = {"j": JobSummary("j", slots_checked=4, ticks=3, false_overlap=len(found))}
     lines = format_report(replace(AuditReport(4, [], [], [], [], per_job), false_overlap=found)).splitlines()
     assert lines[2].rstrip().endswith("FALSE OVERLAP") and lines[3].split()[-1] == "2"
-    assert any(line.startswith("overlap skips with no started run going") and line.endswith(": 2")
-               for line in lines)
+    assert any(line.startswith("overlap skips with no started run going") and line.endswith(": 2") for line in lines)
     assert sum(line.split()[:2] == ["j", "1970-01-01T00:00:03.000Z"] for line in lines) == 1
     assert sum("no earlier run of the job had started and not finished" in line for line in lines) == 2
     assert lines[-1] == "FOUND: 2 false overlap"

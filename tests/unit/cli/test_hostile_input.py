@@ -50,8 +50,11 @@ def test_whole_refuses_what_is_outside_naming_what_was_typed(text):
 
 @pytest.mark.parametrize("text", ["0", "-1", "inf", "nan", "-inf", "1e400", "315360001", "soon"])
 def test_seconds_refuses_zero_negative_infinite_and_absurd(text):
-    with pytest.raises(argparse.ArgumentTypeError, match=r"^must be a number of seconds more than 0 and at most "
-                                                         r"315360000, got "):
+    with pytest.raises(
+        argparse.ArgumentTypeError,
+        match=r"^must be a number of seconds more than 0 and at most "
+        r"315360000, got ",
+    ):
         seconds()(text)
 
 
@@ -59,34 +62,59 @@ def test_seconds_may_allow_zero():
     assert seconds(zero=True)("0") == 0.0 and seconds()("0.25") == 0.25
 
 
-@pytest.mark.parametrize("argv, says", [
-    # each of these ended in a traceback deep in protobuf, or in the spec's translation of the flag
-    (["jobs", "list", "--shard", "99999999999999"],
-     "argument --shard: must be a whole number from 0 to 2147483646, got '99999999999999'"),
-    (["jobs", "put", "j", "--every", "1m", "--noop", "--retries", "-3"],
-     "argument --retries: must be a whole number from 0 to 99, got '-3'"),
-    (["jobs", "put", "j", "--every", "1m", "--celery", "t", "--priority", "256"],
-     "argument --priority: must be a whole number from 0 to 255, got '256'"),
-    (["jobs", "put", "j", "--every", "1m", "--redis-stream", "s", "--maxlen", "9223372036854775808"],
-     f"argument --maxlen: must be a whole number from 1 to {INT64_MAX}, got '9223372036854775808'"),
-    (["jobs", "put", "j", "--every", "1m", "--noop", "--history-limit", "0"],
-     "argument --history-limit: must be a whole number from 1 to 1000000, got '0'"),
-    (["jobs", "put", "j", "--every", "1m", "--noop", "--expected-version", "4294967296"],
-     "argument --expected-version: must be a whole number from 0 to 2147483647, got '4294967296'"),
-    (["calendars", "put", "f.toml", "--expected-version", "-1"],
-     "argument --expected-version: must be a whole number from 0 to 2147483647, got '-1'"),
-    (["ticks", "j", "--limit", "1e9"], "argument --limit: must be a whole number from 1 to 1000000, got '1e9'"),
-    (["reshard", "--shards", "0"], "argument --shards: must be a whole number from 1 to 2147483647, got '0'"),
-    (["audit", "--margin", "inf"],
-     "argument --margin: must be a number of seconds at least 0 and at most 315360000, got 'inf'"),
-    (["audit", "--grace", "-1"],
-     "argument --grace: must be a number of seconds at least 0 and at most 315360000, got '-1'"),
-    (["audit", "--clock-tolerance-ms", "-5"],
-     "argument --clock-tolerance-ms: must be a whole number from 0 to 315360000000, got '-5'"),
-    (["db", "prune", "--before", "0", "--batch", "5"],
-     "argument --batch: must be a whole number from 100 to 10000, got '5'"),
-    (["dev", "--base-port", "70000"], "argument --base-port: must be a whole number from 1 to 65535, got '70000'"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        # each of these ended in a traceback deep in protobuf, or in the spec's translation of the flag
+        (
+            ["jobs", "list", "--shard", "99999999999999"],
+            "argument --shard: must be a whole number from 0 to 2147483646, got '99999999999999'",
+        ),
+        (
+            ["jobs", "put", "j", "--every", "1m", "--noop", "--retries", "-3"],
+            "argument --retries: must be a whole number from 0 to 99, got '-3'",
+        ),
+        (
+            ["jobs", "put", "j", "--every", "1m", "--celery", "t", "--priority", "256"],
+            "argument --priority: must be a whole number from 0 to 255, got '256'",
+        ),
+        (
+            ["jobs", "put", "j", "--every", "1m", "--redis-stream", "s", "--maxlen", "9223372036854775808"],
+            f"argument --maxlen: must be a whole number from 1 to {INT64_MAX}, got '9223372036854775808'",
+        ),
+        (
+            ["jobs", "put", "j", "--every", "1m", "--noop", "--history-limit", "0"],
+            "argument --history-limit: must be a whole number from 1 to 1000000, got '0'",
+        ),
+        (
+            ["jobs", "put", "j", "--every", "1m", "--noop", "--expected-version", "4294967296"],
+            "argument --expected-version: must be a whole number from 0 to 2147483647, got '4294967296'",
+        ),
+        (
+            ["calendars", "put", "f.toml", "--expected-version", "-1"],
+            "argument --expected-version: must be a whole number from 0 to 2147483647, got '-1'",
+        ),
+        (["ticks", "j", "--limit", "1e9"], "argument --limit: must be a whole number from 1 to 1000000, got '1e9'"),
+        (["reshard", "--shards", "0"], "argument --shards: must be a whole number from 1 to 2147483647, got '0'"),
+        (
+            ["audit", "--margin", "inf"],
+            "argument --margin: must be a number of seconds at least 0 and at most 315360000, got 'inf'",
+        ),
+        (
+            ["audit", "--grace", "-1"],
+            "argument --grace: must be a number of seconds at least 0 and at most 315360000, got '-1'",
+        ),
+        (
+            ["audit", "--clock-tolerance-ms", "-5"],
+            "argument --clock-tolerance-ms: must be a whole number from 0 to 315360000000, got '-5'",
+        ),
+        (
+            ["db", "prune", "--before", "0", "--batch", "5"],
+            "argument --batch: must be a whole number from 100 to 10000, got '5'",
+        ),
+        (["dev", "--base-port", "70000"], "argument --base-port: must be a whole number from 1 to 65535, got '70000'"),
+    ],
+)
 def test_every_numeric_flag_is_bounded_and_names_what_was_typed(argv, says, capsys):
     line = usage_error(argv, capsys)
     assert says in line and line.endswith("--help)"), line
@@ -131,17 +159,37 @@ def test_times_beyond_9999_or_past_int_digits_are_one_line(text):
 
 def put_with_body_file(path: str) -> subprocess.CompletedProcess:
     # 127.0.0.1:1 answers nothing: the file is judged before any call.
-    return subprocess.run([sys.executable, "-m", "shardcron", "jobs", "put", "b", "--every", "1h", "--http",
-                           "http://127.0.0.1:9/", "--body-file", path, "--server", "127.0.0.1:1"],
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shardcron",
+            "jobs",
+            "put",
+            "b",
+            "--every",
+            "1h",
+            "--http",
+            "http://127.0.0.1:9/",
+            "--body-file",
+            path,
+            "--server",
+            "127.0.0.1:1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_a_body_file_without_end_is_refused_at_the_limit():
     # /dev/urandom never ends: reading it whole hung until memory ran out.
     out = put_with_body_file("/dev/urandom")
     assert (out.returncode, out.stdout) == (1, "")
-    assert out.stderr == (f"shardcron: error: --body-file: /dev/urandom is larger than the body limit of "
-                          f"{MAX_PAYLOAD_BYTES} bytes (1 MiB)\n")
+    assert out.stderr == (
+        f"shardcron: error: --body-file: /dev/urandom is larger than the body limit of "
+        f"{MAX_PAYLOAD_BYTES} bytes (1 MiB)\n"
+    )
 
 
 def test_a_body_file_of_exactly_the_limit_is_taken(tmp_path):
@@ -164,21 +212,35 @@ def test_an_ics_file_without_end_is_refused_at_the_limit(tmp_path):
 # -- tokens --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("typed", ["s3cret\n", "s3cret\t", " s3cret", "\ts3cret \r\n", "Bearer s3cret",
-                                   "bearer s3cret\n", "BEARER\ts3cret", "s3cret"])
+@pytest.mark.parametrize(
+    "typed",
+    [
+        "s3cret\n",
+        "s3cret\t",
+        " s3cret",
+        "\ts3cret \r\n",
+        "Bearer s3cret",
+        "bearer s3cret\n",
+        "BEARER\ts3cret",
+        "s3cret",
+    ],
+)
 def test_a_token_is_sent_without_its_surrounding_whitespace_or_scheme(typed):
     assert bearer_secret(typed) == "s3cret"
 
 
-@pytest.mark.parametrize("typed, says", [
-    ("s3 cret", "--token holds a space at character 3"),
-    ("s3\tcret\n", "--token holds a tab at character 3"),
-    ("s3\ncret", "--token holds a line break at character 3"),
-    ("s3\x00cret", "--token holds U+0000 at character 3"),
-    ("s3cr\u00e9t", "--token holds U+00E9 at character 5"),
-    ("  \n", "--token is empty (only whitespace)"),
-    ("Bearer", "--token is the word Bearer alone"),
-])
+@pytest.mark.parametrize(
+    "typed, says",
+    [
+        ("s3 cret", "--token holds a space at character 3"),
+        ("s3\tcret\n", "--token holds a tab at character 3"),
+        ("s3\ncret", "--token holds a line break at character 3"),
+        ("s3\x00cret", "--token holds U+0000 at character 3"),
+        ("s3cr\u00e9t", "--token holds U+00E9 at character 5"),
+        ("  \n", "--token is empty (only whitespace)"),
+        ("Bearer", "--token is the word Bearer alone"),
+    ],
+)
 def test_a_token_that_cannot_be_sent_is_refused_before_any_call_without_quoting_it(typed, says):
     with pytest.raises(BadToken) as e:
         bearer_secret(typed, "--token")
@@ -194,11 +256,19 @@ def test_the_python_client_strips_its_token_too():
 
 def test_the_cli_names_where_a_bad_token_came_from(capsys):
     env = {**os.environ, "SHARDCRON_TOKEN": "s3 cret"}
-    out = subprocess.run([sys.executable, "-m", "shardcron", "jobs", "list", "--server", "127.0.0.1:1"],
-                         capture_output=True, text=True, timeout=60, env=env)
-    assert (out.returncode, out.stderr) == (1, "shardcron: error: SHARDCRON_TOKEN holds a space at character 3: a "
-                                               "token is printable ASCII with no whitespace inside (check how it "
-                                               "was copied)\n")
+    out = subprocess.run(
+        [sys.executable, "-m", "shardcron", "jobs", "list", "--server", "127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert (out.returncode, out.stderr) == (
+        1,
+        "shardcron: error: SHARDCRON_TOKEN holds a space at character 3: a "
+        "token is printable ASCII with no whitespace inside (check how it "
+        "was copied)\n",
+    )
 
 
 # -- the top level ---------------------------------------------------------------------------------
@@ -209,9 +279,13 @@ def test_a_closed_stdout_ends_quietly_with_128_plus_sigpipe(tmp_path):
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        out = subprocess.run([sys.executable, "-m", "shardcron", "db", "upgrade", "--db",
-                              f"sqlite:///{tmp_path}/s.db"], stdout=write_end, stderr=subprocess.PIPE, text=True,
-                             timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-m", "shardcron", "db", "upgrade", "--db", f"sqlite:///{tmp_path}/s.db"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     finally:
         os.close(write_end)
     assert (out.returncode, out.stderr) == (EXIT_BROKEN_PIPE, "")
@@ -225,8 +299,10 @@ def test_an_unexpected_error_is_one_line_with_the_way_to_its_traceback(monkeypat
     monkeypatch.delenv("SHARDCRON_DEBUG", raising=False)
     assert main(["nodes"]) == EXIT_BUG
     err = capsys.readouterr().err
-    assert err == ("shardcron: error: unexpected KeyError: 'shard' (a bug in shardcron; rerun with "
-                   "SHARDCRON_DEBUG=1 for the traceback)\n")
+    assert err == (
+        "shardcron: error: unexpected KeyError: 'shard' (a bug in shardcron; rerun with "
+        "SHARDCRON_DEBUG=1 for the traceback)\n"
+    )
     monkeypatch.setenv("SHARDCRON_DEBUG", "1")
     assert main(["nodes"]) == EXIT_BUG
     err = capsys.readouterr().err
@@ -248,8 +324,9 @@ def test_a_grpc_error_reaching_the_top_is_one_line(monkeypatch, capsys):
 
     monkeypatch.setattr("shardcron.cli.cmd_nodes", refused)
     assert main(["nodes"]) == 1
-    assert capsys.readouterr().err == ("shardcron: error: the API call failed: PERMISSION_DENIED: not in your "
-                                       "namespace\n")
+    assert capsys.readouterr().err == (
+        "shardcron: error: the API call failed: PERMISSION_DENIED: not in your namespace\n"
+    )
 
 
 def test_an_error_message_is_cut_not_echoed_whole(monkeypatch, capsys):

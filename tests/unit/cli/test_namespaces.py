@@ -35,8 +35,10 @@ def test_parse_count_refuses(text):
         parse_count(text, "--max-jobs")
 
 
-@pytest.mark.parametrize("text, value", [("2.5", Fraction(5, 2)), ("10/3", Fraction(10, 3)), ("0", 0),
-                                         ("0.1", Fraction(1, 10)), ("none", None)])
+@pytest.mark.parametrize(
+    "text, value",
+    [("2.5", Fraction(5, 2)), ("10/3", Fraction(10, 3)), ("0", 0), ("0.1", Fraction(1, 10)), ("none", None)],
+)
 def test_parse_rate_is_exact(text, value):
     assert parse_rate(text, "--max-slots-per-second") == value
 
@@ -58,15 +60,16 @@ def test_quota_flags_name_only_what_is_given():
     assert quota_flags(a) == {"max_jobs": None, "max_slots_per_second": Fraction(10, 3)}
 
 
-@pytest.mark.parametrize("rate, shown", [(None, "-"), (Fraction(3), "3"), (Fraction(1, 2), "0.5"),
-                                         (Fraction(10, 3), "3.333 (10/3)"), (Fraction(0), "0")])
+@pytest.mark.parametrize(
+    "rate, shown",
+    [(None, "-"), (Fraction(3), "3"), (Fraction(1, 2), "0.5"), (Fraction(10, 3), "3.333 (10/3)"), (Fraction(0), "0")],
+)
 def test_fmt_rate(rate, shown):
     assert fmt_rate(rate) == shown
 
 
 def test_settings_from_a_request():
-    p = namespace_request("team-a", quota={"max_jobs": 5, "max_slots_per_second": Fraction(10, 3),
-                                           "max_running": None})
+    p = namespace_request("team-a", quota={"max_jobs": 5, "max_slots_per_second": Fraction(10, 3), "max_running": None})
     assert settings_from_proto(p) == NamespaceSettings(1.0, Quota(5, Fraction(10, 3), None))  # weight 0: 1
     p.weight = 2.5
     assert settings_from_proto(p).weight == 2.5
@@ -75,9 +78,14 @@ def test_settings_from_a_request():
         settings_from_proto(p)
 
 
-@pytest.mark.parametrize("quota, field", [(pb.NamespaceQuota(max_jobs=-1), "max_jobs"),
-                                          (pb.NamespaceQuota(max_slots_per_second="x"), "max_slots_per_second"),
-                                          (pb.NamespaceQuota(max_running=-2), "max_running")])
+@pytest.mark.parametrize(
+    "quota, field",
+    [
+        (pb.NamespaceQuota(max_jobs=-1), "max_jobs"),
+        (pb.NamespaceQuota(max_slots_per_second="x"), "max_slots_per_second"),
+        (pb.NamespaceQuota(max_running=-2), "max_running"),
+    ],
+)
 def test_a_bad_quota_names_its_field(quota, field):
     with pytest.raises(InvalidJob, match=f"^namespace.quota.{field}: must be"):
         settings_from_proto(pb.Namespace(name="team-a", quota=quota))
@@ -91,8 +99,9 @@ def test_quota_values_of_an_update():
 
 
 def test_a_namespace_survives_the_round_trip():
-    n = StoredNamespace("team-a", NamespaceSettings(2.0, Quota(None, Fraction(10, 3), 4)),
-                        Usage(7, Fraction(7, 6)), 1000, 2000)
+    n = StoredNamespace(
+        "team-a", NamespaceSettings(2.0, Quota(None, Fraction(10, 3), 4)), Usage(7, Fraction(7, 6)), 1000, 2000
+    )
     assert stored_namespace_from_proto(namespace_to_proto(n)) == n
 
 

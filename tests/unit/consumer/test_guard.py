@@ -27,8 +27,19 @@ def _bytes(m: dict) -> dict:
         pytest.param(_bytes(tick_fields(CTX)), id="fields-bytes"),
         pytest.param(_bytes(tick_headers(CTX)), id="headers-bytes"),
         pytest.param({"shardcron": tick_fields(CTX), "other": 1}, id="nested-rq-meta"),
-        pytest.param({"shardcron": {"job_id": "job-1", "scheduled_at_ms": 1_767_225_605_000, "attempt": 2,
-                                    "fence": 7, "shard": 3, "node_id": "node-a"}}, id="nested-bare-ints"),
+        pytest.param(
+            {
+                "shardcron": {
+                    "job_id": "job-1",
+                    "scheduled_at_ms": 1_767_225_605_000,
+                    "attempt": 2,
+                    "fence": 7,
+                    "shard": 3,
+                    "node_id": "node-a",
+                }
+            },
+            id="nested-bare-ints",
+        ),
         pytest.param({**tick_fields(CTX), "shardcron_fence": 7, "shardcron_attempt": 2}, id="int-values"),
         pytest.param({**tick_headers(CTX), "content-type": "text/plain"}, id="headers-among-others"),
     ],

@@ -8,8 +8,9 @@ from shardcron.executors.identity import tick_environment, tick_fields, tick_hea
 from shardcron.jobkey import join_key
 from shardcron.model import TickContext
 
-CTX = TickContext(job_id=join_key("team-a", "job-1"), scheduled_at_ms=1_767_225_605_000, attempt=2, fence=7, shard=3,
-                  node_id="node-a")
+CTX = TickContext(
+    job_id=join_key("team-a", "job-1"), scheduled_at_ms=1_767_225_605_000, attempt=2, fence=7, shard=3, node_id="node-a"
+)
 
 
 def test_each_spelling_is_unique():
@@ -34,7 +35,14 @@ def test_every_carrier_spells_each_value_from_the_table():
 
 
 def test_the_guard_reads_back_what_the_executors_write():
-    expected = TickInfo(job_id="job-1", scheduled_at_ms=1_767_225_605_000, attempt=2, fence=7, shard=3,
-                        node_id="node-a", namespace="team-a")
+    expected = TickInfo(
+        job_id="job-1",
+        scheduled_at_ms=1_767_225_605_000,
+        attempt=2,
+        fence=7,
+        shard=3,
+        node_id="node-a",
+        namespace="team-a",
+    )
     assert TickInfo.from_mapping(tick_headers(CTX)) == expected
     assert TickInfo.from_mapping(tick_fields(CTX)) == expected

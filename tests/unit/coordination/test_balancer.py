@@ -136,7 +136,7 @@ def test_the_plan_is_a_fixed_point_of_its_own_moves(cluster, data):
     plan = assign(n, nodes, current)
     midway = dict(current)
     for s in range(n):
-        if (current.get(s) is None or current[s].node != plan[s].primary):
+        if current.get(s) is None or current[s].node != plan[s].primary:
             step = data.draw(st.sampled_from(["not yet", "between owners", "done"]))
             if step == "between owners":
                 midway.pop(s, None)
@@ -155,12 +155,15 @@ def test_a_failover_and_the_failed_nodes_return_give_it_back_exactly_its_shards(
     assert primaries(back) == {s: o.node for s, o in settled.items()}
 
 
-@pytest.mark.parametrize("n, members, expected", [
-    (64, 3, 16),   # 21/21/22 -> 16x4: the newcomer takes 16, nothing moves between the old three
-    (64, 4, 12),
-    (256, 3, 64),
-    (16, 5, 2),
-])
+@pytest.mark.parametrize(
+    "n, members, expected",
+    [
+        (64, 3, 16),  # 21/21/22 -> 16x4: the newcomer takes 16, nothing moves between the old three
+        (64, 4, 12),
+        (256, 3, 64),
+        (16, 5, 2),
+    ],
+)
 def test_a_join_from_the_settled_placement_moves_the_newcomers_share_only(n, members, expected):
     nodes = [f"n{i}" for i in range(members)]
     before = carry_out(n, nodes, {})

@@ -30,10 +30,16 @@ def test_a_candidate_is_not_published():
     assert table.led_shards() == [] and table.leader_fence(1) is None
 
 
-@pytest.mark.parametrize("state, idle", [
-    (ShardState.IDLE, True), (ShardState.LOST, True),
-    (ShardState.CANDIDATE, False), (ShardState.LEADER, False), (ShardState.RESIGNING, False),
-])
+@pytest.mark.parametrize(
+    "state, idle",
+    [
+        (ShardState.IDLE, True),
+        (ShardState.LOST, True),
+        (ShardState.CANDIDATE, False),
+        (ShardState.LEADER, False),
+        (ShardState.RESIGNING, False),
+    ],
+)
 def test_all_idle_means_no_shard_is_queued_led_or_resigning(state, idle):
     table = ShardTable(3)
     table.set_state(table.slots[1], state, "test")

@@ -24,14 +24,17 @@ from shardcron.rules.scopes import Role, Token
 BOUNDS = (0.001, 0.01, 0.1)
 
 
-@pytest.mark.parametrize("cumulative, q, expected, why", [
-    ((0, 0, 0, 0), 0.99, None, "no observations: no percentile"),
-    ((10, 10, 10, 10), 0.5, 0.0005, "all in the first bucket: linear from 0"),
-    ((0, 10, 10, 10), 0.5, 0.0055, "all in (1 ms, 10 ms]: the middle of it"),
-    ((50, 100, 100, 100), 0.99, 0.001 + 0.009 * (49 / 50), "the rank falls in the second bucket"),
-    ((0, 0, 0, 4), 0.5, 0.1, "in the +Inf bucket: the highest finite bound"),
-    ((100, 100, 100, 100), 1.0, 0.001, "q = 1: the top of the bucket holding the last"),
-])
+@pytest.mark.parametrize(
+    "cumulative, q, expected, why",
+    [
+        ((0, 0, 0, 0), 0.99, None, "no observations: no percentile"),
+        ((10, 10, 10, 10), 0.5, 0.0005, "all in the first bucket: linear from 0"),
+        ((0, 10, 10, 10), 0.5, 0.0055, "all in (1 ms, 10 ms]: the middle of it"),
+        ((50, 100, 100, 100), 0.99, 0.001 + 0.009 * (49 / 50), "the rank falls in the second bucket"),
+        ((0, 0, 0, 4), 0.5, 0.1, "in the +Inf bucket: the highest finite bound"),
+        ((100, 100, 100, 100), 1.0, 0.001, "q = 1: the top of the bucket holding the last"),
+    ],
+)
 def test_quantile(cumulative, q, expected, why):
     got = quantile(BOUNDS, cumulative, q)
     assert (got is None and expected is None) or math.isclose(got, expected, rel_tol=1e-9), why
@@ -52,8 +55,9 @@ def _registry_with(observations: dict[str, list[float]], fenced: int, failed: in
 
 def test_a_reading_of_a_real_registry_and_the_series_between_two():
     before = read_registry(_registry_with({"0": [0.0005] * 10}, fenced=1, failed=2).collect(), 100.0)
-    after = read_registry(_registry_with({"0": [0.0005] * 10 + [0.05] * 10, "1": [0.005] * 4},
-                                         fenced=4, failed=2).collect(), 105.0)
+    after = read_registry(
+        _registry_with({"0": [0.0005] * 10 + [0.05] * 10, "1": [0.005] * 4}, fenced=4, failed=2).collect(), 105.0
+    )
     assert before.bounds == BOUNDS and before.lateness["0"] == (10, 10, 10, 10)
     assert before.fenced == 1 and before.failed == 2, "only failed ticks count as failures"
     s = chart_series([before, after])
@@ -100,27 +104,53 @@ def test_sessions_expire_when_idle_and_the_oldest_go_first():
     assert s.find(None, 30.0) is None and s.find("forged", 30.0) is None
 
 
-@pytest.mark.parametrize("target, expected", [
-    # paths of this site go through as they are
-    ("/jobs?q=a", "/jobs?q=a"), ("/cluster", "/cluster"), ("/job?id=a%2Fb&namespace=team-a", "/job?id=a%2Fb&namespace=team-a"),
-    ("/jobs?q=%C3%A9t%C3%A9", "/jobs?q=%C3%A9t%C3%A9"),
-    # nothing, or not a path
-    (None, "/"), ("", "/"), ("jobs", "/"), ("evil.example/x", "/"),
-    # another host or scheme
-    ("https://evil.example/", "/"), ("http://evil.example/", "/"), ("javascript:alert(1)", "/"),
-    ("//evil.example/x", "/"), ("///evil.example/x", "/"), ("/\\evil.example", "/"), ("\\\\evil.example", "/"),
-    ("/x\\..\\evil", "/"),
-    # browsers drop tabs and newlines: /<tab>/x is //x (the finding: /login?next=/%09/evil.example/phish)
-    ("/\t/evil.example/phish", "/"), ("/%09/evil.example/phish", "/"), ("\t//evil.example", "/"),
-    ("/\n/evil.example", "/"), ("/%0a/evil.example", "/"), ("/%0D%0A/evil.example", "/"), (" //evil.example", "/"),
-    # control and format characters (NUL, DEL, bidi overrides, zero-width space)
-    ("/jobs\x00", "/"), ("/jobs\x7f", "/"), ("/jobs\u202e", "/"), ("/jobs\u200b", "/"), ("/%E2%80%AEjobs", "/"),
-    # encoded slashes and backslashes, once or twice
-    ("/%2Fevil.example", "/"), ("/%2fevil.example", "/"), ("/%5Cevil.example", "/"), ("/%252Fevil.example", "/"),
-    ("%2F%2Fevil.example", "/"), ("/%25252525252F", "/"),
-    # over the field's limit
-    ("/" + "a" * 5000, "/"),
-])
+@pytest.mark.parametrize(
+    "target, expected",
+    [
+        # paths of this site go through as they are
+        ("/jobs?q=a", "/jobs?q=a"),
+        ("/cluster", "/cluster"),
+        ("/job?id=a%2Fb&namespace=team-a", "/job?id=a%2Fb&namespace=team-a"),
+        ("/jobs?q=%C3%A9t%C3%A9", "/jobs?q=%C3%A9t%C3%A9"),
+        # nothing, or not a path
+        (None, "/"),
+        ("", "/"),
+        ("jobs", "/"),
+        ("evil.example/x", "/"),
+        # another host or scheme
+        ("https://evil.example/", "/"),
+        ("http://evil.example/", "/"),
+        ("javascript:alert(1)", "/"),
+        ("//evil.example/x", "/"),
+        ("///evil.example/x", "/"),
+        ("/\\evil.example", "/"),
+        ("\\\\evil.example", "/"),
+        ("/x\\..\\evil", "/"),
+        # browsers drop tabs and newlines: /<tab>/x is //x (the finding: /login?next=/%09/evil.example/phish)
+        ("/\t/evil.example/phish", "/"),
+        ("/%09/evil.example/phish", "/"),
+        ("\t//evil.example", "/"),
+        ("/\n/evil.example", "/"),
+        ("/%0a/evil.example", "/"),
+        ("/%0D%0A/evil.example", "/"),
+        (" //evil.example", "/"),
+        # control and format characters (NUL, DEL, bidi overrides, zero-width space)
+        ("/jobs\x00", "/"),
+        ("/jobs\x7f", "/"),
+        ("/jobs\u202e", "/"),
+        ("/jobs\u200b", "/"),
+        ("/%E2%80%AEjobs", "/"),
+        # encoded slashes and backslashes, once or twice
+        ("/%2Fevil.example", "/"),
+        ("/%2fevil.example", "/"),
+        ("/%5Cevil.example", "/"),
+        ("/%252Fevil.example", "/"),
+        ("%2F%2Fevil.example", "/"),
+        ("/%25252525252F", "/"),
+        # over the field's limit
+        ("/" + "a" * 5000, "/"),
+    ],
+)
 def test_after_login_only_a_path_of_this_site(target, expected):
     assert local_path(target) == expected
 
@@ -136,8 +166,7 @@ def test_closing_the_dashboard_stops_its_metrics_sampler_once():
     before = set(threading.enumerate())
     history = MetricsHistory(CollectorRegistry(), every_s=0.05).start()
     (sampler,) = [t for t in threading.enumerate() if t not in before and t.name == "dashboard-metrics"]
-    dashboard = Dashboard(node_id="n0", api_target="127.0.0.1:1", forward_security=None, tokens=None,
-                          history=history)
+    dashboard = Dashboard(node_id="n0", api_target="127.0.0.1:1", forward_security=None, tokens=None, history=history)
     dashboard.close()
     assert not sampler.is_alive(), "close joins the sampler thread"
     dashboard.close()  # the node's stop and the server's both close it: the second does nothing
@@ -159,8 +188,9 @@ def _visitor(token: Token | None, session_id: str = "") -> Visitor:
 TEAM_A_READER = Token("reader-a", "sha256:" + "0" * 64, Role.READ, frozenset({"team-a"}))
 
 
-@pytest.mark.parametrize("namespace, refused", [("team-a", False), ("team-b", True), ("", True), ("default", True),
-                                                ("Not A Name!", True)])
+@pytest.mark.parametrize(
+    "namespace, refused", [("team-a", False), ("team-b", True), ("", True), ("default", True), ("Not A Name!", True)]
+)
 def test_a_job_stream_is_refused_before_it_opens_when_the_api_would_refuse_it(namespace, refused):
     reason = watch_refusal(_visitor(TEAM_A_READER), namespace)
     assert (reason is not None) is refused, reason

@@ -9,25 +9,28 @@ import pytest
 
 from shardcron.dev.reaper import Reaper, stop_groups, watched
 
-IGNORES_SIGTERM = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); " \
-                  "time.sleep(600)"
+IGNORES_SIGTERM = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(600)"
+)
 
 
-@pytest.mark.parametrize("lines, listed", [
-    ([], []),
-    (["+10\n", "+11\n"], [10, 11]),
-    (["+10\n", "+11\n", "-10\n"], [11]),  # reaped by dev itself: its number may be reused, never signal it
-    (["+10\n", "-10\n", "+10\n"], [10]),
-    (["+10\n", "+10\n"], [10]),
-    (["+12", "garbage\n", "-\n", "+\n", "+-3\n", "+1x\n"], [12]),  # a torn last line or noise is ignored
-])
+@pytest.mark.parametrize(
+    "lines, listed",
+    [
+        ([], []),
+        (["+10\n", "+11\n"], [10, 11]),
+        (["+10\n", "+11\n", "-10\n"], [11]),  # reaped by dev itself: its number may be reused, never signal it
+        (["+10\n", "-10\n", "+10\n"], [10]),
+        (["+10\n", "+10\n"], [10]),
+        (["+12", "garbage\n", "-\n", "+\n", "+-3\n", "+1x\n"], [12]),  # a torn last line or noise is ignored
+    ],
+)
 def test_watched_keeps_what_was_added_and_not_reaped(lines, listed):
     assert watched(lines) == listed
 
 
 def group_leader(code: str) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout.readline().strip() == "ready"
     return proc
 

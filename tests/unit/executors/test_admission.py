@@ -57,18 +57,22 @@ def test_not_admissible(job_, field):
 
 # --- the minimum interval ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("schedule, minimum_ms, admitted", [
-    ({"every": "1ms"}, DEFAULT_MIN_INTERVAL_MS, False),
-    ({"every": "999ms"}, DEFAULT_MIN_INTERVAL_MS, False),
-    ({"every": "1s"}, DEFAULT_MIN_INTERVAL_MS, True),
-    ({"every": "1ms"}, 0, True),  # --min-interval 0: any interval
-    ({"every": "100ms"}, 100, True),
-    ({"cron": "* * * * * *"}, DEFAULT_MIN_INTERVAL_MS, True),
-    ({"cron": "* * * * * *"}, 2_000, False),
-    ({"cron": "*/5 * * * *"}, 600_000, False),  # 5 fields: every 5 min is below a 10 min minimum
-    ({"cron": "0 9 * * 1-5"}, 3_600_000, True),
-    ({"at": "2030-01-01T00:00:00Z"}, 3_600_000, True),  # a single run has no gap
-])
+
+@pytest.mark.parametrize(
+    "schedule, minimum_ms, admitted",
+    [
+        ({"every": "1ms"}, DEFAULT_MIN_INTERVAL_MS, False),
+        ({"every": "999ms"}, DEFAULT_MIN_INTERVAL_MS, False),
+        ({"every": "1s"}, DEFAULT_MIN_INTERVAL_MS, True),
+        ({"every": "1ms"}, 0, True),  # --min-interval 0: any interval
+        ({"every": "100ms"}, 100, True),
+        ({"cron": "* * * * * *"}, DEFAULT_MIN_INTERVAL_MS, True),
+        ({"cron": "* * * * * *"}, 2_000, False),
+        ({"cron": "*/5 * * * *"}, 600_000, False),  # 5 fields: every 5 min is below a 10 min minimum
+        ({"cron": "0 9 * * 1-5"}, 3_600_000, True),
+        ({"at": "2030-01-01T00:00:00Z"}, 3_600_000, True),  # a single run has no gap
+    ],
+)
 def test_min_interval(schedule, minimum_ms, admitted):
     j = job_from_dict({"id": "m", **schedule, "executor": {"kind": "noop"}})
     if admitted:

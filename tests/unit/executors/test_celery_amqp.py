@@ -21,20 +21,33 @@ TICK = TickContext(job_id="j", scheduled_at_ms=1_767_225_605_000, attempt=2, fen
 
 
 def test_amqp_headers_keep_the_jobs_own_and_never_let_it_forge_shardcrons():
-    spec = AmqpSpec(url="amqp://h/", routing_key="q", headers=(
-        ("X-Team", "billing"), ("x-shardcron-fence", "999"), ("X-SHARDCRON-NODE", "evil"), ("idempotency-KEY", "f"),
-    ))
+    spec = AmqpSpec(
+        url="amqp://h/",
+        routing_key="q",
+        headers=(
+            ("X-Team", "billing"),
+            ("x-shardcron-fence", "999"),
+            ("X-SHARDCRON-NODE", "evil"),
+            ("idempotency-KEY", "f"),
+        ),
+    )
     headers = amqp_executor.message_headers(spec, TICK)
     assert headers == {"X-Team": "billing", **tick_headers(TICK)}
 
 
-@pytest.mark.parametrize("url, expected, absent", [
-    ("redis://127.0.0.1:6379/0", {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}, "confirm_publish"),
-    ("rediss://h:6380/0", {"socket_timeout": 5.0}, "confirm_publish"),
-    ("amqp://guest:guest@h:5672//", {"confirm_publish": True, "read_timeout": 5.0, "write_timeout": 5.0},
-     "socket_timeout"),
-    ("pyamqp://h//", {"confirm_publish": True}, "socket_timeout"),
-])
+@pytest.mark.parametrize(
+    "url, expected, absent",
+    [
+        ("redis://127.0.0.1:6379/0", {"socket_timeout": 5.0, "socket_connect_timeout": 5.0}, "confirm_publish"),
+        ("rediss://h:6380/0", {"socket_timeout": 5.0}, "confirm_publish"),
+        (
+            "amqp://guest:guest@h:5672//",
+            {"confirm_publish": True, "read_timeout": 5.0, "write_timeout": 5.0},
+            "socket_timeout",
+        ),
+        ("pyamqp://h//", {"confirm_publish": True}, "socket_timeout"),
+    ],
+)
 def test_celery_transport_options_bound_every_wait_and_confirm_on_rabbitmq(url, expected, absent):
     options = celery_executor._transport_options(url, "n7")
     assert options["max_retries"] == 0  # one connect attempt: kombu would otherwise retry forever
@@ -47,13 +60,18 @@ def test_celery_names_its_rabbitmq_connections_after_the_node():
     assert options["client_properties"] == {"connection_name": "shardcron node n7 (celery)"}
 
 
-@pytest.mark.parametrize("exc, reason", [
-    (ConnectionLimitExceeded(10), "all 10 connections to the broker stayed busy"),
-    (ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"), "connection refused"),
-    (TimeoutError("timed out"), "no answer within 5s"),
-    (TypeError("Object of type set is not JSON serializable"),
-     "the task's arguments could not be sent: TypeError: Object of type set is not JSON serializable"),
-])
+@pytest.mark.parametrize(
+    "exc, reason",
+    [
+        (ConnectionLimitExceeded(10), "all 10 connections to the broker stayed busy"),
+        (ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"), "connection refused"),
+        (TimeoutError("timed out"), "no answer within 5s"),
+        (
+            TypeError("Object of type set is not JSON serializable"),
+            "the task's arguments could not be sent: TypeError: Object of type set is not JSON serializable",
+        ),
+    ],
+)
 def test_celery_failures_read_as_one_line(exc, reason):
     assert celery_executor._explain(exc) == reason
 
@@ -84,8 +102,9 @@ def test_amqp_connection_errors_read_as_one_line():
 def test_a_spec_without_settings_is_an_invalid_job_not_a_crash(kind):
     connections, loop = Connections(), LoopThread()
     try:
-        executor = (celery_executor.CeleryExecutor if kind is ExecutorKind.CELERY
-                    else amqp_executor.AmqpExecutor)(connections, loop)
+        executor = (celery_executor.CeleryExecutor if kind is ExecutorKind.CELERY else amqp_executor.AmqpExecutor)(
+            connections, loop
+        )
         result = executor.run(ExecutorSpec(kind), TICK, 5.0, threading.Event())
     finally:
         connections.close()

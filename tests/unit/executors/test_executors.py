@@ -256,15 +256,29 @@ def test_http_output_is_truncated_on_a_character_boundary(sink, http):
 def test_shell_environment(monkeypatch):
     monkeypatch.setenv("SHARDCRON_TEST_INHERITED", "yes")
     names = [
-        "SHARDCRON_JOB_ID", "SHARDCRON_SCHEDULED_AT", "SHARDCRON_SCHEDULED_AT_MS", "SHARDCRON_FENCE",
-        "SHARDCRON_ATTEMPT", "SHARDCRON_SHARD", "SHARDCRON_NODE_ID", "SHARDCRON_IDEMPOTENCY_KEY",
+        "SHARDCRON_JOB_ID",
+        "SHARDCRON_SCHEDULED_AT",
+        "SHARDCRON_SCHEDULED_AT_MS",
+        "SHARDCRON_FENCE",
+        "SHARDCRON_ATTEMPT",
+        "SHARDCRON_SHARD",
+        "SHARDCRON_NODE_ID",
+        "SHARDCRON_IDEMPOTENCY_KEY",
         "SHARDCRON_TEST_INHERITED",
     ]
     command = "".join(f'printf "%s\\n" "${name}"; ' for name in names)
     result = run(ShellExecutor(), shell_spec(command))
     assert result.ok, result.error
     assert result.output.splitlines() == [
-        "job-1", "2026-01-01T00:00:05.000Z", "1767225605000", "7", "2", "3", "node-a", "job-1:1767225605000", "yes",
+        "job-1",
+        "2026-01-01T00:00:05.000Z",
+        "1767225605000",
+        "7",
+        "2",
+        "3",
+        "node-a",
+        "job-1:1767225605000",
+        "yes",
     ]
 
 
@@ -329,8 +343,13 @@ def test_shell_cancel_kills_the_whole_process_group(tmp_path):
     pidfile = tmp_path / "child.pid"
     cancel = threading.Event()
     with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(run, ShellExecutor(), shell_spec(f"sleep 60 & echo $! > {pidfile}.tmp; "
-                                                              f"mv {pidfile}.tmp {pidfile}; wait"), 30.0, cancel)
+        future = pool.submit(
+            run,
+            ShellExecutor(),
+            shell_spec(f"sleep 60 & echo $! > {pidfile}.tmp; mv {pidfile}.tmp {pidfile}; wait"),
+            30.0,
+            cancel,
+        )
         assert wait_until(pidfile.exists, timeout=5)
         t0 = time.monotonic()
         cancel.set()
@@ -403,7 +422,10 @@ def test_describe_masks_secrets():
         secret_headers=("authorization",),
     )
     line = describe(spec)
-    assert line == "http POST https://bot:***@hooks.example/run?x=1 (headers: Authorization: ***, X-Env: prod; body: 2 bytes)"
+    assert (
+        line
+        == "http POST https://bot:***@hooks.example/run?x=1 (headers: Authorization: ***, X-Env: prod; body: 2 bytes)"
+    )
     assert "s3cret" not in line and "hunter2" not in line
     assert describe(shell_spec("set -e\n  backup   --full\n")) == "shell: set -e backup --full"
     assert describe(ExecutorSpec(ExecutorKind.NOOP)) == "noop"
@@ -415,7 +437,9 @@ def test_describe_masks_secrets():
 def test_devsink_main_prints_one_line_per_request(http):
     proc = subprocess.Popen(
         [sys.executable, "-m", "shardcron.dev.sink", "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         first = proc.stdout.readline()

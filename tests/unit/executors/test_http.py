@@ -14,8 +14,16 @@ from shardcron.model import HttpSpec, TickContext
 from shardcron.spec.headers import scrub_password
 
 CTX = TickContext(job_id="job-1", scheduled_at_ms=1_767_225_605_000, attempt=2, fence=7, shard=3, node_id="node-a")
-TICK_HEADERS = {"X-Shardcron-Job-Id", "X-Shardcron-Scheduled-At", "X-Shardcron-Scheduled-At-Ms", "X-Shardcron-Attempt",
-                "X-Shardcron-Fence", "X-Shardcron-Shard", "X-Shardcron-Node", "Idempotency-Key"}
+TICK_HEADERS = {
+    "X-Shardcron-Job-Id",
+    "X-Shardcron-Scheduled-At",
+    "X-Shardcron-Scheduled-At-Ms",
+    "X-Shardcron-Attempt",
+    "X-Shardcron-Fence",
+    "X-Shardcron-Shard",
+    "X-Shardcron-Node",
+    "Idempotency-Key",
+}
 
 
 @pytest.mark.parametrize(
@@ -51,7 +59,11 @@ def test_limits_are_bounded_by_the_jobs_timeout(total, connect, read, expected):
     assert limits == expected
     timeout = limits.as_httpx()
     assert (timeout.connect, timeout.read, timeout.write, timeout.pool) == (
-        expected.connect, expected.read, expected.total, expected.total)
+        expected.connect,
+        expected.read,
+        expected.total,
+        expected.total,
+    )
 
 
 @pytest.mark.parametrize(
@@ -100,16 +112,24 @@ def trace(*events: str) -> Phase:
     [
         ((), "waiting for a free connection to h:80"),
         (("connection.connect_tcp.started",), "connecting to h:80"),
-        (("connection.connect_tcp.started", "connection.connect_tcp.complete", "connection.start_tls.started"),
-         "in the TLS handshake with h:80"),
+        (
+            ("connection.connect_tcp.started", "connection.connect_tcp.complete", "connection.start_tls.started"),
+            "in the TLS handshake with h:80",
+        ),
         (("http11.send_request_headers.started",), "sending POST to h:80"),
         (("http2.send_connection_init.started",), "sending POST to h:80"),
-        (("http11.send_request_body.complete", "http11.receive_response_headers.started"),
-         "waiting for h:80 to answer POST"),
-        (("http2.receive_response_headers.started", "http2.receive_response_body.started"),
-         "reading the answer of h:80 to POST"),
-        (("http11.receive_response_headers.started", "http11.response_closed.started"),
-         "waiting for h:80 to answer POST"),  # an event that is not a phase changes nothing
+        (
+            ("http11.send_request_body.complete", "http11.receive_response_headers.started"),
+            "waiting for h:80 to answer POST",
+        ),
+        (
+            ("http2.receive_response_headers.started", "http2.receive_response_body.started"),
+            "reading the answer of h:80 to POST",
+        ),
+        (
+            ("http11.receive_response_headers.started", "http11.response_closed.started"),
+            "waiting for h:80 to answer POST",
+        ),  # an event that is not a phase changes nothing
     ],
 )
 def test_the_phase_follows_httpcores_trace_events(events, clause):
@@ -127,32 +147,70 @@ LIMITS = Limits(total=30.0, connect=5.0, read=30.0)
 @pytest.mark.parametrize(
     "exc, events, message",
     [
-        (httpx.ConnectTimeout("t"), ("connection.connect_tcp.started",),
-         "timed out after 5s (connect timeout) connecting to h:80"),
-        (httpx.ConnectTimeout("t"), ("connection.start_tls.started",),
-         "timed out after 5s (connect timeout) in the TLS handshake with h:80"),
-        (httpx.ReadTimeout("t"), ("http11.receive_response_headers.started",),
-         "timed out after 30s (the job's timeout) waiting for h:80 to answer POST"),
-        (httpx.ReadTimeout("t"), ("http11.receive_response_body.started",),
-         "timed out after 30s (the job's timeout) reading the answer of h:80 to POST"),
+        (
+            httpx.ConnectTimeout("t"),
+            ("connection.connect_tcp.started",),
+            "timed out after 5s (connect timeout) connecting to h:80",
+        ),
+        (
+            httpx.ConnectTimeout("t"),
+            ("connection.start_tls.started",),
+            "timed out after 5s (connect timeout) in the TLS handshake with h:80",
+        ),
+        (
+            httpx.ReadTimeout("t"),
+            ("http11.receive_response_headers.started",),
+            "timed out after 30s (the job's timeout) waiting for h:80 to answer POST",
+        ),
+        (
+            httpx.ReadTimeout("t"),
+            ("http11.receive_response_body.started",),
+            "timed out after 30s (the job's timeout) reading the answer of h:80 to POST",
+        ),
         (httpx.PoolTimeout("t"), (), "timed out after 30s (the job's timeout) waiting for a free connection to h:80"),
-        (caused(httpx.ConnectError("All connection attempts failed"),
-                caused(OSError("All connection attempts failed"), ConnectionRefusedError(111, "refused"))), (),
-         "connection refused by h:80"),
-        (caused(httpx.ConnectError("x"), socket.gaierror(-2, "Name or service not known")), (),
-         "DNS lookup failed for h:80: Name or service not known"),
-        (caused(httpx.ConnectError("x"), ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")), (),
-         "TLS error with h:80: [SSL: WRONG_VERSION_NUMBER] wrong version number"),
-        (caused(httpx.ReadError("x"), ConnectionResetError(104, "Connection reset by peer")), (),
-         "connection reset by h:80"),
-        (httpx.RemoteProtocolError("Server disconnected without sending a response."), (),
-         "h:80 closed the connection without answering"),
-        (httpx.RemoteProtocolError("illegal status line: bytearray(b'SSH-2.0')"), (),
-         "bad HTTP response from h:80: illegal status line: bytearray(b'SSH-2.0')"),
-        (httpx.UnsupportedProtocol("Request URL has an unsupported protocol 'ftp://'."), (),
-         "invalid request: Request URL has an unsupported protocol 'ftp://'."),
-        (caused(httpx.ConnectError("x"), OSError(101, "Network is unreachable")), (),
-         "request to h:80 failed: Network is unreachable"),
+        (
+            caused(
+                httpx.ConnectError("All connection attempts failed"),
+                caused(OSError("All connection attempts failed"), ConnectionRefusedError(111, "refused")),
+            ),
+            (),
+            "connection refused by h:80",
+        ),
+        (
+            caused(httpx.ConnectError("x"), socket.gaierror(-2, "Name or service not known")),
+            (),
+            "DNS lookup failed for h:80: Name or service not known",
+        ),
+        (
+            caused(httpx.ConnectError("x"), ssl.SSLError(1, "[SSL: WRONG_VERSION_NUMBER] wrong version number")),
+            (),
+            "TLS error with h:80: [SSL: WRONG_VERSION_NUMBER] wrong version number",
+        ),
+        (
+            caused(httpx.ReadError("x"), ConnectionResetError(104, "Connection reset by peer")),
+            (),
+            "connection reset by h:80",
+        ),
+        (
+            httpx.RemoteProtocolError("Server disconnected without sending a response."),
+            (),
+            "h:80 closed the connection without answering",
+        ),
+        (
+            httpx.RemoteProtocolError("illegal status line: bytearray(b'SSH-2.0')"),
+            (),
+            "bad HTTP response from h:80: illegal status line: bytearray(b'SSH-2.0')",
+        ),
+        (
+            httpx.UnsupportedProtocol("Request URL has an unsupported protocol 'ftp://'."),
+            (),
+            "invalid request: Request URL has an unsupported protocol 'ftp://'.",
+        ),
+        (
+            caused(httpx.ConnectError("x"), OSError(101, "Network is unreachable")),
+            (),
+            "request to h:80 failed: Network is unreachable",
+        ),
         (RuntimeError("boom"), (), "request to h:80 failed: RuntimeError: boom"),
     ],
 )
@@ -164,14 +222,16 @@ def test_a_read_limit_shorter_than_the_job_is_named_as_such():
     limits = Limits(total=30.0, connect=5.0, read=2.0)
     phase = trace("http11.receive_response_headers.started")
     assert explain(httpx.ReadTimeout("t"), limits, phase, "GET", "h:80") == (
-        "timed out after 2s (read timeout: no byte came) waiting for h:80 to answer GET")
+        "timed out after 2s (read timeout: no byte came) waiting for h:80 to answer GET"
+    )
 
 
 def test_explain_a_certificate_that_does_not_verify():
     error = ssl.SSLCertVerificationError(1, "certificate verify failed")
     error.verify_message = "self-signed certificate"
     assert explain(caused(httpx.ConnectError("x"), error), LIMITS, Phase(), "POST", "h:443") == (
-        "TLS certificate verification failed for h:443: self-signed certificate")
+        "TLS certificate verification failed for h:443: self-signed certificate"
+    )
 
 
 @pytest.mark.parametrize(

@@ -18,12 +18,15 @@ class _Lease:
         return self.held
 
 
-@pytest.mark.parametrize("stopped, lease_held, cancelled", [
-    (False, True, False),
-    (True, True, True),  # the shard was lost
-    (False, False, True),  # the lease can no longer be proven (a pause, a partition)
-    (True, False, True),
-])
+@pytest.mark.parametrize(
+    "stopped, lease_held, cancelled",
+    [
+        (False, True, False),
+        (True, True, True),  # the shard was lost
+        (False, False, True),  # the lease can no longer be proven (a pause, a partition)
+        (True, False, True),
+    ],
+)
 def test_cancel_is_the_shard_or_the_lease(stopped, lease_held, cancelled):
     stop = threading.Event()
     if stopped:

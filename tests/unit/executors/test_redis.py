@@ -37,13 +37,19 @@ def test_stream_fields_carry_the_tick_and_cannot_forge_it():
     assert fields["shardcron_idempotency_key"] == "report:1700000000000"
 
 
-@pytest.mark.parametrize("error, start", [
-    (ConnectionError("Error 111 connecting to h:1. Connection refused."), "cannot reach redis: Error 111"),
-    (TimeoutError("Timeout reading from socket"), "timed out: "),
-    (AuthenticationError("invalid username-password pair"), "authentication failed: "),
-    (ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"), "redis refused the command"),
-    (ValueError("bad"), "invalid job: bad"),
-])
+@pytest.mark.parametrize(
+    "error, start",
+    [
+        (ConnectionError("Error 111 connecting to h:1. Connection refused."), "cannot reach redis: Error 111"),
+        (TimeoutError("Timeout reading from socket"), "timed out: "),
+        (AuthenticationError("invalid username-password pair"), "authentication failed: "),
+        (
+            ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            "redis refused the command",
+        ),
+        (ValueError("bad"), "invalid job: bad"),
+    ],
+)
 def test_errors_read_as_one_line(error, start):
     assert redis_clients.explain(error).startswith(start)
 

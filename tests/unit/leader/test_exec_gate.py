@@ -54,11 +54,14 @@ def test_while_anything_waits_every_start_queues_even_with_a_slot_free():
 
 # Order of service: A floods first (6 waiting), then B arrives with 3; one slot, each served start ends
 # before the next. Fair: B's starts interleave by weight. First-come: B waits behind A's backlog.
-@pytest.mark.parametrize("fair, weights, order", [
-    pytest.param(True, {}, ["a0", "b0", "a1", "b1", "a2", "b2", "a3", "a4", "a5"], id="fair-equal-weights"),
-    pytest.param(True, {"b": 3.0}, ["b0", "b1", "a0", "b2", "a1", "a2", "a3", "a4", "a5"], id="fair-b-weight-3"),
-    pytest.param(False, {"b": 3.0}, ["a0", "a1", "a2", "a3", "a4", "a5", "b0", "b1", "b2"], id="first-come"),
-])
+@pytest.mark.parametrize(
+    "fair, weights, order",
+    [
+        pytest.param(True, {}, ["a0", "b0", "a1", "b1", "a2", "b2", "a3", "a4", "a5"], id="fair-equal-weights"),
+        pytest.param(True, {"b": 3.0}, ["b0", "b1", "a0", "b2", "a1", "a2", "a3", "a4", "a5"], id="fair-b-weight-3"),
+        pytest.param(False, {"b": 3.0}, ["a0", "a1", "a2", "a3", "a4", "a5", "b0", "b1", "b2"], id="first-come"),
+    ],
+)
 def test_order_of_service(fair, weights, order):
     gate = ExecGate(1, fair=fair)
     gate.set_settings({ns: NamespaceSettings(weight=w) for ns, w in weights.items()})
@@ -158,11 +161,14 @@ def test_flags_and_environment(monkeypatch):
     assert (cfg.executor_slots, cfg.fair_queuing) == (3, False)
 
 
-@pytest.mark.parametrize("argv, env, says", [
-    (["--executor-slots", "0"], {}, "--executor-slots: must be at least 1, got 0"),
-    (["--executor-slots", "many"], {}, "--executor-slots: expected a number, got 'many'"),
-    ([], {"SHARDCRON_FAIR_QUEUING": "maybe"}, "--fair-queuing: expected 'on' or 'off', got 'maybe'"),
-])
+@pytest.mark.parametrize(
+    "argv, env, says",
+    [
+        (["--executor-slots", "0"], {}, "--executor-slots: must be at least 1, got 0"),
+        (["--executor-slots", "many"], {}, "--executor-slots: expected a number, got 'many'"),
+        ([], {"SHARDCRON_FAIR_QUEUING": "maybe"}, "--fair-queuing: expected 'on' or 'off', got 'maybe'"),
+    ],
+)
 def test_bad_flags_are_named(argv, env, says, monkeypatch):
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -203,8 +209,9 @@ def test_a_flood_leaves_the_headroom_to_an_active_namespace_below_its_share(fair
     served = gate.next(0.6)
     assert (served is not None and served.item == "c1") is calm_at_once
     if fair:  # the flood's head is passed over, keeping its place and its tag
-        assert gate.running("calm") == 1 and gate.running("flood") == 95 and gate.waiting_by_namespace() == {
-            "flood": 105}
+        assert (
+            gate.running("calm") == 1 and gate.running("flood") == 95 and gate.waiting_by_namespace() == {"flood": 105}
+        )
 
 
 def test_the_headroom_goes_back_to_the_flood_once_the_calm_namespace_is_idle():

@@ -17,16 +17,19 @@ from shardcron.model import SlotRef
 from shardcron.rules.takeover import Dispatch
 
 
-@pytest.mark.parametrize("delays, max_ms, expected", [
-    ([], 5.0, 0.0),  # nothing known: no lead
-    ([1.0] * 19, 5.0, 0.0),  # fewer than MIN_SAMPLES
-    ([1.0] * 20, 5.0, 1.0),
-    ([0.1] * 95 + [9.0] * 5, 5.0, 5.0),  # the slowest 5% set the 95th percentile: capped at max
-    ([0.1] * 96 + [9.0] * 4, 5.0, 0.1),  # fewer than 5% slow: they are left to be late
-    ([float(i) / 10 for i in range(100)], 10.0, 9.5),  # the 95th of 100: the 96th smallest
-    ([-0.5] * 30, 5.0, 0.0),  # never negative
-    ([2.0] * 30, 0.0, 0.0),  # max 0: off
-])
+@pytest.mark.parametrize(
+    "delays, max_ms, expected",
+    [
+        ([], 5.0, 0.0),  # nothing known: no lead
+        ([1.0] * 19, 5.0, 0.0),  # fewer than MIN_SAMPLES
+        ([1.0] * 20, 5.0, 1.0),
+        ([0.1] * 95 + [9.0] * 5, 5.0, 5.0),  # the slowest 5% set the 95th percentile: capped at max
+        ([0.1] * 96 + [9.0] * 4, 5.0, 0.1),  # fewer than 5% slow: they are left to be late
+        ([float(i) / 10 for i in range(100)], 10.0, 9.5),  # the 95th of 100: the 96th smallest
+        ([-0.5] * 30, 5.0, 0.0),  # never negative
+        ([2.0] * 30, 0.0, 0.0),  # max 0: off
+    ],
+)
 def test_lead_is_a_high_quantile_of_recent_delays_within_bounds(delays, max_ms, expected):
     assert lead_for(delays, max_ms=max_ms) == pytest.approx(expected)
 
@@ -153,12 +156,15 @@ def test_the_start_lead_flag_defaults_to_5_ms_and_takes_0_to_turn_it_off(monkeyp
     assert node_settings().start_lead_max_ms == 2.5
 
 
-@pytest.mark.parametrize("value, says", [
-    ("-1", "--start-lead-max-ms: must be at least 0.0, got -1.0"),
-    ("25", "--start-lead-max-ms: must be at most 20.0, got 25.0"),
-    ("nan", "--start-lead-max-ms: must be at most 20.0, got nan"),
-    ("soon", "--start-lead-max-ms: expected a number, got 'soon'"),
-])
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        ("-1", "--start-lead-max-ms: must be at least 0.0, got -1.0"),
+        ("25", "--start-lead-max-ms: must be at most 20.0, got 25.0"),
+        ("nan", "--start-lead-max-ms: must be at most 20.0, got nan"),
+        ("soon", "--start-lead-max-ms: expected a number, got 'soon'"),
+    ],
+)
 def test_a_bad_start_lead_is_named(value, says):
     with pytest.raises(ConfigError) as err:
         node_settings("--start-lead-max-ms", value)

@@ -22,19 +22,25 @@ class Rows:
         return n
 
 
-@pytest.mark.parametrize("rows", [
-    pytest.param(0, id="nothing-to-do"),
-    pytest.param(99, id="fewer-than-a-batch"),
-    pytest.param(100, id="a-full-batch-asks-again"),
-    pytest.param(50_000, id="many-batches"),
-])
+@pytest.mark.parametrize(
+    "rows",
+    [
+        pytest.param(0, id="nothing-to-do"),
+        pytest.param(99, id="fewer-than-a-batch"),
+        pytest.param(100, id="a-full-batch-asks-again"),
+        pytest.param(50_000, id="many-batches"),
+    ],
+)
 def test_runs_until_a_batch_comes_back_short(rows):
     r = Rows(rows)
     deleted, size = in_batches(r.batch, size=100, keep_going=lambda: True, rest=lambda s: False)
     assert (deleted, r.left) == (rows, 0)
     assert r.got[:-1] == r.limits[:-1] and r.got[-1] < r.limits[-1]  # it stopped at the first short batch
     # Sizes are steered by time: at most doubled, never outside the bounds (a stall may shrink them).
-    assert all(MIN_DELETE_BATCH <= b <= min(2 * a, MAX_DELETE_BATCH) for a, b in zip(r.limits, r.limits[1:] + [size], strict=True))
+    assert all(
+        MIN_DELETE_BATCH <= b <= min(2 * a, MAX_DELETE_BATCH)
+        for a, b in zip(r.limits, r.limits[1:] + [size], strict=True)
+    )
 
 
 def test_stops_when_told_between_batches():
@@ -47,6 +53,11 @@ def test_stops_when_told_between_batches():
 
 def test_waits_for_starts_before_every_batch():
     r, waited = Rows(250), []
-    in_batches(r.batch, size=100, keep_going=lambda: True, rest=lambda s: False,
-               before_batch=lambda: waited.append(len(r.limits)))
+    in_batches(
+        r.batch,
+        size=100,
+        keep_going=lambda: True,
+        rest=lambda s: False,
+        before_batch=lambda: waited.append(len(r.limits)),
+    )
     assert waited == [0, 1]  # before the first batch and before the second (the second came back short)

@@ -17,10 +17,13 @@ def test_the_thread_goes_under_sched_fifo_at_the_lowest_realtime_priority():
     assert calls == [(4242, os.SCHED_FIFO, REALTIME_PRIORITY)] and REALTIME_PRIORITY == 1
 
 
-@pytest.mark.parametrize("error, says", [
-    (PermissionError(errno.EPERM, "Operation not permitted"), "needs CAP_SYS_NICE"),
-    (OSError(errno.EINVAL, "Invalid argument"), "SCHED_FIFO refused (Invalid argument)"),
-])
+@pytest.mark.parametrize(
+    "error, says",
+    [
+        (PermissionError(errno.EPERM, "Operation not permitted"), "needs CAP_SYS_NICE"),
+        (OSError(errno.EINVAL, "Invalid argument"), "SCHED_FIFO refused (Invalid argument)"),
+    ],
+)
 def test_a_refusal_is_a_config_error_that_says_why(error, says):
     def refuse(*_):
         raise error

@@ -27,8 +27,9 @@ MIN = 60_000
 
 
 T0 = ms("2026-01-05T08:00Z")  # a Monday; Lisbon is on UTC in January
-OFFICE = parse_calendar("office", {"timezone": "Europe/Lisbon", "windows": {"mon-fri": "09:00-18:00"},
-                                   "exclude_dates": ["2026-01-06"]})
+OFFICE = parse_calendar(
+    "office", {"timezone": "Europe/Lisbon", "windows": {"mon-fri": "09:00-18:00"}, "exclude_dates": ["2026-01-06"]}
+)
 NO_11 = parse_calendar("no-11", {"exclude_ranges": [{"from": "2026-01-05T11:00Z", "to": "2026-01-05T12:00Z"}]})
 HOURLY = IntervalTrigger(3_600_000)
 
@@ -40,26 +41,70 @@ def hours(*hh: int, day: str = "2026-01-05") -> list[int]:
 @pytest.mark.parametrize(
     "trigger, calendars, start, end, recorded, expected",
     [
-        pytest.param(HOURLY, [], "2026-01-05T08:00Z", "2026-01-05T12:00Z", [], hours(8, 9, 10, 11),
-                     id="from-inclusive-to-exclusive"),
-        pytest.param(HOURLY, [], "2026-01-05T08:00Z", "2026-01-05T12:00Z", hours(9, 11), hours(8, 10),
-                     id="recorded-are-not-owed"),
-        pytest.param(HOURLY, [], "2026-01-05T07:59:59.999Z", "2026-01-05T08:00:00.001Z", [], hours(8),
-                     id="tight-range"),
-        pytest.param(HOURLY, [OFFICE], "2026-01-05T00:00Z", "2026-01-05T23:59Z", [], hours(*range(9, 18)),
-                     id="business-hours-only"),
-        pytest.param(HOURLY, [OFFICE], "2026-01-05T00:00Z", "2026-01-07T10:00Z", hours(10, 12),
-                     hours(9, 11, 13, 14, 15, 16, 17) + hours(9, day="2026-01-07"),
-                     id="recorded-and-holiday-and-night"),
-        pytest.param(HOURLY, [OFFICE, NO_11], "2026-01-05T00:00Z", "2026-01-05T14:00Z", [], hours(9, 10, 12, 13),
-                     id="two-calendars"),
-        pytest.param(CronTrigger("0 9 * * *", "Europe/Lisbon"), [OFFICE], "2026-01-01T00:00Z", "2026-01-10T00:00Z",
-                     hours(9, day="2026-01-08"),
-                     hours(9, day="2026-01-01") + hours(9, day="2026-01-02") + hours(9, day="2026-01-05")
-                     + hours(9, day="2026-01-07") + hours(9, day="2026-01-09"),
-                     id="daily-cron-weekdays-minus-holiday-minus-recorded"),
-        pytest.param(OnceTrigger(ms("2026-01-05T09:30Z")), [OFFICE], "2026-01-05T00:00Z", "2026-01-06T00:00Z", [],
-                     [ms("2026-01-05T09:30Z")], id="once"),
+        pytest.param(
+            HOURLY,
+            [],
+            "2026-01-05T08:00Z",
+            "2026-01-05T12:00Z",
+            [],
+            hours(8, 9, 10, 11),
+            id="from-inclusive-to-exclusive",
+        ),
+        pytest.param(
+            HOURLY, [], "2026-01-05T08:00Z", "2026-01-05T12:00Z", hours(9, 11), hours(8, 10), id="recorded-are-not-owed"
+        ),
+        pytest.param(
+            HOURLY, [], "2026-01-05T07:59:59.999Z", "2026-01-05T08:00:00.001Z", [], hours(8), id="tight-range"
+        ),
+        pytest.param(
+            HOURLY,
+            [OFFICE],
+            "2026-01-05T00:00Z",
+            "2026-01-05T23:59Z",
+            [],
+            hours(*range(9, 18)),
+            id="business-hours-only",
+        ),
+        pytest.param(
+            HOURLY,
+            [OFFICE],
+            "2026-01-05T00:00Z",
+            "2026-01-07T10:00Z",
+            hours(10, 12),
+            hours(9, 11, 13, 14, 15, 16, 17) + hours(9, day="2026-01-07"),
+            id="recorded-and-holiday-and-night",
+        ),
+        pytest.param(
+            HOURLY,
+            [OFFICE, NO_11],
+            "2026-01-05T00:00Z",
+            "2026-01-05T14:00Z",
+            [],
+            hours(9, 10, 12, 13),
+            id="two-calendars",
+        ),
+        pytest.param(
+            CronTrigger("0 9 * * *", "Europe/Lisbon"),
+            [OFFICE],
+            "2026-01-01T00:00Z",
+            "2026-01-10T00:00Z",
+            hours(9, day="2026-01-08"),
+            hours(9, day="2026-01-01")
+            + hours(9, day="2026-01-02")
+            + hours(9, day="2026-01-05")
+            + hours(9, day="2026-01-07")
+            + hours(9, day="2026-01-09"),
+            id="daily-cron-weekdays-minus-holiday-minus-recorded",
+        ),
+        pytest.param(
+            OnceTrigger(ms("2026-01-05T09:30Z")),
+            [OFFICE],
+            "2026-01-05T00:00Z",
+            "2026-01-06T00:00Z",
+            [],
+            [ms("2026-01-05T09:30Z")],
+            id="once",
+        ),
         pytest.param(HOURLY, [OFFICE], "2026-01-06T00:00Z", "2026-01-07T00:00Z", [], [], id="all-excluded"),
         pytest.param(HOURLY, [], "2026-01-05T08:00Z", "2026-01-05T12:00Z", hours(8, 9, 10, 11), [], id="all-recorded"),
     ],
@@ -84,6 +129,7 @@ def test_excluded_stretches_are_jumped_not_walked():
 
 
 # --- pages -------------------------------------------------------------------------------
+
 
 def test_pages_cover_the_owed_slots_once_in_order():
     req = validate_backfill(HOURLY, ms("2026-01-05T00:00Z"), ms("2026-01-09T00:00Z"), 10, batch_size=4)
@@ -126,6 +172,7 @@ def test_page_cursor(batch, owed, cursor):
 
 # --- validation ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "kwargs, field, shown",
     [
@@ -140,10 +187,18 @@ def test_page_cursor(batch, owed, cursor):
         pytest.param({"batch_size": 0}, "--batch", "0", id="zero-batch"),
         pytest.param({"batch_size": 10_001}, "--batch", "10001", id="huge-batch"),
         pytest.param({"overlap": "sometimes"}, "--overlap", "'sometimes'", id="bad-overlap"),
-        pytest.param({"trigger": IntervalTrigger(1_000), "to_ms": T0 + 1_000_001_000}, "--from/--to",
-                     "more than 1,000,000 slots", id="too-many-slots"),
-        pytest.param({"trigger": CronTrigger("* * * * * *", "UTC"), "to_ms": T0 + 21_000, "max_slots": 20},
-                     "--from/--to", "more than 20 slots", id="too-many-cron-slots"),
+        pytest.param(
+            {"trigger": IntervalTrigger(1_000), "to_ms": T0 + 1_000_001_000},
+            "--from/--to",
+            "more than 1,000,000 slots",
+            id="too-many-slots",
+        ),
+        pytest.param(
+            {"trigger": CronTrigger("* * * * * *", "UTC"), "to_ms": T0 + 21_000, "max_slots": 20},
+            "--from/--to",
+            "more than 20 slots",
+            id="too-many-cron-slots",
+        ),
     ],
 )
 def test_validation_names_the_option(kwargs, field, shown):
@@ -155,8 +210,9 @@ def test_validation_names_the_option(kwargs, field, shown):
 
 
 def test_validation_accepts_the_limit_exactly():
-    req = validate_backfill(IntervalTrigger(1_000), T0, T0 + MAX_BACKFILL_SLOTS * 1_000, 100,
-                            batch_size=500, overlap="ALLOW")
+    req = validate_backfill(
+        IntervalTrigger(1_000), T0, T0 + MAX_BACKFILL_SLOTS * 1_000, 100, batch_size=500, overlap="ALLOW"
+    )
     assert req.slot_count == MAX_BACKFILL_SLOTS and req.overlap is Overlap.ALLOW and req.batch_size == 500
 
 
@@ -176,15 +232,20 @@ def test_count_slots(trigger, start, end, expected):
 
 
 @settings(max_examples=100, deadline=None)
-@given(interval=st.integers(1, 10_000), anchor=st.integers(-10_000, 10_000), start=st.integers(-50_000, 50_000),
-       length=st.integers(0, 50_000))
+@given(
+    interval=st.integers(1, 10_000),
+    anchor=st.integers(-10_000, 10_000),
+    start=st.integers(-50_000, 50_000),
+    length=st.integers(0, 50_000),
+)
 def test_count_slots_arithmetic_matches_the_walk(interval, anchor, start, length):
     class Opaque:  # the same slots, but not an IntervalTrigger: counted by walking
         next_after = IntervalTrigger(interval, anchor).next_after
 
     cap = 100_000
-    assert count_slots(IntervalTrigger(interval, anchor), start, start + length, cap) == \
-        count_slots(Opaque(), start, start + length, cap)
+    assert count_slots(IntervalTrigger(interval, anchor), start, start + length, cap) == count_slots(
+        Opaque(), start, start + length, cap
+    )
 
 
 @pytest.mark.parametrize(
@@ -202,13 +263,15 @@ def test_parse_rate_refuses(text):
     assert err.value.field == "--rate"
 
 
-@pytest.mark.parametrize("text, expected", [("skip", Overlap.SKIP), ("Allow", Overlap.ALLOW),
-                                            (Overlap.ALLOW, Overlap.ALLOW)])
+@pytest.mark.parametrize(
+    "text, expected", [("skip", Overlap.SKIP), ("Allow", Overlap.ALLOW), (Overlap.ALLOW, Overlap.ALLOW)]
+)
 def test_parse_overlap(text, expected):
     assert parse_overlap(text) is expected
 
 
 # --- pace and overlap -------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "index, rate, expected",

@@ -29,33 +29,41 @@ def utc(slot: int | None) -> str | None:
 
 
 CALENDARS = {
-    "office": parse_calendar("office", {
-        "timezone": "Europe/Lisbon",
-        "windows": {"mon-fri": "09:00-18:00", "sat": "10:00-12:00"},
-        "exclude_dates": ["2026-12-25"],
-        "exclude_ranges": [{"from": "2026-11-24T10:00:00+00:00", "to": "2026-11-24T12:00:00Z"}],
-    }),
-    "ny-holidays": parse_calendar("ny-holidays", {
-        "timezone": "America/New_York", "exclude_dates": ["2026-07-04", "2026-03-08"]}),
+    "office": parse_calendar(
+        "office",
+        {
+            "timezone": "Europe/Lisbon",
+            "windows": {"mon-fri": "09:00-18:00", "sat": "10:00-12:00"},
+            "exclude_dates": ["2026-12-25"],
+            "exclude_ranges": [{"from": "2026-11-24T10:00:00+00:00", "to": "2026-11-24T12:00:00Z"}],
+        },
+    ),
+    "ny-holidays": parse_calendar(
+        "ny-holidays", {"timezone": "America/New_York", "exclude_dates": ["2026-07-04", "2026-03-08"]}
+    ),
     "pt-holidays": parse_calendar("pt-holidays", {"timezone": "Europe/Lisbon", "exclude_dates": ["2026-10-25"]}),
     "night": parse_calendar("night", {"windows": {"fri": "22:00-02:00"}}),
     # Windows on DST days (the module docstring's rules)
     "ny-sun-01-03": parse_calendar("ny-sun-01-03", {"timezone": "America/New_York", "windows": {"sun": "01:00-03:00"}}),
-    "ny-sun-0200-0230": parse_calendar("ny-sun-0200-0230", {
-        "timezone": "America/New_York", "windows": {"sun": "02:00-02:30"}}),
+    "ny-sun-0200-0230": parse_calendar(
+        "ny-sun-0200-0230", {"timezone": "America/New_York", "windows": {"sun": "02:00-02:30"}}
+    ),
     "ny-sun-01-02": parse_calendar("ny-sun-01-02", {"timezone": "America/New_York", "windows": {"sun": "01:00-02:00"}}),
-    "ny-sun-0130-03": parse_calendar("ny-sun-0130-03", {
-        "timezone": "America/New_York", "windows": {"sun": "01:30-03:00"}}),
+    "ny-sun-0130-03": parse_calendar(
+        "ny-sun-0130-03", {"timezone": "America/New_York", "windows": {"sun": "01:30-03:00"}}
+    ),
     "lis-sun-01-03": parse_calendar("lis-sun-01-03", {"timezone": "Europe/Lisbon", "windows": {"sun": "01:00-03:00"}}),
     "lis-sun-01-02": parse_calendar("lis-sun-01-02", {"timezone": "Europe/Lisbon", "windows": {"sun": "01:00-02:00"}}),
-    "lis-sun-0130-0230": parse_calendar("lis-sun-0130-0230", {
-        "timezone": "Europe/Lisbon", "windows": {"sun": "01:30-02:30"}}),
+    "lis-sun-0130-0230": parse_calendar(
+        "lis-sun-0130-0230", {"timezone": "Europe/Lisbon", "windows": {"sun": "01:30-02:30"}}
+    ),
 }
 
 OFFICE_MON = "outside business hours Mon 09:00-18:00 Europe/Lisbon (calendar 'office')"
 
 
 # --- allows / why_excluded ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "calendar, at, reason",
@@ -69,48 +77,100 @@ OFFICE_MON = "outside business hours Mon 09:00-18:00 Europe/Lisbon (calendar 'of
         pytest.param("office", "2026-07-06T07:59:59.999Z", OFFICE_MON, id="summer-before-opening"),
         pytest.param("office", "2026-07-06T17:00Z", OFFICE_MON, id="summer-1800-west-is-1700z"),
         pytest.param("office", "2026-01-10T10:30Z", None, id="sat-window"),
-        pytest.param("office", "2026-01-10T12:00Z",
-                     "outside business hours Sat 10:00-12:00 Europe/Lisbon (calendar 'office')", id="sat-after"),
-        pytest.param("office", "2026-01-11T10:30Z",
-                     "outside business hours Sun (no window) Europe/Lisbon (calendar 'office')", id="sun-closed"),
+        pytest.param(
+            "office",
+            "2026-01-10T12:00Z",
+            "outside business hours Sat 10:00-12:00 Europe/Lisbon (calendar 'office')",
+            id="sat-after",
+        ),
+        pytest.param(
+            "office",
+            "2026-01-11T10:30Z",
+            "outside business hours Sun (no window) Europe/Lisbon (calendar 'office')",
+            id="sun-closed",
+        ),
         # holidays beat hours; ranges beat holidays
         pytest.param("office", "2026-12-25T10:00Z", "holiday 2026-12-25 (calendar 'office')", id="holiday-in-hours"),
         pytest.param("office", "2026-12-25T20:00Z", "holiday 2026-12-25 (calendar 'office')", id="holiday-after-hours"),
-        pytest.param("office", "2026-11-24T10:00Z",
-                     "excluded range 2026-11-24T10:00:00Z..2026-11-24T12:00:00Z (calendar 'office')", id="range-start"),
-        pytest.param("office", "2026-11-24T11:59:59.999Z",
-                     "excluded range 2026-11-24T10:00:00Z..2026-11-24T12:00:00Z (calendar 'office')", id="range-last-ms"),
+        pytest.param(
+            "office",
+            "2026-11-24T10:00Z",
+            "excluded range 2026-11-24T10:00:00Z..2026-11-24T12:00:00Z (calendar 'office')",
+            id="range-start",
+        ),
+        pytest.param(
+            "office",
+            "2026-11-24T11:59:59.999Z",
+            "excluded range 2026-11-24T10:00:00Z..2026-11-24T12:00:00Z (calendar 'office')",
+            id="range-last-ms",
+        ),
         pytest.param("office", "2026-11-24T12:00Z", None, id="range-end-exclusive"),
         pytest.param("office", "2026-11-24T09:59:59.999Z", None, id="range-before"),
         # a holiday is a LOCAL day: 4 July in New York is 04:00Z to 04:00Z
         pytest.param("ny-holidays", "2026-07-04T03:59:59.999Z", None, id="ny-eve-local"),
-        pytest.param("ny-holidays", "2026-07-04T04:00Z", "holiday 2026-07-04 (calendar 'ny-holidays')",
-                     id="ny-holiday-starts-at-local-midnight"),
-        pytest.param("ny-holidays", "2026-07-05T03:59:59.999Z", "holiday 2026-07-04 (calendar 'ny-holidays')",
-                     id="ny-holiday-last-ms"),
+        pytest.param(
+            "ny-holidays",
+            "2026-07-04T04:00Z",
+            "holiday 2026-07-04 (calendar 'ny-holidays')",
+            id="ny-holiday-starts-at-local-midnight",
+        ),
+        pytest.param(
+            "ny-holidays",
+            "2026-07-05T03:59:59.999Z",
+            "holiday 2026-07-04 (calendar 'ny-holidays')",
+            id="ny-holiday-last-ms",
+        ),
         pytest.param("ny-holidays", "2026-07-05T04:00Z", None, id="ny-holiday-over"),
         # a holiday on a DST day lasts 23 (New York, spring) or 25 (Lisbon, autumn) real hours
         pytest.param("ny-holidays", "2026-03-08T04:59:59.999Z", None, id="ny-spring-holiday-before"),
-        pytest.param("ny-holidays", "2026-03-08T05:00Z", "holiday 2026-03-08 (calendar 'ny-holidays')",
-                     id="ny-spring-holiday-0000-est"),
-        pytest.param("ny-holidays", "2026-03-09T03:59:59.999Z", "holiday 2026-03-08 (calendar 'ny-holidays')",
-                     id="ny-spring-holiday-2359-edt"),
+        pytest.param(
+            "ny-holidays",
+            "2026-03-08T05:00Z",
+            "holiday 2026-03-08 (calendar 'ny-holidays')",
+            id="ny-spring-holiday-0000-est",
+        ),
+        pytest.param(
+            "ny-holidays",
+            "2026-03-09T03:59:59.999Z",
+            "holiday 2026-03-08 (calendar 'ny-holidays')",
+            id="ny-spring-holiday-2359-edt",
+        ),
         pytest.param("ny-holidays", "2026-03-09T04:00Z", None, id="ny-spring-holiday-23h-later"),
         pytest.param("pt-holidays", "2026-10-24T22:59:59.999Z", None, id="lis-fall-holiday-before"),
-        pytest.param("pt-holidays", "2026-10-24T23:00Z", "holiday 2026-10-25 (calendar 'pt-holidays')",
-                     id="lis-fall-holiday-0000-west"),
-        pytest.param("pt-holidays", "2026-10-25T23:59:59.999Z", "holiday 2026-10-25 (calendar 'pt-holidays')",
-                     id="lis-fall-holiday-2359-wet"),
+        pytest.param(
+            "pt-holidays",
+            "2026-10-24T23:00Z",
+            "holiday 2026-10-25 (calendar 'pt-holidays')",
+            id="lis-fall-holiday-0000-west",
+        ),
+        pytest.param(
+            "pt-holidays",
+            "2026-10-25T23:59:59.999Z",
+            "holiday 2026-10-25 (calendar 'pt-holidays')",
+            id="lis-fall-holiday-2359-wet",
+        ),
         pytest.param("pt-holidays", "2026-10-26T00:00Z", None, id="lis-fall-holiday-25h-later"),
         # a window crossing midnight belongs to the day it starts on
         pytest.param("night", "2026-01-09T22:00Z", None, id="night-fri-2200"),
         pytest.param("night", "2026-01-10T01:59:59.999Z", None, id="night-sat-0159"),
-        pytest.param("night", "2026-01-10T02:00Z", "outside business hours Sat 00:00-02:00 UTC (calendar 'night')",
-                     id="night-sat-0200"),
-        pytest.param("night", "2026-01-09T21:59:59.999Z",
-                     "outside business hours Fri 22:00-24:00 UTC (calendar 'night')", id="night-fri-before"),
-        pytest.param("night", "2026-01-08T23:00Z", "outside business hours Thu (no window) UTC (calendar 'night')",
-                     id="night-thu"),
+        pytest.param(
+            "night",
+            "2026-01-10T02:00Z",
+            "outside business hours Sat 00:00-02:00 UTC (calendar 'night')",
+            id="night-sat-0200",
+        ),
+        pytest.param(
+            "night",
+            "2026-01-09T21:59:59.999Z",
+            "outside business hours Fri 22:00-24:00 UTC (calendar 'night')",
+            id="night-fri-before",
+        ),
+        pytest.param(
+            "night",
+            "2026-01-08T23:00Z",
+            "outside business hours Thu (no window) UTC (calendar 'night')",
+            id="night-thu",
+        ),
     ],
 )
 def test_why_excluded(calendar, at, reason):
@@ -182,6 +242,7 @@ def test_dst_windows(calendar, at, allowed):
 
 # --- next_allowed_instant -----------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "calendar, start, expected",
     [
@@ -189,7 +250,9 @@ def test_dst_windows(calendar, at, allowed):
         pytest.param("ny-sun-01-03", "2026-03-08T06:30Z", "2026-03-08T06:30:00.000Z", id="inside-is-itself"),
         pytest.param("ny-sun-01-03", "2026-03-08T07:00Z", "2026-03-15T05:00:00.000Z", id="ny-spring-next-week-edt"),
         pytest.param("ny-sun-0200-0230", "2026-03-08T00:00Z", "2026-03-15T06:00:00.000Z", id="ny-gap-window-empty"),
-        pytest.param("lis-sun-01-03", "2026-03-28T23:00Z", "2026-03-29T01:00:00.000Z", id="lis-spring-opens-at-transition"),
+        pytest.param(
+            "lis-sun-01-03", "2026-03-28T23:00Z", "2026-03-29T01:00:00.000Z", id="lis-spring-opens-at-transition"
+        ),
         pytest.param("lis-sun-01-03", "2026-03-29T00:59:59.999Z", "2026-03-29T01:00:00.000Z", id="lis-spring-last-ms"),
         pytest.param("ny-sun-0130-03", "2026-11-01T04:00Z", "2026-11-01T05:30:00.000Z", id="ny-fall-first-pass"),
         pytest.param("ny-sun-0130-03", "2026-11-01T06:00Z", "2026-11-01T06:30:00.000Z", id="ny-fall-second-pass"),
@@ -211,18 +274,26 @@ def test_next_allowed_instant(calendar, start, expected):
 
 
 def test_range_ending_on_a_holiday_moves_on_to_the_next_day():
-    cal = parse_calendar("c", {"exclude_dates": ["2026-05-02"],
-                               "exclude_ranges": [{"from": "2026-05-01T00:00Z", "to": "2026-05-02T06:00Z"}]})
+    cal = parse_calendar(
+        "c",
+        {"exclude_dates": ["2026-05-02"], "exclude_ranges": [{"from": "2026-05-01T00:00Z", "to": "2026-05-02T06:00Z"}]},
+    )
     assert utc(cal.next_allowed_instant(ms("2026-05-01T10:00Z"))) == "2026-05-03T00:00:00.000Z"
 
 
 @pytest.mark.parametrize(
     "mapping",
     [
-        pytest.param({"exclude_ranges": [{"from": "2026-01-01T00:00Z", "to": "2036-01-01T00:00Z"}]}, id="ten-year-range"),
-        pytest.param({"windows": {"mon": "09:00-10:00"},
-                      "exclude_dates": [str(date(2026, 1, 1) + timedelta(days=k)) for k in range(6 * 366)]},
-                     id="every-day-a-holiday"),
+        pytest.param(
+            {"exclude_ranges": [{"from": "2026-01-01T00:00Z", "to": "2036-01-01T00:00Z"}]}, id="ten-year-range"
+        ),
+        pytest.param(
+            {
+                "windows": {"mon": "09:00-10:00"},
+                "exclude_dates": [str(date(2026, 1, 1) + timedelta(days=k)) for k in range(6 * 366)],
+            },
+            id="every-day-a-holiday",
+        ),
     ],
 )
 def test_nothing_allowed_within_the_horizon_is_none(mapping):
@@ -232,14 +303,22 @@ def test_nothing_allowed_within_the_horizon_is_none(mapping):
 def test_until_bounds_the_search():
     cal = CALENDARS["office"]
     assert cal.next_allowed_instant(ms("2026-01-10T12:00Z"), until_ms=ms("2026-01-12T08:59:59.999Z")) is None
-    assert cal.next_allowed_instant(ms("2026-01-10T12:00Z"), until_ms=ms("2026-01-12T09:00Z")) == ms("2026-01-12T09:00Z")
+    assert cal.next_allowed_instant(ms("2026-01-10T12:00Z"), until_ms=ms("2026-01-12T09:00Z")) == ms(
+        "2026-01-12T09:00Z"
+    )
 
 
 # Property: the answer is allowed, and no minute boundary before it is (every opening of
 # these calendars falls on a whole minute: window starts, transitions, range ends).
 PROPERTY_CALENDARS = sorted(CALENDARS)
-_AROUND = [ms("2026-03-07T12:00Z"), ms("2026-03-28T12:00Z"), ms("2026-10-24T12:00Z"), ms("2026-10-31T12:00Z"),
-           ms("2026-12-23T00:00Z"), ms("2026-11-23T00:00Z")]
+_AROUND = [
+    ms("2026-03-07T12:00Z"),
+    ms("2026-03-28T12:00Z"),
+    ms("2026-10-24T12:00Z"),
+    ms("2026-10-31T12:00Z"),
+    ms("2026-12-23T00:00Z"),
+    ms("2026-11-23T00:00Z"),
+]
 starts = st.one_of(
     st.builds(lambda base, d: base + d, st.sampled_from(_AROUND), st.integers(0, 2 * DAY_MS)),
     st.integers(ms("2020-01-01T00:00Z"), ms("2040-01-01T00:00Z")),
@@ -268,8 +347,7 @@ def test_allowed_by_all_and_first_exclusion_in_order():
     at = ms("2026-10-25T10:00Z")  # a Sunday and a holiday: the first calendar names it
     assert not allowed_by_all(cals, at)
     assert first_exclusion(cals, at) == "holiday 2026-10-25 (calendar 'pt-holidays')"
-    assert first_exclusion(cals[::-1], at) == \
-        "outside business hours Sun (no window) Europe/Lisbon (calendar 'office')"
+    assert first_exclusion(cals[::-1], at) == "outside business hours Sun (no window) Europe/Lisbon (calendar 'office')"
     assert allowed_by_all(cals, ms("2026-10-26T10:00Z")) and first_exclusion(cals, ms("2026-10-26T10:00Z")) is None
     assert allowed_by_all([], 0)
 
@@ -277,30 +355,86 @@ def test_allowed_by_all_and_first_exclusion_in_order():
 @pytest.mark.parametrize(
     "trigger, calendars, after, slot, skipped, reason, max_calls",
     [
-        pytest.param(IntervalTrigger(1_000), ["office"], "2026-01-05T17:59:59.999Z", "2026-01-06T09:00:00.000Z",
-                     "2026-01-05T18:00:00.000Z", OFFICE_MON, 2, id="every-second-jumps-15-hours"),
-        pytest.param(IntervalTrigger(1_000), ["office"], "2026-01-05T12:00Z", "2026-01-05T12:00:01.000Z",
-                     None, None, 1, id="allowed-at-once"),
-        pytest.param(IntervalTrigger(1_000), ["office"], "2026-12-24T17:59:59.999Z", "2026-12-26T10:00:00.000Z",
-                     "2026-12-24T18:00:00.000Z",
-                     "outside business hours Thu 09:00-18:00 Europe/Lisbon (calendar 'office')", 2,
-                     id="over-a-holiday-the-first-reason-is-kept"),
-        pytest.param(CronTrigger("0 * * * *", "Europe/Lisbon"), ["office"], "2026-01-05T18:30Z",
-                     "2026-01-06T09:00:00.000Z", "2026-01-05T19:00:00.000Z", OFFICE_MON, 2, id="hourly-cron"),
-        pytest.param(CronTrigger("0 9 * * *", "UTC"), ["ny-holidays", "office"], "2026-07-03T10:00Z",
-                     "2026-07-06T09:00:00.000Z", "2026-07-04T09:00:00.000Z",
-                     "holiday 2026-07-04 (calendar 'ny-holidays')", 4, id="two-calendars-daily"),
-        pytest.param(IntervalTrigger(60_000), ["ny-sun-0130-03"], "2026-11-01T05:59:30Z", "2026-11-01T06:30:00.000Z",
-                     "2026-11-01T06:00:00.000Z",
-                     "outside business hours Sun 01:30-03:00 America/New_York (calendar 'ny-sun-0130-03')", 2,
-                     id="ny-fall-reopens-in-second-pass"),
-        pytest.param(IntervalTrigger(60_000), ["lis-sun-01-03"], "2026-03-29T00:30Z", "2026-03-29T01:00:00.000Z",
-                     "2026-03-29T00:31:00.000Z",
-                     "outside business hours Sun 01:00-03:00 Europe/Lisbon (calendar 'lis-sun-01-03')", 2,
-                     id="lis-spring-opens-at-transition"),
-        pytest.param(OnceTrigger(ms("2026-12-25T10:00Z")), ["office"], "2026-12-01T00:00Z", None,
-                     "2026-12-25T10:00:00.000Z", "holiday 2026-12-25 (calendar 'office')", 2,
-                     id="once-on-a-holiday-never"),
+        pytest.param(
+            IntervalTrigger(1_000),
+            ["office"],
+            "2026-01-05T17:59:59.999Z",
+            "2026-01-06T09:00:00.000Z",
+            "2026-01-05T18:00:00.000Z",
+            OFFICE_MON,
+            2,
+            id="every-second-jumps-15-hours",
+        ),
+        pytest.param(
+            IntervalTrigger(1_000),
+            ["office"],
+            "2026-01-05T12:00Z",
+            "2026-01-05T12:00:01.000Z",
+            None,
+            None,
+            1,
+            id="allowed-at-once",
+        ),
+        pytest.param(
+            IntervalTrigger(1_000),
+            ["office"],
+            "2026-12-24T17:59:59.999Z",
+            "2026-12-26T10:00:00.000Z",
+            "2026-12-24T18:00:00.000Z",
+            "outside business hours Thu 09:00-18:00 Europe/Lisbon (calendar 'office')",
+            2,
+            id="over-a-holiday-the-first-reason-is-kept",
+        ),
+        pytest.param(
+            CronTrigger("0 * * * *", "Europe/Lisbon"),
+            ["office"],
+            "2026-01-05T18:30Z",
+            "2026-01-06T09:00:00.000Z",
+            "2026-01-05T19:00:00.000Z",
+            OFFICE_MON,
+            2,
+            id="hourly-cron",
+        ),
+        pytest.param(
+            CronTrigger("0 9 * * *", "UTC"),
+            ["ny-holidays", "office"],
+            "2026-07-03T10:00Z",
+            "2026-07-06T09:00:00.000Z",
+            "2026-07-04T09:00:00.000Z",
+            "holiday 2026-07-04 (calendar 'ny-holidays')",
+            4,
+            id="two-calendars-daily",
+        ),
+        pytest.param(
+            IntervalTrigger(60_000),
+            ["ny-sun-0130-03"],
+            "2026-11-01T05:59:30Z",
+            "2026-11-01T06:30:00.000Z",
+            "2026-11-01T06:00:00.000Z",
+            "outside business hours Sun 01:30-03:00 America/New_York (calendar 'ny-sun-0130-03')",
+            2,
+            id="ny-fall-reopens-in-second-pass",
+        ),
+        pytest.param(
+            IntervalTrigger(60_000),
+            ["lis-sun-01-03"],
+            "2026-03-29T00:30Z",
+            "2026-03-29T01:00:00.000Z",
+            "2026-03-29T00:31:00.000Z",
+            "outside business hours Sun 01:00-03:00 Europe/Lisbon (calendar 'lis-sun-01-03')",
+            2,
+            id="lis-spring-opens-at-transition",
+        ),
+        pytest.param(
+            OnceTrigger(ms("2026-12-25T10:00Z")),
+            ["office"],
+            "2026-12-01T00:00Z",
+            None,
+            "2026-12-25T10:00:00.000Z",
+            "holiday 2026-12-25 (calendar 'office')",
+            2,
+            id="once-on-a-holiday-never",
+        ),
     ],
 )
 def test_next_allowed(trigger, calendars, after, slot, skipped, reason, max_calls):
@@ -387,8 +521,15 @@ END:VCALENDAR
 
 def test_ics_holidays_and_ranges():
     cal = parse_calendar("pt-holidays", {"timezone": "Europe/Lisbon", "ics": ICS, "exclude_dates": ["2026-06-13"]})
-    assert cal.excluded_dates == {date(2026, 12, 25), date(2027, 1, 1), date(2026, 2, 16), date(2026, 2, 17),
-                                  date(2026, 6, 10), date(2026, 6, 11), date(2026, 6, 13)}
+    assert cal.excluded_dates == {
+        date(2026, 12, 25),
+        date(2027, 1, 1),
+        date(2026, 2, 16),
+        date(2026, 2, 17),
+        date(2026, 6, 10),
+        date(2026, 6, 11),
+        date(2026, 6, 13),
+    }
     assert [(utc(a), utc(b)) for a, b in cal.excluded_ranges] == [
         ("2026-01-20T10:00:00.000Z", "2026-01-20T11:00:00.000Z"),  # floating: Lisbon wall clock, WET
         ("2026-07-14T09:00:00.000Z", "2026-07-14T11:00:00.000Z"),  # 10:00-12:00 WEST
@@ -406,9 +547,11 @@ def test_ics_holidays_and_ranges():
         pytest.param("2026-02-17T12:00Z", "holiday 2026-02-17 (calendar 'pt-holidays')", id="multi-day"),
         pytest.param("2026-02-18T00:00Z", None, id="multi-day-dtend-exclusive"),
         pytest.param("2026-03-01T12:00Z", None, id="cancelled-ignored"),
-        pytest.param("2026-07-14T09:00Z",
-                     "excluded range 2026-07-14T09:00:00Z..2026-07-14T11:00:00Z (calendar 'pt-holidays')",
-                     id="timed-event"),
+        pytest.param(
+            "2026-07-14T09:00Z",
+            "excluded range 2026-07-14T09:00:00Z..2026-07-14T11:00:00Z (calendar 'pt-holidays')",
+            id="timed-event",
+        ),
         pytest.param("2026-07-14T11:00Z", None, id="timed-event-end"),
     ],
 )
@@ -418,8 +561,10 @@ def test_ics_exclusions(at, reason):
 
 
 def _ics(event_lines: str) -> str:
-    return f"BEGIN:VCALENDAR\nVERSION:2.0\nPRODID:-//t//EN\nBEGIN:VEVENT\nUID:e\nSUMMARY:bad one\n{event_lines}\n" \
-           "END:VEVENT\nEND:VCALENDAR\n"
+    return (
+        f"BEGIN:VCALENDAR\nVERSION:2.0\nPRODID:-//t//EN\nBEGIN:VEVENT\nUID:e\nSUMMARY:bad one\n{event_lines}\n"
+        "END:VEVENT\nEND:VCALENDAR\n"
+    )
 
 
 @pytest.mark.parametrize(
@@ -434,8 +579,9 @@ def _ics(event_lines: str) -> str:
         pytest.param(_ics("SUMMARY:x"), "has no DTSTART", id="no-dtstart"),
         pytest.param(_ics("DTSTART;VALUE=DATE:20260101\nDTEND;VALUE=DATE:20270301"), "spans 424 days", id="too-long"),
         pytest.param(_ics("DTSTART;VALUE=DATE:20260101\nDTEND;VALUE=DATE:20260101"), "spans 0 days", id="empty"),
-        pytest.param(_ics("DTSTART;VALUE=DATE:20260101\nDTEND:20260102T100000Z"), "is a time but DTSTART",
-                     id="date-then-time"),
+        pytest.param(
+            _ics("DTSTART;VALUE=DATE:20260101\nDTEND:20260102T100000Z"), "is a time but DTSTART", id="date-then-time"
+        ),
     ],
 )
 def test_ics_refusals(ics, message):
@@ -447,6 +593,7 @@ def test_ics_refusals(ics, message):
 
 # --- parsing ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "mapping, field, shown",
     [
@@ -457,10 +604,12 @@ def test_ics_refusals(ics, message):
         pytest.param({"timezon": "UTC"}, "timezon", "unknown key", id="misspelled-key"),
         pytest.param({"exclude_dates": "2026-12-25"}, "exclude_dates", "'2026-12-25'", id="dates-not-a-list"),
         pytest.param({"exclude_dates": ["2026-13-01"]}, "exclude_dates[0]", "'2026-13-01'", id="month-13"),
-        pytest.param({"exclude_dates": ["2026-12-25", "25/12/2026"]}, "exclude_dates[1]", "'25/12/2026'",
-                     id="not-iso-date"),
-        pytest.param({"exclude_dates": [datetime(2026, 12, 25, 10)]}, "exclude_dates[0]", "datetime",
-                     id="a-time-is-not-a-date"),
+        pytest.param(
+            {"exclude_dates": ["2026-12-25", "25/12/2026"]}, "exclude_dates[1]", "'25/12/2026'", id="not-iso-date"
+        ),
+        pytest.param(
+            {"exclude_dates": [datetime(2026, 12, 25, 10)]}, "exclude_dates[0]", "datetime", id="a-time-is-not-a-date"
+        ),
         pytest.param({"windows": {}}, "windows", "empty", id="windows-empty"),
         pytest.param({"windows": "mon-fri 09:00-18:00"}, "windows", "'mon-fri 09:00-18:00'", id="windows-text"),
         pytest.param({"windows": {"mon-fri": "9-18"}}, "windows.mon-fri.start", "'9'", id="hour-only"),
@@ -472,22 +621,48 @@ def test_ics_refusals(ics, message):
         pytest.param({"windows": {"mon": "09:00"}}, "windows.mon", "'09:00'", id="no-end"),
         pytest.param({"windows": {"mon": ["09:00-12:00", 5]}}, "windows.mon[1]", "5", id="list-item"),
         pytest.param({"windows": [{"days": "mon", "start": "09:00"}]}, "windows[0]", "'start'", id="no-end-key"),
-        pytest.param({"windows": [{"days": "", "start": "09:00", "end": "10:00"}]}, "windows[0].days", "''",
-                     id="no-days"),
-        pytest.param({"windows": [{"days": ["mon", 3], "start": "09:00", "end": "10:00"}]}, "windows[0].days", "3",
-                     id="day-not-text"),
-        pytest.param({"exclude_ranges": [{"from": "2026-11-24T10:00:00", "to": "2026-11-24T12:00Z"}]},
-                     "exclude_ranges[0].from", "no UTC offset", id="naive-time"),
-        pytest.param({"exclude_ranges": [{"from": "2026-11-24T12:00Z", "to": "2026-11-24T10:00Z"}]},
-                     "exclude_ranges[0]", "must be before", id="backwards-range"),
-        pytest.param({"exclude_ranges": [{"from": "soon", "to": "2026-11-24T12:00Z"}]}, "exclude_ranges[0].from",
-                     "'soon'", id="not-a-time"),
-        pytest.param({"exclude_ranges": [{"from": "2026-11-24T10:00Z"}]}, "exclude_ranges[0]", "exactly 'from' and 'to'",
-                     id="range-without-end"),
-        pytest.param({"exclude_ranges": [{"from": True, "to": "2026-11-24T12:00Z"}]}, "exclude_ranges[0].from",
-                     "True", id="bool-is-not-ms"),
-        pytest.param({"exclude_ranges": {"from": "a", "to": "b"}}, "exclude_ranges", "expected a list",
-                     id="ranges-not-a-list"),
+        pytest.param(
+            {"windows": [{"days": "", "start": "09:00", "end": "10:00"}]}, "windows[0].days", "''", id="no-days"
+        ),
+        pytest.param(
+            {"windows": [{"days": ["mon", 3], "start": "09:00", "end": "10:00"}]},
+            "windows[0].days",
+            "3",
+            id="day-not-text",
+        ),
+        pytest.param(
+            {"exclude_ranges": [{"from": "2026-11-24T10:00:00", "to": "2026-11-24T12:00Z"}]},
+            "exclude_ranges[0].from",
+            "no UTC offset",
+            id="naive-time",
+        ),
+        pytest.param(
+            {"exclude_ranges": [{"from": "2026-11-24T12:00Z", "to": "2026-11-24T10:00Z"}]},
+            "exclude_ranges[0]",
+            "must be before",
+            id="backwards-range",
+        ),
+        pytest.param(
+            {"exclude_ranges": [{"from": "soon", "to": "2026-11-24T12:00Z"}]},
+            "exclude_ranges[0].from",
+            "'soon'",
+            id="not-a-time",
+        ),
+        pytest.param(
+            {"exclude_ranges": [{"from": "2026-11-24T10:00Z"}]},
+            "exclude_ranges[0]",
+            "exactly 'from' and 'to'",
+            id="range-without-end",
+        ),
+        pytest.param(
+            {"exclude_ranges": [{"from": True, "to": "2026-11-24T12:00Z"}]},
+            "exclude_ranges[0].from",
+            "True",
+            id="bool-is-not-ms",
+        ),
+        pytest.param(
+            {"exclude_ranges": {"from": "a", "to": "b"}}, "exclude_ranges", "expected a list", id="ranges-not-a-list"
+        ),
     ],
 )
 def test_parse_refusals_name_the_field_and_value(mapping, field, shown):
@@ -516,14 +691,23 @@ def test_parse_refuses_a_non_table():
     "windows, expected",
     [
         pytest.param({"mon-fri": "09:00-18:00"}, [(d, "09:00", "18:00") for d in range(5)], id="range"),
-        pytest.param([{"days": ["mon", "tue", "wed", "thu", "fri"], "start": "09:00", "end": "18:00"}],
-                     [(d, "09:00", "18:00") for d in range(5)], id="list-form-same"),
-        pytest.param({"fri-mon": "10:00-11:00"}, [(0, "10:00", "11:00"), (4, "10:00", "11:00"), (5, "10:00", "11:00"),
-                                                  (6, "10:00", "11:00")], id="wrapping-range"),
+        pytest.param(
+            [{"days": ["mon", "tue", "wed", "thu", "fri"], "start": "09:00", "end": "18:00"}],
+            [(d, "09:00", "18:00") for d in range(5)],
+            id="list-form-same",
+        ),
+        pytest.param(
+            {"fri-mon": "10:00-11:00"},
+            [(0, "10:00", "11:00"), (4, "10:00", "11:00"), (5, "10:00", "11:00"), (6, "10:00", "11:00")],
+            id="wrapping-range",
+        ),
         pytest.param({"SAT,Sun": "10:00-12:00"}, [(5, "10:00", "12:00"), (6, "10:00", "12:00")], id="list-any-case"),
         pytest.param({"*": "00:00-24:00"}, [(d, "00:00", "24:00") for d in range(7)], id="every-day-all-day"),
-        pytest.param({"mon": ["09:00-12:00", "11:00-13:00", "14:00-15:00"]},
-                     [(0, "09:00", "13:00"), (0, "14:00", "15:00")], id="overlaps-merge"),
+        pytest.param(
+            {"mon": ["09:00-12:00", "11:00-13:00", "14:00-15:00"]},
+            [(0, "09:00", "13:00"), (0, "14:00", "15:00")],
+            id="overlaps-merge",
+        ),
         pytest.param({"sun": "22:00-02:00"}, [(0, "00:00", "02:00"), (6, "22:00", "24:00")], id="sun-night-into-mon"),
         pytest.param({"mon": "22:00-00:00"}, [(0, "22:00", "24:00")], id="to-midnight"),
         pytest.param({"mon": " 09:30 - 17:45 "}, [(0, "09:30", "17:45")], id="spaces"),
@@ -541,21 +725,40 @@ def test_parse_windows(windows, expected):
 def test_toml_values_dates_and_aware_datetimes_and_epoch_ms():
     # TOML and YAML give bare dates as date and offset times as aware datetime; the API sends epoch ms.
     lisbon_summer = timezone(timedelta(hours=1))
-    cal = parse_calendar("c", {
-        "exclude_dates": [date(2026, 12, 25)],
-        "exclude_ranges": [{"from": datetime(2026, 7, 14, 10, tzinfo=lisbon_summer), "to": ms("2026-07-14T11:00Z")}],
-    })
+    cal = parse_calendar(
+        "c",
+        {
+            "exclude_dates": [date(2026, 12, 25)],
+            "exclude_ranges": [
+                {"from": datetime(2026, 7, 14, 10, tzinfo=lisbon_summer), "to": ms("2026-07-14T11:00Z")}
+            ],
+        },
+    )
     assert cal.excluded_dates == {date(2026, 12, 25)}
     assert cal.excluded_ranges == ((ms("2026-07-14T09:00Z"), ms("2026-07-14T11:00Z")),)
 
 
 def test_equal_definitions_make_equal_calendars():
-    a = parse_calendar("c", {"windows": {"mon-fri": "09:00-18:00"},
-                             "exclude_ranges": [{"from": "2026-01-01T02:00Z", "to": "2026-01-01T03:00Z"},
-                                                {"from": "2026-01-01T00:00Z", "to": "2026-01-01T02:00Z"}]})
-    b = parse_calendar("c", {"windows": [{"days": "fri", "start": "09:00", "end": "18:00"},
-                                         {"days": "mon-thu", "start": "09:00", "end": "18:00"}],
-                             "exclude_ranges": [{"from": "2026-01-01T00:00Z", "to": "2026-01-01T03:00Z"}]})
+    a = parse_calendar(
+        "c",
+        {
+            "windows": {"mon-fri": "09:00-18:00"},
+            "exclude_ranges": [
+                {"from": "2026-01-01T02:00Z", "to": "2026-01-01T03:00Z"},
+                {"from": "2026-01-01T00:00Z", "to": "2026-01-01T02:00Z"},
+            ],
+        },
+    )
+    b = parse_calendar(
+        "c",
+        {
+            "windows": [
+                {"days": "fri", "start": "09:00", "end": "18:00"},
+                {"days": "mon-thu", "start": "09:00", "end": "18:00"},
+            ],
+            "exclude_ranges": [{"from": "2026-01-01T00:00Z", "to": "2026-01-01T03:00Z"}],
+        },
+    )
     assert a == b and hash(a) == hash(b)
     assert a.excluded_ranges == ((ms("2026-01-01T00:00Z"), ms("2026-01-01T03:00Z")),)  # touching ranges join
 

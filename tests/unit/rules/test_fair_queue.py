@@ -50,8 +50,15 @@ def test_a_flood_does_not_delay_a_namespace_within_its_share():
 
 @pytest.mark.parametrize(
     "weights",
-    [{"A": 1, "B": 1}, {"A": 2, "B": 1}, {"A": 3, "B": 1}, {"A": 1, "B": 4}, {"A": 0.5, "B": 1.5},
-     {"A": 1, "B": 2, "C": 3}, {"A": 0.1, "B": 0.1, "C": 10}],
+    [
+        {"A": 1, "B": 1},
+        {"A": 2, "B": 1},
+        {"A": 3, "B": 1},
+        {"A": 1, "B": 4},
+        {"A": 0.5, "B": 1.5},
+        {"A": 1, "B": 2, "C": 3},
+        {"A": 0.1, "B": 0.1, "C": 10},
+    ],
     ids=lambda w: ":".join(f"{v:g}" for v in w.values()),
 )
 def test_shares_follow_the_weights_while_all_wait(weights):
@@ -214,10 +221,14 @@ class FirstCome:
         return Served(namespace, item, at, now_s - at)
 
 
-@pytest.mark.parametrize("make, flood, worst_b_wait", [
-    (FairQueue, 0, 0.0), (FirstCome, 0, 0.0),  # A idle: B never waits
-    (FairQueue, 50, 0.0),  # A offers 5x the capacity: B, within its share, still never waits
-])
+@pytest.mark.parametrize(
+    "make, flood, worst_b_wait",
+    [
+        (FairQueue, 0, 0.0),
+        (FirstCome, 0, 0.0),  # A idle: B never waits
+        (FairQueue, 50, 0.0),  # A offers 5x the capacity: B, within its share, still never waits
+    ],
+)
 def test_a_namespace_within_its_share_keeps_its_lateness_while_another_floods(make, flood, worst_b_wait):
     q = make()
     assert _simulate(q.pop, q.enqueue, flood) == worst_b_wait
@@ -229,8 +240,10 @@ def test_first_come_shows_the_damage_the_fair_queue_prevents():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(st.tuples(st.just("put"), st.sampled_from("abcd")), st.just(("pop", ""))), max_size=300),
-       st.dictionaries(st.sampled_from("abcd"), st.floats(0.01, 100)))
+@given(
+    st.lists(st.one_of(st.tuples(st.just("put"), st.sampled_from("abcd")), st.just(("pop", ""))), max_size=300),
+    st.dictionaries(st.sampled_from("abcd"), st.floats(0.01, 100)),
+)
 def test_every_item_leaves_exactly_once_in_namespace_order(ops, weights):
     q = FairQueue(weights)
     seq = 0

@@ -60,8 +60,11 @@ def test_negative_jitter_is_refused():
 
 
 @settings(max_examples=300, deadline=None)
-@given(job_id=st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40),  # no lone surrogates
-       slot_ms=st.integers(-(2**62), 2**62), jitter_ms=st.integers(0, 315_360_000_000))
+@given(
+    job_id=st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=40),  # no lone surrogates
+    slot_ms=st.integers(-(2**62), 2**62),
+    jitter_ms=st.integers(0, 315_360_000_000),
+)
 def test_bounds_and_determinism(job_id, slot_ms, jitter_ms):
     offset = jitter_offset_ms(job_id, slot_ms, jitter_ms)
     assert offset == jitter_offset_ms(job_id, slot_ms, jitter_ms)

@@ -23,18 +23,21 @@ S = TickStatus
 HOOK = {"kind": "http", "url": "http://hooks.example/x"}
 
 
-@pytest.mark.parametrize("status, previous, owed", [
-    (S.FAILED, None, F),
-    (S.FAILED, S.FAILED, F),  # every failed slot owes its own
-    (S.ABANDONED, S.SUCCEEDED, F),  # leader died, retries spent: a failure too
-    (S.SUCCEEDED, S.FAILED, R),
-    (S.SUCCEEDED, S.ABANDONED, R),
-    (S.SUCCEEDED, S.SUCCEEDED, None),
-    (S.SUCCEEDED, None, None),  # a first success recovers from nothing
-    (S.SKIPPED, S.FAILED, None),
-    (S.RUNNING, S.FAILED, None),
-    (S.CLAIMED, None, None),
-])
+@pytest.mark.parametrize(
+    "status, previous, owed",
+    [
+        (S.FAILED, None, F),
+        (S.FAILED, S.FAILED, F),  # every failed slot owes its own
+        (S.ABANDONED, S.SUCCEEDED, F),  # leader died, retries spent: a failure too
+        (S.SUCCEEDED, S.FAILED, R),
+        (S.SUCCEEDED, S.ABANDONED, R),
+        (S.SUCCEEDED, S.SUCCEEDED, None),
+        (S.SUCCEEDED, None, None),  # a first success recovers from nothing
+        (S.SKIPPED, S.FAILED, None),
+        (S.RUNNING, S.FAILED, None),
+        (S.CLAIMED, None, None),
+    ],
+)
 def test_owed_kind(status, previous, owed):
     assert owed_kind(status, previous) is owed
 
@@ -43,14 +46,17 @@ def tick(slot: int, status: TickStatus, finished: int | None = 0) -> Tick:
     return Tick("j", slot, 0, 1, "n", status, finished_at_ms=slot + 1 if finished == 0 else finished)
 
 
-@pytest.mark.parametrize("statuses, kinds, owed", [
-    ([S.SUCCEEDED, S.FAILED, S.FAILED, S.SUCCEEDED, S.SUCCEEDED], {F, R}, [(2, F), (3, F), (4, R)]),
-    ([S.FAILED, S.SKIPPED, S.SUCCEEDED], {F, R}, [(1, F), (3, R)]),  # a skip neither ends nor extends a streak
-    ([S.FAILED, S.SUCCEEDED], {R}, [(2, R)]),  # only the kinds the job has a spec for
-    ([S.FAILED, S.SUCCEEDED], {F}, [(1, F)]),
-    ([S.SUCCEEDED, S.FAILED, S.RUNNING, S.SUCCEEDED], {F, R}, [(2, F), (4, R)]),
-    ([S.SUCCEEDED], {F, R}, []),  # the window's first row: its previous run is unknown, no recovery
-])
+@pytest.mark.parametrize(
+    "statuses, kinds, owed",
+    [
+        ([S.SUCCEEDED, S.FAILED, S.FAILED, S.SUCCEEDED, S.SUCCEEDED], {F, R}, [(2, F), (3, F), (4, R)]),
+        ([S.FAILED, S.SKIPPED, S.SUCCEEDED], {F, R}, [(1, F), (3, R)]),  # a skip neither ends nor extends a streak
+        ([S.FAILED, S.SUCCEEDED], {R}, [(2, R)]),  # only the kinds the job has a spec for
+        ([S.FAILED, S.SUCCEEDED], {F}, [(1, F)]),
+        ([S.SUCCEEDED, S.FAILED, S.RUNNING, S.SUCCEEDED], {F, R}, [(2, F), (4, R)]),
+        ([S.SUCCEEDED], {F, R}, []),  # the window's first row: its previous run is unknown, no recovery
+    ],
+)
 def test_owed_in_a_window(statuses, kinds, owed):
     rows = [tick(i + 1, s, None if s is S.RUNNING else 0) for i, s in enumerate(statuses)]
     assert owed_in(rows, frozenset(kinds), settled_before_ms=10**9) == owed
@@ -72,9 +78,15 @@ def test_the_jobs_own_spec_wins_over_the_default_and_the_default_covers_the_rest
     assert target_for(bare, F, Defaults()) is None
 
 
-@pytest.mark.parametrize("text, rate", [
-    ("10/1m", Rate(10, 60_000)), ("1/30s", Rate(1, 30_000)), (" 5 / 1h ", Rate(5, 3_600_000)), ("off", None),
-])
+@pytest.mark.parametrize(
+    "text, rate",
+    [
+        ("10/1m", Rate(10, 60_000)),
+        ("1/30s", Rate(1, 30_000)),
+        (" 5 / 1h ", Rate(5, 3_600_000)),
+        ("off", None),
+    ],
+)
 def test_parse_rate(text, rate):
     assert parse_rate(text) == rate
 
@@ -85,40 +97,55 @@ def test_a_bad_rate_is_refused_naming_the_flag(text):
         parse_rate(text)
 
 
-@pytest.mark.parametrize("rate, claimed, allowed", [
-    (Rate(3, 60_000), 0, True), (Rate(3, 60_000), 2, True), (Rate(3, 60_000), 3, False), (None, 10**6, True),
-])
+@pytest.mark.parametrize(
+    "rate, claimed, allowed",
+    [
+        (Rate(3, 60_000), 0, True),
+        (Rate(3, 60_000), 2, True),
+        (Rate(3, 60_000), 3, False),
+        (None, 10**6, True),
+    ],
+)
 def test_allows(rate, claimed, allowed):
     assert allows(rate, claimed) is allowed
 
 
-@pytest.mark.parametrize("text, kind", [
-    ("https://hooks.example/shardcron", ExecutorKind.HTTP),
-    ('{"kind": "nats", "url": "nats://127.0.0.1", "subject": "alerts"}', ExecutorKind.NATS),
-    ('{"kind": "rq", "url": "redis://127.0.0.1", "func": "app.alert"}', ExecutorKind.RQ),
-])
+@pytest.mark.parametrize(
+    "text, kind",
+    [
+        ("https://hooks.example/shardcron", ExecutorKind.HTTP),
+        ('{"kind": "nats", "url": "nats://127.0.0.1", "subject": "alerts"}', ExecutorKind.NATS),
+        ('{"kind": "rq", "url": "redis://127.0.0.1", "func": "app.alert"}', ExecutorKind.RQ),
+    ],
+)
 def test_cli_spec_forms(text, kind):
     assert parse_cli(text, "--on-failure").kind is kind
 
 
-@pytest.mark.parametrize("text, field", [
-    ("hooks.example/x", "--on-failure"),
-    ('{"kind": "http", "url": "ftp://x"}', "--on-failure.url"),
-    ('{"kind": "nats", "url": "nats://127.0.0.1"}', "--on-failure.subject"),
-    ('{"kind": "carrier-pigeon"}', "--on-failure.kind"),
-])
+@pytest.mark.parametrize(
+    "text, field",
+    [
+        ("hooks.example/x", "--on-failure"),
+        ('{"kind": "http", "url": "ftp://x"}', "--on-failure.url"),
+        ('{"kind": "nats", "url": "nats://127.0.0.1"}', "--on-failure.subject"),
+        ('{"kind": "carrier-pigeon"}', "--on-failure.kind"),
+    ],
+)
 def test_a_bad_cli_spec_names_what_is_wrong(text, field):
     with pytest.raises(InvalidJob) as e:
         parse_cli(text, "--on-failure")
     assert e.value.field == field
 
 
-@pytest.mark.parametrize("table, field", [
-    ({"on_failure": "http://x"}, "on_failure"),
-    ({"on_failure": {"kind": "http"}}, "on_failure.url"),
-    ({"on_recovery": {"kind": "http", "url": "http://x", "methd": "GET"}}, "on_recovery.methd"),
-    ({"on_failur": HOOK}, "on_failur"),
-])
+@pytest.mark.parametrize(
+    "table, field",
+    [
+        ({"on_failure": "http://x"}, "on_failure"),
+        ({"on_failure": {"kind": "http"}}, "on_failure.url"),
+        ({"on_recovery": {"kind": "http", "url": "http://x", "methd": "GET"}}, "on_recovery.methd"),
+        ({"on_failur": HOOK}, "on_failur"),
+    ],
+)
 def test_a_bad_job_file_notification_names_the_field(table, field):
     with pytest.raises(InvalidJob) as e:
         job_from_dict({"id": "a", "every": "1s", **table})
@@ -126,9 +153,15 @@ def test_a_bad_job_file_notification_names_the_field(table, field):
 
 
 def test_notifications_round_trip_through_the_store_form_and_the_api():
-    job = job_from_dict({"id": "a", "every": "1s", "executor": {"kind": "noop"},
-                         "on_failure": {**HOOK, "headers": {"Authorization": "Bearer s3cret"}},
-                         "on_recovery": {"kind": "nats", "url": "nats://u:pw@127.0.0.1", "subject": "ok"}})
+    job = job_from_dict(
+        {
+            "id": "a",
+            "every": "1s",
+            "executor": {"kind": "noop"},
+            "on_failure": {**HOOK, "headers": {"Authorization": "Bearer s3cret"}},
+            "on_recovery": {"kind": "nats", "url": "nats://u:pw@127.0.0.1", "subject": "ok"},
+        }
+    )
     assert job_from_json(job_to_json(job)) == job
     assert job_from_proto(job_to_proto(job, redact=False)) == job
     shown = json.dumps(redacted(job)) + str(job_to_proto(job, redact=True))
@@ -167,8 +200,9 @@ def test_the_event_becomes_the_body_only_when_the_spec_has_none():
 
 def test_a_python_notification_cannot_take_a_fenced_session():
     with pytest.raises(InvalidJob) as e:
-        job_from_dict({"id": "a", "every": "1s",
-                       "on_failure": {"kind": "python", "target": "app.alerts:page", "session": True}})
+        job_from_dict(
+            {"id": "a", "every": "1s", "on_failure": {"kind": "python", "target": "app.alerts:page", "session": True}}
+        )
     assert e.value.field == "on_failure.session"
 
 
@@ -186,11 +220,17 @@ def test_an_api_notification_without_a_kind_is_refused_naming_the_field():
     assert e.value.field == "on_recovery.url"
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--notify-on-failure", '{"kind": "shell", "command": "page-me"}'], "--notify-on-failure: a shell notification"),
-    (["--notify-on-recovery", "ftp://x"], "--notify-on-recovery"),
-    (["--notify-rate", "lots"], "--notify-rate"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--notify-on-failure", '{"kind": "shell", "command": "page-me"}'],
+            "--notify-on-failure: a shell notification",
+        ),
+        (["--notify-on-recovery", "ftp://x"], "--notify-on-recovery"),
+        (["--notify-rate", "lots"], "--notify-rate"),
+    ],
+)
 def test_bad_node_notification_flags_are_refused_naming_the_flag(argv, message):
     import argparse
 

@@ -56,8 +56,12 @@ RECENT = (NOW - 5 * MIN, NOW - 2 * MIN, NOW - MIN)
         (CatchUp.LATEST, 0, RECENT + (NOW,), CatchUpPlan((NOW,), (), 3)),
         (CatchUp.NONE, 0, RECENT + (NOW,), CatchUpPlan((), (NOW,), 3)),
         # unsorted or repeated input is still planned once per slot, latest last
-        (CatchUp.LATEST, 10 * MIN, (RECENT[2], RECENT[0], RECENT[1], RECENT[0]),
-         CatchUpPlan(RECENT[-1:], RECENT[:-1], 0)),
+        (
+            CatchUp.LATEST,
+            10 * MIN,
+            (RECENT[2], RECENT[0], RECENT[1], RECENT[0]),
+            CatchUpPlan(RECENT[-1:], RECENT[:-1], 0),
+        ),
         (CatchUp.ALL, 10 * MIN, (RECENT[1], RECENT[1]), CatchUpPlan((RECENT[1],), (), 0)),
     ],
 )
@@ -125,10 +129,22 @@ START, SKIP, WAIT = OverlapVerdict.START, OverlapVerdict.SKIP, OverlapVerdict.WA
         pytest.param(Overlap.SKIP, 1, False, False, SKIP, id="skip: a started run goes: the live slot is skipped"),
         pytest.param(Overlap.SKIP, 2, False, False, SKIP, id="skip: several going (allow before a re-put)"),
         pytest.param(Overlap.SKIP, 1, False, True, WAIT, id="skip: a catch-up slot waits for the run, not skipped"),
-        pytest.param(Overlap.SKIP, 0, True, False, WAIT,
-                     id="skip: an earlier slot claimed, not started: the live slot waits its turn"),
-        pytest.param(Overlap.SKIP, 1, True, False, WAIT,
-                     id="skip: a run goes AND an earlier slot waits: wait (judged when it is its turn)"),
+        pytest.param(
+            Overlap.SKIP,
+            0,
+            True,
+            False,
+            WAIT,
+            id="skip: an earlier slot claimed, not started: the live slot waits its turn",
+        ),
+        pytest.param(
+            Overlap.SKIP,
+            1,
+            True,
+            False,
+            WAIT,
+            id="skip: a run goes AND an earlier slot waits: wait (judged when it is its turn)",
+        ),
         pytest.param(Overlap.SKIP, 0, True, True, WAIT, id="skip: catch-up slots start in slot order"),
         pytest.param(Overlap.SKIP, 1, True, True, WAIT, id="skip: a catch-up slot behind another and a run"),
         pytest.param(Overlap.ALLOW, 0, False, False, START, id="allow: start"),
@@ -181,9 +197,7 @@ def test_settle_orphan(status, attempt, retry, could_have_started, action):
     assert settle_orphan(status, attempt, retry, could_have_started) is action
 
 
-@pytest.mark.parametrize(
-    "status", [TickStatus.SUCCEEDED, TickStatus.FAILED, TickStatus.SKIPPED, TickStatus.ABANDONED]
-)
+@pytest.mark.parametrize("status", [TickStatus.SUCCEEDED, TickStatus.FAILED, TickStatus.SKIPPED, TickStatus.ABANDONED])
 def test_settle_orphan_refuses_final_ticks(status):
     with pytest.raises(ValueError):
         settle_orphan(status, 1, THREE, True)
@@ -217,15 +231,18 @@ def test_backoff_attempts_count_from_one(attempt):
 
 # -- a claimed slot of a job changed since its claim --------------------------------------------------
 
-@pytest.mark.parametrize("paused, active_since, produces, slot, expected", [
-    (False, 1_000, True, 2_000, None),                     # unchanged: runs
-    (True, 1_000, True, 2_000, PAUSED_SKIP_REASON),        # paused within the lookahead
-    (True, 3_000, False, 2_000, PAUSED_SKIP_REASON),       # paused: whatever the schedule
-    (False, 1_000, False, 2_000, RESCHEDULED_SKIP_REASON),  # the new schedule has no slot there
-    (False, 2_000, False, 2_000, None),                    # owed by the old definition (at its activation)
-    (False, 3_000, False, 2_000, None),                    # a late catch-up slot of the old definition
-    (False, 1_999, False, 2_000, RESCHEDULED_SKIP_REASON),
-])
+
+@pytest.mark.parametrize(
+    "paused, active_since, produces, slot, expected",
+    [
+        (False, 1_000, True, 2_000, None),  # unchanged: runs
+        (True, 1_000, True, 2_000, PAUSED_SKIP_REASON),  # paused within the lookahead
+        (True, 3_000, False, 2_000, PAUSED_SKIP_REASON),  # paused: whatever the schedule
+        (False, 1_000, False, 2_000, RESCHEDULED_SKIP_REASON),  # the new schedule has no slot there
+        (False, 2_000, False, 2_000, None),  # owed by the old definition (at its activation)
+        (False, 3_000, False, 2_000, None),  # a late catch-up slot of the old definition
+        (False, 1_999, False, 2_000, RESCHEDULED_SKIP_REASON),
+    ],
+)
 def test_disowned_slot(paused, active_since, produces, slot, expected):
-    assert disowned_slot(paused=paused, active_since_ms=active_since, produces_slot=produces,
-                         slot_ms=slot) == expected
+    assert disowned_slot(paused=paused, active_since_ms=active_since, produces_slot=produces, slot_ms=slot) == expected

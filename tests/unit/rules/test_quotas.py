@@ -61,8 +61,9 @@ def test_max_jobs(jobs, limit, refused):
     ],
 )
 def test_max_slots_per_second(current, new_rate, limit, refused):
-    result = check_put("team-a", Quota(max_slots_per_second=limit), Usage(jobs=1, slots_per_second=current),
-                       PutChange(None, new_rate))
+    result = check_put(
+        "team-a", Quota(max_slots_per_second=limit), Usage(jobs=1, slots_per_second=current), PutChange(None, new_rate)
+    )
     assert (result is not None) is refused
     if refused:
         assert result.quota == "max_slots_per_second" and result.would_be == current + new_rate
@@ -85,21 +86,32 @@ def test_replacing_is_refused_only_when_it_grows_past_a_limit(usage, change, ref
 
 
 def test_jobs_are_checked_before_rate():
-    refused = check_put("a", Quota(max_jobs=1, max_slots_per_second=Fraction(1)),
-                        Usage(jobs=1, slots_per_second=Fraction(1)), NEW_1_PER_S)
+    refused = check_put(
+        "a",
+        Quota(max_jobs=1, max_slots_per_second=Fraction(1)),
+        Usage(jobs=1, slots_per_second=Fraction(1)),
+        NEW_1_PER_S,
+    )
     assert refused.quota == "max_jobs"
 
 
 def test_put_jobs_admits_in_order_while_they_fit():
-    changes = [PutChange(None, Fraction(4)), PutChange(None, Fraction(4)), PutChange(None, Fraction(4)),
-               PutChange(None, Fraction(2)), PutChange(Fraction(4), Fraction(1))]
+    changes = [
+        PutChange(None, Fraction(4)),
+        PutChange(None, Fraction(4)),
+        PutChange(None, Fraction(4)),
+        PutChange(None, Fraction(2)),
+        PutChange(Fraction(4), Fraction(1)),
+    ]
     results = admit_in_order("team-a", Quota(max_slots_per_second=Fraction(10)), Usage(), changes)
     assert [r is None for r in results] == [True, True, False, True, True]
     assert results[2].would_be == 12  # 4 + 4 admitted, then 4 more
 
 
-@pytest.mark.parametrize("running, limit, refused", [(3, 5, False), (4, 5, False), (5, 5, True), (9, 5, True),
-                                                     (0, 0, True), (100, None, False)])
+@pytest.mark.parametrize(
+    "running, limit, refused",
+    [(3, 5, False), (4, 5, False), (5, 5, True), (9, 5, True), (0, 0, True), (100, None, False)],
+)
 def test_max_running(running, limit, refused):
     result = check_start("team-a", Quota(max_running=limit), running)
     assert (result is not None) is refused
@@ -110,12 +122,18 @@ def test_max_running(running, limit, refused):
 @pytest.mark.parametrize(
     "refusal, reason",
     [
-        (QuotaExceeded("max_jobs", "team-a", 10, 11),
-         "namespace 'team-a' would hold 11 jobs; its quota max_jobs is 10"),
-        (QuotaExceeded("max_slots_per_second", "b", Fraction(100), Fraction(301, 3)),
-         "namespace 'b' would admit 100.333 slots per second; its quota max_slots_per_second is 100"),
-        (QuotaExceeded("max_running", "c", 4, 5), "namespace 'c' would run 5 executions at once; its quota "
-                                                  "max_running is 4"),
+        (
+            QuotaExceeded("max_jobs", "team-a", 10, 11),
+            "namespace 'team-a' would hold 11 jobs; its quota max_jobs is 10",
+        ),
+        (
+            QuotaExceeded("max_slots_per_second", "b", Fraction(100), Fraction(301, 3)),
+            "namespace 'b' would admit 100.333 slots per second; its quota max_slots_per_second is 100",
+        ),
+        (
+            QuotaExceeded("max_running", "c", 4, 5),
+            "namespace 'c' would run 5 executions at once; its quota max_running is 4",
+        ),
     ],
 )
 def test_reasons_name_quota_namespace_limit_and_would_be(refusal, reason):

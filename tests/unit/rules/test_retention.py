@@ -184,30 +184,42 @@ def test_audit_range_must_not_be_empty():
 
 @pytest.mark.parametrize(
     "slot, shard, job, expected",
-    [(99, 100, None, True), (100, 100, None, False), (99, None, None, False), (99, None, 100, True),
-     (150, 100, 200, True), (250, 100, 200, False)],
+    [
+        (99, 100, None, True),
+        (100, 100, None, False),
+        (99, None, None, False),
+        (99, None, 100, True),
+        (150, 100, 200, True),
+        (250, 100, 200, False),
+    ],
 )
 def test_is_pruned(slot, shard, job, expected):
     assert is_pruned(slot, shard, job) is expected
 
 
-@pytest.mark.parametrize("retention_ms, every_ms", [
-    pytest.param(None, 10_000, id="history-limits-only"),
-    pytest.param(5_000, 1_000, id="short-floors-at-1s"),
-    pytest.param(H, 60_000, id="an-hour-caps-at-1m"),
-    pytest.param(5 * 60_000, 30_000, id="a-tenth"),
-])
+@pytest.mark.parametrize(
+    "retention_ms, every_ms",
+    [
+        pytest.param(None, 10_000, id="history-limits-only"),
+        pytest.param(5_000, 1_000, id="short-floors-at-1s"),
+        pytest.param(H, 60_000, id="an-hour-caps-at-1m"),
+        pytest.param(5 * 60_000, 30_000, id="a-tenth"),
+    ],
+)
 def test_prune_every(retention_ms, every_ms):
     from shardcron.rules.retention import prune_every_ms
 
     assert prune_every_ms(retention_ms) == every_ms
 
 
-@pytest.mark.parametrize("before, window, horizon", [
-    pytest.param(NOW - D, H, NOW - D, id="older-than-every-window"),
-    pytest.param(NOW - 60_000, H, NOW - H, id="held-back-to-the-longest-catch-up-window"),
-    pytest.param(NOW, 0, NOW, id="now-with-no-window"),
-])
+@pytest.mark.parametrize(
+    "before, window, horizon",
+    [
+        pytest.param(NOW - D, H, NOW - D, id="older-than-every-window"),
+        pytest.param(NOW - 60_000, H, NOW - H, id="held-back-to-the-longest-catch-up-window"),
+        pytest.param(NOW, 0, NOW, id="now-with-no-window"),
+    ],
+)
 def test_prune_before(before, window, horizon):
     from shardcron.rules.retention import prune_before_ms
 
@@ -222,12 +234,15 @@ def test_prune_before_refuses_the_future_naming_the_flag():
     assert err.value.field == "--before" and "future" in str(err.value)
 
 
-@pytest.mark.parametrize("gap_ms, limit, every_ms", [
-    pytest.param(1_000, 3, 10_000, id="at-least-10s"),
-    pytest.param(1_000, 1_000, 100_000, id="a-tenth-of-the-limit-of-slots"),
-    pytest.param(60_000, 100, 600_000, id="every-minute-limit-100"),
-    pytest.param(None, 5, 10_000, id="one-off"),
-])
+@pytest.mark.parametrize(
+    "gap_ms, limit, every_ms",
+    [
+        pytest.param(1_000, 3, 10_000, id="at-least-10s"),
+        pytest.param(1_000, 1_000, 100_000, id="a-tenth-of-the-limit-of-slots"),
+        pytest.param(60_000, 100, 600_000, id="every-minute-limit-100"),
+        pytest.param(None, 5, 10_000, id="one-off"),
+    ],
+)
 def test_history_prune_every(gap_ms, limit, every_ms):
     from shardcron.rules.retention import history_prune_every_ms
 

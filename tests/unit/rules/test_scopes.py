@@ -25,18 +25,47 @@ from shardcron.v1 import scheduler_pb2
 PROTO_RPCS = set(scheduler_pb2.DESCRIPTOR.services_by_name["Scheduler"].methods_by_name)
 
 # The issue's own words, written out again here so that a slip in CALLS is caught.
-READ = {"GetJob", "ListJobs", "ListTicks", "WatchTicks", "GetBackfill", "ListBackfills", "GetShards", "GetCalendar",
-        "ListCalendars"}
+READ = {
+    "GetJob",
+    "ListJobs",
+    "ListTicks",
+    "WatchTicks",
+    "GetBackfill",
+    "ListBackfills",
+    "GetShards",
+    "GetCalendar",
+    "ListCalendars",
+}
 WRITE = {"PutJob", "PutJobs", "DeleteJob", "PauseJob", "ResumeJob", "TriggerJob", "BackfillJob"}
-ADMIN = {"PutCalendar", "DeleteCalendar", "ListNamespaces", "GetNamespace", "CreateNamespace", "UpdateNamespace",
-         "DeleteNamespace",
-         "ListTokens", "CreateToken", "RevokeToken", "Drain", "Reshard"}
+ADMIN = {
+    "PutCalendar",
+    "DeleteCalendar",
+    "ListNamespaces",
+    "GetNamespace",
+    "CreateNamespace",
+    "UpdateNamespace",
+    "DeleteNamespace",
+    "ListTokens",
+    "CreateToken",
+    "RevokeToken",
+    "Drain",
+    "Reshard",
+}
 NEEDS = {**dict.fromkeys(READ, Role.READ), **dict.fromkeys(WRITE, Role.WRITE), **dict.fromkeys(ADMIN, Role.ADMIN)}
 # Cluster-wide data any tenant may read / what every namespace shares (only a '*' token may change it).
 ANY = {"GetShards", "GetCalendar", "ListCalendars", "ListNamespaces"}
-CLUSTER = {"PutCalendar", "DeleteCalendar", "CreateNamespace", "UpdateNamespace", "DeleteNamespace", "ListTokens",
-           "CreateToken",
-           "RevokeToken", "Drain", "Reshard"}
+CLUSTER = {
+    "PutCalendar",
+    "DeleteCalendar",
+    "CreateNamespace",
+    "UpdateNamespace",
+    "DeleteNamespace",
+    "ListTokens",
+    "CreateToken",
+    "RevokeToken",
+    "Drain",
+    "Reshard",
+}
 
 
 def token(role: Role, *namespaces: str, name: str = "t") -> Token:
@@ -107,18 +136,38 @@ def test_role_x_call_x_namespace(tok, call, ns):
 @pytest.mark.parametrize(
     "tok, call, ns, reason",
     [
-        (token(Role.READ, "team-a", name="dash"), "PutJob", "team-a",
-         "PutJob in namespace 'team-a' needs role write there; token 'dash' has role read on namespaces team-a"),
-        (token(Role.ADMIN, "team-a", name="ci"), "GetJob", "team-b",
-         "GetJob in namespace 'team-b' needs role read there; token 'ci' has role admin on namespaces team-a"),
-        (token(Role.ADMIN, "team-a", name="lead"), "PutCalendar", "team-a",
-         "PutCalendar acts on the whole cluster: it needs role admin on every namespace ('*'); "
-         "token 'lead' has role admin on namespaces team-a"),
-        (token(Role.WRITE, ALL_NAMESPACES, name="deploy"), "Drain", "default",
-         "Drain acts on the whole cluster: it needs role admin on every namespace ('*'); "
-         "token 'deploy' has role write on every namespace"),
-        (token(Role.ADMIN, ALL_NAMESPACES, name="ops"), "DeleteJob", ALL_NAMESPACES,
-         "DeleteJob needs role write in one named namespace, not '*'"),
+        (
+            token(Role.READ, "team-a", name="dash"),
+            "PutJob",
+            "team-a",
+            "PutJob in namespace 'team-a' needs role write there; token 'dash' has role read on namespaces team-a",
+        ),
+        (
+            token(Role.ADMIN, "team-a", name="ci"),
+            "GetJob",
+            "team-b",
+            "GetJob in namespace 'team-b' needs role read there; token 'ci' has role admin on namespaces team-a",
+        ),
+        (
+            token(Role.ADMIN, "team-a", name="lead"),
+            "PutCalendar",
+            "team-a",
+            "PutCalendar acts on the whole cluster: it needs role admin on every namespace ('*'); "
+            "token 'lead' has role admin on namespaces team-a",
+        ),
+        (
+            token(Role.WRITE, ALL_NAMESPACES, name="deploy"),
+            "Drain",
+            "default",
+            "Drain acts on the whole cluster: it needs role admin on every namespace ('*'); "
+            "token 'deploy' has role write on every namespace",
+        ),
+        (
+            token(Role.ADMIN, ALL_NAMESPACES, name="ops"),
+            "DeleteJob",
+            ALL_NAMESPACES,
+            "DeleteJob needs role write in one named namespace, not '*'",
+        ),
     ],
 )
 def test_reasons_are_what_the_api_sends(tok, call, ns, reason):
@@ -134,12 +183,15 @@ def test_a_missing_namespace_is_denied_not_guessed():
     assert authorize(token(Role.ADMIN, "team-a"), "GetJob", None) is not None
 
 
-@pytest.mark.parametrize("tok, ns, visible", [
-    (token(Role.READ, "team-a"), "team-a", True),
-    (token(Role.ADMIN, "team-a"), "team-b", False),
-    (token(Role.READ, ALL_NAMESPACES), "team-b", True),
-    (token(Role.READ), "default", False),
-])
+@pytest.mark.parametrize(
+    "tok, ns, visible",
+    [
+        (token(Role.READ, "team-a"), "team-a", True),
+        (token(Role.ADMIN, "team-a"), "team-b", False),
+        (token(Role.READ, ALL_NAMESPACES), "team-b", True),
+        (token(Role.READ), "default", False),
+    ],
+)
 def test_may_read_filters_lists_and_watches(tok, ns, visible):
     assert may_read(tok, ns) is visible
 
@@ -151,8 +203,9 @@ FORWARDERS = [None, token(Role.ADMIN, ALL_NAMESPACES, name="node"), token(Role.W
 
 
 @pytest.mark.parametrize("caller", CALLERS, ids=lambda t: "none" if t is None else f"{t.role}@{sorted(t.namespaces)}")
-@pytest.mark.parametrize("forwarder", FORWARDERS,
-                         ids=lambda t: "none" if t is None else f"{t.role}@{sorted(t.namespaces)}")
+@pytest.mark.parametrize(
+    "forwarder", FORWARDERS, ids=lambda t: "none" if t is None else f"{t.role}@{sorted(t.namespaces)}"
+)
 def test_forwarding_never_widens(caller, forwarder):
     seen = forwarded_identity(caller, forwarder)
     for call, ns in itertools.product(CALLS, NAMESPACES):
@@ -173,16 +226,26 @@ def test_forwarding_keeps_the_callers_rights_through_a_full_power_node():
     assert forwarded_identity(caller, token(Role.ADMIN, ALL_NAMESPACES)) == caller
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("team-a", {"team-a"}), ("team-a, team-b", {"team-a", "team-b"}), ("*", {"*"}),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("team-a", {"team-a"}),
+        ("team-a, team-b", {"team-a", "team-b"}),
+        ("*", {"*"}),
+    ],
+)
 def test_parse_namespaces(text, expected):
     assert parse_namespaces(text) == frozenset(expected)
 
 
-@pytest.mark.parametrize("text, says", [
-    ("team-a,", "empty name"), ("*,team-a", "give it alone"), ("Team", "lowercase"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("team-a,", "empty name"),
+        ("*,team-a", "give it alone"),
+        ("Team", "lowercase"),
+    ],
+)
 def test_parse_namespaces_errors(text, says):
     with pytest.raises(InvalidNamespace, match=says) as e:
         parse_namespaces(text, "namespaces")

@@ -36,15 +36,18 @@ def plan(jobs, last=None, orphans=(), now=NOW):
     return plan_takeover(jobs, {j.id: trigger_for(j.schedule) for j in jobs}, last or {}, orphans, FENCE, now)
 
 
-@pytest.mark.parametrize("orphan, retry, expected", [
-    # claimed rows never ran (a side-effecting start marks the row running first): run them
-    (tick("claimed", NOW - 500), RetryPolicy(1), ("reclaim", 1)),
-    (tick("claimed", NOW + 400), RetryPolicy(1), ("reclaim", 1)),
-    # running rows may have run: retry while attempts remain, else abandon
-    (tick("running", NOW - 3000, attempt=1), RetryPolicy(2), ("reclaim", 2)),
-    (tick("running", NOW - 3000, attempt=1), RetryPolicy(1), ("abandon", None)),
-    (tick("running", NOW - 3000, attempt=3), RetryPolicy(3), ("abandon", None)),
-])
+@pytest.mark.parametrize(
+    "orphan, retry, expected",
+    [
+        # claimed rows never ran (a side-effecting start marks the row running first): run them
+        (tick("claimed", NOW - 500), RetryPolicy(1), ("reclaim", 1)),
+        (tick("claimed", NOW + 400), RetryPolicy(1), ("reclaim", 1)),
+        # running rows may have run: retry while attempts remain, else abandon
+        (tick("running", NOW - 3000, attempt=1), RetryPolicy(2), ("reclaim", 2)),
+        (tick("running", NOW - 3000, attempt=1), RetryPolicy(1), ("abandon", None)),
+        (tick("running", NOW - 3000, attempt=3), RetryPolicy(3), ("abandon", None)),
+    ],
+)
 def test_orphans_are_settled_by_policy(orphan, retry, expected):
     p = plan([job(retry=retry)], last={"j": NOW - 1000}, orphans=[orphan])
     kind, attempt = expected
@@ -55,16 +58,22 @@ def test_orphans_are_settled_by_policy(orphan, retry, expected):
 
 
 def test_orphans_of_deleted_jobs_are_abandoned_and_current_fence_rows_are_left_alone():
-    p = plan([job()], last={"j": NOW}, orphans=[tick("claimed", NOW - 10, jid="gone"),
-                                                 tick("claimed", NOW - 10, fence=FENCE)])
+    p = plan(
+        [job()],
+        last={"j": NOW},
+        orphans=[tick("claimed", NOW - 10, jid="gone"), tick("claimed", NOW - 10, fence=FENCE)],
+    )
     assert p.abandon == [SlotRef("gone", NOW - 10)] and p.reclaim == []
 
 
-@pytest.mark.parametrize("policy, run, skip", [
-    (CatchUp.ALL, [NOW - 2000, NOW - 1000, NOW], []),
-    (CatchUp.LATEST, [NOW], [NOW - 2000, NOW - 1000]),
-    (CatchUp.NONE, [], [NOW - 2000, NOW - 1000, NOW]),
-])
+@pytest.mark.parametrize(
+    "policy, run, skip",
+    [
+        (CatchUp.ALL, [NOW - 2000, NOW - 1000, NOW], []),
+        (CatchUp.LATEST, [NOW], [NOW - 2000, NOW - 1000]),
+        (CatchUp.NONE, [], [NOW - 2000, NOW - 1000, NOW]),
+    ],
+)
 def test_missed_slots_follow_the_catch_up_policy(policy, run, skip):
     p = plan([job(catchup=policy)], last={"j": NOW - 3000})
     assert [s.scheduled_at_ms for s in p.run] == run
@@ -104,4 +113,3 @@ def test_manual_orphans_do_not_move_the_schedule():
     orphan = tick("claimed", NOW + 5000, manual=True)
     p = plan([job()], last={"j": NOW}, orphans=[orphan])
     assert p.reclaim == [Dispatch(orphan.slot, 1, manual=True, catch_up=True)] and p.resume_after == {"j": NOW}
-

@@ -27,6 +27,7 @@ def between(trigger, after: str, until: str, limit=None) -> list[str]:
 
 # --- interval -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "interval_ms, anchor_ms, after, expected",
     [
@@ -107,6 +108,7 @@ def test_once_slots_between():
 
 # --- cron: fields, alignment, timezones --------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "expr, tz, after, expected",
     [
@@ -180,12 +182,18 @@ def test_cron_every_five_minutes_slots():
 
 DST_VECTORS = [
     pytest.param(
-        "30 2 * * *", "America/New_York", "2026-03-07T00:00Z", "2026-03-10T00:00Z",
+        "30 2 * * *",
+        "America/New_York",
+        "2026-03-07T00:00Z",
+        "2026-03-10T00:00Z",
         ["2026-03-07T07:30:00.000Z", "2026-03-08T07:00:00.000Z", "2026-03-09T06:30:00.000Z"],
         id="ny-spring-0230-runs-once-at-0300-edt",
     ),
     pytest.param(
-        "*/15 * * * *", "America/New_York", "2026-03-08T06:30Z", "2026-03-08T07:30Z",
+        "*/15 * * * *",
+        "America/New_York",
+        "2026-03-08T06:30Z",
+        "2026-03-08T07:30Z",
         [
             "2026-03-08T06:45:00.000Z",  # 01:45 EST
             "2026-03-08T07:00:00.000Z",  # 02:00, 02:15, 02:30, 02:45 do not exist: one run at 03:00 EDT
@@ -195,17 +203,26 @@ DST_VECTORS = [
         id="ny-spring-gap-slots-collapse",
     ),
     pytest.param(
-        "0 * * * *", "America/New_York", "2026-03-08T05:30Z", "2026-03-08T08:30Z",
+        "0 * * * *",
+        "America/New_York",
+        "2026-03-08T05:30Z",
+        "2026-03-08T08:30Z",
         ["2026-03-08T06:00:00.000Z", "2026-03-08T07:00:00.000Z", "2026-03-08T08:00:00.000Z"],
         id="ny-spring-hourly-02-and-03-are-one-run",
     ),
     pytest.param(
-        "30 1 * * *", "America/New_York", "2026-10-31T00:00Z", "2026-11-03T00:00Z",
+        "30 1 * * *",
+        "America/New_York",
+        "2026-10-31T00:00Z",
+        "2026-11-03T00:00Z",
         ["2026-10-31T05:30:00.000Z", "2026-11-01T05:30:00.000Z", "2026-11-02T06:30:00.000Z"],
         id="ny-fall-0130-runs-once-at-first-occurrence",
     ),
     pytest.param(
-        "*/30 * * * *", "America/New_York", "2026-11-01T04:45Z", "2026-11-01T07:30Z",
+        "*/30 * * * *",
+        "America/New_York",
+        "2026-11-01T04:45Z",
+        "2026-11-01T07:30Z",
         [
             "2026-11-01T05:00:00.000Z",  # 01:00 EDT
             "2026-11-01T05:30:00.000Z",  # 01:30 EDT
@@ -216,22 +233,34 @@ DST_VECTORS = [
         id="ny-fall-repeated-hour-runs-once",
     ),
     pytest.param(
-        "30 1 * * *", "Europe/Lisbon", "2026-03-28T00:00Z", "2026-03-31T00:00Z",
+        "30 1 * * *",
+        "Europe/Lisbon",
+        "2026-03-28T00:00Z",
+        "2026-03-31T00:00Z",
         ["2026-03-28T01:30:00.000Z", "2026-03-29T01:00:00.000Z", "2026-03-30T00:30:00.000Z"],
         id="lisbon-spring-0130-runs-at-0200-west",
     ),
     pytest.param(
-        "30 1 * * *", "Europe/Lisbon", "2026-10-24T00:00Z", "2026-10-27T00:00Z",
+        "30 1 * * *",
+        "Europe/Lisbon",
+        "2026-10-24T00:00Z",
+        "2026-10-27T00:00Z",
         ["2026-10-24T00:30:00.000Z", "2026-10-25T00:30:00.000Z", "2026-10-26T01:30:00.000Z"],
         id="lisbon-fall-0130-first-occurrence-only",
     ),
     pytest.param(
-        "0 9 * * *", "Europe/Lisbon", "2026-03-28T00:00Z", "2026-03-31T00:00Z",
+        "0 9 * * *",
+        "Europe/Lisbon",
+        "2026-03-28T00:00Z",
+        "2026-03-31T00:00Z",
         ["2026-03-28T09:00:00.000Z", "2026-03-29T08:00:00.000Z", "2026-03-30T08:00:00.000Z"],
         id="lisbon-spring-0900-follows-the-offset",
     ),
     pytest.param(
-        "0,30 * * * *", "Europe/Lisbon", "2026-10-24T23:45Z", "2026-10-25T02:00Z",
+        "0,30 * * * *",
+        "Europe/Lisbon",
+        "2026-10-24T23:45Z",
+        "2026-10-25T02:00Z",
         [
             "2026-10-25T00:00:00.000Z",  # 01:00 WEST
             "2026-10-25T00:30:00.000Z",  # 01:30 WEST; 01:00 and 01:30 WET are not run again
@@ -240,7 +269,10 @@ DST_VECTORS = [
         id="lisbon-fall-repeated-hour-runs-once",
     ),
     pytest.param(
-        "*/20 * * * * *", "America/New_York", "2026-03-08T06:59:20Z", "2026-03-08T07:00:20Z",
+        "*/20 * * * * *",
+        "America/New_York",
+        "2026-03-08T06:59:20Z",
+        "2026-03-08T07:00:20Z",
         ["2026-03-08T06:59:40.000Z", "2026-03-08T07:00:00.000Z", "2026-03-08T07:00:20.000Z"],
         id="ny-spring-six-fields-a-whole-hour-of-seconds-collapses",
     ),
@@ -281,12 +313,16 @@ def test_dst_next_after_from_awkward_points(expr, tz, after, expected):
 
 # --- trigger_for and slots_between --------------------------------------------------------
 
+
 @pytest.mark.parametrize(
     "schedule, after, expected",
     [
         (Schedule(ScheduleKind.CRON, cron="*/5 * * * *"), "2026-01-01T10:02Z", "2026-01-01T10:05:00.000Z"),
-        (Schedule(ScheduleKind.CRON, cron="0 9 * * *", timezone="Asia/Kolkata"), "2026-01-01T00:00Z",
-         "2026-01-01T03:30:00.000Z"),
+        (
+            Schedule(ScheduleKind.CRON, cron="0 9 * * *", timezone="Asia/Kolkata"),
+            "2026-01-01T00:00Z",
+            "2026-01-01T03:30:00.000Z",
+        ),
         (Schedule(ScheduleKind.INTERVAL, interval_ms=5_000), "2026-01-01T10:00:03Z", "2026-01-01T10:00:05.000Z"),
         (Schedule(ScheduleKind.ONCE, at_ms=ms("2026-06-01T12:00Z")), "2026-01-01T00:00Z", "2026-06-01T12:00:00.000Z"),
     ],

@@ -42,11 +42,14 @@ def test_a_raising_thread_is_reported_once_with_its_name_and_error():
     assert lifeline.died == "claimer"
 
 
-@pytest.mark.parametrize(("may_end", "stopping", "reported"), [
-    (False, False, True),   # a loop that returned on its own: a dead worker
-    (False, True, False),   # it returned because the node is stopping
-    (True, False, False),   # it may end (a session's keep-alive, once the lease is lost)
-])
+@pytest.mark.parametrize(
+    ("may_end", "stopping", "reported"),
+    [
+        (False, False, True),  # a loop that returned on its own: a dead worker
+        (False, True, False),  # it returned because the node is stopping
+        (True, False, False),  # it may end (a session's keep-alive, once the lease is lost)
+    ],
+)
 def test_a_thread_that_returns_is_a_death_only_when_nothing_let_it(may_end, stopping, reported):
     deaths = Deaths()
     lifeline = Lifeline(deaths)
@@ -119,11 +122,14 @@ def test_a_raising_task_is_reported_once():
     assert name == "marks-commit" and isinstance(error, KeyError)
 
 
-@pytest.mark.parametrize(("make", "may_end", "cancel", "reported"), [
-    (_return, False, False, True),   # a long-lived task that returned
-    (_return, True, False, False),   # one that ends when its work is done (a group commit's committer)
-    (_forever, False, True, False),  # cancelled: stopped on purpose
-])
+@pytest.mark.parametrize(
+    ("make", "may_end", "cancel", "reported"),
+    [
+        (_return, False, False, True),  # a long-lived task that returned
+        (_return, True, False, False),  # one that ends when its work is done (a group commit's committer)
+        (_forever, False, True, False),  # cancelled: stopped on purpose
+    ],
+)
 def test_a_task_that_ends_without_raising(make, may_end, cancel, reported):
     deaths = Deaths()
     run_task(Lifeline(deaths), make, "committer", may_end=may_end, cancel=cancel)
@@ -143,5 +149,6 @@ def test_an_unwatched_lifeline_logs_a_death_and_tells_nobody(caplog):
     run_thread(lifeline, boom, "pruner")
     run_thread(lifeline, lambda: None, "pruner")  # a component closed outside a node: not a death
     assert lifeline.died is None
-    assert [r.getMessage() for r in caplog.records if r.name == "shardcron.runtime.lifeline"] == ["worker 'pruner' died: "
-                                                                                           "ValueError('boom')"]
+    assert [r.getMessage() for r in caplog.records if r.name == "shardcron.runtime.lifeline"] == [
+        "worker 'pruner' died: ValueError('boom')"
+    ]

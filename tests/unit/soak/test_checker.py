@@ -23,14 +23,34 @@ _ids = itertools.count(1)
 
 
 def row(job, slot, status="succeeded", *, manual=False, fence=1, node="n0", claimed=None, started=None):
-    return TickRow(job=job, slot_ms=slot, status=status, manual=manual, shard=shard_for(job, SHARDS), fence=fence,
-                   node=node, attempt=1, claimed_at_ms=slot if claimed is None else claimed,
-                   started_at_ms=slot if started is None else started, finished_at_ms=slot + 5)
+    return TickRow(
+        job=job,
+        slot_ms=slot,
+        status=status,
+        manual=manual,
+        shard=shard_for(job, SHARDS),
+        fence=fence,
+        node=node,
+        attempt=1,
+        claimed_at_ms=slot if claimed is None else claimed,
+        started_at_ms=slot if started is None else started,
+        finished_at_ms=slot + 5,
+    )
 
 
 def op(kind, job, call, ret, outcome="ok", *, spec=None, result=None, args=None):
-    return Op(id=next(_ids), kind=kind, job=job, node="n0", call_ms=call, return_ms=ret, outcome=outcome, spec=spec,
-              result=result, args=args)
+    return Op(
+        id=next(_ids),
+        kind=kind,
+        job=job,
+        node="n0",
+        call_ms=call,
+        return_ms=ret,
+        outcome=outcome,
+        spec=spec,
+        result=result,
+        args=args,
+    )
 
 
 def every(seconds):
@@ -44,8 +64,15 @@ def rows_every(job, seconds, lo, hi):
 
 
 def clean_audit():
-    return {"clean": True, "duplicates": [], "missing": [], "stale_fence": [], "unresolved": [],
-            "false_overlap": [], "notification_missing": []}
+    return {
+        "clean": True,
+        "duplicates": [],
+        "missing": [],
+        "stale_fence": [],
+        "unresolved": [],
+        "false_overlap": [],
+        "notification_missing": [],
+    }
 
 
 def base() -> History:
@@ -54,8 +81,19 @@ def base() -> History:
     statics = [StaticJob(j, {"id": j, **every(n)}, T0 - 60_000) for j, n in (("s1", 1), ("sess", 2), ("strm", 2))]
     ticks = rows_every("s1", 1, T0 - 3000, END) + rows_every("sess", 2, T0, END) + rows_every("strm", 2, T0, END)
     return History(
-        seed=1, seconds=10, ttl_s=4, shards=SHARDS, clock_tolerance_ms=TOL, settle_s=2, started_ms=T0,
-        heal_ms=HEAL, end_ms=END, static_jobs=statics, session_job="sess", stream_job="strm", ticks=ticks,
+        seed=1,
+        seconds=10,
+        ttl_s=4,
+        shards=SHARDS,
+        clock_tolerance_ms=TOL,
+        settle_s=2,
+        started_ms=T0,
+        heal_ms=HEAL,
+        end_ms=END,
+        static_jobs=statics,
+        session_job="sess",
+        stream_job="strm",
+        ticks=ticks,
         fences=[FenceRaise(s, 1, "n0", T0 - 60_000) for s in range(SHARDS)],
         effects=[Effect("sess", r.slot_ms, "n0", 1) for r in ticks if r.job == "sess"],
         deliveries=[Delivery("strm", r.slot_ms, 1, 1, "first", r.slot_ms + 10) for r in ticks if r.job == "strm"],
@@ -83,51 +121,102 @@ def found(report: checker.Report) -> set[str]:
 PUT = op("put", "dyn-1", T0 + 1000, T0 + 1200, spec=every(1), result={"paused": False})
 
 CAUGHT = {
-    "duplicate row": (lambda h: replace(h, ticks=[*h.ticks, row("s1", T0 + 3000, node="n1")]),
-                      {"duplicates", "audit"}),  # the clean audit did not report it
-    "duplicate manual row": (lambda h: replace(h, ticks=[*h.ticks, row("s1", T0 + 3500, manual=True),
-                                                         row("s1", T0 + 3500, manual=True)]), {"duplicates"}),
+    "duplicate row": (
+        lambda h: replace(h, ticks=[*h.ticks, row("s1", T0 + 3000, node="n1")]),
+        {"duplicates", "audit"},
+    ),  # the clean audit did not report it
+    "duplicate manual row": (
+        lambda h: replace(h, ticks=[*h.ticks, row("s1", T0 + 3500, manual=True), row("s1", T0 + 3500, manual=True)]),
+        {"duplicates"},
+    ),
     "gap": (lambda h: without(h, "s1", T0 + 5000), {"missing", "audit"}),
     "row never final": (lambda h: restatus(h, "s1", T0 + 5000, "running"), {"not_final"}),
-    "paused job ran": (lambda h: with_dyn(h, PUT, op("pause", "dyn-1", T0 + 5000, T0 + 5100),
-                                          rows=rows_every("dyn-1", 1, T0 + 1000, END)), {"unowed"}),
-    "deleted job ran": (lambda h: with_dyn(h, PUT, op("delete", "dyn-1", T0 + 5000, T0 + 5100),
-                                           rows=rows_every("dyn-1", 1, T0 + 1000, T0 + 9000)), {"unowed"}),
-    "old schedule ran": (lambda h: with_dyn(h, PUT, op("put", "dyn-1", T0 + 5000, T0 + 5100, spec=every(2)),
-                                            rows=rows_every("dyn-1", 1, T0 + 1000, END)), {"unowed"}),
-    "fence went backwards": (lambda h: replace(h, fences=[*h.fences, FenceRaise(0, 2, "n1", T0 + 5000),
-                                                          FenceRaise(0, 3, "n2", T0 + 3000)]),
-                             {"fences", "audit"}),  # shard 0's rows after them are stale writes too
+    "paused job ran": (
+        lambda h: with_dyn(
+            h, PUT, op("pause", "dyn-1", T0 + 5000, T0 + 5100), rows=rows_every("dyn-1", 1, T0 + 1000, END)
+        ),
+        {"unowed"},
+    ),
+    "deleted job ran": (
+        lambda h: with_dyn(
+            h, PUT, op("delete", "dyn-1", T0 + 5000, T0 + 5100), rows=rows_every("dyn-1", 1, T0 + 1000, T0 + 9000)
+        ),
+        {"unowed"},
+    ),
+    "old schedule ran": (
+        lambda h: with_dyn(
+            h, PUT, op("put", "dyn-1", T0 + 5000, T0 + 5100, spec=every(2)), rows=rows_every("dyn-1", 1, T0 + 1000, END)
+        ),
+        {"unowed"},
+    ),
+    "fence went backwards": (
+        lambda h: replace(h, fences=[*h.fences, FenceRaise(0, 2, "n1", T0 + 5000), FenceRaise(0, 3, "n2", T0 + 3000)]),
+        {"fences", "audit"},
+    ),  # shard 0's rows after them are stale writes too
     "fence raised twice": (lambda h: replace(h, fences=[*h.fences, FenceRaise(0, 1, "n1", T0)]), {"fences"}),
     "stale write after a newer raise": (
         lambda h: replace(h, fences=[*h.fences, FenceRaise(shard_for("s1", SHARDS), 2, "n1", T0 + 5000)]),
-        {"fences", "audit"}),  # s1's rows after T0+5500 stay under fence 1
-    "effect applied twice": (lambda h: replace(h, effects=[*h.effects, Effect("sess", T0 + 4000, "n1", 1)]),
-                             {"effects"}),
+        {"fences", "audit"},
+    ),  # s1's rows after T0+5500 stay under fence 1
+    "effect applied twice": (
+        lambda h: replace(h, effects=[*h.effects, Effect("sess", T0 + 4000, "n1", 1)]),
+        {"effects"},
+    ),
     "effect for a failed slot": (lambda h: restatus(h, "sess", T0 + 4000, "failed"), {"effects"}),
-    "succeeded slot without effect": (lambda h: replace(h, effects=[e for e in h.effects if e.slot_ms != T0 + 4000]),
-                                      {"effects"}),
-    "stale effect": (lambda h: replace(h, effects=[replace(e, fence=0) if e.slot_ms == T0 + 4000 else e
-                                                   for e in h.effects]), {"fences"}),
-    "consumer acted twice": (lambda h: replace(h, deliveries=[*h.deliveries, Delivery("strm", T0 + 4000, 2, 2, "first",
-                                                                                      T0 + 4100)]), {"deliveries"}),
+    "succeeded slot without effect": (
+        lambda h: replace(h, effects=[e for e in h.effects if e.slot_ms != T0 + 4000]),
+        {"effects"},
+    ),
+    "stale effect": (
+        lambda h: replace(h, effects=[replace(e, fence=0) if e.slot_ms == T0 + 4000 else e for e in h.effects]),
+        {"fences"},
+    ),
+    "consumer acted twice": (
+        lambda h: replace(h, deliveries=[*h.deliveries, Delivery("strm", T0 + 4000, 2, 2, "first", T0 + 4100)]),
+        {"deliveries"},
+    ),
     "deposed leader's message acted on": (lambda h: restatus(h, "strm", T0 + 4000, "skipped"), {"deliveries"}),
     "an abandoned slot acted on twice": (
-        lambda h: replace(restatus(h, "strm", T0 + 4000, "abandoned"),
-                          deliveries=[*h.deliveries, Delivery("strm", T0 + 4000, 2, 2, "first", T0 + 4100)]),
-        {"deliveries"}),
-    "shard not led after heal": (lambda h: replace(h, leaders=[LeaderSample(HEAL + 1000, {0: "n0", 1: None}),
-                                                               LeaderSample(HEAL + 9000, {0: "n0", 1: "n1"})]),
-                                 {"liveness"}),
+        lambda h: replace(
+            restatus(h, "strm", T0 + 4000, "abandoned"),
+            deliveries=[*h.deliveries, Delivery("strm", T0 + 4000, 2, 2, "first", T0 + 4100)],
+        ),
+        {"deliveries"},
+    ),
+    "shard not led after heal": (
+        lambda h: replace(
+            h, leaders=[LeaderSample(HEAL + 1000, {0: "n0", 1: None}), LeaderSample(HEAL + 9000, {0: "n0", 1: "n1"})]
+        ),
+        {"liveness"},
+    ),
     "shard never led after heal": (lambda h: replace(h, leaders=[LeaderSample(HEAL + 1000, None)]), {"liveness"}),
-    "job stops after heal": (lambda h: replace(h, ticks=[r for r in h.ticks if r.job != "s1" or r.slot_ms < HEAL]),
-                             {"missing", "liveness", "audit"}),
+    "job stops after heal": (
+        lambda h: replace(h, ticks=[r for r in h.ticks if r.job != "s1" or r.slot_ms < HEAL]),
+        {"missing", "liveness", "audit"},
+    ),
     "audit reports what the checker does not": (
-        lambda h: replace(h, audit={**clean_audit(), "clean": False, "missing": [
-            {"job_id": "s1", "namespace": "default", "scheduled_at_ms": T0 + 5000}]}), {"audit"}),
+        lambda h: replace(
+            h,
+            audit={
+                **clean_audit(),
+                "clean": False,
+                "missing": [{"job_id": "s1", "namespace": "default", "scheduled_at_ms": T0 + 5000}],
+            },
+        ),
+        {"audit"},
+    ),
     "audit finds a false overlap": (
-        lambda h: replace(h, audit={**clean_audit(), "false_overlap": [
-            {"job_id": "s1", "namespace": "default", "scheduled_at_ms": T0 + 5000, "detail": "x"}]}), {"audit"}),
+        lambda h: replace(
+            h,
+            audit={
+                **clean_audit(),
+                "false_overlap": [
+                    {"job_id": "s1", "namespace": "default", "scheduled_at_ms": T0 + 5000, "detail": "x"}
+                ],
+            },
+        ),
+        {"audit"},
+    ),
     "audit missing": (lambda h: replace(h, audit=None), {"audit"}),
     "ok pause of an absent job": (lambda h: with_dyn(h, op("pause", "dyn-9", T0 + 1000, T0 + 1100)), {"model"}),
 }
@@ -155,31 +244,50 @@ def test_a_clean_history_passes():
 NOT_ACCUSED = {
     "slot in an ok put's window, row present": ((PUT,), rows_every("dyn-1", 1, T0, END)),
     "slot in an ok put's window, row absent": ((PUT,), rows_every("dyn-1", 1, T0 + 1000, END)),
-    "info put: nothing known": ((op("put", "dyn-1", T0 + 1000, T0 + 6000, "info", spec=every(1)),),
-                                [row("dyn-1", T0 + 7000)]),
-    "info put: rows are not unowed": ((op("put", "dyn-1", T0 + 1000, T0 + 6000, "info", spec=every(1)),),
-                                      rows_every("dyn-1", 1, T0, END)),
-    "info delete of an active job: rows may stop": ((PUT, op("delete", "dyn-1", T0 + 5000, T0 + 9000, "info")),
-                                                    rows_every("dyn-1", 1, T0 + 1000, T0 + 6000)),
-    "fail pause: its window only": ((PUT, op("pause", "dyn-1", T0 + 5000, T0 + 5100, "fail")),
-                                    [r for r in rows_every("dyn-1", 1, T0 + 1000, END) if r.slot_ms != T0 + 5000]),
-    "backfilled slot of a paused job": ((PUT, op("pause", "dyn-1", T0 + 3000, T0 + 3100),
-                                         op("backfill", "dyn-1", T0 + 9000, T0 + 9100, "info",
-                                            args={"from_ms": T0 + 4000, "to_ms": T0 + 6000})),
-                                        rows_every("dyn-1", 1, T0 + 1000, T0 + 3000)
-                                        + [row("dyn-1", T0 + 5000, claimed=T0 + 9050)]),
+    "info put: nothing known": (
+        (op("put", "dyn-1", T0 + 1000, T0 + 6000, "info", spec=every(1)),),
+        [row("dyn-1", T0 + 7000)],
+    ),
+    "info put: rows are not unowed": (
+        (op("put", "dyn-1", T0 + 1000, T0 + 6000, "info", spec=every(1)),),
+        rows_every("dyn-1", 1, T0, END),
+    ),
+    "info delete of an active job: rows may stop": (
+        (PUT, op("delete", "dyn-1", T0 + 5000, T0 + 9000, "info")),
+        rows_every("dyn-1", 1, T0 + 1000, T0 + 6000),
+    ),
+    "fail pause: its window only": (
+        (PUT, op("pause", "dyn-1", T0 + 5000, T0 + 5100, "fail")),
+        [r for r in rows_every("dyn-1", 1, T0 + 1000, END) if r.slot_ms != T0 + 5000],
+    ),
+    "backfilled slot of a paused job": (
+        (
+            PUT,
+            op("pause", "dyn-1", T0 + 3000, T0 + 3100),
+            op("backfill", "dyn-1", T0 + 9000, T0 + 9100, "info", args={"from_ms": T0 + 4000, "to_ms": T0 + 6000}),
+        ),
+        rows_every("dyn-1", 1, T0 + 1000, T0 + 3000) + [row("dyn-1", T0 + 5000, claimed=T0 + 9050)],
+    ),
     "manual rows: not owed, not duplicates, not unowed": (
         (PUT, op("pause", "dyn-1", T0 + 3000, T0 + 3100)),
         rows_every("dyn-1", 1, T0 + 1000, T0 + 3000)
-        + [row("dyn-1", T0 + 2000, manual=True), row("dyn-1", T0 + 6123, manual=True),
-           row("s1", T0 + 4000, manual=True)]),
+        + [
+            row("dyn-1", T0 + 2000, manual=True),
+            row("dyn-1", T0 + 6123, manual=True),
+            row("s1", T0 + 4000, manual=True),
+        ],
+    ),
     "a paused job's claimed slot recorded skipped": (
         (PUT, op("pause", "dyn-1", T0 + 3000, T0 + 3100)),
-        rows_every("dyn-1", 1, T0 + 1000, T0 + 3000) + [row("dyn-1", T0 + 4000, "skipped")]),
+        rows_every("dyn-1", 1, T0 + 1000, T0 + 3000) + [row("dyn-1", T0 + 4000, "skipped")],
+    ),
     "an info op of one job leaves another alone": (
-        (op("put", "dyn-1", T0 + 1000, T0 + 1500, "info", spec=every(1)),
-         op("put", "dyn-2", T0 + 1000, T0 + 1200, spec=every(2))),
-        rows_every("dyn-2", 2, T0 + 1000, END)),
+        (
+            op("put", "dyn-1", T0 + 1000, T0 + 1500, "info", spec=every(1)),
+            op("put", "dyn-2", T0 + 1000, T0 + 1200, spec=every(2)),
+        ),
+        rows_every("dyn-2", 2, T0 + 1000, END),
+    ),
 }
 
 
@@ -207,11 +315,14 @@ def test_a_put_too_soon_after_an_info_op_settles_nothing():
     assert timeline.certain_at(T0 + 41_000).phase is checker.JobPhase.ACTIVE
 
 
-@pytest.mark.parametrize("raised_at, claimed_at, stale", [
-    (T0 + 5000, T0 + 5000 + TOL, False),  # within the tolerance: clock skew
-    (T0 + 5000, T0 + 5000 + TOL + 1, True),
-    (T0 + 5000, T0 + 4000, False),  # claimed before the newer fence was raised
-])
+@pytest.mark.parametrize(
+    "raised_at, claimed_at, stale",
+    [
+        (T0 + 5000, T0 + 5000 + TOL, False),  # within the tolerance: clock skew
+        (T0 + 5000, T0 + 5000 + TOL + 1, True),
+        (T0 + 5000, T0 + 4000, False),  # claimed before the newer fence was raised
+    ],
+)
 def test_clock_tolerance_absorbs_skew_in_stale_writes(raised_at, claimed_at, stale):
     rows = [row("s1", T0 + 6000, claimed=claimed_at, started=claimed_at)]
     raises = [FenceRaise(shard_for("s1", SHARDS), 1, "n0", T0), FenceRaise(shard_for("s1", SHARDS), 2, "n1", raised_at)]
@@ -226,8 +337,14 @@ def test_clock_tolerance_absorbs_skew_in_fence_order(higher_at, stale):
 
 def test_audit_rows_are_matched_by_job_and_slot():
     h = without(base(), "s1", T0 + 5000)
-    h = replace(h, audit={**clean_audit(), "clean": False, "missing": [
-        {"job_id": "s1", "namespace": "default", "scheduled_at_ms": T0 + 5000}]})
+    h = replace(
+        h,
+        audit={
+            **clean_audit(),
+            "clean": False,
+            "missing": [{"job_id": "s1", "namespace": "default", "scheduled_at_ms": T0 + 5000}],
+        },
+    )
     report = checker.check(h)
     assert found(report) == {"missing"}
 
@@ -264,8 +381,17 @@ def truthful_runs(draw):
         valid = kind == "put" or exists
         outcome = draw(st.sampled_from(("ok", "info", "fail"))) if valid else "fail"
         new_spec = every(draw(st.sampled_from((1, 2)))) if kind == "put" else None
-        ops.append(op(kind, "dyn-1", t, t + duration, outcome, spec=new_spec,
-                      result={"paused": paused if kind == "put" else kind == "pause"} if outcome == "ok" else None))
+        ops.append(
+            op(
+                kind,
+                "dyn-1",
+                t,
+                t + duration,
+                outcome,
+                spec=new_spec,
+                result={"paused": paused if kind == "put" else kind == "pause"} if outcome == "ok" else None,
+            )
+        )
         must_put_after = None
         takes = outcome == "ok" or (outcome == "info" and draw(st.booleans()))
         if outcome == "info":
@@ -288,8 +414,7 @@ def true_rows(truth, end_ms):
     for (start, spec), (nxt, _) in zip(truth, [*truth[1:], (end_ms + 1, None)], strict=True):
         if spec is not None:
             step = int(spec["every"][:-1]) * 1000
-            rows += [row("dyn-1", s) for s in range((start // step + 1) * step, min(nxt, end_ms + 1), step)
-                     if s > T0]
+            rows += [row("dyn-1", s) for s in range((start // step + 1) * step, min(nxt, end_ms + 1), step) if s > T0]
     return rows
 
 

@@ -26,37 +26,47 @@ PAUSED = g.DynJob(g.JobPhase.PAUSED, {"id": "dyn-0", "every": "1s"})
 # -- classification -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("code, outcome", [
-    (None, "ok"),
-    (grpc.StatusCode.OK, "ok"),
-    (grpc.StatusCode.INVALID_ARGUMENT, "fail"),
-    (grpc.StatusCode.NOT_FOUND, "fail"),
-    (grpc.StatusCode.ALREADY_EXISTS, "fail"),
-    (grpc.StatusCode.PERMISSION_DENIED, "fail"),
-    (grpc.StatusCode.UNAUTHENTICATED, "fail"),
-    (grpc.StatusCode.RESOURCE_EXHAUSTED, "fail"),
-    (grpc.StatusCode.OUT_OF_RANGE, "fail"),
-    # a ShardcronError raised after the store write (telling the scheduler) is FAILED_PRECONDITION too
-    (grpc.StatusCode.FAILED_PRECONDITION, "info"),
-    (grpc.StatusCode.ABORTED, "info"),
-    (grpc.StatusCode.UNAVAILABLE, "info"),
-    (grpc.StatusCode.DEADLINE_EXCEEDED, "info"),
-    (grpc.StatusCode.INTERNAL, "info"),
-    (grpc.StatusCode.UNKNOWN, "info"),
-    (grpc.StatusCode.CANCELLED, "info"),
-])
+@pytest.mark.parametrize(
+    "code, outcome",
+    [
+        (None, "ok"),
+        (grpc.StatusCode.OK, "ok"),
+        (grpc.StatusCode.INVALID_ARGUMENT, "fail"),
+        (grpc.StatusCode.NOT_FOUND, "fail"),
+        (grpc.StatusCode.ALREADY_EXISTS, "fail"),
+        (grpc.StatusCode.PERMISSION_DENIED, "fail"),
+        (grpc.StatusCode.UNAUTHENTICATED, "fail"),
+        (grpc.StatusCode.RESOURCE_EXHAUSTED, "fail"),
+        (grpc.StatusCode.OUT_OF_RANGE, "fail"),
+        # a ShardcronError raised after the store write (telling the scheduler) is FAILED_PRECONDITION too
+        (grpc.StatusCode.FAILED_PRECONDITION, "info"),
+        (grpc.StatusCode.ABORTED, "info"),
+        (grpc.StatusCode.UNAVAILABLE, "info"),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, "info"),
+        (grpc.StatusCode.INTERNAL, "info"),
+        (grpc.StatusCode.UNKNOWN, "info"),
+        (grpc.StatusCode.CANCELLED, "info"),
+    ],
+)
 def test_classify(code, outcome):
     assert g.classify(code) == outcome
 
 
-@pytest.mark.parametrize("exc, outcome, error", [
-    (None, "ok", None),
-    (NotFound(grpc.StatusCode.NOT_FOUND, "job 'dyn-1' not found"), "fail", "NOT_FOUND: job 'dyn-1' not found"),
-    (Unavailable(grpc.StatusCode.UNAVAILABLE, "shard 3 has no leader"), "info", "UNAVAILABLE: shard 3 has no leader"),
-    (ApiError(grpc.StatusCode.DEADLINE_EXCEEDED, ""), "info", "DEADLINE_EXCEEDED: deadline exceeded"),
-    (ConnectionResetError("reset by peer"), "info", "ConnectionResetError: reset by peer"),
-    (ValueError("a bug of ours"), "info", "ValueError: a bug of ours"),
-])
+@pytest.mark.parametrize(
+    "exc, outcome, error",
+    [
+        (None, "ok", None),
+        (NotFound(grpc.StatusCode.NOT_FOUND, "job 'dyn-1' not found"), "fail", "NOT_FOUND: job 'dyn-1' not found"),
+        (
+            Unavailable(grpc.StatusCode.UNAVAILABLE, "shard 3 has no leader"),
+            "info",
+            "UNAVAILABLE: shard 3 has no leader",
+        ),
+        (ApiError(grpc.StatusCode.DEADLINE_EXCEEDED, ""), "info", "DEADLINE_EXCEEDED: deadline exceeded"),
+        (ConnectionResetError("reset by peer"), "info", "ConnectionResetError: reset by peer"),
+        (ValueError("a bug of ours"), "info", "ValueError: a bug of ours"),
+    ],
+)
 def test_outcome_of_any_exception(exc, outcome, error):
     assert g.outcome_of(exc) == (outcome, error)
 
@@ -64,22 +74,30 @@ def test_outcome_of_any_exception(exc, outcome, error):
 # -- the model's transitions ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("job, planned, outcome, result, expected_state", [
-    (g.DynJob(), g.Planned("put", "dyn-0", {"every": "2s"}), "ok", {"paused": False}, g.JobPhase.ACTIVE),
-    (g.DynJob(), g.Planned("put", "dyn-0", {"every": "2s", "paused": True}), "ok", {"paused": True},
-     g.JobPhase.PAUSED),
-    (PAUSED, g.Planned("put", "dyn-0", {"every": "2s"}), "ok", {"paused": False}, g.JobPhase.ACTIVE),
-    (ACTIVE, g.Planned("pause", "dyn-0"), "ok", {"paused": True}, g.JobPhase.PAUSED),
-    (PAUSED, g.Planned("resume", "dyn-0"), "ok", {"paused": False}, g.JobPhase.ACTIVE),
-    (ACTIVE, g.Planned("delete", "dyn-0"), "ok", None, g.JobPhase.ABSENT),
-    (ACTIVE, g.Planned("trigger", "dyn-0"), "ok", {"slot_ms": T0}, g.JobPhase.ACTIVE),
-    (PAUSED, g.Planned("backfill", "dyn-0", back_s=5, rate_per_s=2.0), "ok", {"id": "b"}, g.JobPhase.PAUSED),
-    (ACTIVE, g.Planned("pause", "dyn-0"), "fail", None, g.JobPhase.ACTIVE),
-    (g.DynJob(), g.Planned("delete", "dyn-0"), "fail", None, g.JobPhase.ABSENT),
-    (ACTIVE, g.Planned("pause", "dyn-0"), "info", None, g.JobPhase.UNKNOWN),
-    (ACTIVE, g.Planned("trigger", "dyn-0"), "info", None, g.JobPhase.UNKNOWN),
-    (g.DynJob(), g.Planned("put", "dyn-0", {"every": "1s"}), "info", None, g.JobPhase.UNKNOWN),
-])
+@pytest.mark.parametrize(
+    "job, planned, outcome, result, expected_state",
+    [
+        (g.DynJob(), g.Planned("put", "dyn-0", {"every": "2s"}), "ok", {"paused": False}, g.JobPhase.ACTIVE),
+        (
+            g.DynJob(),
+            g.Planned("put", "dyn-0", {"every": "2s", "paused": True}),
+            "ok",
+            {"paused": True},
+            g.JobPhase.PAUSED,
+        ),
+        (PAUSED, g.Planned("put", "dyn-0", {"every": "2s"}), "ok", {"paused": False}, g.JobPhase.ACTIVE),
+        (ACTIVE, g.Planned("pause", "dyn-0"), "ok", {"paused": True}, g.JobPhase.PAUSED),
+        (PAUSED, g.Planned("resume", "dyn-0"), "ok", {"paused": False}, g.JobPhase.ACTIVE),
+        (ACTIVE, g.Planned("delete", "dyn-0"), "ok", None, g.JobPhase.ABSENT),
+        (ACTIVE, g.Planned("trigger", "dyn-0"), "ok", {"slot_ms": T0}, g.JobPhase.ACTIVE),
+        (PAUSED, g.Planned("backfill", "dyn-0", back_s=5, rate_per_s=2.0), "ok", {"id": "b"}, g.JobPhase.PAUSED),
+        (ACTIVE, g.Planned("pause", "dyn-0"), "fail", None, g.JobPhase.ACTIVE),
+        (g.DynJob(), g.Planned("delete", "dyn-0"), "fail", None, g.JobPhase.ABSENT),
+        (ACTIVE, g.Planned("pause", "dyn-0"), "info", None, g.JobPhase.UNKNOWN),
+        (ACTIVE, g.Planned("trigger", "dyn-0"), "info", None, g.JobPhase.UNKNOWN),
+        (g.DynJob(), g.Planned("put", "dyn-0", {"every": "1s"}), "info", None, g.JobPhase.UNKNOWN),
+    ],
+)
 def test_after(job, planned, outcome, result, expected_state):
     got = g.after(job, planned, outcome, result, T0)
     assert got.state is expected_state
@@ -111,11 +129,14 @@ def _valid(planned: g.Planned, job: g.DynJob | None, at_ms: int) -> bool:
         return planned.kind in ("trigger", "backfill")
     if job.state is g.JobPhase.UNKNOWN:
         return planned.kind == "put" and at_ms >= job.repair_at_ms
-    return planned.kind in {
-        g.JobPhase.ABSENT: {"put"},
-        g.JobPhase.ACTIVE: {"put", "pause", "delete", "trigger", "backfill"},
-        g.JobPhase.PAUSED: {"put", "resume", "delete", "backfill"},
-    }[job.state]
+    return (
+        planned.kind
+        in {
+            g.JobPhase.ABSENT: {"put"},
+            g.JobPhase.ACTIVE: {"put", "pause", "delete", "trigger", "backfill"},
+            g.JobPhase.PAUSED: {"put", "resume", "delete", "backfill"},
+        }[job.state]
+    )
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -138,8 +159,11 @@ def test_random_walks_choose_only_valid_ops_and_cover_every_kind(seed):
             assert g.BACKFILL_BACK_S[0] <= p.back_s <= g.BACKFILL_BACK_S[1] and p.rate_per_s > 0
         if p.job in jobs:
             outcome = rng.choice(["ok", "ok", "ok", "fail", "info"])
-            paused = p.kind == "pause" or (p.kind == "put" and bool(p.spec.get("paused"))) or \
-                (p.kind not in ("put", "resume") and state is g.JobPhase.PAUSED)
+            paused = (
+                p.kind == "pause"
+                or (p.kind == "put" and bool(p.spec.get("paused")))
+                or (p.kind not in ("put", "resume") and state is g.JobPhase.PAUSED)
+            )
             jobs[p.job] = g.after(jobs[p.job], p, outcome, {"paused": paused}, t)
     assert set(kinds) == {"put", "pause", "resume", "delete", "trigger", "backfill"}, kinds
 
@@ -184,8 +208,9 @@ def test_noop_ids_put_one_job_on_every_shard(shards):
 
 
 def test_the_jobs_file_with_its_calendar_loads_as_a_node_reads_it(tmp_path):
-    defs = w.static_jobs(shards=12, run_s=55, stream_url="redis://10.200.1.1:40000/0", stream_key="soak:x:stream",
-                         stream_job="stream-x")
+    defs = w.static_jobs(
+        shards=12, run_s=55, stream_url="redis://10.200.1.1:40000/0", stream_key="soak:x:stream", stream_job="stream-x"
+    )
     cal = w.exclusion_calendar(T0 + 123, T0 + 120_000)
     path = harness.write_jobs(tmp_path / "jobs.toml", defs)
     with open(path, "a") as f:

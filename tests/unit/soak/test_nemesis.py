@@ -86,9 +86,16 @@ def test_each_kind_has_its_target_and_duration():
                 assert f.target in MEMBERS
             else:
                 assert f.target == ("postgresql" if f.kind.startswith("db-") else "etcd")
-            lo, hi = {"stop": (TTL + 1, 2 * TTL + 2), "kill": (1, 8), "term": (1, 8), "cut-etcd": (2, 3 * TTL),
-                      "cut-store": (2, 3 * TTL), "etcd-member": (2, 10), "clock": (10, 30), "drain": (5, 20),
-                      }.get(f.kind, (0, 0))
+            lo, hi = {
+                "stop": (TTL + 1, 2 * TTL + 2),
+                "kill": (1, 8),
+                "term": (1, 8),
+                "cut-etcd": (2, 3 * TTL),
+                "cut-store": (2, 3 * TTL),
+                "etcd-member": (2, 10),
+                "clock": (10, 30),
+                "drain": (5, 20),
+            }.get(f.kind, (0, 0))
             assert lo <= f.duration_s <= hi, f
             assert (f.duration_s == 0) == (f.kind in INSTANT_KINDS), f
             if f.kind == "clock":
@@ -119,8 +126,11 @@ def test_every_stop_outlasts_the_ttl():
 
 def test_clock_tolerance_is_the_largest_offset_plus_slack():
     assert clock_tolerance_ms([]) == 500
-    p = [PlannedFault("clock", "n0", 1, 10, -1400), PlannedFault("clock", "n1", 20, 10, 900),
-         PlannedFault("kill", "n2", 3, 2)]
+    p = [
+        PlannedFault("clock", "n0", 1, 10, -1400),
+        PlannedFault("clock", "n1", 20, 10, 900),
+        PlannedFault("kill", "n2", 3, 2),
+    ]
     assert clock_tolerance_ms(p) == 1900
     for seed in range(50):
         p = plan(seed, 600)
@@ -132,8 +142,13 @@ def test_the_timeline_heals_before_it_applies_and_pulses_instant_faults():
     b = PlannedFault("stop", "n0", 5.0, 6.0)
     c = PlannedFault("etcd-compact", "etcd", 5.0, 0.0)
     steps = [(t, step, f.kind) for t, step, f in timeline([a, b, c])]
-    assert steps == [(1.0, "apply", "kill"), (5.0, "heal", "kill"), (5.0, "apply", "stop"),
-                     (5.0, "pulse", "etcd-compact"), (11.0, "heal", "stop")]
+    assert steps == [
+        (1.0, "apply", "kill"),
+        (5.0, "heal", "kill"),
+        (5.0, "apply", "stop"),
+        (5.0, "pulse", "etcd-compact"),
+        (11.0, "heal", "stop"),
+    ]
 
 
 def test_every_aftermath_is_known():

@@ -53,11 +53,14 @@ def renders(job) -> None:
 # -- finding 2: a single run in 2400 (or 9999) is a slot like any other ---------------------------
 
 
-@pytest.mark.parametrize("at, iso", [
-    ("2400-01-01T00:00:00Z", "2400-01-01T00:00:00.000Z"),
-    ("9999-12-31T23:59:59.999Z", "9999-12-31T23:59:59.999Z"),
-    ("9999-12-31T00:00:00", "9999-12-31T00:00:00.000Z"),
-])
+@pytest.mark.parametrize(
+    "at, iso",
+    [
+        ("2400-01-01T00:00:00Z", "2400-01-01T00:00:00.000Z"),
+        ("9999-12-31T23:59:59.999Z", "9999-12-31T23:59:59.999Z"),
+        ("9999-12-31T00:00:00", "9999-12-31T00:00:00.000Z"),
+    ],
+)
 def test_a_single_run_up_to_the_end_of_9999_computes_its_slot_and_renders(at, iso):
     job = job_from_dict({"id": "far", "at": at, "executor": NOOP}, require_executor=True)
     assert rfc3339_ms(job.schedule.at_ms) == iso
@@ -69,10 +72,15 @@ def test_a_single_run_up_to_the_end_of_9999_computes_its_slot_and_renders(at, is
     assert job_from_json(job_to_json(job)) == job
 
 
-@pytest.mark.parametrize("schedule", [
-    {"every": "10d"}, {"interval_ms": MAX_DURATION_MS}, {"cron": "59 23 31 12 *"},
-    {"cron": "* * * * * *", "timezone": "Pacific/Kiritimati"},
-])
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        {"every": "10d"},
+        {"interval_ms": MAX_DURATION_MS},
+        {"cron": "59 23 31 12 *"},
+        {"cron": "* * * * * *", "timezone": "Pacific/Kiritimati"},
+    ],
+)
 def test_every_trigger_ends_at_the_end_of_9999_without_an_error(schedule):
     job = job_from_dict({"id": "j", **schedule, "executor": NOOP}, require_executor=True)
     trigger = trigger_for(job.schedule)
@@ -115,12 +123,15 @@ def test_a_single_run_outside_1970_to_9999_is_refused(at):
 # -- finding 3: an interval past ten years ------------------------------------------------------
 
 
-@pytest.mark.parametrize("schedule, field", [
-    ({"interval_ms": INT64_MAX}, "schedule.interval_ms"),
-    ({"interval_ms": 10**23}, "schedule.interval_ms"),
-    ({"interval_ms": MAX_DURATION_MS + 1}, "schedule.interval_ms"),
-    ({"every": "3651d"}, "schedule.every"),
-])
+@pytest.mark.parametrize(
+    "schedule, field",
+    [
+        ({"interval_ms": INT64_MAX}, "schedule.interval_ms"),
+        ({"interval_ms": 10**23}, "schedule.interval_ms"),
+        ({"interval_ms": MAX_DURATION_MS + 1}, "schedule.interval_ms"),
+        ({"every": "3651d"}, "schedule.every"),
+    ],
+)
 def test_an_interval_longer_than_ten_years_is_refused(schedule, field):
     refused({"id": "j", **schedule, "executor": NOOP}, field, "longer than the limit of ten years")
 
@@ -143,8 +154,10 @@ STORED_OUT_OF_RANGE = [
 
 @pytest.mark.parametrize("schedule", STORED_OUT_OF_RANGE)
 def test_a_stored_job_past_the_bounds_still_loads_lists_and_renders(schedule):
-    spec = ('{"id":"old\\u202eid","schedule":' + job_to_json_schedule(schedule) + ',"executor":{"kind":"noop"},'
-            '"jitter":"2d","history_limit":100000000,"labels":{"k":"v\\u200b"}}')
+    spec = (
+        '{"id":"old\\u202eid","schedule":' + job_to_json_schedule(schedule) + ',"executor":{"kind":"noop"},'
+        '"jitter":"2d","history_limit":100000000,"labels":{"k":"v\\u200b"}}'
+    )
     job = job_from_json(spec)
     runs = job_runs(job, NOW_MS)
     assert runs.next_slot_ms is None  # no slot after year 9999, none before 1970 is owed
@@ -161,13 +174,16 @@ def job_to_json_schedule(schedule: dict) -> str:
     return json.dumps({"timezone": "UTC", **schedule})
 
 
-@pytest.mark.parametrize("ms, text", [
-    (0, "1970-01-01T00:00:00.000Z"),
-    (MAX_TIME_MS, "9999-12-31T23:59:59.999Z"),
-    (MAX_TIME_MS + 1, f"(out of range: {MAX_TIME_MS + 1} ms)"),
-    (INT64_MAX, f"(out of range: {INT64_MAX} ms)"),
-    (-(10**30), f"(out of range: {-(10**30)} ms)"),
-])
+@pytest.mark.parametrize(
+    "ms, text",
+    [
+        (0, "1970-01-01T00:00:00.000Z"),
+        (MAX_TIME_MS, "9999-12-31T23:59:59.999Z"),
+        (MAX_TIME_MS + 1, f"(out of range: {MAX_TIME_MS + 1} ms)"),
+        (INT64_MAX, f"(out of range: {INT64_MAX} ms)"),
+        (-(10**30), f"(out of range: {-(10**30)} ms)"),
+    ],
+)
 def test_rfc3339_ms_is_total(ms, text):
     assert rfc3339_ms(ms) == text
 
@@ -199,18 +215,21 @@ def test_cron_plus_a_huge_jitter_is_refused_naming_the_jitter():
 # -- the other integers and durations -------------------------------------------------------
 
 
-@pytest.mark.parametrize("extra, field, says", [
-    ({"jitter": "1d1ms", "at": "2030-01-01T00:00:00Z"}, "jitter", "longer than the limit"),
-    ({"history_limit": 10**23}, "history_limit", "at most 1000000"),
-    ({"history_limit": 1_000_001}, "history_limit", "at most 1000000"),
-    ({"version": 2**31}, "version", "version column"),
-    ({"version": 10**23}, "version", "at most"),
-    ({"retry": {"max_attempts": 10**23}}, "retry.max_attempts", "at most 100"),
-    ({"retry": {"max_attempts": -(10**23)}}, "retry.max_attempts", "at least 1"),
-    ({"timeout": 10**23}, "timeout", "longer than the limit"),
-    ({"catchup_window": "3651d"}, "catchup_window", "longer than the limit"),
-    ({"retry": {"backoff_max": 10**12}}, "retry.backoff_max", "longer than the limit"),
-])
+@pytest.mark.parametrize(
+    "extra, field, says",
+    [
+        ({"jitter": "1d1ms", "at": "2030-01-01T00:00:00Z"}, "jitter", "longer than the limit"),
+        ({"history_limit": 10**23}, "history_limit", "at most 1000000"),
+        ({"history_limit": 1_000_001}, "history_limit", "at most 1000000"),
+        ({"version": 2**31}, "version", "version column"),
+        ({"version": 10**23}, "version", "at most"),
+        ({"retry": {"max_attempts": 10**23}}, "retry.max_attempts", "at most 100"),
+        ({"retry": {"max_attempts": -(10**23)}}, "retry.max_attempts", "at least 1"),
+        ({"timeout": 10**23}, "timeout", "longer than the limit"),
+        ({"catchup_window": "3651d"}, "catchup_window", "longer than the limit"),
+        ({"retry": {"backoff_max": 10**12}}, "retry.backoff_max", "longer than the limit"),
+    ],
+)
 def test_each_integer_and_duration_has_its_bound(extra, field, says):
     d = {"id": "j", "every": "1h", "executor": NOOP, **extra}
     if "at" in extra:
@@ -218,15 +237,25 @@ def test_each_integer_and_duration_has_its_bound(extra, field, says):
     refused(d, field, says)
 
 
-@pytest.mark.parametrize("executor, field, says", [
-    ({"kind": "celery", "url": "redis://h", "task": "t", "args": [2**64]}, "executor.args", "64-bit"),
-    ({"kind": "celery", "url": "redis://h", "task": "t", "kwargs": {"n": -(2**63) - 1}}, "executor.kwargs", "64-bit"),
-    ({"kind": "celery", "url": "redis://h", "task": "t", "priority": 10**23}, "executor.priority", "at most 255"),
-    ({"kind": "celery", "url": "redis://h", "task": "t", "expires": 10**23}, "executor.expires", "longer"),
-    ({"kind": "redis-stream", "url": "redis://h", "stream": "s", "maxlen": 2**63}, "executor.maxlen", "64-bit"),
-    ({"kind": "redis-stream", "url": "redis://h", "stream": "s", "dedupe_ttl": 10**23}, "executor.dedupe_ttl",
-     "longer"),
-])
+@pytest.mark.parametrize(
+    "executor, field, says",
+    [
+        ({"kind": "celery", "url": "redis://h", "task": "t", "args": [2**64]}, "executor.args", "64-bit"),
+        (
+            {"kind": "celery", "url": "redis://h", "task": "t", "kwargs": {"n": -(2**63) - 1}},
+            "executor.kwargs",
+            "64-bit",
+        ),
+        ({"kind": "celery", "url": "redis://h", "task": "t", "priority": 10**23}, "executor.priority", "at most 255"),
+        ({"kind": "celery", "url": "redis://h", "task": "t", "expires": 10**23}, "executor.expires", "longer"),
+        ({"kind": "redis-stream", "url": "redis://h", "stream": "s", "maxlen": 2**63}, "executor.maxlen", "64-bit"),
+        (
+            {"kind": "redis-stream", "url": "redis://h", "stream": "s", "dedupe_ttl": 10**23},
+            "executor.dedupe_ttl",
+            "longer",
+        ),
+    ],
+)
 def test_executor_integers_have_their_bounds(executor, field, says):
     refused({"id": "j", "every": "1h", "executor": executor}, field, says)
 
@@ -238,12 +267,18 @@ def _api_job(**executor) -> pb.Job:
     return pb.Job(id="deep", schedule=pb.Schedule(interval_ms=60_000), **executor)
 
 
-@pytest.mark.parametrize("message, field", [
-    (_api_job(python=pb.PythonExecutor(target="myapp.jobs:run", args_json="[" * 100_000)), "executor.args"),
-    (_api_job(celery=pb.CeleryExecutor(url="redis://h", task="t", kwargs_json='{"a":' * 50_000)), "executor.kwargs"),
-    (_api_job(celery=pb.CeleryExecutor(url="redis://h", task="t", args_json="[" * 33 + "]" * 33)), "executor.args"),
-    (_api_job(rq=pb.RqExecutor(url="redis://h", func="a.b", args_json='["[[[[' + "[" * 40 + '"]')), None),
-])
+@pytest.mark.parametrize(
+    "message, field",
+    [
+        (_api_job(python=pb.PythonExecutor(target="myapp.jobs:run", args_json="[" * 100_000)), "executor.args"),
+        (
+            _api_job(celery=pb.CeleryExecutor(url="redis://h", task="t", kwargs_json='{"a":' * 50_000)),
+            "executor.kwargs",
+        ),
+        (_api_job(celery=pb.CeleryExecutor(url="redis://h", task="t", args_json="[" * 33 + "]" * 33)), "executor.args"),
+        (_api_job(rq=pb.RqExecutor(url="redis://h", func="a.b", args_json='["[[[[' + "[" * 40 + '"]')), None),
+    ],
+)
 def test_deep_json_from_the_api_is_refused_naming_the_field(message, field):
     if field is None:  # brackets inside a string are no nesting
         assert job_from_proto(message).executor.rq.args == ("[[[[" + "[" * 40,)
@@ -257,8 +292,11 @@ def test_deep_values_from_a_table_are_refused_without_recursing():
     deep: list = []
     for _ in range(100_000):  # built without recursion, as YAML or the API would hand it over
         deep = [deep]
-    refused({"id": "j", "every": "1h", "executor": {"kind": "celery", "url": "redis://h", "task": "t",
-                                                      "args": deep}}, "executor.args", "nested deeper")
+    refused(
+        {"id": "j", "every": "1h", "executor": {"kind": "celery", "url": "redis://h", "task": "t", "args": deep}},
+        "executor.args",
+        "nested deeper",
+    )
 
 
 def test_json_nested_to_the_limit_is_accepted():
@@ -270,16 +308,40 @@ def test_json_nested_to_the_limit_is_accepted():
 # -- finding 14: ids and names are printable --------------------------------------------------
 
 
-INVISIBLE = ["\u202e", "\u202a", "\u2066", "\u2069", "\u200e", "\u200f", "\u061c", "\u200b", "\u200c", "\u200d",
-             "\u2060", "\ufeff", "\x00", "\x1b", "\x7f", "\x85", "\u00a0", "\u2028", "\ue000", "\U000e0001", "\u0378"]
+INVISIBLE = [
+    "\u202e",
+    "\u202a",
+    "\u2066",
+    "\u2069",
+    "\u200e",
+    "\u200f",
+    "\u061c",
+    "\u200b",
+    "\u200c",
+    "\u200d",
+    "\u2060",
+    "\ufeff",
+    "\x00",
+    "\x1b",
+    "\x7f",
+    "\x85",
+    "\u00a0",
+    "\u2028",
+    "\ue000",
+    "\U000e0001",
+    "\u0378",
+]
 
 
 @pytest.mark.parametrize("char", INVISIBLE, ids=[f"U+{ord(c):04X}" for c in INVISIBLE])
 def test_ids_labels_and_names_refuse_invisible_characters(char):
     refused({"id": f"pay{char}roll", "every": "1h", "executor": NOOP}, "id", f"U+{ord(char):04X}")
     refused({"id": "j", "every": "1h", "executor": NOOP, "labels": {"team": f"a{char}"}}, "labels", "printable")
-    refused({"id": "j", "every": "1h", "executor": {"kind": "celery", "url": "redis://h", "task": f"t{char}x"}},
-            "executor.task", "control characters" if ord(char) < 32 or ord(char) == 127 else "printable")
+    refused(
+        {"id": "j", "every": "1h", "executor": {"kind": "celery", "url": "redis://h", "task": f"t{char}x"}},
+        "executor.task",
+        "control characters" if ord(char) < 32 or ord(char) == 127 else "printable",
+    )
 
 
 @pytest.mark.parametrize("job_id", ["payroll", "nightly report", "café-ünïcode", "报表", "emoji-🚀", "a:b/c.d"])
@@ -290,13 +352,16 @@ def test_printable_ids_are_accepted(job_id):
 # -- finding 10: a value is echoed cut, never whole -----------------------------------------
 
 
-@pytest.mark.parametrize("d", [
-    {"id": "x" * 10_000_000, "every": "1h"},
-    {"id": "j", "every": "9" * 1_000_000 + "x"},
-    {"id": "j", "cron": "* " * 500_000},
-    {"id": "j", "every": "1h", "timezone": "Z" * 1_000_000},
-    {"id": "j", "every": "1h", "catchup": "c" * 1_000_000},
-])
+@pytest.mark.parametrize(
+    "d",
+    [
+        {"id": "x" * 10_000_000, "every": "1h"},
+        {"id": "j", "every": "9" * 1_000_000 + "x"},
+        {"id": "j", "cron": "* " * 500_000},
+        {"id": "j", "every": "1h", "timezone": "Z" * 1_000_000},
+        {"id": "j", "every": "1h", "catchup": "c" * 1_000_000},
+    ],
+)
 def test_an_error_echoes_a_huge_value_cut(d):
     with pytest.raises(InvalidJob) as err:
         job_from_dict(d)
@@ -318,9 +383,11 @@ def test_shown_marks_what_it_cut():
 
 
 @settings(max_examples=300, deadline=None)
-@given(key=st.sampled_from(["interval_ms", "at_ms"]),
-       value=st.one_of(st.integers(), st.integers(-(2**64), 2**64), st.integers(0, MAX_TIME_MS + YEAR_MS)),
-       jitter=st.one_of(st.none(), st.integers(0, 2 * DAY_MS).map(lambda ms: f"{ms}ms")))
+@given(
+    key=st.sampled_from(["interval_ms", "at_ms"]),
+    value=st.one_of(st.integers(), st.integers(-(2**64), 2**64), st.integers(0, MAX_TIME_MS + YEAR_MS)),
+    jitter=st.one_of(st.none(), st.integers(0, 2 * DAY_MS).map(lambda ms: f"{ms}ms")),
+)
 def test_any_integer_schedule_is_refused_by_name_or_schedules_and_renders(key, value, jitter):
     d = {"id": "j", key: value, "executor": NOOP, **({"jitter": jitter} if jitter else {})}
     try:
@@ -347,25 +414,32 @@ def test_any_id_is_refused_by_name_or_is_printable(job_id):
 # -- fuzz findings F1, F12, F15, F16, F17 (docs: the fuzz findings table) ------------------------
 
 
-@pytest.mark.parametrize("extra, field", [
-    ({"every": []}, "schedule.every"),
-    ({"every": {}}, "schedule.every"),
-    ({"every": "1h", "timeout": {}}, "timeout"),
-    ({"every": "1h", "catchup_window": [0, 1]}, "catchup_window"),
-    ({"every": "1h", "retry": {"backoff": []}}, "retry.backoff"),
-    ({"every": "1h", "retry": {"backoff_max": {1, 2}}}, "retry.backoff_max"),
-    ({"every": "1h", "jitter": {}}, "jitter"),
-    ({"every": "1h", "executor": {"kind": "celery", "url": "redis://h", "task": "t", "expires": []}}, "executor.expires"),
-    ({"every": "1h", "executor": {"kind": "redis-stream", "url": "redis://h", "stream": "s",
-                                                "dedupe_ttl": [1]}}, "executor.dedupe_ttl"),
-])
+@pytest.mark.parametrize(
+    "extra, field",
+    [
+        ({"every": []}, "schedule.every"),
+        ({"every": {}}, "schedule.every"),
+        ({"every": "1h", "timeout": {}}, "timeout"),
+        ({"every": "1h", "catchup_window": [0, 1]}, "catchup_window"),
+        ({"every": "1h", "retry": {"backoff": []}}, "retry.backoff"),
+        ({"every": "1h", "retry": {"backoff_max": {1, 2}}}, "retry.backoff_max"),
+        ({"every": "1h", "jitter": {}}, "jitter"),
+        (
+            {"every": "1h", "executor": {"kind": "celery", "url": "redis://h", "task": "t", "expires": []}},
+            "executor.expires",
+        ),
+        (
+            {"every": "1h", "executor": {"kind": "redis-stream", "url": "redis://h", "stream": "s", "dedupe_ttl": [1]}},
+            "executor.dedupe_ttl",
+        ),
+    ],
+)
 def test_a_container_where_a_duration_goes_is_refused_naming_the_field(extra, field):
     refused({"id": "j", "executor": NOOP, **extra}, field, "expected a duration")
 
 
 def test_a_huge_unknown_key_is_named_cut():
-    err = refused({"id": "j", "every": "1h", "executor": NOOP, "k" * 1_000_000: 1}, cut("k" * 1_000_000),
-                  "unknown key")
+    err = refused({"id": "j", "every": "1h", "executor": NOOP, "k" * 1_000_000: 1}, cut("k" * 1_000_000), "unknown key")
     assert len(str(err)) < 400, str(err)[:400]
 
 
@@ -373,20 +447,25 @@ def test_a_stored_job_with_args_nested_past_todays_limit_is_still_read_by_the_cl
     deep: list = [1]
     for _ in range(63):
         deep = [deep]
-    job = job_from_json('{"id": "old", "schedule": {"every": "1h"}, "executor": {"kind": "celery", "task": "t", '
-                        f'"url": "redis://h", "args": [{json.dumps(deep)}, {2**64}]}}}}')
+    job = job_from_json(
+        '{"id": "old", "schedule": {"every": "1h"}, "executor": {"kind": "celery", "task": "t", '
+        f'"url": "redis://h", "args": [{json.dumps(deep)}, {2**64}]}}}}'
+    )
     message = job_to_proto(job, redact=True)
     assert stored_job_from_proto(message).executor == job.executor  # what `jobs list` reads
     with pytest.raises(InvalidJob, match="nested deeper than the limit of 32"):  # a new one like it is refused
         job_from_proto(message)
 
 
-@pytest.mark.parametrize("schedule, field, value", [
-    ('{"at_ms": 100000000000000000000000}', "at_ms", INT64_MAX),
-    ('{"at": 6.4e238}', "at_ms", INT64_MAX),
-    ('{"at": -1e30}', "at_ms", -(2**63)),
-    ('{"interval_ms": 18446744073709551616}', "interval_ms", INT64_MAX),
-])
+@pytest.mark.parametrize(
+    "schedule, field, value",
+    [
+        ('{"at_ms": 100000000000000000000000}', "at_ms", INT64_MAX),
+        ('{"at": 6.4e238}', "at_ms", INT64_MAX),
+        ('{"at": -1e30}', "at_ms", -(2**63)),
+        ('{"interval_ms": 18446744073709551616}', "interval_ms", INT64_MAX),
+    ],
+)
 def test_a_stored_schedule_past_int64_is_answered_clamped(schedule, field, value):
     job = job_from_json(f'{{"id": "old", "schedule": {schedule}, "executor": {{"kind": "noop"}}}}')
     message = job_to_proto(job, redact=True)  # what GetJob and ListJobs answer
@@ -394,11 +473,14 @@ def test_a_stored_schedule_past_int64_is_answered_clamped(schedule, field, value
     stored_job_from_proto(message)
 
 
-@pytest.mark.parametrize("at, shown_as", [
-    ('"0001-01-01T00:00:00+14:00"', "once at (out of range: -62135647200000 ms)"),
-    ("-5.49e16", "once at (out of range: -54900000000000000 ms)"),
-    ("1767225600000", "once at 2026-01-01 00:00:00.000Z"),
-])
+@pytest.mark.parametrize(
+    "at, shown_as",
+    [
+        ('"0001-01-01T00:00:00+14:00"', "once at (out of range: -62135647200000 ms)"),
+        ("-5.49e16", "once at (out of range: -54900000000000000 ms)"),
+        ("1767225600000", "once at 2026-01-01 00:00:00.000Z"),
+    ],
+)
 def test_the_dashboard_shows_a_stored_instant_outside_years_1_9999(at, shown_as):
     job = job_from_json(f'{{"id": "old", "schedule": {{"at": {at}}}, "executor": {{"kind": "noop"}}}}')
     assert present.schedule_text(job) == shown_as

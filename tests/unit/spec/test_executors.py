@@ -36,30 +36,71 @@ def job(executor: dict) -> dict:
 # (executor table, the settings it must parse to)
 VALID = [
     ({"kind": "celery", "url": REDIS, "task": "app.tasks.report"}, CelerySpec(REDIS, "app.tasks.report")),
-    ({"kind": "celery", "url": "amqp://u:p@mq:5672/vh", "task": "t", "args": [1, "a", None], "kwargs": {"x": [1]},
-      "queue": "q", "routing_key": "rk", "priority": 9, "expires": "30s"},
-     CelerySpec("amqp://u:p@mq:5672/vh", "t", (1, "a", None), {"x": [1]}, "q", "rk", 9, 30_000)),
+    (
+        {
+            "kind": "celery",
+            "url": "amqp://u:p@mq:5672/vh",
+            "task": "t",
+            "args": [1, "a", None],
+            "kwargs": {"x": [1]},
+            "queue": "q",
+            "routing_key": "rk",
+            "priority": 9,
+            "expires": "30s",
+        },
+        CelerySpec("amqp://u:p@mq:5672/vh", "t", (1, "a", None), {"x": [1]}, "q", "rk", 9, 30_000),
+    ),
     ({"kind": "rq", "url": REDIS, "func": "app.tasks.report"}, RqSpec(REDIS, "app.tasks.report")),
-    ({"kind": "rq", "url": "unix:///run/redis.sock", "func": "f", "queue": "high", "args": [2]},
-     RqSpec("unix:///run/redis.sock", "f", "high", (2,))),
+    (
+        {"kind": "rq", "url": "unix:///run/redis.sock", "func": "f", "queue": "high", "args": [2]},
+        RqSpec("unix:///run/redis.sock", "f", "high", (2,)),
+    ),
     ({"kind": "arq", "url": REDIS, "function": "report"}, ArqSpec(REDIS, "report")),
-    ({"kind": "arq", "url": REDIS, "function": "report", "queue": "q", "kwargs": {"a": 1}, "tick_kwarg": "tick"},
-     ArqSpec(REDIS, "report", "q", (), {"a": 1}, "tick")),
-    ({"kind": "nats", "url": "nats://127.0.0.1:4222", "subject": "jobs.report"},
-     NatsSpec("nats://127.0.0.1:4222", "jobs.report")),
-    ({"kind": "nats", "url": "tls://n:4222", "subject": "a", "jetstream": False, "body": "{}", "headers": {"k": "v"}},
-     NatsSpec("tls://n:4222", "a", False, "{}", (("k", "v"),))),
-    ({"kind": "amqp", "url": "amqp://guest:guest@127.0.0.1/", "routing_key": "reports"},
-     AmqpSpec("amqp://guest:guest@127.0.0.1/", "reports")),
-    ({"kind": "amqp", "url": "amqps://mq/", "exchange": "ex", "routing_key": "", "persistent": False,
-      "content_type": "text/plain", "body": "hi"},
-     AmqpSpec("amqps://mq/", "", "ex", "hi", (), False, "text/plain")),
+    (
+        {"kind": "arq", "url": REDIS, "function": "report", "queue": "q", "kwargs": {"a": 1}, "tick_kwarg": "tick"},
+        ArqSpec(REDIS, "report", "q", (), {"a": 1}, "tick"),
+    ),
+    (
+        {"kind": "nats", "url": "nats://127.0.0.1:4222", "subject": "jobs.report"},
+        NatsSpec("nats://127.0.0.1:4222", "jobs.report"),
+    ),
+    (
+        {
+            "kind": "nats",
+            "url": "tls://n:4222",
+            "subject": "a",
+            "jetstream": False,
+            "body": "{}",
+            "headers": {"k": "v"},
+        },
+        NatsSpec("tls://n:4222", "a", False, "{}", (("k", "v"),)),
+    ),
+    (
+        {"kind": "amqp", "url": "amqp://guest:guest@127.0.0.1/", "routing_key": "reports"},
+        AmqpSpec("amqp://guest:guest@127.0.0.1/", "reports"),
+    ),
+    (
+        {
+            "kind": "amqp",
+            "url": "amqps://mq/",
+            "exchange": "ex",
+            "routing_key": "",
+            "persistent": False,
+            "content_type": "text/plain",
+            "body": "hi",
+        },
+        AmqpSpec("amqps://mq/", "", "ex", "hi", (), False, "text/plain"),
+    ),
     ({"kind": "redis-stream", "url": REDIS, "stream": "reports"}, RedisStreamSpec(REDIS, "reports")),
-    ({"kind": "redis-stream", "url": REDIS, "stream": "s", "fields": {"a": "1"}, "maxlen": 1000, "dedupe_ttl": "2h"},
-     RedisStreamSpec(REDIS, "s", (("a", "1"),), 1000, 7_200_000)),
+    (
+        {"kind": "redis-stream", "url": REDIS, "stream": "s", "fields": {"a": "1"}, "maxlen": 1000, "dedupe_ttl": "2h"},
+        RedisStreamSpec(REDIS, "s", (("a", "1"),), 1000, 7_200_000),
+    ),
     ({"kind": "python", "target": "app.jobs:report"}, PythonSpec("app.jobs:report")),
-    ({"kind": "python", "target": "app:report", "args": [1], "session": True},
-     PythonSpec("app:report", (1,), {}, True)),
+    (
+        {"kind": "python", "target": "app:report", "args": [1], "session": True},
+        PythonSpec("app:report", (1,), {}, True),
+    ),
 ]
 
 
@@ -99,20 +140,29 @@ BAD = [
     ({"kind": "rq", "url": REDIS, "func": "app tasks"}, "executor.func", "dotted path"),
     ({"kind": "rq", "url": REDIS, "func": "f", "queue": ""}, "executor.queue", "empty"),
     ({"kind": "arq", "url": REDIS, "function": "a.b"}, "executor.function", "function name"),
-    ({"kind": "arq", "url": REDIS, "function": "f", "kwargs": {"tick": 1}, "tick_kwarg": "tick"},
-     "executor.tick_kwarg", "also one of the kwargs"),
+    (
+        {"kind": "arq", "url": REDIS, "function": "f", "kwargs": {"tick": 1}, "tick_kwarg": "tick"},
+        "executor.tick_kwarg",
+        "also one of the kwargs",
+    ),
     ({"kind": "nats", "url": REDIS, "subject": "a"}, "executor.url", "nats://"),
     ({"kind": "nats", "url": "nats://h", "subject": "jobs.>"}, "executor.subject", "no wildcards"),
     ({"kind": "nats", "url": "nats://h", "subject": "a..b"}, "executor.subject", "dot-separated"),
     ({"kind": "nats", "url": "nats://h", "subject": "a", "jetstream": "yes"}, "executor.jetstream", "true or false"),
-    ({"kind": "nats", "url": "nats://h", "subject": "a", "headers": {"bad name": "v"}}, "executor.headers",
-     "bad header name"),
+    (
+        {"kind": "nats", "url": "nats://h", "subject": "a", "headers": {"bad name": "v"}},
+        "executor.headers",
+        "bad header name",
+    ),
     ({"kind": "amqp", "url": "amqp://h/"}, "executor.routing_key", "names the queue"),
     ({"kind": "amqp", "url": "amqp://h/", "routing_key": "q", "persistent": 1}, "executor.persistent", "true or false"),
     ({"kind": "amqp", "url": "amqp://h/", "routing_key": "q", "body": 3}, "executor.body", "string"),
     ({"kind": "redis-stream", "url": REDIS}, "executor.stream", "missing"),
-    ({"kind": "redis-stream", "url": REDIS, "stream": "s", "fields": {"shardcron_fence": "1"}}, "executor.fields",
-     "carry the tick"),
+    (
+        {"kind": "redis-stream", "url": REDIS, "stream": "s", "fields": {"shardcron_fence": "1"}},
+        "executor.fields",
+        "carry the tick",
+    ),
     ({"kind": "redis-stream", "url": REDIS, "stream": "s", "fields": {"a": 1}}, "executor.fields", "strings"),
     ({"kind": "redis-stream", "url": REDIS, "stream": "s", "maxlen": 0}, "executor.maxlen", "at least 1"),
     ({"kind": "redis-stream", "url": REDIS, "stream": "s", "dedupe_ttl": "5s"}, "executor.dedupe_ttl", "outlast"),
@@ -137,12 +187,20 @@ def test_an_unknown_kind_lists_every_kind():
         job_from_dict(job({"kind": "sqs"}), require_executor=True)
 
 
-@pytest.mark.parametrize("kind, url", [("celery", "redis://user:s3cret@h:6379/0"),
-                                       ("amqp", "amqp://guest:s3cret@h:5672/"),
-                                       ("nats", "nats://user:s3cret@h:4222")])
+@pytest.mark.parametrize(
+    "kind, url",
+    [
+        ("celery", "redis://user:s3cret@h:6379/0"),
+        ("amqp", "amqp://guest:s3cret@h:5672/"),
+        ("nats", "nats://user:s3cret@h:4222"),
+    ],
+)
 def test_broker_passwords_are_masked_in_answers_and_logs_but_kept_in_the_store(kind, url):
-    table = {"kind": kind, "url": url, **{"celery": {"task": "t"}, "amqp": {"routing_key": "q"},
-                                           "nats": {"subject": "s"}}[kind]}
+    table = {
+        "kind": kind,
+        "url": url,
+        **{"celery": {"task": "t"}, "amqp": {"routing_key": "q"}, "nats": {"subject": "s"}}[kind],
+    }
     parsed = job_from_dict(job(table), require_executor=True)
     assert job_to_dict(parsed)["executor"]["url"] == url
     assert "s3cret" not in str(redacted(parsed)) and ":***@" in redacted(parsed)["executor"]["url"]
@@ -167,15 +225,18 @@ def admit(table: dict, **kw):
     check_admissible(job_from_dict(job(table), require_executor=True), **{**defaults, **kw})
 
 
-@pytest.mark.parametrize("target, prefixes, allowed", [
-    ("myapp:f", ("myapp",), True),
-    ("myapp.tasks:f", ("myapp",), True),
-    ("myapp.tasks.deep:f", ("myapp.tasks",), True),
-    ("myappx.tasks:f", ("myapp",), False),
-    ("myapp:f", ("myapp.tasks",), False),
-    ("other:f", ("myapp", "other"), True),
-    ("os:system", ("myapp",), False),
-])
+@pytest.mark.parametrize(
+    "target, prefixes, allowed",
+    [
+        ("myapp:f", ("myapp",), True),
+        ("myapp.tasks:f", ("myapp",), True),
+        ("myapp.tasks.deep:f", ("myapp.tasks",), True),
+        ("myappx.tasks:f", ("myapp",), False),
+        ("myapp:f", ("myapp.tasks",), False),
+        ("other:f", ("myapp", "other"), True),
+        ("os:system", ("myapp",), False),
+    ],
+)
 def test_allow_python_covers_modules_on_dotted_boundaries(target, prefixes, allowed):
     assert python_module_allowed(target, prefixes) is allowed
 
@@ -183,23 +244,32 @@ def test_allow_python_covers_modules_on_dotted_boundaries(target, prefixes, allo
 def test_python_jobs_need_allow_python_covering_their_module():
     with pytest.raises(InvalidJob, match="--allow-python"):
         admit({"kind": "python", "target": "app:f"})
-    with pytest.raises(InvalidJob, match=r"executor\.target: os:system is refused: module 'os' is not under the "
-                                         r"--allow-python prefixes \(tests\.support\.pytargets\)"):
+    with pytest.raises(
+        InvalidJob,
+        match=r"executor\.target: os:system is refused: module 'os' is not under the "
+        r"--allow-python prefixes \(tests\.support\.pytargets\)",
+    ):
         admit({"kind": "python", "target": "os:system"}, allow_python=("tests.support.pytargets",))
-    with pytest.raises(InvalidJob, match=r"executor\.target: tests\.support\.pytargets:os\.system is refused: "
-                                         r"'os' is a module"):
-        admit({"kind": "python", "target": "tests.support.pytargets:os.system"},
-              allow_python=("tests.support.pytargets",))
+    with pytest.raises(
+        InvalidJob,
+        match=r"executor\.target: tests\.support\.pytargets:os\.system is refused: "
+        r"'os' is a module",
+    ):
+        admit(
+            {"kind": "python", "target": "tests.support.pytargets:os.system"}, allow_python=("tests.support.pytargets",)
+        )
     with pytest.raises(InvalidJob, match=r"executor\.target: .*cannot import"):
-        admit({"kind": "python", "target": "tests.support.pytargets.absent:f"},
-              allow_python=("tests.support.pytargets",))
+        admit(
+            {"kind": "python", "target": "tests.support.pytargets.absent:f"}, allow_python=("tests.support.pytargets",)
+        )
     admit({"kind": "python", "target": "tests.support.pytargets.sub:shared"}, allow_python=("tests.support",))
 
 
 def test_a_python_notification_is_admitted_by_the_same_target_rules():
-    notified = job_from_dict({**job({"kind": "noop"}),
-                              "on_failure": {"kind": "python", "target": "tests.support.pytargets:spawnl"}},
-                             require_executor=True)
+    notified = job_from_dict(
+        {**job({"kind": "noop"}), "on_failure": {"kind": "python", "target": "tests.support.pytargets:spawnl"}},
+        require_executor=True,
+    )
     with pytest.raises(InvalidJob, match=r"on_failure\.target: .*spawnl.* is refused: .*defined in module 'os'"):
         check_admissible(notified, allow_shell=False, now_ms=0, allow_python=("tests.support.pytargets",))
 
@@ -226,7 +296,8 @@ def test_every_broker_kind_names_an_extra_that_the_project_declares():
     from pathlib import Path
 
     declared = tomllib.loads((Path(__file__).parents[3] / "pyproject.toml").read_text())["project"][
-        "optional-dependencies"]
+        "optional-dependencies"
+    ]
     for kind, (extra, _) in EXTRAS.items():
         assert extra in declared, f"{kind.value} names the extra {extra!r}, which pyproject.toml lacks"
 
@@ -238,19 +309,30 @@ def put(argv: str):
     return job_from_flags(build_parser().parse_args(["jobs", "put", "j", "--every", "1s", *argv.split()]))
 
 
-@pytest.mark.parametrize("argv, settings", [
-    (f"--celery app.t --broker {REDIS} --args [1] --kwargs {{\"a\":2}} --queue q --priority 3 --expires 1m",
-     CelerySpec(REDIS, "app.t", (1,), {"a": 2}, "q", None, 3, 60_000)),
-    (f"--rq app.tasks.f --broker {REDIS} --queue high", RqSpec(REDIS, "app.tasks.f", "high")),
-    (f"--arq report --broker {REDIS} --tick-kwarg tick", ArqSpec(REDIS, "report", tick_kwarg="tick")),
-    ("--nats jobs.a --broker nats://h:4222 --no-jetstream --header k:v --body hi",
-     NatsSpec("nats://h:4222", "jobs.a", False, "hi", (("k", "v"),))),
-    ("--amqp reports --broker amqp://h/ --transient --content-type text/plain",
-     AmqpSpec("amqp://h/", "reports", persistent=False, content_type="text/plain")),
-    (f"--redis-stream s --broker {REDIS} --field a=1 --maxlen 10 --dedupe-ttl 2h",
-     RedisStreamSpec(REDIS, "s", (("a", "1"),), 10, 7_200_000)),
-    ("--python app.jobs:f --session --args [1]", PythonSpec("app.jobs:f", (1,), {}, True)),
-])
+@pytest.mark.parametrize(
+    "argv, settings",
+    [
+        (
+            f'--celery app.t --broker {REDIS} --args [1] --kwargs {{"a":2}} --queue q --priority 3 --expires 1m',
+            CelerySpec(REDIS, "app.t", (1,), {"a": 2}, "q", None, 3, 60_000),
+        ),
+        (f"--rq app.tasks.f --broker {REDIS} --queue high", RqSpec(REDIS, "app.tasks.f", "high")),
+        (f"--arq report --broker {REDIS} --tick-kwarg tick", ArqSpec(REDIS, "report", tick_kwarg="tick")),
+        (
+            "--nats jobs.a --broker nats://h:4222 --no-jetstream --header k:v --body hi",
+            NatsSpec("nats://h:4222", "jobs.a", False, "hi", (("k", "v"),)),
+        ),
+        (
+            "--amqp reports --broker amqp://h/ --transient --content-type text/plain",
+            AmqpSpec("amqp://h/", "reports", persistent=False, content_type="text/plain"),
+        ),
+        (
+            f"--redis-stream s --broker {REDIS} --field a=1 --maxlen 10 --dedupe-ttl 2h",
+            RedisStreamSpec(REDIS, "s", (("a", "1"),), 10, 7_200_000),
+        ),
+        ("--python app.jobs:f --session --args [1]", PythonSpec("app.jobs:f", (1,), {}, True)),
+    ],
+)
 def test_jobs_put_builds_each_kind_from_its_flags(argv, settings):
     assert put(argv).executor.settings == settings
 
@@ -260,16 +342,21 @@ def test_the_broker_may_come_from_the_environment(monkeypatch):
     assert put("--rq app.f").executor.settings.url == REDIS
 
 
-@pytest.mark.parametrize("argv, message", [
-    ("--celery t", "--celery: give the broker's URL with --broker URL"),
-    (f"--celery t --broker {REDIS} --args [1,", "--args: not valid JSON"),
-    ("--python app:f --queue q", "--queue: only for --celery or --rq or --arq jobs; not for --python"),
-    ("--http http://h/ --session", "--session: only for --python jobs; not for --http"),
-    (f"--rq f --broker {REDIS} --body x", "--body: only for --http or --nats or --amqp jobs; not for --rq"),
-    ("--python app:f --queue q --args [1] --exchange x",
-     "--queue: only for --celery or --rq or --arq jobs; --exchange: only for --amqp jobs; not for --python"),
-    ("--noop --broker redis://h", "--broker: only for"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        ("--celery t", "--celery: give the broker's URL with --broker URL"),
+        (f"--celery t --broker {REDIS} --args [1,", "--args: not valid JSON"),
+        ("--python app:f --queue q", "--queue: only for --celery or --rq or --arq jobs; not for --python"),
+        ("--http http://h/ --session", "--session: only for --python jobs; not for --http"),
+        (f"--rq f --broker {REDIS} --body x", "--body: only for --http or --nats or --amqp jobs; not for --rq"),
+        (
+            "--python app:f --queue q --args [1] --exchange x",
+            "--queue: only for --celery or --rq or --arq jobs; --exchange: only for --amqp jobs; not for --python",
+        ),
+        ("--noop --broker redis://h", "--broker: only for"),
+    ],
+)
 def test_a_flag_of_another_kind_or_a_bad_value_is_one_line_naming_the_flag(argv, message, monkeypatch):
     monkeypatch.delenv("SHARDCRON_BROKER", raising=False)
     with pytest.raises(ConfigError) as caught:

@@ -59,8 +59,13 @@ INVISIBLE = {"Cf", "Cc", "Zl", "Zp", "Cs", "Co", "Cn"}
 @pytest.fixture(scope="module")
 def templates():
     """The dashboard's own template environment (its sampler is never started)."""
-    dashboard = Dashboard(node_id="fuzz", api_target="127.0.0.1:1", forward_security=None, tokens=None,
-                          history=MetricsHistory(CollectorRegistry()))
+    dashboard = Dashboard(
+        node_id="fuzz",
+        api_target="127.0.0.1:1",
+        forward_security=None,
+        tokens=None,
+        history=MetricsHistory(CollectorRegistry()),
+    )
     yield dashboard.templates
     dashboard.close()
 
@@ -84,8 +89,12 @@ def assert_bounded(job: Job) -> None:
     s = job.schedule
     if s.kind is ScheduleKind.ONCE:
         assert 0 <= s.at_ms <= LAST_MS_OF_9999, f"at_ms {s.at_ms} is outside the years 1970-9999"
-    for name, value in (("interval_ms", s.interval_ms), ("version", job.version),
-                        ("history_limit", job.history_limit), ("retry.max_attempts", job.retry.max_attempts)):
+    for name, value in (
+        ("interval_ms", s.interval_ms),
+        ("version", job.version),
+        ("history_limit", job.history_limit),
+        ("retry.max_attempts", job.retry.max_attempts),
+    ):
         assert value is None or INT64[0] <= value <= INT64[1], f"{name} {value} does not fit in 64 bits"
 
 
@@ -102,8 +111,9 @@ def assert_next_slots(job: Job) -> None:
     if job.schedule.kind is ScheduleKind.CRON:
         now_ms = int(time.time() * 1000)
         first = trigger.next_after(now_ms)
-        assert first is not None and first <= now_ms + 10 * YEAR_MS + 3 * 86_400_000, \
+        assert first is not None and first <= now_ms + 10 * YEAR_MS + 3 * 86_400_000, (
             f"cron {job.schedule.cron!r} does not fire in the next 10 years, yet it was accepted"
+        )
 
 
 def render_list(job: Job) -> str:
@@ -119,12 +129,23 @@ def render_dashboard(templates, job: Job) -> None:
     runs = job_runs(job, NOW_MS)
     key = split_key(job.id)
     common = dict(visitor=None, csrf="", present=present, checks_tokens=False, node="fuzz")
-    templates.get_template("_jobs.html").render(rows=[(job, runs, key)], error=None, next_url=None, first_url=None,
-                                                path="/jobs", **common)
+    templates.get_template("_jobs.html").render(
+        rows=[(job, runs, key)], error=None, next_url=None, first_url=None, path="/jobs", **common
+    )
     definition = yaml.safe_dump(job_to_dict(job), sort_keys=False, allow_unicode=True)
     templates.get_template("job.html").render(
-        job=job, runs=runs, ticks=[], definition=definition, points=[], job_id=key.id, namespace=key.namespace,
-        error=None, events_url="/events/job", path="/job", **common)
+        job=job,
+        runs=runs,
+        ticks=[],
+        definition=definition,
+        points=[],
+        job_id=key.id,
+        namespace=key.namespace,
+        error=None,
+        events_url="/events/job",
+        path="/job",
+        **common,
+    )
 
 
 def check_accepted(job: Job, templates) -> None:
@@ -174,8 +195,9 @@ def test_a_job_file_is_refused_saying_where_or_its_jobs_work_everywhere(template
         except JobFileError as e:
             message = str(e)
             assert message.startswith(f"{path}: "), f"says not which file: {message[:200]}"
-            assert len(message) <= MAX_MESSAGE_CHARS + len(path), f"a {len(message)}-character message: " \
-                                                                  f"{message[:300]}..."
+            assert len(message) <= MAX_MESSAGE_CHARS + len(path), (
+                f"a {len(message)}-character message: {message[:300]}..."
+            )
             return
     for job in jobs:
         check_accepted(job, templates)
@@ -206,9 +228,11 @@ def test_a_stored_job_outside_todays_bounds_still_lists_everywhere(templates, d)
 
 
 # A YAML "billion laughs": 534 bytes that expand to 9^9 list items through aliases.
-ALIAS_BOMB = "\n".join(["a0: &a0 [x, x, x, x, x, x, x, x, x]"] + [
-    f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)
-] + ["jobs:", "  bomb:", "    every: 1h", "    executor: {kind: celery, url: 'redis://h', task: t, args: [*a8]}"])
+ALIAS_BOMB = "\n".join(
+    ["a0: &a0 [x, x, x, x, x, x, x, x, x]"]
+    + [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    + ["jobs:", "  bomb:", "    every: 1h", "    executor: {kind: celery, url: 'redis://h', task: t, args: [*a8]}"]
+)
 
 LOADER = """
 import resource, sys
@@ -229,7 +253,9 @@ def test_a_yaml_alias_bomb_is_refused_in_bounded_memory(tmp_path):
     path.write_text(ALIAS_BOMB)
     assert len(ALIAS_BOMB) < 700
     done = subprocess.run([sys.executable, "-c", LOADER, str(path)], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and done.stdout.startswith("refused:"), \
+    assert done.returncode == 0 and done.stdout.startswith("refused:"), (
         f"exit {done.returncode}; stdout {done.stdout[:300]!r}; stderr ends {done.stderr[-1500:]}"
-    assert "alias" in done.stdout.lower() or "limit" in done.stdout.lower() or "large" in done.stdout.lower(), \
+    )
+    assert "alias" in done.stdout.lower() or "limit" in done.stdout.lower() or "large" in done.stdout.lower(), (
         done.stdout
+    )

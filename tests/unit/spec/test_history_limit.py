@@ -17,23 +17,29 @@ def job(**over):
     return base
 
 
-@pytest.mark.parametrize("data, limit", [
-    (job(), None),
-    (job(history_limit=None), None),
-    (job(history_limit=1), 1),
-    (job(history_limit=10_000), 10_000),
-])
+@pytest.mark.parametrize(
+    "data, limit",
+    [
+        (job(), None),
+        (job(history_limit=None), None),
+        (job(history_limit=1), 1),
+        (job(history_limit=10_000), 10_000),
+    ],
+)
 def test_history_limit_is_parsed(data, limit):
     assert job_from_dict(data).history_limit == limit
 
 
-@pytest.mark.parametrize("value, says", [
-    (0, "at least 1, got 0"),
-    (-3, "at least 1, got -3"),
-    ("100", "whole number"),
-    (2.5, "whole number"),
-    (True, "whole number"),
-])
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        (0, "at least 1, got 0"),
+        (-3, "at least 1, got -3"),
+        ("100", "whole number"),
+        (2.5, "whole number"),
+        (True, "whole number"),
+    ],
+)
 def test_bad_history_limit_names_the_field(value, says):
     with pytest.raises(InvalidJob) as err:
         job_from_dict(job(history_limit=value))

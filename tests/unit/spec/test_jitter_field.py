@@ -131,10 +131,13 @@ def test_unresolved_grace_runs_from_the_jittered_start():
     assert find_unresolved([claimed(at, job_id="k")], now_ms=NOW, grace_ms=GRACE, jitter_ms={"j": jitter})
 
 
-@pytest.mark.parametrize("text, says", [
-    ('[[jobs]]\nid = "a"\nevery = "1m"\njitter = "abc"\nexecutor = { kind = "noop" }\n', "expected a duration"),
-    ('[[jobs]]\nid = "a"\nevery = "1m"\njitter = "1m"\nexecutor = { kind = "noop" }\n', "not shorter"),
-])
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ('[[jobs]]\nid = "a"\nevery = "1m"\njitter = "abc"\nexecutor = { kind = "noop" }\n', "expected a duration"),
+        ('[[jobs]]\nid = "a"\nevery = "1m"\njitter = "1m"\nexecutor = { kind = "noop" }\n', "not shorter"),
+    ],
+)
 def test_a_job_file_with_a_bad_jitter_names_the_file_job_and_field(tmp_path, text, says):
     from shardcron.spec.jobfile import JobFileError, load_job_file
 

@@ -50,9 +50,7 @@ VALID = [
     pytest.param({"id": "a", "every": "5s"}, Job("a", EVERY_5S, NOOP), id="minimal-flat"),
     pytest.param({"id": "a", "schedule": {"every": "5s"}}, Job("a", EVERY_5S, NOOP), id="minimal-nested"),
     pytest.param({"id": "a", "schedule": {"interval_ms": 5000}}, Job("a", EVERY_5S, NOOP), id="interval-ms"),
-    pytest.param(
-        {"id": "x" * 256, "every": "5s"}, Job("x" * 256, EVERY_5S, NOOP), id="id-exactly-256-bytes"
-    ),
+    pytest.param({"id": "x" * 256, "every": "5s"}, Job("x" * 256, EVERY_5S, NOOP), id="id-exactly-256-bytes"),
     pytest.param(
         {"id": "café-ünïcode-ジョブ/with spaces", "every": "5s"},
         Job("café-ünïcode-ジョブ/with spaces", EVERY_5S, NOOP),
@@ -106,8 +104,11 @@ VALID = [
         id="http-full",
     ),
     pytest.param(
-        {"id": "h", "every": "1m", "executor": {"kind": "http", "url": "http://svc:8080",
-                                                "headers": [["X-A", "1"], ["X-A", "2"]]}},
+        {
+            "id": "h",
+            "every": "1m",
+            "executor": {"kind": "http", "url": "http://svc:8080", "headers": [["X-A", "1"], ["X-A", "2"]]},
+        },
         Job(
             "h",
             Schedule(ScheduleKind.INTERVAL, interval_ms=60_000),
@@ -117,8 +118,11 @@ VALID = [
     ),
     pytest.param(
         {"id": "s", "every": "1h", "executor": {"kind": "shell", "command": "echo hi"}},
-        Job("s", Schedule(ScheduleKind.INTERVAL, interval_ms=3_600_000),
-            ExecutorSpec(ExecutorKind.SHELL, shell=ShellSpec("echo hi"))),
+        Job(
+            "s",
+            Schedule(ScheduleKind.INTERVAL, interval_ms=3_600_000),
+            ExecutorSpec(ExecutorKind.SHELL, shell=ShellSpec("echo hi")),
+        ),
         id="shell",
     ),
     pytest.param(
@@ -381,8 +385,14 @@ def test_schedule_keys_at_the_top_level_beside_a_schedule_table_are_refused():
     assert err.value.field == "timezone" and "schedule table" in err.value.reason
 
 
-@pytest.mark.parametrize("data", [{"id": "j", "every": "5s"}, {"id": "j", "every": "5s", "executor": None},
-                                  {"id": "j", "every": "5s", "executor": {}}])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"id": "j", "every": "5s"},
+        {"id": "j", "every": "5s", "executor": None},
+        {"id": "j", "every": "5s", "executor": {}},
+    ],
+)
 def test_a_missing_executor_is_refused_where_required(data):
     with pytest.raises(InvalidJob) as err:
         job_from_dict(data, require_executor=True)
@@ -397,6 +407,7 @@ def test_the_stored_form_passes_the_key_check():
 
 
 # --- the shortest gap between slots --------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     "schedule, gap_ms",
@@ -430,13 +441,33 @@ def test_format_duration_round_trips(ms):
 
 # --- secret headers -------------------------------------------------------------------------------
 
+
 def test_credential_headers_are_secret_without_being_named():
-    j = job_from_dict({"id": "h", "every": "1m", "executor": {
-        "kind": "http", "url": "http://x", "headers": {"authorization": "Bearer t", "Proxy-Authorization": "p",
-                                                       "Cookie": "c", "X-Trace": "1", "X-Mine": "m"},
-        "secret_headers": ["x-mine"]}})
-    assert dict(redacted(j)["executor"]["headers"]) == \
-        {"authorization": "***", "Proxy-Authorization": "***", "Cookie": "***", "X-Trace": "1", "X-Mine": "***"}
+    j = job_from_dict(
+        {
+            "id": "h",
+            "every": "1m",
+            "executor": {
+                "kind": "http",
+                "url": "http://x",
+                "headers": {
+                    "authorization": "Bearer t",
+                    "Proxy-Authorization": "p",
+                    "Cookie": "c",
+                    "X-Trace": "1",
+                    "X-Mine": "m",
+                },
+                "secret_headers": ["x-mine"],
+            },
+        }
+    )
+    assert dict(redacted(j)["executor"]["headers"]) == {
+        "authorization": "***",
+        "Proxy-Authorization": "***",
+        "Cookie": "***",
+        "X-Trace": "1",
+        "X-Mine": "***",
+    }
     assert dict(job_to_dict(j)["executor"]["headers"])["authorization"] == "Bearer t"  # stored as given
 
 

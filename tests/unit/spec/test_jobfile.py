@@ -5,23 +5,34 @@ import pytest
 from shardcron.spec.jobfile import JobFileError, load_job_file
 
 TOML_CASES = [
-    ('[[jobs]]\nid = "t"\nevery = "1s"\ntimzone = "Asia/Tokyo"\nexecutor = { kind = "noop" }\n',
-     "job 't': timzone: unknown key; did you mean 'timezone'?"),
-    ('[[jobs]]\nid = "r"\nevery = "1s"\nretyr = { max_attempts = 3 }\nexecutor = { kind = "noop" }\n',
-     "job 'r': retyr: unknown key; did you mean 'retry'?"),
-    ('[[jobs]]\nid = "b"\nevery = "1s"\nbogus_field = 1\nexecutor = { kind = "noop" }\n',
-     "job 'b': bogus_field: unknown key; expected one of:"),
-    ('[[jobs]]\nid = "e"\nevery = "1s"\nexecutor = { kind = "http", url = "http://x", hedaers = {} }\n',
-     "job 'e': executor.hedaers: unknown key of the http executor; did you mean 'headers'?"),
-    ('[[jobs]]\nid = "s"\nschedule = { cron = "* * * * *", timzone = "UTC" }\nexecutor = { kind = "noop" }\n',
-     "job 's': schedule.timzone: unknown key; did you mean 'timezone'?"),
-    ('[[jobs]]\nid = "q"\nevery = "1s"\nretry = { max_atempts = 2 }\nexecutor = { kind = "noop" }\n',
-     "job 'q': retry.max_atempts: unknown key; did you mean 'max_attempts'?"),
+    (
+        '[[jobs]]\nid = "t"\nevery = "1s"\ntimzone = "Asia/Tokyo"\nexecutor = { kind = "noop" }\n',
+        "job 't': timzone: unknown key; did you mean 'timezone'?",
+    ),
+    (
+        '[[jobs]]\nid = "r"\nevery = "1s"\nretyr = { max_attempts = 3 }\nexecutor = { kind = "noop" }\n',
+        "job 'r': retyr: unknown key; did you mean 'retry'?",
+    ),
+    (
+        '[[jobs]]\nid = "b"\nevery = "1s"\nbogus_field = 1\nexecutor = { kind = "noop" }\n',
+        "job 'b': bogus_field: unknown key; expected one of:",
+    ),
+    (
+        '[[jobs]]\nid = "e"\nevery = "1s"\nexecutor = { kind = "http", url = "http://x", hedaers = {} }\n',
+        "job 'e': executor.hedaers: unknown key of the http executor; did you mean 'headers'?",
+    ),
+    (
+        '[[jobs]]\nid = "s"\nschedule = { cron = "* * * * *", timzone = "UTC" }\nexecutor = { kind = "noop" }\n',
+        "job 's': schedule.timzone: unknown key; did you mean 'timezone'?",
+    ),
+    (
+        '[[jobs]]\nid = "q"\nevery = "1s"\nretry = { max_atempts = 2 }\nexecutor = { kind = "noop" }\n',
+        "job 'q': retry.max_atempts: unknown key; did you mean 'max_attempts'?",
+    ),
     ('[[jobs]]\nid = "n"\nevery = "1s"\n', "job 'n': executor: missing"),
     ('[[jobs]]\nevery = "1s"\nexecutor = { kind = "noop" }\n\n[[jobs]]\nevery = "1s"\n', "jobs[0]: id:"),
     ('[[job]]\nid = "x"\n', "expected a top-level 'jobs' list or table (found 'job': did you mean 'jobs'?)"),
-    ('jbos = 1\n[[jobs]]\nid = "x"\nevery = "1s"\nexecutor = { kind = "noop" }\n',
-     "'jbos': unknown top-level key"),
+    ('jbos = 1\n[[jobs]]\nid = "x"\nevery = "1s"\nexecutor = { kind = "noop" }\n', "'jbos': unknown top-level key"),
 ]
 
 
@@ -44,12 +55,19 @@ def test_yaml_jobs_keyed_by_id_are_checked_the_same(tmp_path):
 
 def test_a_good_file_loads(tmp_path):
     path = tmp_path / "jobs.toml"
-    path.write_text('[[jobs]]\nid = "a"\nevery = "1s"\ntimezone = "Asia/Tokyo"\nexecutor = { kind = "noop" }\n'
-                    '[[jobs]]\nid = "b"\nschedule = { cron = "0 9 * * *", timezone = "Europe/Lisbon" }\n'
-                    'retry = { max_attempts = 2 }\nexecutor = { kind = "http", url = "http://x" }\n')
+    path.write_text(
+        '[[jobs]]\nid = "a"\nevery = "1s"\ntimezone = "Asia/Tokyo"\nexecutor = { kind = "noop" }\n'
+        '[[jobs]]\nid = "b"\nschedule = { cron = "0 9 * * *", timezone = "Europe/Lisbon" }\n'
+        'retry = { max_attempts = 2 }\nexecutor = { kind = "http", url = "http://x" }\n'
+    )
     a, b = load_job_file(str(path))
-    assert (a.id, a.schedule.timezone, b.id, b.schedule.timezone, b.retry.max_attempts) == \
-        ("a", "Asia/Tokyo", "b", "Europe/Lisbon", 2)
+    assert (a.id, a.schedule.timezone, b.id, b.schedule.timezone, b.retry.max_attempts) == (
+        "a",
+        "Asia/Tokyo",
+        "b",
+        "Europe/Lisbon",
+        2,
+    )
 
 
 # -- malformed files: each class refused with a clear error, never a traceback -------------------
@@ -62,13 +80,21 @@ MALFORMED = [
     ("deep.json", b'{"jobs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "nested deeper than the limit of 64"),
     ("deep.yaml", b"jobs: " + b"[" * 100_000 + b"]" * 100_000, "nested deeper than the limit of 64"),
     ("deep.toml", b"jobs = " + b"[" * 100_000 + b"]" * 100_000, "nested deeper than the limit of 64"),
-    ("laughs.yaml", ("jobs:\n  x:\n    every: 1s\n    executor:\n      kind: celery\n      url: redis://h\n"
-                     "      task: t\n      args:\n" + LAUGHS.replace("  - ", "        - ")).encode(),
-     "anchors and aliases"),
+    (
+        "laughs.yaml",
+        (
+            "jobs:\n  x:\n    every: 1s\n    executor:\n      kind: celery\n      url: redis://h\n"
+            "      task: t\n      args:\n" + LAUGHS.replace("  - ", "        - ")
+        ).encode(),
+        "anchors and aliases",
+    ),
     ("alias.yaml", b"base: &b {kind: noop}\njobs:\n  x: {every: 1s, executor: *b}\n", "anchors and aliases"),
     ("bigint.yaml", b"jobs:\n  x:\n    at_ms: 100000000000000000000000\n    executor: {kind: noop}\n", "outside 1970"),
-    ("bigint2.yaml", b"jobs:\n  x:\n    every: 1s\n    history_limit: 100000000000000000000000\n"
-                     b"    executor: {kind: noop}\n", "at most 1000000"),
+    (
+        "bigint2.yaml",
+        b"jobs:\n  x:\n    every: 1s\n    history_limit: 100000000000000000000000\n    executor: {kind: noop}\n",
+        "at most 1000000",
+    ),
     ("longid.toml", NOOP_JOB.replace('"t"', '"' + "x" * 10_000_000 + '"').encode(), "characters long"),
 ]
 

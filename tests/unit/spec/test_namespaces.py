@@ -87,8 +87,9 @@ def test_cli_namespace_flag_then_environment_then_default(flag, env, expected):
     assert namespace_from_cli(flag, env) == expected
 
 
-@pytest.mark.parametrize("flag, env, field", [("Bad", {}, "--namespace"), (None, {"SHARDCRON_NAMESPACE": "B"},
-                                                                             "SHARDCRON_NAMESPACE")])
+@pytest.mark.parametrize(
+    "flag, env, field", [("Bad", {}, "--namespace"), (None, {"SHARDCRON_NAMESPACE": "B"}, "SHARDCRON_NAMESPACE")]
+)
 def test_cli_namespace_errors_name_where_it_came_from(flag, env, field):
     with pytest.raises(InvalidNamespace) as e:
         namespace_from_cli(flag, env)

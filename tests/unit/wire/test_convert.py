@@ -17,12 +17,31 @@ from shardcron.wire.convert import (
 
 JOBS = [
     {"id": "cron", "cron": "*/5 * * * *", "timezone": "Europe/Lisbon", "executor": {"kind": "noop"}},
-    {"id": "every", "every": "90s", "catchup": "latest", "catchup_window": "0s", "overlap": "allow",
-     "timeout": "2m", "retry": {"max_attempts": 3, "backoff": "250ms", "backoff_max": "10s"},
-     "labels": {"team": "a", "tier": "1"}, "paused": True, "executor": {"kind": "shell", "command": "echo hi"}},
-    {"id": "once", "at": "2030-01-01T09:00:00+01:00", "catchup": "none",
-     "executor": {"kind": "http", "url": "https://example.com/x", "method": "PUT", "body": "{}",
-                  "headers": {"Authorization": "Bearer s3cret", "X-A": "1"}, "secret_headers": ["authorization"]}},
+    {
+        "id": "every",
+        "every": "90s",
+        "catchup": "latest",
+        "catchup_window": "0s",
+        "overlap": "allow",
+        "timeout": "2m",
+        "retry": {"max_attempts": 3, "backoff": "250ms", "backoff_max": "10s"},
+        "labels": {"team": "a", "tier": "1"},
+        "paused": True,
+        "executor": {"kind": "shell", "command": "echo hi"},
+    },
+    {
+        "id": "once",
+        "at": "2030-01-01T09:00:00+01:00",
+        "catchup": "none",
+        "executor": {
+            "kind": "http",
+            "url": "https://example.com/x",
+            "method": "PUT",
+            "body": "{}",
+            "headers": {"Authorization": "Bearer s3cret", "X-A": "1"},
+            "secret_headers": ["authorization"],
+        },
+    },
 ]
 
 
@@ -59,18 +78,21 @@ def test_store_assigned_fields_are_kept_when_reading_an_answer_but_ignored_in_a_
     assert (stored.version, stored.active_since_ms) == (7, 123)
 
 
-@pytest.mark.parametrize("mutate, field", [
-    (lambda p: p.ClearField("executor"), "executor"),  # no executor is an error, never a noop
-    (lambda p: setattr(p, "catchup", 9), "catchup"),
-    (lambda p: setattr(p, "overlap", -1), "overlap"),
-    (lambda p: setattr(p, "timeout_ms", 0), "timeout"),
-    (lambda p: setattr(p, "catchup_window_ms", -5), "catchup_window"),
-    (lambda p: p.retry.SetInParent() or setattr(p.retry, "max_attempts", 0), "retry.max_attempts"),
-    (lambda p: p.schedule.ClearField("kind"), "schedule"),
-    (lambda p: setattr(p.schedule, "interval_ms", -1), "schedule.interval_ms"),
-    (lambda p: setattr(p.schedule, "timezone", "Mars/Olympus"), "timezone"),
-    (lambda p: setattr(p, "id", ""), "id"),
-])
+@pytest.mark.parametrize(
+    "mutate, field",
+    [
+        (lambda p: p.ClearField("executor"), "executor"),  # no executor is an error, never a noop
+        (lambda p: setattr(p, "catchup", 9), "catchup"),
+        (lambda p: setattr(p, "overlap", -1), "overlap"),
+        (lambda p: setattr(p, "timeout_ms", 0), "timeout"),
+        (lambda p: setattr(p, "catchup_window_ms", -5), "catchup_window"),
+        (lambda p: p.retry.SetInParent() or setattr(p.retry, "max_attempts", 0), "retry.max_attempts"),
+        (lambda p: p.schedule.ClearField("kind"), "schedule"),
+        (lambda p: setattr(p.schedule, "interval_ms", -1), "schedule.interval_ms"),
+        (lambda p: setattr(p.schedule, "timezone", "Mars/Olympus"), "timezone"),
+        (lambda p: setattr(p, "id", ""), "id"),
+    ],
+)
 def test_each_bad_field_is_named(mutate, field):
     p = pb.Job(id="a", schedule=pb.Schedule(interval_ms=1000), noop=pb.NoopExecutor())
     mutate(p)

@@ -7,8 +7,23 @@ from shardcron.wire.tick_convert import tick_event_to_proto, tick_from_proto, ti
 
 
 def test_ticks_round_trip_with_their_optional_fields():
-    full = Tick("a", 1000, 3, 17, "n1", TickStatus.SUCCEEDED, attempt=2, manual=True, claimed_at_ms=990,
-                started_at_ms=1000, finished_at_ms=1500, exit_code=0, http_status=None, output="ok", error=None)
+    full = Tick(
+        "a",
+        1000,
+        3,
+        17,
+        "n1",
+        TickStatus.SUCCEEDED,
+        attempt=2,
+        manual=True,
+        claimed_at_ms=990,
+        started_at_ms=1000,
+        finished_at_ms=1500,
+        exit_code=0,
+        http_status=None,
+        output="ok",
+        error=None,
+    )
     assert tick_from_proto(tick_to_proto(full)) == full
     bare = Tick("a", 1000, 0, 1, "n0", TickStatus.CLAIMED)
     assert tick_from_proto(tick_to_proto(bare)) == bare

@@ -34,8 +34,11 @@ def upgrade() -> None:
     op.drop_index("ix_ticks_shard_manual_job_id_scheduled_at_ms", table_name="ticks")
     op.drop_index("ix_ticks_shard_status", table_name="ticks")
     op.create_index(
-        "ix_ticks_unresolved", "ticks", ["shard", "status"],
-        sqlite_where=sa.text(_UNRESOLVED), postgresql_where=sa.text(_UNRESOLVED),
+        "ix_ticks_unresolved",
+        "ticks",
+        ["shard", "status"],
+        sqlite_where=sa.text(_UNRESOLVED),
+        postgresql_where=sa.text(_UNRESOLVED),
     )
 
 

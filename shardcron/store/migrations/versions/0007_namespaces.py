@@ -58,9 +58,12 @@ def upgrade() -> None:
     jobs, rate = _default_usage(op.get_bind())
     now_ms = int(time.time() * 1000)
     op.get_bind().execute(
-        sa.text("INSERT INTO namespaces (name, weight, jobs, slots_per_second, node_id, created_at_ms, updated_at_ms) "
-                "VALUES ('default', 1.0, :jobs, :rate, 'migration 0007', :now, :now)"),
-        {"jobs": jobs, "rate": str(rate), "now": now_ms})
+        sa.text(
+            "INSERT INTO namespaces (name, weight, jobs, slots_per_second, node_id, created_at_ms, updated_at_ms) "
+            "VALUES ('default', 1.0, :jobs, :rate, 'migration 0007', :now, :now)"
+        ),
+        {"jobs": jobs, "rate": str(rate), "now": now_ms},
+    )
 
 
 def _default_usage(conn: Connection) -> tuple[int, Fraction]:
