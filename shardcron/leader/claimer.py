@@ -10,9 +10,10 @@ job's jitter offset, and the job's next slot goes back on the claim heap.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from shardcron import metrics
 from shardcron.coordination.calendar_book import Unknown
@@ -23,12 +24,20 @@ from shardcron.leader.shard_run import JobEntry, ShardRun
 from shardcron.model import Job, SlotRef
 from shardcron.rules.calendars import next_allowed
 from shardcron.rules.jitter import jitter_offset_ms
-from shardcron.rules.takeover import Dispatch
+from shardcron.rules.left_owed import left_owed, owed_until
+from shardcron.rules.takeover import MAX_CATCH_UP_SLOTS, Dispatch
+from shardcron.rules.triggers import Trigger
 from shardcron.runtime import crashpoints
+from shardcron.spec.calendar import Calendar
 from shardcron.store import ticks as tick_store
 from shardcron.store.ticks import SlotClaim
 
 log = logging.getLogger(__name__)
+
+
+def _next_allowed_slot(trigger: Trigger, calendars: Sequence[Calendar], after_ms: int) -> int | None:
+    return next_allowed(trigger, calendars, after_ms).slot_ms
+
 
 CLAIM_RETRY_MS = 500  # after a store error, claims and starts are retried this soon (slots stay owed)
 CLAIM_BATCH_MS = 50  # claim entries due within this of each other are claimed in one transaction
@@ -53,6 +62,35 @@ class Claimer(SchedulerState):
             if nxt is not None:
                 out.append(ClaimDue(nxt - self.lookahead_ms, run.shard, run.fence, entry.job.id, entry.gen, nxt))
         return out
+
+    def _push_left_owed(self, run: ShardRun, old: JobEntry, new: Job | None) -> None:
+        """Claim the slots the job's old definition owed and never claimed (rules/left_owed.py): its
+        claims were behind when it was changed to ``new`` (None: deleted)."""
+        until = owed_until(old.job, new, self._now_ms())
+        if until is None or until <= old.claimed_through:
+            return  # the usual case: the claims were not behind
+        next_slot = old.trigger.next_after
+        if old.job.calendars:
+            cals = self.calendars.resolve(old.job.calendars)
+            if isinstance(cals, Unknown):
+                return  # nothing is owed while one of its calendars does not exist
+            next_slot = functools.partial(_next_allowed_slot, old.trigger, cals)
+        owed = left_owed(next_slot, old.claimed_through, until, MAX_CATCH_UP_SLOTS)
+        if not owed.slots:
+            return
+        log.warning(
+            "shard %d: job %s changed with %d%s due slots of its old definition not yet claimed; claiming "
+            "them now, each recorded as its start finds it",
+            run.shard,
+            old.job.id,
+            len(owed.slots),
+            " (the oldest; more were owed)" if owed.more else "",
+            extra={"shard": run.shard, "job": old.job.id},
+        )
+        now = self._now_ms()
+        self._claims.push_many(
+            [ClaimDue(now, run.shard, run.fence, old.job.id, old.gen, slot, left_owed=True) for slot in owed.slots]
+        )
 
     def _next_allowed_slot(self, entry: JobEntry) -> int | None:
         """The job's next slot its calendars allow; None while one of them does not exist (nothing is
@@ -92,7 +130,9 @@ class Claimer(SchedulerState):
             if run is None:
                 continue  # the shard moved
             with run.lock:  # an entry of an older definition finds a newer gen: a fresher entry exists
-                keep = [c for c in items if (e := run.jobs.get(c.job_id)) is not None and e.gen == c.gen]
+                keep = [
+                    c for c in items if c.left_owed or ((e := run.jobs.get(c.job_id)) is not None and e.gen == c.gen)
+                ]
             if keep:
                 fresh[(shard, fence)] = keep
         if fresh:
@@ -121,10 +161,11 @@ class Claimer(SchedulerState):
                 for c in items:
                     entry = run.jobs.get(c.job_id)
                     ref = SlotRef(c.job_id, c.slot_ms)
-                    if entry is None or entry.gen != c.gen:
-                        # Deleted or replaced while the claim was in flight. The row is claimed in the
-                        # store now: dispatched, _start records it skipped (deleted) or runs it under the
-                        # new definition; dropped here, it would stay claimed until a takeover.
+                    if c.left_owed or entry is None or entry.gen != c.gen:
+                        # Deleted or replaced while the claim was in flight, or owed by the definition the
+                        # job had before. The row is claimed in the store now: dispatched, _start records it
+                        # skipped (deleted, paused) or runs it under the new definition; dropped here, it
+                        # would stay claimed until a takeover. Not got: the stalled claim wrote it.
                         if ref in got:
                             dispatch.append(DispatchDue(c.slot_ms, shard, fence, Dispatch(ref, 1)))
                         continue

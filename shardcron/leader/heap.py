@@ -36,6 +36,9 @@ class ClaimDue:
     job_id: str
     gen: int  # the JobEntry generation that pushed it
     slot_ms: int
+    # A slot an old definition still owed when the job changed (rules/left_owed.py): claimed whatever the
+    # job's gen is now, and followed by no next claim.
+    left_owed: bool = False
 
 
 @dataclass(slots=True)

@@ -35,7 +35,10 @@ class JobChanges(SchedulerState):
         # effect; a slot the old one already claimed is simply not claimed again.
         # Runs of the old definition still going stay on the job's line (run.lines, keyed by job id).
         with run.lock:
+            old = run.jobs.get(job.id)
             entry = run.jobs[job.id] = JobEntry(job, trigger, gen=run.next_gen(), claimed_through=job.active_since_ms)
+        if old is not None:
+            self._push_left_owed(run, old, job)
         self._push_next_claim(run, entry)
 
     def calendars_changed(self, names: set[str]) -> None:
@@ -68,7 +71,9 @@ class JobChanges(SchedulerState):
         run = self.led.run_of(shard)
         if run is not None:
             with run.lock:
-                run.jobs.pop(job_id, None)
+                old = run.jobs.pop(job_id, None)
+            if old is not None:
+                self._push_left_owed(run, old, None)
 
     def trigger_now(self, shard: int, job_id: str) -> SlotRef:
         """Run ``job_id`` now as an extra, manual tick recorded like any other."""

@@ -63,6 +63,7 @@ class SchedulerState:
     _calendar_excludes: Callable[[Job | None, int], str | None]  # claimer.py
     _next_claims: Callable[[ShardRun, Iterable[JobEntry]], list[ClaimDue]]  # claimer.py
     _push_next_claim: Callable[[ShardRun, JobEntry], None]  # claimer.py
+    _push_left_owed: Callable[[ShardRun, JobEntry, Job | None], None]  # claimer.py
     _start_on_loop: Callable[..., None]  # tick_results.py
     _skip: Callable[[ShardRun, Dispatch, str], None]  # tick_results.py
     _settle: Callable[[ShardRun, Dispatch], None]  # tick_results.py

@@ -382,3 +382,37 @@ def test_a_slot_claimed_before_its_job_changed_runs_only_if_the_job_still_owes_i
         expected = OK
     r.at(T0 + 1 * S)
     wait_until(lambda: r.ticks("beat")[1] == expected, 30, what=f"slot 1 to end {expected}")
+
+
+# -- a job changed while its claims were behind (rules/left_owed.py) ---------------------------------------
+
+
+@pytest.mark.parametrize("change", ["delete", "pause", "new schedule"])
+def test_slots_owed_when_a_job_changes_behind_its_claims_are_recorded_not_lost(rig, engine, change):
+    """The claimer stalls (a store cut holds its claim) while a 1 s job's slots fall due; then the job is
+    deleted, paused or given a new schedule. The old definition's due, unclaimed slots must each end with
+    a row: skipped for a deleted or paused job, run when the new definition starts after them. (Before,
+    they were dropped with the old definition: runs missed silently. The nemesis soak found it.)"""
+    r = rig([noop()])
+    r.at(T0 + 1 * S)  # slot 1 runs, slot 2 is claimed
+    r.at(T0 + 2 * S)  # slot 2 runs, slot 3 is claimed
+    changed_at = T0 + 6 * S + 500
+    r.clock.now_ms = changed_at  # 4.5 s pass with no claim and no start: slots 4, 5 and 6 fall due unclaimed
+    if change == "delete":
+        delete_job(engine, "beat", shard=0, fence=FENCE)
+        r.scheduler.remove_job(0, "beat")
+        owed = (TickStatus.SKIPPED, "job deleted before its slot")
+    elif change == "pause":
+        r.scheduler.upsert_job(
+            0, set_paused(engine, "beat", True, shard=0, fence=FENCE, node_id=NODE, now_ms=changed_at)
+        )
+        owed = (TickStatus.SKIPPED, PAUSED_SKIP_REASON)
+    else:  # every 2 s from the put: the old slots up to the put are the old definition's, and run late
+        r.put_again(job_from_dict({"id": "beat", "every": "2s"}), changed_at)
+        owed = OK
+    r.at(T0 + 7 * S)
+    expected = {1: OK, 2: OK, **{slot: owed for slot in (3, 4, 5, 6)}}
+    wait_until(
+        lambda: {s: v for s, v in r.ticks("beat").items() if s <= 6} == expected, 30, what=f"slots 1-6 {expected}"
+    )
+    assert r.scheduler.stats.snapshot()["claimed"] >= 6
