@@ -96,7 +96,7 @@ def exhausted(message: str) -> CallFailed:
     # grpc imported here: `shardcron node --help` and `shardcron shards` read the defaults above without it.
     import grpc
 
-    from shardcron.api.status import CallFailed
+    from shardcron.api.status import CallFailed  # grpc: see above
 
     return CallFailed(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
 

@@ -23,7 +23,7 @@ from shardcron.api.status import CallFailed
 from shardcron.api.token_source import NodeTokens
 from shardcron.api.tokens import hash_secret, new_secret, valid_name_reason
 from shardcron.errors import InvalidJob
-from shardcron.rules.scopes import ALL_NAMESPACES, Role, Token, parse_namespaces
+from shardcron.rules.scopes import ALL_NAMESPACES, Role, Token, grant_refused, parse_namespaces
 from shardcron.store import tokens as token_store
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.wire.messages import BadRequest
@@ -64,18 +64,6 @@ def token_from_proto(p: pb.ApiToken) -> Token:
     return Token(p.name, "", role, namespaces)
 
 
-def _not_wider(new: Token, creator: Token | None) -> str | None:
-    """Why ``creator`` may not grant ``new`` (None: it may). CreateToken needs admin on '*', which covers
-    everything; this keeps the rule true should that change."""
-    if creator is None:
-        return None
-    if new.role > creator.role:
-        return f"a token cannot grant role {new.role}: {creator.describe()}"
-    if not creator.everywhere and (new.everywhere or not new.namespaces <= creator.namespaces):
-        return f"a token cannot grant namespaces it lacks: {creator.describe()}"
-    return None
-
-
 class TokenRpcs:
     backend: Backend
     router: Router
@@ -102,7 +90,7 @@ class TokenRpcs:
         tokens = self._checked_tokens()
         wanted = token_from_proto(request.token)
         creator = auth.caller()
-        why = _not_wider(wanted, creator)
+        why = grant_refused(wanted, creator)
         if why:
             raise CallFailed(grpc.StatusCode.PERMISSION_DENIED, why)
         if tokens.file_token(wanted.name) is not None:

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 
 def cmd_node(a: argparse.Namespace) -> int:
-    from shardcron.node import run_node
+    from shardcron.node import run_node  # loaded by this command only (see cli/__init__.py)
 
     cfg = node_config_from_args(a)
     logs.setup(cfg.node_id, cfg.log_format, cfg.log_level)
@@ -60,7 +60,10 @@ def cmd_node(a: argparse.Namespace) -> int:
 
 def shard_map(etcd_endpoints: str, prefix: str, security=None) -> dict:
     """The shard-to-leader map, from etcd alone."""
-    from shardcron.coordination.view import read_view, shard_map_from_view
+    from shardcron.coordination.view import (  # loaded by this command only (see cli/__init__.py)
+        read_view,
+        shard_map_from_view,
+    )
 
     with open_etcd(argparse.Namespace(), endpoints=etcd_endpoints, security=security) as etcd:
         view = read_view(etcd, KeyLayout(prefix))
@@ -166,9 +169,13 @@ def cmd_drain(a: argparse.Namespace) -> int:
 
 
 def cmd_fences(a: argparse.Namespace) -> int:
-    from shardcron.store.engine import make_engine
-    from shardcron.store.epoch import highest_fence, read_epoch, rebase
-    from shardcron.store.fences import read_fences
+    from shardcron.store.engine import make_engine  # loaded by this command only (see cli/__init__.py)
+    from shardcron.store.epoch import (  # loaded by this command only (see cli/__init__.py)
+        highest_fence,
+        read_epoch,
+        rebase,
+    )
+    from shardcron.store.fences import read_fences  # loaded by this command only (see cli/__init__.py)
 
     engine = make_engine(a.db)
     try:
@@ -217,8 +224,8 @@ def cmd_fences(a: argparse.Namespace) -> int:
 
 
 def cmd_reshard(a: argparse.Namespace) -> int:
-    from shardcron.coordination import reshard
-    from shardcron.store.engine import make_engine
+    from shardcron.coordination import reshard  # loaded by this command only (see cli/__init__.py)
+    from shardcron.store.engine import make_engine  # loaded by this command only (see cli/__init__.py)
 
     layout = KeyLayout(a.prefix)
     with open_etcd(a) as etcd:
@@ -240,8 +247,11 @@ def cmd_reshard(a: argparse.Namespace) -> int:
 
 def cmd_config(a: argparse.Namespace) -> int:
     """Print the cluster's config, or change its minimum interval (every node admits by it at once)."""
-    from shardcron.coordination.membership import read_cluster_config, set_min_interval
-    from shardcron.spec.durations import format_duration_ms
+    from shardcron.coordination.membership import (  # loaded by this command only (see cli/__init__.py)
+        read_cluster_config,
+        set_min_interval,
+    )
+    from shardcron.spec.durations import format_duration_ms  # loaded by this command only (see cli/__init__.py)
 
     wanted = None if a.min_interval is None else parse_min_interval_ms(a.min_interval)  # before connecting
     layout = KeyLayout(a.prefix)
@@ -380,7 +390,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def _named_command(argv: list[str]) -> str | None:
+def named_command(argv: list[str]) -> str | None:
     """The subcommand ``argv`` names; None when it names none we know (no command, a typo),
     so that the parser gets every command and can list them."""
     first = next((x for x in argv if not x.startswith("-")), None)
@@ -404,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         try:
-            a = build_parser(_named_command(argv)).parse_args(argv)
+            a = build_parser(named_command(argv)).parse_args(argv)
             status = a.func(a)
         except SystemExit:  # --help, --version and usage errors print, then exit
             sys.stdout.flush()

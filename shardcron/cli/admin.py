@@ -173,8 +173,8 @@ def cmd_audit(a: argparse.Namespace) -> int:
 
 def etcd_live_leaders(endpoints: str, prefix: str, security: EtcdSecurity | None = None) -> Callable[[int], bool]:
     """shard -> whether a leader holds it now, from one read of etcd (what ``shardcron shards`` shows)."""
-    from shardcron.coordination.keys import KeyLayout
-    from shardcron.coordination.view import read_view
+    from shardcron.coordination.keys import KeyLayout  # loaded by this command only (see cli/__init__.py)
+    from shardcron.coordination.view import read_view  # loaded by this command only (see cli/__init__.py)
 
     try:
         layout = KeyLayout(prefix)

@@ -34,7 +34,11 @@ class CalendarFileError(ShardcronError):
 
 def read_calendar_file(path: str, name: str | None = None, tz: str | None = None) -> list[Calendar]:
     """The calendars FILE defines (see the module doc); every error names the file and the field."""
-    from shardcron.spec.jobfile import load_file_calendars, read_data_file, read_text_file
+    from shardcron.spec.jobfile import (  # loaded by this command only (see cli/__init__.py)
+        load_file_calendars,
+        read_data_file,
+        read_text_file,
+    )
 
     p = Path(path)
     try:

@@ -38,8 +38,8 @@ def describe_revision(rev: str | None) -> str:
 
 def _revision_name(rev: str) -> str | None:
     """The revision's migration file name without ``.py``; None for a revision this shardcron lacks."""
-    from alembic.script import ScriptDirectory
-    from alembic.util import CommandError
+    from alembic.script import ScriptDirectory  # loaded by this command only (see cli/__init__.py)
+    from alembic.util import CommandError  # loaded by this command only (see cli/__init__.py)
 
     try:
         script = ScriptDirectory.from_config(alembic_config()).get_revision(rev)

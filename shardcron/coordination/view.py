@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardcron.coordination.balancer import fair_share
 from shardcron.coordination.cluster_config import min_interval_of
 from shardcron.coordination.etcd import KV, Etcd, WatchEvent
 from shardcron.coordination.keys import KeyLayout
@@ -174,8 +175,6 @@ def read_view(etcd: Etcd, layout: KeyLayout) -> ClusterView:
 
 def shard_map_from_view(view: ClusterView, prefix: str) -> dict[str, object]:
     """The shard-to-leader map that ``shardcron shards --json`` prints and GetShards serves."""
-    from shardcron.coordination.balancer import fair_share
-
     n = view.shard_count
     rows = []
     led: dict[str, int] = {}

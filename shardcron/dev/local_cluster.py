@@ -106,12 +106,12 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 def main(a: argparse.Namespace) -> int:
     # Heavy (grpc, etcd, SQLAlchemy): `shardcron --help` imports this module for register(), a dev run these.
     from shardcron.cli import cmd_shards
-    from shardcron.client.client import Client
-    from shardcron.dev.reaper import Reaper
-    from shardcron.dev.sink import Sink
-    from shardcron.dev.testing.cluster import Cluster, wait_until
-    from shardcron.dev.testing.etcd_server import EtcdCluster, port_open
-    from shardcron.spec.job import job_from_dict
+    from shardcron.client.client import Client  # heavy: see above
+    from shardcron.dev.reaper import Reaper  # heavy: see above
+    from shardcron.dev.sink import Sink  # heavy: see above
+    from shardcron.dev.testing.cluster import Cluster, wait_until  # heavy: see above
+    from shardcron.dev.testing.etcd_server import EtcdCluster, port_open  # heavy: see above
+    from shardcron.spec.job import job_from_dict  # heavy: see above
 
     last_port = a.base_port + a.nodes - 1
     if last_port > MAX_PORT or (a.http_base_port and a.http_base_port + a.nodes - 1 > MAX_PORT):

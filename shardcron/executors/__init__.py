@@ -118,7 +118,9 @@ class Executors:
                 else HttpExecutor(self.loop, max_per_host=self.http_pool)
             )
         if kind is ExecutorKind.PYTHON:
-            from shardcron.executors.python import PythonExecutor
+            from shardcron.executors.python import (
+                PythonExecutor,  # SQLAlchemy sessions: imported on the first python job
+            )
 
             return PythonExecutor(engine=self.engine, allow_python=self.allow_python)
         require_extra(kind)
@@ -140,7 +142,7 @@ class Executors:
 def __getattr__(name: str):
     # httpx is imported with the http executor, not with this package: the CLI reads describe() without it.
     if name == "HttpExecutor":
-        from shardcron.executors.http import HttpExecutor
+        from shardcron.executors.http import HttpExecutor  # httpx, heavy: imported on the first http job
 
         return HttpExecutor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -48,7 +48,7 @@ from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 from shardcron.spec.notifications import parse_table, to_table
 from shardcron.store import notifications as store
 from shardcron.store.notifications import NotificationClaim, NotificationRow
-from shardcron.store.tick_reads import ticks_between
+from shardcron.store.tick_reads import list_ticks, ticks_between
 
 log = logging.getLogger(__name__)
 
@@ -386,8 +386,6 @@ def _job_of(run, job_id: str) -> Job | None:
 
 
 def _newest_success(engine, job_id: str, since_ms: int) -> int | None:
-    from shardcron.store.tick_reads import list_ticks
-
     for t in list_ticks(engine, job_id, limit=20):
         if t.scheduled_at_ms <= since_ms:
             return None

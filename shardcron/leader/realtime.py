@@ -18,6 +18,7 @@ Only the dispatcher: the node's other threads stay normal.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 
 from shardcron.errors import ConfigError
@@ -46,8 +47,6 @@ def make_realtime(thread_id: int, set_scheduler: Callable | None = None) -> None
 def check_realtime_allowed() -> None:
     """Make a short-lived thread real-time, so a node that may not is refused before it joins the cluster
     (the same ``ConfigError`` as ``make_realtime``), not after it has started serving."""
-    import threading
-
     failure: list[ConfigError] = []
 
     def probe() -> None:

@@ -256,6 +256,18 @@ def forwarded_identity(caller: Token | None, forwarder: Token | None) -> Token:
     )
 
 
+def grant_refused(new: Token, creator: Token | None) -> str | None:
+    """Why ``creator`` may not grant ``new`` (None: it may). CreateToken needs admin on '*', which covers
+    everything; this keeps the rule true should that change."""
+    if creator is None:
+        return None
+    if new.role > creator.role:
+        return f"a token cannot grant role {new.role}: {creator.describe()}"
+    if not creator.everywhere and (new.everywhere or not new.namespaces <= creator.namespaces):
+        return f"a token cannot grant namespaces it lacks: {creator.describe()}"
+    return None
+
+
 def _intersect(a: frozenset[str], b: frozenset[str]) -> frozenset[str]:
     if ALL_NAMESPACES in a:
         return b

@@ -110,9 +110,9 @@ def main(a: argparse.Namespace) -> int:
 
 
 def _run(a: argparse.Namespace) -> int:
-    from shardcron.dev.bench import scenarios
-    from shardcron.dev.bench.harness import BenchEnv
-    from shardcron.dev.testing.etcd_server import EtcdCluster
+    from shardcron.dev.bench import scenarios  # loaded by the run that needs it
+    from shardcron.dev.bench.harness import BenchEnv  # loaded by the run that needs it
+    from shardcron.dev.testing.etcd_server import EtcdCluster  # loaded by the run that needs it
 
     if a.jobs is None:
         a.jobs = {"at-size": 100_000, "fairness": 100}.get(a.scenario, 1000)
@@ -141,7 +141,7 @@ def _run(a: argparse.Namespace) -> int:
                 figures = scenarios.precision(e, a.jobs, a.seconds)
     elif a.scenario in ("throughput", "dispatch", "scale"):
         if a.scenario == "scale":
-            from shardcron.dev.bench import scale
+            from shardcron.dev.bench import scale  # loaded by the run that needs it
 
             scale.require_postgresql(a.db)
         rates = _rates(a.rates or ("500,1000,2000" if a.scenario == "dispatch" else "1000,2000,5000,10000"))
@@ -159,14 +159,14 @@ def _run(a: argparse.Namespace) -> int:
             elif a.scenario == "scale":
                 figures = scale.run(make_env, node_counts, rates, a.seconds, a.db)
             else:
-                from shardcron.dev.bench import dispatch
+                from shardcron.dev.bench import dispatch  # loaded by the run that needs it
 
                 figures = dispatch.run(make_env, a.kind, rates, a.seconds, a.broker)
         finally:
             if shared:
                 shared.stop()
     elif a.scenario == "fairness":
-        from shardcron.dev.bench import fairness
+        from shardcron.dev.bench import fairness  # loaded by the run that needs it
 
         shared = None if a.etcd else EtcdCluster(1).start()
         try:
@@ -193,18 +193,18 @@ def _run(a: argparse.Namespace) -> int:
         with env() as e:
             figures = scenarios.failover(e, a.jobs, a.trials, a.graceful_trials)
     elif a.scenario == "at-size":
-        from shardcron.dev.bench import at_size
+        from shardcron.dev.bench import at_size  # loaded by the run that needs it
 
         with env() as e:
             figures = at_size.run(e, a.jobs)
     else:
-        from shardcron.dev.bench import submit
+        from shardcron.dev.bench import submit  # loaded by the run that needs it
 
         with env(n=max(2, nodes)) as e:
             figures = submit.run(e, a.jobs, a.seconds)
     out = {"shardcron": figures}
     if a.peer and a.scenario in ("precision", "throughput"):
-        from shardcron.dev.bench import peer_apscheduler
+        from shardcron.dev.bench import peer_apscheduler  # loaded by the run that needs it
 
         jobs = a.jobs if a.scenario == "precision" else figures["highest_sustained_rate"] or a.jobs
         peer = peer_apscheduler.run(jobs, a.seconds, a.peer_store)
@@ -335,7 +335,7 @@ def render(out: dict) -> str:
                 f"p99 {p['lateness_ms']['p99']} ms"
             )
     elif f["scenario"] == "scale":
-        from shardcron.dev.bench import scale
+        from shardcron.dev.bench import scale  # loaded by the run that needs it
 
         lines.append(tabulate(scale.render(f), headers=scale.HEADERS, tablefmt="github"))
         lines += ["", *scale.summary(f)]
@@ -376,7 +376,7 @@ def render(out: dict) -> str:
             f"SIGTERM worst {f['sigterm_max_s']} s to the new leader"
         )
     elif f["scenario"] == "dispatch":
-        from shardcron.dev.bench import dispatch
+        from shardcron.dev.bench import dispatch  # loaded by the run that needs it
 
         lines.append(f"dispatch to {f['kind']} at {f['broker']}, store {f['db']}, {f['seconds']} s per rate")
         lines.append(tabulate(dispatch.render(f), headers=dispatch.HEADERS, tablefmt="github"))
@@ -386,16 +386,16 @@ def render(out: dict) -> str:
             lines.append("first failure: " + "; ".join(errors))
         lines += [f"{s['rate']}/s not measured: {s['error']}" for s in f["steps"] if "error" in s]
     elif f["scenario"] == "fairness":
-        from shardcron.dev.bench import fairness
+        from shardcron.dev.bench import fairness  # loaded by the run that needs it
 
         lines.append(tabulate(fairness.render(f), headers=fairness.HEADERS, tablefmt="github"))
         lines.append("\n" + fairness.verdict(f))
     elif f["scenario"] == "at-size":
-        from shardcron.dev.bench import at_size
+        from shardcron.dev.bench import at_size  # loaded by the run that needs it
 
         lines.append(tabulate(at_size.render(f), headers=["at size", "measured", "target"], tablefmt="github"))
     else:
-        from shardcron.dev.bench import submit
+        from shardcron.dev.bench import submit  # loaded by the run that needs it
 
         lines.append(tabulate(submit.render(f), headers=submit.HEADERS, tablefmt="github"))
         lines += submit.health_lines(f)

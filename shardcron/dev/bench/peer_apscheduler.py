@@ -21,9 +21,9 @@ def noop() -> None:
 
 def run(jobs: int, seconds: int, store: str = "memory", workdir: str = "/tmp") -> dict:
     try:
-        from apscheduler.executors.pool import ThreadPoolExecutor
-        from apscheduler.jobstores.memory import MemoryJobStore
-        from apscheduler.schedulers.background import BackgroundScheduler
+        from apscheduler.executors.pool import ThreadPoolExecutor  # the bench extra
+        from apscheduler.jobstores.memory import MemoryJobStore  # the bench extra
+        from apscheduler.schedulers.background import BackgroundScheduler  # the bench extra
     except ImportError:
         raise ShardcronError("--peer apscheduler needs APScheduler: pip install 'shardcron[bench]'") from None
 
@@ -33,7 +33,7 @@ def run(jobs: int, seconds: int, store: str = "memory", workdir: str = "/tmp") -
     window_end = start + timedelta(seconds=seconds)
 
     if store == "sqlite":
-        from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+        from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore  # the bench extra
 
         jobstore = SQLAlchemyJobStore(url=f"sqlite:///{workdir}/apscheduler-{time.time_ns()}.db")
     else:
@@ -45,7 +45,7 @@ def run(jobs: int, seconds: int, store: str = "memory", workdir: str = "/tmp") -
         job_defaults={"coalesce": False, "max_instances": 3, "misfire_grace_time": 1},
     )
 
-    from apscheduler.events import EVENT_JOB_EXECUTED, EVENT_JOB_MISSED
+    from apscheduler.events import EVENT_JOB_EXECUTED, EVENT_JOB_MISSED  # the bench extra
 
     missed = [0]
 

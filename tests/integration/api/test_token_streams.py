@@ -23,8 +23,8 @@ from shardcron.dashboard.live import MAX_STREAMS_PER_VISITOR
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.dev.testing.etcd_server import free_port
 from shardcron.spec.job import job_from_dict
-from tests.integration.dashboard.test_http import _events
 from tests.support.clusters import stopped_after
+from tests.support.sse import sse_events
 from tests.support.tenancy import accepted, token_client
 
 pytestmark = pytest.mark.cluster
@@ -126,8 +126,8 @@ def test_revoking_a_token_on_one_node_ends_all_its_streams_on_another(cluster):
         streams = {
             "WatchTicks of one job": _Ending(one_job),
             "WatchTicks of every job": _Ending(every_job),
-            "the dashboard's job stream": _Ending(_events(job_page, 120)),
-            "the dashboard's cluster stream": _Ending(_events(cluster_page, 120)),
+            "the dashboard's job stream": _Ending(sse_events(job_page, 120)),
+            "the dashboard's cluster stream": _Ending(sse_events(cluster_page, 120)),
         }
         try:
             for what, s in streams.items():  # each delivers before the revoke: a live stream is ended
@@ -164,7 +164,7 @@ def test_a_stream_the_token_may_not_see_is_refused_at_once_and_holds_no_slot(clu
             assert refused.status_code == 403 and "team-b" in refused.text, refused.text
         # One the API ends (a job id of 400 bytes, over its limit) says why and closes, rather than staying open.
         with http.stream("GET", "/events/job", params={"id": "é" * 200, "namespace": "team-a"}, headers=reader) as r:
-            seen = list(_events(r, TEST_DEADLINE_S))
+            seen = list(sse_events(r, TEST_DEADLINE_S))
         assert seen and seen[-1][0] == "watch-error", seen
     # The API refuses the same watch at once too.
     with token_client(n0, READER_A) as api:
@@ -189,7 +189,7 @@ def test_a_visitor_holds_at_most_its_share_of_the_dashboards_streams(cluster):
             # Another visitor still gets a stream while this one holds its share.
             with http.stream("GET", "/events/cluster", headers={"Authorization": f"Bearer {OPS}"}) as admin:
                 assert admin.status_code == 200
-                assert 'id="shard-grid"' in next(_events(admin, TEST_DEADLINE_S))[1]
+                assert 'id="shard-grid"' in next(sse_events(admin, TEST_DEADLINE_S))[1]
         finally:
             for r in held:
                 r.close()

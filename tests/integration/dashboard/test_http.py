@@ -6,9 +6,7 @@ from __future__ import annotations
 import re
 import socket
 import ssl
-import time
 import uuid
-from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -25,6 +23,7 @@ from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.dev.testing.etcd_server import free_port
 from tests.support.clusters import stopped_after
 from tests.support.pki import make_pki
+from tests.support.sse import sse_events
 from tests.support.tenancy import hourly_job
 
 pytestmark = pytest.mark.cluster
@@ -38,21 +37,6 @@ def _answers(url: str, **kw) -> bool:
         return True
     except httpx.HTTPError:
         return False
-
-
-def _events(response: httpx.Response, within_s: float = 60) -> Iterator[tuple[str, str]]:
-    """The (event, data) pairs of a server-sent event stream as they come, until it ends; fails after ``within_s``."""
-    deadline = time.monotonic() + within_s
-    name, data = "", []
-    for line in response.iter_lines():
-        assert time.monotonic() < deadline, f"the event stream went on for {within_s} s"
-        if line.startswith("event: "):
-            name = line[len("event: ") :]
-        elif line.startswith("data: "):
-            data.append(line[len("data: ") :])
-        elif not line and name:
-            yield name, "\n".join(data)
-            name, data = "", []
 
 
 def test_tls_bearer_tokens_and_the_shared_metrics_port(tmp_path, etcd_server):
@@ -151,7 +135,7 @@ def test_tls_bearer_tokens_and_the_shared_metrics_port(tmp_path, etcd_server):
                     assert other.post("/login", data={"token": temporary}).status_code == 303
                     assert other.get("/jobs").status_code == 200
                     with other.stream("GET", "/events/cluster") as live:  # a cluster page left open
-                        events = _events(live)
+                        events = sse_events(live)
                         assert 'id="shard-grid"' in next(events)[1]
                         api.revoke_token("temporary")
                         rest = list(events)
@@ -229,7 +213,7 @@ def test_a_dashboards_cluster_streams_share_one_reader_of_the_map(tmp_path, etcd
                 http.stream("GET", "/events/cluster", headers={"Authorization": f"Bearer {ADMIN}"}) as a,
                 http.stream("GET", "/events/cluster", headers={"Authorization": f"Bearer {READER}"}) as b,
             ):
-                pages = [_events(a, 120), _events(b, 120)]
+                pages = [sse_events(a, 120), sse_events(b, 120)]
                 for page in pages:
                     assert 'id="shard-grid"' in next(page)[1], "each stream's first reading is its own"
                 wait_until(lambda: feed.followers == 2, 30, 0.05, "both streams to follow the shared reader")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from shardcron.api.token_rpcs import _not_wider, token_from_proto, token_to_proto
-from shardcron.rules.scopes import Role, Token
+from shardcron.api.token_rpcs import token_from_proto, token_to_proto
+from shardcron.rules.scopes import Role, Token, grant_refused
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.wire.messages import BadRequest
 
@@ -55,7 +55,7 @@ def _t(role: Role, *namespaces: str) -> Token:
     ],
 )
 def test_a_token_never_grants_more_than_its_creator(new, creator, refused):
-    assert (_not_wider(new, creator) is not None) == refused
+    assert (grant_refused(new, creator) is not None) == refused
 
 
 def test_the_answer_shows_star_alone_and_never_the_hash():

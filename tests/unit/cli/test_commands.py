@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from shardcron.cli import COMMANDS, _named_command, build_parser
+from shardcron.cli import COMMANDS, build_parser, named_command
 
 
 def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -19,7 +19,7 @@ def test_the_whole_parser_has_every_command_of_the_table_in_its_order():
 
 
 @pytest.mark.parametrize("name", list(COMMANDS))
-def test_a_named_command_gets_its_own_module_only(name):
+def test_anamed_command_gets_its_own_module_only(name):
     got = subcommands(build_parser(name))
     assert name in got
     assert set(got) == {n for n, module in COMMANDS.items() if module == COMMANDS[name]}
@@ -35,8 +35,8 @@ def test_a_named_command_gets_its_own_module_only(name):
         ([], None),
     ],
 )
-def test_named_command(argv, named):
-    assert _named_command(argv) == named
+def testnamed_command(argv, named):
+    assert named_command(argv) == named
 
 
 def test_shards_and_nodes_import_neither_grpc_nor_sqlalchemy():

@@ -83,19 +83,23 @@ def test_a_hold_keeps_the_gil_so_no_other_thread_runs_python_meanwhile():
 
     t = threading.Thread(target=spin, daemon=True)
     t.start()
+    lead = StartLead()
+    released, held = [], []
     try:
-        before = count[0]
-        time.sleep(0.2)  # the GIL released: the other thread counts
-        released = count[0] - before
-        lead = StartLead()
-        before = count[0]
-        lead.hold_until(time.monotonic() + 0.2)
-        held = count[0] - before
+        # Five of each: on a loaded machine one try may lose the CPU (or the GIL, just before the hold
+        # takes it) for part of its 0.2 s; the best of five says what the hold does.
+        for _ in range(5):
+            before = count[0]
+            time.sleep(0.2)  # the GIL released: the other thread counts
+            released.append(count[0] - before)
+            before = count[0]
+            lead.hold_until(time.monotonic() + 0.2)
+            held.append(count[0] - before)
     finally:
         stop.set()
         t.join()
-    assert released > 1000, f"the other thread should have run while the GIL was free (counted {released})"
-    assert held < released / 20, f"the other thread counted {held} during the hold, {released} in a plain sleep"
+    assert max(released) > 1000, f"the other thread should have run while the GIL was free (counted {released})"
+    assert min(held) < max(released) / 20, f"the other thread counted {held} during holds, {released} in sleeps"
 
 
 def _entry(due_ms: int) -> DispatchDue:
