@@ -227,11 +227,11 @@ class Job:
     # Each slot starts jitter.jitter_offset_ms(id, slot, jitter_ms) after it, in [0, jitter_ms);
     # the slot (the tick row's identity) stays the unjittered time. 0: start at the slot.
     jitter_ms: int = 0
-    # Names of stored calendars (scheduling/calendars.py): a slot any of them excludes is not owed.
+    # Names of stored calendars (spec/calendar.py): a slot any of them excludes is not owed.
     calendars: tuple[str, ...] = ()
     # Keep at most this many of the job's newest ticks (retention); None: keep every tick.
     history_limit: int | None = None
-    # Run once per failed slot (after its retries) and once per recovery (notifications/owed.py);
+    # Run once per failed slot (after its retries) and once per recovery (rules/notifications.py);
     # None: the node's default, if it has one (--notify-on-failure / --notify-on-recovery).
     on_failure: ExecutorSpec | None = None
     on_recovery: ExecutorSpec | None = None
@@ -250,7 +250,7 @@ class Job:
 
 @dataclass(frozen=True)
 class JobRuns:
-    """What GetJob and ListJobs say about a job's runs, as of ``as_of_ms`` (see scheduling/runs.py).
+    """What GetJob and ListJobs say about a job's runs, as of ``as_of_ms`` (see rules/runs.py).
 
     ``next_slot_ms``: the next owed slot (None when paused or the schedule has ended), which
     starts at ``next_start_ms`` (the slot plus its jitter offset). ``last_*``: the newest tick

@@ -5,7 +5,7 @@ GetShards for itself every ``every_s``, the streams follow one reader, which
 runs only while at least one stream follows it and renders each new map once.
 
 Sharing the reading shares no more than the API would show: GetShards answers
-every token it admits with the same map (``tenancy/scopes.py``: role read in any
+every token it admits with the same map (``rules/scopes.py``: role read in any
 namespace; nodes, leaders and job counts, no tenant's data). Whether a visitor
 may see it stays the API's decision, made for each visitor:
 

@@ -35,7 +35,7 @@ from shardcron.store.ticks import SlotClaim
 log = logging.getLogger(__name__)
 
 
-def _next_allowed_slot(trigger: Trigger, calendars: Sequence[Calendar], after_ms: int) -> int | None:
+def _first_allowed_after(trigger: Trigger, calendars: Sequence[Calendar], after_ms: int) -> int | None:
     return next_allowed(trigger, calendars, after_ms).slot_ms
 
 
@@ -74,7 +74,7 @@ class Claimer(SchedulerState):
             cals = self.calendars.resolve(old.job.calendars)
             if isinstance(cals, Unknown):
                 return  # nothing is owed while one of its calendars does not exist
-            next_slot = functools.partial(_next_allowed_slot, old.trigger, cals)
+            next_slot = functools.partial(_first_allowed_after, old.trigger, cals)
         owed = left_owed(next_slot, old.claimed_through, until, MAX_CATCH_UP_SLOTS)
         if not owed.slots:
             return

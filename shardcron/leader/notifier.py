@@ -15,7 +15,7 @@ each attempt, that the shard is still led here and the lease provably held, like
 
 The guarantee: every owed notification is claimed once (the row's key) and sent at least once; it is
 sent twice only when its sender died, or lost the shard, after sending and before recording
-``sent``. Each carries ``Idempotency-Key: <job>:<slot>:<kind>`` (``context.py``), the same every time,
+``sent``. Each carries ``Idempotency-Key: <job>:<slot>:<kind>`` (``notification_context.py``), the same every time,
 so a receiver that keeps the keys it has seen acts exactly once (``shardcron.consumer`` does that).
 """
 

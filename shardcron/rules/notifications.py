@@ -7,7 +7,7 @@ last attempt. A succeeded slot owes ``on_recovery`` once when the job's previous
 count like scheduled ones: a manual run that succeeds after failures is a recovery.
 
 The spec is the job's own, else the node's default (``--notify-on-failure`` /
-``--notify-on-recovery``); only the default is rate limited (``rate.py``).
+``--notify-on-recovery``); only the default is rate limited (``notification_rate.py``).
 """
 
 from __future__ import annotations

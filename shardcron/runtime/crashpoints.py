@@ -27,7 +27,7 @@ def after_dispatch(job_id: str, ok: bool) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
-# ``SHARDCRON_TEST_CRASH_NOTIFY=<point>:<job id>``: die at a notification's crash point (notifications/notifier.py):
+# ``SHARDCRON_TEST_CRASH_NOTIFY=<point>:<job id>``: die at a notification's crash point (leader/notifier.py):
 # ``before_claim`` once a failed result of the job has landed and before its notification is claimed (the
 # successor's sweep must claim it), ``after_send`` once one was sent and before it is recorded sent (the successor
 # must send it again, with the same idempotency key).

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from shardcron.errors import InvalidJob
 from shardcron.model import ExecutorKind, ExecutorSpec, HttpSpec, ShellSpec
-from shardcron.spec import executors as dispatch_spec
+from shardcron.spec import executors as executor_specs
 from shardcron.spec.bounds import MAX_PAYLOAD_BYTES, shown
 from shardcron.spec.fields import check_keys, enum_value, parse_headers, utf8_size
 
@@ -41,7 +41,7 @@ def parse_executor(d: object, *, bounded: bool = True) -> ExecutorSpec:
     if kind is ExecutorKind.NOOP:
         return ExecutorSpec(kind)
     if kind not in EXECUTOR_KEYS:
-        return dispatch_spec.parse(kind, d, bounded=bounded)
+        return executor_specs.parse(kind, d, bounded=bounded)
     if kind is ExecutorKind.SHELL:
         cmd = d.get("command")
         if not isinstance(cmd, str) or not cmd.strip():
@@ -88,5 +88,5 @@ def executor_to_dict(spec: ExecutorSpec) -> dict[str, Any]:
     if spec.shell:
         ex["command"] = spec.shell.command
     if spec.kind not in EXECUTOR_KEYS:
-        ex.update(dispatch_spec.to_dict(spec))
+        ex.update(executor_specs.to_dict(spec))
     return ex

@@ -6,7 +6,7 @@
     executor = { kind = "noop" }         executor: {kind: noop}
 
 A file may also define calendars the jobs name (``shardcron jobs apply`` puts
-them before its jobs; see ``scheduling/calendars.parse_calendar`` for the keys):
+them before its jobs; see ``spec/calendar_tables.parse_calendar`` for the keys):
 
     [calendars.business]             calendars:
     timezone = "Europe/Lisbon"         business:

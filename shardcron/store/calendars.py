@@ -4,7 +4,7 @@
 as JSON) and version; ``calendar_versions`` keeps every version, a deletion as a
 NULL spec, with the writer's clock when it took effect, written in the same
 transaction. The audit judges each slot by the version in force at it
-(``scheduling/calendar_history.py``).
+(``rules/calendar_history.py``).
 
 Versions keep counting across a delete and a re-create, so (name, version) names
 one definition forever.

@@ -4,7 +4,7 @@ A row's identity is ``(job_id, scheduled_at_ms, kind)``: at most one notificatio
 slot, ever, whichever leader claims it. A claim that finds the row already there changes nothing, so
 a successor that re-derives what is owed (``failed_without_notification``) claims only what its
 predecessor did not. The default's rate limit is decided inside the claiming transaction, from the
-job's own rows (``notifications/rate.py``), and recorded as the row's status.
+job's own rows (``rules/notification_rate.py``), and recorded as the row's status.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Calendars in the Scheduler, stepped through time over a real SQLite store (see test_scheduler.py):
+"""Calendars in the Scheduler, stepped through time over a real SQLite store (tests/support/stepped_scheduler.py):
 an excluded slot is never claimed nor run, a job whose calendar is not known yet owes nothing until it
 is, a change reschedules at once, a slot claimed before a change that now excludes it is recorded
 skipped, not run, and a new leader does not catch up excluded slots."""

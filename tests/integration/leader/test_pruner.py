@@ -1,5 +1,5 @@
-"""A shard's leader prunes its expired ticks (scheduling/pruner.py): the Scheduler stepped through time by an
-injected clock over a real SQLite store (the rig of test_scheduler.py), then the audit over the pruned range."""
+"""A shard's leader prunes its expired ticks (leader/pruner.py): the Scheduler stepped through time by an
+injected clock over a real SQLite store (tests/support/stepped_scheduler.py), then the audit over the pruned range."""
 
 from __future__ import annotations
 

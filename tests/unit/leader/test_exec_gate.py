@@ -1,4 +1,4 @@
-"""The executor gate (scheduling/exec_gate.py): slots, who waits, in what order, quotas, hand-backs; and its flags."""
+"""The executor gate (leader/exec_gate.py): slots, who waits, in what order, quotas, hand-backs; and its flags."""
 
 from __future__ import annotations
 

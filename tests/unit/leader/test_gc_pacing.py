@@ -1,4 +1,4 @@
-"""The dispatcher's collections between starts (scheduling/gc_pacing.py): which generation, when."""
+"""The dispatcher's collections between starts (leader/gc_pacing.py): which generation, when."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dispatcher's lead (scheduling/gil_lead.py): how early it aims, its budget, the hold, the heap's wait."""
+"""The dispatcher's lead (leader/gil_lead.py): how early it aims, its budget, the hold, the heap's wait."""
 
 from __future__ import annotations
 

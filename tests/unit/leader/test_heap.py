@@ -1,4 +1,4 @@
-"""The timer heap's waits and takes (scheduling/heap.py), with a clock the test moves."""
+"""The timer heap's waits and takes (leader/heap.py), with a clock the test moves."""
 
 from __future__ import annotations
 

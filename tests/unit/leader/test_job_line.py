@@ -1,4 +1,4 @@
-"""Each job's line (``scheduling/job_line.py``): the states of its slots and the head let go when it moves."""
+"""Each job's line (``leader/job_line.py``): the states of its slots and the head let go when it moves."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""``make_realtime`` (scheduling/realtime.py): SCHED_FIFO at priority 1, and a clear error when refused."""
+"""``make_realtime`` (leader/realtime.py): SCHED_FIFO at priority 1, and a clear error when refused."""
 
 from __future__ import annotations
 
