@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
+import threading
 from typing import TYPE_CHECKING, Any
 
 from shardcron.cli.args import whole
@@ -74,13 +76,26 @@ def _follow(c: Client, a: argparse.Namespace, ticks: list[Tick]) -> int:
     for t in reversed(ticks):
         seen.add((t.scheduled_at_ms, t.attempt, t.status))
         emit(t)
+    # Ctrl-C cancels the watch, and the loop below ends as after any cancel. A KeyboardInterrupt raised
+    # wherever the main thread happens to be, inside gRPC's wait for the next event, is not guaranteed to
+    # leave that wait's locks in a state the cancel after it can use.
+    interrupted = threading.Event()
+
+    def on_interrupt(signum: int, frame: object) -> None:
+        interrupted.set()
+        watch.cancel()
+
+    previous = signal.signal(signal.SIGINT, on_interrupt)
     try:
         for t in watch:
             key = (t.scheduled_at_ms, t.attempt, t.status)
             if key not in seen:
                 emit(t)
     finally:
+        signal.signal(signal.SIGINT, previous)
         watch.cancel()
+    if interrupted.is_set():
+        raise KeyboardInterrupt  # the command's exit status for an interrupt (cli.EXIT_INTERRUPTED)
     return 0
 
 
