@@ -4,13 +4,15 @@
 # `make fuzz` : set up everything, then run the fuzz tests with 30 times their examples (hypothesis profile "fuzz").
 # `make soak SECONDS=1800 [SEED=S]` : set up everything, then run one nemesis soak of SECONDS seconds of faults
 #               (a random seed unless SEED is given; the run prints its seed and the command that replays it).
+# `make repeat RUNS=10 TESTS=tests/faults NEIGHBOUR=cpu` : run TESTS RUNS times in a row beside a CPU
+#               neighbour (one spinner per core) and tally the runs; each run's log is kept.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test lint fuzz soak setup venv system-deps services unit proto clean
+.PHONY: dev test lint fuzz soak repeat setup venv system-deps services unit proto clean
 
 dev: setup
 	$(VENV)/bin/shardcron dev
@@ -32,6 +34,12 @@ SEED    ?=
 soak: setup services
 	CI=true SHARDCRON_SOAK_SECONDS=$(SECONDS) SHARDCRON_SOAK_SEED=$(SEED) \
 	  $(PY) -m pytest -ra -s -p no:cacheprovider -o timeout=0 -m soak tests/faults/soak/test_soak.py $(PYTEST_ARGS)
+
+RUNS      ?= 10
+TESTS     ?= tests/faults
+NEIGHBOUR ?= cpu
+repeat: setup services
+	CI=true $(PY) scripts/repeat.py --runs $(RUNS) --neighbour $(NEIGHBOUR) -- $(TESTS) $(PYTEST_ARGS)
 
 unit: setup
 	$(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)
