@@ -4,7 +4,8 @@
 
 A flaky test is a bug: this is how we look for one before calling a fault story proven. Each run's whole
 output is kept in its own log (the soak prints its seeds there), and a failed run is listed with the tests
-that failed, so the failure can be replayed. The neighbour is the one ``shardcron bench --neighbour cpu``
+that failed, so the failure can be replayed; the fault suite's figures table and a failed scenario's
+node and etcd logs are kept per run too. The neighbour is the one ``shardcron bench --neighbour cpu``
 uses: a spinning process pinned to each CPU, so every core is shared with the cluster under test.
 """
 
@@ -28,6 +29,13 @@ FAILED = re.compile(r"^(?:FAILED|ERROR) (\S+)", re.MULTILINE)
 
 def one_run(number: int, pytest_args: list[str], logs: Path, neighbour: bool) -> tuple[int, str, list[str], float]:
     log = logs / f"run-{number:02d}.log"
+    # The fault suite writes its figures table and a failed scenario's node and etcd logs to these: one
+    # of each per run, kept beside the run's log instead of overwritten by the next run.
+    env = {
+        **os.environ,
+        "SHARDCRON_FAULT_FIGURES": str(logs / f"run-{number:02d}-FIGURES.md"),
+        "SHARDCRON_FAULT_LOGS": str(logs / f"run-{number:02d}-kept"),
+    }
     started = time.monotonic()
     with contextlib.ExitStack() as stack:
         if neighbour:
@@ -38,6 +46,7 @@ def one_run(number: int, pytest_args: list[str], logs: Path, neighbour: bool) ->
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                env=env,
             ).returncode
     text = log.read_text(errors="replace")
     summary = SUMMARY.findall(text)
@@ -49,12 +58,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="how many runs in a row (default 10)")
     parser.add_argument("--neighbour", choices=["none", "cpu"], default="cpu", help="what else wants the CPUs")
-    parser.add_argument("--logs", type=Path, default=None, help="where each run's log goes (default: a new dir)")
+    parser.add_argument(
+        "--logs", type=Path, default=None, help="where each run's log goes (default: a new folder in test-artifacts/)"
+    )
     parser.add_argument("pytest_args", nargs="*", help="what to run, as pytest takes it (after --)")
     args = parser.parse_args()
     if args.runs < 1:
         parser.error("--runs must be 1 or more")
-    logs = args.logs or Path(f"repeat-{time.strftime('%Y%m%d-%H%M%S')}")
+    logs = (args.logs or Path("test-artifacts") / f"repeat-{time.strftime('%Y%m%d-%H%M%S')}").resolve()
     logs.mkdir(parents=True, exist_ok=True)
     print(
         f"repeat: {args.runs} runs of pytest {' '.join(args.pytest_args)}, neighbour {args.neighbour}; logs in {logs}"
