@@ -20,6 +20,8 @@ from shardcron.errors import ConfigError
 
 # Lateness buckets from sub-millisecond to a minute: the interesting part is below 100 ms.
 _LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+# Renewal lateness: its target is 100 ms at p99, and a TTL of lateness loses the session.
+_RENEWAL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _CALL_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -108,6 +110,13 @@ takeover = Histogram(
 shards_led = Gauge("shardcron_shards_led", "Shards this node leads now.")
 session_alive = Gauge("shardcron_session_alive", "1 while the node holds its etcd lease, else 0.")
 lease_renewal_age = Gauge("shardcron_lease_renewal_age_seconds", "Seconds since the last confirmed lease renewal.")
+lease_renewal_lateness = Histogram(
+    "shardcron_lease_renewal_lateness_seconds",
+    "When etcd confirmed a lease renewal, minus when it was due (TTL/3 after the renewal before it was sent): "
+    "how far the keep-alive fell behind. A renewal a TTL late is a lost session.",
+    buckets=_RENEWAL_BUCKETS,
+)
+event_loops = Gauge("shardcron_event_loops", "asyncio event loops running in this node now.")
 etcd_call = Histogram("shardcron_etcd_call_seconds", "etcd call latency.", ["op"], buckets=_CALL_BUCKETS)
 db_call = Histogram("shardcron_db_call_seconds", "Database statement latency.", ["op"], buckets=_CALL_BUCKETS)
 running_executors = Gauge("shardcron_running_executors", "Executors running now.")

@@ -22,7 +22,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from shardcron import clock
+from shardcron import clock, metrics
 from shardcron.coordination.etcd import Etcd
 from shardcron.errors import EtcdUnavailable
 from shardcron.runtime import crashpoints
@@ -151,5 +151,7 @@ class Session:
                 self._lose("etcd reports the lease expired (TTL<=0)")
                 return
             with self._cond:
+                due = self._last_confirmed + interval  # retries after a failure do not move it
                 self._last_confirmed = sent
+            metrics.lease_renewal_lateness.observe(max(0.0, clock.monotonic() - due))
             next_renewal = sent + interval

@@ -26,8 +26,7 @@ from shardcron.dashboard.live import Streams
 from shardcron.dashboard.sessions import Sessions
 from shardcron.dashboard.views import Pages
 from shardcron.errors import ConfigError
-from shardcron.runtime import crashpoints
-from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline, run_forever
 
 CLIENTS_KEPT = 64  # one API channel per distinct token in use; the least recently used closes
 
@@ -148,8 +147,7 @@ class DashboardServer:
             self._ready.set()
             return
         self._ready.set()
-        crashpoints.fail_loop(self._loop)
-        self._loop.run_forever()
+        run_forever(self._loop)
 
     async def _serve(self) -> None:
         host, _, port = self.listen.rpartition(":")

@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from shardcron import metrics
 from shardcron.runtime import crashpoints
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ class Lifeline:
     def loop_thread(self, loop: asyncio.AbstractEventLoop, name: str) -> threading.Thread:
         """A daemon thread running ``loop`` until it is stopped (not started). Nothing raised in a callback
         reaches the thread, so a loop stopped while the node is not stopping is its death."""
-        return self.thread(_run_forever, name, args=(loop,))
+        return self.thread(run_forever, name, args=(loop,))
 
     def task(
         self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, object], name: str, *, may_end: bool = False
@@ -98,11 +99,16 @@ class Lifeline:
             self.report(name, None)
 
 
-def _run_forever(loop: asyncio.AbstractEventLoop) -> None:
+def run_forever(loop: asyncio.AbstractEventLoop) -> None:
+    """``loop.run_forever()``, counted in ``shardcron_event_loops`` while it runs (the benches report it)."""
     crashpoints.fail_loop(loop)
-    loop.run_forever()
+    metrics.event_loops.inc()
+    try:
+        loop.run_forever()
+    finally:
+        metrics.event_loops.dec()
 
 
 UNWATCHED = Lifeline()
 
-__all__ = ["EXIT_WORKER_DIED", "Lifeline", "OnDeath", "UNWATCHED"]
+__all__ = ["EXIT_WORKER_DIED", "Lifeline", "OnDeath", "UNWATCHED", "run_forever"]

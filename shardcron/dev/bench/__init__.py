@@ -240,6 +240,8 @@ def _lat(m: dict) -> list:
 
 
 def render(out: dict) -> str:
+    from shardcron.dev.bench.node_shape import COLUMNS, columns, describe  # loaded by the run that needs it
+
     f = out["shardcron"]
     lines = []
     if f["scenario"] == "precision":
@@ -284,6 +286,10 @@ def render(out: dict) -> str:
                 tablefmt="github",
             )
         )
+        lines.append("")
+        lines += [
+            f"{name}: {describe(m.get('node'))}" if len(runs) > 1 else describe(m.get("node")) for name, m in runs
+        ]
         if "loaded" in f:
             lines.append(
                 f"\nneighbour: {len(f['neighbour_pids'])} busy process(es), one per CPU the node may use; "
@@ -303,6 +309,7 @@ def render(out: dict) -> str:
                 s["duplicated"],
                 *_lat(s),
                 s["cpu_ms_per_1000_ticks"],
+                *columns(s.get("node")),
             ]
             for s in f["steps"]
         ]
@@ -320,6 +327,7 @@ def render(out: dict) -> str:
                     "p99.9 ms",
                     "max ms",
                     "CPU ms/1k ticks",
+                    *COLUMNS,
                 ],
                 tablefmt="github",
             )

@@ -36,6 +36,7 @@ from shardcron.dev.bench.harness import (
     read_store,
     window_start,
 )
+from shardcron.dev.bench.node_shape import COLUMNS, columns, node_shape
 from shardcron.dev.sink import Sink
 from shardcron.dev.testing.cluster import GaveUp, wait_until
 from shardcron.executors.identity import slot_uuid
@@ -328,9 +329,10 @@ def step(env: BenchEnv, kind: str, rate: int, seconds: int, broker: str | None) 
             from_ms = window_start(WARMUP_S)
             to_ms = from_ms + seconds * 1000
             wait_until(lambda: time.time() * 1000 >= from_ms, WARMUP_S + 5, 0.05, "the window to open")
-            cpu0 = {n: proc_cpu_seconds(p) for n, p in pids.items()}
-            wait_until(lambda: time.time() * 1000 >= to_ms, seconds + 5, 0.1, "the window to close")
-            cpu = sum(proc_cpu_seconds(p) - cpu0[n] for n, p in pids.items())
+            with node_shape(env) as shape:
+                cpu0 = {n: proc_cpu_seconds(p) for n, p in pids.items()}
+                wait_until(lambda: time.time() * 1000 >= to_ms, seconds + 5, 0.1, "the window to close")
+                cpu = sum(proc_cpu_seconds(p) - cpu0[n] for n, p in pids.items())
             _wait_settled(env.db, prefix, from_ms, to_ms, rate * seconds)
         finally:
             # Stopped before counting: nothing is sent while the broker is counted.
@@ -340,6 +342,7 @@ def step(env: BenchEnv, kind: str, rate: int, seconds: int, broker: str | None) 
         slots = sorted({(r.job_id, r.scheduled_at_ms) for r in rows})
         out = figures(rows, rate, seconds, from_ms, dest.held())
         out["destination"] = dest.name
+        out["node"] = shape
         out["cpu_ms_per_1000_ticks"] = round(1000 * cpu / out["succeeded"] * 1000, 1) if out["succeeded"] else None
         return out
     finally:
@@ -433,6 +436,7 @@ def render(f: dict) -> list[list]:
             s["lost"],
             s["unrecorded"],
             s["cpu_ms_per_1000_ticks"],
+            *columns(s.get("node")),
         ]
         for s in f["steps"]
         if "error" not in s
@@ -455,6 +459,7 @@ HEADERS = [
     "lost",
     "unrecorded",
     "CPU ms/1k",
+    *COLUMNS,
 ]
 
 

@@ -48,6 +48,7 @@ from shardcron.dev.bench.harness import (
     read_store,
     window_start,
 )
+from shardcron.dev.bench.node_shape import COLUMNS, columns, node_shape
 from shardcron.dev.sink import Sink
 from shardcron.jobkey import join_key, namespace_of
 from shardcron.rules.jitter import jitter_offset_ms
@@ -73,6 +74,7 @@ HEADERS = [
     "flood starts/s",
     "node CPU %",
     "machine CPU %",
+    *COLUMNS,
 ]
 
 
@@ -140,7 +142,8 @@ def _one_run(env: BenchEnv, sink_url: str, calm_jobs: int, flood_jobs: int, seco
         )
         pid = env.pids()[node]
         idle_from = window_start(WARMUP_S)
-        idle_cpu = _cpu_over(pid, idle_from, seconds)
+        with node_shape(env) as idle_shape:
+            idle_cpu = _cpu_over(pid, idle_from, seconds)
         _put(
             client,
             FLOOD,
@@ -155,12 +158,13 @@ def _one_run(env: BenchEnv, sink_url: str, calm_jobs: int, flood_jobs: int, seco
             ],
         )
         flood_from = window_start(WARMUP_S)  # the backlog has built up by then
-        flood_cpu = _cpu_over(pid, flood_from, seconds)
+        with node_shape(env) as flood_shape:
+            flood_cpu = _cpu_over(pid, flood_from, seconds)
         time.sleep(GRACE_S)
         measured_at = int(time.time() * 1000)
         return {
-            "idle": {**_window(env, idle_from, seconds, calm_jobs, measured_at), **idle_cpu},
-            "flooding": {**_window(env, flood_from, seconds, calm_jobs, measured_at), **flood_cpu},
+            "idle": {**_window(env, idle_from, seconds, calm_jobs, measured_at), **idle_cpu, "node": idle_shape},
+            "flooding": {**_window(env, flood_from, seconds, calm_jobs, measured_at), **flood_cpu, "node": flood_shape},
         }
     finally:
         client.close()
@@ -265,6 +269,7 @@ def render(f: dict) -> list[list]:
                     w["flood_starts_per_s"] if window == "flooding" else "-",
                     w["node_cpu_pct"],
                     w["machine_cpu_pct"],
+                    *columns(w.get("node")),
                 ]
             )
     return rows

@@ -100,7 +100,7 @@ class BenchEnv:
     """An etcd (ours or the user's), a store and N node processes; ``db``, ``etcd`` and ``cluster`` once entered.
 
     ``db`` and ``etcd`` None: a SQLite file and an etcd of its own. ``serve_metrics``: each node serves
-    /metrics on a free port of its own (``metrics_ports``).
+    /metrics on a free port of its own (``metrics_ports``), where the benches read its keep-alive's lateness.
     """
 
     def __init__(
@@ -111,7 +111,7 @@ class BenchEnv:
         db: str | None = None,
         etcd: str | None = None,
         extra_args: list[str] | None = None,
-        serve_metrics: bool = False,
+        serve_metrics: bool = True,
         workdir: str | None = None,
     ):
         self.nodes, self.shards, self.ttl = nodes, shards, ttl

@@ -22,6 +22,7 @@ from shardcron.dev.bench.harness import (
     window_start,
 )
 from shardcron.dev.bench.neighbour import cpu_neighbour, neighbour_cpus
+from shardcron.dev.bench.node_shape import node_shape
 from shardcron.dev.testing.cluster import wait_until
 
 # Issue 13: precision must hold beside a busy neighbour, as most people run the scheduler beside their workers.
@@ -94,12 +95,13 @@ def _start_with_jobs(env: BenchEnv, jobs: int, prefix: str) -> None:
 
 
 def measure_window(env: BenchEnv, jobs: int, seconds: int, prefix: str, probe: Probe | None = None) -> dict:
-    """One measured window on running nodes: the ticks the store holds for it and the nodes' CPU.
-    ``probe`` is entered as the window opens and left as it closes; what it yields is added to the figures."""
+    """One measured window on running nodes: the ticks the store holds for it, the nodes' CPU and their shape
+    (``node``: threads, event loops, keep-alive lateness). ``probe`` is entered as the window opens and left as
+    it closes; what it yields is added to the figures."""
     pids = env.pids()
     from_ms = window_start(WARMUP_S)
     wait_until(lambda: time.time() * 1000 >= from_ms, WARMUP_S + 5, 0.05, "the window to open")
-    with (probe or _no_probe)(env) as extra:
+    with node_shape(env) as shape, (probe or _no_probe)(env) as extra:
         cpu0 = {n: proc_cpu_seconds(p) for n, p in pids.items()}
         wait_until(lambda: time.time() * 1000 >= from_ms + seconds * 1000, seconds + 5, 0.1, "the window to close")
         cpu = sum(proc_cpu_seconds(p) - cpu0[n] for n, p in pids.items())
@@ -112,6 +114,7 @@ def measure_window(env: BenchEnv, jobs: int, seconds: int, prefix: str, probe: P
         db=db_kind(env.db),
         cpu_ms_per_1000_ticks=round(1000 * cpu / max(1, out["recorded"]) * 1000, 1),
         peak_rss_mb=round(max(proc_peak_rss_mb(p) for p in pids.values()), 1),
+        node=shape,
         **extra,
     )
     return out

@@ -52,6 +52,18 @@ def test_precision_with_the_apscheduler_peer(tmp_path, peer_store):
     sane_ticks(f["peer"])
     assert f["peer"]["peer"] == f"apscheduler ({peer_store} store)"
     assert f["shardcron"]["cpu_ms_per_1000_ticks"] > 0 and f["shardcron"]["peak_rss_mb"] > 10
+    sane_shape(f["shardcron"]["node"])
+
+
+def sane_shape(shape: dict) -> None:
+    """The node's shape over a window: its threads (the kernel's count), its loops (the API's at least) and
+    its keep-alive (renewals in the window, each with a lateness bucket)."""
+    assert shape["threads_peak"] >= 2 and shape["event_loops"] >= 1, shape
+    renewal = shape["renewal_lateness_ms"]
+    assert renewal["renewals"] >= 0
+    assert (renewal["p99"] is None) == (renewal["renewals"] == 0), renewal
+    if renewal["renewals"]:
+        assert 0 < renewal["p99"] <= renewal["max"], renewal
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
@@ -63,6 +75,7 @@ def test_throughput_steps(tmp_path, fresh_db_url, kind):
     assert 1 <= len(f["steps"]) <= 2
     for step in f["steps"]:
         sane_ticks(step)
+        sane_shape(step["node"])
     assert f["highest_sustained_rate"] in (0, 20, 40)
 
 
@@ -108,6 +121,7 @@ def test_fairness_both_modes(tmp_path):
             w = f["modes"][mode][window]
             assert w["expected"] == 30 and 0 <= w["started"] <= w["recorded"] <= w["expected"], (mode, window, w)
             assert w["censored"] == w["recorded"] - w["started"]
+            sane_shape(w["node"])
         assert f["modes"][mode]["flooding"]["flood_starts_per_s"] > 0
     assert f["modes"]["on"]["idle"]["started"] == f["modes"]["on"]["idle"]["expected"]
     assert f["fair_p99_ratio"] is not None
