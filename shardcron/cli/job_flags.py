@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from typing import Any
 
 from shardcron.cli.args import whole
 from shardcron.errors import ConfigError, InvalidJob
 from shardcron.model import Job
+from shardcron.spec.bounded_text import TooLarge, read_bounded
 from shardcron.spec.bounds import INT64_MAX, MAX_ATTEMPTS, MAX_HISTORY_LIMIT, MAX_PAYLOAD_BYTES, MAX_VERSION
 from shardcron.spec.executors import MAX_PRIORITY
 from shardcron.spec.job import job_from_dict
@@ -253,23 +253,19 @@ def _dispatch_executor(a: argparse.Namespace, kind: str) -> dict[str, Any]:
 
 
 def _read_body_file(path: str) -> str:
-    """The request body from ``path`` (``-``: standard input), as UTF-8 text.
-
-    Read no further than the body limit plus one byte: ``/dev/urandom`` or a runaway
-    pipe is refused at once instead of read until memory runs out."""
+    """The request body from ``path`` (``-``: standard input), as UTF-8 text, read no further than the body
+    limit plus one byte."""
     where = "standard input" if path == "-" else path
     try:
-        if path == "-":
-            raw = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
-        else:
-            with open(path, "rb") as f:
-                raw = f.read(MAX_PAYLOAD_BYTES + 1)
+        raw = read_bounded(path, MAX_PAYLOAD_BYTES)
     except OSError as e:
         raise ConfigError(f"--body-file: cannot read {where}: {e.strerror or e}") from None
-    if len(raw) > MAX_PAYLOAD_BYTES:
-        raise ConfigError(f"--body-file: {where} is larger than the body limit of {MAX_PAYLOAD_BYTES} bytes (1 MiB)")
+    except TooLarge:
+        raise ConfigError(
+            f"--body-file: {where} is larger than the body limit of {MAX_PAYLOAD_BYTES} bytes (1 MiB)"
+        ) from None
     try:
-        return raw.decode("utf-8")
+        return raw.decode("utf-8")  # sent as it is: a byte-order mark, if any, is the body's
     except UnicodeDecodeError as e:
         raise ConfigError(
             f"--body-file: {where} is not UTF-8 text (byte {e.start}); the body is sent as text"

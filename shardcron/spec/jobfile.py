@@ -34,6 +34,7 @@ import yaml
 
 from shardcron.errors import InvalidJob, ShardcronError, job_named
 from shardcron.model import Job
+from shardcron.spec.bounded_text import NotUtf8, TooLarge, read_bounded, utf8
 from shardcron.spec.bounds import INT64_MAX, INT64_MIN, MAX_FILE_BYTES, MAX_FILE_DEPTH, cut, shown
 from shardcron.spec.calendar import Calendar, CalendarError
 from shardcron.spec.calendar_tables import parse_calendar
@@ -74,21 +75,13 @@ def read_data_file(path: str) -> object:
 def read_text_file(path: str) -> str:
     """The UTF-8 text of the file at ``path``, read no further than ``bounds.MAX_FILE_BYTES`` plus one byte."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
+        return utf8(read_bounded(path, MAX_FILE_BYTES))
     except OSError as e:
         raise JobFileError(f"{path}: cannot read: {e.strerror or e}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise JobFileError(f"{path}: larger than the limit of {MAX_FILE_BYTES // (1024 * 1024)} MiB")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise JobFileError(
-            f"{path}: not UTF-8: byte 0x{raw[e.start]:02x} at offset {e.start} (line {line}) is not "
-            "valid UTF-8; save the file as UTF-8"
-        ) from None
-    return text.removeprefix("\ufeff")  # a byte-order mark says "UTF-8"; it is not part of the content
+    except TooLarge:
+        raise JobFileError(f"{path}: larger than the limit of {MAX_FILE_BYTES // (1024 * 1024)} MiB") from None
+    except NotUtf8 as e:
+        raise JobFileError(f"{path}: not UTF-8: {e}; save the file as UTF-8") from None
 
 
 class RefusedYaml(Exception):
