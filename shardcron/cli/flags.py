@@ -17,14 +17,11 @@ from typing import TYPE_CHECKING, Any
 from shardcron.api import limits as L
 from shardcron.api.limits import ApiLimits
 from shardcron.cli.flag_values import (
-    START_LEAD_LIMIT_MS,
     allow_python,
-    at_most,
     duration_flag_ms,
     hostport,
     number,
     on_off,
-    one_of,
     parse_bytes,
     parse_min_interval_ms,
     shell_allow,
@@ -32,7 +29,6 @@ from shardcron.cli.flag_values import (
 )
 from shardcron.config import (
     DEFAULT_DB,
-    DEFAULT_DISPATCHER_PRIORITY,
     DEFAULT_ETCD,
     DEFAULT_EXECUTOR_SLOTS,
     DEFAULT_LISTEN,
@@ -43,7 +39,6 @@ from shardcron.config import (
     DEFAULT_SETTLE_S,
     DEFAULT_SHARDS,
     DEFAULT_SHUTDOWN_GRACE_S,
-    DEFAULT_START_LEAD_MAX_MS,
     DEFAULT_TTL_S,
     NodeConfig,
 )
@@ -217,23 +212,6 @@ def add_node_flags(p: ArgumentHolder) -> None:
     )
     add_env_flag(
         p,
-        "--dispatcher-priority",
-        "'realtime' runs the thread that starts every tick under SCHED_FIFO, "
-        "so a busy machine wakes it on time (needs CAP_SYS_NICE); 'normal' "
-        "leaves it to the operating system's usual sharing",
-        DEFAULT_DISPATCHER_PRIORITY,
-        choices=["normal", "realtime"],
-    )
-    add_env_flag(
-        p,
-        "--start-lead-max-ms",
-        "the thread that starts every tick takes the GIL up to this many ms "
-        "before a start is due and keeps it until then, so the node's other "
-        "threads cannot make the start late; 0 turns it off",
-        DEFAULT_START_LEAD_MAX_MS,
-    )
-    add_env_flag(
-        p,
         "--tick-retention",
         "delete ticks whose slot is older than this (e.g. 30d), in small batches by "
         "each shard's leader; never nearer now than a job's catch-up window",
@@ -377,10 +355,6 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         lookahead_ms=number("lookahead-ms", a.lookahead_ms, int, 0),
         executor_slots=number("executor-slots", a.executor_slots, int, 1),
         fair_queuing=on_off("fair-queuing", a.fair_queuing),
-        dispatcher_priority=one_of("dispatcher-priority", a.dispatcher_priority, ("normal", "realtime")),
-        start_lead_max_ms=at_most(
-            "start-lead-max-ms", number("start-lead-max-ms", a.start_lead_max_ms, float, 0.0), START_LEAD_LIMIT_MS
-        ),
         min_interval_ms=None if a.min_interval is None else parse_min_interval_ms(a.min_interval),
         log_format=a.log_format,
         log_level=a.log_level,
