@@ -74,6 +74,20 @@ def env_name(flag: str) -> str:
 
 _SHOW_DEFAULT = object()
 
+# Node flags that are gone, and what to do instead. Given on the command line, each is refused by its name
+# (argparse alone would say only "unrecognized arguments"); set in its SHARDCRON_ variable, likewise.
+REMOVED_NODE_FLAGS = {
+    "--start-lead-max-ms": "the dispatcher no longer holds the GIL ahead of a start",
+    "--dispatcher-priority": "the dispatcher no longer runs under SCHED_FIFO",
+}
+
+
+class _Removed(argparse.Action):
+    """A flag in ``REMOVED_NODE_FLAGS``: using it is a usage error (status 2) saying it was removed."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise argparse.ArgumentError(self, f"was removed ({REMOVED_NODE_FLAGS[self.option_strings[0]]}); drop it")
+
 
 def add_env_flag(
     p: ArgumentHolder, flag: str, help_: str, default: Any = None, *, default_text: Any = _SHOW_DEFAULT, **kwargs: Any
@@ -254,6 +268,8 @@ def add_node_flags(p: ArgumentHolder) -> None:
         default_text="off",
     )
     add_api_limit_flags(p)
+    for flag in REMOVED_NODE_FLAGS:
+        p.add_argument(flag, action=_Removed, nargs="?", help=argparse.SUPPRESS)
     add_env_flag(p, "--log-format", "log line format", DEFAULT_LOG_FORMAT, choices=["text", "json"])
     add_env_flag(p, "--log-level", "log level", DEFAULT_LOG_LEVEL, choices=["debug", "info", "warning", "error"])
 
@@ -336,6 +352,9 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
     advertise = hostport("advertise", a.advertise) if a.advertise else listen
     if advertise.rpartition(":")[0] in ("0.0.0.0", "[::]", "::", ""):
         raise ConfigError(f"--advertise: {advertise!r} is not reachable by other nodes; give a routable host:port")
+    for flag, why in REMOVED_NODE_FLAGS.items():
+        if env_name(flag) in os.environ:
+            raise ConfigError(f"{env_name(flag)} ({flag}) was removed ({why}); unset it")
     node_id = a.node_id or f"{socket.gethostname()}-{os.getpid()}"
     if not node_id or "/" in node_id or len(node_id) > 128:
         raise ConfigError(f"--node-id: {node_id!r} must be 1-128 characters without '/'")
@@ -419,6 +438,7 @@ def _api_security(a: argparse.Namespace) -> dict[str, Any]:
 
 __all__ = [
     "ENV_PREFIX",
+    "REMOVED_NODE_FLAGS",
     "ArgumentHolder",
     "add_api_limit_flags",
     "add_common_etcd_flags",
