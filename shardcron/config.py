@@ -28,8 +28,6 @@ DEFAULT_SETTLE_S = 1.0
 DEFAULT_SHUTDOWN_GRACE_S = 5.0
 DEFAULT_LOOKAHEAD_MS = 600  # not a whole second, so claiming never coincides with whole-second starts
 DEFAULT_EXECUTOR_SLOTS = 1000
-DEFAULT_DISPATCHER_PRIORITY = "normal"
-DEFAULT_START_LEAD_MAX_MS = 5.0
 DEFAULT_KEEPALIVE_MS = (10_000, 5_000)  # (ping every, give up after)
 DEFAULT_LOG_FORMAT = "text"
 DEFAULT_LOG_LEVEL = "info"
@@ -72,13 +70,10 @@ class NodeConfig:
     notify_rate: Rate | None = None
     executor_slots: int = DEFAULT_EXECUTOR_SLOTS  # executions running at once on this node; the starts beyond wait
     fair_queuing: bool = True  # waiting starts served by weighted fair queuing across namespaces; False: first-come
-    dispatcher_priority: str = DEFAULT_DISPATCHER_PRIORITY  # "realtime": the dispatcher thread under SCHED_FIFO
-    start_lead_max_ms: float = DEFAULT_START_LEAD_MAX_MS  # the dispatcher takes the GIL at most this early; 0: off
 
 
 __all__ = [
     "DEFAULT_DB",
-    "DEFAULT_DISPATCHER_PRIORITY",
     "DEFAULT_ETCD",
     "DEFAULT_EXECUTOR_SLOTS",
     "DEFAULT_KEEPALIVE_MS",
@@ -90,7 +85,6 @@ __all__ = [
     "DEFAULT_SETTLE_S",
     "DEFAULT_SHARDS",
     "DEFAULT_SHUTDOWN_GRACE_S",
-    "DEFAULT_START_LEAD_MAX_MS",
     "DEFAULT_TTL_S",
     "NodeConfig",
 ]

@@ -134,15 +134,6 @@ oldest_overdue = Gauge(
     "Alert on it to catch a schedule that silently stopped.",
 )
 backfill_slots = Counter("shardcron_backfill_slots_total", "Slots claimed and started by backfills on this node.")
-start_lead_held = Counter(
-    "shardcron_start_lead_held_seconds_total",
-    "Time the dispatcher held the GIL waiting for a due start (--start-lead-max-ms): the "
-    "node's other threads ran no Python meanwhile. At most a quarter of the time.",
-)
-start_lead = Gauge(
-    "shardcron_start_lead_seconds",
-    "How early the dispatcher now aims for a start: what getting the GIL has recently taken.",
-)
 namespace_wait = CountedHistogram(
     "shardcron_namespace_wait_seconds",
     "Time a start waited for a free executor slot, by namespace (only starts that "

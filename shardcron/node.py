@@ -30,10 +30,8 @@ from shardcron.dashboard.history import MetricsHistory
 from shardcron.dashboard.server import Dashboard, DashboardServer
 from shardcron.errors import ConfigError, EtcdUnavailable, InvalidJob
 from shardcron.executors.admission import check_admissible
-from shardcron.leader import gc_pacing
 from shardcron.leader.loop import Scheduler
 from shardcron.leader.notifier import Notifier
-from shardcron.leader.realtime import check_realtime_allowed
 from shardcron.leader.recorder import ResultWrite
 from shardcron.model import Job, SlotRef, Tick
 from shardcron.rules.notifications import NO_DEFAULTS
@@ -209,8 +207,6 @@ class Node:
 
         if cfg.http_listen:
             require_dashboard_extra()  # before anything connects: a missing extra is a clear error at once
-        if cfg.dispatcher_priority == "realtime":
-            check_realtime_allowed()  # likewise, before it joins: not once it has started serving
         if cfg.metrics_listen and cfg.metrics_listen != cfg.http_listen:  # else the dashboard serves /metrics
             metrics.serve(cfg.metrics_listen)
         self.engine = make_engine(cfg.db)
@@ -241,8 +237,6 @@ class Node:
             tick_retention_ms=cfg.tick_retention_ms,
             executor_slots=cfg.executor_slots,
             fair_queuing=cfg.fair_queuing,
-            realtime_dispatcher=cfg.dispatcher_priority == "realtime",
-            start_lead_max_ms=cfg.start_lead_max_ms,
             on_fenced=lambda shard, fence: _started(self.coordinator).report_fenced(shard, fence),
             imports=imports,
             calendars=calendars,
@@ -430,11 +424,6 @@ def run_node(cfg: NodeConfig) -> int:
     # collection walks them all, a pause of tens of ms in which no tick starts.
     gc.collect()
     gc.freeze()
-    # A node's own objects live about a second (a claimed slot waits a lookahead for its start), long enough
-    # to be promoted, so with the default thresholds (700, 10, 10) full collections ran several times a second
-    # at 10,000 ticks/s, 40-56 ms each, finding nothing to free. These high thresholds are only the backstop:
-    # the dispatcher collects sooner and smaller, in the gaps between starts (leader/gc_pacing.py).
-    gc.set_threshold(*gc_pacing.HARD)
     node.wait()
     if node.coordinator and node.coordinator.fatal:
         raise ConfigError(node.coordinator.fatal)  # exit code 1, as any configuration error

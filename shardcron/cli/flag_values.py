@@ -17,7 +17,6 @@ from shardcron.spec.retention import RetentionError
 
 N = TypeVar("N", int, float)
 
-START_LEAD_LIMIT_MS = 20.0  # a longer hold of the GIL would stall the node's other threads (leader/gil_lead.py)
 _BYTE_UNITS = {"": 1, "b": 1, "kib": 1024, "kb": 1000, "mib": 1024**2, "mb": 1000**2, "gib": 1024**3, "gb": 1000**3}
 
 
@@ -49,13 +48,6 @@ def number(name: str, raw: object, kind: Callable[[Any], N], minimum: N) -> N:
         raise ConfigError(f"--{name}: expected a number, got {raw!r}") from None
     if value < minimum:
         raise ConfigError(f"--{name}: must be at least {minimum}, got {value}")
-    return value
-
-
-def at_most(name: str, value: float, maximum: float) -> float:
-    """``value`` if it is at most ``maximum`` (NaN is not)."""
-    if not value <= maximum:  # NaN too
-        raise ConfigError(f"--{name}: must be at most {maximum}, got {value}")
     return value
 
 
@@ -126,9 +118,7 @@ def shell_allow(pattern: str | None, allow_shell: bool) -> re.Pattern[str] | Non
 
 
 __all__ = [
-    "START_LEAD_LIMIT_MS",
     "allow_python",
-    "at_most",
     "duration_flag_ms",
     "hostport",
     "number",

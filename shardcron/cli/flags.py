@@ -17,14 +17,11 @@ from typing import TYPE_CHECKING, Any
 from shardcron.api import limits as L
 from shardcron.api.limits import ApiLimits
 from shardcron.cli.flag_values import (
-    START_LEAD_LIMIT_MS,
     allow_python,
-    at_most,
     duration_flag_ms,
     hostport,
     number,
     on_off,
-    one_of,
     parse_bytes,
     parse_min_interval_ms,
     shell_allow,
@@ -32,7 +29,6 @@ from shardcron.cli.flag_values import (
 )
 from shardcron.config import (
     DEFAULT_DB,
-    DEFAULT_DISPATCHER_PRIORITY,
     DEFAULT_ETCD,
     DEFAULT_EXECUTOR_SLOTS,
     DEFAULT_LISTEN,
@@ -43,7 +39,6 @@ from shardcron.config import (
     DEFAULT_SETTLE_S,
     DEFAULT_SHARDS,
     DEFAULT_SHUTDOWN_GRACE_S,
-    DEFAULT_START_LEAD_MAX_MS,
     DEFAULT_TTL_S,
     NodeConfig,
 )
@@ -78,6 +73,20 @@ def env_name(flag: str) -> str:
 
 
 _SHOW_DEFAULT = object()
+
+# Node flags that are gone, and what to do instead. Given on the command line, each is refused by its name
+# (argparse alone would say only "unrecognized arguments"); set in its SHARDCRON_ variable, likewise.
+REMOVED_NODE_FLAGS = {
+    "--start-lead-max-ms": "the dispatcher no longer holds the GIL ahead of a start",
+    "--dispatcher-priority": "the dispatcher no longer runs under SCHED_FIFO",
+}
+
+
+class _Removed(argparse.Action):
+    """A flag in ``REMOVED_NODE_FLAGS``: using it is a usage error (status 2) saying it was removed."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        raise argparse.ArgumentError(self, f"was removed ({REMOVED_NODE_FLAGS[self.option_strings[0]]}); drop it")
 
 
 def add_env_flag(
@@ -217,23 +226,6 @@ def add_node_flags(p: ArgumentHolder) -> None:
     )
     add_env_flag(
         p,
-        "--dispatcher-priority",
-        "'realtime' runs the thread that starts every tick under SCHED_FIFO, "
-        "so a busy machine wakes it on time (needs CAP_SYS_NICE); 'normal' "
-        "leaves it to the operating system's usual sharing",
-        DEFAULT_DISPATCHER_PRIORITY,
-        choices=["normal", "realtime"],
-    )
-    add_env_flag(
-        p,
-        "--start-lead-max-ms",
-        "the thread that starts every tick takes the GIL up to this many ms "
-        "before a start is due and keeps it until then, so the node's other "
-        "threads cannot make the start late; 0 turns it off",
-        DEFAULT_START_LEAD_MAX_MS,
-    )
-    add_env_flag(
-        p,
         "--tick-retention",
         "delete ticks whose slot is older than this (e.g. 30d), in small batches by "
         "each shard's leader; never nearer now than a job's catch-up window",
@@ -276,6 +268,8 @@ def add_node_flags(p: ArgumentHolder) -> None:
         default_text="off",
     )
     add_api_limit_flags(p)
+    for flag in REMOVED_NODE_FLAGS:
+        p.add_argument(flag, action=_Removed, nargs="?", help=argparse.SUPPRESS)
     add_env_flag(p, "--log-format", "log line format", DEFAULT_LOG_FORMAT, choices=["text", "json"])
     add_env_flag(p, "--log-level", "log level", DEFAULT_LOG_LEVEL, choices=["debug", "info", "warning", "error"])
 
@@ -358,6 +352,9 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
     advertise = hostport("advertise", a.advertise) if a.advertise else listen
     if advertise.rpartition(":")[0] in ("0.0.0.0", "[::]", "::", ""):
         raise ConfigError(f"--advertise: {advertise!r} is not reachable by other nodes; give a routable host:port")
+    for flag, why in REMOVED_NODE_FLAGS.items():
+        if env_name(flag) in os.environ:
+            raise ConfigError(f"{env_name(flag)} ({flag}) was removed ({why}); unset it")
     node_id = a.node_id or f"{socket.gethostname()}-{os.getpid()}"
     if not node_id or "/" in node_id or len(node_id) > 128:
         raise ConfigError(f"--node-id: {node_id!r} must be 1-128 characters without '/'")
@@ -377,10 +374,6 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         lookahead_ms=number("lookahead-ms", a.lookahead_ms, int, 0),
         executor_slots=number("executor-slots", a.executor_slots, int, 1),
         fair_queuing=on_off("fair-queuing", a.fair_queuing),
-        dispatcher_priority=one_of("dispatcher-priority", a.dispatcher_priority, ("normal", "realtime")),
-        start_lead_max_ms=at_most(
-            "start-lead-max-ms", number("start-lead-max-ms", a.start_lead_max_ms, float, 0.0), START_LEAD_LIMIT_MS
-        ),
         min_interval_ms=None if a.min_interval is None else parse_min_interval_ms(a.min_interval),
         log_format=a.log_format,
         log_level=a.log_level,
@@ -445,6 +438,7 @@ def _api_security(a: argparse.Namespace) -> dict[str, Any]:
 
 __all__ = [
     "ENV_PREFIX",
+    "REMOVED_NODE_FLAGS",
     "ArgumentHolder",
     "add_api_limit_flags",
     "add_common_etcd_flags",

@@ -19,12 +19,11 @@ One step of a backfill, each under the shard's fence:
     wait until the page's last paced start
 
 The page holds about a second of slots at the rate, so a backfill costs its
-shard two small transactions a second, and the claimer's rule of yielding to a
-burst of live starts (``BackfillHost.yield_to_starts``) applies to it too. The
-dispatch heap starts backfilled slots like any other, with the backfill's own
-``--overlap`` in place of the job's. When the range is done the counts are
-taken again from the ticks (``backfills.recount``), as a successor does when it
-takes the backfill over: exact whatever a failover cut short.
+shard two small transactions a second. The dispatch heap starts backfilled
+slots like any other, with the backfill's own ``--overlap`` in place of the
+job's. When the range is done the counts are taken again from the ticks
+(``backfills.recount``), as a successor does when it takes the backfill over:
+exact whatever a failover cut short.
 
 States (``BackfillState``): active -> done (every slot handled) | failed (the
 job was deleted). A paused job's backfill waits, active, until it is resumed.
@@ -78,10 +77,6 @@ class BackfillHost(Protocol):
 
     def run_of(self, shard: int) -> ShardRun | None:
         """The shard's leadership here, active or not (None when it is not led here)."""
-        ...
-
-    def yield_to_starts(self) -> None:
-        """Wait while a burst of live starts is under way or about to be."""
         ...
 
     def push_dispatch(self, run: ShardRun, d: Dispatch, not_before_ms: int = 0) -> None:
@@ -203,7 +198,6 @@ class BackfillRunner:
                 self._wait_until(run, s.now_ms() + int(RETRY_S * 1000))
                 continue
             page = backfill_page(entry.trigger, calendars, request, (), bf.cursor_ms)
-            s.yield_to_starts()
             now = s.now_ms()
             claimed = tick_store.claim_ticks(
                 self.engine,

@@ -116,9 +116,7 @@ class Claimer(SchedulerState):
         while not self._closing:
             crashpoints.fail_worker()
             # Entries due within CLAIM_BATCH_MS are taken together: one transaction per shard.
-            due = self._claims.wait_due(self._now_ms, CLAIM_BATCH_MS, lambda: self._closing)
-            self.yield_to_starts()
-            self._claim(due)
+            self._claim(self._claims.wait_due(self._now_ms, CLAIM_BATCH_MS, lambda: self._closing))
 
     def _claim(self, due: list[ClaimDue]) -> None:
         by_run: dict[tuple[int, int], list[ClaimDue]] = defaultdict(list)

@@ -7,36 +7,18 @@ held). A noop tick completes inline; the others of a burst are handed to the
 node's asyncio loop in one go, one coroutine each (``tick_results.py``,
 ``runner.run_tick``), which marks the row running under the fence first.
 
-Starts come first. A burst of thousands of starts is pure Python, and the
-claimer and the result writer would take the GIL from it in 5 ms turns
-(their JSON, their statements' Python), making the burst's last start later:
-with 1 s jobs, the claims of the next slot fall due, ``lookahead`` early,
-exactly when this slot's burst starts, and its results a moment after. So
-each of the two, before its database work, waits while the dispatcher is
-starting a burst of at least ``BURST_MIN`` starts or one is due within
-``QUIET_BEFORE_BURST_MS``, for at most ``YIELD_TO_STARTS_MAX_MS``; the claims
-are still a lookahead early, and the results a few tens of ms later. Slots
-spread over the second make no bursts, and nobody waits for them:
-
-    check: dispatcher starting a burst (taken off its heap, not yet handled),
-           or a burst due within QUIET_BEFORE_BURST_MS?
-      no  -> go on
-      yes -> waited YIELD_TO_STARTS_MAX_MS already? -> go on
-             else sleep until the burst ends or is due (at most 5 ms), check again
+The dispatcher waits for the top of the heap with one timed ``Condition.wait``
+to its due instant (``TimerHeap.wait_due``, on the wall clock with its
+fraction, so it wakes at the instant and not up to a millisecond after); a
+push of an earlier top wakes it sooner. Nothing polls, and no other thread is
+held back for it: a burst's starts are pure Python, batched per shard and
+handed to the loop in one go, so the burst is short.
 
 A burst is started in parts of ``LOOK_AGAIN_EVERY`` starts; between two parts
 the dispatcher takes what came due since the burst began and starts it first.
 A burst of one namespace's thousands of starts (most of which will wait in the
 gate anyway) then delays another namespace's start by one part, not by the
-whole burst. And the cyclic collector, which stops every thread, runs between
-starts: after each pass the dispatcher collects if a generation is due and
-its pause fits the gap before the next start (``gc_pacing.py``).
-
-The dispatcher needs the GIL at the instant a start is due, and on a busy node
-the threads that hand it to each other on every socket call keep it from a
-freshly woken thread for milliseconds. So it wakes early by what getting the
-GIL has recently taken and sleeps the rest holding it (``gil_lead.py``,
-``--start-lead-max-ms``), within a budget of a quarter of the time.
+whole burst.
 
 Executor slots (``exec_gate.py``). At most ``executor_slots`` executions run
 at once. A start that finds none free waits in the gate, by namespace; so
@@ -65,9 +47,6 @@ from dataclasses import dataclass, field
 
 from shardcron import metrics
 from shardcron.jobkey import namespace_of
-from shardcron.leader.claimer import CLAIM_BATCH_MS
-from shardcron.leader.gc_pacing import IDLE_CHECK_S, GcPacer
-from shardcron.leader.gil_lead import StartLead
 from shardcron.leader.heap import DispatchDue
 from shardcron.leader.recorder import ResultWrite
 from shardcron.leader.runner import TickRun
@@ -78,11 +57,8 @@ from shardcron.rules.policies import OVERLAP_SKIP_REASON, OverlapVerdict, disown
 from shardcron.rules.takeover import Dispatch
 from shardcron.runtime import crashpoints
 
-QUIET_BEFORE_BURST_MS = CLAIM_BATCH_MS + 10  # claims and result writes wait for a burst due this soon...
-YIELD_TO_STARTS_MAX_MS = 250  # ...or under way, for at most this long (see the module doc)
 GUARD_EVERY = 64  # a burst re-checks its shard and session this often (see _start_group)
 LOOK_AGAIN_EVERY = 64  # starts of a burst between two looks for ticks due since it began (_dispatch_many)
-BURST_MIN = 200  # starts due at one millisecond that make a burst worth waiting for (about 2 ms of starts)
 # The error of a claimed slot a calendar excluded by the time it was due (a change within the lookahead).
 CALENDAR_SKIP_PREFIX = "excluded by a calendar changed after the slot was claimed: "
 
@@ -93,45 +69,12 @@ class Dispatcher(SchedulerState):
     def push_dispatch(self, run: ShardRun, d: Dispatch, not_before_ms: int = 0) -> None:
         self._dispatch.push_dispatch(max(d.slot.scheduled_at_ms + d.offset_ms, not_before_ms), run.shard, run.fence, d)
 
-    def yield_to_starts(self) -> None:
-        """Wait while a burst of starts is under way or about to be (see the module doc)."""
-        if not self._threads_running:
-            return
-        give_up = time.monotonic() + YIELD_TO_STARTS_MAX_MS / 1000
-        while not self._closing and time.monotonic() < give_up:
-            in_hand, next_due, next_size = self._dispatch.bursts()
-            if in_hand < BURST_MIN and (
-                next_size < BURST_MIN or next_due is None or next_due > self._now_ms() + QUIET_BEFORE_BURST_MS
-            ):
-                return
-            time.sleep(0.005)  # polled: only while a burst is near, and nothing on the hot path notifies
-
     # -- dispatch loop ------------------------------------------------------------------------
 
     def _dispatch_loop(self) -> None:
-        gc_pacer = GcPacer()  # collections go in the gaps between starts (gc_pacing.py)
-        lead = self._start_lead  # the GIL is taken before a start is due (gil_lead.py)
         while not self._closing:
             crashpoints.fail_worker()
-            try:
-                self._dispatch_many(self._wait_for_starts(lead))
-            finally:
-                self._dispatch.handled()
-            next_due = self._dispatch.next_due_ms()
-            gc_pacer.between_starts(None if next_due is None else next_due - self._now_ms())
-
-    def _wait_for_starts(self, lead: StartLead) -> list[DispatchDue]:
-        """Wait for the next due starts, holding the GIL for their instant if the lead allows; take them."""
-        got = self._dispatch.wait_near(self._now_ms_exact, lead.lead_ms(), lambda: self._closing, IDLE_CHECK_S)
-        if got is None:
-            return []
-        top, aimed_at, early = got
-        now = self._now_ms_exact()
-        if aimed_at is not None and now >= aimed_at:
-            lead.observe(now - aimed_at)
-        if early and now < top:
-            lead.hold_until(time.monotonic() + (top - now) / 1000.0)
-        return self._dispatch.take_due(self._now_ms(), 0)
+            self._dispatch_many(self._dispatch.wait_due(self._now_ms_exact, 0, lambda: self._closing))
 
     def _dispatch_many(self, due: list[DispatchDue], interleave: bool = True) -> None:
         groups: dict[tuple[int, int], list[Dispatch]] = defaultdict(list)  # in slot order of first appearance
@@ -148,7 +91,7 @@ class Dispatcher(SchedulerState):
                     since_look = 0
                     # Ticks that came due while this burst went on start now, not at its end: a flood's
                     # burst (queued in the gate anyway) must not make another namespace's start late.
-                    if more := self._dispatch.take_more_due(self._now_ms()):
+                    if more := self._dispatch.take_due(self._now_ms(), 0):
                         self._dispatch_many(more, interleave=False)
         # One hand-off to the loop for the whole burst, not a wake-up per tick.
         if burst.on_loop:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import heapq
 import itertools
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -57,8 +56,6 @@ class TimerHeap:
     def __init__(self):
         self._heap: list = []
         self._seq = itertools.count()  # drawn with the condition held
-        self._due_count: dict[int, int] = {}  # due_ms -> entries due then: how big the next burst is
-        self._in_hand = 0  # entries the loop took and has not yet declared handled
         self.cond = threading.Condition()
 
     def push_dispatch(self, due_ms: int, shard: int, fence: int, d: Dispatch) -> None:
@@ -80,10 +77,8 @@ class TimerHeap:
                 same.append(e)
         with self.cond:
             old_top = self._heap[0] if self._heap else None
-            count = self._due_count
             for due_ms, group in at.items():
                 heapq.heappush(self._heap, (due_ms, next(self._seq), group))
-                count[due_ms] = count.get(due_ms, 0) + len(group)
             if self._heap and self._heap[0] is not old_top:
                 self.cond.notify()
 
@@ -94,43 +89,24 @@ class TimerHeap:
                 e.due_ms = due_ms
             if entries:
                 heapq.heappush(self._heap, (due_ms, next(self._seq), list(entries)))
-                self._due_count[due_ms] = self._due_count.get(due_ms, 0) + len(entries)
             self.cond.notify()
 
     def top(self):
         with self.cond:
             return self._heap[0][2][0] if self._heap else None
 
-    def bursts(self) -> tuple[int, int | None, int]:
-        """(entries taken and not yet handled, the top's due_ms or None, entries due at that millisecond)."""
-        with self.cond:
-            if not self._heap:
-                return self._in_hand, None, 0
-            due = self._heap[0][0]
-            return self._in_hand, due, self._due_count[due]
-
-    def handled(self) -> None:
-        """The loop has handled what it took last."""
-        with self.cond:
-            self._in_hand = 0
-
-    def take_due(self, now_ms: int, slack_ms: int) -> list:
+    def take_due(self, now_ms: float, slack_ms: int) -> list:
         """Every entry due by ``now_ms + slack_ms``, in order, without waiting."""
         with self.cond:
             return self._take(now_ms + slack_ms)
 
-    def take_more_due(self, now_ms: int) -> list:
-        """Every entry due by ``now_ms``, taken while the loop still handles what it took before (which
-        stays counted as in hand until ``handled``)."""
-        with self.cond:
-            return self._take(now_ms, more=True)
+    def wait_due(self, now_ms: Callable[[], float], slack_ms: int, closing: Callable[[], bool]) -> list:
+        """Wait until the top is due (within ``slack_ms``), then take everything due; [] when closing.
 
-    def wait_due(
-        self, now_ms: Callable[[], int], slack_ms: int, closing: Callable[[], bool], idle_s: float | None = None
-    ) -> list:
-        """Wait until the top is due (within ``slack_ms``), then take everything due; [] when closing,
-        or when ``idle_s`` passed with nothing due (the loop has something to do between starts)."""
-        give_up = None if idle_s is None else time.monotonic() + idle_s
+        One timed ``Condition.wait`` to the top's instant, cut short only by a push that brings an
+        earlier top. ``now_ms`` may carry the fraction of a millisecond (``clock.wall_ms_exact``):
+        the wait then ends at the due instant, not up to a millisecond after it.
+        """
         with self.cond:
             while not closing():
                 now = now_ms()
@@ -138,64 +114,15 @@ class TimerHeap:
                 if heap and heap[0][0] <= now + slack_ms:
                     return self._take(now + slack_ms)
                 # At most MAX_WAIT_S: a slot centuries ahead would overflow threading's TIMEOUT_MAX.
-                wait = None if not heap else min(MAX_WAIT_S, max(0.0, (heap[0][0] - now - slack_ms) / 1000.0))
-                if give_up is not None:
-                    left = give_up - time.monotonic()
-                    if left <= 0:
-                        break
-                    wait = left if wait is None else min(wait, left)
-                self.cond.wait(wait)
+                self.cond.wait(None if not heap else min(MAX_WAIT_S, (heap[0][0] - now - slack_ms) / 1000.0))
         return []
-
-    def wait_near(
-        self, now_ms: Callable[[], float], lead_ms: float, closing: Callable[[], bool], idle_s: float
-    ) -> tuple[int, float | None, bool] | None:
-        """Wait until the top is due, or due within ``lead_ms`` (``gil_lead.py``); take nothing.
-        ``(top's due_ms, the instant the last wait aimed at or None, whether it is returned early)``; None
-        when closing, or when ``idle_s`` passed with nothing due. ``now_ms`` has the fraction."""
-        give_up = time.monotonic() + idle_s
-        aimed_at: float | None = None
-        early = False
-        with self.cond:
-            while not closing():
-                now = now_ms()
-                heap = self._heap
-                if heap:
-                    top = heap[0][0]
-                    if top <= now:
-                        return top, aimed_at, early
-                    if top - now <= lead_ms:  # near enough: the caller holds the GIL from here
-                        return top, aimed_at, True
-                    early = lead_ms > 0
-                    aimed_at = top - lead_ms
-                    wait = (aimed_at - now) / 1000.0
-                else:
-                    aimed_at, wait = None, None
-                left = give_up - time.monotonic()
-                if left <= 0:
-                    break
-                self.cond.wait(left if wait is None else min(wait, left))
-        return None
-
-    def next_due_ms(self) -> int | None:
-        """When the top is due; None when the heap is empty."""
-        with self.cond:
-            return self._heap[0][0] if self._heap else None
 
     def wake(self) -> None:
         with self.cond:
             self.cond.notify_all()
 
-    def _take(self, until_ms: int, more: bool = False) -> list:
-        heap, due, count = self._heap, [], self._due_count
+    def _take(self, until_ms: float) -> list:
+        heap, due = self._heap, []
         while heap and heap[0][0] <= until_ms:
-            due_ms, _, group = heapq.heappop(heap)
-            due.extend(group)
-            left = count[due_ms] - len(group)
-            if left:
-                count[due_ms] = left
-            else:
-                del count[due_ms]
-        # Set under the same hold of the lock: no reader sees the burst in neither place.
-        self._in_hand = self._in_hand + len(due) if more else len(due)
+            due.extend(heapq.heappop(heap)[2])
         return due

@@ -39,13 +39,11 @@ from shardcron.leader.backfill_runner import BackfillRunner
 from shardcron.leader.claimer import CLAIM_BATCH_MS, CLAIM_RETRY_MS, Claimer
 from shardcron.leader.dispatcher import CALENDAR_SKIP_PREFIX, Dispatcher
 from shardcron.leader.exec_gate import DEFAULT_SLOTS, ExecGate
-from shardcron.leader.gil_lead import LEAD_MAX_MS, StartLead
 from shardcron.leader.heap import ClaimDue, DispatchDue, TimerHeap
 from shardcron.leader.job_changes import JobChanges
 from shardcron.leader.led_shards import LedShards
 from shardcron.leader.marks import RunningMarks
 from shardcron.leader.pruner import Pruner
-from shardcron.leader.realtime import make_realtime
 from shardcron.leader.recorder import Recorder
 from shardcron.leader.shard_run import JobEntry, ShardRun
 from shardcron.leader.stats import Stats
@@ -91,8 +89,6 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         tick_retention_ms: int | None = None,
         executor_slots: int = DEFAULT_SLOTS,
         fair_queuing: bool = True,
-        realtime_dispatcher: bool = False,
-        start_lead_max_ms: float = LEAD_MAX_MS,
         lifeline: Lifeline = UNWATCHED,
     ):
         self.engine = engine
@@ -123,18 +119,14 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         self._claims = TimerHeap()  # ClaimDue
         self._dispatch = TimerHeap()  # DispatchDue
         self._closing = False
-        self._threads_running = False  # a test steps the loop itself, with nobody to yield to
-        self._realtime_dispatcher = realtime_dispatcher  # under SCHED_FIFO (realtime.py)
-        self._start_lead = StartLead(start_lead_max_ms)  # 0: the dispatcher never holds the GIL ahead of a start
-        self.recorder = Recorder(engine, self._fenced, before_write=self.yield_to_starts, lifeline=lifeline)
+        self.recorder = Recorder(engine, self._fenced, lifeline=lifeline)
         self.marks = RunningMarks(engine, lifeline=lifeline)
-        # Deletes expired ticks of the led shards; waits for bursts of starts like the recorder.
+        # Deletes expired ticks of the led shards, in small batches with rests between them (pruner.py).
         self.pruner = Pruner(
             engine,
             self.led.runs,
             retention_ms=tick_retention_ms,
             now_ms=self._now_ms,
-            before_batch=self.yield_to_starts,
             lifeline=lifeline,
         )
         self._ticks: set[asyncio.Task] = set()  # the ticks' coroutines (the loop keeps only weak references)
@@ -148,15 +140,10 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
     # -- lifecycle ----------------------------------------------------------------
 
     def start(self) -> None:
-        self._threads_running = True
         self.recorder.start()
         self.pruner.start()
         for t in self._threads:
             t.start()
-        if self._realtime_dispatcher:
-            dispatcher_id = self._threads[1].native_id
-            assert dispatcher_id is not None  # set once the thread has started
-            make_realtime(dispatcher_id)
 
     def close(self) -> None:
         self._closing = True
@@ -381,10 +368,7 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
     def dispatch_due(self) -> int:
         """Start every claimed slot due now; returns how many dispatch entries were taken."""
         due = self._dispatch.take_due(self._now_ms(), 0)
-        try:
-            self._dispatch_many(due)
-        finally:
-            self._dispatch.handled()
+        self._dispatch_many(due)
         return len(due)
 
 

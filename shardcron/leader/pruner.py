@@ -12,8 +12,6 @@ shard it deletes, in bounded fenced batches (``store.retention``):
 
 How it keeps off the starts' way and out of a lost shard's:
 
-* before each batch it waits while a burst of starts is under way or due
-  (``before_batch``: the scheduler's ``yield_to_starts``, as the result writer does);
 * each batch's size is steered to last about ``DELETE_TARGET_MS``, and after
   it the pruner rests so that pruning takes at most ``DELETE_DUTY`` of the time
   (``next_batch_size``, ``pause_after_batch_ms``);
@@ -66,14 +64,12 @@ class Pruner:
         *,
         retention_ms: int | None,
         now_ms: Callable[[], int],
-        before_batch: Callable[[], None] = lambda: None,
         lifeline: Lifeline = UNWATCHED,
     ):
         self._engine = engine
         self._led_runs = led_runs
         self._retention_ms = retention_ms
         self._now_ms = now_ms
-        self._before_batch = before_batch
         self._batch = MIN_DELETE_BATCH  # steered by each batch's time; kept across passes
         self._history_due: dict[int, dict[str, int]] = {}  # shard -> job id -> when its history is pruned next
         self._closing = threading.Event()
@@ -169,7 +165,6 @@ class Pruner:
             size=self._batch,
             keep_going=lambda: self._in_turn(run),
             rest=run.stop.wait,
-            before_batch=self._before_batch,
         )
         self.pruned += deleted
         return deleted
@@ -181,7 +176,6 @@ def in_batches(
     size: int,
     keep_going: Callable[[], bool],
     rest: Callable[[float], bool],
-    before_batch: Callable[[], None] = lambda: None,
 ) -> tuple[int, int]:
     """Run ``batch(limit)`` (returns the rows it deleted) until one deletes fewer than its limit, or
     ``keep_going()`` is false, or ``rest(seconds)`` between batches returns true (a stop event's ``wait``).
@@ -192,7 +186,6 @@ def in_batches(
     """
     deleted = 0
     while keep_going():
-        before_batch()
         limit = size
         t0 = time.perf_counter()
         n = batch(limit)

@@ -65,13 +65,11 @@ class Recorder:
         max_batch: int = 5000,
         linger_s: float = 0.1,
         write: WriteBatch = tick_results.record_results_many,
-        before_write: Callable[[], None] = lambda: None,
         lifeline: Lifeline = UNWATCHED,
     ):
         self._engine = engine
         self._on_fenced = on_fenced  # (shard, fence, rejected writes)
         self._write_batch = write  # the store's own; a test wraps it to inject failures
-        self._before_write = before_write  # the scheduler's: waits while a burst of starts is under way
         self._max_batch = max_batch
         # Results of one slot time arrive in a burst: gathering them for a moment
         # makes one commit of them, and keeps the database work off the burst itself.
@@ -159,7 +157,6 @@ class Recorder:
                     self._cond.wait(left)
                 batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch :]
             try:
-                self._before_write()
                 retry = self._write(batch)
             except Exception:  # noqa: BLE001 - the only result writer must not die (see the module doc)
                 log.exception("writing %d tick results failed; they are kept and retried", len(batch))

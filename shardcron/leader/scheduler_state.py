@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from shardcron.coordination.calendar_book import CalendarBook
     from shardcron.executors import Executors
     from shardcron.leader.exec_gate import ExecGate
-    from shardcron.leader.gil_lead import StartLead
     from shardcron.leader.heap import ClaimDue, TimerHeap
     from shardcron.leader.led_shards import LedShards
     from shardcron.leader.marks import RunningMarks
@@ -49,8 +48,6 @@ class SchedulerState:
     _claims: TimerHeap  # ClaimDue
     _dispatch: TimerHeap  # DispatchDue
     _closing: bool
-    _threads_running: bool  # a test steps the loop itself, with nobody to yield to
-    _start_lead: StartLead
     _ticks: set[asyncio.Task[None]]
     _report_fenced: Callable[[int, int], None]
     _now_ms: Callable[[], int]
@@ -58,7 +55,6 @@ class SchedulerState:
 
     # What one part calls on another (declared here, defined in the part named).
     push_dispatch: Callable[..., None]  # dispatcher.py: (run, dispatch, not_before_ms=0)
-    yield_to_starts: Callable[[], None]  # dispatcher.py
     _serve_waiting: Callable[..., None]  # dispatcher.py: (on_loop=True)
     _calendar_excludes: Callable[[Job | None, int], str | None]  # claimer.py
     _next_claims: Callable[[ShardRun, Iterable[JobEntry]], list[ClaimDue]]  # claimer.py

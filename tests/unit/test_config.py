@@ -1,4 +1,4 @@
-"""``shardcron node --tick-retention``: parsed into the node's settings, default none, bad values named."""
+"""``shardcron node``'s settings: ``--tick-retention`` parsed, default none, bad values named; removed flags refused."""
 
 from __future__ import annotations
 
@@ -40,3 +40,26 @@ def test_bad_tick_retention_names_the_flag(raw, says):
     with pytest.raises(ConfigError) as err:
         settings("--tick-retention", raw)
     assert str(err.value).startswith("--tick-retention: ") and says in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--start-lead-max-ms", "5"],
+        ["--start-lead-max-ms=0"],
+        ["--dispatcher-priority", "realtime"],
+        ["--dispatcher-priority"],
+    ],
+)
+def test_a_removed_flag_is_refused_by_name(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        settings(*argv)
+    assert exit_.value.code == 2
+    flag = argv[0].split("=")[0]
+    assert f"argument {flag}: was removed (" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["SHARDCRON_START_LEAD_MAX_MS", "SHARDCRON_DISPATCHER_PRIORITY"])
+def test_a_removed_flags_variable_is_refused_by_name(name, monkeypatch):
+    with pytest.raises(ConfigError, match=f"^{name} \\(--.*\\) was removed \\(.*\\); unset it$"):
+        settings(env={name: "1"}, monkeypatch=monkeypatch)

@@ -39,18 +39,6 @@ def register(sub) -> None:
     p.add_argument(
         "--executor-slots", type=int, default=100, help="fairness: the node's --executor-slots (default %(default)s)"
     )
-    p.add_argument(
-        "--dispatcher-priority",
-        choices=["normal", "realtime"],
-        default="normal",
-        help="fairness: the node's --dispatcher-priority (default %(default)s; realtime needs CAP_SYS_NICE)",
-    )
-    p.add_argument(
-        "--start-lead-max-ms",
-        type=float,
-        default=None,
-        help="fairness: the node's --start-lead-max-ms (default: the node's own; 0 turns the lead off)",
-    )
     p.add_argument("--seconds", type=int, default=60, help="measured window (default %(default)s)")
     p.add_argument(
         "--nodes",
@@ -183,8 +171,6 @@ def _run(a: argparse.Namespace) -> int:
                 a.flood_jobs,
                 a.seconds,
                 a.executor_slots,
-                a.dispatcher_priority,
-                a.start_lead_max_ms,
             )
         finally:
             if shared:

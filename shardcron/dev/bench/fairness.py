@@ -84,27 +84,14 @@ def run(
     flood_jobs: int,
     seconds: int,
     slots: int = DEFAULT_SLOTS,
-    dispatcher_priority: str = "normal",
-    start_lead_max_ms: float | None = None,
 ) -> dict:
     draw = random.Random(15)
     sink = Sink(on_request=lambda r: time.sleep(draw.uniform(*SINK_SLEEP_S)))
     sink.start()
     try:
         modes = {}
-        lead = [] if start_lead_max_ms is None else ["--start-lead-max-ms", str(start_lead_max_ms)]
         for mode in ("on", "off"):
-            with make_env(
-                [
-                    "--executor-slots",
-                    str(slots),
-                    "--fair-queuing",
-                    mode,
-                    "--dispatcher-priority",
-                    dispatcher_priority,
-                    *lead,
-                ]
-            ) as env:
+            with make_env(["--executor-slots", str(slots), "--fair-queuing", mode]) as env:
                 modes[mode] = _one_run(env, sink.url, calm_jobs, flood_jobs, seconds)
                 db = db_kind(env.db)
     finally:
@@ -114,8 +101,6 @@ def run(
     return {
         "scenario": "fairness",
         "executor_slots": slots,
-        "dispatcher_priority": dispatcher_priority,
-        "start_lead_max_ms": start_lead_max_ms,
         "calm_jobs": calm_jobs,
         "flood_jobs": flood_jobs,
         "seconds": seconds,
@@ -277,10 +262,8 @@ def render(f: dict) -> list[list]:
 
 def verdict(f: dict) -> str:
     off = f["modes"]["off"]
-    lead = f.get("start_lead_max_ms")
     return (
-        f"{f['executor_slots']} executor slots, dispatcher priority {f.get('dispatcher_priority', 'normal')}, "
-        f"{'start lead: the node default' if lead is None else f'start lead at most {lead:g} ms'}, "
+        f"{f['executor_slots']} executor slots, "
         f"flood: {f['flood_jobs']} http jobs/s to a sink that answers in "
         f"{f['sink_sleep_ms'][0]}-{f['sink_sleep_ms'][1]} ms; calm: {f['calm_jobs']} noop jobs/s "
         f"(jitter {CALM_JITTER_MS} ms); "

@@ -46,7 +46,7 @@ class LeaderHistory:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self.start_revision = 0
-        self.start_leaders: dict[int, str | None] = {}
+        self.leaders_at_start: dict[int, str | None] = {}
         self.start_t = 0.0
         self.changes: list[Change] = []
         self.members_at: list[tuple[int, tuple[str, ...]]] = []  # (revision, active members) at each change
@@ -58,7 +58,7 @@ class LeaderHistory:
         rev, kvs = self._etcd.get_prefix(self._layout.root)
         self._view.load(rev, kvs)
         self.start_revision = self._revision = rev
-        self.start_leaders = self._leaders()
+        self.leaders_at_start = self._leaders()
         self.start_t = time.monotonic()
         self.members_at.append((rev, tuple(self._view.active_members())))
         self._cancel = self._etcd.watch_prefix(self._layout.root, rev + 1, self._on_events, self._on_error)
@@ -130,7 +130,7 @@ class LeaderHistory:
 
     def leaders_at(self, revision: int) -> dict[int, str | None]:
         with self._lock:
-            out = dict(self.start_leaders)
+            out = dict(self.leaders_at_start)
             for c in self.changes:
                 if c.revision > revision:
                     break
@@ -167,7 +167,7 @@ class LeaderHistory:
         t_to = time.monotonic() if t_to is None else t_to
         with self._lock:
             changes = list(self.changes)
-        state = dict(self.start_leaders)
+        state = dict(self.leaders_at_start)
         since = {s: (self.start_t if n is None else None) for s, n in state.items()}
         worst: dict[int, float] = {}
 

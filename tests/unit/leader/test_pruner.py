@@ -49,15 +49,3 @@ def test_stops_when_told_between_batches():
     turns = iter([True, True, False])
     assert in_batches(r.batch, size=100, keep_going=lambda: next(turns), rest=lambda s: False)[0] == 300
     assert in_batches(r.batch, size=100, keep_going=lambda: False, rest=lambda s: False)[0] == 0
-
-
-def test_waits_for_starts_before_every_batch():
-    r, waited = Rows(250), []
-    in_batches(
-        r.batch,
-        size=100,
-        keep_going=lambda: True,
-        rest=lambda s: False,
-        before_batch=lambda: waited.append(len(r.limits)),
-    )
-    assert waited == [0, 1]  # before the first batch and before the second (the second came back short)
