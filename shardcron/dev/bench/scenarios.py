@@ -27,6 +27,8 @@ from shardcron.dev.testing.cluster import wait_until
 
 # Issue 13: precision must hold beside a busy neighbour, as most people run the scheduler beside their workers.
 LOADED_P99_TARGET_MS = 10.0
+# Issue 32: a step holds its rate with nothing missed and p99 within this (10,000 ticks/s on one node is the target).
+THROUGHPUT_P99_LIMIT_MS = 50.0
 
 # Measures something of its own over a window (a database's counters, say): entered as the window
 # opens, left as it closes, and the dict it yields, filled on leaving, joins the window's figures.
@@ -160,7 +162,7 @@ def step_rates(
     return steps, held
 
 
-def throughput(make_env, rates: list[int], seconds: int, p99_limit_ms: float = 100.0) -> dict:
+def throughput(make_env, rates: list[int], seconds: int, p99_limit_ms: float = THROUGHPUT_P99_LIMIT_MS) -> dict:
     """Raise the rate until p99 lateness passes the limit or a tick is missed; each step on a fresh cluster."""
     steps, held = step_rates(make_env, rates, seconds, p99_limit_ms)
     return {
