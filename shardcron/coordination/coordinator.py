@@ -46,7 +46,7 @@ from shardcron.coordination.session import Session
 from shardcron.coordination.shard_actions import ShardActions
 from shardcron.coordination.shard_table import ShardTable
 from shardcron.coordination.view import ClusterView
-from shardcron.errors import ConfigError, EtcdUnavailable, SessionLost
+from shardcron.errors import ConfigError, EtcdUnavailable, SessionLost, StoreUnavailable
 from shardcron.runtime import crashpoints
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
@@ -126,7 +126,10 @@ class Coordinator:
                     self._open_session()
                     backoff = 0.5
                     self._serve()
-                except (EtcdUnavailable, SessionLost) as e:
+                except (EtcdUnavailable, SessionLost, StoreUnavailable) as e:
+                    # StoreUnavailable: a new session first checks etcd's identity against the store's fences
+                    # (verify_etcd), which a store cut off or restarting cannot answer. Until it can, this node
+                    # leads nothing; it waits the outage out like etcd's, it does not die of it.
                     log.warning("coordination interrupted: %s; retrying in %.1fs", e, backoff)
                     self._drop_session(str(e), revoke=False)  # etcd is away, or the lease is gone already
                     if self._wait_stop(backoff):
