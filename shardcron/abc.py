@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from shardcron.coordination.etcd import Etcd
     from shardcron.coordination.keys import KeyLayout
     from shardcron.model import ExecutionResult, ExecutorSpec, Job, SlotRef, Tick, TickContext
+    from shardcron.runtime.latch import Latch
     from shardcron.runtime.lifeline import Lifeline
     from shardcron.spec.calendar import Calendar
 
@@ -53,6 +54,11 @@ class Executor(Protocol):
 
 class Lease(Protocol):
     """A lease held on the coordinator's side (``coordination.session.Session`` implements it)."""
+
+    @property
+    def done(self) -> Latch:
+        """Set once, when the lease is lost: at its deadline on the monotonic clock, or when etcd says so."""
+        ...
 
     def can_act(self) -> bool:
         """True while the lease is provably still held, with a safety margin, on the monotonic clock."""
