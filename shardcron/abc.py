@@ -68,8 +68,10 @@ class Lease(Protocol):
 class ShardWork(Protocol):
     """What the coordinator needs from the scheduling side."""
 
-    def acquire(self, shard: int, fence: int, stop: threading.Event, session: Lease) -> None:
-        """Raise the fence in the store and start running the shard's jobs. Raises FencedOut when stale."""
+    def acquire(self, shard: int, fence: int, stop: Latch, session: Lease) -> None:
+        """Raise the fence in the store and start running the shard's jobs. Raises FencedOut when stale.
+
+        ``stop`` is set when work on the shard must stop; the ownership state machine sets it."""
 
     def release(self, shard: int, grace_s: float, on_done: Callable[[], None]) -> None:
         """Stop claiming, wait up to ``grace_s`` for running ticks, then call ``on_done`` (from any thread)."""

@@ -146,8 +146,7 @@ class Coordinator:
         session = Session(self.etcd, self.s.ttl_s, name=self.s.node_id, lifeline=self._lifeline)
         self.session = session
         for slot in self.table.slots.values():
-            slot.stop = threading.Event()
-            self.table.set_state(slot, ShardState.IDLE, "new session")
+            self.table.set_state(slot, ShardState.IDLE, "new session")  # each leadership gets its own stop latch
             slot.election = None
         session.on_lost(self._on_session_lost)
         metrics.session_alive.set(1)
