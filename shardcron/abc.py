@@ -2,6 +2,7 @@
 
 - ``Trigger``: when a job's slots fall (``rules/triggers.py`` implements it);
 - ``Executor``: runs one attempt of one tick (``executors/``, one file per kind);
+- ``Cancel``: what an executor is given to know it must stop, and to wait on;
 - ``Lease``: what the scheduling side asks of the coordinator's session before it acts;
 - ``ShardWork``: what the coordinator needs from the scheduling side (``leader/loop.py``);
 - ``Backend``: what the API layer needs from a running node (``node.py``).
@@ -36,6 +37,26 @@ class Trigger(Protocol):
         ...
 
 
+class Cancel(Protocol):
+    """Set once work must stop: the node lost the shard or the lease, or is stopping.
+
+    ``runtime.latch.Latch`` implements it, and so does a shard's
+    ``leader.shard_cancel.StopOrLeaseLost``. A waiter blocks in ``wait`` or
+    registers ``on_set`` and takes the registration back when it is done; it
+    never looks at ``is_set`` on a timer. ``is_set`` is the point check right
+    before a start, and may say True before the event is set (a lease whose
+    deadline has passed on the clock before its session's thread has run).
+    """
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+    def on_set(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call ``callback()`` once when set (at once if already); returns what takes it back."""
+        ...
+
+
 @runtime_checkable
 class Executor(Protocol):
     """Runs one attempt of one tick, from a worker thread.
@@ -47,9 +68,7 @@ class Executor(Protocol):
     error that starts with ``"cancelled: "``.
     """
 
-    def run(
-        self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event
-    ) -> ExecutionResult: ...
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult: ...
 
 
 class Lease(Protocol):
