@@ -2,6 +2,7 @@
 
 - ``Trigger``: when a job's slots fall (``rules/triggers.py`` implements it);
 - ``Executor``: runs one attempt of one tick (``executors/``, one file per kind);
+- ``Cancel``: what an executor is given to know it must stop, and to wait on;
 - ``Lease``: what the scheduling side asks of the coordinator's session before it acts;
 - ``ShardWork``: what the coordinator needs from the scheduling side (``leader/loop.py``);
 - ``Backend``: what the API layer needs from a running node (``node.py``).
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from shardcron.coordination.etcd import Etcd
     from shardcron.coordination.keys import KeyLayout
     from shardcron.model import ExecutionResult, ExecutorSpec, Job, SlotRef, Tick, TickContext
+    from shardcron.runtime.latch import Latch
     from shardcron.runtime.lifeline import Lifeline
     from shardcron.spec.calendar import Calendar
 
@@ -32,6 +34,26 @@ if TYPE_CHECKING:
 class Trigger(Protocol):
     def next_after(self, after_ms: int) -> int | None:
         """The first slot strictly after ``after_ms``; ``None`` when there are no more."""
+        ...
+
+
+class Cancel(Protocol):
+    """Set once work must stop: the node lost the shard or the lease, or is stopping.
+
+    ``runtime.latch.Latch`` implements it, and so does a shard's
+    ``leader.shard_cancel.StopOrLeaseLost``. A waiter blocks in ``wait`` or
+    registers ``on_set`` and takes the registration back when it is done; it
+    never looks at ``is_set`` on a timer. ``is_set`` is the point check right
+    before a start, and may say True before the event is set (a lease whose
+    deadline has passed on the clock before its session's thread has run).
+    """
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
+
+    def on_set(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Call ``callback()`` once when set (at once if already); returns what takes it back."""
         ...
 
 
@@ -46,13 +68,16 @@ class Executor(Protocol):
     error that starts with ``"cancelled: "``.
     """
 
-    def run(
-        self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event
-    ) -> ExecutionResult: ...
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult: ...
 
 
 class Lease(Protocol):
     """A lease held on the coordinator's side (``coordination.session.Session`` implements it)."""
+
+    @property
+    def done(self) -> Latch:
+        """Set once, when the lease is lost: at its deadline on the monotonic clock, or when etcd says so."""
+        ...
 
     def can_act(self) -> bool:
         """True while the lease is provably still held, with a safety margin, on the monotonic clock."""
@@ -62,8 +87,10 @@ class Lease(Protocol):
 class ShardWork(Protocol):
     """What the coordinator needs from the scheduling side."""
 
-    def acquire(self, shard: int, fence: int, stop: threading.Event, session: Lease) -> None:
-        """Raise the fence in the store and start running the shard's jobs. Raises FencedOut when stale."""
+    def acquire(self, shard: int, fence: int, stop: Latch, session: Lease) -> None:
+        """Raise the fence in the store and start running the shard's jobs. Raises FencedOut when stale.
+
+        ``stop`` is set when work on the shard must stop; the ownership state machine sets it."""
 
     def release(self, shard: int, grace_s: float, on_done: Callable[[], None]) -> None:
         """Stop claiming, wait up to ``grace_s`` for running ticks, then call ``on_done`` (from any thread)."""

@@ -5,10 +5,12 @@ shards drained, fenced writes, stop; see events.py); after each batch the loop
 asks the pure ``ownership.decide`` what to do for every shard and does it, over
 the placement that the pure ``balancer.assign`` gives for the member set that
 the pure ``settle`` picks. The only thing that does not wait for this thread is
-session loss: its callback sets every shard's stop event directly, so work
-stops at once even if the loop is busy. What an action does for one shard in
-etcd and in the ShardWork is in shard_actions.py; the slots, their one state
-setter and the fences published to API threads are in shard_table.py.
+session loss: every tick's cancel is derived from the session's ``done`` itself
+(``leader.shard_cancel``), and the session-lost callback sets every shard's
+stop latch directly, so work stops at once even if the loop is busy. What an
+action does for one shard in etcd and in the ShardWork is in shard_actions.py;
+the slots, their one state setter and the fences published to API threads are
+in shard_table.py.
 
 Voluntary hand-overs are paced: a leader gives a shard to its preferred owner
 only while that node has fewer than ``MAX_TAKEOVERS_IN_FLIGHT`` shards won and
@@ -149,8 +151,7 @@ class Coordinator:
         session = Session(self.etcd, self.s.ttl_s, name=self.s.node_id, lifeline=self._lifeline)
         self.session = session
         for slot in self.table.slots.values():
-            slot.stop = threading.Event()
-            self.table.set_state(slot, ShardState.IDLE, "new session")
+            self.table.set_state(slot, ShardState.IDLE, "new session")  # each leadership gets its own stop latch
             slot.election = None
         session.on_lost(self._on_session_lost)
         metrics.session_alive.set(1)

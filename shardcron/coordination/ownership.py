@@ -25,15 +25,24 @@ State transitions (and their causes):
                              etcd refused the proclaim of a just-won shard: the election is lost
     any       -> LOST        the session was lost: every shard at once, by event
 
-Every change goes through ``ShardSlot.set_state``, which logs it.
+Every change goes through ``ShardSlot.set_state``, which logs it and signals it:
+entering IDLE or LOST sets the slot's ``stop`` latch, the event the shard's
+work waits on (``leader.shard_cancel.StopOrLeaseLost`` derives each tick's
+cancel from it and from the session's ``done``). A leadership gets a fresh
+latch when it is taken (``ShardActions.acquire``) and a session a fresh one
+per slot; two things set it outside the setter, both only ever earlier than
+the setter would: the session-lost callback (on the keep-alive thread, before
+the control thread gets to LOST) and a release whose grace ran out (the
+running ticks are cancelled while the slot is still RESIGNING).
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 from enum import Enum
 from typing import TYPE_CHECKING
+
+from shardcron.runtime.latch import Latch
 
 if TYPE_CHECKING:
     from shardcron.coordination.election import Election
@@ -125,9 +134,11 @@ class ShardSlot:
         self.state = ShardState.IDLE
         self.election: Election | None = None  # while campaigning
         self.fence = 0
-        self.stop = threading.Event()  # set when work on this shard must stop, at once
+        self.stop = Latch()  # set when work on this shard must stop, at once
 
     def set_state(self, new: ShardState, why: str) -> None:
+        if new in (ShardState.IDLE, ShardState.LOST):
+            self.stop.set()  # no work of this slot may go on past here; a no-op when it was set already
         if new is self.state:
             return
         log.info(

@@ -1,19 +1,33 @@
 """A node's session: one etcd lease, kept alive at TTL/3, like etcd's ``concurrency.Session``.
 
-Losing the lease is an *event*: ``done`` is set and every ``on_lost`` callback
-runs once. Nothing polls an "am I leader" flag; work stops because it waits
-on this event.
+Losing the lease is one *event*: ``done`` (a ``runtime.latch.Latch``) is set
+and every ``on_lost`` callback runs, once. Every waiter waits on it, or on a
+shard's event derived from it (``leader.shard_cancel``); nothing polls an "am
+I leader" flag on a timer.
 
-The lease is judged lost, on this node's monotonic clock, as soon as TTL has
-passed since the *send* time of the last renewal etcd confirmed. etcd starts
-its own countdown no earlier than it receives that renewal, so by the time the
-server can expire the lease and let a successor win, this node has already
-given up. ``can_act()`` applies the same bound right before any executor
-starts, which closes the window between a claim and the work behind it, even
-across a stop-the-world pause.
+The lease is judged lost, on this node's monotonic clock, at ``lost_at()``:
+``SAFETY_MARGIN_S`` before TTL has passed since the *send* time of the last
+renewal etcd confirmed. etcd starts its own countdown no earlier than it
+receives that renewal, so by the time the server can expire the lease and let
+a successor win, this node has already given up. The keep-alive thread wakes
+at that deadline and sets ``done`` there, as etcd's ``Session.Done()`` closes
+at its own; a renewal in flight is given no longer than the deadline, so the
+thread is back in time. ``can_act()`` turns false at the same instant, and is
+still asked right before any executor starts: after a stop-the-world pause the
+clock has passed the deadline before the keep-alive thread has run to say so.
 
-States:  ALIVE --(renewal reports TTL<=0 | deadline passed | revoked)--> LOST
-         ALIVE --close()/orphan()--> CLOSED
+States:
+
+    ALIVE   renewing at TTL/3; ``can_act()`` while the clock is before ``lost_at()``
+    LOST    ``done`` set, ``lost_reason`` says why; terminal
+    CLOSED  renewals stopped by this node (``close()`` revokes, ``orphan()`` does not); ``done`` stays unset
+
+State transitions (and their causes), all on the keep-alive thread but the last:
+
+    ALIVE -> ALIVE    a renewal etcd confirmed: ``lost_at()`` moves to its send time + TTL - margin
+    ALIVE -> LOST     the clock reached ``lost_at()`` with no renewal confirmed before it
+    ALIVE -> LOST     a renewal was answered with TTL<=0 (expired, or revoked by someone else)
+    ALIVE -> CLOSED   ``close()`` or ``orphan()``, from any thread
 """
 
 from __future__ import annotations
@@ -26,6 +40,7 @@ from shardcron import clock, metrics
 from shardcron.coordination.etcd import Etcd
 from shardcron.errors import EtcdUnavailable
 from shardcron.runtime import crashpoints
+from shardcron.runtime.latch import Latch
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 log = logging.getLogger(__name__)
@@ -49,10 +64,9 @@ class Session:
         self.ttl_s = granted
         self._last_confirmed = sent
         self._cond = threading.Condition()
-        self.done = threading.Event()
-        self.lost_reason: str | None = None
+        self.done = Latch()  # set once, when the lease is lost
+        self.lost_reason: str | None = None  # written before ``done`` is set
         self._closed = False
-        self._callbacks: list[Callable[[str], None]] = []
         # It ends when the lease is lost or closed (may_end), which the coordinator handles; only a raise is a death.
         self._thread = lifeline.thread(self._keepalive, f"{name}-keepalive", may_end=True)
         self._thread.start()
@@ -60,24 +74,26 @@ class Session:
 
     # -- the contract -----------------------------------------------------------
 
-    def on_lost(self, callback: Callable[[str], None]) -> None:
-        """Run ``callback(reason)`` once when the lease is lost (at once if it already is)."""
-        with self._cond:
-            if not self.done.is_set():
-                self._callbacks.append(callback)
-                return
-        callback(self.lost_reason or "lost")
+    def on_lost(self, callback: Callable[[str], None]) -> Callable[[], None]:
+        """Run ``callback(reason)`` once when the lease is lost (at once if it already is).
+
+        Returns what takes the callback back. It runs on the keep-alive thread: it must not block."""
+        return self.done.on_set(lambda: callback(self.lost_reason or "lost"))
 
     def valid_until(self) -> float:
         """Monotonic time after which the lease may already have expired on the server."""
         return self._last_confirmed + self.ttl_s
 
+    def lost_at(self) -> float:
+        """Monotonic time at which this node declares the lease lost, unless a renewal is confirmed first."""
+        return self.valid_until() - SAFETY_MARGIN_S
+
     def seconds_since_renewal(self) -> float:
         return clock.monotonic() - self._last_confirmed
 
     def can_act(self) -> bool:
-        """True while the lease provably cannot have expired yet. Checked right before work starts."""
-        return not self.done.is_set() and clock.monotonic() + SAFETY_MARGIN_S < self.valid_until()
+        """True while the lease provably cannot have expired yet. The point check right before work starts."""
+        return not self.done.is_set() and clock.monotonic() < self.lost_at()
 
     def close(self) -> None:
         """Stop renewing and revoke the lease: every key bound to it goes at once."""
@@ -105,18 +121,10 @@ class Session:
         return True
 
     def _lose(self, reason: str) -> None:
-        with self._cond:
-            if self.done.is_set():
-                return
-            self.lost_reason = reason
-            self.done.set()
-            callbacks, self._callbacks = self._callbacks, []
+        # Only the keep-alive thread calls this, once: it returns right after.
+        self.lost_reason = reason
         log.error("session lost lease=%x: %s", self.lease_id, reason)
-        for cb in callbacks:
-            try:
-                cb(reason)
-            except Exception:  # noqa: BLE001 - one failing listener must not stop the others
-                log.exception("session-lost callback failed")
+        self.done.set()  # runs every callback; one that raises is logged and does not stop the others
 
     def _keepalive(self) -> None:
         interval = self.ttl_s / 3.0
@@ -126,21 +134,24 @@ class Session:
             with self._cond:
                 while not self._closed:
                     now = clock.monotonic()
-                    wake = min(next_renewal, self.valid_until())
+                    wake = min(next_renewal, self.lost_at())
                     if now >= wake:
                         break
                     self._cond.wait(wake - now)
                 if self._closed:
                     return
-            if clock.monotonic() >= self.valid_until():
-                self._lose(f"no renewal confirmed for {self.ttl_s}s (lease TTL); a successor may lead now")
-                return
             sent = clock.monotonic()
-            # The call must return before the lease could expire, so that a hung
-            # network does not hold this thread past the deadline; and a member
-            # that hangs (one in a leader election) may take half an interval,
+            if sent >= self.lost_at():
+                self._lose(
+                    f"no renewal confirmed for {self.ttl_s - SAFETY_MARGIN_S:g}s (lease TTL less the safety "
+                    "margin); a successor may lead soon"
+                )
+                return
+            # The call must return by the deadline, so that a hung network does not
+            # hold this thread past the moment it must declare the lease lost; and a
+            # member that hangs (one in a leader election) may take half an interval,
             # not all of it, so another member still gets a try.
-            timeout = max(0.2, min(interval / 2, self.valid_until() - sent))
+            timeout = min(max(0.2, interval / 2), self.lost_at() - sent)
             try:
                 ttl = self._etcd.keepalive_once(self.lease_id, timeout)
             except EtcdUnavailable as e:
@@ -149,6 +160,10 @@ class Session:
                 continue
             if ttl <= 0:
                 self._lose("etcd reports the lease expired (TTL<=0)")
+                return
+            if clock.monotonic() >= self.lost_at():
+                # ``can_act()`` has said False already; it must not come back: the loss is one event.
+                self._lose("the renewal was confirmed only after the lease's deadline; a successor may lead soon")
                 return
             with self._cond:
                 due = self._last_confirmed + interval  # retries after a failure do not move it

@@ -11,7 +11,6 @@ release thread when a resigning shard's ticks are done.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from shardcron import clock, metrics
@@ -26,6 +25,7 @@ from shardcron.coordination.session import Session
 from shardcron.coordination.shard_table import ShardTable
 from shardcron.coordination.view import ClusterView
 from shardcron.errors import EtcdUnavailable, FencedOut, SessionLost, StoreUnavailable
+from shardcron.runtime.latch import Latch
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,7 @@ class ShardActions:
     def lose(self, slot: ShardSlot, why: str) -> None:
         """Our key is gone or no longer ours: stop the shard's work at once, lead it no more."""
         if slot.state is ShardState.LEADER:
-            slot.stop.set()
-            self.work.release(slot.shard, 0.0, lambda: None)
+            self.work.release(slot.shard, 0.0, lambda: None)  # sets the stop latch first thing
             metrics.leader_changes.labels("lost").inc()
         slot.election = None
         self._unproclaimed.discard(slot.shard)
@@ -108,7 +107,7 @@ class ShardActions:
         if not el.is_leader_now():
             return  # the mirror ran ahead of etcd; the deletion event will come
         session = self._held_session()
-        stop = threading.Event()
+        stop = Latch()
         slot.stop = stop
         # The session-lost callback sets the stop event of every slot it finds; an event
         # made after it ran would never be set. So: make the event, then look at the session.
@@ -152,7 +151,7 @@ class ShardActions:
         self._last_proclaim[slot.shard] = jobs
 
     def abandon_candidacy(self, slot: ShardSlot) -> None:
-        slot.stop.set()
+        slot.stop.set()  # before the key goes: a half-taken shard's work must stop before a successor can start
         if slot.election:
             try:
                 slot.election.resign()
@@ -172,7 +171,7 @@ class ShardActions:
     def finish_resign(self, slot: ShardSlot) -> None:
         if slot.state is not ShardState.RESIGNING:
             return
-        slot.stop.set()
+        slot.stop.set()  # before the key goes: the next leader may start as soon as it has
         try:
             if slot.election:
                 slot.election.resign()

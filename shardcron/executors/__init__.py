@@ -17,7 +17,7 @@ import importlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from shardcron.abc import Executor
+from shardcron.abc import Cancel, Executor
 from shardcron.errors import InvalidJob
 from shardcron.executors.aio import LoopThread
 from shardcron.executors.connections import Connections
@@ -87,9 +87,9 @@ class Executors:
         self._lock = threading.Lock()
         self._made: dict[ExecutorKind, Executor] = {}
 
-    async def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel) -> ExecutionResult:
+    async def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
         """One attempt, awaited on ``self.loop``: natively for an executor with ``run_async``, on a
-        worker thread for the others. ``cancel``: anything with ``is_set()`` (see ``aio``)."""
+        worker thread for the others. ``cancel``: an ``abc.Cancel``, which they wait on (see ``aio``)."""
         executor = self.for_kind(spec.kind)
         run_async = getattr(executor, "run_async", None)
         if run_async is not None:

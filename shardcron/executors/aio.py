@@ -7,15 +7,21 @@ clients (nats-py, aio-pika, arq) live on it, shared by every tick of the node.
 Two ways in:
 - from a thread, ``LoopThread.run(make_coro, timeout_s, cancel)`` runs one
   coroutine on the loop and waits for it, at most ``timeout_s`` and no longer
-  than ``cancel`` stays unset;
+  than ``cancel`` stays unset: a callback on ``cancel`` cancels the future,
+  which wakes the one wait;
 - on the loop, ``with loop_thread.cancelled_by(cancel):`` cancels the
-  coroutine inside it once ``cancel.is_set()`` (the shard lost, the lease no
-  longer provable, the node stopping) and turns that into ``Cancelled``.
-  ``cancel`` is anything with ``is_set()``: a ``threading.Event``, or
-  ``leader.runner.StopOrLeaseLost``, whose answer changes without anyone
-  setting it (a lease runs out). So it is polled: one timer for every scope
-  open on the loop, every ``CANCEL_POLL_S``, asking each distinct ``cancel``
-  once (the ticks of one shard share one), not a timer per tick.
+  coroutine inside it once ``cancel`` is set (the shard lost, the lease lost,
+  the node stopping) and turns that into ``Cancelled``.
+
+``cancel`` is an ``abc.Cancel``: an event that calls back when it is set
+(``leader.shard_cancel.StopOrLeaseLost`` for a tick, set at the lease's own
+deadline by the session). Its callback runs on the thread that sets it and
+hands the cancellation to the loop with ``call_soon_threadsafe``; nothing here
+looks at ``cancel`` on a timer. One callback per distinct ``cancel`` with a
+scope open (the ticks of one shard share one), taken back when its last
+scope closes, so a leadership collects no callbacks tick after tick.
+``is_set()`` is still asked on entry: a start right after a pause, when the
+lease's deadline has passed before its session has said so, is refused.
 """
 
 from __future__ import annotations
@@ -23,12 +29,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
-from shardcron.executors.base import CANCEL_POLL_S
+from shardcron.abc import Cancel
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 T = TypeVar("T")
@@ -36,10 +41,6 @@ T = TypeVar("T")
 
 class Cancelled(Exception):
     """``cancel`` was set while the coroutine ran: it was cancelled on the loop."""
-
-
-class CancelSignal(Protocol):
-    def is_set(self) -> bool: ...
 
 
 class LoopThread:
@@ -51,9 +52,9 @@ class LoopThread:
         self._thread: threading.Thread | None = None
         self._watch = _CancelWatch()
 
-    def cancelled_by(self, cancel: CancelSignal) -> _CancelScope:
+    def cancelled_by(self, cancel: Cancel) -> _CancelScope:
         """On the loop: ``with cancelled_by(cancel): ...`` raises ``Cancelled`` once ``cancel`` is set
-        (already set on entry, or seen set within ``CANCEL_POLL_S`` while inside)."""
+        (already set on entry, or set while inside: its callback cancels the task on the loop)."""
         return _CancelScope(self._watch, cancel)
 
     def call_soon(self, callback: Callable[..., object], *args: object) -> None:
@@ -69,7 +70,7 @@ class LoopThread:
                 self._thread.start()
             return self._loop
 
-    def run(self, make_coro: Callable[[], Awaitable[T]], timeout_s: float, cancel: threading.Event | None = None) -> T:
+    def run(self, make_coro: Callable[[], Awaitable[T]], timeout_s: float, cancel: Cancel | None = None) -> T:
         """``await make_coro()`` on the loop. ``TimeoutError`` past ``timeout_s``; ``Cancelled`` on ``cancel``.
 
         Either way the coroutine is cancelled on the loop, so nothing is left running for a tick
@@ -78,21 +79,19 @@ class LoopThread:
         if cancel is not None and cancel.is_set():
             raise Cancelled("cancelled before it was handed to the loop")
         future = asyncio.run_coroutine_threadsafe(_call(make_coro, cancel), self.loop)
-        deadline = time.monotonic() + max(timeout_s, 0.001)
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                future.cancel()
-                raise TimeoutError(f"no answer within {timeout_s:g}s")
-            if cancel is not None and cancel.is_set():
-                future.cancel()
-                raise Cancelled("cancelled")
-            try:
-                return future.result(timeout=min(remaining, CANCEL_POLL_S))
-            except concurrent.futures.TimeoutError:
-                continue
-            except concurrent.futures.CancelledError:
-                raise Cancelled("cancelled on the loop") from None
+        # Cancelling the future (thread-safe) cancels the task on the loop and wakes the wait below.
+        take_back = cancel.on_set(future.cancel) if cancel is not None else _nothing
+        try:
+            return future.result(timeout=max(timeout_s, 0.001))
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no answer within {timeout_s:g}s") from None
+        except concurrent.futures.CancelledError:
+            raise Cancelled(
+                "cancelled" if cancel is not None and cancel.is_set() else "cancelled on the loop"
+            ) from None
+        finally:
+            take_back()
 
     def close(self, timeout_s: float = 5.0) -> None:
         with self._lock:
@@ -108,14 +107,14 @@ class LoopThread:
 
 
 class _CancelScope:
-    """Cancels the task it runs in when ``cancel`` is seen set; ``Cancelled`` out of it then.
+    """Cancels the task it runs in when ``cancel`` is set; ``Cancelled`` out of it then.
 
     Only a cancellation this scope asked for becomes ``Cancelled``: any other (the loop stopping,
     an enclosing timeout) passes through unchanged, as with ``asyncio.timeout``."""
 
     __slots__ = ("_watch", "_cancel", "_task", "fired")
 
-    def __init__(self, watch: _CancelWatch, cancel: CancelSignal):
+    def __init__(self, watch: _CancelWatch, cancel: Cancel):
         self._watch = watch
         self._cancel = cancel
         self._task: asyncio.Task | None = None
@@ -143,35 +142,50 @@ class _CancelScope:
 
 
 class _CancelWatch:
-    """The open scopes by their ``cancel``, and the one timer that polls them (used on the loop only)."""
+    """The open scopes by their ``cancel``, with one callback registered on each distinct ``cancel``.
+
+    Used on the loop only, but for the callback itself: it runs on whichever thread sets ``cancel``
+    and only schedules ``_fire`` on the loop."""
 
     def __init__(self) -> None:
-        self._scopes: dict[CancelSignal, set[_CancelScope]] = {}
-        self._timer: asyncio.TimerHandle | None = None
+        self._scopes: dict[Cancel, set[_CancelScope]] = {}
+        self._take_back: dict[Cancel, Callable[[], None]] = {}
 
-    def add(self, cancel: CancelSignal, scope: _CancelScope) -> None:
-        self._scopes.setdefault(cancel, set()).add(scope)
-        if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(CANCEL_POLL_S, self._poll)
+    def add(self, cancel: Cancel, scope: _CancelScope) -> None:
+        scopes = self._scopes.get(cancel)
+        if scopes is None:
+            scopes = self._scopes[cancel] = set()
+            loop = asyncio.get_running_loop()
+            self._take_back[cancel] = cancel.on_set(lambda: _schedule(loop, self._fire, cancel))
+        scopes.add(scope)
 
-    def discard(self, cancel: CancelSignal, scope: _CancelScope) -> None:
+    def discard(self, cancel: Cancel, scope: _CancelScope) -> None:
         scopes = self._scopes.get(cancel)
         if scopes is not None:
             scopes.discard(scope)
             if not scopes:
                 del self._scopes[cancel]
+                self._take_back.pop(cancel)()
 
-    def _poll(self) -> None:
-        for cancel, scopes in list(self._scopes.items()):
-            if cancel.is_set():
-                for scope in list(scopes):
-                    scope.fire()
-        self._timer = asyncio.get_running_loop().call_later(CANCEL_POLL_S, self._poll) if self._scopes else None
+    def _fire(self, cancel: Cancel) -> None:
+        for scope in list(self._scopes.get(cancel, ())):
+            scope.fire()
 
 
-async def _call(make_coro: Callable[[], Awaitable[T]], cancel: threading.Event | None) -> T:
+def _schedule(loop: asyncio.AbstractEventLoop, callback: Callable[[Cancel], None], cancel: Cancel) -> None:
+    try:
+        loop.call_soon_threadsafe(callback, cancel)
+    except RuntimeError:  # the loop is closed: the node is stopping, and nothing on it is left to cancel
+        pass
+
+
+def _nothing() -> None:
+    pass
+
+
+async def _call(make_coro: Callable[[], Awaitable[T]], cancel: Cancel | None) -> T:
     # Checked again on the loop: a busy loop may take this up long after ``run`` was called, and
-    # by then the shard (or the lease, see leader.runner.StopOrLeaseLost) may be gone.
+    # by then the shard (or the lease, see leader.shard_cancel.StopOrLeaseLost) may be gone.
     if cancel is not None and cancel.is_set():
         raise Cancelled("cancelled before it started on the loop")
     return await make_coro()

@@ -35,12 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import threading
 from urllib.parse import unquote, urlsplit
 
 import aio_pika
 import aiormq.exceptions
 
+from shardcron.abc import Cancel
 from shardcron.executors.aio import Cancelled, LoopThread
 from shardcron.executors.base import now_ms
 from shardcron.executors.connections import Connections
@@ -63,7 +63,7 @@ class AmqpExecutor:
         self._connections = connections
         self._loop = loop
 
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event) -> ExecutionResult:
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
         started = now_ms()
 
         def failed(error: str) -> ExecutionResult:

@@ -24,13 +24,13 @@ other Redis kinds share. The node's asyncio loop is therefore not needed.
 
 from __future__ import annotations
 
-import threading
 import time
 
 import redis
 from arq.constants import expires_extra_ms, job_key_prefix, result_key_prefix
 from arq.jobs import serialize_job
 
+from shardcron.abc import Cancel
 from shardcron.executors import redis_clients
 from shardcron.executors.aio import LoopThread
 from shardcron.executors.base import now_ms
@@ -43,7 +43,7 @@ class ArqExecutor:
     def __init__(self, connections: Connections, loop: LoopThread | None = None) -> None:
         self._connections = connections  # see the module docstring: the asyncio loop is not used
 
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event) -> ExecutionResult:
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
         arq_spec = spec.arq
         if arq_spec is None:
             now = now_ms()

@@ -4,20 +4,37 @@ An executor runs one attempt of one tick, called by the scheduling loop from a
 worker thread. It never raises for a job failure: connection refused, a DNS
 error, a timeout, a non-zero exit, a non-2xx answer all come back as
 ``ExecutionResult(ok=False, error=...)``. When ``cancel`` is set (the node lost
-the shard, or is stopping) it stops as soon as it can and reports an error that
-starts with ``"cancelled: "``.
+the shard or its lease, or is stopping) it stops as soon as it can and reports
+an error that starts with ``"cancelled: "``.
+
+``cancel`` (``abc.Cancel``) is an event: an executor asks ``is_set()`` once
+right before it starts something, and otherwise waits on it, through
+``on_set``, together with whatever it waits for (``wait_done_or_cancelled``).
+No executor looks at it on a timer.
 """
 
 from __future__ import annotations
 
 import codecs
+import threading
 import time
 
+from shardcron.abc import Cancel
 from shardcron.model import OUTPUT_LIMIT_BYTES
+from shardcron.runtime.latch import Latch
 
-# How often an executor that waits for something else looks at ``cancel``.
-# It bounds how late a cancelled attempt notices, not how late a finished one does.
-CANCEL_POLL_S = 0.05
+
+def wait_done_or_cancelled(done: Latch, cancel: Cancel, timeout_s: float) -> None:
+    """Block until ``done`` or ``cancel`` is set, or ``timeout_s`` has passed: one wait, woken by either event.
+
+    The caller then looks at which: ``done`` first (finished work is reported as finished), then ``cancel``."""
+    wake = threading.Event()
+    take_back = (done.on_set(wake.set), cancel.on_set(wake.set))
+    try:
+        wake.wait(max(timeout_s, 0.0))
+    finally:
+        for remove in take_back:
+            remove()
 
 
 def now_ms() -> int:

@@ -31,7 +31,7 @@ Bounded time, because a dead broker must fail its ticks fast:
 - on RabbitMQ, publisher confirms waited for at most ``SOCKET_TIMEOUT_S``, so ok
   means the broker has the message (on Redis, LPUSH's reply means the same).
 The publish runs on one of the broker's publish threads while the calling
-thread waits for it, for ``cancel`` and for the deadline (as in ``http.py``).
+thread waits, in one wait, for it, for ``cancel`` and for the deadline.
 On cancel or timeout the caller returns at once; the abandoned publish ends by
 itself within the socket timeouts and gives its connection back (closed, if it
 failed). It may still have reached the broker: that is the at-least-once the
@@ -62,10 +62,12 @@ from urllib.parse import urlsplit
 from celery import Celery
 from kombu.exceptions import LimitExceeded, OperationalError
 
-from shardcron.executors.base import CANCEL_POLL_S, now_ms
+from shardcron.abc import Cancel
+from shardcron.executors.base import now_ms, wait_done_or_cancelled
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import slot_uuid, tick_fields
 from shardcron.model import CelerySpec, ExecutionResult, ExecutorSpec, TickContext
+from shardcron.runtime.latch import Latch
 from shardcron.spec.headers import mask_url, scrub_password
 
 CONNECT_TIMEOUT_S = 5.0
@@ -82,7 +84,7 @@ class CeleryExecutor:
     def __init__(self, connections: Connections, loop=None) -> None:
         self._connections = connections  # ``loop`` is unused: Celery's client is synchronous
 
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event) -> ExecutionResult:
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
         started = now_ms()
 
         def failed(error: str) -> ExecutionResult:
@@ -119,7 +121,7 @@ class CeleryExecutor:
             if remaining <= 0:
                 publish.abandoned = True
                 return failed(f"timed out after {timeout_s:g}s waiting for {where} to accept task {c.task}")
-            publish.done.wait(min(remaining, CANCEL_POLL_S))
+            wait_done_or_cancelled(publish.done, cancel, remaining)
 
         if publish.error is not None:
             return failed(f"{where}: could not enqueue task {c.task}: {scrub_password(_explain(publish.error), c.url)}")
@@ -234,7 +236,7 @@ class _Publish:
         self.task_id = slot_uuid(ctx)
         self.queue = c.queue or broker.default_queue
         self.error: BaseException | None = None
-        self.done = threading.Event()
+        self.done = Latch()
         self.abandoned = False  # set by the caller when it stops waiting (cancel or deadline)
 
     def send(self) -> None:

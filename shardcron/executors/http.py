@@ -47,9 +47,10 @@ TLS handshake, sending, waiting for the answer, reading the body). Within it:
   a shorter default would fail jobs that were given the time;
 - write and pool (waiting for a free connection): the total.
 
-Cancel: once ``cancel`` is set (the node lost the shard or is stopping) the
-request is cancelled on the loop within ``CANCEL_POLL_S`` (``aio``'s one timer
-polls it): its connection is closed (HTTP/1.1) or its stream reset (HTTP/2).
+Cancel: once ``cancel`` is set (the node lost the shard or its lease, or is
+stopping) its callback cancels the request on the loop (``aio``'s
+``cancelled_by``), with nothing polling it: its connection is closed
+(HTTP/1.1) or its stream reset (HTTP/2).
 
 Choices beyond "send the request, ok iff 2xx", the same for both clients:
 - Redirects are not followed: a 3xx is reported as it is (ok=False). Following
@@ -86,7 +87,8 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from shardcron.executors.aio import Cancelled, CancelSignal, LoopThread
+from shardcron.abc import Cancel
+from shardcron.executors.aio import Cancelled, LoopThread
 from shardcron.executors.base import now_ms, truncate_output
 from shardcron.executors.http_aiohttp import AiohttpClient
 from shardcron.executors.http_errors import Limits, Phase, explain, limits_for, target_of, url_problem
@@ -131,8 +133,8 @@ class HttpExecutor:
         self._clients: dict[str, HttpxClient | AiohttpClient] = {}  # scheme -> its client
         self._closed = False
 
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: CancelSignal) -> ExecutionResult:
-        """From a thread: ``run_async`` on the loop, waited for. Returns within ``CANCEL_POLL_S`` of ``cancel``."""
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
+        """From a thread: ``run_async`` on the loop, waited for. Returns as soon as ``cancel`` is set."""
         started = now_ms()
         if self._closed:  # the loop may be gone with the node: do not start a new one for nothing
             return _failed(started, _STOPPING)
@@ -145,12 +147,15 @@ class HttpExecutor:
                 started, f"timed out after {timeout_s:g}s (the job's timeout): the node's loop did not run it"
             )
         except Cancelled:
+            if cancel.is_set():  # the wait here was woken by the cancel itself, before run_async could report it
+                what = f"{spec.http.method} request" if spec.http is not None else "request"
+                return _failed(started, f"cancelled: abandoned the {what} (this node lost the shard or is stopping)")
             return _failed(started, "cancelled: the node's loop is stopping")
 
     async def run_async(
-        self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: CancelSignal
+        self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel
     ) -> ExecutionResult:
-        """The tick, awaited on the executor's loop. ``cancel``: anything with ``is_set()``."""
+        """The tick, awaited on the executor's loop."""
         started = now_ms()
         s = spec.http
         if s is None:
@@ -205,7 +210,7 @@ class HttpExecutor:
         target: str,
         limits: Limits,
         phase: Phase,
-        cancel: CancelSignal,
+        cancel: Cancel,
     ) -> Answer:
         slots = self._hosts.get(target)
         if slots is None:

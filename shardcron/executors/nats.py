@@ -40,6 +40,7 @@ import nats
 from nats.errors import Error as NatsError
 from nats.js.errors import APIError, NoStreamResponseError
 
+from shardcron.abc import Cancel
 from shardcron.executors.aio import Cancelled, LoopThread
 from shardcron.executors.base import now_ms, truncate_output
 from shardcron.executors.connections import Connections
@@ -72,7 +73,7 @@ class NatsExecutor:
         self._windows: dict[tuple[str, str], float | None] = {}  # (url, stream) -> duplicate_window seconds
         self._warned: set[tuple[str, str]] = set()
 
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event) -> ExecutionResult:
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
         started = now_ms()
 
         def failed(error: str) -> ExecutionResult:
@@ -149,7 +150,7 @@ class NatsExecutor:
             ok=True, started_at_ms=started, finished_at_ms=finished, output=truncate_output(output.encode("utf-8"))
         )
 
-    def _client(self, url: str, timeout_s: float, cancel: threading.Event):
+    def _client(self, url: str, timeout_s: float, cancel: Cancel):
         key = ("nats", url)
         for _ in range(2):
             nc = self._connections.get(

@@ -10,14 +10,14 @@ classes only, so ``myapp:os.system`` is refused even though ``myapp`` imports
 it still fails here, naming the rule.
 
 The function is called as ``fn(ctx, *args, **kwargs)`` with a ``CallContext``,
-in a thread of its own, while the tick's worker thread waits for it, for the
-job's timeout and for ``cancel``. Python cannot stop a thread, so on timeout or
-cancel the executor sets ``ctx.cancel``, waits a short grace for the function
-to notice, and reports the attempt failed. From that moment the call is
-abandoned: whatever it returns later is never recorded as a success, and its
-session is rolled back. A function that ignores ``ctx.cancel`` is reported as
-such ("... ignored cancel and is still running"). So a long function should
-look at ``ctx.cancel`` between steps.
+in a thread of its own, while the tick's worker thread waits, in one wait, for
+the call to end, for the job's timeout and for ``cancel``. Python cannot stop
+a thread, so on timeout or cancel the executor sets ``ctx.cancel``, waits a
+short grace for the function to notice, and reports the attempt failed. From
+that moment the call is abandoned: whatever it returns later is never recorded
+as a success, and its session is rolled back. A function that ignores
+``ctx.cancel`` is reported as such ("... ignored cancel and is still
+running"). So a long function should look at ``ctx.cancel`` between steps.
 
 It succeeds unless it raises. A raised exception is reported as one line,
 ``"ExceptionType: message"``; its traceback goes to the node's log. A returned
@@ -53,11 +53,13 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
+from shardcron.abc import Cancel
 from shardcron.errors import FencedOut, ShardcronError
-from shardcron.executors.base import CANCEL_POLL_S, now_ms, truncate_output
+from shardcron.executors.base import now_ms, truncate_output, wait_done_or_cancelled
 from shardcron.executors.python_target import TargetRefused, one_line, resolve_target
 from shardcron.jobkey import DEFAULT_NAMESPACE, split_key
 from shardcron.model import ExecutionResult, ExecutorSpec, PythonSpec, SlotRef, TickContext
+from shardcron.runtime.latch import Latch
 from shardcron.spec.executors import python_module_allowed
 from shardcron.store.effects import TickNotOwned, record_success_in
 from shardcron.store.engine import make_engine
@@ -116,7 +118,7 @@ class PythonExecutor:
                 self._sessions = make_engine(self._engine.url)
             return self._sessions
 
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event) -> ExecutionResult:
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
         started = now_ms()
 
         def failed(error: str) -> ExecutionResult:
@@ -137,9 +139,12 @@ class PythonExecutor:
             return failed(f"could not start a thread for {p.target}: {e}")
 
         deadline = time.monotonic() + timeout_s
-        while not call.done.wait(max(min(deadline - time.monotonic(), CANCEL_POLL_S), 0)):
+        while not call.done.is_set():
+            wait_done_or_cancelled(call.done, cancel, deadline - time.monotonic())
+            if call.done.is_set():
+                break
             if not cancel.is_set() and time.monotonic() < deadline:
-                continue
+                continue  # only a wait that returned a hair early: neither event, before the deadline
             reason = (
                 f"cancelled: {p.target} was stopped (this node lost the shard or is stopping)"
                 if cancel.is_set()
@@ -153,7 +158,6 @@ class PythonExecutor:
                     f"{p.target} returned, but the store did not finish its commit within "
                     f"{COMMIT_WAIT_S:g}s: the tick's record says whether it landed"
                 )
-            break
         return call.result
 
     def _refusal(self, p: PythonSpec) -> str | None:
@@ -209,7 +213,7 @@ class _Call:
             node_id=ctx.node_id,
             idempotency_key=ctx.idempotency_key,
         )
-        self.done = threading.Event()
+        self.done = Latch()  # set when the call has ended, result and commit included
         self.result = ExecutionResult(
             ok=False, started_at_ms=started, finished_at_ms=started, error=f"{spec.target} ended without a result"
         )

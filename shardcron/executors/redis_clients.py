@@ -10,8 +10,8 @@ Every write is guarded by the slot's marker (below), so that retry can never
 enqueue twice.
 
 Calls. ``call`` runs one Redis action on a shared call thread while the worker
-thread waits for it, ``cancel`` and the job's deadline (as ``http.py`` does):
-a cancelled tick returns at once. The abandoned action ends by itself within
+thread waits, in one wait, for it, ``cancel`` and the job's deadline: a
+cancelled tick returns at once. The abandoned action ends by itself within
 one socket timeout; if it did enqueue, the next attempt finds the marker and
 reports a duplicate.
 
@@ -45,10 +45,12 @@ from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, ConnectionError, RedisError, ResponseError, TimeoutError, WatchError
 from redis.retry import Retry
 
-from shardcron.executors.base import CANCEL_POLL_S, now_ms, truncate_output
+from shardcron.abc import Cancel
+from shardcron.executors.base import now_ms, truncate_output, wait_done_or_cancelled
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import slot_uuid
 from shardcron.model import ExecutionResult, TickContext
+from shardcron.runtime.latch import Latch
 from shardcron.spec.headers import mask_url
 
 # The longest a single connect or socket read/write may take, whatever the job's timeout.
@@ -80,7 +82,7 @@ def call(
     connections: Connections,
     url: str,
     timeout_s: float,
-    cancel: threading.Event,
+    cancel: Cancel,
     what: str,
     action: Callable[[redis.Redis], str],
 ) -> ExecutionResult:
@@ -128,7 +130,7 @@ def call(
             return failed(f"cancelled: abandoned {where} (this node lost the shard or is stopping)")
         if remaining <= 0:
             return failed(f"timed out after {timeout_s:g}s waiting for {where}")
-        pending.done.wait(min(remaining, CANCEL_POLL_S))
+        wait_done_or_cancelled(pending.done, cancel, remaining)
     if pending.error is not None:
         return failed(f"{where} failed: {explain(pending.error)}")
     return ExecutionResult(
@@ -154,7 +156,7 @@ def _calls() -> ThreadPoolExecutor:
 
 class _Pending:
     def __init__(self) -> None:
-        self.done = threading.Event()
+        self.done = Latch()
         self.output = ""
         self.error: BaseException | None = None
 

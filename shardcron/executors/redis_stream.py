@@ -18,10 +18,9 @@ hash slot, which they do not have (a single Redis or a replicated primary).
 
 from __future__ import annotations
 
-import threading
-
 import redis
 
+from shardcron.abc import Cancel
 from shardcron.executors import redis_clients
 from shardcron.executors.aio import LoopThread
 from shardcron.executors.base import now_ms
@@ -56,7 +55,7 @@ class RedisStreamExecutor:
     def __init__(self, connections: Connections, loop: LoopThread | None = None) -> None:
         self._connections = connections  # synchronous client: the asyncio loop is not used
 
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event) -> ExecutionResult:
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
         stream_spec = spec.redis_stream
         if stream_spec is None:
             now = now_ms()

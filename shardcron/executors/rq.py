@@ -17,12 +17,11 @@ the slot, from any leader, is then a success that says "duplicate".
 
 from __future__ import annotations
 
-import threading
-
 import redis
 from rq import Queue
 from rq.job import Job
 
+from shardcron.abc import Cancel
 from shardcron.executors import redis_clients
 from shardcron.executors.aio import LoopThread
 from shardcron.executors.base import now_ms
@@ -35,7 +34,7 @@ class RqExecutor:
     def __init__(self, connections: Connections, loop: LoopThread | None = None) -> None:
         self._connections = connections  # RQ is synchronous: the asyncio loop is not used
 
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event) -> ExecutionResult:
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
         rq_spec = spec.rq
         if rq_spec is None:
             now = now_ms()

@@ -1,10 +1,13 @@
 """Runs a tick as ``/bin/sh -c <command>`` in a process group of its own.
 
-One thread does everything, with no reader thread: a selector watches the
-output pipe and (where the kernel has pidfds) the shell's exit, and the loop
-looks at the deadline and ``cancel`` at least every ``CANCEL_POLL_S``. Output
-(stdout and stderr merged) is read as it comes, so the command can never block
-on a full pipe: the first 64 KiB are kept, the rest is read and dropped.
+One thread does everything, with no reader thread: one selector waits, until
+the deadline, on the output pipe, the shell's exit (a pidfd, where the kernel
+has them) and ``cancel`` (its callback writes to a pipe of the watch's own).
+Where there are no pidfds the exit has nothing to wait on, so the wait is cut
+into ``EXIT_POLL_S`` slices to look for it; that is about the process, never
+the lease, which wakes the wait itself. Output (stdout and stderr merged) is
+read as it comes, so the command can never block on a full pipe: the first
+64 KiB are kept, the rest is read and dropped.
 
 Stopping (timeout or cancel): SIGTERM to the whole group, up to
 ``KILL_GRACE_S`` for the shell to exit and the output to close, then SIGKILL to
@@ -27,18 +30,23 @@ import threading
 import time
 from typing import IO
 
-from shardcron.executors.base import CANCEL_POLL_S, now_ms, truncate_output
+from shardcron.abc import Cancel
+from shardcron.executors.base import now_ms, truncate_output
 from shardcron.executors.identity import tick_environment
 from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutionResult, ExecutorSpec, TickContext
 
 SHELL = "/bin/sh"
 KILL_GRACE_S = 2.0  # between SIGTERM and SIGKILL
 EXIT_DRAIN_S = 1.0  # how long to keep reading output after the shell exited
+# Without a pidfd, how often to look whether the shell has exited (while its output is open; once the output has
+# closed, the exit follows at once, so then every _EXIT_SOON_POLL_S). Only the exit is looked for this way.
+EXIT_POLL_S = 0.05
+_EXIT_SOON_POLL_S = 0.005
 _READ_CHUNK = 64 * 1024
 
 
 class ShellExecutor:
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: threading.Event) -> ExecutionResult:
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
         started = now_ms()
         if spec.shell is None:
             return ExecutionResult(
@@ -101,7 +109,7 @@ class ShellExecutor:
 
 
 class _Watch:
-    """Waits for a shell to exit and its output to close, reading the output meanwhile."""
+    """Waits for a shell to exit and its output to close, reading the output meanwhile, or for ``cancel``."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         if proc.stdout is None:
@@ -110,6 +118,12 @@ class _Watch:
         self._stdout: IO[bytes] = proc.stdout
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._stdout, selectors.EVENT_READ, "output")
+        # ``cancel``'s callback runs on the thread that sets it: it wakes the select through this pipe.
+        self._wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        self._wake_w: int | None = wake_w
+        self._wake_lock = threading.Lock()  # a callback still running as the watch closes must not write to a reused fd
+        self._selector.register(self._wake_r, selectors.EVENT_READ, "cancel")
         self._pidfd: int | None = None
         try:
             self._pidfd = os.pidfd_open(proc.pid)
@@ -121,35 +135,44 @@ class _Watch:
         self.exited = False
         self._drain_until = 0.0
 
-    def until_done(self, until: float, cancel: threading.Event | None) -> bool:
+    def until_done(self, until: float, cancel: Cancel | None) -> bool:
         """True once the shell exited and its output closed (or EXIT_DRAIN_S passed
         since the exit); False at ``until`` or when ``cancel`` is set."""
-        while True:
-            if not self.exited and _has_exited(self._proc.pid):
-                self._note_exit()
-            if self.exited and (self.output_closed or time.monotonic() >= self._drain_until):
-                return True
-            if cancel is not None and cancel.is_set():
-                return False
-            now = time.monotonic()
-            if now >= until:
-                return False
-            remaining = max(0.0, (min(until, self._drain_until) if self.exited else until) - now)
-            # Without a pidfd an exit is noticed by polling: every CANCEL_POLL_S
-            # while there is output to wait on, briefly once it has closed
-            # (the exit follows at once).
-            slice_s = min(remaining, CANCEL_POLL_S if self._pidfd is not None or not self.output_closed else 0.005)
-            if not self._selector.get_map():
-                if cancel is not None:
-                    cancel.wait(slice_s)
-                else:
-                    time.sleep(slice_s)
-                continue
-            for key, _ in self._selector.select(slice_s):
-                if key.data == "output":
-                    self._read()
-                else:
+        # Asked once, on entry (a start right after a pause is refused); after that only the callback tells.
+        cancelled = cancel is not None and cancel.is_set()
+        take_back = cancel.on_set(self._wake) if cancel is not None else _nothing
+        try:
+            while True:
+                if not self.exited and _has_exited(self._proc.pid):
                     self._note_exit()
+                if self.exited and (self.output_closed or time.monotonic() >= self._drain_until):
+                    return True
+                if cancelled:
+                    return False
+                now = time.monotonic()
+                if now >= until:
+                    return False
+                remaining = max(0.0, (min(until, self._drain_until) if self.exited else until) - now)
+                if self._pidfd is None and not self.exited:
+                    remaining = min(remaining, EXIT_POLL_S if not self.output_closed else _EXIT_SOON_POLL_S)
+                for key, _ in self._selector.select(remaining):
+                    if key.data == "output":
+                        self._read()
+                    elif key.data == "exit":
+                        self._note_exit()
+                    else:  # cancel was set; drained, so that a later wait is not woken by it
+                        os.read(self._wake_r, 64)
+                        cancelled = cancel is not None
+        finally:
+            take_back()
+
+    def _wake(self) -> None:
+        with self._wake_lock:
+            if self._wake_w is not None:
+                try:
+                    os.write(self._wake_w, b"\0")
+                except BlockingIOError:  # the pipe is full of wake-ups already
+                    pass
 
     def _note_exit(self) -> None:
         if not self.exited:
@@ -168,9 +191,18 @@ class _Watch:
 
     def close(self) -> None:
         self._selector.close()
+        with self._wake_lock:
+            if self._wake_w is not None:
+                os.close(self._wake_w)
+                self._wake_w = None
+        os.close(self._wake_r)
         if self._pidfd is not None:
             os.close(self._pidfd)
         self._stdout.close()
+
+
+def _nothing() -> None:
+    pass
 
 
 def _has_exited(pid: int) -> bool:

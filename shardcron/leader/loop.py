@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
@@ -53,6 +52,7 @@ from shardcron.rules.jitter import jitter_offset_ms
 from shardcron.rules.namespace_settings import NamespaceSettings
 from shardcron.rules.takeover import MAX_CATCH_UP_SLOTS, Dispatch, plan_takeover
 from shardcron.rules.triggers import trigger_for
+from shardcron.runtime.latch import Latch
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 from shardcron.sharding import shard_for
 from shardcron.store import fences as fence_store
@@ -204,7 +204,7 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         """The shard's leadership here, active or not (None when it is not led here)."""
         return self.led.run_of(shard)
 
-    def acquire(self, shard: int, fence: int, stop: threading.Event, session: Lease) -> None:
+    def acquire(self, shard: int, fence: int, stop: Latch, session: Lease) -> None:
         now = self._now_ms()
         fence_store.raise_fence(self.engine, shard, fence, self.node_id, now)
         if self._imports.get(shard):

@@ -1,9 +1,10 @@
 """Runs one tick as a coroutine on the node's loop: guard, mark running (fenced), execute, retry.
 
 The order is the promise. Before every attempt:
-1. the shard must still be ours (its stop event is not set);
+1. the shard must still be ours (its stop latch is not set);
 2. the session must provably still hold its lease on the monotonic clock
-   (``Session.can_act``), which a stop-the-world pause cannot fool;
+   (``Session.can_act``), which a stop-the-world pause cannot fool
+   (``run.cancel.is_set()`` is checks 1 and 2 in one, ``shard_cancel.py``);
 3. the row is marked ``running`` in a fenced transaction (shared with the
    marks of the ticks starting alongside it, ``marks.py``); a stale leader's
    mark is rejected and its executor never starts;
@@ -19,8 +20,9 @@ attempt is handed to it is the slot's start: the caller hears of it then
 ``job_line.py``), and the row records it as ``started_at_ms`` (a later
 attempt's mark keeps it), so an overlap skip decided after it is explained by
 the row, and one decided before it never counted this run. Retries are driven by
-tenacity, with the backoff from ``policies.backoff_ms`` and a sleep that a lost
-shard cuts short.
+tenacity, with the backoff from ``policies.backoff_ms`` and a sleep that the
+shard's cancel cuts short (the shard stopped or the lease lost: the next
+attempt's guard then refuses it).
 
 Why a coroutine and not a worker thread per tick: a burst of a thousand HTTP
 ticks held sixty-four threads that did little but wait, each wake-up a GIL
@@ -39,12 +41,12 @@ from dataclasses import dataclass
 from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_attempt
 
 from shardcron import clock
-from shardcron.abc import Lease
 from shardcron.errors import FencedOut, StoreUnavailable
 from shardcron.executors import Executors
 from shardcron.executors.aio import Cancelled
 from shardcron.leader.marks import RunningMark, RunningMarks
 from shardcron.leader.recorder import Recorder, ResultWrite
+from shardcron.leader.shard_cancel import StopOrLeaseLost
 from shardcron.model import ExecutionResult, Job, SlotRef, TickContext, TickStatus
 from shardcron.rules.policies import backoff_ms
 from shardcron.runtime import crashpoints
@@ -67,25 +69,6 @@ class StoreDownBeforeStart(Exception):
         self.attempt = attempt
 
 
-class StopOrLeaseLost:
-    """What an executor is given as its ``cancel``: set once the shard is lost (``stop``) or the lease
-    can no longer be proven on the monotonic clock. Work that waits inside an executor before it
-    starts (a free connection, a turn on the asyncio loop) checks it again right before starting,
-    so a pause or a congested loop cannot make it start after the lease (the guard above only
-    covers the instant the executor is called). One per led shard, shared by its ticks: the loop
-    polls each distinct one once (``aio.LoopThread.cancelled_by``)."""
-
-    def __init__(self, stop: threading.Event, session: Lease):
-        self._stop = stop
-        self._session = session
-
-    def is_set(self) -> bool:
-        return self._stop.is_set() or not self._session.can_act()
-
-    def wait(self, timeout: float | None = None) -> bool:
-        return self._stop.wait(timeout) or self.is_set()
-
-
 @dataclass
 class TickRun:
     job: Job
@@ -95,7 +78,7 @@ class TickRun:
     fence: int
     node_id: str
     stop: threading.Event
-    cancel: StopOrLeaseLost  # the shard's: stop, or the lease no longer provable
+    cancel: StopOrLeaseLost  # the shard's: set when it stops or the lease is lost (``shard_cancel.py``)
     offset_ms: int = 0  # the slot's jitter offset: lateness is measured from slot + offset
 
 
@@ -159,7 +142,7 @@ async def run_tick(
 
     async def sleep_unless_stopped(seconds: float) -> None:
         try:
-            with executors.loop.cancelled_by(run.stop):
+            with executors.loop.cancelled_by(run.cancel):
                 await asyncio.sleep(seconds)
         except Cancelled:
             pass  # the next attempt's guard refuses it

@@ -1,4 +1,4 @@
-"""One led shard as the scheduling loop holds it: fence, stop event, session, jobs, runs in flight.
+"""One led shard as the scheduling loop holds it: fence, stop latch, session, jobs, runs in flight.
 
 Everything here that changes after the shard is acquired (``jobs``,
 ``lines``, ``in_flight``, ``released``) is read and changed only with
@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 
 from shardcron.abc import Lease
 from shardcron.leader.job_line import JobLines
-from shardcron.leader.runner import StopOrLeaseLost
+from shardcron.leader.shard_cancel import StopOrLeaseLost
 from shardcron.model import Job
 from shardcron.rules.triggers import Trigger
+from shardcron.runtime.latch import Latch
 
 
 @dataclass
@@ -42,7 +43,7 @@ class JobEntry:
 class ShardRun:
     shard: int
     fence: int
-    stop: threading.Event
+    stop: Latch  # set by the ownership state machine (or a release) when work on the shard must stop
     session: Lease
     jobs: dict[str, JobEntry] = field(default_factory=dict)
     lines: JobLines = field(default_factory=JobLines)  # each job's started runs and waiting slots
@@ -50,7 +51,7 @@ class ShardRun:
     released: bool = False
     in_flight: int = 0  # ticks handed to the executors' loop and not ended: what a release waits for
     idle: threading.Condition = None  # type: ignore[assignment]
-    cancel: StopOrLeaseLost = None  # type: ignore[assignment]  # what this leadership's ticks are given
+    cancel: StopOrLeaseLost = None  # type: ignore[assignment]  # what this leadership's ticks are given: stop or done
     _gens: itertools.count = field(default_factory=itertools.count)
 
     def __post_init__(self):

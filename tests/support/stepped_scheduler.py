@@ -9,6 +9,7 @@ from shardcron.dev.sink import Sink
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.leader.loop import Scheduler
 from shardcron.model import Job, TickStatus
+from shardcron.runtime.latch import Latch
 from shardcron.store import list_ticks, put_job, raise_fence
 
 S = 1000
@@ -34,7 +35,7 @@ class LeaseOnClock:
     """A session reduced to what the scheduler reads: ``done``, and a lease valid until a deadline."""
 
     def __init__(self, clock: SteppedClock, valid_until_ms: int):
-        self.done = threading.Event()
+        self.done = Latch()
         self.clock = clock
         self.valid_until_ms = valid_until_ms
 
@@ -69,7 +70,7 @@ class Rig:
         self.engine = engine
         self.clock = SteppedClock(T0)
         self.session = LeaseOnClock(self.clock, T0 + int(lease_s * S))
-        self.stop = threading.Event()
+        self.stop = Latch()
         self.jobs = {}
         raise_fence(engine, 0, FENCE, NODE, T0)  # what the scheduler's acquire does first, so the jobs go in
         for job in jobs:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 
 import pytest
 from prometheus_client import REGISTRY
 
+from shardcron import clock
+from shardcron.coordination import session as session_module
 from shardcron.coordination.coordinator import Coordinator
 from shardcron.coordination.coordinator_settings import CoordinatorSettings
 from shardcron.coordination.election import Election
@@ -15,6 +18,7 @@ from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.membership import ensure_config, register
 from shardcron.coordination.session import Session
 from shardcron.dev.testing.cluster import eventually, wait_until
+from shardcron.dev.testing.etcd_server import EtcdCluster
 from shardcron.errors import ConfigError, EtcdUnavailable
 from shardcron.runtime.lifeline import Lifeline
 from shardcron.store.engine import make_engine
@@ -65,6 +69,35 @@ def test_losing_the_lease_is_an_event(etcd, etcd_prefix):
     s.on_lost(late.append)  # a listener added after the loss hears about it at once
     assert late == [reasons[0]]
     s.orphan()
+
+
+def test_the_session_declares_its_lease_lost_at_its_own_deadline(monkeypatch):
+    """etcd stops answering (SIGSTOP): no renewal is confirmed, and the session sets ``done`` where
+    ``can_act()`` turns false, TTL less the safety margin after the last confirmed renewal's send time,
+    not when the TTL itself has run out."""
+    # A whole second of margin, so that "before the TTL ran out" does not hang on the thread's wake-up latency.
+    monkeypatch.setattr(session_module, "SAFETY_MARGIN_S", 1.0)
+    with EtcdCluster(1) as cluster:
+        client = Etcd(cluster.endpoints, timeout_s=3.0)
+        s = Session(client, 3)
+        seen: dict = {}
+        s.on_lost(
+            lambda reason: seen.update(
+                reason=reason, ttl_left_s=s.valid_until() - clock.monotonic(), could_act=s.can_act()
+            )
+        )
+        etcd_process = cluster.members[0].proc
+        assert etcd_process is not None
+        etcd_process.send_signal(signal.SIGSTOP)  # every renewal from now on goes unanswered
+        try:
+            assert s.done.wait(30), "the session must declare the lease lost on its own"
+        finally:
+            etcd_process.send_signal(signal.SIGCONT)
+            s.orphan()
+            client.close()
+    assert "no renewal confirmed" in seen["reason"], seen
+    assert seen["ttl_left_s"] > 0, f"declared lost {-seen['ttl_left_s']:.3f}s after the TTL ran out, not before it"
+    assert not seen["could_act"] and not s.can_act()
 
 
 def test_an_orphaned_session_stops_acting_before_its_lease_can_expire(etcd, etcd_prefix):

@@ -48,6 +48,7 @@ from shardcron.executors.celery import CeleryExecutor
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import slot_uuid, tick_fields
 from shardcron.model import AmqpSpec, CelerySpec, ExecutorKind, ExecutorSpec, TickContext, TickStatus
+from shardcron.runtime.latch import Latch
 from shardcron.spec.job import job_from_dict
 from shardcron.store.engine import make_engine
 from shardcron.store.tick_reads import list_ticks, unresolved_ticks
@@ -161,7 +162,7 @@ def amqp_queue() -> Iterator[str]:
 def test_a_celery_task_lands_in_redis_with_the_slot_id_and_the_tick_headers(celery_exec, rds, redis_queue):
     tick = ctx()
     spec = celery_spec(queue=redis_queue, args=(1, "a"), kwargs={"k": "v"}, expires_ms=30_000)
-    result = celery_exec.run(spec, tick, 10.0, threading.Event())
+    result = celery_exec.run(spec, tick, 10.0, Latch())
     assert result.ok, result.error
     assert result.output == f"enqueued celery task {slot_uuid(tick)} (reports.daily) to queue {redis_queue}"
     [raw] = rds.lrange(redis_queue, 0, -1)
@@ -175,7 +176,7 @@ def test_a_celery_task_lands_in_redis_with_the_slot_id_and_the_tick_headers(cele
     assert (args, kwargs) == ([1, "a"], {"k": "v"})
 
     # A successor's retry of the slot: the same task id again (Celery brokers keep both copies).
-    again = celery_exec.run(spec, ctx(at=tick.scheduled_at_ms, attempt=2, fence=8), 10.0, threading.Event())
+    again = celery_exec.run(spec, ctx(at=tick.scheduled_at_ms, attempt=2, fence=8), 10.0, Latch())
     assert again.ok, again.error
     copies = [json.loads(m)["headers"] for m in rds.lrange(redis_queue, 0, -1)]
     assert [c["id"] for c in copies] == [slot_uuid(tick)] * 2
@@ -186,9 +187,7 @@ def test_a_celery_task_on_rabbitmq_is_confirmed_and_queued(celery_exec):
     queue = f"sc-celery-{uuid.uuid4().hex[:12]}"
     tick = ctx(job_id="job-r")
     try:
-        result = celery_exec.run(
-            celery_spec(AMQP_URL, queue=queue, priority=5, kwargs={"n": 1}), tick, 10.0, threading.Event()
-        )
+        result = celery_exec.run(celery_spec(AMQP_URL, queue=queue, priority=5, kwargs={"n": 1}), tick, 10.0, Latch())
         assert result.ok, result.error
         [msg] = amqp_get_all(queue)
         assert msg.headers["id"] == slot_uuid(tick) and msg.correlation_id == slot_uuid(tick)
@@ -211,7 +210,7 @@ def test_an_amqp_message_reaches_its_queue_with_the_slot_id_and_the_tick_headers
             ("idempotency-key", "forged"),
         ),
     )
-    result = amqp_exec.run(spec, tick, 10.0, threading.Event())
+    result = amqp_exec.run(spec, tick, 10.0, Latch())
     assert result.ok, result.error
     assert result.output == (
         f"published message {tick.idempotency_key} to exchange '' with routing key "
@@ -234,7 +233,7 @@ def test_an_amqp_message_reaches_its_queue_with_the_slot_id_and_the_tick_headers
 
 def test_an_unroutable_amqp_message_fails_the_tick(amqp_exec):
     nobody = f"sc-nobody-{uuid.uuid4().hex[:12]}"
-    result = amqp_exec.run(amqp_spec(nobody), ctx(), 10.0, threading.Event())
+    result = amqp_exec.run(amqp_spec(nobody), ctx(), 10.0, Latch())
     assert not result.ok
     assert result.error == (
         f"amqp broker amqp://guest:***@127.0.0.1:5672/: could not publish to exchange '' "
@@ -245,11 +244,11 @@ def test_an_unroutable_amqp_message_fails_the_tick(amqp_exec):
 
 def test_a_missing_exchange_fails_the_tick_and_the_channel_is_reopened(amqp_exec, amqp_queue):
     exchange = f"sc-noexchange-{uuid.uuid4().hex[:12]}"
-    result = amqp_exec.run(amqp_spec("x", exchange=exchange), ctx(), 10.0, threading.Event())
+    result = amqp_exec.run(amqp_spec("x", exchange=exchange), ctx(), 10.0, Latch())
     assert not result.ok
     assert f"NOT_FOUND - no exchange '{exchange}'" in result.error, result.error
     # The broker closed the channel; the next tick gets a new one.
-    after = amqp_exec.run(amqp_spec(amqp_queue), ctx(), 10.0, threading.Event())
+    after = amqp_exec.run(amqp_spec(amqp_queue), ctx(), 10.0, Latch())
     assert after.ok, after.error
     assert len(amqp_get_all(amqp_queue)) == 1
 
@@ -276,7 +275,7 @@ def test_many_worker_threads_publish_at_once(executors, rds, case):
 
     def publish(i: int) -> None:
         start.wait()
-        results[i] = run(spec, ticks[i], 30.0, threading.Event())
+        results[i] = run(spec, ticks[i], 30.0, Latch())
 
     threads = [threading.Thread(target=publish, args=(i,)) for i in range(len(ticks))]
     try:
@@ -308,7 +307,7 @@ CLOSED_PORT_CASES = {
 }
 
 
-def _run(executors, kind: str, url: str, cancel: threading.Event, timeout_s: float = 60.0):
+def _run(executors, kind: str, url: str, cancel: Latch, timeout_s: float = 60.0):
     celery, amqp_ = executors
     if kind == "celery":
         return celery.run(celery_spec(url, queue="sc-unused"), ctx(), timeout_s, cancel)
@@ -319,7 +318,7 @@ def _run(executors, kind: str, url: str, cancel: threading.Event, timeout_s: flo
 def test_a_closed_port_fails_at_once_naming_the_masked_url(executors, case):
     kind, url, masked = CLOSED_PORT_CASES[case]
     port = free_port()
-    result = _run(executors, kind, url.format(port=port), threading.Event())
+    result = _run(executors, kind, url.format(port=port), Latch())
     assert not result.ok
     # Refused, not "timed out after 60s": the tick did not wait for its timeout.
     assert result.error.startswith(f"{kind} broker {masked.format(port=port)}: could not "), result.error
@@ -345,7 +344,7 @@ SILENT_CASES = {
 def test_cancel_stops_a_hanging_publish(executors, silent_server, case):
     kind, url = SILENT_CASES[case]
     port, accepted = silent_server
-    cancel = threading.Event()
+    cancel = Latch()
     threading.Thread(target=lambda: (wait_until(lambda: accepted, 30, 0.01), cancel.set()), daemon=True).start()
     result = _run(executors, kind, url.format(port=port), cancel)
     assert not result.ok
@@ -357,14 +356,14 @@ def test_cancel_stops_a_hanging_publish(executors, silent_server, case):
 def test_a_silent_broker_times_the_tick_out(executors, silent_server, case):
     kind, url = SILENT_CASES[case]
     port, _ = silent_server
-    result = _run(executors, kind, url.format(port=port), threading.Event(), timeout_s=0.5)
+    result = _run(executors, kind, url.format(port=port), Latch(), timeout_s=0.5)
     assert not result.ok
     assert result.error.startswith("timed out after 0.5s waiting for "), result.error
 
 
 @pytest.mark.parametrize("kind", ["celery", "amqp"])
 def test_a_cancel_before_the_publish_sends_nothing(executors, kind, amqp_queue):
-    cancel = threading.Event()
+    cancel = Latch()
     cancel.set()
     celery, amqp_ = executors
     if kind == "celery":
@@ -404,8 +403,8 @@ def test_a_connection_the_broker_closed_is_replaced_without_a_failed_tick(execut
 
     def publish():
         if kind == "celery":
-            return celery.run(celery_spec(AMQP_URL, queue=queue), ctx(node_id=node), 10.0, threading.Event())
-        return amqp_.run(amqp_spec(queue), ctx(node_id=node), 10.0, threading.Event())
+            return celery.run(celery_spec(AMQP_URL, queue=queue), ctx(node_id=node), 10.0, Latch())
+        return amqp_.run(amqp_spec(queue), ctx(node_id=node), 10.0, Latch())
 
     try:
         first = publish()

@@ -20,6 +20,7 @@ from shardcron.dev.testing.cluster import eventually
 from shardcron.executors import Executors
 from shardcron.executors.http import HttpExecutor
 from shardcron.model import ExecutorKind, ExecutorSpec, HttpSpec, TickContext
+from shardcron.runtime.latch import Latch
 from tests.support.pki import trusted_server_context
 
 pytestmark = pytest.mark.timeout(60)
@@ -44,8 +45,8 @@ def spec(url: str, **kw) -> ExecutorSpec:
     return ExecutorSpec(ExecutorKind.HTTP, http=HttpSpec(url, **kw))
 
 
-def run(executor, url: str, timeout_s: float = 10.0, cancel: threading.Event | None = None, **kw):
-    return executor.run(spec(url, **kw), CTX, timeout_s, cancel or threading.Event())
+def run(executor, url: str, timeout_s: float = 10.0, cancel: Latch | None = None, **kw):
+    return executor.run(spec(url, **kw), CTX, timeout_s, cancel or Latch())
 
 
 # --- keep-alive, redirects, proxies over HTTP/1.1 -------------------------------------------------
@@ -195,7 +196,7 @@ def test_the_jobs_timeout_names_the_phase_it_ran_out_in(request, make_executor, 
 def test_cancel_mid_request_returns_at_once_and_closes_the_connection(silent_server, make_executor):
     port, accepted = silent_server.port, silent_server.accepted
     http = make_executor()
-    cancel = threading.Event()
+    cancel = Latch()
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(run, http, f"http://127.0.0.1:{port}/hook", 30.0, cancel)
         assert eventually(lambda: accepted, 5, 0.01)

@@ -17,6 +17,7 @@ from shardcron.dev.sink import Sink
 from shardcron.executors.aio import LoopThread
 from shardcron.executors.http import HttpExecutor
 from shardcron.model import ExecutorKind, ExecutorSpec, HttpSpec, TickContext
+from shardcron.runtime.latch import Latch
 from tests.support.pki import trusted_server_context
 
 pytestmark = pytest.mark.timeout(60)
@@ -25,13 +26,23 @@ CTX = TickContext(job_id="job-1", scheduled_at_ms=1_767_225_605_000, attempt=1, 
 
 
 class Flag:
-    """A cancel signal that is not a threading.Event: anything with ``is_set()`` will do."""
+    """A cancel signal that is not a threading.Event: anything with ``abc.Cancel``'s ``is_set``, ``wait``
+    and ``on_set`` will do. ``raise_it`` sets it and calls back, as a shard's cancel does."""
 
     def __init__(self) -> None:
-        self.raised = False
+        self._latch = Latch()
 
     def is_set(self) -> bool:
-        return self.raised
+        return self._latch.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._latch.wait(timeout)
+
+    def on_set(self, callback):
+        return self._latch.on_set(callback)
+
+    def raise_it(self) -> None:
+        self._latch.set()
 
 
 @pytest.fixture
@@ -122,7 +133,7 @@ def test_cancel_ends_run_async_in_flight(sink, tls_sink, make_executor, loop, sc
     future = start_async(make_executor(), loop, served.url + "/slow/3000", 30.0, cancel)
     assert served.wait_for(lambda reqs: len(reqs) == 1, timeout=10)  # in flight
     t0 = time.monotonic()
-    cancel.raised = True
+    cancel.raise_it()
     result = future.result(timeout=10)
     assert time.monotonic() - t0 < 1  # cancelled, not answered: the answer comes after 3 s
     assert result.error.startswith("cancelled: "), result.error
@@ -135,7 +146,7 @@ def test_a_tick_that_waited_for_a_slot_is_not_sent_once_cancelled(sink, make_exe
     assert sink.wait_for(lambda reqs: len(reqs) == 1, timeout=10)
     cancel = Flag()
     second = start_async(http, loop, sink.url + "/second", cancel=cancel)  # waits for the one slot
-    cancel.raised = True
+    cancel.raise_it()
     assert first.result(timeout=10).ok
     assert second.result(timeout=10).error.startswith("cancelled: ")
     assert [r.path for r in sink.requests()] == ["/slow/1000"]

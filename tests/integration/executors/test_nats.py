@@ -33,6 +33,7 @@ from shardcron.executors.aio import LoopThread
 from shardcron.executors.connections import Connections
 from shardcron.executors.nats import NatsExecutor
 from shardcron.model import ExecutorKind, ExecutorSpec, NatsSpec, TickContext, TickStatus
+from shardcron.runtime.latch import Latch
 from shardcron.spec.job import job_from_dict
 from shardcron.store.engine import make_engine
 from shardcron.store.tick_reads import list_ticks
@@ -114,7 +115,7 @@ def test_jetstream_publish_is_acked_and_carries_the_tick(executor, stream):
             ("Idempotency-Key", "forged"),
         ),
     )
-    result = executor.run(spec, ctx(), 10.0, threading.Event())
+    result = executor.run(spec, ctx(), 10.0, Latch())
     assert result.ok, result.error
     assert result.output.startswith(f"published to JetStream stream {stream.name} (seq 1)"), result.output
     [msg] = stream.messages()
@@ -133,9 +134,9 @@ def test_jetstream_publish_is_acked_and_carries_the_tick(executor, stream):
 
 def test_the_same_slot_twice_is_one_message_and_a_duplicate(executor, stream):
     spec = nats_spec(f"{stream.prefix}.x", body="b")
-    first = executor.run(spec, ctx(attempt=1), 10.0, threading.Event())
-    again = executor.run(spec, ctx(attempt=2, fence=8), 10.0, threading.Event())  # a successor's retry
-    other = executor.run(spec, ctx(at=1_767_225_606_000), 10.0, threading.Event())
+    first = executor.run(spec, ctx(attempt=1), 10.0, Latch())
+    again = executor.run(spec, ctx(attempt=2, fence=8), 10.0, Latch())  # a successor's retry
+    other = executor.run(spec, ctx(at=1_767_225_606_000), 10.0, Latch())
     assert first.ok and again.ok and other.ok, (first.error, again.error, other.error)
     assert again.output.startswith("duplicate: "), again.output
     assert "JetStream dropped it within its duplicate window" in again.output
@@ -147,7 +148,7 @@ def test_the_same_slot_twice_is_one_message_and_a_duplicate(executor, stream):
 
 def test_a_subject_no_stream_stores_fails_clearly(executor):
     subject = f"sc.nostream.{uuid.uuid4().hex[:12]}"
-    result = executor.run(nats_spec(subject), ctx(), 10.0, threading.Event())
+    result = executor.run(nats_spec(subject), ctx(), 10.0, Latch())
     assert not result.ok
     assert result.error.startswith(f"no JetStream stream stores subject {subject} at {NATS_URL}"), result.error
     assert "create a stream covering it" in result.error
@@ -155,7 +156,7 @@ def test_a_subject_no_stream_stores_fails_clearly(executor):
 
 def test_core_publish_is_at_most_once_and_says_so(executor, stream):
     spec = nats_spec(f"{stream.prefix}.core", jetstream=False, body="x")
-    results = [executor.run(spec, ctx(), 10.0, threading.Event()) for _ in range(2)]
+    results = [executor.run(spec, ctx(), 10.0, Latch()) for _ in range(2)]
     assert all(r.ok for r in results), [r.error for r in results]
     assert "at-most-once" in results[0].output
     # No ack to wait for, but the Nats-Msg-Id rides along: a stream that happens to cover
@@ -167,7 +168,7 @@ def test_core_publish_is_at_most_once_and_says_so(executor, stream):
 def test_a_closed_port_fails_without_waiting_for_the_timeout(executor):
     port = free_port()
     spec = nats_spec("sc.any", url=f"nats://user:s3cret@127.0.0.1:{port}")
-    result = executor.run(spec, ctx(), 60.0, threading.Event())
+    result = executor.run(spec, ctx(), 60.0, Latch())
     assert not result.ok
     assert result.error.startswith(f"cannot connect to NATS at nats://user:***@127.0.0.1:{port}: "), result.error
     assert "s3cret" not in result.error
@@ -183,7 +184,7 @@ def silent_server():
 
 def test_cancel_stops_a_hanging_connect(executor, silent_server):
     port, accepted = silent_server
-    cancel = threading.Event()
+    cancel = Latch()
 
     def cancel_once_connected():
         wait_until(lambda: accepted, 30, 0.01)  # the executor is now waiting for the server's INFO
@@ -196,7 +197,7 @@ def test_cancel_stops_a_hanging_connect(executor, silent_server):
 
 
 def test_cancel_before_the_publish(executor, stream):
-    cancel = threading.Event()
+    cancel = Latch()
     cancel.set()
     result = executor.run(nats_spec(f"{stream.prefix}.x"), ctx(), 10.0, cancel)
     assert not result.ok and result.error.startswith("cancelled: ")
@@ -205,17 +206,17 @@ def test_cancel_before_the_publish(executor, stream):
 
 def test_a_hanging_server_fails_the_connect_within_its_bound(executor, silent_server):
     port, _ = silent_server
-    result = executor.run(nats_spec("sc.any", url=f"nats://127.0.0.1:{port}"), ctx(), 1.0, threading.Event())
+    result = executor.run(nats_spec("sc.any", url=f"nats://127.0.0.1:{port}"), ctx(), 1.0, Latch())
     assert not result.ok
     assert result.error.startswith(f"cannot connect to NATS at nats://127.0.0.1:{port}: "), result.error
 
 
 def test_a_pooled_connection_that_closed_is_replaced(executor, stream):
     spec = nats_spec(f"{stream.prefix}.x")
-    assert executor.run(spec, ctx(at=1), 10.0, threading.Event()).ok
+    assert executor.run(spec, ctx(at=1), 10.0, Latch()).ok
     pooled = executor._connections.get(("nats", NATS_URL), lambda: None)
     executor._loop.run(pooled.close, 10)  # as when its server goes away: nats-py closes it for good
-    result = executor.run(spec, ctx(at=2), 10.0, threading.Event())
+    result = executor.run(spec, ctx(at=2), 10.0, Latch())
     assert result.ok, result.error
     assert executor._connections.get(("nats", NATS_URL), lambda: None) is not pooled
     assert len(stream.messages()) == 2
@@ -233,10 +234,10 @@ def test_a_retry_later_than_the_duplicate_window_is_warned_about_once(executor, 
             return [r for r in caplog.records if r.levelno == logging.WARNING and "duplicate_window" in r.getMessage()]
 
         # A retry (attempt 2) of a slot 10 s old: the window is looked up off the tick's path, then warned about.
-        assert executor.run(spec, ctx(at=now - 10_000, attempt=2), 10.0, threading.Event()).ok
+        assert executor.run(spec, ctx(at=now - 10_000, attempt=2), 10.0, Latch()).ok
         wait_until(warned, 30, 0.02, "the late retry to be warned about")
         # The window is known now, so a second late retry is checked within run(): no second warning.
-        assert executor.run(spec, ctx(at=now - 9_000, attempt=2), 10.0, threading.Event()).ok
+        assert executor.run(spec, ctx(at=now - 9_000, attempt=2), 10.0, Latch()).ok
         [warning] = warned()
         assert f"JetStream stream {s.name} at {NATS_URL}" in warning.getMessage()
         assert "longer than the job's catch-up window" in warning.getMessage()

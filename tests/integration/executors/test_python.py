@@ -14,7 +14,6 @@ exactly one effect per slot.
 from __future__ import annotations
 
 import json
-import threading
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -26,6 +25,7 @@ from shardcron import Client
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.executors.python import PythonExecutor
 from shardcron.model import ExecutionResult, ExecutorKind, ExecutorSpec, PythonSpec, SlotRef, TickContext, TickStatus
+from shardcron.runtime.latch import Latch
 from shardcron.spec.job import job_from_dict
 from shardcron.store.engine import make_engine, reading
 from shardcron.store.fences import ensure_shards, raise_fence
@@ -88,7 +88,7 @@ def tick_row(engine, ctx: TickContext):
 
 def start(executor, s, ctx, timeout_s=30.0, cancel=None):
     pool = ThreadPoolExecutor(1)
-    future = pool.submit(executor.run, s, ctx, timeout_s, cancel or threading.Event())
+    future = pool.submit(executor.run, s, ctx, timeout_s, cancel or Latch())
     pool.shutdown(wait=False)
     return future
 
@@ -97,7 +97,7 @@ def test_success_commits_the_effect_and_the_tick_together(engine, executor):
     ctx = running_tick(engine)
     n = uuid.uuid4().hex
     pyjobs.gate(n).set()
-    result = executor.run(spec("insert_then_wait", n), ctx, 30.0, threading.Event())
+    result = executor.run(spec("insert_then_wait", n), ctx, 30.0, Latch())
     assert result.ok, result.error
     [row] = effects(engine)
     assert (row.job_id, row.slot, row.fence, row.node_id, row.attempt) == ("pj", ctx.scheduled_at_ms, FENCE, "n0", 1)
@@ -138,8 +138,8 @@ def test_a_second_run_of_a_committed_slot_writes_nothing(engine, executor):
     ctx = running_tick(engine)
     n = uuid.uuid4().hex
     pyjobs.gate(n).set()
-    assert executor.run(spec("insert_then_wait", n), ctx, 30.0, threading.Event()).ok
-    again = executor.run(spec("insert_then_wait", n), ctx, 30.0, threading.Event())
+    assert executor.run(spec("insert_then_wait", n), ctx, 30.0, Latch()).ok
+    again = executor.run(spec("insert_then_wait", n), ctx, 30.0, Latch())
     assert not again.ok
     assert again.error.startswith(f"tick pj@{ctx.scheduled_at_ms} is no longer unresolved under fence {FENCE}")
     assert len(effects(engine)) == 1
@@ -148,7 +148,7 @@ def test_a_second_run_of_a_committed_slot_writes_nothing(engine, executor):
 def test_an_abandoned_call_never_commits(engine, executor, caplog):
     ctx = running_tick(engine)
     n = uuid.uuid4().hex
-    result = executor.run(spec("insert_then_wait", n), ctx, 0.3, threading.Event())
+    result = executor.run(spec("insert_then_wait", n), ctx, 0.3, Latch())
     assert not result.ok
     assert result.error.startswith("timed out after 0.3s"), result.error
     assert "ignored cancel and is still running" in result.error
@@ -170,7 +170,7 @@ def test_an_abandoned_call_never_commits(engine, executor, caplog):
 def test_a_cooperative_call_stopped_by_cancel_commits_nothing(engine, executor):
     ctx = running_tick(engine)
     n = uuid.uuid4().hex
-    cancel = threading.Event()
+    cancel = Latch()
     future = start(executor, spec("insert_then_wait", n, cooperate=True), ctx, cancel=cancel)
     assert pyjobs.entered(n).wait(30)
     cancel.set()
@@ -185,7 +185,7 @@ def test_a_cooperative_call_stopped_by_cancel_commits_nothing(engine, executor):
 
 def test_a_callable_that_rolls_back_succeeds_with_nothing_written(engine, executor):
     ctx = running_tick(engine)
-    result = executor.run(spec("rolls_back"), ctx, 30.0, threading.Event())
+    result = executor.run(spec("rolls_back"), ctx, 30.0, Latch())
     assert result.ok, result.error
     assert "nothing written" in result.output
     assert effects(engine) == []
@@ -193,7 +193,7 @@ def test_a_callable_that_rolls_back_succeeds_with_nothing_written(engine, execut
 
 def test_a_session_may_idle_as_long_as_the_job_may_run(engine, executor):
     ctx = running_tick(engine)
-    result = executor.run(spec("session_settings"), ctx, 120.0, threading.Event())
+    result = executor.run(spec("session_settings"), ctx, 120.0, Latch())
     assert result.ok, result.error
     assert result.output == "130s"  # the job's timeout plus a margin, for this transaction only
 

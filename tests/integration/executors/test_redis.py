@@ -43,6 +43,7 @@ from shardcron.executors.redis_clients import ENQUEUED_PREFIX
 from shardcron.executors.redis_stream import RedisStreamExecutor
 from shardcron.executors.rq import RqExecutor
 from shardcron.model import ExecutorSpec, Tick, TickContext, TickStatus
+from shardcron.runtime.latch import Latch
 from shardcron.spec.job import job_from_dict
 from shardcron.store.engine import make_engine
 from shardcron.store.tick_reads import list_ticks
@@ -215,7 +216,7 @@ def pools() -> Iterator[Callable[[], Connections]]:
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_slot_is_enqueued_once_whoever_retries_it(kind, rds, names, pools):
     spec, first = names.spec(kind), names.tick(kind, fence=41)
-    never = threading.Event()
+    never = Latch()
     done = EXECUTORS[kind](pools()).run(spec, first, 10, never)
     assert done.ok, done.error
     assert done.output.startswith(("enqueued ", "added ")), done.output
@@ -252,7 +253,7 @@ def test_racing_attempts_of_one_slot_enqueue_it_once(kind, rds, names, pools):
 
     def attempt(i: int) -> None:
         start.wait(30)
-        results.append(executors[i].run(spec, replace(tick, fence=100 + i), 20, threading.Event()))
+        results.append(executors[i].run(spec, replace(tick, fence=100 + i), 20, Latch()))
 
     threads = [threading.Thread(target=attempt, args=(i,)) for i in range(len(executors))]
     for t in threads:
@@ -268,7 +269,7 @@ def test_racing_attempts_of_one_slot_enqueue_it_once(kind, rds, names, pools):
 def test_a_closed_port_fails_at_once_naming_the_masked_url(kind, names, pools):
     url = f"redis://:s3cret-pw@127.0.0.1:{free_port()}/0"
     began = time.monotonic()
-    result = EXECUTORS[kind](pools()).run(names.spec(kind, url), names.tick(kind), 30, threading.Event())
+    result = EXECUTORS[kind](pools()).run(names.spec(kind, url), names.tick(kind), 30, Latch())
     took = time.monotonic() - began
     assert not result.ok
     assert "s3cret-pw" not in result.error and "redis://:***@127.0.0.1:" in result.error, result.error
@@ -286,7 +287,7 @@ def silent_redis() -> Iterator[str]:
 def test_a_silent_redis_fails_within_the_socket_timeout_not_the_job_timeout(names, pools):
     with silent_redis() as url:
         began = time.monotonic()
-        result = EXECUTORS["rq"](pools()).run(names.spec("rq", url), names.tick("rq"), 60, threading.Event())
+        result = EXECUTORS["rq"](pools()).run(names.spec("rq", url), names.tick("rq"), 60, Latch())
         took = time.monotonic() - began
     assert not result.ok and "timed out" in result.error, result.error
     assert url in result.error, result.error
@@ -296,7 +297,7 @@ def test_a_silent_redis_fails_within_the_socket_timeout_not_the_job_timeout(name
 @pytest.mark.parametrize("kind", KINDS)
 def test_cancel_stops_the_enqueue(kind, rds, names, pools):
     spec, tick = names.spec(kind), names.tick(kind)
-    cancelled = threading.Event()
+    cancelled = Latch()
     cancelled.set()
     before = EXECUTORS[kind](pools()).run(spec, tick, 10, cancelled)
     assert not before.ok and before.error.startswith("cancelled: "), before.error
@@ -305,7 +306,7 @@ def test_cancel_stops_the_enqueue(kind, rds, names, pools):
     # Mid-call: a silent Redis holds the call for its 5 s socket timeout; cancel must not wait for it.
     # (Were cancel ignored, the result would be that timeout's error, not "cancelled: ".)
     with silent_redis() as url:
-        cancel = threading.Event()
+        cancel = Latch()
         threading.Timer(0.3, cancel.set).start()
         during = EXECUTORS[kind](pools()).run(names.spec(kind, url), tick, 60, cancel)
     assert not during.ok and during.error.startswith("cancelled: "), during.error

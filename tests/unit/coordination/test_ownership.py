@@ -90,3 +90,24 @@ def test_set_state_changes_the_state_and_ignores_a_repeat(caplog):
     slot.set_state(ShardState.CANDIDATE, "again")
     assert slot.state is ShardState.CANDIDATE
     assert sum("idle -> candidate" in r.getMessage() for r in caplog.records) == 1
+
+
+@pytest.mark.parametrize(
+    "path, stopped",
+    [
+        # The states a slot goes through, in order                       its stop latch set at the end
+        ([ShardState.CANDIDATE], False),
+        ([ShardState.CANDIDATE, ShardState.LEADER], False),
+        ([ShardState.CANDIDATE, ShardState.LEADER, ShardState.RESIGNING], False),  # draining: ticks still run
+        ([ShardState.CANDIDATE, ShardState.LEADER, ShardState.RESIGNING, ShardState.IDLE], True),
+        ([ShardState.CANDIDATE, ShardState.LEADER, ShardState.IDLE], True),  # the election was lost
+        ([ShardState.CANDIDATE, ShardState.LEADER, ShardState.LOST], True),  # the session was lost
+        ([ShardState.CANDIDATE, ShardState.IDLE], True),
+        ([ShardState.IDLE], True),  # a repeat of the state it is in still signals: nothing may run on it
+    ],
+)
+def test_set_state_sets_the_stop_latch_when_the_slot_leaves_its_work(path, stopped):
+    slot = ShardSlot(3)
+    for state in path:
+        slot.set_state(state, "test")
+    assert slot.stop.is_set() is stopped

@@ -15,6 +15,7 @@ from shardcron.executors.aio import LoopThread
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import tick_headers
 from shardcron.model import AmqpSpec, ExecutorKind, ExecutorSpec, TickContext
+from shardcron.runtime.latch import Latch
 from shardcron.spec.headers import scrub_password
 
 TICK = TickContext(job_id="j", scheduled_at_ms=1_767_225_605_000, attempt=2, fence=9, shard=1, node_id="n0")
@@ -105,7 +106,7 @@ def test_a_spec_without_settings_is_an_invalid_job_not_a_crash(kind):
         executor = (celery_executor.CeleryExecutor if kind is ExecutorKind.CELERY else amqp_executor.AmqpExecutor)(
             connections, loop
         )
-        result = executor.run(ExecutorSpec(kind), TICK, 5.0, threading.Event())
+        result = executor.run(ExecutorSpec(kind), TICK, 5.0, Latch())
     finally:
         connections.close()
         loop.close()

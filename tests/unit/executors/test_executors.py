@@ -7,7 +7,6 @@ import socket
 import ssl
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +23,7 @@ from shardcron.errors import InvalidJob
 from shardcron.executors import Executors, HttpExecutor, NoopExecutor, ShellExecutor, describe, executor_for
 from shardcron.executors.base import truncate_output
 from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutorKind, ExecutorSpec, HttpSpec, ShellSpec, TickContext
+from shardcron.runtime.latch import Latch
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -47,7 +47,7 @@ def shell_spec(command: str) -> ExecutorSpec:
 
 
 def run(executor, spec, timeout_s=10.0, cancel=None):
-    return executor.run(spec, CTX, timeout_s, cancel or threading.Event())
+    return executor.run(spec, CTX, timeout_s, cancel or Latch())
 
 
 def wait_until(condition, timeout: float) -> bool:
@@ -156,7 +156,7 @@ def test_http_get_without_body(sink, http):
 
 def test_http_header_values_may_be_non_ascii(sink, http):
     ctx = replace(CTX, job_id="ジョブ-1")
-    result = http.run(http_spec(sink.url + "/", headers=(("X-Note", "café ☕"),)), ctx, 10.0, threading.Event())
+    result = http.run(http_spec(sink.url + "/", headers=(("X-Note", "café ☕"),)), ctx, 10.0, Latch())
     assert result.ok, result.error
     (req,) = sink.requests()
     assert req.header("X-Shardcron-Job-Id") == "ジョブ-1"
@@ -227,7 +227,7 @@ def test_http_timeout(sink, http):
 
 
 def test_http_cancel_interrupts_a_slow_request_and_drops_its_connection(sink, http):
-    cancel = threading.Event()
+    cancel = Latch()
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(run, http, http_spec(sink.url + "/slow/10000"), 30.0, cancel)
         assert sink.wait_for(lambda reqs: len(reqs) == 1, timeout=5)
@@ -341,7 +341,7 @@ def test_shell_timeout_kills_the_whole_process_group(tmp_path, ignore_sigterm):
 
 def test_shell_cancel_kills_the_whole_process_group(tmp_path):
     pidfile = tmp_path / "child.pid"
-    cancel = threading.Event()
+    cancel = Latch()
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(
             run,
@@ -363,7 +363,7 @@ def test_shell_cancel_kills_the_whole_process_group(tmp_path):
 
 
 def test_shell_cancelled_before_start_runs_nothing(tmp_path):
-    cancel = threading.Event()
+    cancel = Latch()
     cancel.set()
     result = run(ShellExecutor(), shell_spec(f"touch {tmp_path}/ran"), cancel=cancel)
     assert not result.ok and result.error.startswith("cancelled: ")

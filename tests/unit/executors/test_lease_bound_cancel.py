@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
 from shardcron.executors.aio import Cancelled, LoopThread
-from shardcron.leader.runner import StopOrLeaseLost
+from shardcron.leader.shard_cancel import StopOrLeaseLost
+from shardcron.runtime.latch import Latch
 
 
 class _Lease:
+    """A lease held, or not, on the clock (``can_act``), whose ``done`` a test sets."""
+
     def __init__(self, held: bool):
         self.held = held
+        self.done = Latch()
 
     def can_act(self) -> bool:
-        return self.held
+        return self.held and not self.done.is_set()
 
 
 @pytest.mark.parametrize(
@@ -28,7 +30,7 @@ class _Lease:
     ],
 )
 def test_cancel_is_the_shard_or_the_lease(stopped, lease_held, cancelled):
-    stop = threading.Event()
+    stop = Latch()
     if stopped:
         stop.set()
     cancel = StopOrLeaseLost(stop, _Lease(lease_held))
@@ -45,10 +47,10 @@ def test_a_coroutine_whose_cancel_is_set_by_the_time_the_loop_takes_it_never_sta
         return "ran"
 
     try:
-        assert loop.run(work, 5, StopOrLeaseLost(threading.Event(), _Lease(True))) == "ran"
+        assert loop.run(work, 5, StopOrLeaseLost(Latch(), _Lease(True))) == "ran"
         started.clear()
         with pytest.raises(Cancelled):
-            loop.run(work, 5, StopOrLeaseLost(threading.Event(), _Lease(False)))
+            loop.run(work, 5, StopOrLeaseLost(Latch(), _Lease(False)))
         assert started == []
     finally:
         loop.close()

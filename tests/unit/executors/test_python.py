@@ -18,6 +18,7 @@ import pytest
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.executors.python import CallContext, PythonExecutor
 from shardcron.model import OUTPUT_LIMIT_BYTES, ExecutorKind, ExecutorSpec, PythonSpec, TickContext
+from shardcron.runtime.latch import Latch
 from tests.support import pyjobs
 
 pytestmark = pytest.mark.timeout(60)
@@ -33,7 +34,7 @@ def spec(target: str, *args, session: bool = False, **kwargs) -> ExecutorSpec:
 
 
 def run(target: str, *args, allow=ALLOW, timeout_s: float = 10.0, cancel=None, **kwargs):
-    return PythonExecutor(None, allow).run(spec(target, *args, **kwargs), CTX, timeout_s, cancel or threading.Event())
+    return PythonExecutor(None, allow).run(spec(target, *args, **kwargs), CTX, timeout_s, cancel or Latch())
 
 
 def name() -> str:
@@ -172,7 +173,7 @@ def test_a_cooperative_callable_is_told_to_stop_on_timeout():
 
 def test_cancel_stops_the_call():
     n = name()
-    cancel = threading.Event()
+    cancel = Latch()
     threading.Thread(target=lambda: pyjobs.entered(n).wait(30) and cancel.set(), daemon=True).start()
     result = run("tests.support.pyjobs:cooperative", n, timeout_s=30, cancel=cancel)
     assert not result.ok
@@ -180,7 +181,7 @@ def test_cancel_stops_the_call():
 
 
 def test_cancel_before_the_call():
-    cancel = threading.Event()
+    cancel = Latch()
     cancel.set()
     result = run("tests.support.pyjobs:echo", cancel=cancel)
     assert not result.ok and result.error == "cancelled: before tests.support.pyjobs:echo was called"
@@ -208,7 +209,7 @@ def test_a_callable_that_ignores_cancel_is_reported_and_never_succeeds(caplog):
 
 
 def test_a_session_needs_a_store():
-    result = PythonExecutor(None, ALLOW).run(spec("tests.support.pyjobs:echo", session=True), CTX, 5, threading.Event())
+    result = PythonExecutor(None, ALLOW).run(spec("tests.support.pyjobs:echo", session=True), CTX, 5, Latch())
     assert not result.ok and "no store engine" in result.error
 
 
@@ -217,9 +218,7 @@ def test_a_session_is_refused_on_sqlite(tmp_path):
 
     engine = make_engine(f"sqlite:///{tmp_path}/s.db")
     try:
-        result = PythonExecutor(engine, ALLOW).run(
-            spec("tests.support.pyjobs:echo", session=True), CTX, 5, threading.Event()
-        )
+        result = PythonExecutor(engine, ALLOW).run(spec("tests.support.pyjobs:echo", session=True), CTX, 5, Latch())
     finally:
         engine.dispose()
     assert not result.ok

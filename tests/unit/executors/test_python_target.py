@@ -7,13 +7,13 @@ that imports ``os``, ``subprocess`` and friends, as a user's ``myapp`` does).
 from __future__ import annotations
 
 import sys
-import threading
 
 import pytest
 
 from shardcron.executors.python import PythonExecutor
 from shardcron.executors.python_target import TargetRefused, check_target, resolve_target
 from shardcron.model import ExecutorKind, ExecutorSpec, PythonSpec, TickContext
+from shardcron.runtime.latch import Latch
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -166,7 +166,7 @@ def test_the_executor_refuses_right_before_the_call_and_runs_nothing(tmp_path):
         ExecutorKind.PYTHON,
         python=PythonSpec(target=f"{PKG}:os.spawnl", args=("/bin/sh", "sh", "-c", f"touch {marker}")),
     )
-    result = PythonExecutor(None, ALLOW).run(spec, CTX, 10.0, threading.Event())
+    result = PythonExecutor(None, ALLOW).run(spec, CTX, 10.0, Latch())
     assert not result.ok
     assert result.error == (
         f"{PKG}:os.spawnl is refused: 'os' is a module (os): after the colon a target walks "

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 from redis.exceptions import AuthenticationError, ConnectionError, ResponseError, TimeoutError
 
@@ -14,6 +12,7 @@ from shardcron.executors.identity import slot_uuid
 from shardcron.executors.redis_stream import RedisStreamExecutor, entry_fields
 from shardcron.executors.rq import RqExecutor
 from shardcron.model import ExecutorKind, ExecutorSpec, RedisStreamSpec, RqSpec, TickContext
+from shardcron.runtime.latch import Latch
 
 TICK = TickContext("report", 1_700_000_000_000, 2, 41, 3, "n0")
 
@@ -56,12 +55,12 @@ def test_errors_read_as_one_line(error, start):
 
 @pytest.mark.parametrize("make", [RqExecutor, ArqExecutor, RedisStreamExecutor])
 def test_a_spec_without_its_settings_is_refused(make):
-    result = make(Connections(), None).run(ExecutorSpec(ExecutorKind.NOOP), TICK, 5, threading.Event())
+    result = make(Connections(), None).run(ExecutorSpec(ExecutorKind.NOOP), TICK, 5, Latch())
     assert not result.ok and result.error.startswith("invalid job: ")
 
 
 def test_cancelled_before_sending_touches_no_redis_and_masks_the_url():
-    cancel = threading.Event()
+    cancel = Latch()
     cancel.set()
     spec = ExecutorSpec(ExecutorKind.RQ, rq=RqSpec("redis://:pw@nowhere.invalid:6379/0", "app.tasks.f"))
     result = RqExecutor(Connections(), None).run(spec, TICK, 5, cancel)
@@ -71,5 +70,5 @@ def test_cancelled_before_sending_touches_no_redis_and_masks_the_url():
 
 def test_an_unparsable_url_is_a_failed_tick_not_an_exception():
     spec = ExecutorSpec(ExecutorKind.REDIS_STREAM, redis_stream=RedisStreamSpec("http://:pw@h/0", "s"))
-    result = RedisStreamExecutor(Connections(), None).run(spec, TICK, 5, threading.Event())
+    result = RedisStreamExecutor(Connections(), None).run(spec, TICK, 5, Latch())
     assert not result.ok and result.error.startswith("invalid redis URL http://:***@h/0"), result.error

@@ -1,0 +1,45 @@
+"""A cancel (``abc.Cancel``) that counts how often it is asked ``is_set()``.
+
+A waiter that polls its cancel asks on every turn, so the count grows with
+the time it waits; one that waits on the event asks a few times in all: the
+point checks before it starts, and once more when it is woken.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from shardcron.leader.shard_cancel import StopOrLeaseLost
+from shardcron.runtime.latch import Latch
+
+# The most ``is_set()`` calls an attempt makes, whatever it waited: its point checks before it
+# starts (each layer it crosses asks once: the thread, the loop, the request's slot) and after it
+# is woken. A poll every 50 ms makes more than this in a second.
+MOST_CHECKS = 8
+
+
+class CountingCancel:
+    def __init__(self, inner: Latch | StopOrLeaseLost | None = None) -> None:
+        self.inner = inner if inner is not None else Latch()
+        self._lock = threading.Lock()
+        self.asked = 0
+
+    def is_set(self) -> bool:
+        with self._lock:
+            self.asked += 1
+        return self.inner.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.inner.wait(timeout)
+
+    def on_set(self, callback: Callable[[], object]) -> Callable[[], None]:
+        return self.inner.on_set(callback)
+
+    @property
+    def listeners(self) -> int:
+        return self.inner.listeners
+
+    def set(self) -> None:
+        assert isinstance(self.inner, Latch), "only a plain latch is set by hand; a shard's cancel by its sources"
+        self.inner.set()
