@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import gc
 import logging
 import signal
@@ -35,7 +36,7 @@ from shardcron.leader.notifier import Notifier
 from shardcron.leader.recorder import ResultWrite
 from shardcron.model import Job, SlotRef, Tick
 from shardcron.rules.notifications import NO_DEFAULTS
-from shardcron.runtime.lifeline import EXIT_WORKER_DIED, Lifeline
+from shardcron.runtime.lifeline import EXIT_WORKER_DIED, Lifeline, stack_of
 from shardcron.spec.calendar import Calendar
 from shardcron.spec.jobfile import JobFileError, load_file_calendars, load_job_file
 from shardcron.store.calendars import import_calendars
@@ -46,6 +47,9 @@ from shardcron.store.migrate import ensure_schema
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# How long a stopped node's process may take to exit once its shards are handed over and its lease revoked.
+EXIT_WITHIN_S = 10.0
 
 
 class NodeBackend:
@@ -180,6 +184,7 @@ class Node:
         self.calendar_watch: CalendarWatch | None = None
         self.namespace_watch: NamespaceWatch | None = None
         self.coordinator: Coordinator | None = None
+        self._coord_thread: threading.Thread | None = None
         self.cluster_config: ClusterConfig | None = None  # as read at start; the view mirrors it live
         self.api: ApiServer | None = None
         self.dashboard: DashboardServer | None = None
@@ -347,18 +352,24 @@ class Node:
         while not self.stopping.wait(0.5):
             if self.coordinator and self.coordinator.stopped.is_set():
                 break
-        if self.coordinator and self.died is not None:
-            # Shards resign without a grace (nothing waits for the dead worker's part), then the lease is
-            # revoked. If the coordinator is what died (its own exit revoked it then) or hangs, from here.
-            self.coordinator.request_stop(grace_s=0.0)
-            if not self.coordinator.stopped.wait(self.cfg.ttl):
+        coordinator = self.coordinator
+        if coordinator is not None:
+            if self.died is not None:
+                # Shards resign without a grace: nothing waits for the dead worker's part.
+                coordinator.request_stop(grace_s=0.0)
+                limit = float(self.cfg.ttl)
+            else:
+                limit = self.cfg.shutdown_grace + self.cfg.ttl + 5  # the shards' grace, then the lease's revoke
+            if not coordinator.stopped.wait(limit):
+                # The coordinator hangs (or is what died and revoked nothing): its lease must not outlive the
+                # node, or its shards wait a TTL for a successor. Where it hangs is what to mend.
                 log.warning(
-                    "the coordinator has not handed the shards over within %ss; revoking the lease", self.cfg.ttl
+                    "the coordinator has not handed the shards over within %.0fs; revoking the lease. It is at:\n%s",
+                    limit,
+                    stack_of(self._coord_thread),
                 )
-                self.coordinator.revoke_lease()
-        elif self.coordinator:
-            # Shards resign (bounded by the grace), then the lease is revoked.
-            self.coordinator.stopped.wait(self.cfg.shutdown_grace + self.cfg.ttl + 5)
+                coordinator.revoke_lease()
+                self.died = self.died or "coordinator"  # a hang is a failure too: exit EXIT_WORKER_DIED
         self.close()
 
     def close(self) -> None:
@@ -425,6 +436,11 @@ def run_node(cfg: NodeConfig) -> int:
     gc.collect()
     gc.freeze()
     node.wait()
+    # Everything is closed and the lease is revoked; what is left is the interpreter's own exit, which waits
+    # for every thread pool's worker to finish its call. One stuck in a call (a store cut off) would keep a
+    # stopped node's process alive until its supervisor kills it: past EXIT_WITHIN_S, every thread's stack
+    # goes to stderr (where to mend it) and the process exits.
+    faulthandler.dump_traceback_later(EXIT_WITHIN_S, exit=True)
     if node.coordinator and node.coordinator.fatal:
         raise ConfigError(node.coordinator.fatal)  # exit code 1, as any configuration error
     return EXIT_WORKER_DIED if node.died is not None else 0

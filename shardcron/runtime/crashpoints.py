@@ -47,8 +47,10 @@ def notify(point: str, job_id: str) -> None:
 # ``SHARDCRON_TEST_FAIL_WHEN=<path>`` it does so only once that file exists, so a test lets the node lead
 # shards first. An event loop's thread ends instead (its loop stops: ``fail_loop``), since nothing raised
 # inside a loop's callback reaches its thread.
+# With ``SHARDCRON_TEST_FAIL_HOW=hang`` the worker hangs there instead, as one stuck in a call would.
 _FAIL_WORKER = os.environ.get("SHARDCRON_TEST_FAIL_THREAD") or None
 _FAIL_WHEN = os.environ.get("SHARDCRON_TEST_FAIL_WHEN") or None
+_FAIL_HOW = os.environ.get("SHARDCRON_TEST_FAIL_HOW") or "raise"
 
 
 class InjectedFailure(RuntimeError):
@@ -60,6 +62,9 @@ def fail_worker(name: str | None = None) -> None:
     if _FAIL_WORKER is None:
         return
     if _fail_armed(name or threading.current_thread().name):
+        if _FAIL_HOW == "hang":
+            print(f"crash point: worker {_FAIL_WORKER!r} hangs", file=sys.stderr, flush=True)
+            threading.Event().wait()
         raise InjectedFailure(f"injected failure of worker {_FAIL_WORKER!r} (SHARDCRON_TEST_FAIL_THREAD)")
 
 

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 import threading
+import traceback
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -99,6 +101,14 @@ class Lifeline:
             self.report(name, None)
 
 
+def stack_of(thread: threading.Thread | None) -> str:
+    """Where ``thread`` is now, as a traceback's lines (for a log line about a thread that hangs)."""
+    frame = sys._current_frames().get(thread.ident) if thread is not None and thread.ident is not None else None
+    if frame is None:
+        return "  (not running)"
+    return "".join(traceback.format_stack(frame)).rstrip()
+
+
 def run_forever(loop: asyncio.AbstractEventLoop) -> None:
     """``loop.run_forever()``, counted in ``shardcron_event_loops`` while it runs (the benches report it)."""
     crashpoints.fail_loop(loop)
@@ -111,4 +121,4 @@ def run_forever(loop: asyncio.AbstractEventLoop) -> None:
 
 UNWATCHED = Lifeline()
 
-__all__ = ["EXIT_WORKER_DIED", "Lifeline", "OnDeath", "UNWATCHED", "run_forever"]
+__all__ = ["EXIT_WORKER_DIED", "Lifeline", "OnDeath", "UNWATCHED", "run_forever", "stack_of"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import time
 
 import pytest
@@ -187,4 +188,49 @@ def test_a_claimer_that_raises_no_longer_leaves_a_leader_that_claims_nothing(
         )
     finally:
         engine.dispose()
+        c.stop_all()
+
+
+def test_a_coordinator_that_hangs_is_shown_where_it_hangs_and_its_lease_revoked_at_stop(
+    etcd_server, etcd_prefix, fresh_db_url, tmp_path
+):
+    """A stop whose coordinator never hands the shards over (it hangs, as one stuck in a call would) still
+    ends: past the grace the node logs where the coordinator is, revokes its lease so the standby takes the
+    shards at once, and exits with EXIT_WORKER_DIED. Found by a 1800 s soak (seed 1998585354), where such a
+    node outlived its SIGTERM by 30 s with its lease alive."""
+    arm = tmp_path / "hang-now"
+    c = Cluster(
+        etcd_server.endpoints,
+        fresh_db_url("sqlite"),
+        etcd_prefix,
+        SHARDS,
+        TTL,
+        str(tmp_path),
+        extra_args=["--jobs", jobs_on_every_shard(tmp_path), "--allow-shell"],
+    )
+    try:
+        victim = c.add(
+            VICTIM,
+            env={
+                "SHARDCRON_TEST_FAIL_THREAD": "coordinator",
+                "SHARDCRON_TEST_FAIL_HOW": "hang",
+                "SHARDCRON_TEST_FAIL_WHEN": str(arm),
+            },
+        )
+        c.add(SURVIVOR)
+        leaders = c.wait_balanced({VICTIM, SURVIVOR}, timeout_s=90)
+        mine = [s for s, n in leaders.items() if n == VICTIM]
+        assert mine
+
+        arm.touch()
+        wait_until(lambda: "worker 'coordinator' hangs" in victim.log_text(), 60, what="the coordinator to hang")
+        victim.signal(signal.SIGTERM)
+        code = victim.proc.wait(120)
+        log = victim.log_text()
+        assert code == EXIT_WORKER_DIED, log[-4000:]
+        assert "the coordinator has not handed the shards over within" in log, log[-4000:]
+        assert "in fail_worker" in log, log[-4000:]  # the hung coordinator's stack, down to where it waits
+        assert re.search(r"lease [0-9a-f]+ revoked", log), log[-4000:]
+        wait_until(lambda: all(c.leaders()[s] == SURVIVOR for s in mine), 60, what=f"{SURVIVOR} to take {mine}")
+    finally:
         c.stop_all()

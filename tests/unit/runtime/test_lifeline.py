@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from shardcron.runtime.lifeline import Lifeline
+from shardcron.dev.testing.cluster import wait_until
+from shardcron.runtime.lifeline import Lifeline, stack_of
 
 
 class Deaths:
@@ -152,3 +153,21 @@ def test_an_unwatched_lifeline_logs_a_death_and_tells_nobody(caplog):
     assert [r.getMessage() for r in caplog.records if r.name == "shardcron.runtime.lifeline"] == [
         "worker 'pruner' died: ValueError('boom')"
     ]
+
+
+def test_stack_of_shows_where_a_thread_waits_and_says_when_it_does_not_run():
+    release = threading.Event()
+
+    def waits_here() -> None:
+        release.wait()
+
+    thread = threading.Thread(target=waits_here, name="stuck", daemon=True)
+    assert stack_of(thread) == "  (not running)"  # not started yet
+    thread.start()
+    try:
+        wait_until(lambda: "in waits_here" in stack_of(thread), 10, what="the thread to wait")
+        assert "release.wait()" in stack_of(thread)
+    finally:
+        release.set()
+        thread.join(10)
+    assert stack_of(thread) == "  (not running)"
