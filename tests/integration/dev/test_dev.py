@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from shardcron.dev.testing.cluster import eventually
 from shardcron.dev.testing.etcd_server import free_port, port_open
 
 pytestmark = pytest.mark.cluster
@@ -256,13 +257,10 @@ def nothing_left(children: set[int], ports: list[int]) -> bool:
 
 
 def assert_nothing_left(dev: RunningDev, ports: list[int], timeout_s: float = 90) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not nothing_left(dev.children, ports):
-        if time.monotonic() > deadline:
-            left = [p for p in dev.children if alive(p)]
-            listening = [p for p in ports if port_open("127.0.0.1", p)]
-            raise AssertionError(f"processes left behind: {left}; ports still listening: {listening}")
-        time.sleep(0.2)
+    if not eventually(lambda: nothing_left(dev.children, ports), timeout_s, 0.2):
+        left = [p for p in dev.children if alive(p)]
+        listening = [p for p in ports if port_open("127.0.0.1", p)]
+        raise AssertionError(f"processes left behind: {left}; ports still listening: {listening}")
 
 
 def test_dev_stops_every_child_when_its_output_pipe_is_gone(tmp_path):
