@@ -77,6 +77,19 @@ def jobs_on_every_shard(tmp_path) -> str:
     )
 
 
+def cluster_of(etcd_server, etcd_prefix: str, db: str, tmp_path, *flags: str) -> Cluster:
+    """The test's cluster (no node yet): a shell job on every shard, every second, and ``flags`` for every node."""
+    return Cluster(
+        etcd_server.endpoints,
+        db,
+        etcd_prefix,
+        SHARDS,
+        TTL,
+        str(tmp_path),
+        extra_args=["--jobs", jobs_on_every_shard(tmp_path), "--allow-shell", *flags],
+    )
+
+
 def bump_settings(etcd_endpoints: str, prefix: str) -> None:
     """What a write of calendars, namespaces or tokens does: every node's watcher of them wakes and reloads."""
     layout = KeyLayout(prefix)
@@ -98,15 +111,7 @@ def test_a_dead_worker_hands_the_shards_over_at_once_and_the_node_exits_non_zero
 ):
     arm = tmp_path / "fail-now"
     flags, victim_flags, env = needs(worker, tmp_path)
-    c = Cluster(
-        etcd_server.endpoints,
-        fresh_db_url("sqlite"),
-        etcd_prefix,
-        SHARDS,
-        TTL,
-        str(tmp_path),
-        extra_args=["--jobs", jobs_on_every_shard(tmp_path), "--allow-shell", "--tick-retention", "1h", *flags],
-    )
+    c = cluster_of(etcd_server, etcd_prefix, fresh_db_url("sqlite"), tmp_path, "--tick-retention", "1h", *flags)
     try:
         victim = c.add(
             VICTIM,
@@ -154,15 +159,7 @@ def test_a_claimer_that_raises_no_longer_leaves_a_leader_that_claims_nothing(
 
     arm = tmp_path / "fail-now"
     db = fresh_db_url("sqlite")
-    c = Cluster(
-        etcd_server.endpoints,
-        db,
-        etcd_prefix,
-        SHARDS,
-        TTL,
-        str(tmp_path),
-        extra_args=["--jobs", jobs_on_every_shard(tmp_path), "--allow-shell"],
-    )
+    c = cluster_of(etcd_server, etcd_prefix, db, tmp_path)
     engine = make_engine(db)
     try:
         victim = c.add(VICTIM, env={"SHARDCRON_TEST_FAIL_THREAD": "claimer", "SHARDCRON_TEST_FAIL_WHEN": str(arm)})
@@ -199,15 +196,7 @@ def test_a_coordinator_that_hangs_is_shown_where_it_hangs_and_its_lease_revoked_
     shards at once, and exits with EXIT_WORKER_DIED. Found by a 1800 s soak (seed 1998585354), where such a
     node outlived its SIGTERM by 30 s with its lease alive."""
     arm = tmp_path / "hang-now"
-    c = Cluster(
-        etcd_server.endpoints,
-        fresh_db_url("sqlite"),
-        etcd_prefix,
-        SHARDS,
-        TTL,
-        str(tmp_path),
-        extra_args=["--jobs", jobs_on_every_shard(tmp_path), "--allow-shell"],
-    )
+    c = cluster_of(etcd_server, etcd_prefix, fresh_db_url("sqlite"), tmp_path)
     try:
         victim = c.add(
             VICTIM,
