@@ -54,7 +54,8 @@ from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
 log = logging.getLogger(__name__)
 
-MAX_TAKEOVERS_IN_FLIGHT = 2  # shards a node may have won and not yet readied before it is handed more
+MAX_TAKEOVERS_IN_FLIGHT = 2
+UNDELETED_RETRY_S = 0.5  # how soon a key a failed resign left is tried again (ShardActions.undeleted)  # shards a node may have won and not yet readied before it is handed more
 
 
 class Coordinator:
@@ -195,6 +196,7 @@ class Coordinator:
             slot.election = None
         metrics.shards_led.set(0)
         metrics.session_alive.set(0)
+        self.actions.undeleted.clear()  # bound to this session's lease: they go with it
         if self.session:
             session, self.session = self.session, None
             if revoke and not session.done.is_set():
@@ -240,6 +242,8 @@ class Coordinator:
             if self._stopping and self.table.all_idle():
                 self._leave()
                 return
+            if self.actions.undeleted:
+                self.actions.delete_undeleted_keys()
             if self._undecided or clock.monotonic() >= self._decide_by:
                 self._reconcile()
 
@@ -289,7 +293,7 @@ class Coordinator:
             self._resync_due = clock.monotonic() + 0.5
 
     def _next_wakeup(self) -> float:
-        wait = 1.0
+        wait = 1.0 if not self.actions.undeleted else UNDELETED_RETRY_S
         if self._resync_due:
             wait = min(wait, max(0.05, self._resync_due - clock.monotonic()))
         if (settled_at := self._placer.wake_at()) is not None:

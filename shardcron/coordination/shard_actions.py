@@ -52,6 +52,10 @@ class ShardActions:
         self._post = post  # puts an event on the coordinator's queue (any thread)
         self._last_proclaim: dict[int, int] = {}
         self._unproclaimed: set[int] = set()  # led shards whose "leader since" etcd has not taken yet
+        # Our election keys that a resign or a withdrawal could not delete (etcd did not answer). Each stays
+        # bound to our live lease and, first in its shard's queue, would keep every other node from leading
+        # the shard while we lead it no more: retried until gone (``delete_undeleted_keys``).
+        self.undeleted: dict[int, Election] = {}
         self._next_count_proclaim = 0.0
 
     def do(self, slot: ShardSlot, action: Action, role: Role, resign_why: str) -> None:
@@ -153,10 +157,7 @@ class ShardActions:
     def abandon_candidacy(self, slot: ShardSlot) -> None:
         slot.stop.set()  # before the key goes: a half-taken shard's work must stop before a successor can start
         if slot.election:
-            try:
-                slot.election.resign()
-            except EtcdUnavailable:
-                pass
+            self._delete_key(slot.shard, slot.election)
         slot.election = None
         self.table.set_state(slot, ShardState.IDLE, "stepped back")
 
@@ -172,13 +173,34 @@ class ShardActions:
         if slot.state is not ShardState.RESIGNING:
             return
         slot.stop.set()  # before the key goes: the next leader may start as soon as it has
-        try:
-            if slot.election:
-                slot.election.resign()
-        except EtcdUnavailable as e:
-            log.warning("shard %d: could not delete our key (%s); it goes with the lease", slot.shard, e)
+        if slot.election:
+            self._delete_key(slot.shard, slot.election)
         slot.election = None
         self.table.set_state(slot, ShardState.IDLE, "resigned")
+
+    def _delete_key(self, shard: int, election: Election) -> None:
+        try:
+            election.resign()
+        except EtcdUnavailable as e:
+            log.warning("shard %d: could not delete our key (%s); trying again until it is gone", shard, e)
+            self.undeleted[shard] = election
+
+    def delete_undeleted_keys(self) -> None:
+        """Try again to delete the keys a resign or a withdrawal left (the coordinator's loop, each pass while
+        any is left). A new session clears them: the old lease took its keys with it."""
+        for shard, election in list(self.undeleted.items()):
+            current = self.table.slots[shard].election
+            if current is not None and current.rev == election.rev:
+                # Campaigning again in this session put the same key (it is named by the lease) and found it
+                # there: the slot has taken it back as its own, so it is not ours to delete.
+                del self.undeleted[shard]
+                continue
+            try:
+                election.resign()
+            except EtcdUnavailable:
+                continue
+            del self.undeleted[shard]
+            log.info("shard %d: our key left by a failed resign is deleted", shard, extra={"shard": shard})
 
     def _election_of(self, slot: ShardSlot) -> Election:
         """The slot's election: ``decide`` asks for these actions only of a slot that campaigns."""
