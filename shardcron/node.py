@@ -25,6 +25,7 @@ from shardcron.coordination.etcd import Etcd, parse_endpoints
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.membership import ensure_cluster_config
 from shardcron.coordination.namespace_watch import NamespaceWatch
+from shardcron.coordination.store_watch import WatchThread
 from shardcron.coordination.view import shard_map_from_view
 from shardcron.dashboard import require_extra as require_dashboard_extra
 from shardcron.dashboard.history import MetricsHistory
@@ -37,6 +38,7 @@ from shardcron.leader.recorder import ResultWrite
 from shardcron.model import Job, SlotRef, Tick
 from shardcron.rules.notifications import NO_DEFAULTS
 from shardcron.runtime.lifeline import EXIT_WORKER_DIED, Lifeline, stack_of
+from shardcron.runtime.thread_names import name_os_threads
 from shardcron.spec.calendar import Calendar
 from shardcron.spec.jobfile import JobFileError, load_file_calendars, load_job_file
 from shardcron.store.calendars import import_calendars
@@ -183,6 +185,7 @@ class Node:
         self.scheduler: Scheduler | None = None
         self.calendar_watch: CalendarWatch | None = None
         self.namespace_watch: NamespaceWatch | None = None
+        self.settings_thread: WatchThread | None = None  # the calendars' and the namespaces' watches run on it
         self.coordinator: Coordinator | None = None
         self._coord_thread: threading.Thread | None = None
         self.cluster_config: ClusterConfig | None = None  # as read at start; the view mirrors it live
@@ -282,8 +285,10 @@ class Node:
             metrics.lease_renewal_age, lambda: coordinator.session.seconds_since_renewal() if coordinator.session else 0
         )
         self.scheduler.start()
-        self.calendar_watch.start()
-        self.namespace_watch.start()
+        self.settings_thread = WatchThread("settings", lifeline=self.lifeline)
+        self.calendar_watch.start(self.settings_thread)
+        self.namespace_watch.start(self.settings_thread)
+        self.settings_thread.start()
         self.notifier = Notifier(
             self.scheduler,
             defaults=cfg.notify_defaults or NO_DEFAULTS,
@@ -378,6 +383,8 @@ class Node:
             self.dashboard.stop()
         if self.api:
             self.api.stop()
+        if self.settings_thread:
+            self.settings_thread.stop()  # first: a pass under way could otherwise watch again what is stopped
         if self.calendar_watch:
             self.calendar_watch.stop()
         if self.namespace_watch:
@@ -422,6 +429,7 @@ def _start_dashboard(node: Node, listen: str) -> DashboardServer:
 
 
 def run_node(cfg: NodeConfig) -> int:
+    name_os_threads()
     node = Node(cfg)
     signal.signal(signal.SIGTERM, node.request_stop)
     signal.signal(signal.SIGINT, node.request_stop)

@@ -12,7 +12,7 @@ import pytest
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.namespace_watch import NamespaceWatch
-from shardcron.coordination.store_watch import StoreWatch
+from shardcron.coordination.store_watch import StoreWatch, WatchThread
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.errors import StoreUnavailable
 from shardcron.rules.namespace_settings import NamespaceSettings
@@ -113,3 +113,32 @@ def test_a_failing_reload_keeps_the_copy_and_the_watch_alive(etcd, etcd_prefix):
         assert attempts[:2] == ["start", "watch"]
     finally:
         w.stop()
+
+
+def test_watches_sharing_one_thread_reload_each_on_its_own_bump_and_period(etcd, etcd_prefix):
+    """A node's calendars and namespaces share one ``WatchThread``: a bump reloads the watch it names and
+    no other, and each keeps its own period."""
+    seen: dict[str, list[str]] = {"slow": [], "bumped": [], "fast": []}
+
+    class Recorded(StoreWatch):
+        def reload(self, cause: str) -> None:
+            seen[self._what].append(cause)
+
+    runner = WatchThread("settings")
+    slow = Recorded(etcd, f"{etcd_prefix}/slow", "slow", reload_s=3600)
+    bumped = Recorded(etcd, f"{etcd_prefix}/bumped", "bumped", reload_s=3600)
+    fast = Recorded(etcd, f"{etcd_prefix}/fast", "fast", reload_s=0.2)
+    for w in (slow, bumped, fast):
+        w.start(runner)
+    runner.start()
+    try:
+        wait_until(lambda: all(seen.values()), 30, what="every watch's first reload")
+        bumped.bump("x", 1)
+        wait_until(lambda: "watch" in seen["bumped"], 30, what="the bumped watch's reload")
+        wait_until(lambda: seen["fast"].count("periodic") >= 3, 30, what="the fast watch's periodic reloads")
+        assert seen["slow"] == ["start"]  # neither the bump nor the other's period reloaded it
+        assert seen["bumped"] == ["start", "watch"]
+    finally:
+        runner.stop()
+        for w in (slow, bumped, fast):
+            w.stop()
