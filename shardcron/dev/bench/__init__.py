@@ -21,14 +21,14 @@ def register(sub) -> None:
     )
     p.add_argument(
         "scenario",
-        choices=["precision", "throughput", "scale", "failover", "submit", "at-size", "dispatch", "fairness"],
+        choices=["precision", "throughput", "scale", "failover", "submit", "at-size", "dispatch", "fairness", "rest"],
     )
     p.add_argument(
         "--jobs",
         type=int,
         default=None,
         help="jobs firing every second (default 1000); at-size: jobs held (default 100000); "
-        "fairness: the calm namespace's noop jobs (default 100)",
+        "fairness: the calm namespace's noop jobs (default 100); rest: jobs every 10 s (default 100)",
     )
     p.add_argument(
         "--flood-jobs",
@@ -103,7 +103,7 @@ def _run(a: argparse.Namespace) -> int:
     from shardcron.dev.testing.etcd_server import EtcdCluster  # loaded by the run that needs it
 
     if a.jobs is None:
-        a.jobs = {"at-size": 100_000, "fairness": 100}.get(a.scenario, 1000)
+        a.jobs = {"at-size": 100_000, "fairness": 100, "rest": 100}.get(a.scenario, 1000)
     if a.jobs <= 0 or a.seconds <= 0:
         raise ConfigError("--jobs and --seconds must be positive")
     if a.flood_jobs <= 0 or a.executor_slots <= 0:
@@ -178,6 +178,11 @@ def _run(a: argparse.Namespace) -> int:
     elif a.scenario == "failover":
         with env() as e:
             figures = scenarios.failover(e, a.jobs, a.trials, a.graceful_trials)
+    elif a.scenario == "rest":
+        from shardcron.dev.bench import at_rest  # loaded by the run that needs it
+
+        with env() as e:
+            figures = at_rest.run(e, a.jobs, a.seconds)
     elif a.scenario == "at-size":
         from shardcron.dev.bench import at_size  # loaded by the run that needs it
 
@@ -384,6 +389,10 @@ def render(out: dict) -> str:
 
         lines.append(tabulate(fairness.render(f), headers=fairness.HEADERS, tablefmt="github"))
         lines.append("\n" + fairness.verdict(f))
+    elif f["scenario"] == "rest":
+        from shardcron.dev.bench import at_rest  # loaded by the run that needs it
+
+        lines += at_rest.render(f)
     elif f["scenario"] == "at-size":
         from shardcron.dev.bench import at_size  # loaded by the run that needs it
 

@@ -125,3 +125,14 @@ def test_fairness_both_modes(tmp_path):
         assert f["modes"][mode]["flooding"]["flood_starts_per_s"] > 0
     assert f["modes"]["on"]["idle"]["started"] == f["modes"]["on"]["idle"]["expected"]
     assert f["fair_p99_ratio"] is not None
+
+
+def test_rest_lists_the_node_threads_by_their_own_names(tmp_path):
+    f = bench(tmp_path, "rest", "--jobs", "20", "--seconds", "3", "--shards", "8")["shardcron"]
+    by_name = f["threads_by_name"]
+    assert sum(by_name.values()) == f["threads"] == f["node"]["threads_peak"]
+    # Named for the OS by the node itself: the scheduler's own threads are there under their names, and the
+    # etcd client's threads (started from one of ours) do not carry our names.
+    assert {"coordinator", "claimer", "dispatcher", "recorder", "settings"} <= by_name.keys()
+    assert by_name["settings"] == 1 and by_name["coordinator"] == 1
+    assert f["target_met"] == (f["threads"] <= f["target_threads"] == 16)
