@@ -33,3 +33,11 @@ def test_every_relative_link_of_the_readme_names_a_file():
 
 def test_the_readme_links_the_celery_beat_tutorial():
     assert "(docs/tutorials/replacing-celery-beat.md)" in README
+
+
+def test_the_sections_the_site_home_includes_are_marked():
+    # docs/index.md includes these by pymdownx.snippets; a missing marker would leave the home page without them.
+    home = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    for name in re.findall(r'--8<-- "README\.md:(\w+)"', home):
+        assert f"<!-- --8<-- [start:{name}] -->" in README, name
+        assert f"<!-- --8<-- [end:{name}] -->" in README, name
