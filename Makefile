@@ -1,6 +1,9 @@
 # `make dev`  : set up everything, then run a local 3-node cluster with demo jobs.
 # `make test` : set up everything, then run the lint checks and the whole suite.
 # `make lint` : the lint checks alone: ruff, ruff format --check, the import contract (lint-imports), mypy.
+# `make docs` : set up everything, then serve the documentation site (mkdocs.yml, docs/) on 127.0.0.1:8000.
+# `make docs-check` : build the site with --strict into build/site: a broken link or a page not in the nav fails
+#               (`make test` runs it after lint).
 # `make fuzz` : set up everything, then run the fuzz tests with 30 times their examples (hypothesis profile "fuzz").
 # `make soak SECONDS=1800 [SEED=S]` : set up everything, then run one nemesis soak of SECONDS seconds of faults
 #               (a random seed unless SEED is given; the run prints its seed and the command that replays it).
@@ -12,12 +15,12 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test lint fuzz soak repeat setup venv system-deps services unit proto clean
+.PHONY: dev test lint docs docs-check fuzz soak repeat setup venv system-deps services unit proto clean
 
 dev: setup
 	$(VENV)/bin/shardcron dev
 
-test: setup lint services
+test: setup lint docs-check services
 	$(PY) -m pytest -ra $(PYTEST_ARGS)
 
 lint: setup
@@ -25,6 +28,13 @@ lint: setup
 	$(VENV)/bin/ruff format --check
 	$(VENV)/bin/lint-imports
 	$(VENV)/bin/mypy
+
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs serve
+
+# Not --quiet: mkdocs 1.6 then drops the very warnings --strict counts, and passes.
+docs-check: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 fuzz: setup services
 	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -ra -m fuzz $(PYTEST_ARGS)
@@ -55,7 +65,7 @@ services:
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: install python3-venv (apt-get install python3-venv)"; exit 1; }
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e '.[dev,bench,brokers,dashboard]'
+	$(PIP) install --quiet -e '.[dev,bench,brokers,dashboard,docs]'
 	@touch $(STAMP)
 
 proto: setup

@@ -30,11 +30,12 @@ def test_the_layer_drawing_and_the_import_contract_agree():
     assert packages <= layered, f"the import contract's layers lack {sorted(packages - layered)}"
 
 
-def test_the_readme_tree_names_every_folder_of_the_package():
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    tree = readme.split("## How it works\n\n```\n", 1)[1].split("```", 1)[0]
+def test_the_how_it_works_tree_names_every_folder_of_the_package():
+    page = (ROOT / "docs" / "explanation" / "how-it-works.md").read_text(encoding="utf-8")
+    tree = page.split("\n```\n", 1)[1].split("```", 1)[0]
     named = set(re.findall(r"\b([a-z_0-9]+)/", tree)) - {"shardcron"}
     packages = {p.parent.name for p in (ROOT / "shardcron").glob("*/__init__.py")}
     assert named == packages, (
-        f"README's tree names {sorted(named - packages)} extra and lacks {sorted(packages - named)}"
+        f"docs/explanation/how-it-works.md's tree names {sorted(named - packages)} extra "
+        f"and lacks {sorted(packages - named)}"
     )
