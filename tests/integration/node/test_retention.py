@@ -4,7 +4,7 @@ stay, the audit says "pruned", and the lateness of starts before and while pruni
 Lateness is read from the ticks themselves (start minus slot) a moment after each slot, before retention
 deletes them. The first RETENTION_S of slots start while nothing is old enough to prune ("without"); the
 slots from RETENTION_S + 2 s on start while the leader deletes a second's worth of ticks every second ("with").
-Only behaviour is asserted; the figures are printed (README "Retention").
+Only behaviour is asserted; the figures are printed (docs/performance.md, "Retention").
 """
 
 from __future__ import annotations
