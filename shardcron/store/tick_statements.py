@@ -112,8 +112,7 @@ class TickWrite:
 
 # The fields every batched update's row starts with: the tick's key, then the writer's shard and fence.
 _TICK_ROW = {"b_job": "TEXT", "b_at": "BIGINT", "b_shard": "INTEGER", "b_fence": "BIGINT"}
-# Job ids compared byte for byte, as the column does (schema.exact_string): PostgreSQL needs it said for a
-# value read from a document, which has the database's default collation; SQLite compares bytes always.
+# PostgreSQL compares job ids byte for byte, as the column does (schema.exact_string); SQLite always does.
 _EXACT = {POSTGRESQL: ' COLLATE "C"', SQLITE: ""}
 
 
@@ -148,7 +147,7 @@ def _assign(assignments: Mapping[str, str], refs: Mapping[str, str]) -> str:
     return ", ".join(f"{column} = {value.format_map(refs)}" for column, value in assignments.items())
 
 
-def _update_rows(own: Mapping[str, str], assignments: Mapping[str, str]) -> dict[str, Statement]:
+def _update_rows(name: str, own: Mapping[str, str], assignments: Mapping[str, str]) -> TickWrite:
     """An update of the writer's own unresolved ticks, each row naming its tick, shard and fence, then ``own``
     fields; ``assignments``: column -> SQL over ``{field}`` or a literal."""
     row = {**_TICK_ROW, **own}
@@ -170,7 +169,12 @@ def _update_rows(own: Mapping[str, str], assignments: Mapping[str, str]) -> dict
         "WHERE ticks.job_id = :b_job AND ticks.scheduled_at_ms = :b_at "
         f"AND {fenced_rows(Reach.OWN, shard=':b_shard', fence=':b_fence')}"
     )
-    return {POSTGRESQL: from_document(POSTGRESQL), SQLITE: from_document(SQLITE), MARIADB: Statement(Form.EACH, each)}
+    statements = {
+        POSTGRESQL: from_document(POSTGRESQL),
+        SQLITE: from_document(SQLITE),
+        MARIADB: Statement(Form.EACH, each),
+    }
+    return TickWrite(name, Kind.UPDATE_ROWS, Reach.OWN, row, {}, statements)
 
 
 # One chunk of (job id, slot) keys, bound as one expanding IN list.
@@ -180,22 +184,26 @@ _SHARD_AND_FENCE = {"b_shard": "INTEGER", "b_fence": "BIGINT"}
 _AMONG_KEYS = "(ticks.job_id, ticks.scheduled_at_ms) IN :keys"
 
 
-def _update_keys(reach: Reach, own: Mapping[str, str], assignments: Mapping[str, str]) -> dict[str, Statement]:
-    """An update of one shard's ticks named by key: the same statement on every dialect."""
-    refs = _each_refs(_KEY_ROW, {**_SHARD_AND_FENCE, **own})
+def _update_keys(name: str, reach: Reach, own: Mapping[str, str], assignments: Mapping[str, str]) -> TickWrite:
+    """An update of one shard's ticks named by key, with ``own`` binds shared by the batch: the same statement
+    on every dialect."""
+    shared = {**_SHARD_AND_FENCE, **own}
+    refs = _each_refs(_KEY_ROW, shared)
     statement = text(
         f"UPDATE ticks SET {_assign(assignments, refs)} WHERE {_AMONG_KEYS} "
         f"AND {fenced_rows(reach, shard=':b_shard', fence=':b_fence')}"
     ).bindparams(_KEYS)
-    return dict.fromkeys(DIALECTS, Statement(Form.KEYS, statement))
+    return TickWrite(
+        name, Kind.UPDATE_KEYS, reach, _KEY_ROW, shared, dict.fromkeys(DIALECTS, Statement(Form.KEYS, statement))
+    )
 
 
-def _insert(row: Mapping[str, str], shared: Mapping[str, str], values: Mapping[str, str]) -> dict[str, Statement]:
+def _insert(name: str, row: Mapping[str, str], shared: Mapping[str, str], values: Mapping[str, str]) -> TickWrite:
     """An insert of the slots that have no row: ``values`` maps each column to ``{field}`` or ``{shared}``."""
     columns = ", ".join(values)
-    # The rows in key order, so that two claimants lock keys in one order (PostgreSQL). SQLite has one writer
-    # at a time, and json_each yields the already sorted rows in order: a sort there would only cost a
-    # temporary B-tree per statement.
+    # The rows in key order (the primary key's, byte for byte), so that two claimants lock keys in one order
+    # (PostgreSQL). SQLite has one writer at a time, and json_each yields the already sorted rows in order: a
+    # sort there would only cost a temporary B-tree per statement.
     in_key_order = {POSTGRESQL: f"ORDER BY v.b_job{_EXACT[POSTGRESQL]}, v.b_at", SQLITE: ""}
 
     def from_document(dialect: str) -> Statement:
@@ -213,115 +221,81 @@ def _insert(row: Mapping[str, str], shared: Mapping[str, str], values: Mapping[s
         f"INSERT INTO ticks ({columns}) VALUES "
         f"({', '.join(value.format_map(_each_refs(row, shared)) for value in values.values())})"
     )
-    return {POSTGRESQL: from_document(POSTGRESQL), SQLITE: from_document(SQLITE), MARIADB: Statement(Form.EACH, each)}
+    statements = {
+        POSTGRESQL: from_document(POSTGRESQL),
+        SQLITE: from_document(SQLITE),
+        MARIADB: Statement(Form.EACH, each),
+    }
+    return TickWrite(name, Kind.INSERT, None, row, shared, statements)
 
 
-_CLAIM_ROW = {**_TICK_ROW, "b_manual": "BOOLEAN"}
-_CLAIM_SHARED = {
-    "node_id": "TEXT",
-    "status": "TEXT",
-    "attempt": "INTEGER",
-    "now_ms": "BIGINT",
-    "finished_at_ms": "BIGINT",
-    "error": "TEXT",
-}
-CLAIM = TickWrite(
+# The table: each write's row fields and shared binds (name -> SQL type), and what it writes. A skip is a
+# claim whose status is ``skipped``, finished at once, with its reason as the error.
+CLAIM = _insert(
     "claim",
-    Kind.INSERT,
-    None,
-    _CLAIM_ROW,
-    _CLAIM_SHARED,
-    _insert(
-        _CLAIM_ROW,
-        _CLAIM_SHARED,
-        {
-            "job_id": "{b_job}",
-            "scheduled_at_ms": "{b_at}",
-            "shard": "{b_shard}",
-            "fence": "{b_fence}",
-            "manual": "{b_manual}",
-            "node_id": "{node_id}",
-            "status": "{status}",
-            "attempt": "{attempt}",
-            "claimed_at_ms": "{now_ms}",
-            "finished_at_ms": "{finished_at_ms}",
-            "error": "{error}",
-        },
-    ),
+    {**_TICK_ROW, "b_manual": "BOOLEAN"},
+    {
+        "node_id": "TEXT",
+        "status": "TEXT",
+        "attempt": "INTEGER",
+        "now_ms": "BIGINT",
+        "finished_at_ms": "BIGINT",
+        "error": "TEXT",
+    },
+    {
+        "job_id": "{b_job}",
+        "scheduled_at_ms": "{b_at}",
+        "shard": "{b_shard}",
+        "fence": "{b_fence}",
+        "manual": "{b_manual}",
+        "node_id": "{node_id}",
+        "status": "{status}",
+        "attempt": "{attempt}",
+        "claimed_at_ms": "{now_ms}",
+        "finished_at_ms": "{finished_at_ms}",
+        "error": "{error}",
+    },
 )
-
-_MARK_RUNNING_ROW = {"b_attempt": "INTEGER", "b_started": "BIGINT"}
-MARK_RUNNING = TickWrite(
+MARK_RUNNING = _update_rows(
     "mark_running",
-    Kind.UPDATE_ROWS,
-    Reach.OWN,
-    {**_TICK_ROW, **_MARK_RUNNING_ROW},
-    {},
-    _update_rows(
-        _MARK_RUNNING_ROW,
-        {"status": f"'{TickStatus.RUNNING.value}'", "attempt": "{b_attempt}", "started_at_ms": "{b_started}"},
-    ),
+    {"b_attempt": "INTEGER", "b_started": "BIGINT"},
+    {"status": f"'{TickStatus.RUNNING.value}'", "attempt": "{b_attempt}", "started_at_ms": "{b_started}"},
 )
-
-_RESULT_ROW = {
-    "b_status": "TEXT",
-    "b_attempt": "INTEGER",
-    "b_started": "BIGINT",
-    "b_finished": "BIGINT",
-    "b_exit": "INTEGER",
-    "b_http": "INTEGER",
-    "b_output": "TEXT",
-    "b_error": "TEXT",
-}
-RECORD_RESULT = TickWrite(
+RECORD_RESULT = _update_rows(
     "record_result",
-    Kind.UPDATE_ROWS,
-    Reach.OWN,
-    {**_TICK_ROW, **_RESULT_ROW},
-    {},
-    _update_rows(
-        _RESULT_ROW,
-        {
-            "status": "{b_status}",
-            "attempt": "{b_attempt}",
-            "started_at_ms": "{b_started}",
-            "finished_at_ms": "{b_finished}",
-            "exit_code": "{b_exit}",
-            "http_status": "{b_http}",
-            "output": "{b_output}",
-            "error": "{b_error}",
-        },
-    ),
+    {
+        "b_status": "TEXT",
+        "b_attempt": "INTEGER",
+        "b_started": "BIGINT",
+        "b_finished": "BIGINT",
+        "b_exit": "INTEGER",
+        "b_http": "INTEGER",
+        "b_output": "TEXT",
+        "b_error": "TEXT",
+    },
+    {
+        "status": "{b_status}",
+        "attempt": "{b_attempt}",
+        "started_at_ms": "{b_started}",
+        "finished_at_ms": "{b_finished}",
+        "exit_code": "{b_exit}",
+        "http_status": "{b_http}",
+        "output": "{b_output}",
+        "error": "{b_error}",
+    },
 )
-
-_ADOPT_SHARED = {"node_id": "TEXT"}
-ADOPT = TickWrite(
-    "adopt",
-    Kind.UPDATE_KEYS,
-    Reach.ORPHANS,
-    _KEY_ROW,
-    {**_SHARD_AND_FENCE, **_ADOPT_SHARED},
-    # The fence and node become this leader's; the status stays as it was.
-    _update_keys(Reach.ORPHANS, _ADOPT_SHARED, {"fence": "{b_fence}", "node_id": "{node_id}"}),
-)
+# The fence and node become this leader's; the status stays as it was.
+ADOPT = _update_keys("adopt", Reach.ORPHANS, {"node_id": "TEXT"}, {"fence": "{b_fence}", "node_id": "{node_id}"})
 # The slots among ``:keys`` that ADOPT would change (a read: ``take_over`` reports them).
 ADOPTABLE = text(
     f"SELECT ticks.job_id, ticks.scheduled_at_ms FROM ticks WHERE {_AMONG_KEYS} "
     f"AND {fenced_rows(Reach.ORPHANS, shard=':b_shard', fence=':b_fence')}"
 ).bindparams(_KEYS)
-
-_ABANDON_SHARED = {"now_ms": "BIGINT", "error": "TEXT"}
-ABANDON = TickWrite(
+ABANDON = _update_keys(
     "abandon",
-    Kind.UPDATE_KEYS,
     Reach.OWN_AND_ORPHANS,
-    _KEY_ROW,
-    {**_SHARD_AND_FENCE, **_ABANDON_SHARED},
-    _update_keys(
-        Reach.OWN_AND_ORPHANS,
-        _ABANDON_SHARED,
-        {"status": f"'{TickStatus.ABANDONED.value}'", "error": "{error}", "finished_at_ms": "{now_ms}"},
-    ),
+    {"now_ms": "BIGINT", "error": "TEXT"},
+    {"status": f"'{TickStatus.ABANDONED.value}'", "error": "{error}", "finished_at_ms": "{now_ms}"},
 )
 
 WRITES: Mapping[str, TickWrite] = {w.name: w for w in (CLAIM, MARK_RUNNING, RECORD_RESULT, ADOPT, ABANDON)}
