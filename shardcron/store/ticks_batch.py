@@ -45,7 +45,7 @@ from shardcron.store.tick_statements import SQLITE, Form, Statement, TickWrite, 
 
 # One row of a batch: the fields of a claim or an update, by position (job id and slot first).
 BatchRow = tuple[object, ...]
-Key = tuple[str, int]  # (job_id, scheduled_at_ms): a tick's identity
+TickKey = tuple[str, int]  # (job_id, scheduled_at_ms): a tick's identity
 
 # Enough that a statement's own cost is spread thin; few enough that a batch of results with 64 KiB of output
 # each stays a 64 MiB document, far below PostgreSQL's 1 GiB parameter limit.
@@ -71,20 +71,22 @@ def update_row(conn: Connection, write: TickWrite, row: BatchRow) -> int:
     return conn.execute(statement.clause, {"rows": _document([row])}).rowcount
 
 
-def update_keys(conn: Connection, write: TickWrite, keys: Sequence[Key], shared: Mapping[str, object]) -> None:
+def update_keys(conn: Connection, write: TickWrite, keys: Sequence[TickKey], shared: Mapping[str, object]) -> None:
     """``write`` (``Kind.UPDATE_KEYS``) over the ticks ``keys`` names, with its ``shared`` binds."""
     statement = write.on(conn)
     for part in chunks(keys):
         conn.execute(statement.clause, {"keys": list(part), **shared})
 
 
-def insert_rows(conn: Connection, write: TickWrite, rows: Sequence[BatchRow], shared: Mapping[str, object]) -> set[Key]:
+def insert_rows(
+    conn: Connection, write: TickWrite, rows: Sequence[BatchRow], shared: Mapping[str, object]
+) -> set[TickKey]:
     """``write`` (``Kind.INSERT``) for each row whose slot has no tick, in key order; returns the keys inserted.
     ``rows``: tuples of its ``row`` fields, each slot once."""
     statement = write.on(conn)
     if statement.form is Form.EACH:
         return _insert_absent(conn, write, statement, rows, shared)
-    inserted: set[Key] = set()
+    inserted: set[TickKey] = set()
     for part in chunks(sorted(rows, key=_KEY_OF_ROW), _ROWS_PER_STATEMENT):
         binds = {"rows": _document(part), **shared}
         if dialect_of(conn) == SQLITE and _inserted_all(conn, statement, binds, len(part)):
@@ -110,10 +112,10 @@ def _inserted_all(conn: Connection, statement: Statement, binds: Mapping[str, ob
 
 def _insert_absent(
     conn: Connection, write: TickWrite, statement: Statement, rows: Sequence[BatchRow], shared: Mapping[str, object]
-) -> set[Key]:
+) -> set[TickKey]:
     """The ``EACH`` form of an insert (see the module doc): the keys of ``rows`` it inserted."""
     by_key = {_key_of(r): r for r in rows}
-    taken: set[Key] = set()
+    taken: set[TickKey] = set()
     for part in chunks(sorted(by_key)):
         taken.update((job_id, at) for job_id, at in conn.execute(_TICKS_PRESENT, {"keys": list(part)}))
     new = [k for k in sorted(by_key) if k not in taken]
@@ -131,8 +133,8 @@ _TICKS_PRESENT = select(ticks.c.job_id, ticks.c.scheduled_at_ms).where(
 )
 
 
-def _key_of(row: BatchRow) -> Key:
-    return cast(Key, _KEY_OF_ROW(row))
+def _key_of(row: BatchRow) -> TickKey:
+    return cast(TickKey, _KEY_OF_ROW(row))
 
 
 _KEY_OF_ROW = operator.itemgetter(0, 1)  # job id and slot, in C: a key function per row is Python code
@@ -161,4 +163,4 @@ def _rounds(rows: Iterable[BatchRow]) -> list[list[BatchRow]]:
     return rounds
 
 
-__all__ = ["BatchRow", "Key", "insert_rows", "update_keys", "update_row", "update_rows"]
+__all__ = ["BatchRow", "TickKey", "insert_rows", "update_keys", "update_row", "update_rows"]
