@@ -8,6 +8,7 @@ Modules, one concern each:
 * ``fences``  : shard fences, and ``fenced``, the transaction every leader write runs in
 * ``jobs``, ``job_reads`` : job definitions' fenced writes; their plain reads
 * ``ticks``, ``tick_results``, ``tick_reads`` : one row per job slot: its claim, its status changes, its reads
+* ``tick_statements``, ``ticks_batch`` : every tick write's statement per database, and running a batch of one
 * ``sql``, ``text`` : dialect idioms and batching; clipping free text
 """
 

@@ -1,7 +1,8 @@
 """Ticks' status changes under the shard's fence: running marks and attempts' results.
 
 Each change touches only an unresolved tick of the writer's own shard and
-fence, so a final status never moves and a deposed leader changes nothing.
+fence, so a final status never moves and a deposed leader changes nothing
+(the statements, one per database, are in ``tick_statements``).
 """
 
 from __future__ import annotations
@@ -10,16 +11,13 @@ import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Update, and_, bindparam, or_
+from sqlalchemy import Connection, Engine
 
 from shardcron.model import ExecutionResult, SlotRef, TickStatus
-from shardcron.store import ticks_batch
+from shardcron.store import tick_statements, ticks_batch
 from shardcron.store.fences import run_fenced_many
-from shardcron.store.schema import ticks
 from shardcron.store.text import clip
 from shardcron.store.ticks import ManyOutcome
-
-_UNRESOLVED = (TickStatus.CLAIMED.value, TickStatus.RUNNING.value)
 
 
 def mark_running(engine: Engine, updates: Sequence[tuple[SlotRef, int, int]], *, shard: int, fence: int) -> None:
@@ -34,7 +32,7 @@ def mark_running_many(
     return _update_own_unresolved(
         engine,
         groups,
-        (_MARK_RUNNING, _MARK_RUNNING_BATCH),
+        tick_statements.MARK_RUNNING,
         lambda s, attempt, started, shard, fence: (s.job_id, s.scheduled_at_ms, shard, fence, attempt, started),
     )
 
@@ -59,7 +57,7 @@ def record_results_many(
     engine: Engine, groups: Mapping[tuple[int, int], Sequence[tuple[SlotRef, int, ExecutionResult, TickStatus]]]
 ) -> ManyOutcome:
     """``record_results`` for several shards in one transaction: ``{(shard, fence): results}``."""
-    return _update_own_unresolved(engine, groups, (_RECORD_RESULT, _RECORD_RESULT_BATCH), _result_row)
+    return _update_own_unresolved(engine, groups, tick_statements.RECORD_RESULT, _result_row)
 
 
 def record_result_in(
@@ -79,13 +77,13 @@ def record_result_in(
     unresolved under ``fence``; 0 when it was not (final, or another fence's).
     """
     row = _result_row(slot, attempt, result, status, shard, fence)
-    return conn.execute(_RECORD_RESULT, dict(zip(_RECORD_RESULT_BATCH.names, row, strict=True))).rowcount
+    return ticks_batch.update_row(conn, tick_statements.RECORD_RESULT, row)
 
 
 def _result_row(
     s: SlotRef, attempt: int, r: ExecutionResult, status: TickStatus, shard: int, fence: int
 ) -> ticks_batch.BatchRow:
-    """A result's fields, in ``_RECORD_RESULT_BATCH.names``' order."""
+    """A result's fields, in the order of ``tick_statements.RECORD_RESULT.row``."""
     if type(status) is not TickStatus:
         status = TickStatus(status)
     # Identity tests and _value_, not is_final and .value: an Enum member's hash and its value property
@@ -110,91 +108,28 @@ def _result_row(
 def _update_own_unresolved(
     engine: Engine,
     groups: Mapping[tuple[int, int], Sequence[tuple[Any, ...]]],
-    statements: tuple[Update, ticks_batch.BatchUpdate],
+    write: tick_statements.TickWrite,
     row: Callable[..., ticks_batch.BatchRow],
 ) -> ManyOutcome:
-    """``statements`` (an UPDATE of this fence's unresolved rows, run per row, and its one-statement forms from
-    ``ticks_batch``) for every item of every live group, in one fenced transaction, in key order;
-    ``row(*item, shard, fence)`` gives an item's bind values, in the order of the batch form's ``names``."""
-    per_row, batched = statements
+    """``write`` (an update of this fence's unresolved rows) for every item of every live group, in one fenced
+    transaction, in key order; ``row(*item, shard, fence)`` gives an item's fields, in the order of its ``row``."""
     groups = {k: v for k, v in groups.items() if v}
     if not groups:
         return ManyOutcome({}, {})
 
     def work(conn: Connection, live: dict[tuple[int, int], Sequence[tuple[Any, ...]]]) -> dict[int, list[SlotRef]]:
         rows = _in_key_order([row(*item, shard, fence) for (shard, fence), items in live.items() for item in items])
-        if rows and conn.dialect.name in ticks_batch.DIALECTS:
-            ticks_batch.run_batch_update(conn, batched, rows)
-        elif rows:
-            conn.execute(per_row, [dict(zip(batched.names, r, strict=True)) for r in rows])
+        if rows:
+            ticks_batch.update_rows(conn, write, rows)
         return {shard: [item[0] for item in items] for (shard, _), items in live.items()}
 
     out = run_fenced_many(engine, groups, work)
     return ManyOutcome(out.value, out.fenced_out)
 
 
-# The WHERE clause of the batched status updates: slot, shard and fence given per row.
-_OWN_UNRESOLVED = and_(
-    ticks.c.job_id == bindparam("b_job"),
-    ticks.c.scheduled_at_ms == bindparam("b_at"),
-    ticks.c.shard == bindparam("b_shard"),
-    ticks.c.fence == bindparam("b_fence"),
-    # Spelt out: an IN list cannot be used in an executemany.
-    or_(*(ticks.c.status == s for s in _UNRESOLVED)),
-)
-
-_MARK_RUNNING = (
-    ticks.update()
-    .where(_OWN_UNRESOLVED)
-    .values(status=TickStatus.RUNNING.value, attempt=bindparam("b_attempt"), started_at_ms=bindparam("b_started"))
-)
-_MARK_RUNNING_BATCH = ticks_batch.batch_update(
-    {"b_attempt": "INTEGER", "b_started": "BIGINT"},
-    {"status": f"'{TickStatus.RUNNING.value}'", "attempt": "v.b_attempt", "started_at_ms": "v.b_started"},
-)
-_RECORD_RESULT = (
-    ticks.update()
-    .where(_OWN_UNRESOLVED)
-    .values(
-        status=bindparam("b_status"),
-        attempt=bindparam("b_attempt"),
-        started_at_ms=bindparam("b_started"),
-        finished_at_ms=bindparam("b_finished"),
-        exit_code=bindparam("b_exit"),
-        http_status=bindparam("b_http"),
-        output=bindparam("b_output"),
-        error=bindparam("b_error"),
-    )
-)
-
-
-_RECORD_RESULT_BATCH = ticks_batch.batch_update(
-    {
-        "b_status": "TEXT",
-        "b_attempt": "INTEGER",
-        "b_started": "BIGINT",
-        "b_finished": "BIGINT",
-        "b_exit": "INTEGER",
-        "b_http": "INTEGER",
-        "b_output": "TEXT",
-        "b_error": "TEXT",
-    },
-    {
-        "status": "v.b_status",
-        "attempt": "v.b_attempt",
-        "started_at_ms": "v.b_started",
-        "finished_at_ms": "v.b_finished",
-        "exit_code": "v.b_exit",
-        "http_status": "v.b_http",
-        "output": "v.b_output",
-        "error": "v.b_error",
-    },
-)
-
-
 def _in_key_order(rows: Iterable[ticks_batch.BatchRow]) -> list[ticks_batch.BatchRow]:
     # Row locks taken in one order by every writer cannot deadlock each other. The executemany
-    # (MariaDB) locks in this order; an UPDATE ... FROM a batch (ticks_batch) locks in the order its
+    # (MariaDB) locks in this order; an UPDATE ... FROM a JSON document locks in the order its
     # plan visits the rows, so there a deadlock, if two writers ever cross, is broken by the server
     # and the unit re-run by fences.run_fenced_many.
     return sorted(rows, key=_KEY_OF_ROW)

@@ -8,7 +8,8 @@ and takeovers are here, the running marks and results in ``tick_results``, the
 plain reads in ``tick_reads``.
 
 Every write also names the shard, so a leader can touch only its own shard's
-ticks, whose fence it holds.
+ticks, whose fence it holds. The statements, one per database, are in
+``tick_statements``; ``ticks_batch`` runs them.
 """
 
 from __future__ import annotations
@@ -17,13 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from sqlalchemy import Connection, Engine, and_, bindparam, select, tuple_
+from sqlalchemy import Connection, Engine
 
 from shardcron.errors import FencedOut
 from shardcron.model import SlotRef, TickStatus
-from shardcron.store import ticks_batch
+from shardcron.store import tick_statements, ticks_batch
 from shardcron.store.fences import run_fenced, run_fenced_many
-from shardcron.store.schema import ticks, unresolved
 from shardcron.store.sql import chunks
 from shardcron.store.text import clip
 
@@ -104,22 +104,17 @@ def take_over(engine: Engine, slots: Sequence[SlotRef], *, shard: int, fence: in
     keys = _unique_keys(slots)
     if not keys:
         return []
+    writer = {"b_shard": shard, "b_fence": fence}
 
     def work(conn: Connection) -> list[SlotRef]:
         moved: list[SlotRef] = []
         for part in chunks(keys):
-            orphan = and_(
-                ticks.c.shard == shard,
-                ticks.c.fence < fence,
-                unresolved(ticks.c.status),
-                tuple_(ticks.c.job_id, ticks.c.scheduled_at_ms).in_(part),
-            )
             # Two transactions of this leader are not kept apart by the shared
             # fence lock, but they would make the same change: at worst a slot
             # is reported by both.
-            found = conn.execute(select(ticks.c.job_id, ticks.c.scheduled_at_ms).where(orphan)).all()
+            found = conn.execute(tick_statements.ADOPTABLE, {"keys": list(part), **writer}).all()
             if found:
-                conn.execute(ticks.update().where(orphan).values(fence=fence, node_id=node_id))
+                ticks_batch.update_keys(conn, tick_statements.ADOPT, part, {**writer, "node_id": node_id})
                 moved += [SlotRef(j, at) for j, at in found]
         return moved
 
@@ -135,21 +130,8 @@ def abandon_ticks(
     keys = _unique_keys(slots)
     if not keys:
         return
-
-    def work(conn: Connection) -> None:
-        for part in chunks(keys):
-            conn.execute(
-                ticks.update()
-                .where(
-                    ticks.c.shard == shard,
-                    ticks.c.fence <= fence,
-                    unresolved(ticks.c.status),
-                    tuple_(ticks.c.job_id, ticks.c.scheduled_at_ms).in_(part),
-                )
-                .values(status=TickStatus.ABANDONED.value, error=clip(reason), finished_at_ms=now_ms)
-            )
-
-    run_fenced(engine, shard, fence, work)
+    shared = {"b_shard": shard, "b_fence": fence, "now_ms": now_ms, "error": clip(reason)}
+    run_fenced(engine, shard, fence, lambda conn: ticks_batch.update_keys(conn, tick_statements.ABANDON, keys, shared))
 
 
 def _insert_new(
@@ -165,6 +147,15 @@ def _insert_new(
     batches = {k: v for k, v in batches.items() if v}
     if not batches:
         return ManyOutcome({}, {})
+    # What every new tick shares: none of its attempts has started yet.
+    shared = {
+        "node_id": node_id,
+        "status": status,
+        "attempt": 0,
+        "now_ms": now_ms,
+        "finished_at_ms": finished_at_ms,
+        "error": error,
+    }
 
     def work(conn: Connection, live: dict[tuple[int, int], Sequence[SlotClaim]]) -> dict[int, list[SlotRef]]:
         # Each slot once, for the first live shard that asks (in the order given).
@@ -172,20 +163,12 @@ def _insert_new(
         for (shard, fence), claims in live.items():
             for c in claims:
                 wanted.setdefault((c.job_id, c.scheduled_at_ms), (c, shard, fence))
-        if conn.dialect.name in ticks_batch.DIALECTS:
-            inserted = ticks_batch.insert_claims(
-                conn,
-                [(k[0], k[1], shard, fence, c.manual) for k, (c, shard, fence) in wanted.items()],
-                node_id=node_id,
-                status=status,
-                now_ms=now_ms,
-                finished_at_ms=finished_at_ms,
-                error=error,
-            )
-        else:
-            inserted = _insert_absent(
-                conn, wanted, node_id=node_id, now_ms=now_ms, status=status, finished_at_ms=finished_at_ms, error=error
-            )
+        inserted = ticks_batch.insert_rows(
+            conn,
+            tick_statements.CLAIM,
+            [(k[0], k[1], shard, fence, c.manual) for k, (c, shard, fence) in wanted.items()],
+            shared,
+        )
         written: dict[int, list[SlotRef]] = {}
         for k, (_, shard, _) in wanted.items():  # in the order given
             if k in inserted:
@@ -194,60 +177,6 @@ def _insert_new(
 
     out = run_fenced_many(engine, batches, work)
     return ManyOutcome(out.value, out.fenced_out)
-
-
-def _insert_absent(
-    conn: Connection,
-    wanted: Mapping[tuple[str, int], tuple[SlotClaim, int, int]],
-    *,
-    node_id: str,
-    now_ms: int,
-    status: str,
-    finished_at_ms: int | None,
-    error: str | None,
-) -> set[tuple[str, int]]:
-    """``ticks_batch.insert_claims`` on MariaDB: the keys of ``wanted`` it inserted."""
-    # One SELECT per 500 slots finds the slots that already have a tick;
-    # the rest go in as one executemany. Sorted by key, so two
-    # transactions inserting overlapping batches lock keys in one order.
-    taken: set[tuple[str, int]] = set()
-    for part in chunks(sorted(wanted)):
-        taken.update((job_id, at) for job_id, at in conn.execute(_TICKS_PRESENT, {"keys": list(part)}))
-    new = [wanted[k] for k in sorted(wanted) if k not in taken]
-    if new:
-        # A plain INSERT, not one that ignores duplicates: if another
-        # transaction of this leader inserted one of these slots since the
-        # SELECT, the INSERT fails and run_fenced_many re-runs the whole
-        # unit, whose SELECT then sees that row. So a slot is returned to
-        # exactly one claimant, ever.
-        conn.execute(
-            ticks.insert(),
-            [
-                {
-                    "job_id": c.job_id,
-                    "scheduled_at_ms": c.scheduled_at_ms,
-                    "shard": shard,
-                    "fence": fence,
-                    "node_id": node_id,
-                    "status": status,
-                    "attempt": 0,
-                    "manual": c.manual,
-                    "claimed_at_ms": now_ms,
-                    "finished_at_ms": finished_at_ms,
-                    "error": error,
-                }
-                for c, shard, fence in new
-            ],
-        )
-    return {(c.job_id, c.scheduled_at_ms) for c, _, _ in new}
-
-
-# Which of the given (job_id, scheduled_at_ms) keys have a tick. Built once, keys
-# bound at execution: a statement built per call with 500 literal pairs cost
-# more than the round trip.
-_TICKS_PRESENT = select(ticks.c.job_id, ticks.c.scheduled_at_ms).where(
-    tuple_(ticks.c.job_id, ticks.c.scheduled_at_ms).in_(bindparam("keys", expanding=True))
-)
 
 
 def _unique_keys(slots: Sequence[SlotRef]) -> list[tuple[str, int]]:

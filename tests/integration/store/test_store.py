@@ -557,7 +557,7 @@ def test_running_results_and_the_tick_fence(led):
 def test_a_batch_that_names_a_tick_twice_applies_both_in_order(led):
     # A failed attempt and its retry's result can be written in one batch; the
     # retry's result must win, and a final status must not be undone by a later
-    # mention (PostgreSQL writes a batch as one statement: see ticks_pg).
+    # mention (PostgreSQL and SQLite write a batch as one statement: see ticks_batch).
     s1, s2 = SlotRef("j", 60_000), SlotRef("j", 120_000)
     claim_ticks(led, [SlotClaim("j", 60_000), SlotClaim("j", 120_000)], now_ms=1_000, **A)
     failed = ExecutionResult(ok=False, started_at_ms=2_100, finished_at_ms=2_200, exit_code=3, error="exit 3")
