@@ -17,7 +17,7 @@ UPDATE waits for it. Taken while the job ran, it would stall a failover for
 the whole run (or for ever, behind a stopped process).
 
 After the commit the runner still passes the same result to the recorder.
-Its UPDATE (``ticks._RECORD_RESULT``) matches only rows that are unresolved
+Its UPDATE (``tick_statements.RECORD_RESULT``) matches only rows that are unresolved
 under this fence, and the row is final now, so it changes nothing: harmless.
 """
 
