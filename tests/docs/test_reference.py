@@ -7,10 +7,12 @@ naming the entries that differ and how to regenerate (`make docs-reference`).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from shardcron.dev.docs_reference import job_file
-from shardcron.dev.docs_reference.markdown import BEGIN, END, MarkerMissing, splice
+from shardcron.dev.docs_reference import job_file, sharding
+from shardcron.dev.docs_reference.markdown import BEGIN, END, MarkerMissing, generated_part, splice
 from shardcron.dev.docs_reference.pages import PAGES, REFERENCE, drift, fresh
 
 
@@ -75,3 +77,23 @@ def test_a_page_without_its_markers_is_refused():
     with pytest.raises(MarkerMissing):
         splice("# A page\n", "| a |\n")
     assert splice(f"top\n{BEGIN}\nold\n{END}\nbottom\n", "new") == f"top\n{BEGIN}\n\nnew\n\n{END}\nbottom\n"
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_any_entry_missing_from_a_page_is_named(page):
+    generated = fresh(page)
+    part = generated_part(generated)
+    row = [line for line in part.splitlines() if line.startswith("| ")][-1]  # a data row: the last one
+    name = row[2:].split(" | ", 1)[0]
+    problem = drift(page, generated.replace(row + "\n", "", 1), generated)
+    assert "not on the page, but in the code:" in problem and name in problem, problem
+
+
+def test_a_vector_the_code_does_not_reproduce_stops_the_generator(monkeypatch, tmp_path):
+    data = json.loads(sharding.VECTORS.read_text(encoding="utf-8"))
+    data["vectors"][0]["shard"] += 1
+    wrong = tmp_path / "shards.json"
+    wrong.write_text(json.dumps(data), encoding="utf-8")
+    monkeypatch.setattr(sharding, "VECTORS", wrong)
+    with pytest.raises(sharding.DriftError, match="does not reproduce the vector"):
+        sharding.render()

@@ -15,6 +15,8 @@ REFERENCE = ROOT / "docs" / "reference"
 PAGES: dict[str, str] = {
     "cli.md": "shardcron.dev.docs_reference.cli",
     "job-file.md": "shardcron.dev.docs_reference.job_file",
+    "metrics.md": "shardcron.dev.docs_reference.metrics",
+    "sharding.md": "shardcron.dev.docs_reference.sharding",
 }
 
 
