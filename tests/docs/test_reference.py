@@ -97,3 +97,10 @@ def test_a_vector_the_code_does_not_reproduce_stops_the_generator(monkeypatch, t
     monkeypatch.setattr(sharding, "VECTORS", wrong)
     with pytest.raises(sharding.DriftError, match="does not reproduce the vector"):
         sharding.render()
+
+
+def test_an_rpc_missing_from_the_api_page_is_named():
+    generated = fresh("api.md")
+    row = next(line for line in generated.splitlines() if line.startswith("| `WatchTicks` |"))
+    problem = drift("api.md", generated.replace(row + "\n", ""), generated)
+    assert "not on the page, but in the code: Service `shardcron.v1.Scheduler`: `WatchTicks`" in problem, problem

@@ -13,6 +13,7 @@ REFERENCE = ROOT / "docs" / "reference"
 
 # Page -> the module whose ``render()`` writes its generated part. Imported one at a time, when asked for.
 PAGES: dict[str, str] = {
+    "api.md": "shardcron.dev.docs_reference.api",
     "cli.md": "shardcron.dev.docs_reference.cli",
     "job-file.md": "shardcron.dev.docs_reference.job_file",
     "metrics.md": "shardcron.dev.docs_reference.metrics",
