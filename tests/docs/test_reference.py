@@ -11,9 +11,10 @@ import json
 
 import pytest
 
-from shardcron.dev.docs_reference import job_file, sharding
+from shardcron.dev.docs_reference import executors, job_file, sharding
 from shardcron.dev.docs_reference.markdown import BEGIN, END, MarkerMissing, generated_part, splice
 from shardcron.dev.docs_reference.pages import PAGES, REFERENCE, drift, fresh
+from shardcron.model import ExecutorKind
 
 
 @pytest.mark.parametrize("page", sorted(PAGES))
@@ -104,3 +105,17 @@ def test_an_rpc_missing_from_the_api_page_is_named():
     row = next(line for line in generated.splitlines() if line.startswith("| `WatchTicks` |"))
     problem = drift("api.md", generated.replace(row + "\n", ""), generated)
     assert "not on the page, but in the code: Service `shardcron.v1.Scheduler`: `WatchTicks`" in problem, problem
+
+
+def test_an_executor_key_without_an_entry_stops_the_generator(monkeypatch):
+    keys = {k: v for k, v in executors.KEYS.items() if k != (ExecutorKind.NATS, "jetstream")}
+    monkeypatch.setattr(executors, "KEYS", keys)
+    with pytest.raises(executors.DriftError, match="nats.jetstream: the spec takes it, KEYS has no entry"):
+        executors.render()
+
+
+def test_an_executor_entry_for_a_key_that_is_gone_stops_the_generator(monkeypatch):
+    gone = {(ExecutorKind.RQ, "timeout"): executors.Key("duration", "gone", "1m")}
+    monkeypatch.setattr(executors, "KEYS", {**executors.KEYS, **gone})
+    with pytest.raises(executors.DriftError, match="rq.timeout: KEYS describes it, the spec no longer takes it"):
+        executors.render()

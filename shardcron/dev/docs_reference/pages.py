@@ -15,6 +15,7 @@ REFERENCE = ROOT / "docs" / "reference"
 PAGES: dict[str, str] = {
     "api.md": "shardcron.dev.docs_reference.api",
     "cli.md": "shardcron.dev.docs_reference.cli",
+    "executors.md": "shardcron.dev.docs_reference.executors",
     "job-file.md": "shardcron.dev.docs_reference.job_file",
     "metrics.md": "shardcron.dev.docs_reference.metrics",
     "sharding.md": "shardcron.dev.docs_reference.sharding",
