@@ -17,6 +17,7 @@ PAGES: dict[str, str] = {
     "cli.md": "shardcron.dev.docs_reference.cli",
     "executors.md": "shardcron.dev.docs_reference.executors",
     "job-file.md": "shardcron.dev.docs_reference.job_file",
+    "limits.md": "shardcron.dev.docs_reference.limits",
     "metrics.md": "shardcron.dev.docs_reference.metrics",
     "sharding.md": "shardcron.dev.docs_reference.sharding",
 }
