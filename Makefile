@@ -4,6 +4,8 @@
 # `make docs` : set up everything, then serve the documentation site (mkdocs.yml, docs/) on 127.0.0.1:8000.
 # `make docs-check` : build the site with --strict into build/site: a broken link or a page not in the nav fails
 #               (`make test` runs it after lint).
+# `make docs-reference` : regenerate the generated part of each page of docs/reference/ from the code
+#               (shardcron/dev/docs_reference/); tests/docs/test_reference.py fails when they drift.
 # `make fuzz` : set up everything, then run the fuzz tests with 30 times their examples (hypothesis profile "fuzz").
 # `make soak SECONDS=1800 [SEED=S]` : set up everything, then run one nemesis soak of SECONDS seconds of faults
 #               (a random seed unless SEED is given; the run prints its seed and the command that replays it).
@@ -15,7 +17,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test lint docs docs-check fuzz soak repeat setup venv system-deps services unit proto clean
+.PHONY: dev test lint docs docs-check docs-reference fuzz soak repeat setup venv system-deps services unit proto clean
 
 dev: setup
 	$(VENV)/bin/shardcron dev
@@ -35,6 +37,9 @@ docs: setup
 # Not --quiet: mkdocs 1.6 then drops the very warnings --strict counts, and passes.
 docs-check: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
+
+docs-reference: setup
+	$(PY) -m shardcron.dev.docs_reference
 
 fuzz: setup services
 	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -ra -m fuzz $(PYTEST_ARGS)
