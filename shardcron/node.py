@@ -1,4 +1,9 @@
-"""The composition root: wires store, etcd, coordinator and scheduler; owns start and stop."""
+"""The composition root: wires store, etcd, coordinator and scheduler; owns start and stop.
+
+A node has one asyncio event loop (``runtime.node_loop``), made here and
+handed to the executors (every tick's coroutine), the API server and the
+dashboard; it stops last, once those three have stopped.
+"""
 
 from __future__ import annotations
 
@@ -38,6 +43,7 @@ from shardcron.leader.recorder import ResultWrite
 from shardcron.model import Job, SlotRef, Tick
 from shardcron.rules.notifications import NO_DEFAULTS
 from shardcron.runtime.lifeline import EXIT_WORKER_DIED, Lifeline, stack_of
+from shardcron.runtime.node_loop import NodeLoop
 from shardcron.runtime.thread_names import name_os_threads
 from shardcron.spec.calendar import Calendar
 from shardcron.spec.jobfile import JobFileError, load_file_calendars, load_job_file
@@ -191,6 +197,8 @@ class Node:
         self.cluster_config: ClusterConfig | None = None  # as read at start; the view mirrors it live
         self.api: ApiServer | None = None
         self.dashboard: DashboardServer | None = None
+        # The node's one event loop: the ticks, the API and the dashboard await on it (runtime/node_loop.py).
+        self.loop: NodeLoop | None = None
 
     def start(self) -> None:
         """Connect to everything and join. Raises a ShardcronError with a clear message on bad set-up."""
@@ -235,6 +243,7 @@ class Node:
         ensure_shards(self.engine, shard_count)
 
         calendars = CalendarBook()
+        self.loop = NodeLoop(lifeline=self.lifeline).start()
         self.scheduler = Scheduler(
             self.engine,
             cfg.node_id,
@@ -249,6 +258,7 @@ class Node:
             imports=imports,
             calendars=calendars,
             lifeline=self.lifeline,
+            loop=self.loop,
         )
         self.calendar_watch = CalendarWatch(
             self.etcd, self.layout, self.engine, calendars, self.scheduler.calendars_changed, lifeline=self.lifeline
@@ -277,7 +287,7 @@ class Node:
         )
         self.shard_count = shard_count
         self.backend = NodeBackend(self)
-        self.api = start_server(self.backend, cfg)
+        self.api = start_server(self.backend, cfg, self.loop)
         if cfg.http_listen:
             self.dashboard = _start_dashboard(self, cfg.http_listen)
         metrics.watch_gauge(metrics.oldest_overdue, self.scheduler.oldest_overdue_s)
@@ -392,7 +402,9 @@ class Node:
         if getattr(self, "notifier", None):
             self.notifier.close()
         if self.scheduler:
-            self.scheduler.close()
+            self.scheduler.close()  # the executors with it
+        if self.loop:
+            self.loop.close()  # last of what awaits: the dashboard, the API and the executors have stopped
         if self.etcd:
             self.etcd.close()
         if self.engine is not None:
@@ -418,12 +430,12 @@ def _start_dashboard(node: Node, listen: str) -> DashboardServer:
         api_target=cfg.advertise,
         forward_security=cfg.forward_security,
         tokens=getattr(node.api, "tokens", None),
-        history=MetricsHistory(REGISTRY, lifeline=node.lifeline).start(),
+        history=MetricsHistory(REGISTRY, lifeline=node.lifeline),  # sampling from the server's start
         tls_files=tls_files,
         serve_metrics=cfg.metrics_listen == cfg.http_listen,
         lifeline=node.lifeline,
     )
-    server = DashboardServer(dashboard, listen).start()
+    server = DashboardServer(dashboard, listen, _started(node.loop)).start()
     log.info("dashboard on %s://%s", "https" if tls_files else "http", listen)
     return server
 

@@ -1,16 +1,16 @@
 """grpc.health.v1 ``Check`` on a port of its own (``--health-listen``), answered by its own threads.
 
-The API's health service shares the API's event loop with every call and
-stream, so a loop saturated by API load delays it with the rest. A probe
+The API's health service shares the node's one event loop with every call,
+stream and tick, so a loop saturated by API load delays it with the rest. A probe
 (Kubernetes' gRPC probe, grpc_health_probe, a load balancer) that times out
 then restarts or drains a node that is only busy. This port is served by a
 separate, thread-based grpc server, so the API's load can delay an answer by
 no more than the GIL's switch interval, whatever the load.
 
 The answer is computed at each ``Check`` from the node itself, not copied from
-the API loop (a copy made on a starved loop would be stale):
+the loop (a copy made on a starved loop would be stale):
 
-    SERVING      the node has joined the cluster, is not stopping, and the API
+    SERVING      the node has joined the cluster, is not stopping, and the node's
                  loop has run within ``LOOP_STALL_S`` (it beats every
                  ``server.HEALTH_POLL_S``; a loop that has not run for that long is
                  wedged, not busy);
@@ -40,7 +40,7 @@ _THREADS = 4  # Check answers at once; a probe is one call every few seconds
 
 
 class LoopBeat:
-    """When the API loop last ran: ``beat()`` on the loop, ``age_s()`` from any thread."""
+    """When the node's loop last ran (the API's membership task beats it): ``beat()`` on the loop, ``age_s()`` from any thread."""
 
     def __init__(self) -> None:
         self._at = time.monotonic()

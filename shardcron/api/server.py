@@ -1,10 +1,14 @@
 """The node's gRPC server: the Scheduler service, grpc.health.v1 and server reflection, on ``grpc.aio``.
 
-``start_server(backend, cfg)`` is what ``Node.start`` calls. The server runs
-on its own event loop in one thread ("api-loop"): a call costs no thread, so
-thousands of open WatchTicks streams cost memory, not workers, and health
-checks, GetShards and forwarded calls are answered beside them. What touches
-the store runs on a bounded pool (``POOL_WORKERS``), awaited by the call.
+``start_server(backend, cfg, loop)`` is what ``Node.start`` calls. The server
+runs on the node's one event loop (``runtime.node_loop``), beside the ticks'
+coroutines and the dashboard: a call costs no thread, so thousands of open
+WatchTicks streams cost memory, not workers, and health checks, GetShards and
+forwarded calls are answered beside them. Nothing here may block that loop:
+what touches the store runs on a bounded pool (``POOL_WORKERS``), awaited by
+the call, and what start-up reads from etcd is read before the loop is
+entered. A server made without the node's loop (a test) starts a loop of its
+own ("api-loop") and closes it when it stops.
 
 Each handler is wrapped so that whatever it raises becomes a proper status
 (``status.py``), with the answering node's id in the trailing metadata; a
@@ -47,6 +51,7 @@ from shardcron.client.channel import (
 from shardcron.config import NodeConfig
 from shardcron.errors import ConfigError
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.node_loop import NodeLoop
 from shardcron.store.tokens import list_tokens
 from shardcron.v1 import scheduler_pb2 as pb
 
@@ -55,6 +60,7 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Scheduler"].full_name  # "shardcron.v1.Scheduler"
 POOL_WORKERS = 64  # store reads and writes of calls; a call waits for one, a stream never holds one
 HEALTH_POLL_S = 0.25
+START_WITHIN_S = 60.0  # building and starting the server on the loop: far longer than it takes, never forever
 STOP_SLACK_S = 10.0
 
 
@@ -201,6 +207,7 @@ class ApiServer:
         limits: ApiLimits | None = None,
         keepalive_ms: tuple[int, int] = (KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS),
         health_listen: str | None = None,
+        loop: NodeLoop | None = None,
     ):
         self.backend = backend
         self.listen = listen
@@ -213,15 +220,15 @@ class ApiServer:
         # The API's workers end on purpose when the server stops (a failed start stops it too), which may come
         # before the node's own stopping; any other end is reported to the node's lifeline.
         self.lifeline = Lifeline(getattr(backend, "lifeline", UNWATCHED).report, stopping=self.stopping)
-        self._loop = asyncio.new_event_loop()
-        self._thread = self.lifeline.loop_thread(self._loop, "api-loop")
-        self._thread.start()
+        self._owns_loop = loop is None
+        self.loop = NodeLoop("api-loop", self.lifeline).start() if loop is None else loop
         self._serving: bool | None = None
         self._membership: asyncio.Task | None = None
         self.beat = LoopBeat()
         self.health_port: HealthPort | None = None
         try:
-            self.port = self._on_loop(self._build(advertise, forward))
+            seal = self._seal()  # an etcd read: here, not on the loop
+            self.port = self._on_loop(self._build(advertise, forward, seal))
             if health_listen:
                 self.health_port = HealthPort(
                     health_listen, frozenset(("", SERVICE_NAME)), backend.joined, self.stopping, self.beat
@@ -231,8 +238,8 @@ class ApiServer:
             self._end_loop()
             raise
 
-    def _on_loop(self, coro, timeout: float | None = None):
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+    def _on_loop(self, coro, timeout: float = START_WITHIN_S):
+        return self.loop.run(coro, timeout)
 
     def _seal(self) -> Seal:
         """The cluster's forwarding seal, from etcd (created there by the first node); a node-local one for a
@@ -243,8 +250,7 @@ class ApiServer:
         assert layout is not None, "a backend with etcd has its key layout"
         return cluster_seal(etcd, layout.forwarding_secret)
 
-    async def _build(self, advertise: str, forward: ChannelSecurity | None) -> int:
-        seal = self._seal()
+    async def _build(self, advertise: str, forward: ChannelSecurity | None, seal: Seal) -> int:
         self.router = Router(
             self.backend, advertise, forward, pool=self.pool, options=channel_options(*self.keepalive_ms), seal=seal
         )
@@ -314,10 +320,12 @@ class ApiServer:
             return
         self.stopping.set()
         try:
-            if self._thread.is_alive():  # else its loop died, and what ran on it with it
+            if self.loop.running:  # else the loop died, and what ran on it with it
                 self._on_loop(self._stop(grace), timeout=(grace or 0) + STOP_SLACK_S)
         except Exception:  # noqa: BLE001 - stopping goes on; what is left dies with the loop
             log.warning("the API server did not stop cleanly", exc_info=True)
+        if self.tokens is not None:
+            self.tokens.stop()  # joins the reload's threads: here, not on the loop
         if self.health_port is not None:
             self.health_port.stop()
         self._end_loop()
@@ -330,17 +338,16 @@ class ApiServer:
         await self._server.stop(grace)
         await self.router.close()
         self.service.close()
-        if self.tokens is not None:
-            self.tokens.stop()
 
     def _end_loop(self) -> None:
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
+        if self._owns_loop:  # the node's loop goes on: the executors use it until the node closes it
+            self.loop.close()
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def start_server(backend: Backend, cfg: NodeConfig) -> ApiServer:
-    """Bind ``cfg.listen`` and serve; ``ConfigError`` naming the address if it cannot be bound."""
+def start_server(backend: Backend, cfg: NodeConfig, loop: NodeLoop | None = None) -> ApiServer:
+    """Bind ``cfg.listen`` and serve on ``loop`` (the node's); ``ConfigError`` naming the address if it cannot
+    be bound."""
     return ApiServer(
         backend,
         cfg.listen,
@@ -350,4 +357,5 @@ def start_server(backend: Backend, cfg: NodeConfig) -> ApiServer:
         cfg.api_limits,
         cfg.keepalive_ms,
         cfg.health_listen,
+        loop,
     ).start()

@@ -10,11 +10,11 @@ Content-Security-Policy (no inline script or style at all).
 
     sessions.py  logged-in visitors: an opaque cookie, the token kept server-side, CSRF
     guard.py     who is asking (cookie or bearer header), CSRF and the security headers
-    history.py   the node's own metrics sampled over time (pure maths + a sampler thread)
+    history.py   the node's own metrics sampled over time (pure maths + a sampler task)
     views.py     the pages and the actions
     live.py      the server-sent event streams (shard map, a job's ticks)
     map_feed.py  one reader of the shard map per dashboard, shared by the cluster pages' streams
-    server.py    aiohttp in a thread of its own, beside the node
+    server.py    aiohttp on the node's one event loop, beside the API and the ticks
 """
 
 import importlib

@@ -1,7 +1,10 @@
 """The node's own metrics over time, for the health page's charts.
 
-A sampler thread reads this node's Prometheus registry every ``every_s`` and
-keeps the last ``keep`` readings (an hour at the defaults). The charts are
+A sampler task on the node's event loop reads this node's Prometheus
+registry every ``every_s`` and keeps the last ``keep`` readings (an hour at
+the defaults). The registry walk runs on a worker thread (it calls the node's
+gauges' callbacks, which take the scheduler's locks): the loop only waits for
+it, and keeps the readings, so they need no lock. The charts are
 differences between consecutive readings: lateness percentiles per shard
 (from the lateness histogram's buckets, interpolated as Prometheus'
 ``histogram_quantile`` does), and fenced writes, caught-up slots and failed
@@ -10,6 +13,7 @@ ticks per interval. The maths is pure, below, and table-tested.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import math
 import threading
@@ -121,37 +125,48 @@ def chart_series(readings: Sequence[Reading]) -> ChartSeries:
 
 
 class MetricsHistory:
-    """Samples ``registry`` every ``every_s`` in a daemon thread; ``series()`` for the charts."""
+    """Samples ``registry`` every ``every_s`` in a task on the loop ``start()`` is called on; ``series()``
+    (on that loop too) for the charts. A crash of the task is a death reported to ``lifeline``; its end by
+    ``stop()`` is not."""
 
     def __init__(self, registry, *, every_s: float = 5.0, keep: int = 721, lifeline: Lifeline = UNWATCHED):
         self._registry = registry
         self._every_s = every_s
         self._readings: deque[Reading] = deque(maxlen=keep)
-        self._stop = threading.Event()
-        self._thread = lifeline.thread(self._run, "dashboard-metrics")
+        self._stopping = threading.Event()  # the lifeline's: a sampler that ends after stop() has not died
+        self._lifeline = Lifeline(lifeline.report, stopping=self._stopping)
+        self._wake = asyncio.Event()  # set on the loop by stop(): the sampler's wait ends at once
+        self._task: asyncio.Task | None = None
 
     def start(self) -> MetricsHistory:
-        self.sample()
-        self._thread.start()
+        """On the loop: the sampler's task, which takes its first reading at once."""
+        self._task = self._lifeline.task(asyncio.get_running_loop(), self._run(), "dashboard-metrics")
         return self
 
-    def stop(self, timeout_s: float = 5.0) -> None:
-        """End the sampler, waiting at most ``timeout_s`` for a reading in progress (a stuck collector
-        must not hold up the node's shutdown: the thread is a daemon). Safe to call again."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """On the loop: end the sampler, waiting at most ``timeout_s`` for a reading in progress (a stuck
+        collector must not hold up the node's stop: its worker thread is left to finish). Safe to call again."""
+        self._stopping.set()
+        self._wake.set()
+        if self._task is not None and not self._task.done():
+            await asyncio.wait([self._task], timeout=timeout_s)
 
-    def sample(self) -> None:
-        self._readings.append(read_registry(self._registry.collect(), time.time()))
+    def read(self) -> Reading:
+        """A reading of the registry now (it blocks for as long as the registry's collectors take)."""
+        return read_registry(self._registry.collect(), time.time())
 
     def series(self) -> ChartSeries:
         return chart_series(list(self._readings))
 
-    def _run(self) -> None:
-        while not self._stop.wait(self._every_s):
-            crashpoints.fail_worker()
+    async def _run(self) -> None:
+        while True:
             try:
-                self.sample()
+                self._readings.append(await asyncio.to_thread(self.read))
             except Exception:  # noqa: BLE001 - a failed reading leaves a gap in a chart, nothing more
-                continue
+                pass
+            try:
+                await asyncio.wait_for(self._wake.wait(), self._every_s)
+                return
+            except TimeoutError:
+                pass
+            crashpoints.fail_worker("dashboard-metrics")

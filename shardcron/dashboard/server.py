@@ -1,14 +1,19 @@
-"""The dashboard's web server: aiohttp on an event loop of its own, in a thread beside the node.
+"""The dashboard's web server: aiohttp on the node's one event loop (``runtime.node_loop``), beside the API.
 
-``start_dashboard`` binds before it returns (a taken port is a ConfigError
-naming the flag) and serves TLS with the API's certificate when the API
-serves TLS. With ``serve_metrics`` it also answers ``/metrics`` (when
-``--http-listen`` and ``--metrics-listen`` name the same address).
+``DashboardServer.start`` binds before it returns (a taken port is a
+ConfigError naming the flag) and serves TLS with the API's certificate when
+the API serves TLS. With ``serve_metrics`` it also answers ``/metrics`` (when
+``--http-listen`` and ``--metrics-listen`` name the same address). The pages
+call the API with the synchronous ``Client`` on worker threads and the
+registry is walked on one too: nothing here blocks the loop the ticks run on.
+A server made without the node's loop (a test) starts a loop of its own
+("dashboard") and closes it when it stops.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import ssl
 import threading
 from collections import OrderedDict
@@ -26,9 +31,14 @@ from shardcron.dashboard.live import Streams
 from shardcron.dashboard.sessions import Sessions
 from shardcron.dashboard.views import Pages
 from shardcron.errors import ConfigError
-from shardcron.runtime.lifeline import UNWATCHED, Lifeline, run_forever
+from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.node_loop import NodeLoop
+
+log = logging.getLogger(__name__)
 
 CLIENTS_KEPT = 64  # one API channel per distinct token in use; the least recently used closes
+START_WITHIN_S = 30.0  # binding the port and starting the app on the loop: far longer than it takes
+STOP_WITHIN_S = 10.0  # the streams get aiohttp's shutdown_timeout (1 s); this bounds what the node waits
 
 
 class Dashboard:
@@ -55,7 +65,7 @@ class Dashboard:
         self.tls_files = tls_files
         self.tls = tls_files is not None
         self.serve_metrics = serve_metrics
-        self.lifeline = lifeline  # the dashboard's long-lived thread and tasks report their death through it
+        self.lifeline = lifeline  # the dashboard's long-lived tasks report their death through it
         self.sessions = Sessions()
         self.closing = threading.Event()
         self.templates = jinja2.Environment(
@@ -97,11 +107,11 @@ class Dashboard:
         return app
 
     def close(self) -> None:
-        """Ends the live streams, the API channels and the metrics sampler; a second call does nothing."""
+        """Ends the live streams and the API channels (the server stops the sampler, on its loop); a second
+        call does nothing."""
         if self.closing.is_set():
             return
         self.closing.set()
-        self.history.stop()
         with self._clients_lock:
             for client in self._clients.values():
                 client.close()
@@ -109,45 +119,38 @@ class Dashboard:
 
 
 async def _metrics(request: web.Request) -> web.Response:
-    return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    body = await asyncio.to_thread(generate_latest, REGISTRY)  # the gauges' callbacks take the node's locks
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 class DashboardServer:
-    """Runs ``dashboard`` on ``listen`` (host:port) until ``stop()``."""
+    """Runs ``dashboard`` on ``listen`` (host:port) until ``stop()``, on ``loop`` (the node's; None: a loop of
+    its own)."""
 
-    def __init__(self, dashboard: Dashboard, listen: str):
+    def __init__(self, dashboard: Dashboard, listen: str, loop: NodeLoop | None = None):
         self.dashboard = dashboard
         self.listen = listen
-        self._loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        # Its thread ends on purpose once stop() is called or the start failed, maybe before the node stops.
+        # A loop of its own ends on purpose once stop() is called or the start failed, maybe before the node stops.
         self._stopping = threading.Event()
-        self._thread = Lifeline(dashboard.lifeline.report, stopping=self._stopping).thread(self._run, "dashboard")
+        self._owns_loop = loop is None
+        self.loop = (
+            NodeLoop("dashboard", Lifeline(dashboard.lifeline.report, stopping=self._stopping))
+            if loop is None
+            else loop
+        )
 
     def start(self) -> DashboardServer:
-        self._thread.start()
-        self._ready.wait(30)
-        if self._error is not None:
-            raise self._error
-        return self
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
         try:
-            self._loop.run_until_complete(self._serve())
-        except BaseException as e:  # noqa: BLE001 - reported to start() as a ConfigError
-            self._error = (
-                e
-                if isinstance(e, ConfigError)
-                else ConfigError(f"--http-listen {self.listen}: cannot serve the dashboard there: {e}")
-            )
+            self.loop.run(self._serve(), START_WITHIN_S)
+        except BaseException as e:
             self._stopping.set()
-            self._ready.set()
-            return
-        self._ready.set()
-        run_forever(self._loop)
+            if self._owns_loop:
+                self.loop.close()
+            if isinstance(e, ConfigError):
+                raise
+            raise ConfigError(f"--http-listen {self.listen}: cannot serve the dashboard there: {e}") from e
+        return self
 
     async def _serve(self) -> None:
         host, _, port = self.listen.rpartition(":")
@@ -155,17 +158,31 @@ class DashboardServer:
         if self.dashboard.tls_files:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(*self.dashboard.tls_files)
-        self._runner = web.AppRunner(self.dashboard.app(), access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        await web.TCPSite(
-            self._runner, host.strip("[]") or "0.0.0.0", int(port), ssl_context=context, shutdown_timeout=1.0
-        ).start()
+        runner = web.AppRunner(self.dashboard.app(), access_log=None, handler_cancellation=True)
+        await runner.setup()
+        try:
+            await web.TCPSite(
+                runner, host.strip("[]") or "0.0.0.0", int(port), ssl_context=context, shutdown_timeout=1.0
+            ).start()
+        except BaseException:
+            await runner.cleanup()  # on a loop that goes on: nothing of the failed start is left on it
+            raise
+        self._runner = runner
+        self.dashboard.history.start()
 
     def stop(self) -> None:
+        """Ends the streams, the sampler and the server; never waits longer than ``STOP_WITHIN_S``."""
         self._stopping.set()
         self.dashboard.close()
-        if self._runner is None or not self._loop.is_running():
-            return
-        asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
+        runner, self._runner = self._runner, None  # a second stop finds nothing left to shut down
+        try:
+            if runner is not None and self.loop.running:
+                self.loop.run(self._shut_down(runner), STOP_WITHIN_S)
+        except Exception:  # noqa: BLE001 - stopping goes on; what is left ends with the loop
+            log.warning("the dashboard did not stop cleanly", exc_info=True)
+        if self._owns_loop:
+            self.loop.close()
+
+    async def _shut_down(self, runner: web.AppRunner) -> None:
+        await self.dashboard.history.stop()
+        await runner.cleanup()

@@ -5,9 +5,12 @@ task queue or a publish to a broker, a Python call, or nothing.
 kind, made on first use (so a broker kind's optional client is imported only
 when a job of that kind runs), and owns what they share: one client per broker
 URL (``connections.Connections``), one pooled HTTP client (inside the http
-executor), one asyncio loop (``aio.LoopThread``) where every tick's coroutine
-and the asyncio clients run, and the worker threads of the blocking executors.
-``close()`` at node stop closes them all.
+executor), the way onto the node's event loop (``aio.LoopThread``) where every
+tick's coroutine and the asyncio clients run, and the worker threads of the
+blocking executors. ``close()`` at node stop closes them all but the node's
+loop, which the API and the dashboard share and the node closes last. Made
+without the node's loop (a test, a tool), they start a loop of their own and
+``close()`` closes it too.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from shardcron.executors.noop import NoopExecutor
 from shardcron.executors.shell import ShellExecutor
 from shardcron.model import ExecutionResult, ExecutorKind, ExecutorSpec, TickContext
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.node_loop import NodeLoop
 
 _SHARED: dict[ExecutorKind, Executor] = {
     ExecutorKind.NOOP: NoopExecutor(),
@@ -65,7 +69,8 @@ class Executors:
     ``workers``: the threads that run blocking executors (shell, Python, the sync broker clients),
     so at most that many of those run at once; ``http_pool``: requests in flight to one host (None: the http
     executor's default). A node passes its ``--executor-slots``: its gate bounds executions already, and a
-    smaller pool would queue the gate's starts again, first come, below the fair queue."""
+    smaller pool would queue the gate's starts again, first come, below the fair queue. ``loop``: the node's
+    event loop (None: a loop of their own)."""
 
     def __init__(
         self,
@@ -76,13 +81,14 @@ class Executors:
         workers: int = 64,
         http_pool: int | None = None,
         lifeline: Lifeline = UNWATCHED,
+        loop: NodeLoop | None = None,
     ):
         self.engine = engine
         self.http_pool = http_pool
         self.allow_shell = allow_shell
         self.allow_python = tuple(allow_python)
         self.connections = Connections()
-        self.loop = LoopThread(lifeline=lifeline)
+        self.loop = LoopThread(lifeline=lifeline, shared=loop)
         self._workers = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tick")
         self._lock = threading.Lock()
         self._made: dict[ExecutorKind, Executor] = {}

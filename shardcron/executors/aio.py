@@ -1,8 +1,12 @@
-"""One asyncio event loop per node, in its own thread: every tick's coroutine and the asyncio clients.
+"""The executors' way onto the node's event loop: every tick's coroutine and the asyncio clients.
 
-Every tick with a side effect runs as a coroutine on this loop
-(``leader.runner.run_tick``); the HTTP executor and the asyncio broker
-clients (nats-py, aio-pika, arq) live on it, shared by every tick of the node.
+Every tick with a side effect runs as a coroutine on the node's one loop
+(``runtime.node_loop``, shared with the API and the dashboard;
+``leader.runner.run_tick``); the HTTP executor and the asyncio broker clients
+(nats-py, aio-pika, arq) live on it, shared by every tick of the node. A
+``LoopThread`` made without the node's loop (a test, a tool) starts a loop of
+its own on first use and closes it in ``close()``; the node's loop is the
+node's to close.
 
 Two ways in:
 - from a thread, ``LoopThread.run(make_coro, timeout_s, cancel)`` runs one
@@ -28,13 +32,13 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import threading
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TypeVar
 
 from shardcron.abc import Cancel
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.node_loop import CLOSE_WITHIN_S, NodeLoop
 
 T = TypeVar("T")
 
@@ -44,12 +48,14 @@ class Cancelled(Exception):
 
 
 class LoopThread:
-    def __init__(self, name: str = "shardcron-loop", lifeline: Lifeline = UNWATCHED) -> None:
-        self._name = name
-        self._lifeline = lifeline  # its thread ends only when close() stops the loop, as the node stops
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
+    """``shared``: the node's loop, used and left running by ``close()``; without it, a loop of its own
+    named ``name`` (its thread ends only when ``close()`` stops it)."""
+
+    def __init__(
+        self, name: str = "shardcron-loop", lifeline: Lifeline = UNWATCHED, shared: NodeLoop | None = None
+    ) -> None:
+        self._owns_loop = shared is None
+        self._node_loop = NodeLoop(name, lifeline) if shared is None else shared
         self._watch = _CancelWatch()
 
     def cancelled_by(self, cancel: Cancel) -> _CancelScope:
@@ -63,12 +69,7 @@ class LoopThread:
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-                self._thread = self._lifeline.loop_thread(self._loop, self._name)
-                self._thread.start()
-            return self._loop
+        return self._node_loop.loop
 
     def run(self, make_coro: Callable[[], Awaitable[T]], timeout_s: float, cancel: Cancel | None = None) -> T:
         """``await make_coro()`` on the loop. ``TimeoutError`` past ``timeout_s``; ``Cancelled`` on ``cancel``.
@@ -93,17 +94,10 @@ class LoopThread:
         finally:
             take_back()
 
-    def close(self, timeout_s: float = 5.0) -> None:
-        with self._lock:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is None:
-            return
-        loop.call_soon_threadsafe(loop.stop)
-        if thread is not None:
-            thread.join(timeout_s)
-        if not loop.is_running():
-            loop.close()
+    def close(self, timeout_s: float = CLOSE_WITHIN_S) -> None:
+        """Stops and closes a loop of its own; the node's loop goes on (the node closes it last)."""
+        if self._owns_loop:
+            self._node_loop.close(timeout_s)
 
 
 class _CancelScope:

@@ -54,6 +54,7 @@ from shardcron.rules.takeover import MAX_CATCH_UP_SLOTS, Dispatch, plan_takeover
 from shardcron.rules.triggers import trigger_for
 from shardcron.runtime.latch import Latch
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.node_loop import NodeLoop
 from shardcron.sharding import shard_for
 from shardcron.store import fences as fence_store
 from shardcron.store import job_reads, tick_reads
@@ -69,7 +70,8 @@ __all__ = ["CALENDAR_SKIP_PREFIX", "CLAIM_RETRY_MS", "JobEntry", "Scheduler", "S
 class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
     """The loop. ``clock`` gives the wall time slots are compared with (the real one by
     default; a test passes its own and steps the loop with ``claim_due`` and ``dispatch_due``).
-    The state its parts share, and who guards it: ``scheduler_state.py``.
+    The state its parts share, and who guards it: ``scheduler_state.py``. ``loop``: the node's event loop,
+    where the ticks' coroutines run (None: the executors start a loop of their own, as a test's may).
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         executor_slots: int = DEFAULT_SLOTS,
         fair_queuing: bool = True,
         lifeline: Lifeline = UNWATCHED,
+        loop: NodeLoop | None = None,
     ):
         self.engine = engine
         self.node_id = node_id
@@ -102,6 +105,7 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
             workers=workers,
             http_pool=executor_slots,
             lifeline=lifeline,
+            loop=loop,
         )
         # At most executor_slots executions at once; the starts beyond wait there, by namespace (exec_gate.py).
         self._gate: ExecGate[tuple[int, int, Dispatch]] = ExecGate(executor_slots, fair=fair_queuing)

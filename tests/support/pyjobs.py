@@ -158,3 +158,11 @@ def session_settings(ctx: CallContext) -> str:
     if conn.dialect.name == "postgresql":
         return str(conn.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar())
     return f"{conn.exec_driver_sql('SELECT @@session.idle_transaction_timeout').scalar()}s"
+
+
+def thread_names(ctx: CallContext, path: str) -> int:
+    """The names of the node's threads now, written to ``path`` as JSON: a test outside the node's process
+    sees which threads the node runs. Returns how many there are."""
+    names = sorted(t.name for t in threading.enumerate())
+    Path(path).write_text(json.dumps(names))
+    return len(names)

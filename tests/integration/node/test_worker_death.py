@@ -41,11 +41,9 @@ WORKERS = [
     "coordinator",
     f"{VICTIM}-keepalive",
     "settings",
-    "shardcron-loop",
+    "node-loop",
     "marks-commit",
-    "api-loop",
     "token-reload",
-    "dashboard",
     "dashboard-metrics",
 ]
 NODE_SECRET = "node-secret-for-the-worker-death-test"
@@ -53,7 +51,7 @@ NODE_SECRET = "node-secret-for-the-worker-death-test"
 
 def needs(worker: str, tmp_path) -> tuple[list[str], list[str], dict[str, str]]:
     """What the nodes need for ``worker`` to run at all: the cluster's flags, the victim's own, and the
-    environment. The token watch runs only with a token file; the dashboard's threads only with --http-listen."""
+    environment. The token watch runs only with a token file; the dashboard's sampler only with --http-listen."""
     if worker == "token-reload":
         tokens = tmp_path / "tokens"
         tokens.write_text(f"node {hash_secret(NODE_SECRET)} admin *\n")

@@ -3,6 +3,7 @@ sessions and the guards' small decisions."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import re
@@ -16,10 +17,12 @@ from shardcron.dashboard import present
 from shardcron.dashboard.guard import FIELD_LIMITS, FieldTooLong, Visitor, field, local_path
 from shardcron.dashboard.history import MetricsHistory, Reading, chart_series, quantile, read_registry
 from shardcron.dashboard.live import visitor_key, watch_refusal
-from shardcron.dashboard.server import Dashboard
 from shardcron.dashboard.sessions import Session, Sessions
 from shardcron.metrics import CountedHistogram
 from shardcron.rules.scopes import Role, Token
+from shardcron.runtime import crashpoints
+from shardcron.runtime.lifeline import Lifeline
+from tests.support.aio import until
 
 BOUNDS = (0.001, 0.01, 0.1)
 
@@ -162,15 +165,39 @@ def test_palette_css_has_a_class_for_every_colour_the_pages_use():
     assert ".cnone" in css and ".s-failed" in css
 
 
-def test_closing_the_dashboard_stops_its_metrics_sampler_once():
-    before = set(threading.enumerate())
-    history = MetricsHistory(CollectorRegistry(), every_s=0.05).start()
-    (sampler,) = [t for t in threading.enumerate() if t not in before and t.name == "dashboard-metrics"]
-    dashboard = Dashboard(node_id="n0", api_target="127.0.0.1:1", forward_security=None, tokens=None, history=history)
-    dashboard.close()
-    assert not sampler.is_alive(), "close joins the sampler thread"
-    dashboard.close()  # the node's stop and the server's both close it: the second does nothing
-    MetricsHistory(CollectorRegistry()).stop()  # never started: nothing to join
+def test_the_metrics_sampler_is_a_task_on_the_loop_and_its_stop_is_no_death():
+    told: list[tuple[str, BaseException | None]] = []
+    lifeline = Lifeline(lambda name, error: told.append((name, error)))
+    history = MetricsHistory(CollectorRegistry(), every_s=0.05, lifeline=lifeline)
+
+    async def scenario() -> None:
+        history.start()
+        await until(lambda: len(history.series()["t"]) >= 2, "three readings (two intervals)")
+        assert not [t for t in threading.enumerate() if t.name == "dashboard-metrics"], "a task, not a thread"
+        await history.stop()
+        await history.stop()  # the node's stop and the server's both stop it: the second does nothing
+
+    asyncio.run(scenario())
+    assert told == []
+    asyncio.run(MetricsHistory(CollectorRegistry()).stop())  # never started: nothing to wait for
+
+
+def test_a_metrics_sampler_that_crashes_is_reported_to_the_lifeline(monkeypatch):
+    told: list[tuple[str, BaseException | None]] = []
+    lifeline = Lifeline(lambda name, error: told.append((name, error)))
+    history = MetricsHistory(CollectorRegistry(), every_s=0.01, lifeline=lifeline)
+
+    def fail(name: str | None = None) -> None:
+        raise RuntimeError(f"a bug in {name}")
+
+    monkeypatch.setattr(crashpoints, "fail_worker", fail)
+
+    async def scenario() -> None:
+        history.start()
+        await until(lambda: bool(told), "the sampler's death to be told")
+
+    asyncio.run(scenario())
+    assert [(name, str(error)) for name, error in told] == [("dashboard-metrics", "a bug in dashboard-metrics")]
 
 
 def test_the_scripts_colours_are_defined_in_python_only():
