@@ -45,8 +45,9 @@ def thread_names(pid: int) -> list[str]:
 
 
 def grouped(names: list[str]) -> dict[str, int]:
-    """Thread names with a pool's numbering folded ("tick_3", "tick_12" -> "tick_*"), most first."""
-    folded = Counter(re.sub(r"[_-]\d+$", "_*", n) for n in names)
+    """Thread names with the numbering of a pool or of ``threading``'s default names folded ("tick_3", "tick_12"
+    -> "tick_*"; "Thread-3 (_run)" -> "Thread-N (_run)"), most first."""
+    folded = Counter(re.sub(r"[_-]\d+$", "_*", re.sub(r"^Thread-\d+", "Thread-N", n)) for n in names)
     return dict(sorted(folded.items(), key=lambda kv: (-kv[1], kv[0])))
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -136,3 +138,25 @@ def test_rest_lists_the_node_threads_by_their_own_names(tmp_path):
     assert {"coordinator", "claimer", "dispatcher", "recorder", "settings"} <= by_name.keys()
     assert by_name["settings"] == 1 and by_name["coordinator"] == 1
     assert f["target_met"] == (f["threads"] <= f["target_threads"] == 16)
+    undocumented = [name for name in by_name if not any(documented(name, doc) for doc in documented_threads())]
+    assert not undocumented, f"threads a node at rest runs that docs/architecture.md does not list: {undocumented}"
+
+
+OS_NAME_BYTES = 15  # what Linux keeps of a thread's name
+
+
+def documented_threads() -> list[str]:
+    """The names in the first column of docs/architecture.md's table of a node's threads."""
+    text = (Path(__file__).parents[3] / "docs" / "architecture.md").read_text(encoding="utf-8")
+    table = text.split("<!-- threads:", 1)[1].split("\n\n", 1)[0]
+    cells = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    return [name for cell in cells for name in re.findall(r"`([^`]+)`", cell)]
+
+
+def documented(observed: str, doc: str) -> bool:
+    """Whether ``observed`` (an OS name as ``bench rest`` folds it) is the thread the docs name ``doc``: a
+    pool's ``_N`` is its numbering, ``<node-id>`` the bench's node, another ``<...>`` anything after it."""
+    doc = re.sub(r"[_-](N|\d+)$", "_*", doc.replace("<node-id>", "bench-0"))
+    if "<" in doc:
+        return observed.startswith(doc[: doc.index("<")])
+    return observed == doc[:OS_NAME_BYTES]

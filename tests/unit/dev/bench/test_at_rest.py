@@ -16,7 +16,8 @@ from shardcron.dev.bench.at_rest import grouped, thread_names
         ([], {}),
         (["tick_0", "tick_12", "api_3", "claimer"], {"tick_*": 2, "api_*": 1, "claimer": 1}),
         (["health-1", "health-2", "MainThread"], {"health_*": 2, "MainThread": 1}),
-        (["bench-0-keepali", "Thread-3 (_run)"], {"Thread-3 (_run)": 1, "bench-0-keepali": 1}),
+        (["bench-0-keepali", "Thread-3 (_run)"], {"Thread-N (_run)": 1, "bench-0-keepali": 1}),
+        (["Thread-3 (_run)", "Thread-12 (_run)", "Thread-1 (serve"], {"Thread-N (_run)": 2, "Thread-N (serve": 1}),
     ],
 )
 def test_grouped_folds_a_pool_numbering_and_puts_the_largest_first(names, expected):
