@@ -191,7 +191,7 @@ class Node:
         self.scheduler: Scheduler | None = None
         self.calendar_watch: CalendarWatch | None = None
         self.namespace_watch: NamespaceWatch | None = None
-        self.settings_thread: WatchThread | None = None  # the calendars' and the namespaces' watches run on it
+        self.settings_thread: WatchThread | None = None  # the calendars', namespaces' and tokens' watches run on it
         self.coordinator: Coordinator | None = None
         self._coord_thread: threading.Thread | None = None
         self.cluster_config: ClusterConfig | None = None  # as read at start; the view mirrors it live
@@ -287,7 +287,9 @@ class Node:
         )
         self.shard_count = shard_count
         self.backend = NodeBackend(self)
-        self.api = start_server(self.backend, cfg, self.loop)
+        # One thread for the calendars', the namespaces' and the API tokens' watches (coordination/store_watch).
+        self.settings_thread = WatchThread("settings", lifeline=self.lifeline)
+        self.api = start_server(self.backend, cfg, self.loop, self.settings_thread)
         if cfg.http_listen:
             self.dashboard = _start_dashboard(self, cfg.http_listen)
         metrics.watch_gauge(metrics.oldest_overdue, self.scheduler.oldest_overdue_s)
@@ -295,7 +297,6 @@ class Node:
             metrics.lease_renewal_age, lambda: coordinator.session.seconds_since_renewal() if coordinator.session else 0
         )
         self.scheduler.start()
-        self.settings_thread = WatchThread("settings", lifeline=self.lifeline)
         self.calendar_watch.start(self.settings_thread)
         self.namespace_watch.start(self.settings_thread)
         self.settings_thread.start()

@@ -49,6 +49,7 @@ from shardcron.client.channel import (
     channel_options,
 )
 from shardcron.config import NodeConfig
+from shardcron.coordination.store_watch import WatchThread
 from shardcron.errors import ConfigError
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 from shardcron.runtime.node_loop import NodeLoop
@@ -208,8 +209,10 @@ class ApiServer:
         keepalive_ms: tuple[int, int] = (KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS),
         health_listen: str | None = None,
         loop: NodeLoop | None = None,
+        settings_thread: WatchThread | None = None,
     ):
         self.backend = backend
+        self.settings_thread = settings_thread  # the token watch runs on it, beside the node's other settings
         self.listen = listen
         self.stopping = threading.Event()
         self.security = security or ServerSecurity()
@@ -291,7 +294,7 @@ class ApiServer:
 
     def start(self) -> ApiServer:
         if self.tokens is not None:
-            self.tokens.start()  # the store's tokens, read before the first call; then every RELOAD_S
+            self.tokens.start(self.settings_thread)  # the store's tokens, read before the first call
         self._on_loop(self._start())
         log.info("API listening on %s", self.listen)
         return self
@@ -345,9 +348,11 @@ class ApiServer:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
-def start_server(backend: Backend, cfg: NodeConfig, loop: NodeLoop | None = None) -> ApiServer:
-    """Bind ``cfg.listen`` and serve on ``loop`` (the node's); ``ConfigError`` naming the address if it cannot
-    be bound."""
+def start_server(
+    backend: Backend, cfg: NodeConfig, loop: NodeLoop | None = None, settings_thread: WatchThread | None = None
+) -> ApiServer:
+    """Bind ``cfg.listen`` and serve on ``loop`` (the node's), the token watch on ``settings_thread``;
+    ``ConfigError`` naming the address if it cannot be bound."""
     return ApiServer(
         backend,
         cfg.listen,
@@ -358,4 +363,5 @@ def start_server(backend: Backend, cfg: NodeConfig, loop: NodeLoop | None = None
         cfg.keepalive_ms,
         cfg.health_listen,
         loop,
+        settings_thread,
     ).start()

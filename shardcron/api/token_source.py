@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 
 from shardcron.api.tokens import TokenBook
-from shardcron.coordination.store_watch import StoreWatch
+from shardcron.coordination.store_watch import StoreWatch, WatchThread
 from shardcron.rules.scopes import Token
 from shardcron.runtime import crashpoints
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
@@ -126,10 +126,12 @@ class NodeTokens:
             for tell in listeners:
                 tell(gone)
 
-    def start(self) -> NodeTokens:
+    def start(self, runner: WatchThread | None = None) -> NodeTokens:
+        """Read the store's tokens now; then the watch follows them on ``runner``'s thread (the node's settings
+        thread), or on one of its own."""
         self.reload()
         if self._watch is not None:
-            self._watch.start()
+            self._watch.start(runner)
         elif self._load_store is not None:
             self._thread = self._lifeline.thread(self._run, "token-reload")
             self._thread.start()

@@ -43,7 +43,6 @@ WORKERS = [
     "settings",
     "node-loop",
     "marks-commit",
-    "token-reload",
     "dashboard-metrics",
 ]
 NODE_SECRET = "node-secret-for-the-worker-death-test"
@@ -51,8 +50,9 @@ NODE_SECRET = "node-secret-for-the-worker-death-test"
 
 def needs(worker: str, tmp_path) -> tuple[list[str], list[str], dict[str, str]]:
     """What the nodes need for ``worker`` to run at all: the cluster's flags, the victim's own, and the
-    environment. The token watch runs only with a token file; the dashboard's sampler only with --http-listen."""
-    if worker == "token-reload":
+    environment. The settings thread is run with a token file, so that it carries the tokens' watch beside the
+    calendars' and the namespaces'; the dashboard's sampler runs only with --http-listen."""
+    if worker == "settings":
         tokens = tmp_path / "tokens"
         tokens.write_text(f"node {hash_secret(NODE_SECRET)} admin *\n")
         return ["--auth-token-file", str(tokens)], [], {"SHARDCRON_NODE_TOKEN": NODE_SECRET}
