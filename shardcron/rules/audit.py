@@ -1,87 +1,35 @@
 """The audit's rules: what counts as a finding, as pure functions over a window's rows.
 
-One piece: this docstring defines each kind of finding, and each rule below implements one of them.
-
-``shardcron.audit.run_audit`` reads the jobs, the ticks of a time window and
-the fence log, and hands them to these rules (one table-driven unit test each):
+``shardcron.audit.run_audit`` reads the jobs, the ticks of a window
+``(from_ms, to_ms]`` (like ``triggers.slots_between``) and the fence log, and
+hands them to these rules, one per kind of finding:
 
 duplicates
-    More than one row for one (job, scheduled time). The primary key makes
-    this impossible, so a finding means the schema itself is broken.
+    More than one row for one (job, scheduled time): the schema is broken.
 missing
-    A slot the job's trigger produced in the window, owed, and without a row.
-    A slot is owed when it falls after the job's ``active_since_ms`` (a new,
-    changed or resumed job owes no backlog) and, for a paused job, no later than
-    its last row (a paused job is owed nothing from the pause on, and a leader
-    does not catch up a paused job's backlog). A slot is *excused*, counted
-    but not a finding, when it was already older than the job's catch-up
-    window when the first row after it was written: that is the one kind of
-    slot catch-up leaves without a row (``rules.policies.plan_catch_up``), whatever
-    the policy, since ``latest`` and ``none`` record skipped rows inside the
-    window. The "when" is that row's ``claimed_at_ms``, the catching-up
-    leader's own clock, the same reading it planned with; with no row after
-    the slot yet, it is the audit's ``now``: such a slot is still owed if a
-    leader came back now.
+    A slot the trigger produced, owed (after ``active_since_ms``; for a paused
+    job no later than its last row), not excluded by the calendar versions in
+    force at it, not below the job's retention horizon (``pruned``), and
+    without a row. A slot already older than the catch-up window when the first
+    row after it was claimed (``claimed_at_ms``; a backfilled row counts as
+    claimed at its own slot; with no later row, ``now``) is *excused*.
 stale fence
-    A row whose (current) fence is lower than a fence its shard had already
-    raised when the row was claimed or its run started: a deposed leader's
-    write got through. A new leader that adopts an orphan rewrites its fence
-    (``ticks.take_over``), so only the row's current fence is compared, and an
-    adopted row's old claim time, which precedes the raise, is no finding.
-    Claim and start times are the writer's wall clock and raise times the
-    raiser's: ``clock_tolerance_ms`` absorbs the skew between them.
+    A row whose current fence is lower than a fence its shard had raised when
+    the row was claimed or started, give or take ``clock_tolerance_ms``.
 unresolved
-    A row still ``claimed`` or ``running`` more than ``grace_ms`` after its
-    slot whose shard has no live leader to settle it (``live_leaders``; when
-    not given, every such row is reported).
+    A row ``claimed`` or ``running`` more than ``grace_ms`` after its (jittered)
+    start on a shard with no live leader (``live_leaders``; all if not given).
 false overlap
-    A slot recorded ``skipped`` by the overlap policy ("the previous run is
-    still going") when no earlier run of the job had *started* and not
-    finished at the moment of the skip (the skipped row's ``finished_at_ms``):
-    no row of the job that was not itself skipped had a ``started_at_ms`` at or
-    before the skip and was unresolved, or finished later than
-    ``OVERLAP_SLACK_MS`` before it. A row merely claimed then (a catch-up slot
-    waiting its turn) explains nothing: overlap means a run handed to its
-    executor (``leader/job_line.py``). The skip is legitimate only while a
-    run goes on; one without a run is a slot silently not run, the failure of a
-    leader that lost count of its runs, or that judged a live slot before the
-    earlier slot it waited behind had started.
-
+    A slot ``skipped`` by the overlap policy when no non-skipped row of the job
+    had started at or before the skip and was unresolved or finished later than
+    ``OVERLAP_SLACK_MS`` before it; a merely claimed row explains nothing.
 notification missing
-    A failed slot of a job with its own ``on_failure`` (or a recovery, for
-    ``on_recovery``) with no row in ``notifications``, more than ``grace_ms``
-    after the tick settled (``rules.notifications.owed_in``).
+    A failed slot (or recovery) of a job with ``on_failure`` (``on_recovery``)
+    and no ``notifications`` row ``grace_ms`` after it settled.
 
-Jitter moves a slot's start, never its identity: the row of a jittered slot is
-still keyed by the unjittered time (and claimed before it), so the missing rule
-looks for it there; the unresolved rule's grace runs from its jittered start.
-
-Calendars exclude slots: a slot the job's calendars excluded when it fell is
-not owed, so it is neither missing nor counted as checked; it is counted as
-``calendar_excluded``. Each slot is judged by the calendar versions in force at
-it (``calendar_history``: every version is kept with the time it took effect),
-so changing a calendar does not rewrite the past; for a few seconds after a
-change a slot the two versions judge differently may go either way.
-
-Retention deletes old rows, so an absent slot below the job's recorded horizon
-(its shard's, from ``--tick-retention`` or ``db prune``, or its own, from its
-``history_limit``; ``store.retention.horizons_of_jobs``) is counted ``pruned``,
-never missing nor excused: the horizon is written in the same transaction as
-the deletes below it (``rules.retention.is_pruned``).
-
-A backfill (``shardcron jobs backfill``) adds ordinary rows, claimed long
-after their slot: a slot it filled is present (before the job's
-``active_since_ms`` it is simply an extra row, never a finding), but its late
-claim time says nothing about when the live schedule caught up, so it excuses
-no earlier slot: it counts as claimed at its own slot (``backfilled_slots``).
-Without the backfill those earlier slots would have been judged by a later
-row, which excuses no fewer, so a backfill never hides a finding.
-
-Manual runs (TriggerJob) are extra rows, never owed: they are ignored by the
-missing and duplicate rules and checked by the other two. Rows of a deleted
-job are checked for fences and resolution and summarised as ``deleted``.
-
-The window is ``(from_ms, to_ms]``, like ``triggers.slots_between``.
+Jittered rows are keyed by the unjittered slot. Manual runs are never owed;
+rows of deleted jobs are checked for fences and resolution (``deleted``).
+See docs/explanation/guarantees.md ("How the audit judges a slot") for why.
 """
 
 from __future__ import annotations
