@@ -7,12 +7,7 @@ of the starts in proportion to its weight (default 1), whatever the others
 enqueue, and in its own order (FIFO within a namespace). Nothing is dropped:
 every item waits until it is popped or handed back by ``remove_where``.
 
-Why virtual finish times (self-clocked fair queuing, Golestani 1994) and not
-deficit round robin: every start costs the same (one executor), so a tag per
-namespace head is all the state needed, any positive real weight works (DRR
-needs a quantum of at least one item, so a weight of 0.01 would cost 100 empty
-rounds per start), and each operation is O(log n) in the number of waiting
-namespaces, O(1) for an enqueue behind a namespace's existing queue.
+Self-clocked fair queuing (why not deficit round robin: docs/explanation/fairness.md).
 
 Tags. ``V``, the virtual time, is the finish tag of the last item popped. A
 namespace's head item carries a finish tag ``F``; ``pop`` serves the smallest
