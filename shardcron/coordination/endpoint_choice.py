@@ -1,9 +1,9 @@
 """Which etcd member to try after one fails: a pure decision, so it can be table-tested.
 
 A node's threads share one client. When a member dies, several of them fail
-on it at about the same time; each used to rotate once, so two failures could
-rotate past a live member and back onto the dead one, and a lease renewal then
-spent its last seconds on a member that had just refused. So a failure moves
+on it at about the same time; if each rotated once, two failures could rotate
+past a live member and back onto the dead one, and a lease renewal would spend
+its last seconds on a member that had just refused. So a failure moves
 the client only if it is still on the member that failed, and the move skips
 members that failed within ``rest_s``.
 """
