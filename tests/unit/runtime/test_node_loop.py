@@ -112,6 +112,7 @@ def test_the_parts_that_share_the_loop_stop_without_stopping_it(node_loop):
     dashboard = DashboardServer(
         Dashboard(
             node_id="solo",
+            api=api.in_process,
             api_target=address,
             forward_security=None,
             tokens=None,
