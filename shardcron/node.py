@@ -429,8 +429,6 @@ def _start_dashboard(node: Node, listen: str) -> DashboardServer:
     dashboard = Dashboard(
         node_id=cfg.node_id,
         api=_started(node.api).in_process,
-        api_target=cfg.advertise,
-        forward_security=cfg.forward_security,
         tokens=getattr(node.api, "tokens", None),
         history=MetricsHistory(REGISTRY, lifeline=node.lifeline),  # sampling from the server's start
         tls_files=tls_files,

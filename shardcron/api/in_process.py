@@ -25,10 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
+from typing import cast
 
 import grpc
 
 from shardcron.api import auth
+from shardcron.api.limits import StreamSlots
 from shardcron.api.service import SchedulerService
 from shardcron.api.status import clip, log_if_bug, status_for
 from shardcron.api.token_source import NodeTokens
@@ -36,7 +39,7 @@ from shardcron.client.errors import ApiError, api_error
 from shardcron.jobkey import DEFAULT_NAMESPACE, join_key, split_key
 from shardcron.model import Backfill, Job, JobRuns, SlotRef, Tick
 from shardcron.rules.namespace_settings import StoredNamespace
-from shardcron.rules.scopes import ALL_NAMESPACES
+from shardcron.rules.scopes import ALL_NAMESPACES, Token
 from shardcron.spec.namespaces import namespace_or_default
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.wire.backfill_convert import backfill_from_proto, overlap_to_proto
@@ -47,6 +50,7 @@ from shardcron.wire.tick_convert import job_runs_from_proto, tick_from_proto
 
 DEFAULT_TIMEOUT_S = 30.0  # as the dashboard's API client had
 TICKS_PAGE_MAX = 1000  # the servicer's PAGE_MAX
+IN_PROCESS_PEER = "in-process"  # whose streams the ones opened here are, for --max-streams-per-peer
 
 
 class _CallContext:
@@ -62,9 +66,10 @@ class _CallContext:
 class InProcessApi:
     """The node's API servicer, called in this process; made by ``ApiServer`` on the node's loop."""
 
-    def __init__(self, service: SchedulerService, tokens: NodeTokens | None):
+    def __init__(self, service: SchedulerService, tokens: NodeTokens | None, slots: StreamSlots):
         self.service = service
         self.tokens = tokens  # None: the node checks no tokens
+        self.slots = slots  # the server's: a stream opened here counts against --max-streams too
         self.pool = service.router.pool  # the API's blocking work off the loop
 
     def as_caller(self, secret: str | None) -> CallerApi:
@@ -82,28 +87,58 @@ class InProcessApi:
             raise api_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
 
     async def _serve(self, secret: str | None, method: str, request, timeout_s: float):
-        token = None
-        if self.tokens is not None:
-            token = self.tokens.identify(secret) if secret else None
-            if token is None:
-                raise api_error(grpc.StatusCode.UNAUTHENTICATED, auth.HOW_TO_PASS)
-            refused = auth.admit(method, token, secret, request)
-            if refused is not None:
-                raise api_error(*refused)
-        else:
-            auth.serving_as(None, None, forwarded=False)
+        token = self._admit(secret, method, request)
         applied = auth.track_applied()
         try:
             answer = await getattr(self.service, method)(request, _CallContext(timeout_s))
-        except ApiError:
-            raise
         except Exception as e:  # noqa: BLE001 - every failure gets the status the server would send
-            log_if_bug(e, method)
-            code, details = status_for(e)
-            raise api_error(code, clip(details)) from None
+            raise _failed(e, method) from None
         if token is not None:
             auth.audit_applied(method, token, request, answer, applied)
         return answer
+
+    def _admit(self, secret: str | None, method: str, request) -> Token | None:
+        """The caller, set in this task's context; ApiError when the server would refuse the call."""
+        if self.tokens is None:
+            auth.serving_as(None, None, forwarded=False)
+            return None
+        token = self.tokens.identify(secret) if secret else None
+        if token is None:
+            raise api_error(grpc.StatusCode.UNAUTHENTICATED, auth.HOW_TO_PASS)
+        refused = auth.admit(method, token, secret, request)
+        if refused is not None:
+            raise api_error(*refused)
+        return token
+
+    async def watch_ticks(self, secret: str | None, job_id: str, namespace: str | None = None) -> AsyncIterator[Tick]:
+        """WatchTicks of one job for the caller with ``secret``: its ticks as they are written, until the
+        watch is closed (ApiError when refused or ended). Iterate it in a task of its own: the caller is set
+        in the iterating task's context. A revoked token's watch is for the iterating code to end (the
+        dashboard does: ``NodeTokens.when_revoked``)."""
+        job_id, ns = _ref(job_id, namespace)
+        request = pb.WatchTicksRequest(job_id=job_id, namespace=ns)
+        self._admit(secret, "WatchTicks", request)
+        try:
+            self.slots.acquire(IN_PROCESS_PEER, forwarded=False)
+        except Exception as e:  # noqa: BLE001 - CallFailed: over --max-streams
+            raise _failed(e, "WatchTicks") from None
+        try:
+            context = cast(grpc.aio.ServicerContext, _CallContext(DEFAULT_TIMEOUT_S))  # all the servicer asks of it
+            async for event in self.service.WatchTicks(request, context):
+                yield tick_from_proto(event.tick)
+        except Exception as e:  # noqa: BLE001 - every failure gets the status the server would send
+            raise _failed(e, "WatchTicks") from None
+        finally:
+            self.slots.release(IN_PROCESS_PEER)
+
+
+def _failed(e: Exception, method: str) -> ApiError:
+    """The ApiError a client would get for what serving ``method`` raised; a bug is logged with its traceback."""
+    if isinstance(e, ApiError):
+        return e
+    log_if_bug(e, method)
+    code, details = status_for(e)
+    return api_error(code, clip(details))
 
 
 class CallerApi:

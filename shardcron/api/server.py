@@ -272,7 +272,9 @@ class ApiServer:
             if getattr(self.backend, "etcd", None) is not None:
                 self.tokens.watch(self.backend.etcd, self.backend.layout.tokens)
         self.service.node_tokens = self.tokens  # the token RPCs: file tokens, and reload after a write
-        self.in_process = InProcessApi(self.service, self.tokens)  # the dashboard's calls, without a channel
+        self.in_process = InProcessApi(
+            self.service, self.tokens, self.slots
+        )  # the dashboard's calls, without a channel
         # Always: it checks a forwarded marker's seal; with tokens, it authorizes and audits too.
         self._server = grpc.aio.server(
             options=server_options(self.limits, *self.keepalive_ms),

@@ -17,17 +17,13 @@ import asyncio
 import logging
 import ssl
 import threading
-from collections import OrderedDict
 from concurrent.futures import Executor
-from dataclasses import replace
 from importlib import resources
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from shardcron.api.in_process import InProcessApi
-from shardcron.client.channel import ChannelSecurity
-from shardcron.client.client import Client
 from shardcron.dashboard import guard, require_extra
 from shardcron.dashboard.history import MetricsHistory
 from shardcron.dashboard.live import Streams
@@ -39,23 +35,19 @@ from shardcron.runtime.node_loop import NodeLoop
 
 log = logging.getLogger(__name__)
 
-CLIENTS_KEPT = 64  # one API channel per distinct token in use; the least recently used closes
 START_WITHIN_S = 30.0  # binding the port and starting the app on the loop: far longer than it takes
 STOP_WITHIN_S = 10.0  # the streams get aiohttp's shutdown_timeout (1 s); this bounds what the node waits
 
 
 class Dashboard:
-    """``api``: the node's API in this process (``ApiServer.in_process``), which the pages call as the visitor
-    (None: no API, for tests of the templates and the server's life);
-    ``api_target``: the node's API address, which a job page's live stream of ticks watches."""
+    """``api``: the node's API in this process (``ApiServer.in_process``), which the pages and streams call as
+    the visitor (None: no API, for tests of the templates and the server's life)."""
 
     def __init__(
         self,
         *,
         node_id: str,
         api: InProcessApi | None,
-        api_target: str,
-        forward_security: ChannelSecurity | None,
         tokens,
         history: MetricsHistory,
         tls_files: tuple[str, str | None] | None = None,
@@ -67,8 +59,6 @@ class Dashboard:
 
         self.node_id = node_id
         self.api = api
-        self.api_target = api_target
-        self.forward_security = forward_security or ChannelSecurity()
         self.tokens = tokens  # api.token_source.NodeTokens, or None when the node checks no tokens
         self.history = history
         self.tls_files = tls_files
@@ -82,8 +72,6 @@ class Dashboard:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        self._clients: OrderedDict[str | None, Client] = OrderedDict()
-        self._clients_lock = threading.Lock()
         self.pages = Pages(self)
         self.streams = Streams(self.pages)  # one per dashboard: its cluster streams share one map reader
 
@@ -93,19 +81,6 @@ class Dashboard:
 
     def identify(self, secret: str):
         return self.tokens.identify(secret) if self.tokens is not None else None
-
-    def client_for(self, secret: str | None) -> Client:
-        """An API client with ``secret``: only a job page's live stream of ticks still uses one."""
-        with self._clients_lock:
-            client = self._clients.get(secret)
-            if client is None:
-                client = self._clients[secret] = Client(
-                    self.api_target, timeout_s=30, security=replace(self.forward_security, token=secret)
-                )
-                while len(self._clients) > CLIENTS_KEPT:
-                    self._clients.popitem(last=False)[1].close()
-            self._clients.move_to_end(secret)
-            return client
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[guard.security_headers], client_max_size=guard.MAX_BODY_BYTES)
@@ -127,15 +102,8 @@ class Dashboard:
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def close(self) -> None:
-        """Ends the live streams and the API channels (the server stops the sampler, on its loop); a second
-        call does nothing."""
-        if self.closing.is_set():
-            return
+        """Ends the live streams (the server stops the sampler, on its loop); a second call does nothing."""
         self.closing.set()
-        with self._clients_lock:
-            for client in self._clients.values():
-                client.close()
-            self._clients.clear()
 
 
 class DashboardServer:

@@ -202,8 +202,6 @@ def test_a_dashboards_cluster_streams_share_one_reader_of_the_map(tmp_path, etcd
         dashboard = Dashboard(
             node_id="n0",
             api=api,  # type: ignore[arg-type]  # the in-process API's calls, over a channel
-            api_target=node.address,
-            forward_security=None,
             tokens=NodeTokens(load_tokens(str(tokens))[0]),
             history=MetricsHistory(CollectorRegistry()),
         )

@@ -68,8 +68,6 @@ def _dashboard(lifeline: Lifeline, listen: str) -> DashboardServer:
         Dashboard(
             node_id="solo",
             api=None,
-            api_target="127.0.0.1:1",
-            forward_security=None,
             tokens=None,
             history=MetricsHistory(CollectorRegistry()),
             lifeline=lifeline,

@@ -5,6 +5,7 @@ whose shard another node leads is still forwarded to that node over gRPC, as the
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 from dataclasses import dataclass
@@ -22,9 +23,12 @@ from shardcron.dashboard.history import MetricsHistory
 from shardcron.dashboard.server import Dashboard, DashboardServer
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.dev.testing.etcd_server import free_port
+from shardcron.jobkey import join_key
+from shardcron.model import Tick, TickStatus
 from shardcron.runtime.lifeline import Lifeline
 from shardcron.runtime.node_loop import NodeLoop
 from shardcron.store import ensure_schema, ensure_shards, make_engine, put_job, raise_fence
+from tests.support.sse import sse_events
 from tests.support.tenancy import hourly_job
 
 ADMIN, READER = "admin-secret-" + "a" * 24, "reader-secret-" + "r" * 24
@@ -55,6 +59,7 @@ class _OneShardBackend:
         self.address = address
         self.leader = leader
         self.joined = threading.Event()
+        self.recorder = None  # what the API's tick hub subscribed, while it has a watcher
 
     def shard_map(self):
         return {
@@ -75,13 +80,19 @@ class _OneShardBackend:
         pass
 
     def subscribe_ticks(self, callback):
-        return lambda: None
+        self.recorder = callback
+
+        def unsubscribe() -> None:
+            self.recorder = None
+
+        return unsubscribe
 
 
 @dataclass
 class Node:
     address: str
     counter: CountingInterceptor
+    server: ApiServer | None = None
 
 
 @contextlib.contextmanager
@@ -103,8 +114,8 @@ def two_nodes(tmp_path, *, dashboard_leads: bool):
         Node(f"127.0.0.1:{free_port()}", CountingInterceptor()),
     )
     leader = (here if dashboard_leads else there).address
-    servers = [
-        ApiServer(
+    for name, n in (("here", here), ("there", there)):
+        n.server = ApiServer(
             _OneShardBackend(name, engine, n.address, leader),
             n.address,
             n.address,
@@ -112,15 +123,12 @@ def two_nodes(tmp_path, *, dashboard_leads: bool):
             loop=loop,
             interceptors=[n.counter],
         ).start()
-        for name, n in (("here", here), ("there", there))
-    ]
+    servers = [here.server, there.server]
     port = free_port()
     dashboard = DashboardServer(
         Dashboard(
             node_id="here",
             api=servers[0].in_process,
-            api_target=here.address,
-            forward_security=None,
             tokens=servers[0].tokens,
             history=MetricsHistory(CollectorRegistry(), lifeline=lifeline),
             lifeline=lifeline,
@@ -201,3 +209,28 @@ def test_an_action_on_a_shard_another_node_leads_is_forwarded_to_it_over_grpc(tm
             r.getMessage() for r in caplog.records if r.name == "shardcron.audit" and "token=admin" in r.getMessage()
         ]
         assert audit == ["call=PauseJob token=admin namespace=default target=visible"], "logged once: by the leader"
+
+
+def test_a_job_pages_live_ticks_come_from_the_api_in_process(tmp_path):
+    """The job page's stream: the API's WatchTicks as the visitor, with no gRPC call, no thread, and one of the
+    API's stream slots while it is open."""
+    reader = {"Authorization": f"Bearer {READER}"}
+    threads_before = {t.ident for t in threading.enumerate()}
+    with (
+        two_nodes(tmp_path, dashboard_leads=True) as (base, here, there),
+        httpx.Client(base_url=base, timeout=30) as http,
+    ):
+        assert here.server is not None
+        backend, slots = here.server.backend, here.server.slots
+        with http.stream("GET", "/events/job", params={"id": "visible"}, headers=reader) as stream:
+            events = sse_events(stream, 60)
+            wait_until(lambda: backend.recorder is not None, 30, 0.05, "the watch to subscribe to the ticks")
+            assert slots.open == 1
+            tick = Tick(join_key("default", "visible"), 1_000, 0, FENCE, "here", TickStatus.SUCCEEDED)
+            backend.recorder([tick])
+            name, data = next(events)
+            assert name == "tick" and json.loads(data)["status"] == "succeeded", (name, data)
+        wait_until(lambda: slots.open == 0 and backend.recorder is None, 30, 0.05, "the watch to end with the page")
+        assert here.counter.methods == [] and there.counter.methods == []
+        started = [t.name for t in threading.enumerate() if t.ident not in threads_before]
+        assert not [n for n in started if n.startswith(("asyncio", "dashboard-watch"))], started

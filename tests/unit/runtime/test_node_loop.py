@@ -113,8 +113,6 @@ def test_the_parts_that_share_the_loop_stop_without_stopping_it(node_loop):
         Dashboard(
             node_id="solo",
             api=api.in_process,
-            api_target=address,
-            forward_security=None,
             tokens=None,
             history=MetricsHistory(CollectorRegistry(), every_s=0.05, lifeline=lifeline),
             lifeline=lifeline,

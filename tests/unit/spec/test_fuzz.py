@@ -62,8 +62,6 @@ def templates():
     dashboard = Dashboard(
         node_id="fuzz",
         api=None,
-        api_target="127.0.0.1:1",
-        forward_security=None,
         tokens=None,
         history=MetricsHistory(CollectorRegistry()),
     )
