@@ -428,8 +428,7 @@ def _start_dashboard(node: Node, listen: str) -> DashboardServer:
     tls_files = (sec.cert_file, sec.key_file) if sec is not None and sec.cert_file else None
     dashboard = Dashboard(
         node_id=cfg.node_id,
-        api_target=cfg.advertise,
-        forward_security=cfg.forward_security,
+        api=_started(node.api).in_process,
         tokens=getattr(node.api, "tokens", None),
         history=MetricsHistory(REGISTRY, lifeline=node.lifeline),  # sampling from the server's start
         tls_files=tls_files,

@@ -235,6 +235,38 @@ def applied_here_target(request, answer, applied: _Applied) -> str | None:
     return ",".join(ids[:20]) + (f",+{len(ids) - 20}" if len(ids) > 20 else "")
 
 
+# -- serving a call as its caller (the interceptor's, and api/in_process.py's) ------------
+
+
+def serving_as(token: Token | None, secret: str | None, forwarded: bool) -> None:
+    """The call being served (in this task's context) is ``token``'s, which arrived with ``secret``."""
+    _forwarded.set(forwarded)
+    _caller.set(token)
+    _secret.set(secret)
+
+
+def admit(name: str, token: Token, secret: str | None, request) -> tuple[grpc.StatusCode, str] | None:
+    """Sets ``token`` as the caller of RPC ``name``; or the status that refuses it: PERMISSION_DENIED
+    (audit-logged as ``denied``), or INVALID_ARGUMENT for a namespace that breaks the name rule (the same
+    answer the servicer would give)."""
+    serving_as(token, secret, _forwarded.get())
+    try:
+        reason = check(token, name, request)
+    except InvalidJob as e:
+        return status_for(e)
+    if reason is None:
+        return None
+    audit_log.info("%s", audit_line(name, token, request, "denied"))
+    return grpc.StatusCode.PERMISSION_DENIED, reason
+
+
+def track_applied() -> _Applied:
+    """Where the write about to be served is applied, as ``Router.call`` will say (``sent_elsewhere``)."""
+    applied = _Applied()
+    _applied.set(applied)
+    return applied
+
+
 # -- the interceptor ----------------------------------------------------------------------
 
 
@@ -304,21 +336,10 @@ class Authorize(grpc.aio.ServerInterceptor):
         return handler
 
     async def _admit(self, context, name: str, token: Token, secret: str | None, request) -> None:
-        """Sets the caller for the servicer code, or aborts: PERMISSION_DENIED, or INVALID_ARGUMENT for a
-        namespace that breaks the name rule (the same answer the servicer would give)."""
-        _caller.set(token)
-        _secret.set(secret)
-        try:
-            reason = check(token, name, request)
-        except InvalidJob as e:
-            code, details = status_for(e)
-            await context.abort(code, details)
-        if reason is not None:
-            await self._refuse(context, name, token, request, reason)
-
-    async def _refuse(self, context, name: str, token: Token, request, reason: str):
-        audit_log.info("%s", audit_line(name, token, request, "denied"))
-        await context.abort(grpc.StatusCode.PERMISSION_DENIED, reason)
+        """Sets the caller for the servicer code, or aborts (``refusal``)."""
+        refused = admit(name, token, secret, request)
+        if refused is not None:
+            await context.abort(*refused)
 
     def _unary(self, inner, name: str, token: Token | None, secret: str | None, forwarded: bool):
         async def checked(request, context):
@@ -326,11 +347,9 @@ class Authorize(grpc.aio.ServerInterceptor):
             if token is None or not hasattr(request, "DESCRIPTOR"):  # no tokens; or refused while parsing
                 return await inner(request, context)
             await self._admit(context, name, token, secret, request)
-            applied = _Applied()
-            _applied.set(applied)
+            applied = track_applied()
             answer = await inner(request, context)  # a failure aborts: no audit line for it
-            if name in WRITE_CALLS:
-                _audit(name, token, request, answer, applied)
+            audit_applied(name, token, request, answer, applied)
             return answer
 
         return checked
@@ -393,9 +412,10 @@ class _StreamState:
     waiting: bool = False  # awaiting the next event (not sending one)
 
 
-def _audit(name: str, token: Token, request, answer, applied: _Applied) -> None:
-    """One line for a write applied here; none for one its shard's leader applied (it logs it)."""
-    if applied.elsewhere:
+def audit_applied(name: str, token: Token, request, answer, applied: _Applied) -> None:
+    """After a call of ``name`` returned OK: one audit line for a write applied here; none for a read, nor
+    for a write its shard's leader applied (it logs it)."""
+    if name not in WRITE_CALLS or applied.elsewhere:
         return
     target = None
     if name == "PutJobs":
@@ -411,6 +431,8 @@ __all__ = [
     "NODE_TOKEN_HEADER",
     "REVOKED",
     "WRITE_CALLS",
+    "admit",
+    "audit_applied",
     "audit_line",
     "bearer_of",
     "caller",
@@ -423,4 +445,6 @@ __all__ = [
     "namespace_of_request",
     "readable_namespaces",
     "sent_elsewhere",
+    "serving_as",
+    "track_applied",
 ]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
@@ -32,6 +32,7 @@ from grpc_reflection.v1alpha import reflection
 from shardcron.abc import Backend
 from shardcron.api.auth import Authorize
 from shardcron.api.health_port import HealthPort, LoopBeat
+from shardcron.api.in_process import InProcessApi
 from shardcron.api.limits import ApiLimits, StreamSlots, peer_host
 from shardcron.api.peers import Seal, cluster_seal, node_local_seal
 from shardcron.api.routing import Router, is_forwarded
@@ -210,8 +211,10 @@ class ApiServer:
         health_listen: str | None = None,
         loop: NodeLoop | None = None,
         settings_thread: WatchThread | None = None,
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     ):
         self.backend = backend
+        self.interceptors = tuple(interceptors)  # after the API's own (a test counts the calls that arrive)
         self.settings_thread = settings_thread  # the token watch runs on it, beside the node's other settings
         self.listen = listen
         self.stopping = threading.Event()
@@ -269,9 +272,13 @@ class ApiServer:
             if getattr(self.backend, "etcd", None) is not None:
                 self.tokens.watch(self.backend.etcd, self.backend.layout.tokens)
         self.service.node_tokens = self.tokens  # the token RPCs: file tokens, and reload after a write
+        self.in_process = InProcessApi(
+            self.service, self.tokens, self.slots
+        )  # the dashboard's calls, without a channel
         # Always: it checks a forwarded marker's seal; with tokens, it authorizes and audits too.
         self._server = grpc.aio.server(
-            options=server_options(self.limits, *self.keepalive_ms), interceptors=[Authorize(self.tokens, seal)]
+            options=server_options(self.limits, *self.keepalive_ms),
+            interceptors=[Authorize(self.tokens, seal), *self.interceptors],
         )
         self._server.add_generic_rpc_handlers(
             (scheduler_handler(self.service, self.backend.node_id, self.slots, self.limits.max_request_bytes),)

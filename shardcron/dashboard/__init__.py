@@ -1,8 +1,8 @@
 """The web dashboard every node can serve (``--http-listen``): cluster, jobs, a job, health.
 
-It is a client of the node's own gRPC API, called with the visitor's token, so
-it shows exactly what the API would show that token, through any node, and
-refuses what the API refuses (a ``read`` token's pause is PERMISSION_DENIED,
+It calls the node's own API in this process (``api.in_process``), as the
+visitor's token, so it shows exactly what the API would show that token,
+through any node, and refuses what the API refuses (a ``read`` token's pause is PERMISSION_DENIED,
 shown as a message). Pages are rendered on the server (Jinja2) and made live
 with htmx and server-sent events; charts are uPlot. Every asset ships in the
 wheel (``static/vendor``, see its README): no CDN, and a strict

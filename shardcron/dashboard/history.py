@@ -20,6 +20,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import TypedDict
 
@@ -137,9 +138,12 @@ class MetricsHistory:
         self._lifeline = Lifeline(lifeline.report, stopping=self._stopping)
         self._wake = asyncio.Event()  # set on the loop by stop(): the sampler's wait ends at once
         self._task: asyncio.Task | None = None
+        self._pool: Executor | None = None
 
-    def start(self) -> MetricsHistory:
-        """On the loop: the sampler's task, which takes its first reading at once."""
+    def start(self, pool: Executor | None = None) -> MetricsHistory:
+        """On the loop: the sampler's task, which takes its first reading at once, on ``pool`` (the API's;
+        None: the loop's default executor)."""
+        self._pool = pool
         self._task = self._lifeline.task(asyncio.get_running_loop(), self._run(), "dashboard-metrics")
         return self
 
@@ -161,7 +165,7 @@ class MetricsHistory:
     async def _run(self) -> None:
         while True:
             try:
-                self._readings.append(await asyncio.to_thread(self.read))
+                self._readings.append(await asyncio.get_running_loop().run_in_executor(self._pool, self.read))
             except Exception:  # noqa: BLE001 - a failed reading leaves a gap in a chart, nothing more
                 pass
             try:

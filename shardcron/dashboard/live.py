@@ -4,8 +4,8 @@ The browser never polls: it holds one EventSource per page. The shard map is
 read every ``MAP_EVERY_S`` by one reader that all of this dashboard's cluster
 streams follow (``map_feed.py`` says why that shows no visitor more than the
 API would), and sent only when its rendering changed; a job's ticks come from
-the API's ``WatchTicks`` stream, as the visitor, read in a thread, one event
-per tick. A comment line every ``KEEPALIVE_S`` keeps proxies from closing a
+the API's ``WatchTicks`` stream, as the visitor, in this process (``api.in_process``),
+one event per tick. A comment line every ``KEEPALIVE_S`` keeps proxies from closing a
 quiet stream.
 
 A stream holds one of the dashboard's ``MAX_STREAMS`` slots, and one of its
@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import threading
 import time
 
 from aiohttp import web
@@ -38,7 +37,7 @@ from shardcron.spec.namespaces import namespace_or_default
 MAP_EVERY_S = 0.5
 KEEPALIVE_S = 15.0
 # Event streams one dashboard holds open at once; beyond them, 503 (each job stream is a WatchTicks
-# stream and a thread, which the API's --max-streams bounds too).
+# stream, which the API's --max-streams bounds too).
 MAX_STREAMS = 200
 # ... and one visitor at once: a few tabs' worth, so that one visitor cannot hold the node's slots.
 MAX_STREAMS_PER_VISITOR = 20
@@ -160,7 +159,6 @@ class Streams:
             raise web.HTTPForbidden(text=refusal)
         loop = asyncio.get_running_loop()
         ticks: asyncio.Queue = asyncio.Queue(maxsize=TICKS_QUEUED)
-        watch = self.d.client_for(v.session.secret).watch_ticks(job_id, namespace=namespace)
 
         def offer(item) -> None:
             if not ticks.full():
@@ -178,14 +176,14 @@ class Streams:
             else (lambda: None)
         )
 
-        def follow() -> None:
+        async def follow() -> None:  # a task of its own: the visitor is the caller in its context only
             try:
-                for tick in watch:
-                    loop.call_soon_threadsafe(offer, present.tick_point(tick))
+                async for tick in self.d.api.watch_ticks(v.session.secret, job_id, namespace):
+                    offer(present.tick_point(tick))
             except ShardcronError as e:
-                loop.call_soon_threadsafe(offer, {"watch_error": str(e)})
+                offer({"watch_error": str(e)})
 
-        threading.Thread(target=follow, name="dashboard-watch", daemon=True).start()
+        watch = asyncio.ensure_future(follow())
         stream = await _open_stream(request)
         try:
             await stream.write(b": watching\n\n")
@@ -204,4 +202,5 @@ class Streams:
         finally:
             unsubscribe()
             watch.cancel()
+            await asyncio.gather(watch, return_exceptions=True)  # its stream's slot is given back now
         return stream

@@ -4,8 +4,9 @@
 ConfigError naming the flag) and serves TLS with the API's certificate when
 the API serves TLS. With ``serve_metrics`` it also answers ``/metrics`` (when
 ``--http-listen`` and ``--metrics-listen`` name the same address). The pages
-call the API with the synchronous ``Client`` on worker threads and the
-registry is walked on one too: nothing here blocks the loop the ticks run on.
+call the node's API in this process (``api.in_process``), as the visitor,
+whose store work runs on the API's pool; the registry is walked on that pool
+too: nothing here blocks the loop the ticks run on.
 A server made without the node's loop (a test) starts a loop of its own
 ("dashboard") and closes it when it stops.
 """
@@ -16,15 +17,13 @@ import asyncio
 import logging
 import ssl
 import threading
-from collections import OrderedDict
-from dataclasses import replace
+from concurrent.futures import Executor
 from importlib import resources
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
-from shardcron.client.channel import ChannelSecurity
-from shardcron.client.client import Client
+from shardcron.api.in_process import InProcessApi
 from shardcron.dashboard import guard, require_extra
 from shardcron.dashboard.history import MetricsHistory
 from shardcron.dashboard.live import Streams
@@ -36,18 +35,19 @@ from shardcron.runtime.node_loop import NodeLoop
 
 log = logging.getLogger(__name__)
 
-CLIENTS_KEPT = 64  # one API channel per distinct token in use; the least recently used closes
 START_WITHIN_S = 30.0  # binding the port and starting the app on the loop: far longer than it takes
 STOP_WITHIN_S = 10.0  # the streams get aiohttp's shutdown_timeout (1 s); this bounds what the node waits
 
 
 class Dashboard:
+    """``api``: the node's API in this process (``ApiServer.in_process``), which the pages and streams call as
+    the visitor (None: no API, for tests of the templates and the server's life)."""
+
     def __init__(
         self,
         *,
         node_id: str,
-        api_target: str,
-        forward_security: ChannelSecurity | None,
+        api: InProcessApi | None,
         tokens,
         history: MetricsHistory,
         tls_files: tuple[str, str | None] | None = None,
@@ -58,8 +58,7 @@ class Dashboard:
         import jinja2  # the dashboard extra's: imported only by a node that serves the dashboard
 
         self.node_id = node_id
-        self.api_target = api_target
-        self.forward_security = forward_security or ChannelSecurity()
+        self.api = api
         self.tokens = tokens  # api.token_source.NodeTokens, or None when the node checks no tokens
         self.history = history
         self.tls_files = tls_files
@@ -73,8 +72,6 @@ class Dashboard:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        self._clients: OrderedDict[str | None, Client] = OrderedDict()
-        self._clients_lock = threading.Lock()
         self.pages = Pages(self)
         self.streams = Streams(self.pages)  # one per dashboard: its cluster streams share one map reader
 
@@ -85,42 +82,28 @@ class Dashboard:
     def identify(self, secret: str):
         return self.tokens.identify(secret) if self.tokens is not None else None
 
-    def client_for(self, secret: str | None) -> Client:
-        with self._clients_lock:
-            client = self._clients.get(secret)
-            if client is None:
-                client = self._clients[secret] = Client(
-                    self.api_target, timeout_s=30, security=replace(self.forward_security, token=secret)
-                )
-                while len(self._clients) > CLIENTS_KEPT:
-                    self._clients.popitem(last=False)[1].close()
-            self._clients.move_to_end(secret)
-            return client
-
     def app(self) -> web.Application:
         app = web.Application(middlewares=[guard.security_headers], client_max_size=guard.MAX_BODY_BYTES)
         app.add_routes(self.pages.routes() + self.streams.routes())
         app.on_cleanup.append(lambda _app: self.streams.map_feed.close())
         app.router.add_static("/static/", str(resources.files("shardcron.dashboard") / "static"))
         if self.serve_metrics:
-            app.router.add_get("/metrics", _metrics)
+            app.router.add_get("/metrics", self._metrics)
         return app
 
+    @property
+    def pool(self) -> Executor | None:
+        """Where the blocking work of the pages runs: the API's pool (None, without an API: the loop's own)."""
+        return self.api.pool if self.api is not None else None
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        # Off the loop: the gauges' callbacks take the node's locks.
+        body = await asyncio.get_running_loop().run_in_executor(self.pool, generate_latest, REGISTRY)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
     def close(self) -> None:
-        """Ends the live streams and the API channels (the server stops the sampler, on its loop); a second
-        call does nothing."""
-        if self.closing.is_set():
-            return
+        """Ends the live streams (the server stops the sampler, on its loop); a second call does nothing."""
         self.closing.set()
-        with self._clients_lock:
-            for client in self._clients.values():
-                client.close()
-            self._clients.clear()
-
-
-async def _metrics(request: web.Request) -> web.Response:
-    body = await asyncio.to_thread(generate_latest, REGISTRY)  # the gauges' callbacks take the node's locks
-    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 class DashboardServer:
@@ -168,7 +151,7 @@ class DashboardServer:
             await runner.cleanup()  # on a loop that goes on: nothing of the failed start is left on it
             raise
         self._runner = runner
-        self.dashboard.history.start()
+        self.dashboard.history.start(self.dashboard.pool)
 
     def stop(self) -> None:
         """Ends the streams, the sampler and the server; never waits longer than ``STOP_WITHIN_S``."""

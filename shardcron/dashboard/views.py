@@ -1,9 +1,7 @@
-"""The pages and the actions. Every read and write goes through the node's API as the visitor."""
+"""The pages and the actions. Every read and write goes through the node's API, in this process, as the visitor."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 import time
 from typing import Any
@@ -31,7 +29,7 @@ STATUS_FILTERS = {"": None, "active": False, "paused": True}
 
 
 class Pages:
-    """aiohttp handlers over a ``Dashboard`` (server.py): its sessions, API clients and templates."""
+    """aiohttp handlers over a ``Dashboard`` (server.py): its sessions, its node's API and templates."""
 
     def __init__(self, dashboard):
         self.d = dashboard
@@ -106,11 +104,9 @@ class Pages:
     # -- calling the API as the visitor ---------------------------------------------------
 
     async def call(self, v: Visitor, method: str, *args, **kwargs):
-        """``Client.<method>(*args, **kwargs)`` with the visitor's token, in a worker thread (the client blocks)."""
-        client = self.d.client_for(v.session.secret)
-        return await asyncio.get_running_loop().run_in_executor(
-            None, functools.partial(getattr(client, method), *args, **kwargs)
-        )
+        """``<method>(*args, **kwargs)`` of the node's API in this process (``api.in_process.CallerApi``), as
+        the visitor: the API's checks, limits, routing and audit, with no channel and no thread of its own."""
+        return await getattr(self.d.api.as_caller(v.session.secret), method)(*args, **kwargs)
 
     def render(self, request: web.Request, template: str, v: Visitor | None, status: int = 200, **context):
         html = self.d.templates.get_template(template).render(

@@ -22,6 +22,7 @@ from shardcron.dashboard.server import Dashboard, DashboardServer
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.dev.testing.etcd_server import free_port
 from tests.support.clusters import stopped_after
+from tests.support.dashboard_api import RemoteApi
 from tests.support.pki import make_pki
 from tests.support.sse import sse_events
 from tests.support.tenancy import hourly_job
@@ -196,11 +197,11 @@ def test_a_dashboards_cluster_streams_share_one_reader_of_the_map(tmp_path, etcd
     node = c.add("n0", env={"SHARDCRON_NODE_TOKEN": ADMIN})
     with stopped_after(c):
         c.wait_all_led(90)
-        # A dashboard in this process, over the node's API, so that its reader can be watched.
+        # A dashboard in this process, over the node's API (over gRPC), so that its reader can be watched.
+        api = RemoteApi(node.address)
         dashboard = Dashboard(
             node_id="n0",
-            api_target=node.address,
-            forward_security=None,
+            api=api,  # type: ignore[arg-type]  # the in-process API's calls, over a channel
             tokens=NodeTokens(load_tokens(str(tokens))[0]),
             history=MetricsHistory(CollectorRegistry()),
         )
@@ -229,6 +230,7 @@ def test_a_dashboards_cluster_streams_share_one_reader_of_the_map(tmp_path, etcd
             )
         finally:
             server.stop()
+            api.close()
 
 
 def test_a_taken_port_and_a_missing_extra_are_clear_errors(tmp_path, etcd_server):

@@ -67,8 +67,7 @@ def _dashboard(lifeline: Lifeline, listen: str) -> DashboardServer:
     return DashboardServer(
         Dashboard(
             node_id="solo",
-            api_target="127.0.0.1:1",
-            forward_security=None,
+            api=None,
             tokens=None,
             history=MetricsHistory(CollectorRegistry()),
             lifeline=lifeline,

@@ -112,8 +112,7 @@ def test_the_parts_that_share_the_loop_stop_without_stopping_it(node_loop):
     dashboard = DashboardServer(
         Dashboard(
             node_id="solo",
-            api_target=address,
-            forward_security=None,
+            api=api.in_process,
             tokens=None,
             history=MetricsHistory(CollectorRegistry(), every_s=0.05, lifeline=lifeline),
             lifeline=lifeline,

@@ -61,8 +61,7 @@ def templates():
     """The dashboard's own template environment (its sampler is never started)."""
     dashboard = Dashboard(
         node_id="fuzz",
-        api_target="127.0.0.1:1",
-        forward_security=None,
+        api=None,
         tokens=None,
         history=MetricsHistory(CollectorRegistry()),
     )
