@@ -180,6 +180,8 @@ def explain(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return f"timed out: {text}"
     if isinstance(exc, ConnectionError):
+        if isinstance(exc.__context__, ConnectionRefusedError) and "refused" not in text.lower():
+            text += " (Connection refused)"  # redis.asyncio words it as asyncio does: "Connect call failed"
         return f"cannot reach redis: {text}"
     if isinstance(exc, ResponseError):
         return f"redis refused the command: {text}"
