@@ -10,8 +10,7 @@ None while ``arq:job:<id>`` (queued or running, at most 24 h) or
 ``keep_result`` (1 h by default; 0 keeps none). After that the same id is
 enqueued again, so a slot retried by a successor after its job ran would run
 twice. That is shorter than the catch-up window allows, so the job is written
-inside ``redis_clients.enqueue_once``'s MULTI/EXEC beside a 25 h marker, the
-guard RQ uses too.
+beside a 25 h marker (``redis_clients``), the guard RQ uses too.
 
 Why not ``enqueue_job``: it runs its own WATCH/MULTI and takes no pipeline,
 so the marker could not be written in the same transaction (a crash between

@@ -5,7 +5,7 @@ timeout)`` from the node's ``Connections`` (one redis.asyncio client each,
 with the timeouts and the one retry of ``redis_clients``), sends the slot's
 command and waits for its reply, at most ``timeout_s`` and no longer than
 ``cancel`` stays unset. Any failure is ``ok=False`` naming ``what`` and the
-masked URL, as ``redis_clients.call`` reports it. A tick given up (cancel,
+masked URL (``redis_clients.explain``). A tick given up (cancel,
 timeout) leaves its command to the batch, which may still run it: its
 slot's marker makes a later attempt a duplicate.
 

@@ -19,6 +19,7 @@ from shardcron.executors.arq import ArqExecutor
 from shardcron.executors.connections import Connections
 from shardcron.executors.redis_async import batcher_key
 from shardcron.executors.redis_stream import RedisStreamExecutor
+from shardcron.executors.rq import RqExecutor
 from shardcron.runtime.latch import Latch
 from tests.integration.executors import test_redis
 from tests.integration.executors.test_redis import REDIS_URL, queued
@@ -26,7 +27,7 @@ from tests.integration.executors.test_redis import REDIS_URL, queued
 BURST = 200
 rds = test_redis.rds  # the fixtures: a client, and one test's names cleaned up after it
 names = test_redis.names
-EXECUTORS = {"arq": ArqExecutor, "redis-stream": RedisStreamExecutor}
+EXECUTORS = {"rq": RqExecutor, "arq": ArqExecutor, "redis-stream": RedisStreamExecutor}
 BATCHED = tuple(EXECUTORS)
 
 
@@ -80,7 +81,8 @@ def test_one_slots_failure_in_a_burst_fails_that_slot_only(kind, rds, names, loo
         executor = EXECUTORS[kind](connections, loop)
         good = names.spec(kind)
         broken_queue = names.queue(kind) + "-broken"
-        rds.set(broken_queue, "not a stream nor a sorted set")  # WRONGTYPE for XADD and ZADD
+        for key in (broken_queue, f"rq:queue:{broken_queue}"):  # WRONGTYPE for XADD, ZADD and RPUSH
+            rds.set(key, "neither a stream, a sorted set nor a list")
         bad = names.spec(kind)
         bad = _with_queue(bad, kind, broken_queue)
         ticks = [names.tick(kind, 1_700_000_000_000 + i * 1000) for i in range(10)]
@@ -92,12 +94,15 @@ def test_one_slots_failure_in_a_burst_fails_that_slot_only(kind, rds, names, loo
         assert "WRONGTYPE" in results[4].error, results[4].error
         assert len(queued(rds, names, kind)) == 9
     finally:
+        rds.srem("rq:queues", f"rq:queue:{broken_queue}")
         connections.close()
 
 
 def _with_queue(spec, kind: str, queue: str):
     from dataclasses import replace
 
+    if kind == "rq":
+        return replace(spec, rq=replace(spec.rq, queue=queue))
     if kind == "arq":
         return replace(spec, arq=replace(spec.arq, queue=queue))
     return replace(spec, redis_stream=replace(spec.redis_stream, stream=queue))
