@@ -101,11 +101,4 @@ def _make_batcher(url: str, timeout: float) -> RedisBatcher:
 
 
 def _close(loop: LoopThread, batcher: RedisBatcher) -> None:
-    try:
-        running = asyncio.get_running_loop()
-    except RuntimeError:
-        running = None
-    if running is loop.loop:  # closing from the loop itself: a task, never a wait on ourselves
-        running.create_task(batcher.aclose())
-    else:
-        loop.run(batcher.aclose, _CLOSE_TIMEOUT_S)
+    loop.finish(batcher.aclose, _CLOSE_TIMEOUT_S)
