@@ -94,6 +94,20 @@ class LoopThread:
         finally:
             take_back()
 
+    def finish(self, make_coro: Callable[[], Awaitable[object]], timeout_s: float) -> None:
+        """``await make_coro()`` (a client's close): waited for from a thread, as ``run``; from the loop
+        itself, left to run as a task, since a wait there would wait on itself."""
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is None or running is not self.loop:
+            self.run(make_coro, timeout_s)
+            return
+        task: asyncio.Task = asyncio.ensure_future(make_coro(), loop=running)
+        _finishing.add(task)
+        task.add_done_callback(_finishing.discard)
+
     def close(self, timeout_s: float = CLOSE_WITHIN_S) -> None:
         """Stops and closes a loop of its own; the node's loop goes on (the node closes it last)."""
         if self._owns_loop:
@@ -171,6 +185,10 @@ def _schedule(loop: asyncio.AbstractEventLoop, callback: Callable[[Cancel], None
         loop.call_soon_threadsafe(callback, cancel)
     except RuntimeError:  # the loop is closed: the node is stopping, and nothing on it is left to cancel
         pass
+
+
+# Closes handed to the loop by ``finish``, held until done (the loop keeps only weak references to tasks).
+_finishing: set[asyncio.Task] = set()
 
 
 def _nothing() -> None:

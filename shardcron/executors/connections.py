@@ -3,7 +3,9 @@
 Broker clients are expensive to open (a TCP and often TLS handshake, an AMQP
 channel, a NATS CONNECT) and cheap to share, so no executor opens one per
 tick. ``Connections.get((kind, url), make)`` returns the client for that key,
-making it once even when many worker threads ask at the same time. After an
+making it once even when many worker threads ask at the same time. A client
+made on the event loop (it connects asynchronously) is looked up with
+``find`` and pooled with ``put``. After an
 error that may have broken the client, an executor calls ``discard`` so that
 the next tick reconnects instead of reusing a dead client.
 """
@@ -48,6 +50,24 @@ class Connections:
                     raise RuntimeError("the node is stopping: no new broker connections")
                 self._clients[key] = (client, close)
             return client
+
+    def find(self, key: Hashable) -> Any:
+        """The client pooled for ``key``, or None: for a caller on the event loop that makes its client itself."""
+        with self._lock:
+            found = self._clients.get(key)
+            return None if found is None else found[0]
+
+    def put(self, key: Hashable, client: T, close: Callable[[T], None] | None = None) -> T:
+        """Pool ``client`` for ``key``, unless one is pooled already: then that one, and ``client`` is closed."""
+        with self._lock:
+            found = None if self._closed else self._clients.get(key)
+            if not self._closed and found is None:
+                self._clients[key] = (client, close)
+                return client
+        _close_quietly(key, client, close)
+        if found is None:
+            raise RuntimeError("the node is stopping: no new broker connections")
+        return found[0]
 
     def discard(self, key: Hashable, client: Any = None) -> None:
         """Forget (and close) the client for ``key``; with ``client``, only if it is still that one."""

@@ -1,5 +1,11 @@
 """Publishes a tick to NATS with nats-py, on the node's shared asyncio loop (``aio.LoopThread``).
 
+``run_async`` runs on the loop itself. A JetStream publish goes out with
+``publish_async`` on the connection's one JetStream context, so the ticks of a
+burst are written together by nats-py's flusher and their PubAcks come back
+on one reply subscription, each to its own tick (a refused one fails that
+tick alone).
+
 ``jetstream = true`` (the default) publishes to a JetStream stream and waits
 for its PubAck: the ack, not the send, is the success. The message carries
 ``Nats-Msg-Id: <job_id>:<scheduled_at_ms>`` (the slot's idempotency key), so
@@ -72,8 +78,16 @@ class NatsExecutor:
         self._lock = threading.Lock()
         self._windows: dict[tuple[str, str], float | None] = {}  # (url, stream) -> duplicate_window seconds
         self._warned: set[tuple[str, str]] = set()
+        self._connecting: dict[str, asyncio.Future] = {}  # url -> its connect, shared by the ticks waiting on it
+        self._jetstreams: dict[int, tuple] = {}  # id(connection) -> (connection, its JetStream context)
 
     def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
+        """``run_async`` from a thread (tests, tools); it bounds itself, this wait is a backstop."""
+        return self._loop.run(lambda: self.run_async(spec, ctx, timeout_s, cancel), timeout_s + 2 * _CLOSE_TIMEOUT_S)
+
+    async def run_async(
+        self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel
+    ) -> ExecutionResult:
         started = now_ms()
 
         def failed(error: str) -> ExecutionResult:
@@ -87,7 +101,8 @@ class NatsExecutor:
         where = mask_url(s.url)
         deadline = time.monotonic() + timeout_s
         try:
-            nc = self._client(s.url, min(timeout_s, CONNECT_TIMEOUT_S), cancel)
+            with self._loop.cancelled_by(cancel):
+                nc = await self._client(s.url, min(timeout_s, CONNECT_TIMEOUT_S))
         except Cancelled:
             return failed(f"cancelled: while connecting to NATS at {where} (this node lost the shard or is stopping)")
         except RuntimeError as e:  # the pool is closed: the node is stopping
@@ -100,10 +115,12 @@ class NatsExecutor:
         kind = "JetStream publish" if s.jetstream else "publish"
         remaining = max(deadline - time.monotonic(), 0.001)
         try:
-            if s.jetstream:
-                ack = self._loop.run(lambda: _js_publish(nc, s.subject, body, headers, remaining), remaining, cancel)
-            else:
-                self._loop.run(lambda: _core_publish(nc, s.subject, body, headers, remaining), remaining, cancel)
+            with self._loop.cancelled_by(cancel):
+                async with asyncio.timeout(remaining):
+                    if s.jetstream:
+                        ack = await _js_publish(self._jetstream(nc), s.subject, body, headers, remaining)
+                    else:
+                        await _core_publish(nc, s.subject, body, headers, remaining)
         except Cancelled:
             return failed(
                 f"cancelled: abandoned the {kind} to {s.subject} at {where} "
@@ -112,7 +129,7 @@ class NatsExecutor:
         except TimeoutError:
             # Maybe a slow server, maybe a dead TCP connection that nats-py would notice only after
             # minutes of unanswered pings: the next tick starts from a fresh connection either way.
-            self._connections.discard(("nats", s.url), nc)
+            self._discard(s.url, nc)
             return failed(
                 f"timed out after {timeout_s:g}s waiting for the {kind} to {s.subject} at {where}" + _maybe_stored(s)
             )
@@ -125,7 +142,7 @@ class NatsExecutor:
         except APIError as e:
             return failed(f"JetStream refused the publish to {s.subject} at {where}: {_api_reason(e)}")
         except Exception as e:  # noqa: BLE001 - connection closed, bad header, payload too big...: a result
-            self._connections.discard(("nats", s.url), nc)  # it may be broken: the next tick reconnects
+            self._discard(s.url, nc)  # it may be broken: the next tick reconnects
             return failed(f"{kind} to {s.subject} at {where} failed: {_reason(e)}")
 
         finished = now_ms()
@@ -150,20 +167,45 @@ class NatsExecutor:
             ok=True, started_at_ms=started, finished_at_ms=finished, output=truncate_output(output.encode("utf-8"))
         )
 
-    def _client(self, url: str, timeout_s: float, cancel: Cancel):
+    async def _client(self, url: str, timeout_s: float):
+        """The pooled connection to ``url``, connecting once for every tick that asks meanwhile."""
         key = ("nats", url)
         for _ in range(2):
-            nc = self._connections.get(
-                key,
-                # nats-py makes two attempts of up to timeout_s each; the bound cuts the second one short.
-                lambda: self._loop.run(lambda: _connect(url, timeout_s), timeout_s + 0.5, cancel),
-                lambda client: self._loop.run(client.close, _CLOSE_TIMEOUT_S),
-            )
+            nc = self._connections.find(key)
+            if nc is None:
+                connecting = self._connecting.get(url)
+                if connecting is None:
+                    connecting = self._connecting[url] = asyncio.ensure_future(self._connect_and_pool(url, timeout_s))
+                    connecting.add_done_callback(
+                        lambda f: self._connecting.pop(url, None) and (f.cancelled() or f.exception())
+                    )
+                # shielded: a tick cancelled while it waits leaves the connect to the others
+                nc = await asyncio.shield(connecting)
             if nc.is_connected:
                 return nc
             # Closed since it was pooled (its server went away): replace it.
-            self._connections.discard(key, nc)
+            self._discard(url, nc)
         raise _ConnectFailed("the connection closed as soon as it was made")
+
+    async def _connect_and_pool(self, url: str, timeout_s: float):
+        # nats-py makes two attempts of up to timeout_s each; the bound cuts the second one short.
+        async with asyncio.timeout(timeout_s + 0.5):
+            nc = await _connect(url, timeout_s)
+        return self._connections.put(("nats", url), nc, self._close)
+
+    def _close(self, nc) -> None:
+        self._jetstreams.pop(id(nc), None)
+        self._loop.finish(nc.close, _CLOSE_TIMEOUT_S)
+
+    def _discard(self, url: str, nc) -> None:
+        self._connections.discard(("nats", url), nc)
+
+    def _jetstream(self, nc):
+        """One JetStream context per connection: its publish_async acks come back on one reply subscription."""
+        js = self._jetstreams.get(id(nc))
+        if js is None or js[0] is not nc:
+            js = self._jetstreams[id(nc)] = (nc, nc.jetstream())
+        return js[1]
 
     # -- duplicate window ------------------------------------------------------------------
 
@@ -254,8 +296,11 @@ async def _connect(url: str, timeout_s: float):
         raise _ConnectFailed(_reason(errors[-1]) if errors else _reason(e)) from None
 
 
-async def _js_publish(nc, subject: str, body: bytes, headers: dict[str, str], timeout_s: float):
-    return await nc.jetstream(timeout=timeout_s).publish(subject, body, timeout=timeout_s, headers=headers)
+async def _js_publish(js, subject: str, body: bytes, headers: dict[str, str], timeout_s: float):
+    # publish_async sends the message and returns a future for its PubAck: the ticks of one loop
+    # turn go out in one write of nats-py's flusher, and their acks are awaited together.
+    acked = await js.publish_async(subject, body, wait_stall=timeout_s, headers=headers)
+    return await acked
 
 
 async def _core_publish(nc, subject: str, body: bytes, headers: dict[str, str], timeout_s: float) -> None:

@@ -18,10 +18,8 @@ hash slot, which they do not have (a single Redis or a replicated primary).
 
 from __future__ import annotations
 
-import redis
-
 from shardcron.abc import Cancel
-from shardcron.executors import redis_clients
+from shardcron.executors import redis_async, redis_clients
 from shardcron.executors.aio import LoopThread
 from shardcron.executors.base import now_ms
 from shardcron.executors.connections import Connections
@@ -52,10 +50,16 @@ def entry_fields(spec: RedisStreamSpec, ctx: TickContext) -> dict[str, str]:
 
 
 class RedisStreamExecutor:
-    def __init__(self, connections: Connections, loop: LoopThread | None = None) -> None:
-        self._connections = connections  # synchronous client: the asyncio loop is not used
+    """``run_async`` on the node's loop: the burst's XADDs go out in one pipelined round trip (``redis_batch``)."""
 
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
+    def __init__(self, connections: Connections, loop: LoopThread | None = None) -> None:
+        self._connections = connections
+        self._owns_loop = loop is None  # made without the node's (a test, a tool): a loop of its own
+        self._loop = LoopThread("shardcron-redis-stream") if loop is None else loop
+
+    async def run_async(
+        self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel
+    ) -> ExecutionResult:
         stream_spec = spec.redis_stream
         if stream_spec is None:
             now = now_ms()
@@ -65,25 +69,39 @@ class RedisStreamExecutor:
                 finished_at_ms=now,
                 error="invalid job: a redis-stream executor needs its settings (url, stream)",
             )
-        return redis_clients.call(
+        return await redis_async.call_async(
             self._connections,
+            self._loop,
             stream_spec.url,
             timeout_s,
             cancel,
             f"XADD to stream {stream_spec.stream}",
-            lambda client: add(client, stream_spec, ctx),
+            add_command(stream_spec, ctx),
+            lambda reply: add_output(stream_spec, reply),
         )
 
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
+        return redis_async.call_sync(self._loop, timeout_s, lambda: self.run_async(spec, ctx, timeout_s, cancel))
 
-def add(client: redis.Redis, spec: RedisStreamSpec, ctx: TickContext) -> str:
+    def close(self) -> None:
+        if self._owns_loop:
+            self._loop.close()
+
+
+def add_command(spec: RedisStreamSpec, ctx: TickContext) -> tuple[str | int, ...]:
+    """The slot's EVAL of ``ADD_ONCE``. EVAL, not EVALSHA: Redis caches the script by its SHA1 either way,
+    and a batch never has to be resent after a restart emptied the cache (NOSCRIPT)."""
     args: list[str | int] = [
         spec.dedupe_ttl_ms or redis_clients.DEDUPE_TTL_MS,
         "" if spec.maxlen is None else spec.maxlen,
     ]
     for name, value in entry_fields(spec, ctx).items():
         args += [name, value]
-    # register_script: EVALSHA, falling back to EVAL once after a Redis restart (NOSCRIPT).
-    added, entry_id = client.register_script(ADD_ONCE)(keys=[redis_clients.marker_key(ctx), spec.stream], args=args)
+    return ("EVAL", ADD_ONCE, 2, redis_clients.marker_key(ctx), spec.stream, *args)
+
+
+def add_output(spec: RedisStreamSpec, reply: list) -> str:
+    added, entry_id = reply
     entry_id = entry_id.decode("utf-8", "replace")
     if not added:
         return f"duplicate: already in {spec.stream} as {entry_id}"

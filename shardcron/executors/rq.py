@@ -8,11 +8,14 @@ Why not just ``Queue.enqueue(job_id=...)``: RQ overwrites a job with the same
 id and pushes the id a second time (rq#1701), so two attempts of a slot would
 run it twice. RQ 2.12's ``unique=True`` refuses an existing id atomically, but
 only while the job hash exists: ``result_ttl`` after the job finished (500 s by
-default), far shorter than a catch-up window. So the job is written through
-RQ's own pipeline API (``enqueue_call(..., pipeline=pipe)``) inside
-``redis_clients.enqueue_once``'s MULTI/EXEC, beside a marker that outlives the
-catch-up window (``redis_clients.DEDUPE_TTL_MS``, 25 h). A second attempt of
-the slot, from any leader, is then a success that says "duplicate".
+default), far shorter than a catch-up window. So the job's writes are made by
+RQ's own pipeline API (``enqueue_call(..., pipeline=pipe)``) into a pipeline
+that is never executed, only read (``recorded_writes``), and one Lua script
+(``ENQUEUE_ONCE``) runs them unless the slot's marker or RQ's job hash
+exists, then sets the marker (``redis_clients.DEDUPE_TTL_MS``, 25 h), all
+atomically. A second attempt of the slot, from any leader, is then a success
+that says "duplicate". One script per slot, so a burst of slots goes out as
+one pipelined round trip (``redis_batch``) on the node's loop.
 """
 
 from __future__ import annotations
@@ -22,19 +25,54 @@ from rq import Queue
 from rq.job import Job
 
 from shardcron.abc import Cancel
-from shardcron.executors import redis_clients
+from shardcron.executors import redis_async, redis_clients
 from shardcron.executors.aio import LoopThread
 from shardcron.executors.base import now_ms
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import slot_uuid, tick_fields
 from shardcron.model import ExecutionResult, ExecutorSpec, RqSpec, TickContext
 
+# KEYS[1] the slot's marker, KEYS[2] RQ's job hash.
+# ARGV[1] the marker's TTL in ms, ARGV[2] the marker's value, then RQ's writes, each as
+# <number of words>, <command>, <argument>...
+# Returns {1, ''} when written, {0, the marker's value} or {2, the job hash's key}.
+ENQUEUE_ONCE = """
+local found = redis.call('GET', KEYS[1])
+if found then
+  return {0, found}
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return {2, KEYS[2]}
+end
+local i = 3
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  redis.call(unpack(ARGV, i + 1, i + n))
+  i = i + n + 1
+end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[1])
+return {1, ''}
+"""
+
+# RQ asks the server for its version (an INFO) only to note it on the in-memory Job: none of the
+# enqueue's writes depend on it, so the recording queue is told a version instead of asking.
+_NOTED_SERVER_VERSION = (7, 0, 0)
+
+# A client that is never connected: RQ's Queue needs one to make the pipeline it writes into.
+_RECORDER = redis.Redis()
+
 
 class RqExecutor:
-    def __init__(self, connections: Connections, loop: LoopThread | None = None) -> None:
-        self._connections = connections  # RQ is synchronous: the asyncio loop is not used
+    """``run_async`` on the node's loop: the burst's scripts go out in one pipelined round trip (``redis_batch``)."""
 
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
+    def __init__(self, connections: Connections, loop: LoopThread | None = None) -> None:
+        self._connections = connections
+        self._owns_loop = loop is None  # made without the node's (a test, a tool): a loop of its own
+        self._loop = LoopThread("shardcron-rq") if loop is None else loop
+
+    async def run_async(
+        self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel
+    ) -> ExecutionResult:
         rq_spec = spec.rq
         if rq_spec is None:
             now = now_ms()
@@ -44,34 +82,72 @@ class RqExecutor:
                 finished_at_ms=now,
                 error="invalid job: an rq executor needs its settings (url, func)",
             )
-        return redis_clients.call(
+        what = f"rq enqueue of {rq_spec.func} to queue {rq_spec.queue}"
+        try:
+            command = enqueue_command(rq_spec, ctx)
+        except (ValueError, TypeError) as e:  # RQ refused the job's arguments
+            now = now_ms()
+            return ExecutionResult(
+                ok=False, started_at_ms=now, finished_at_ms=now_ms(), error=f"{what} failed: invalid job: {e}"
+            )
+        return await redis_async.call_async(
             self._connections,
+            self._loop,
             rq_spec.url,
             timeout_s,
             cancel,
-            f"rq enqueue of {rq_spec.func} to queue {rq_spec.queue}",
-            lambda client: enqueue(client, rq_spec, ctx),
+            what,
+            command,
+            lambda reply: enqueue_output(rq_spec, ctx, reply),
         )
 
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
+        return redis_async.call_sync(self._loop, timeout_s, lambda: self.run_async(spec, ctx, timeout_s, cancel))
 
-def enqueue(client: redis.Redis, spec: RqSpec, ctx: TickContext) -> str:
-    job_id = slot_uuid(ctx)
-    queue = Queue(spec.queue, connection=client)
-    where = f"rq job {job_id} ({spec.func}) to queue {spec.queue}"
+    def close(self) -> None:
+        if self._owns_loop:
+            self._loop.close()
 
-    def write(pipe) -> None:
+
+def recorded_writes(spec: RqSpec, ctx: TickContext) -> list[tuple]:
+    """The commands RQ's ``enqueue_call`` writes for the slot's job, recorded, not sent."""
+    queue = Queue(spec.queue, connection=_RECORDER)
+    queue.redis_server_version = _NOTED_SERVER_VERSION
+    with _RECORDER.pipeline(transaction=False) as pipe:
         queue.enqueue_call(
             spec.func,
             args=tuple(spec.args),
             kwargs=dict(spec.kwargs),
-            job_id=job_id,
+            job_id=slot_uuid(ctx),
             meta={"shardcron": tick_fields(ctx)},
             pipeline=pipe,
         )
+        return [args for args, _ in pipe.command_stack]
 
-    found = redis_clients.enqueue_once(
-        client, redis_clients.marker_key(ctx), f"rq job {job_id} on queue {spec.queue}", [Job.key_for(job_id)], write
+
+def enqueue_command(spec: RqSpec, ctx: TickContext) -> tuple:
+    """The slot's EVAL of ``ENQUEUE_ONCE`` (EVAL, not EVALSHA: see ``redis_stream.add_command``)."""
+    job_id = slot_uuid(ctx)
+    words: list = []
+    for write in recorded_writes(spec, ctx):
+        words += [len(write), *write]
+    return (
+        "EVAL",
+        ENQUEUE_ONCE,
+        2,
+        redis_clients.marker_key(ctx),
+        Job.key_for(job_id),
+        redis_clients.DEDUPE_TTL_MS,
+        f"rq job {job_id} on queue {spec.queue}",
+        *words,
     )
-    if found is not None:
-        return f"duplicate: already enqueued {found}"
-    return f"enqueued {where}"
+
+
+def enqueue_output(spec: RqSpec, ctx: TickContext, reply: list) -> str:
+    written, found = reply
+    found = found.decode("utf-8", "replace")
+    if written == 0:
+        return f"duplicate: already enqueued as {found}"
+    if written == 2:
+        return f"duplicate: already enqueued ({found} exists)"
+    return f"enqueued rq job {slot_uuid(ctx)} ({spec.func}) to queue {spec.queue}"
