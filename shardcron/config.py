@@ -26,6 +26,8 @@ DEFAULT_SHARDS = 64
 DEFAULT_TTL_S = 10
 DEFAULT_SETTLE_S = 1.0
 DEFAULT_SHUTDOWN_GRACE_S = 5.0
+# How long a starting node waits for a store that does not answer (cut off, restarting) before it gives up.
+DEFAULT_STORE_WAIT_S = 120.0
 DEFAULT_LOOKAHEAD_MS = 600  # not a whole second, so claiming never coincides with whole-second starts
 DEFAULT_EXECUTOR_SLOTS = 1000
 DEFAULT_KEEPALIVE_MS = (10_000, 5_000)  # (ping every, give up after)
@@ -58,6 +60,7 @@ class NodeConfig:
     health_listen: str | None = None  # grpc.health.v1 Check on a port of its own (api/health_port.py)
     shell_allow: re.Pattern[str] | None = None  # every shell command must fully match it, when set
     allow_python: tuple[str, ...] = ()  # module prefixes Python jobs may call (--allow-python)
+    store_wait: float = DEFAULT_STORE_WAIT_S  # seconds a starting node waits for an unavailable store
     etcd_security: EtcdSecurity | None = None
     api_security: ServerSecurity | None = None
     forward_security: ChannelSecurity | None = None  # how this node calls other nodes
@@ -85,6 +88,7 @@ __all__ = [
     "DEFAULT_SETTLE_S",
     "DEFAULT_SHARDS",
     "DEFAULT_SHUTDOWN_GRACE_S",
+    "DEFAULT_STORE_WAIT_S",
     "DEFAULT_TTL_S",
     "NodeConfig",
 ]

@@ -17,6 +17,7 @@ from typing import TypeVar
 
 from prometheus_client import REGISTRY
 from sqlalchemy.engine import Engine
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from shardcron import clock, metrics
 from shardcron.api.server import ApiServer, start_server
@@ -35,7 +36,7 @@ from shardcron.coordination.view import shard_map_from_view
 from shardcron.dashboard import require_extra as require_dashboard_extra
 from shardcron.dashboard.history import MetricsHistory
 from shardcron.dashboard.server import Dashboard, DashboardServer
-from shardcron.errors import ConfigError, EtcdUnavailable, InvalidJob
+from shardcron.errors import ConfigError, EtcdUnavailable, InvalidJob, StoreUnavailable
 from shardcron.executors.admission import check_admissible
 from shardcron.leader.loop import Scheduler
 from shardcron.leader.notifier import Notifier
@@ -48,7 +49,7 @@ from shardcron.runtime.thread_names import name_os_threads
 from shardcron.spec.calendar import Calendar
 from shardcron.spec.jobfile import JobFileError, load_file_calendars, load_job_file
 from shardcron.store.calendars import import_calendars
-from shardcron.store.engine import check_connection, describe_url, make_engine, normalise_url
+from shardcron.store.engine import describe_url, make_engine, normalise_url
 from shardcron.store.epoch import FenceEpoch, claim_epoch, highest_fence
 from shardcron.store.fences import ensure_shards
 from shardcron.store.migrate import ensure_schema
@@ -58,6 +59,12 @@ T = TypeVar("T")
 
 # How long a stopped node's process may take to exit once its shards are handed over and its lease revoked.
 EXIT_WITHIN_S = 10.0
+# Beyond the store's wait (--store-wait), how long a start-up may take before the node shows every thread's stack.
+START_STACKS_AFTER_S = 60.0
+
+
+class StoppedWhileStarting(Exception):
+    """A stop was asked while the node waited at start-up: it exits 0, having led nothing."""
 
 
 class NodeBackend:
@@ -225,22 +232,23 @@ class Node:
             require_dashboard_extra()  # before anything connects: a missing extra is a clear error at once
         if cfg.metrics_listen and cfg.metrics_listen != cfg.http_listen:  # else the dashboard serves /metrics
             metrics.serve(cfg.metrics_listen)
-        self.engine = make_engine(cfg.db)
-        metrics.instrument_engine(self.engine)
-        check_connection(self.engine)
+        self.engine = engine = self._through_store_outage("the store", lambda: make_engine(cfg.db))
+        metrics.instrument_engine(engine)
         # An empty database gets the schema; an older or newer one is refused, naming both
         # versions: upgrades are an operator's step (`shardcron db upgrade`).
-        ensure_schema(self.engine, auto_upgrade=False)
+        self._through_store_outage("the store's schema", lambda: ensure_schema(engine, auto_upgrade=False))
         log.info("store ready at %s", describe_url(cfg.db))
 
         self.etcd = Etcd(cfg.etcd, timeout_s=min(5.0, cfg.ttl / 3.0), security=cfg.etcd_security)
-        self.epoch = self._on_any_member(self._check_etcd_identity)
+        self.epoch = self._through_store_outage(
+            "etcd's identity", lambda: self._on_any_member(self._check_etcd_identity)
+        )
         self.cluster_config = self._on_any_member(
             lambda: ensure_cluster_config(self.etcd, self.layout, cfg.shards, now, cfg.min_interval_ms)
         )
         shard_count = self.cluster_config.shards
         _admit_imports(cfg.jobs, imports, admit(self.cluster_config.min_interval_ms))
-        ensure_shards(self.engine, shard_count)
+        self._through_store_outage("the shards' fence rows", lambda: ensure_shards(engine, shard_count))
 
         calendars = CalendarBook()
         self.loop = NodeLoop(lifeline=self.lifeline).start()
@@ -264,14 +272,19 @@ class Node:
             self.etcd, self.layout, self.engine, calendars, self.scheduler.calendars_changed, lifeline=self.lifeline
         )
         if file_calendars:
-            written = import_calendars(self.engine, file_calendars, node_id=cfg.node_id, now_ms=clock.wall_ms())
+            written = self._through_store_outage(
+                "the job file's calendars",
+                lambda: import_calendars(engine, file_calendars, node_id=cfg.node_id, now_ms=clock.wall_ms()),
+            )
             if written:
                 self.calendar_watch.bump(",".join(written), clock.wall_ms())
-        self.calendar_watch.load_now()  # before any shard is led: its first claims follow the calendars
+        # Before any shard is led: its first claims follow the calendars.
+        self._through_store_outage("the calendars", self.calendar_watch.load_now)
         self.namespace_watch = NamespaceWatch(
             self.etcd, self.layout, self.engine, self.scheduler.set_namespace_settings, lifeline=self.lifeline
         )
-        self.namespace_watch.load_now()  # likewise: its first starts follow the namespaces' weights and quotas
+        # Likewise: its first starts follow the namespaces' weights and quotas.
+        self._through_store_outage("the namespaces", self.namespace_watch.load_now)
         settings = CoordinatorSettings(
             node_id=cfg.node_id,
             address=cfg.advertise,
@@ -311,6 +324,38 @@ class Node:
         self._coord_thread = self.lifeline.thread(self.coordinator.run, "coordinator", may_end=True)
         self._coord_thread.start()
         log.info("node %s started: %d shards, ttl %ss, etcd %s", cfg.node_id, shard_count, cfg.ttl, cfg.etcd)
+
+    def _through_store_outage(self, what: str, call: Callable[[], T]) -> T:
+        """``call()``, tried again while the store is unavailable, for up to ``--store-wait`` seconds: a node
+        (re)started while its store is cut off or restarting waits for it, as it waits for etcd, rather than
+        exit. A stop asked meanwhile ends the wait (``StoppedWhileStarting``)."""
+
+        def sleep_unless_stopping(seconds: float) -> None:
+            if self.stopping.wait(seconds):
+                raise StoppedWhileStarting(f"stopped while waiting for {what}")
+
+        def say_why(state: RetryCallState) -> None:
+            error = state.outcome.exception() if state.outcome else None
+            delay = state.next_action.sleep if state.next_action else 0.0
+            log.warning(
+                "%s: %s; trying again in %.1fs (a starting node waits up to --store-wait %gs for its store)",
+                what,
+                error,
+                delay,
+                self.cfg.store_wait,
+            )
+
+        for attempt in Retrying(
+            retry=retry_if_exception_type(StoreUnavailable),
+            stop=stop_after_delay(self.cfg.store_wait),
+            wait=wait_exponential(multiplier=0.5, max=5.0),
+            sleep=sleep_unless_stopping,
+            before_sleep=say_why,
+            reraise=True,
+        ):
+            with attempt:
+                return call()
+        raise AssertionError("unreachable: Retrying either returns or raises")
 
     def _on_any_member(self, call):
         """``call()``, tried once on each etcd member in turn: a node (re)started while one member is down must
@@ -445,11 +490,20 @@ def run_node(cfg: NodeConfig) -> int:
     node = Node(cfg)
     signal.signal(signal.SIGTERM, node.request_stop)
     signal.signal(signal.SIGINT, node.request_stop)
+    # A start-up that hangs (seen once in a soak: a restarted node logged nothing for five minutes) shows where:
+    # past the store's wait and a margin, every thread's stack goes to stderr, and start-up goes on.
+    faulthandler.dump_traceback_later(cfg.store_wait + START_STACKS_AFTER_S, exit=False)
     try:
         node.start()
+    except StoppedWhileStarting as e:
+        log.info("%s: the node did not start", e)
+        node.close()
+        return 0
     except BaseException:
         node.close()
         raise
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     # The modules and start-up state (grpc, SQLAlchemy, the schema, ...) live as
     # long as the process: take them out of the collector's view, or every full
     # collection walks them all, a pause of tens of ms in which no tick starts.

@@ -39,6 +39,7 @@ from shardcron.config import (
     DEFAULT_SETTLE_S,
     DEFAULT_SHARDS,
     DEFAULT_SHUTDOWN_GRACE_S,
+    DEFAULT_STORE_WAIT_S,
     DEFAULT_TTL_S,
     NodeConfig,
 )
@@ -201,6 +202,13 @@ def add_node_flags(p: ArgumentHolder) -> None:
     add_env_flag(p, "--settle", "seconds of membership quiet before rebalancing", DEFAULT_SETTLE_S)
     add_env_flag(
         p, "--shutdown-grace", "seconds to wait for running ticks on stop or hand-over", DEFAULT_SHUTDOWN_GRACE_S
+    )
+    add_env_flag(
+        p,
+        "--store-wait",
+        "seconds a starting node waits for a store that does not answer (cut off, restarting) before it "
+        "exits with the store's error; 0 gives up at the first failure",
+        DEFAULT_STORE_WAIT_S,
     )
     add_env_flag(
         p,
@@ -371,6 +379,7 @@ def node_config_from_args(a: argparse.Namespace) -> NodeConfig:
         jobs=a.jobs,
         settle=number("settle", a.settle, float, 0.0),
         shutdown_grace=number("shutdown-grace", a.shutdown_grace, float, 0.0),
+        store_wait=number("store-wait", a.store_wait, float, 0.0),
         lookahead_ms=number("lookahead-ms", a.lookahead_ms, int, 0),
         executor_slots=number("executor-slots", a.executor_slots, int, 1),
         fair_queuing=on_off("fair-queuing", a.fair_queuing),

@@ -295,7 +295,9 @@ def test_unreachable_etcd_at_start_up_names_the_endpoint(tmp_path):
 
 
 def test_unreachable_database_at_start_up_names_it_without_the_password(etcd_server):
-    out = run_node_cli(["--etcd", etcd_server.endpoints, "--db", "postgresql://bob:s3cret@127.0.0.1:1/db"])
+    out = run_node_cli(
+        ["--etcd", etcd_server.endpoints, "--db", "postgresql://bob:s3cret@127.0.0.1:1/db", "--store-wait", "0"]
+    )
     assert out.returncode != 0
     assert "127.0.0.1:1" in out.stderr and "s3cret" not in out.stderr and "Traceback" not in out.stderr
 
