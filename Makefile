@@ -6,6 +6,8 @@
 #               (`make test` runs it after lint).
 # `make docs-reference` : regenerate the generated part of each page of docs/reference/ from the code
 #               (shardcron/dev/docs_reference/); tests/docs/test_reference.py fails when they drift.
+# `make docs-charts` : redraw docs/charts/*.svg from the bench output in docs/charts/data/
+#               (shardcron/dev/docs_charts.py); tests/docs/test_charts.py fails when they drift.
 # `make fuzz` : set up everything, then run the fuzz tests with 30 times their examples (hypothesis profile "fuzz").
 # `make soak SECONDS=1800 [SEED=S]` : set up everything, then run one nemesis soak of SECONDS seconds of faults
 #               (a random seed unless SEED is given; the run prints its seed and the command that replays it).
@@ -17,7 +19,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test lint docs docs-check docs-reference fuzz soak repeat setup venv system-deps services unit proto clean
+.PHONY: dev test lint docs docs-check docs-reference docs-charts fuzz soak repeat setup venv system-deps services unit proto clean
 
 dev: setup
 	$(VENV)/bin/shardcron dev
@@ -40,6 +42,9 @@ docs-check: setup
 
 docs-reference: setup
 	$(PY) -m shardcron.dev.docs_reference
+
+docs-charts: setup
+	$(PY) -m shardcron.dev.docs_charts
 
 fuzz: setup services
 	HYPOTHESIS_PROFILE=fuzz $(PY) -m pytest -ra -m fuzz $(PYTEST_ARGS)
