@@ -165,7 +165,7 @@ def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
     if job.calendars:
         p.calendars.extend(job.calendars)
     if job.history_limit is not None:
-        p.history_limit = job.history_limit
+        p.history_limit = _int64(job.history_limit)  # a stored job admitted under looser bounds
     executor_to_proto(p, job.executor, redact=redact)
     for name in ("on_failure", "on_recovery"):
         spec = getattr(job, name)
