@@ -61,13 +61,11 @@ return {1, ''}
 """
 
 
-class ArqExecutor:
+class ArqExecutor(redis_async.OnTheLoop):
     """``run_async`` on the node's loop: the burst's scripts go out in one pipelined round trip (``redis_batch``)."""
 
     def __init__(self, connections: Connections, loop: LoopThread | None = None) -> None:
-        self._connections = connections
-        self._owns_loop = loop is None  # made without the node's (a test, a tool): a loop of its own
-        self._loop = LoopThread("shardcron-arq") if loop is None else loop
+        super().__init__(connections, loop, "shardcron-arq")
 
     async def run_async(
         self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel
@@ -91,13 +89,6 @@ class ArqExecutor:
             enqueue_command(arq_spec, ctx),
             lambda reply: enqueue_output(arq_spec, ctx, reply),
         )
-
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
-        return redis_async.call_sync(self._loop, timeout_s, lambda: self.run_async(spec, ctx, timeout_s, cancel))
-
-    def close(self) -> None:
-        if self._owns_loop:
-            self._loop.close()
 
 
 def enqueue_command(spec: ArqSpec, ctx: TickContext) -> tuple[str | int | bytes, ...]:

@@ -49,13 +49,11 @@ def entry_fields(spec: RedisStreamSpec, ctx: TickContext) -> dict[str, str]:
     return with_tick_fields(spec.fields, ctx)
 
 
-class RedisStreamExecutor:
+class RedisStreamExecutor(redis_async.OnTheLoop):
     """``run_async`` on the node's loop: the burst's XADDs go out in one pipelined round trip (``redis_batch``)."""
 
     def __init__(self, connections: Connections, loop: LoopThread | None = None) -> None:
-        self._connections = connections
-        self._owns_loop = loop is None  # made without the node's (a test, a tool): a loop of its own
-        self._loop = LoopThread("shardcron-redis-stream") if loop is None else loop
+        super().__init__(connections, loop, "shardcron-redis-stream")
 
     async def run_async(
         self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel
@@ -79,13 +77,6 @@ class RedisStreamExecutor:
             add_command(stream_spec, ctx),
             lambda reply: add_output(stream_spec, reply),
         )
-
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
-        return redis_async.call_sync(self._loop, timeout_s, lambda: self.run_async(spec, ctx, timeout_s, cancel))
-
-    def close(self) -> None:
-        if self._owns_loop:
-            self._loop.close()
 
 
 def add_command(spec: RedisStreamSpec, ctx: TickContext) -> tuple[str | int, ...]:

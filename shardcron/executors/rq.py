@@ -62,13 +62,11 @@ _NOTED_SERVER_VERSION = (7, 0, 0)
 _RECORDER = redis.Redis()
 
 
-class RqExecutor:
+class RqExecutor(redis_async.OnTheLoop):
     """``run_async`` on the node's loop: the burst's scripts go out in one pipelined round trip (``redis_batch``)."""
 
     def __init__(self, connections: Connections, loop: LoopThread | None = None) -> None:
-        self._connections = connections
-        self._owns_loop = loop is None  # made without the node's (a test, a tool): a loop of its own
-        self._loop = LoopThread("shardcron-rq") if loop is None else loop
+        super().__init__(connections, loop, "shardcron-rq")
 
     async def run_async(
         self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel
@@ -100,13 +98,6 @@ class RqExecutor:
             command,
             lambda reply: enqueue_output(rq_spec, ctx, reply),
         )
-
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
-        return redis_async.call_sync(self._loop, timeout_s, lambda: self.run_async(spec, ctx, timeout_s, cancel))
-
-    def close(self) -> None:
-        if self._owns_loop:
-            self._loop.close()
 
 
 def recorded_writes(spec: RqSpec, ctx: TickContext) -> list[tuple]:

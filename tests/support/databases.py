@@ -28,6 +28,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 
@@ -191,3 +192,26 @@ def store_engine(db_url) -> Iterator[Engine]:
         yield engine
     finally:
         engine.dispose()
+
+
+@contextmanager
+def postgresql_refusing_connections(url: str) -> Iterator[Callable[[bool], None]]:
+    """``url``'s PostgreSQL database refusing new connections, its sessions cut (as a store restarting is),
+    until the yielded ``accept(True)``; accepting again on the way out."""
+    database = make_url(url).database
+    admin = make_engine(SERVER_URLS["postgresql"]).execution_options(isolation_level="AUTOCOMMIT")
+
+    def accept(allowed: bool) -> None:
+        with admin.connect() as c:
+            c.exec_driver_sql(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS {str(allowed).lower()}')
+            if not allowed:
+                c.exec_driver_sql(
+                    f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}'"
+                )
+
+    accept(False)
+    try:
+        yield accept
+    finally:
+        accept(True)
+        admin.dispose()

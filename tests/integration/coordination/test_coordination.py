@@ -25,7 +25,7 @@ from shardcron.runtime.lifeline import Lifeline
 from shardcron.store.engine import make_engine
 from shardcron.store.epoch import claim_epoch
 from shardcron.store.migrate import ensure_schema
-from tests.support.databases import SERVER_URLS
+from tests.support.databases import postgresql_refusing_connections
 
 RENEWAL_LATENESS = "shardcron_lease_renewal_lateness_seconds"
 
@@ -280,17 +280,6 @@ def test_a_store_away_while_a_session_opens_is_waited_out_not_a_death(etcd, etcd
     url = fresh_db_url("postgresql")
     engine = make_engine(url)
     ensure_schema(engine, auto_upgrade=True)
-    database = engine.url.database
-    admin = make_engine(SERVER_URLS["postgresql"]).execution_options(isolation_level="AUTOCOMMIT")
-
-    def accept_connections(allowed: bool) -> None:
-        with admin.connect() as c:
-            c.exec_driver_sql(f'ALTER DATABASE "{database}" ALLOW_CONNECTIONS {str(allowed).lower()}')
-            if not allowed:
-                c.exec_driver_sql(
-                    f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '{database}'"
-                )
-
     cluster_id = etcd.status()[0]
     deaths: list = []
     lifeline = Lifeline(on_death=lambda name, error: deaths.append((name, error)))
@@ -304,23 +293,21 @@ def test_a_store_away_while_a_session_opens_is_waited_out_not_a_death(etcd, etcd
         verify_etcd=lambda: claim_epoch(engine, cluster_id),
         lifeline=lifeline,
     )
-    accept_connections(False)
     thread = lifeline.thread(c.run, "coordinator")
     try:
-        thread.start()
-        # Several tries refused by the store (every 0.5, 1, 2 s): the coordinator is still there, unjoined.
-        assert not c.stopped.wait(4.0), f"the coordinator ended: {deaths}"
-        assert not c.joined.is_set() and deaths == []
-        accept_connections(True)
-        wait_until(c.joined.is_set, 30, what="the coordinator to join once the store answers")
-        assert deaths == []
+        with postgresql_refusing_connections(url) as accept_connections:
+            thread.start()
+            # Several tries refused by the store (every 0.5, 1, 2 s): the coordinator is still there, unjoined.
+            assert not c.stopped.wait(4.0), f"the coordinator ended: {deaths}"
+            assert not c.joined.is_set() and deaths == []
+            accept_connections(True)
+            wait_until(c.joined.is_set, 30, what="the coordinator to join once the store answers")
+            assert deaths == []
     finally:
-        accept_connections(True)
         c.request_stop(0.0)
         assert c.stopped.wait(30)
         thread.join(10)
         engine.dispose()
-        admin.dispose()
 
 
 def test_a_key_a_failed_resign_left_is_deleted_once_etcd_answers_again(etcd_server, etcd_prefix):
