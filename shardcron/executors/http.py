@@ -8,12 +8,9 @@ Two clients, chosen by the URL's scheme, each made on the first request that
 needs it and closed with the executor (``Executors`` makes this executor once
 per node, with the node's loop):
 - http:// goes through aiohttp (``http_aiohttp``), HTTP/1.1 with keep-alive:
-  plain HTTP never speaks HTTP/2 here (no h2c upgrade) and aiohttp costs a
-  fifth of httpx's CPU per request. Measured on a 2-core machine against the
-  dev sink, 8 requests in flight on one loop, 4,000 POSTs: httpx 1,040 µs of
-  client CPU per request (910 req/s), aiohttp 210 µs (2,900 req/s). httpcore's
-  pool walks every connection it holds, with anyio calls, on each request;
-  the node's target, 2,000 ticks/s to one local host, is out of httpx's reach.
+  plain HTTP never speaks HTTP/2 here (no h2c upgrade), and aiohttp costs a
+  fifth of httpx's client CPU per request (why and the figures:
+  ``docs/adr/0005-ticks-on-one-event-loop.md``).
 - https:// goes through httpx (``http_httpx``), for HTTP/2 where a TLS server
   offers it by ALPN: every tick to that origin is a stream on one connection.
 

@@ -9,20 +9,16 @@ connection may have died with a Redis restart); a timeout is not retried, so
 it costs one timeout. Every write is guarded by the slot's marker (below), so
 that retry can never enqueue twice.
 
-The guard. Neither RQ's job id nor arq's ``_job_id`` deduplicates for long
-enough: RQ 2.12's ``unique=True`` and arq's ``enqueue_job`` refuse a job id
-only while the job's hash (or arq's result) still exists, i.e. until the job
-finished plus ``result_ttl`` (RQ: 500 s by default) or ``keep_result`` (arq:
-1 h by default, 0 on some workers). A leader that enqueued a slot and died
-before recording it is retried by its successor, possibly after the job ran
-and its result expired. Each kind therefore writes its job with one Lua
-script that first looks for a marker ``shardcron:enqueued:<slot uuid>`` (and
-for the queue's own keys for the job id), and sets the marker beside the job,
-atomically; an existing marker or job means the slot is already enqueued.
-The marker lives ``DEDUPE_TTL_MS`` (25 h): longer than the default catch-up
-window (1 h) plus an hour, and than arq's 24 h job expiry. A retry of a slot
-older than that is not deduplicated at the queue (a job with a catch-up
-window over 24 h should consume idempotently, see ``shardcron.consumer``).
+The guard. Each kind writes its job with one Lua script that first looks for
+a marker ``shardcron:enqueued:<slot uuid>`` (and for the queue's own keys for
+the job id), and sets the marker beside the job, atomically; an existing
+marker or job means the slot is already enqueued. (Why a marker and not RQ's
+or arq's job id: ``docs/explanation/guarantees.md``.) The marker lives
+``DEDUPE_TTL_MS`` (25 h; redis-stream: the job's ``dedupe_ttl`` when set):
+longer than the default catch-up window (1 h) plus an hour, and than arq's
+24 h job expiry. A retry of a slot older than that is not deduplicated at the
+queue (a job with a catch-up window over 24 h should consume idempotently,
+see ``shardcron.consumer``).
 """
 
 from __future__ import annotations

@@ -31,12 +31,9 @@ their rows left claimed for the next leader. With nothing waiting a noop
 pays one unlocked check (``ExecGate.open``); a start with an executor takes
 its slot under the gate's lock.
 
-Overlap (``job_line.py``, ``policies.overlap_verdict``). A slot is skipped for
-overlap only while an earlier run of its job has started (been handed to its
-executor) and not finished. A slot behind an earlier one that is due and not
-started (a catch-up slot waiting its turn, a start in the gate or on its way
-to the loop) waits in the job's line, in slot order, and is judged when the
-line moves: an earlier slot of the job started, ended, or was settled.
+Overlap (``job_line.py``, ``policies.overlap_verdict``): a slot is skipped only
+while an earlier run of its job has started and not finished; behind an earlier
+slot that is due and not started it waits in the job's line, in slot order.
 """
 
 from __future__ import annotations

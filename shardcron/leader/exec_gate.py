@@ -1,4 +1,4 @@
-"""The node's executor slots, and the starts that wait for one (issue 15: fair execution under overload).
+"""The node's executor slots, and the starts that wait for one (fair execution under overload).
 
 A node runs at most ``slots`` executions at once (``--executor-slots``). A due
 start that finds every slot busy waits here, keyed by its job's namespace, and
@@ -24,9 +24,8 @@ Rules (``Scheduler`` calls these; the gate itself reads no clock and does no I/O
 - ``remove_where(pred)``: the waiting starts of a shard this node stops leading,
   handed back to the caller (never dropped).
 
-Headroom (fair queuing only). Queue order alone cannot keep a calm namespace's
-lateness while a flood holds every slot: its start still waits for the next
-execution to end, and then for the node's loop. So the gate keeps a few slots
+Headroom (fair queuing only; why queue order alone is not enough:
+``docs/explanation/fairness.md``). The gate keeps a few slots
 (``headroom``: 5% of them, at least one) free for namespaces below their share:
 a namespace that already holds its share of the slots (``slots * weight / sum of
 the active namespaces' weights``) may not take one of the last ``headroom`` free

@@ -24,10 +24,7 @@ tenacity, with the backoff from ``policies.backoff_ms`` and a sleep that the
 shard's cancel cuts short (the shard stopped or the lease lost: the next
 attempt's guard then refuses it).
 
-Why a coroutine and not a worker thread per tick: a burst of a thousand HTTP
-ticks held sixty-four threads that did little but wait, each wake-up a GIL
-hand-off on two cores (19-20k context switches a second at 1,000 ticks/s).
-On the loop a waiting tick costs nothing but its coroutine.
+Why a coroutine and not a worker thread per tick: ``docs/adr/0005-ticks-on-one-event-loop.md``.
 """
 
 from __future__ import annotations
