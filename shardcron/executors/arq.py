@@ -117,10 +117,6 @@ def enqueue_command(spec: ArqSpec, ctx: TickContext) -> tuple[str | int | bytes,
 
 
 def enqueue_output(spec: ArqSpec, ctx: TickContext, reply: list) -> str:
-    written, found = reply
-    found = found.decode("utf-8", "replace")
-    if written == 0:
-        return f"duplicate: already enqueued as {found}"
-    if written == 2:
-        return f"duplicate: already enqueued ({found} exists)"
-    return f"enqueued arq job {slot_uuid(ctx)} ({spec.function}) to queue {spec.queue}"
+    return redis_clients.guard_script_output(
+        reply, f"enqueued arq job {slot_uuid(ctx)} ({spec.function}) to queue {spec.queue}"
+    )

@@ -47,6 +47,18 @@ def marker_key(ctx: TickContext) -> str:
     return ENQUEUED_PREFIX + slot_uuid(ctx)
 
 
+def guard_script_output(reply: list, enqueued: str) -> str:
+    """What a guard script's ``{written, found}`` reply says: ``enqueued`` when it wrote the job, else which
+    earlier copy made it a duplicate (0: the slot's marker; 2: the queue's own job key)."""
+    written, found = reply
+    found = found.decode("utf-8", "replace")
+    if written == 0:
+        return f"duplicate: already enqueued as {found}"
+    if written == 2:
+        return f"duplicate: already enqueued ({found} exists)"
+    return enqueued
+
+
 def explain(exc: BaseException) -> str:
     """A one-line reason. redis-py's messages name host and port, never the password."""
     text = " ".join(str(exc).split()) or type(exc).__name__

@@ -135,10 +135,6 @@ def enqueue_command(spec: RqSpec, ctx: TickContext) -> tuple:
 
 
 def enqueue_output(spec: RqSpec, ctx: TickContext, reply: list) -> str:
-    written, found = reply
-    found = found.decode("utf-8", "replace")
-    if written == 0:
-        return f"duplicate: already enqueued as {found}"
-    if written == 2:
-        return f"duplicate: already enqueued ({found} exists)"
-    return f"enqueued rq job {slot_uuid(ctx)} ({spec.func}) to queue {spec.queue}"
+    return redis_clients.guard_script_output(
+        reply, f"enqueued rq job {slot_uuid(ctx)} ({spec.func}) to queue {spec.queue}"
+    )
