@@ -32,10 +32,7 @@ SHARDS = 2
 TTL = 9
 VICTIM, SURVIVOR = "n0", "n1"
 
-# claimer, recorder, pruner and marks-commit are the tick writer's steps, each failed where its own thread
-# or task was (tick_writer.py): the node reports the tick writer dead, its error naming the step.
 WORKERS = [
-    "tick-writer",
     "claimer",
     "dispatcher",
     "recorder",
