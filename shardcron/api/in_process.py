@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from typing import cast
+from typing import Any, cast
 
 import grpc
 
@@ -36,20 +36,13 @@ from shardcron.api.service import SchedulerService
 from shardcron.api.status import clip, log_if_bug, status_for
 from shardcron.api.token_source import NodeTokens
 from shardcron.client.errors import ApiError, api_error
-from shardcron.jobkey import DEFAULT_NAMESPACE, join_key, split_key
-from shardcron.model import Backfill, Job, JobRuns, SlotRef, Tick
-from shardcron.rules.namespace_settings import StoredNamespace
-from shardcron.rules.scopes import ALL_NAMESPACES, Token
-from shardcron.spec.namespaces import namespace_or_default
+from shardcron.model import Tick
+from shardcron.rules.scopes import Token
 from shardcron.v1 import scheduler_pb2 as pb
-from shardcron.wire.backfill_convert import backfill_from_proto, overlap_to_proto
-from shardcron.wire.convert import stored_job_from_proto
-from shardcron.wire.namespace_convert import stored_namespace_from_proto
-from shardcron.wire.shard_map_convert import shard_map_from_proto
-from shardcron.wire.tick_convert import job_runs_from_proto, tick_from_proto
+from shardcron.wire.calls import Calls, answered_async
+from shardcron.wire.tick_convert import tick_from_proto
 
 DEFAULT_TIMEOUT_S = 30.0  # as the dashboard's API client had
-TICKS_PAGE_MAX = 1000  # the servicer's PAGE_MAX
 IN_PROCESS_PEER = "in-process"  # whose streams the ones opened here are, for --max-streams-per-peer
 
 
@@ -115,7 +108,7 @@ class InProcessApi:
         watch is closed (ApiError when refused or ended). Iterate it in a task of its own: the caller is set
         in the iterating task's context. A revoked token's watch is for the iterating code to end (the
         dashboard does: ``NodeTokens.when_revoked``)."""
-        job_id, ns = _ref(job_id, namespace)
+        job_id, ns = Calls().ref(job_id, namespace)
         request = pb.WatchTicksRequest(job_id=job_id, namespace=ns)
         self._admit(secret, "WatchTicks", request)
         try:
@@ -142,120 +135,22 @@ def _failed(e: Exception, method: str) -> ApiError:
 
 
 class CallerApi:
-    """``client.Client``'s calls that the dashboard makes, for one caller, in this process (async)."""
+    """``client.Client``'s calls about jobs (``wire.calls.Calls``), for one caller, in this process (async).
+
+    ``await caller.call("pause_job", "nightly", namespace="team-a", timeout_s=10)`` answers as
+    ``Client.pause_job("nightly", namespace="team-a", timeout_s=10)`` would: the same arguments, checked and
+    built into the same request, the same result. A bare id is a ``default`` job, as for a ``Client`` made
+    without a namespace.
+    """
 
     def __init__(self, api: InProcessApi, secret: str | None):
         self._api = api
         self._secret = secret
+        self._calls = Calls()
 
-    async def _call(self, method: str, request, timeout_s: float | None = None):
-        return await self._api.call(self._secret, method, request, timeout_s)
-
-    async def shards(self, *, timeout_s: float | None = None) -> dict:
-        return shard_map_from_proto(await self._call("GetShards", pb.GetShardsRequest(), timeout_s))
-
-    async def job_page(
-        self,
-        *,
-        page_token: str = "",
-        page_size: int = 100,
-        labels: dict[str, str] | None = None,
-        shard: int | None = None,
-        namespace: str | None = None,
-        id_prefix: str = "",
-        paused: bool | None = None,
-        timeout_s: float | None = None,
-    ) -> tuple[list[tuple[Job, JobRuns]], str]:
-        req = pb.ListJobsRequest(
-            page_size=page_size,
-            labels=labels or {},
-            namespace=_namespaces(namespace),
-            id_prefix=id_prefix,
-            page_token=page_token,
+    async def call(self, name: str, *args: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
+        """What ``Client.<name>(*args, **kwargs, timeout_s=timeout_s)`` returns; ApiError as it raises."""
+        exchange = getattr(self._calls, name)(*args, **kwargs)
+        return await answered_async(
+            exchange, lambda method, request: self._api.call(self._secret, method, request, timeout_s)
         )
-        if shard is not None:
-            req.shard = shard
-        if paused is not None:
-            req.paused = paused
-        r = await self._call("ListJobs", req, timeout_s)
-        return [(stored_job_from_proto(p), job_runs_from_proto(p.runs)) for p in r.jobs], r.next_page_token
-
-    async def list_namespaces(self, *, timeout_s: float | None = None) -> list[StoredNamespace]:
-        r = await self._call("ListNamespaces", pb.ListNamespacesRequest(), timeout_s)
-        return [stored_namespace_from_proto(n) for n in r.namespaces]
-
-    async def get_job_runs(
-        self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None
-    ) -> tuple[Job, JobRuns]:
-        job_id, ns = _ref(job_id, namespace)
-        p = (await self._call("GetJob", pb.GetJobRequest(id=job_id, namespace=ns), timeout_s)).job
-        return stored_job_from_proto(p), job_runs_from_proto(p.runs)
-
-    async def list_ticks(self, job_id: str, *, limit: int = 50, namespace: str | None = None) -> list[Tick]:
-        """The job's ``limit`` latest ticks, newest first."""
-        job_id, ns = _ref(job_id, namespace)
-        out: list[Tick] = []
-        token = ""
-        while len(out) < limit:
-            size = min(limit - len(out), TICKS_PAGE_MAX)
-            req = pb.ListTicksRequest(job_id=job_id, namespace=ns, page_size=size, page_token=token)
-            r = await self._call("ListTicks", req)
-            out += [tick_from_proto(t) for t in r.ticks]
-            token = r.next_page_token
-            if not token:
-                break
-        return out[:limit]
-
-    async def pause_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> Job:
-        job_id, ns = _ref(job_id, namespace)
-        r = await self._call("PauseJob", pb.PauseJobRequest(id=job_id, namespace=ns), timeout_s)
-        return stored_job_from_proto(r.job)
-
-    async def resume_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> Job:
-        job_id, ns = _ref(job_id, namespace)
-        r = await self._call("ResumeJob", pb.ResumeJobRequest(id=job_id, namespace=ns), timeout_s)
-        return stored_job_from_proto(r.job)
-
-    async def trigger_job(
-        self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None
-    ) -> SlotRef:
-        job_id, ns = _ref(job_id, namespace)
-        r = await self._call("TriggerJob", pb.TriggerJobRequest(id=job_id, namespace=ns), timeout_s)
-        return SlotRef(join_key(r.namespace or DEFAULT_NAMESPACE, r.id), r.scheduled_at_ms)
-
-    async def backfill_job(
-        self,
-        job_id: str,
-        from_ms: int,
-        to_ms: int,
-        *,
-        rate_per_s: float,
-        overlap: str = "skip",
-        timeout_s: float | None = None,
-        namespace: str | None = None,
-    ) -> Backfill:
-        job_id, ns = _ref(job_id, namespace)
-        req = pb.BackfillJobRequest(
-            id=job_id,
-            namespace=ns,
-            from_ms=from_ms,
-            to_ms=to_ms,
-            rate_per_s=rate_per_s,
-            overlap=overlap_to_proto(overlap),
-        )
-        return backfill_from_proto((await self._call("BackfillJob", req, timeout_s)).backfill)
-
-
-def _ref(job_id: str, namespace: str | None) -> tuple[str, str]:
-    """``(id, namespace)`` of a job named by id (in ``namespace``, else default) or by key: as the client."""
-    key = split_key(job_id)
-    if job_id != key.id:  # a key: it names its namespace
-        if namespace is not None and namespace_or_default(namespace) != key.namespace:
-            raise ValueError(f"{job_id!r} is a key of namespace {key.namespace!r}, not of {namespace!r}")
-        return key.id, key.namespace
-    return job_id, namespace_or_default(namespace)
-
-
-def _namespaces(namespace: str | None) -> str:
-    """What a read of many jobs names: one namespace (None: default), or ``*``."""
-    return namespace if namespace == ALL_NAMESPACES else namespace_or_default(namespace)

@@ -50,7 +50,7 @@ from shardcron.store import job_reads, tick_reads
 from shardcron.store import jobs as job_store
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.wire.convert import job_from_proto, job_to_proto
-from shardcron.wire.messages import BadRequest, decode_page_token, encode_page_token
+from shardcron.wire.messages import PAGE_MAX, BadRequest, decode_page_token, encode_page_token
 from shardcron.wire.shard_map_convert import shard_map_to_proto
 from shardcron.wire.tick_convert import job_runs_to_proto, tick_to_proto
 
@@ -59,7 +59,6 @@ M = TypeVar("M", bound=Message)
 
 JOBS_PAGE_DEFAULT = 100
 TICKS_PAGE_DEFAULT = 50
-PAGE_MAX = 1000
 MAX_ID_PREFIX_BYTES = 256  # an id is at most 256 bytes (spec.job)
 # A page ends before the one that would take it past this many bytes (it always holds at
 # least one: a job is at most a few MiB, and callers accept client.channel.MAX_ANSWER_BYTES).

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 
@@ -29,24 +29,23 @@ from shardcron.client.errors import code_name
 from shardcron.client.results import PutResult, TokenInfo
 from shardcron.client.targets import DEFAULT_TIMEOUT_S, Targets
 from shardcron.client.watch import TickWatch
-from shardcron.jobkey import DEFAULT_NAMESPACE, join_key, split_key
+from shardcron.jobkey import DEFAULT_NAMESPACE, join_key
 from shardcron.model import Backfill, Job, JobRuns, SlotRef, Tick
 from shardcron.rules.namespace_settings import StoredNamespace
-from shardcron.rules.scopes import ALL_NAMESPACES
 from shardcron.spec.calendar import Calendar, StoredCalendar
 from shardcron.spec.namespaces import namespace_or_default
 from shardcron.v1 import scheduler_pb2 as pb
-from shardcron.wire.backfill_convert import backfill_from_proto, overlap_to_proto
 from shardcron.wire.calendar_convert import calendar_to_proto, stored_calendar_from_proto
-from shardcron.wire.convert import job_to_proto, stored_job_from_proto
+from shardcron.wire.calls import Calls, Exchange, answered, job_and_runs_from_proto
+from shardcron.wire.convert import stored_job_from_proto
 from shardcron.wire.namespace_convert import namespace_request, stored_namespace_from_proto
-from shardcron.wire.shard_map_convert import shard_map_from_proto
-from shardcron.wire.tick_convert import job_runs_from_proto, tick_from_proto
 
 # PutJobs calls are cut to stay well inside the servers' message limit.
 BATCH_JOBS = 1000
 IN_FLIGHT_BATCHES = 4  # PutJobs calls of one put_jobs in flight at once
 BATCH_BYTES = MAX_MESSAGE_BYTES // 2
+
+T = TypeVar("T")
 
 
 class Client:
@@ -90,21 +89,13 @@ class Client:
     def _call(self, method: str, request: Any, timeout_s: float | None = None) -> Any:
         return self.nodes.call(method, request, timeout_s)
 
-    # -- namespaces of the calls ----------------------------------------------------------
+    @property
+    def _calls(self) -> Calls:
+        """The calls about jobs, built as the dashboard's in-process API builds them; bare ids in ``namespace``."""
+        return Calls(self.namespace)
 
-    def _ref(self, job_id: str, namespace: str | None) -> tuple[str, str]:
-        """``(id, namespace)`` of a job named by id (in ``namespace``, else the client's) or by key."""
-        key = split_key(job_id)
-        if job_id != key.id:  # a key: it names its namespace
-            if namespace is not None and namespace_or_default(namespace) != key.namespace:
-                raise ValueError(f"{job_id!r} is a key of namespace {key.namespace!r}, not of {namespace!r}")
-            return key.id, key.namespace
-        return job_id, namespace_or_default(namespace) if namespace is not None else self.namespace
-
-    def _job_proto(self, job: Job, namespace: str | None) -> pb.Job:
-        p = job_to_proto(job, redact=False)
-        p.id, p.namespace = self._ref(job.id, namespace)
-        return p
+    def _run(self, exchange: Exchange[T], timeout_s: float | None = None) -> T:
+        return answered(exchange, lambda method, request: self._call(method, request, timeout_s))
 
     # -- jobs ------------------------------------------------------------------------
 
@@ -118,10 +109,7 @@ class Client:
     ) -> Job:
         """Create or replace ``job``; with ``expected_version``, only if the stored one is at that
         version (0: only if it does not exist), else ``Conflict``. Returns the stored job."""
-        req = pb.PutJobRequest(job=self._job_proto(job, namespace))
-        if expected_version is not None:
-            req.expected_version = expected_version
-        return stored_job_from_proto(self._call("PutJob", req, timeout_s).job)
+        return self._run(self._calls.put_job(job, expected_version=expected_version, namespace=namespace), timeout_s)
 
     def put_jobs(
         self,
@@ -155,7 +143,7 @@ class Client:
                 )
 
         with ThreadPoolExecutor(max(1, in_flight), thread_name_prefix="put-jobs") as pool:
-            for batch in _batches(self._job_proto(j, namespace) for j in jobs):
+            for batch in _batches(self._calls.job_proto(j, namespace) for j in jobs):
                 pending.append(pool.submit(self._call, "PutJobs", pb.PutJobsRequest(jobs=batch), timeout_s))
                 if len(pending) >= in_flight:
                     collect(pending.popleft().result())
@@ -164,37 +152,27 @@ class Client:
         return results
 
     def get_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> Job:
-        job_id, ns = self._ref(job_id, namespace)
-        return stored_job_from_proto(self._call("GetJob", pb.GetJobRequest(id=job_id, namespace=ns), timeout_s).job)
+        return self._run(self._calls.get_job(job_id, namespace=namespace), timeout_s)
 
     def get_job_runs(
         self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None
     ) -> tuple[Job, JobRuns]:
         """The job and its runs: the next owed slot (after jitter) and when it starts, the last
         recorded tick and its status, and its failures in a row (see ``model.JobRuns``)."""
-        job_id, ns = self._ref(job_id, namespace)
-        p = self._call("GetJob", pb.GetJobRequest(id=job_id, namespace=ns), timeout_s).job
-        return stored_job_from_proto(p), job_runs_from_proto(p.runs)
+        return self._run(self._calls.get_job_runs(job_id, namespace=namespace), timeout_s)
 
     def delete_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> None:
-        job_id, ns = self._ref(job_id, namespace)
-        self._call("DeleteJob", pb.DeleteJobRequest(id=job_id, namespace=ns), timeout_s)
+        self._run(self._calls.delete_job(job_id, namespace=namespace), timeout_s)
 
     def pause_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> Job:
-        job_id, ns = self._ref(job_id, namespace)
-        return stored_job_from_proto(self._call("PauseJob", pb.PauseJobRequest(id=job_id, namespace=ns), timeout_s).job)
+        return self._run(self._calls.pause_job(job_id, namespace=namespace), timeout_s)
 
     def resume_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> Job:
-        job_id, ns = self._ref(job_id, namespace)
-        return stored_job_from_proto(
-            self._call("ResumeJob", pb.ResumeJobRequest(id=job_id, namespace=ns), timeout_s).job
-        )
+        return self._run(self._calls.resume_job(job_id, namespace=namespace), timeout_s)
 
     def trigger_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> SlotRef:
         """Run the job now, as an extra tick; returns that tick's identity (the job's key and slot)."""
-        job_id, ns = self._ref(job_id, namespace)
-        r = self._call("TriggerJob", pb.TriggerJobRequest(id=job_id, namespace=ns), timeout_s)
-        return SlotRef(join_key(r.namespace or DEFAULT_NAMESPACE, r.id), r.scheduled_at_ms)
+        return self._run(self._calls.trigger_job(job_id, namespace=namespace), timeout_s)
 
     def backfill_job(
         self,
@@ -208,41 +186,22 @@ class Client:
         namespace: str | None = None,
     ) -> Backfill:
         """Run the job's slots in ``[from_ms, to_ms)`` that have no tick yet (see ``BackfillJob``)."""
-        job_id, ns = self._ref(job_id, namespace)
-        req = pb.BackfillJobRequest(
-            id=job_id,
-            namespace=ns,
-            from_ms=from_ms,
-            to_ms=to_ms,
-            rate_per_s=rate_per_s,
-            overlap=overlap_to_proto(overlap),
+        backfill = self._calls.backfill_job(
+            job_id, from_ms, to_ms, rate_per_s=rate_per_s, overlap=overlap, namespace=namespace
         )
-        return backfill_from_proto(self._call("BackfillJob", req, timeout_s).backfill)
+        return self._run(backfill, timeout_s)
 
     def get_backfill(
         self, backfill_id: str, *, timeout_s: float | None = None, namespace: str | None = None
     ) -> Backfill:
         """``namespace``: its job's (None: the client's)."""
-        ns = namespace_or_default(namespace) if namespace is not None else self.namespace
-        req = pb.GetBackfillRequest(id=backfill_id, namespace=ns)
-        return backfill_from_proto(self._call("GetBackfill", req, timeout_s).backfill)
+        return self._run(self._calls.get_backfill(backfill_id, namespace=namespace), timeout_s)
 
     def list_backfills(
         self, job_id: str | None = None, *, timeout_s: float | None = None, namespace: str | None = None
     ) -> list[Backfill]:
         """A job's backfills, or every job's of ``namespace`` (``"*"``: of every namespace the caller may read)."""
-        if job_id:
-            job_id, ns = self._ref(job_id, namespace)
-        else:
-            ns = self._namespaces(namespace)
-        r = self._call("ListBackfills", pb.ListBackfillsRequest(job_id=job_id or "", namespace=ns), timeout_s)
-        return [backfill_from_proto(p) for p in r.backfills]
-
-    def _namespaces(self, namespace: str | None) -> str:
-        """What a read of many jobs names: one namespace (None: the client's), or ``*``."""
-        if namespace == ALL_NAMESPACES:
-            return namespace
-        return namespace_or_default(namespace) if namespace is not None else self.namespace
+        return self._run(self._calls.list_backfills(job_id, namespace=namespace), timeout_s)
 
     def list_jobs(
         self,
@@ -267,7 +226,7 @@ class Client:
     ) -> Iterator[tuple[Job, JobRuns]]:
         """``list_jobs``, each job with its runs (as ``get_job_runs``)."""
         for p in self._job_pages(labels, shard, page_size, namespace):
-            yield stored_job_from_proto(p), job_runs_from_proto(p.runs)
+            yield job_and_runs_from_proto(p)
 
     def job_page(
         self,
@@ -283,34 +242,21 @@ class Client:
     ) -> tuple[list[tuple[Job, JobRuns]], str]:
         """One page of jobs with their runs, and the token of the next page ("" after the last).
         ``id_prefix``: only ids that start with it; ``paused``: only paused (True) or active (False) jobs."""
-        req = self._list_request(labels, shard, page_size, namespace, id_prefix=id_prefix, paused=paused)
-        req.page_token = page_token
-        r = self._call("ListJobs", req, timeout_s)
-        return [(stored_job_from_proto(p), job_runs_from_proto(p.runs)) for p in r.jobs], r.next_page_token
-
-    def _list_request(
-        self,
-        labels: dict[str, str] | None,
-        shard: int | None,
-        page_size: int,
-        namespace: str | None,
-        *,
-        id_prefix: str = "",
-        paused: bool | None = None,
-    ) -> pb.ListJobsRequest:
-        req = pb.ListJobsRequest(
-            page_size=page_size, labels=labels or {}, namespace=self._namespaces(namespace), id_prefix=id_prefix
+        page = self._calls.job_page(
+            page_token=page_token,
+            page_size=page_size,
+            labels=labels,
+            shard=shard,
+            namespace=namespace,
+            id_prefix=id_prefix,
+            paused=paused,
         )
-        if shard is not None:
-            req.shard = shard
-        if paused is not None:
-            req.paused = paused
-        return req
+        return self._run(page, timeout_s)
 
     def _job_pages(
         self, labels: dict[str, str] | None, shard: int | None, page_size: int, namespace: str | None
     ) -> Iterator[pb.Job]:
-        req = self._list_request(labels, shard, page_size, namespace)
+        req = self._calls.list_jobs_request(labels, shard, page_size, namespace)
         while True:
             r = self._call("ListJobs", req)
             yield from r.jobs
@@ -322,31 +268,12 @@ class Client:
 
     def list_ticks(self, job_id: str, *, limit: int = 50, namespace: str | None = None) -> list[Tick]:
         """The job's ``limit`` latest ticks, newest first."""
-        job_id, ns = self._ref(job_id, namespace)
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit: must be a whole number of at least 1, got {limit!r}")
-        out: list[Tick] = []
-        token = ""
-        while len(out) < limit:
-            r = self._call(
-                "ListTicks",
-                pb.ListTicksRequest(
-                    job_id=job_id, namespace=ns, page_size=min(limit - len(out), 1000), page_token=token
-                ),
-            )
-            out += [tick_from_proto(t) for t in r.ticks]
-            token = r.next_page_token
-            if not token:
-                break
-        return out[:limit]
+        return self._run(self._calls.list_ticks(job_id, limit=limit, namespace=namespace))
 
     def watch_ticks(self, job_id: str | None = None, *, namespace: str | None = None) -> TickWatch:
         """Tick results as they are written (of one job, or all of ``namespace``: None: the client's;
         ``"*"``: every namespace the caller may read), until ``cancel()``."""
-        if job_id:
-            job_id, ns = self._ref(job_id, namespace)
-            return TickWatch(self.nodes, pb.WatchTicksRequest(job_id=job_id, namespace=ns))
-        return TickWatch(self.nodes, pb.WatchTicksRequest(namespace=self._namespaces(namespace)))
+        return TickWatch(self.nodes, self._calls.watch_ticks_request(job_id, namespace))
 
     # -- calendars ----------------------------------------------------------------------
 
@@ -380,7 +307,7 @@ class Client:
 
     def shards(self, *, timeout_s: float | None = None) -> dict:
         """The shard-to-leader map, as ``shardcron shards --json`` prints it."""
-        return shard_map_from_proto(self._call("GetShards", pb.GetShardsRequest(), timeout_s))
+        return self._run(self._calls.shards(), timeout_s)
 
     # -- tokens (cluster admin) -------------------------------------------------------
 
@@ -405,8 +332,7 @@ class Client:
 
     def list_namespaces(self, *, timeout_s: float | None = None) -> list[StoredNamespace]:
         """Every namespace the caller may see, by name, with its settings and usage."""
-        r = self._call("ListNamespaces", pb.ListNamespacesRequest(), timeout_s)
-        return [stored_namespace_from_proto(n) for n in r.namespaces]
+        return self._run(self._calls.list_namespaces(), timeout_s)
 
     def get_namespace(self, name: str, *, timeout_s: float | None = None) -> StoredNamespace:
         r = self._call("GetNamespace", pb.GetNamespaceRequest(name=name), timeout_s)

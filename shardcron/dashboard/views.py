@@ -104,9 +104,10 @@ class Pages:
     # -- calling the API as the visitor ---------------------------------------------------
 
     async def call(self, v: Visitor, method: str, *args, **kwargs):
-        """``<method>(*args, **kwargs)`` of the node's API in this process (``api.in_process.CallerApi``), as
-        the visitor: the API's checks, limits, routing and audit, with no channel and no thread of its own."""
-        return await getattr(self.d.api.as_caller(v.session.secret), method)(*args, **kwargs)
+        """``Client.<method>(*args, **kwargs)``'s answer from the node's API in this process
+        (``api.in_process.CallerApi``), as the visitor: the API's checks, limits, routing and audit, with no
+        channel and no thread of its own."""
+        return await self.d.api.as_caller(v.session.secret).call(method, *args, **kwargs)
 
     def render(self, request: web.Request, template: str, v: Visitor | None, status: int = 200, **context):
         html = self.d.templates.get_template(template).render(

@@ -57,6 +57,7 @@ SEND_ATTEMPTS = 3
 SEND_BACKOFF_S = (1.0, 3.0)  # before the second and the third attempt
 SEND_TIMEOUT_S = 30.0
 RESEND_CHECK_S = 10.0  # how often claimed-but-unsent rows of led shards are looked for again
+POLL_S = 1.0  # the longest the notifier's thread waits for landed results before a pass over its shards
 SENDERS = 4
 
 
@@ -67,7 +68,7 @@ class Notifier:
         *,
         defaults: Defaults = NO_DEFAULTS,
         default_rate: Rate | None = DEFAULT_RATE,
-        poll_s: float = 1.0,
+        poll_s: float = POLL_S,
         lifeline: Lifeline = UNWATCHED,
     ):
         self._scheduler = scheduler

@@ -1,4 +1,4 @@
-"""What every message conversion shares: ``BadRequest``, optional fields and page tokens."""
+"""What every message conversion shares: ``BadRequest``, optional fields, page tokens and the page size cap."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ from typing import Any
 from google.protobuf.message import Message
 
 from shardcron.errors import InvalidJob
+
+# The most entries one page of a list call holds: the servicer serves no more, so a client asks for no more.
+PAGE_MAX = 1000
 
 
 class BadRequest(InvalidJob):
@@ -37,4 +40,4 @@ def decode_page_token(token: str, field: str = "page_token") -> str | None:
         raise BadRequest(field, "is not a token this API returned; pass next_page_token unchanged") from None
 
 
-__all__ = ["BadRequest", "decode_page_token", "encode_page_token", "optional"]
+__all__ = ["PAGE_MAX", "BadRequest", "decode_page_token", "encode_page_token", "optional"]

@@ -21,6 +21,8 @@ from tests.browser.conftest import ROOT
 pytestmark = pytest.mark.browser
 
 FLAG = "lookahead-ms"  # typed without its dashes: a leading "-" tells the search to exclude the word
+# After a page loads: the window in which a late script error (the search worker's, say) would surface.
+LATE_SCRIPT_ERROR_MS = 300
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +58,7 @@ def test_the_page_renders_without_a_console_error(docs_site, page, assert_consol
     page.wait_for_load_state("load")
     assert page.locator("article h1").first.inner_text().replace("¶", "").strip() == heading
     assert page.locator(".md-nav").count() > 0, "the theme's navigation is missing"
-    page.wait_for_timeout(300)  # a late script error (the search worker's, say) surfaces by then
+    page.wait_for_timeout(LATE_SCRIPT_ERROR_MS)  # none may surface in it
     assert_console_clean(page)
 
 

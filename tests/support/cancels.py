@@ -15,8 +15,14 @@ from shardcron.runtime.latch import Latch
 
 # The most ``is_set()`` calls an attempt makes, whatever it waited: its point checks before it
 # starts (each layer it crosses asks once: the thread, the loop, the request's slot) and after it
-# is woken. A poll every 50 ms makes more than this in a second.
+# is woken.
 MOST_CHECKS = 8
+# The slowest poll of its cancel these tests must tell from a wait on it.
+SLOWEST_POLL_S = 0.05
+# How long an attempt waits, under way, before its cancel is set: the window in which a wait on the event
+# asks ``is_set()`` nothing more, while a poll every SLOWEST_POLL_S would ask more often than two attempts
+# sharing one cancel may in all (2 * MOST_CHECKS).
+WAITED_S = (2 * MOST_CHECKS + 4) * SLOWEST_POLL_S
 
 
 class CountingCancel:

@@ -11,7 +11,8 @@ from shardcron.client.channel import ChannelSecurity
 
 
 class RemoteApi:
-    """``as_caller(secret)``: ``Client``'s calls with ``secret``, awaited (each on a worker thread)."""
+    """``as_caller(secret).call(method, ...)``: ``Client.<method>(...)`` with ``secret``, awaited (on a worker
+    thread)."""
 
     pool = None  # the dashboard's blocking work runs on the loop's default executor
 
@@ -34,8 +35,5 @@ class _Caller:
     def __init__(self, client: Client):
         self._client = client
 
-    def __getattr__(self, method: str):
-        async def call(*args, **kwargs):
-            return await asyncio.to_thread(functools.partial(getattr(self._client, method), *args, **kwargs))
-
-        return call
+    async def call(self, method: str, *args, **kwargs):
+        return await asyncio.to_thread(functools.partial(getattr(self._client, method), *args, **kwargs))

@@ -16,6 +16,7 @@ from shardcron.audit import FindingKind, run_audit
 from shardcron.dev.sink import Sink
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.dev.testing.etcd_server import free_port
+from shardcron.leader.notifier import POLL_S, RESEND_CHECK_S
 from shardcron.model import TickStatus
 from shardcron.rules.notifications import NotificationKind, owed_in
 from shardcron.sharding import shard_for
@@ -31,6 +32,10 @@ pytestmark = pytest.mark.cluster
 
 SHARDS = 2
 FAILED = {TickStatus.FAILED, TickStatus.ABANDONED}
+# The window in which a recovery sent twice would arrive: while no leadership changes, the one path that sends
+# a claimed row again is the notifier's check for rows not yet recorded sent, every RESEND_CHECK_S, at its next
+# pass (one at least every POLL_S); its send to the local sink takes a moment more.
+SENT_AGAIN_WITHIN_S = RESEND_CHECK_S + POLL_S + 2.0
 
 
 def settled_ticks(engine, job_id: str) -> list:
@@ -114,7 +119,7 @@ def test_on_failure_fires_once_per_failed_slot_across_a_sigkill_and_on_recovery_
         ]
         assert recoveries
         wait_until(lambda: sorted(keys_of(sink, "/recovered")) == recoveries, 15, what="each recovery once")
-        time.sleep(2)  # a recovery sent twice would have arrived by now
+        time.sleep(SENT_AGAIN_WITHIN_S)  # no recovery may arrive a second time in it
         assert sorted(keys_of(sink, "/recovered")) == recoveries
         body = json.loads(next(r.body for r in sink.requests() if r.path == "/failed"))
         assert body["notification"] == "on_failure" and body["status"] in ("failed", "abandoned")

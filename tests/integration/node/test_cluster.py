@@ -25,6 +25,14 @@ from tests.support.clusters import TTL
 pytestmark = pytest.mark.cluster
 
 CLUSTER_DBS = [k for k in ("sqlite", "postgresql") if k in os.environ.get("SHARDCRON_TEST_DBS", "sqlite,postgresql")]
+# How long a SIGSTOPped leader stays stopped: its lease expires and its shards move within about one TTL, and it
+# sleeps on as long again, so that it wakes to a settled successor with every slot it held long overdue.
+PAUSED_S = 2 * TTL
+# The paused leader's jobs are due every second.
+PING_EVERY_S = 1
+# After the woken leader says its session is lost: the window in which a stale start it still made (of an
+# overdue slot) would reach the sink; three of the jobs' intervals.
+STALE_START_WINDOW_S = 3 * PING_EVERY_S
 
 
 def write_jobs(path, jobs: list[dict]) -> str:
@@ -177,7 +185,7 @@ def test_a_paused_leader_never_starts_work_after_its_successor_took_over(make_cl
         jobs = write_jobs(
             tmp_path / "jobs.toml",
             [
-                {"id": f"ping-{i}", "every": "1s", "executor": {"kind": "http", "url": sink.url + "/p"}}
+                {"id": f"ping-{i}", "every": f"{PING_EVERY_S}s", "executor": {"kind": "http", "url": sink.url + "/p"}}
                 for i in range(4)
             ],
         )
@@ -198,12 +206,11 @@ def test_a_paused_leader_never_starts_work_after_its_successor_took_over(make_cl
             2 * TTL + 20,
             what="the survivor to lead every shard",
         )
-        # Stay stopped for 2 x TTL in all, then wake up.
-        time.sleep(max(0.0, paused_at + 2 * TTL - time.time()))
+        time.sleep(max(0.0, paused_at + PAUSED_S - time.time()))  # the fault's length, then wake up
         c.nodes[victim].resume()
         wait_until(lambda: "session lost" in c.nodes[victim].log_text(), 30, what="the woken node to notice")
         # Give the woken node time to try whatever it would try.
-        settle_until_ms = (time.time() + 3) * 1000
+        settle_until_ms = (time.time() + STALE_START_WINDOW_S) * 1000
         assert sink.wait_for(lambda reqs: any(r.received_at_ms > settle_until_ms for r in reqs), 30)
 
         engine = make_engine(c.db)

@@ -23,12 +23,11 @@ from shardcron.executors.python import PythonExecutor
 from shardcron.executors.shell import ShellExecutor
 from shardcron.model import ExecutorKind, ExecutorSpec, HttpSpec, PythonSpec, ShellSpec, TickContext
 from tests.support import pyjobs
-from tests.support.cancels import MOST_CHECKS, CountingCancel
+from tests.support.cancels import MOST_CHECKS, WAITED_S, CountingCancel
 
 pytestmark = pytest.mark.timeout(90)
 
 CTX = TickContext(job_id="job-c", scheduled_at_ms=1_767_225_605_000, attempt=1, fence=7, shard=3, node_id="node-a")
-WAITED_S = 1.0  # how long each attempt waits before its cancel is set: twenty turns of a 50 ms poll
 
 
 @pytest.fixture
@@ -78,7 +77,7 @@ def test_a_long_attempt_is_woken_by_its_cancel_event(make, tmp_path, sink, loop)
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(attempt, cancel)
         wait_until(in_flight, 30, what="the attempt to be under way")
-        time.sleep(WAITED_S)  # a poller would ask its cancel many times meanwhile
+        time.sleep(WAITED_S)  # a poller would ask its cancel more than MOST_CHECKS times meanwhile
         cancel.set()
         result = future.result(timeout=30)  # the work itself would take a minute
     assert not result.ok and result.error.startswith("cancelled: "), result.error
