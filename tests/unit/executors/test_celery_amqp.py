@@ -10,6 +10,7 @@ import pytest
 from kombu.exceptions import ConnectionLimitExceeded, OperationalError
 
 from shardcron.executors import amqp as amqp_executor
+from shardcron.executors import amqp_publisher
 from shardcron.executors import celery as celery_executor
 from shardcron.executors.aio import LoopThread
 from shardcron.executors.connections import Connections
@@ -94,9 +95,9 @@ def test_a_password_quoted_by_a_client_library_is_scrubbed_as_written_and_decode
 
 def test_amqp_connection_errors_read_as_one_line():
     refused = aiormq.exceptions.AMQPConnectionError(errno.ECONNREFUSED, "Connect call failed ('127.0.0.1', 1)")
-    assert amqp_executor._connection_reason(refused) == "connection refused"
+    assert amqp_publisher.connection_reason(refused) == "connection refused"
     reset = aiormq.exceptions.AMQPConnectionError(errno.ECONNRESET, "Connection reset by peer")
-    assert amqp_executor._connection_reason(reset) == "connection failed: [Errno 104] Connection reset by peer"
+    assert amqp_publisher.connection_reason(reset) == "connection failed: [Errno 104] Connection reset by peer"
 
 
 @pytest.mark.parametrize("kind", [ExecutorKind.CELERY, ExecutorKind.AMQP])
