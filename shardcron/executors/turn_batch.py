@@ -59,6 +59,12 @@ class TurnBatcher(Generic[T]):
         if self._sending:
             await asyncio.gather(*self._sending, return_exceptions=True)
 
+    async def stop_sending(self) -> None:
+        """Stop the batches already flushed from waiting (their slots fail), and wait for them to end."""
+        for task in self._sending:
+            task.cancel()
+        await self.wait_sent()
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         batch, self._pending = self._pending, []
