@@ -123,12 +123,11 @@ class AmqpPublisher(TurnBatcher[Outgoing]):
                 future = waiting[1]
                 if isinstance(outcome, ConnectionLost):
                     await self._drop(connection)
+                if future.done():  # its tick stopped waiting: nothing to tell, nothing to try again
+                    continue
                 if isinstance(outcome, ChannelLost) and keep_lost:
                     lost.append(waiting)
-                    continue
-                if future.done():  # its tick stopped waiting
-                    continue
-                if outcome is None:
+                elif outcome is None:
                     future.set_result(None)
                 else:
                     future.set_exception(outcome)
@@ -137,7 +136,8 @@ class AmqpPublisher(TurnBatcher[Outgoing]):
     async def _publish_to(
         self, connection: aio_pika.abc.AbstractConnection, exchange: str, group: list[Waiting[Outgoing]]
     ) -> list[PublishFailed | None]:
-        """One exchange's messages on its channel: all written first, then every confirm awaited together."""
+        """One exchange's messages on its channel, all handed to aiormq at once (it writes them in turn), their
+        confirms awaited together."""
         self._publishing[exchange] += 1
         try:
             try:
