@@ -102,7 +102,8 @@ class CeleryExecutor(OnTheLoop):
         )
 
     def _close(self, broker: CeleryBroker) -> None:
-        self._loop.finish(broker.aclose, CLOSE_TIMEOUT_S)
+        broker.close()
+        self._loop.finish(broker.stop_sending, CLOSE_TIMEOUT_S)
 
 
 def task_send(c: CelerySpec, ctx: TickContext, *, deadline: float) -> TaskSend:

@@ -173,16 +173,16 @@ class CeleryBroker(TurnBatcher[TaskSend]):
                     raise UnusableBroker(reason(e)) from e
             return self._app
 
-    async def aclose(self) -> None:
-        """New sends fail; a batch in flight stops waiting for its thread (a send there ends by itself,
-        within its socket timeouts)."""
+    def close(self) -> None:
+        """New sends fail, and the pools' connections close (from a thread: a close may wait on its broker).
+        A send in flight ends by itself, within its socket timeouts; ``stop_sending`` (on the loop) stops
+        its batch from waiting for it."""
         with self._lock:
             self._closed = True
             app = self._app
         self.threads.close()
         if app is not None:
             app.close()
-        await self.stop_sending()
 
 
 class CeleryApp:

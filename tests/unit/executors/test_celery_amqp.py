@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import threading
 import time
@@ -134,7 +133,7 @@ def test_celery_sends_run_on_a_few_long_lived_threads_sharing_one_result_backend
         burst = [f.result(10) for f in queued]
         threads = set(threading.enumerate()) - before
     finally:
-        asyncio.run(broker.aclose())
+        broker.close()
     assert len({thread for thread, _ in one_by_one}) == 1  # one thread, reused, not one per send
     assert {thread for thread, _ in one_by_one + burst} <= threads
     assert len(threads) == celery_broker.POOL_LIMIT
@@ -160,7 +159,7 @@ def test_a_celery_send_given_up_before_its_turn_is_not_sent():
     try:
         outcomes = broker.send_in_turn([_task(time.monotonic() + 60, abandoned=True), _task(0.0)])
     finally:
-        asyncio.run(broker.aclose())
+        broker.close()
     # Neither tried the (closed) port: a try would have been refused.
     assert [type(o) for o in outcomes] == [celery_broker.NotSent] * 2
 
@@ -170,7 +169,7 @@ def test_a_broken_connection_fails_the_rest_of_a_burst_without_trying_again():
     try:
         outcomes = broker.send_in_turn([_task(time.monotonic() + 60) for _ in range(3)])
     finally:
-        asyncio.run(broker.aclose())
+        broker.close()
     assert celery_executor.explain(outcomes[0]) == "connection refused"
     assert outcomes[1] is outcomes[0] and outcomes[2] is outcomes[0]  # the first slot's error, not a try of their own
 
