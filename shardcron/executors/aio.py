@@ -8,6 +8,9 @@ Every tick with a side effect runs as a coroutine on the node's one loop
 its own on first use and closes it in ``close()``; the node's loop is the
 node's to close.
 
+An executor whose work is a coroutine on the loop (``OnTheLoop``: the broker
+kinds) has ``run_async``; its ``run`` is the same from a thread (tests, tools).
+
 Two ways in:
 - from a thread, ``LoopThread.run(make_coro, timeout_s, cancel)`` runs one
   coroutine on the loop and waits for it, at most ``timeout_s`` and no longer
@@ -37,10 +40,15 @@ from types import TracebackType
 from typing import TypeVar
 
 from shardcron.abc import Cancel
+from shardcron.executors.connections import Connections
+from shardcron.model import ExecutionResult, ExecutorSpec, TickContext
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 from shardcron.runtime.node_loop import CLOSE_WITHIN_S, NodeLoop
 
 T = TypeVar("T")
+
+# How much longer than a tick's timeout ``OnTheLoop.run`` waits: ``run_async`` bounds itself, this is a backstop.
+_BACKSTOP_S = 10.0
 
 
 class Cancelled(Exception):
@@ -112,6 +120,29 @@ class LoopThread:
         """Stops and closes a loop of its own; the node's loop goes on (the node closes it last)."""
         if self._owns_loop:
             self._node_loop.close(timeout_s)
+
+
+class OnTheLoop:
+    """An executor whose work is ``run_async`` on the node's loop (``loop``). Made without it (a test, a
+    tool), it runs a loop of its own named ``loop_name``, which ``close()`` ends."""
+
+    def __init__(self, connections: Connections, loop: LoopThread | None, loop_name: str) -> None:
+        self._connections = connections
+        self._owns_loop = loop is None
+        self._loop = LoopThread(loop_name) if loop is None else loop
+
+    async def run_async(
+        self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel
+    ) -> ExecutionResult:
+        raise NotImplementedError
+
+    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
+        """``run_async`` from a thread, waited for."""
+        return self._loop.run(lambda: self.run_async(spec, ctx, timeout_s, cancel), timeout_s + _BACKSTOP_S)
+
+    def close(self) -> None:
+        if self._owns_loop:
+            self._loop.close()
 
 
 class _CancelScope:

@@ -34,7 +34,7 @@ from arq.jobs import serialize_job
 
 from shardcron.abc import Cancel
 from shardcron.executors import redis_async, redis_clients
-from shardcron.executors.aio import LoopThread
+from shardcron.executors.aio import LoopThread, OnTheLoop
 from shardcron.executors.base import now_ms
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import slot_uuid, tick_fields
@@ -61,7 +61,7 @@ return {1, ''}
 """
 
 
-class ArqExecutor(redis_async.OnTheLoop):
+class ArqExecutor(OnTheLoop):
     """``run_async`` on the node's loop: the burst's scripts go out in one pipelined round trip (``redis_batch``)."""
 
     def __init__(self, connections: Connections, loop: LoopThread | None = None) -> None:

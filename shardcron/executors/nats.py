@@ -47,7 +47,7 @@ from nats.errors import Error as NatsError
 from nats.js.errors import APIError, NoStreamResponseError
 
 from shardcron.abc import Cancel
-from shardcron.executors.aio import Cancelled, LoopThread
+from shardcron.executors.aio import Cancelled, LoopThread, OnTheLoop
 from shardcron.executors.base import now_ms, truncate_output
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import with_tick_headers
@@ -71,19 +71,14 @@ def message_headers(spec: NatsSpec, ctx: TickContext) -> dict[str, str]:
     return headers
 
 
-class NatsExecutor:
-    def __init__(self, connections: Connections, loop: LoopThread) -> None:
-        self._connections = connections
-        self._loop = loop
+class NatsExecutor(OnTheLoop):
+    def __init__(self, connections: Connections, loop: LoopThread | None = None) -> None:
+        super().__init__(connections, loop, "shardcron-nats")
         self._lock = threading.Lock()
         self._windows: dict[tuple[str, str], float | None] = {}  # (url, stream) -> duplicate_window seconds
         self._warned: set[tuple[str, str]] = set()
         self._connecting: dict[str, asyncio.Future] = {}  # url -> its connect, shared by the ticks waiting on it
         self._jetstreams: dict[int, tuple] = {}  # id(connection) -> (connection, its JetStream context)
-
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
-        """``run_async`` from a thread (tests, tools); it bounds itself, this wait is a backstop."""
-        return self._loop.run(lambda: self.run_async(spec, ctx, timeout_s, cancel), timeout_s + 2 * _CLOSE_TIMEOUT_S)
 
     async def run_async(
         self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel

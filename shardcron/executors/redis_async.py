@@ -9,7 +9,6 @@ masked URL (``redis_clients.explain``). A tick given up (cancel,
 timeout) leaves its command to the batch, which may still run it: its
 slot's marker makes a later attempt a duplicate.
 
-``call_sync`` is the same from a thread (tests, tools), through the loop.
 """
 
 from __future__ import annotations
@@ -29,7 +28,7 @@ from shardcron.executors.base import now_ms, truncate_output
 from shardcron.executors.connections import Connections
 from shardcron.executors.redis_batch import RedisBatcher
 from shardcron.executors.redis_clients import explain, socket_timeout_s
-from shardcron.model import ExecutionResult, ExecutorSpec, TickContext
+from shardcron.model import ExecutionResult
 from shardcron.spec.headers import mask_url
 
 _CLOSE_TIMEOUT_S = 5.0
@@ -81,33 +80,6 @@ async def call_async(
 def batcher_key(url: str, timeout_s: float) -> tuple[str, str, float]:
     """The batcher's key in ``Connections``: one per URL and socket timeout."""
     return ("redis-batch", url, socket_timeout_s(timeout_s))
-
-
-class OnTheLoop:
-    """What the Redis kinds share: their work is ``run_async`` on the node's loop (``loop``); made without it
-    (a test, a tool), they run a loop of their own named ``loop_name``, which ``close()`` ends."""
-
-    def __init__(self, connections: Connections, loop: LoopThread | None, loop_name: str) -> None:
-        self._connections = connections
-        self._owns_loop = loop is None
-        self._loop = LoopThread(loop_name) if loop is None else loop
-
-    async def run_async(
-        self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel
-    ) -> ExecutionResult:
-        raise NotImplementedError
-
-    def run(self, spec: ExecutorSpec, ctx: TickContext, timeout_s: float, cancel: Cancel) -> ExecutionResult:
-        return call_sync(self._loop, timeout_s, lambda: self.run_async(spec, ctx, timeout_s, cancel))
-
-    def close(self) -> None:
-        if self._owns_loop:
-            self._loop.close()
-
-
-def call_sync(loop: LoopThread, timeout_s: float, make: Callable[[], Any]) -> ExecutionResult:
-    """``await make()`` (a ``call_async``) from a thread; it bounds itself, this wait is a backstop."""
-    return loop.run(make, timeout_s + 2 * _CLOSE_TIMEOUT_S)
 
 
 def _make_batcher(url: str, timeout: float) -> RedisBatcher:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from shardcron.abc import Cancel
 from shardcron.executors import redis_async, redis_clients
-from shardcron.executors.aio import LoopThread
+from shardcron.executors.aio import LoopThread, OnTheLoop
 from shardcron.executors.base import now_ms
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import with_tick_fields
@@ -49,7 +49,7 @@ def entry_fields(spec: RedisStreamSpec, ctx: TickContext) -> dict[str, str]:
     return with_tick_fields(spec.fields, ctx)
 
 
-class RedisStreamExecutor(redis_async.OnTheLoop):
+class RedisStreamExecutor(OnTheLoop):
     """``run_async`` on the node's loop: the burst's XADDs go out in one pipelined round trip (``redis_batch``)."""
 
     def __init__(self, connections: Connections, loop: LoopThread | None = None) -> None:

@@ -26,7 +26,7 @@ from rq.job import Job
 
 from shardcron.abc import Cancel
 from shardcron.executors import redis_async, redis_clients
-from shardcron.executors.aio import LoopThread
+from shardcron.executors.aio import LoopThread, OnTheLoop
 from shardcron.executors.base import now_ms
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import slot_uuid, tick_fields
@@ -62,7 +62,7 @@ _NOTED_SERVER_VERSION = (7, 0, 0)
 _RECORDER = redis.Redis()
 
 
-class RqExecutor(redis_async.OnTheLoop):
+class RqExecutor(OnTheLoop):
     """``run_async`` on the node's loop: the burst's scripts go out in one pipelined round trip (``redis_batch``)."""
 
     def __init__(self, connections: Connections, loop: LoopThread | None = None) -> None:

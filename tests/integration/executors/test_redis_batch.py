@@ -62,7 +62,7 @@ def test_a_burst_of_slots_is_one_round_trip(kind, rds, names, loop):
         assert len(queued(rds, names, kind)) == BURST
         assert evals(rds) - before >= BURST  # each slot ran its own guard (other tests may add to the count)
         batcher = connections.get(batcher_key(REDIS_URL, 20), lambda: pytest.fail("no batcher was made"))
-        assert batcher.commands_sent == BURST
+        assert batcher.items_sent == BURST
         assert batcher.flushes == 1, f"{BURST} slots took {batcher.flushes} round trips"
 
         # The same burst again, a retry by another leader: every slot is a duplicate, still one round trip.

@@ -1,15 +1,17 @@
-"""The celery and amqp executors' pure parts: headers, broker options, error wording. No broker needed."""
+"""The celery and amqp executors' own parts: headers, options, error wording, publish threads. No broker needed."""
 
 from __future__ import annotations
 
 import errno
 import threading
+import time
 
 import aiormq.exceptions
 import pytest
 from kombu.exceptions import ConnectionLimitExceeded, OperationalError
 
 from shardcron.executors import amqp as amqp_executor
+from shardcron.executors import amqp_publisher, celery_broker
 from shardcron.executors import celery as celery_executor
 from shardcron.executors.aio import LoopThread
 from shardcron.executors.connections import Connections
@@ -50,14 +52,14 @@ def test_amqp_headers_keep_the_jobs_own_and_never_let_it_forge_shardcrons():
     ],
 )
 def test_celery_transport_options_bound_every_wait_and_confirm_on_rabbitmq(url, expected, absent):
-    options = celery_executor._transport_options(url, "n7")
+    options = celery_broker.transport_options(url, "n7")
     assert options["max_retries"] == 0  # one connect attempt: kombu would otherwise retry forever
     assert expected.items() <= options.items()
     assert absent not in options
 
 
 def test_celery_names_its_rabbitmq_connections_after_the_node():
-    options = celery_executor._transport_options("amqp://h//", "n7")
+    options = celery_broker.transport_options("amqp://h//", "n7")
     assert options["client_properties"] == {"connection_name": "shardcron node n7 (celery)"}
 
 
@@ -74,7 +76,7 @@ def test_celery_names_its_rabbitmq_connections_after_the_node():
     ],
 )
 def test_celery_failures_read_as_one_line(exc, reason):
-    assert celery_executor._explain(exc) == reason
+    assert celery_executor.explain(exc) == reason
 
 
 def test_celery_looks_under_kombus_wrapper_for_the_cause():
@@ -84,7 +86,7 @@ def test_celery_looks_under_kombus_wrapper_for_the_cause():
         except ConnectionRefusedError as cause:
             raise OperationalError("[Errno 111] Connection refused") from cause
     except OperationalError as wrapped:
-        assert celery_executor._explain(wrapped) == "connection refused"
+        assert celery_executor.explain(wrapped) == "connection refused"
 
 
 def test_a_password_quoted_by_a_client_library_is_scrubbed_as_written_and_decoded():
@@ -94,9 +96,9 @@ def test_a_password_quoted_by_a_client_library_is_scrubbed_as_written_and_decode
 
 def test_amqp_connection_errors_read_as_one_line():
     refused = aiormq.exceptions.AMQPConnectionError(errno.ECONNREFUSED, "Connect call failed ('127.0.0.1', 1)")
-    assert amqp_executor._connection_reason(refused) == "connection refused"
+    assert amqp_publisher.connection_reason(refused) == "connection refused"
     reset = aiormq.exceptions.AMQPConnectionError(errno.ECONNRESET, "Connection reset by peer")
-    assert amqp_executor._connection_reason(reset) == "connection failed: [Errno 104] Connection reset by peer"
+    assert amqp_publisher.connection_reason(reset) == "connection failed: [Errno 104] Connection reset by peer"
 
 
 @pytest.mark.parametrize("kind", [ExecutorKind.CELERY, ExecutorKind.AMQP])
@@ -113,63 +115,66 @@ def test_a_spec_without_settings_is_an_invalid_job_not_a_crash(kind):
     assert not result.ok and result.error.startswith("invalid job: "), result.error
 
 
-class _FakePublish:
-    """Stands in for a celery publish on a ``_Broker``'s threads: records where it ran."""
-
-    def __init__(self, broker, gate: threading.Event | None = None) -> None:
-        self.broker, self.gate, self.error, self.ran_on = broker, gate, None, None
-        self.done = threading.Event()
-
-    def send(self) -> None:
-        if self.gate is not None:
-            self.gate.wait(10)
-        self.ran_on = (threading.current_thread(), self.broker.app.backend)
-
-
-def test_celery_publishes_run_on_a_few_long_lived_threads_sharing_one_result_backend():
+def test_celery_sends_run_on_a_few_long_lived_threads_sharing_one_result_backend():
     before = set(threading.enumerate())
-    broker = celery_executor._Broker("redis://127.0.0.1:1/0", "n0")  # nothing here connects
+    broker = celery_broker.CeleryBroker("redis://127.0.0.1:1/0", "n0")  # nothing here connects
+
+    def where(gate: threading.Event | None = None):
+        if gate is not None:
+            gate.wait(10)
+        return threading.current_thread(), broker.app().celery.backend
+
     try:
-        one_by_one = [_FakePublish(broker) for _ in range(20)]
-        for p in one_by_one:
-            broker.submit(p)
-            assert p.done.wait(10)
+        one_by_one = [broker.threads.submit(where).result(10) for _ in range(20)]
         # A burst while every thread is busy: at most one thread per pooled connection.
         gate = threading.Event()
-        burst = [_FakePublish(broker, gate) for _ in range(3 * celery_executor.POOL_LIMIT)]
-        for p in burst:
-            broker.submit(p)
+        queued = [broker.threads.submit(lambda: where(gate)) for _ in range(3 * celery_broker.POOL_LIMIT)]
         gate.set()
-        assert all(p.done.wait(10) for p in burst)
+        burst = [f.result(10) for f in queued]
         threads = set(threading.enumerate()) - before
     finally:
         broker.close()
-    assert len({p.ran_on[0] for p in one_by_one}) == 1  # one thread, reused, not one per publish
-    assert {p.ran_on[0] for p in one_by_one + burst} <= threads
-    assert len(threads) == celery_executor.POOL_LIMIT
-    assert all(t.daemon and t.name == celery_executor.PUBLISH_THREAD_NAME for t in threads)
+    assert len({thread for thread, _ in one_by_one}) == 1  # one thread, reused, not one per send
+    assert {thread for thread, _ in one_by_one + burst} <= threads
+    assert len(threads) == celery_broker.POOL_LIMIT
+    assert all(t.daemon and t.name == celery_broker.PUBLISH_THREAD_NAME for t in threads)
     # Results are disabled, and the backend is built once for all threads (not per thread).
-    assert len({id(p.ran_on[1]) for p in one_by_one + burst}) == 1
-    assert broker.app.backend.as_uri() == "disabled://"
+    assert len({id(backend) for _, backend in one_by_one + burst}) == 1
+    assert one_by_one[0][1].as_uri() == "disabled://"
     for t in threads:  # closing the broker ends its idle threads
         t.join(10)
         assert not t.is_alive()
     with pytest.raises(RuntimeError, match="the node is stopping"):
-        broker.submit(_FakePublish(broker))
+        broker.threads.submit(lambda: None)
 
 
-def test_a_celery_publish_abandoned_before_a_thread_took_it_is_not_sent():
-    from shardcron.model import CelerySpec
+def _task(deadline: float, abandoned: bool = False) -> celery_broker.TaskSend:
+    task = celery_broker.TaskSend("t", [], {}, "id", {}, {"queue": "q"}, deadline)
+    task.abandoned = abandoned
+    return task
 
-    class NoPool:
-        def acquire(self, **kw):
-            raise AssertionError("an abandoned publish must not take a connection")
 
-    broker = type("B", (), {"pool": NoPool(), "default_queue": "celery"})()
-    spec = CelerySpec(url="redis://127.0.0.1:1/0", task="t")
-    abandoned = celery_executor._Publish(broker, spec, TICK, deadline=float("inf"))
-    abandoned.abandoned = True
-    late = celery_executor._Publish(broker, spec, TICK, deadline=0.0)
-    for p in (abandoned, late):
-        p.send()
-        assert p.error is None
+def test_a_celery_send_given_up_before_its_turn_is_not_sent():
+    broker = celery_broker.CeleryBroker(f"redis://127.0.0.1:{_closed_port()}/0", "n0")
+    try:
+        outcomes = broker.send_in_turn([_task(time.monotonic() + 60, abandoned=True), _task(0.0)])
+    finally:
+        broker.close()
+    # Neither tried the (closed) port: a try would have been refused.
+    assert [type(o) for o in outcomes] == [celery_broker.NotSent] * 2
+
+
+def test_a_broken_connection_fails_the_rest_of_a_burst_without_trying_again():
+    broker = celery_broker.CeleryBroker(f"redis://127.0.0.1:{_closed_port()}/0", "n0")
+    try:
+        outcomes = broker.send_in_turn([_task(time.monotonic() + 60) for _ in range(3)])
+    finally:
+        broker.close()
+    assert celery_executor.explain(outcomes[0]) == "connection refused"
+    assert outcomes[1] is outcomes[0] and outcomes[2] is outcomes[0]  # the first slot's error, not a try of their own
+
+
+def _closed_port() -> int:
+    from shardcron.dev.testing.etcd_server import free_port
+
+    return free_port()
