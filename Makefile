@@ -24,8 +24,9 @@ STAMP  := $(VENV)/.installed
 dev: setup
 	$(VENV)/bin/shardcron dev
 
+# --durations: every run ends with its slowest tests, so the suite's time can be kept in check.
 test: setup lint docs-check services
-	$(PY) -m pytest -ra $(PYTEST_ARGS)
+	$(PY) -m pytest -ra --durations=40 $(PYTEST_ARGS)
 
 lint: setup
 	$(VENV)/bin/ruff check
