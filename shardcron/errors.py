@@ -6,7 +6,7 @@ exit; anything else is a bug.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shardcron.jobkey import DEFAULT_NAMESPACE, split_key
 
@@ -15,7 +15,26 @@ if TYPE_CHECKING:
 
 
 class ShardcronError(Exception):
-    """Base class: an expected failure with a message fit for a user."""
+    """Base class: an expected failure with a message fit for a user.
+
+    Every subclass pickles as itself, whatever its constructor takes, so an error
+    raised in a worker process (a Celery pool, arq's stored results, multiprocessing)
+    reaches the other side under its own name, with its attributes.
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Exception's own reduce calls ``type(self)(*self.args)``, and ``args`` holds the
+        # message, not what a subclass's constructor takes (a field and a reason, a
+        # shard and a fence): that call fails, and Celery then reports the nearest
+        # base class that pickles instead. Rebuild without the constructor.
+        return (rebuilt_error, (type(self), self.args), self.__dict__)
+
+
+def rebuilt_error(cls: type[ShardcronError], args: tuple[Any, ...]) -> ShardcronError:
+    """``cls`` with ``args``, made without its constructor: what unpickling a ``ShardcronError`` calls."""
+    error = cls.__new__(cls)
+    error.args = args
+    return error
 
 
 class InvalidJob(ShardcronError):

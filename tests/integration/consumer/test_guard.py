@@ -202,7 +202,36 @@ def test_celery_task_runs_once_per_slot(worker_env, job_id):
         # The old nested form, which Celery exposes only in task.request.headers.
         app.send_task(dedupe_app.CELERY_TASK, args=[job_id, "d"], queue=queue, headers={"headers": tick_fields(ctx)}),
     ]
-    proc = subprocess.Popen(
+    proc = _celery_worker(queue, env)
+    try:
+        outcomes = [r.get(timeout=90) for r in results]
+    finally:
+        log = _stop(proc)
+    assert outcomes == [f"{job_id}:a", None, None, None], log
+    assert _runs(client, prefix) == [f"celery {job_id}:a"], log
+    assert log.count(f"not run: job {job_id}") == 3, log
+    assert log.count("duplicate") == 2 and log.count("stale-fence") == 1, log
+
+
+def test_celery_task_called_without_a_tick_fails_as_not_a_tick(worker_env, job_id):
+    """A guarded task called by hand, not by shardcron: the worker reports NotATick, by its own name."""
+    client, prefix, env = worker_env
+    queue = f"dedupe-{uuid.uuid4().hex[:10]}"
+    app = dedupe_app.make_celery(REDIS_URL)
+    result = app.send_task(dedupe_app.CELERY_TASK, args=[job_id, "by-hand"], queue=queue)
+    proc = _celery_worker(queue, env)
+    try:
+        with pytest.raises(Exception, match="not a shardcron tick"):
+            result.get(timeout=90)
+    finally:
+        log = _stop(proc)
+    assert _runs(client, prefix) == [], log
+    assert "raised unexpected: NotATick(" in log, log
+
+
+def _celery_worker(queue: str, env: dict[str, str]) -> subprocess.Popen:
+    """A real Celery worker of ``dedupe_app`` on ``queue``, one task at a time, its log on stdout."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -227,14 +256,6 @@ def test_celery_task_runs_once_per_slot(worker_env, job_id):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
-    try:
-        outcomes = [r.get(timeout=90) for r in results]
-    finally:
-        log = _stop(proc)
-    assert outcomes == [f"{job_id}:a", None, None, None], log
-    assert _runs(client, prefix) == [f"celery {job_id}:a"], log
-    assert log.count(f"not run: job {job_id}") == 3, log
-    assert log.count("duplicate") == 2 and log.count("stale-fence") == 1, log
 
 
 def test_rq_job_runs_once_per_slot(worker_env, job_id):
