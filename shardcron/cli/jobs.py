@@ -83,7 +83,7 @@ def cmd_delete(a: argparse.Namespace) -> int:
     if a.json:
         print_json({"id": a.id, "deleted": True})
     else:
-        print(f"job {a.id} deleted")
+        print(f"{job_named(a.id)} deleted")
     return 0
 
 

@@ -196,6 +196,8 @@ def test_put_get_list_pause_resume_trigger_ticks_delete(node, tmp_path):
     assert "Traceback" not in follow.stderr.read()
 
     assert ok_json(node, "jobs", "delete", "cli-a") == {"id": "cli-a", "deleted": True}
+    said = run(node, "jobs", "delete", "cli-b")
+    assert (said.returncode, said.stdout) == (0, "job 'cli-b' deleted\n")  # named as `put` and `pause` name it
     assert fails_with(node, "jobs", "get", "cli-a") == "shardcron: error: job 'cli-a' not found"
     assert fails_with(node, "jobs", "delete", "cli-a") == "shardcron: error: job 'cli-a' not found"
 
