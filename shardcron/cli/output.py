@@ -119,6 +119,8 @@ def tick_row(t: Tick) -> list[Any]:
         result = f"http {t.http_status}"
     elif t.exit_code is not None:
         result = f"exit {t.exit_code}"
+    elif t.output:  # a broker kind's message or task id, a Python job's return value
+        result = t.output.splitlines()[0][:60]
     else:
         result = "-"
     return [
