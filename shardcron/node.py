@@ -31,7 +31,7 @@ from shardcron.coordination.etcd import Etcd, parse_endpoints
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.membership import ensure_cluster_config
 from shardcron.coordination.namespace_watch import NamespaceWatch
-from shardcron.coordination.store_watch import WatchThread
+from shardcron.coordination.store_watch import WatchTask
 from shardcron.coordination.view import shard_map_from_view
 from shardcron.dashboard import require_extra as require_dashboard_extra
 from shardcron.dashboard.history import MetricsHistory
@@ -198,7 +198,7 @@ class Node:
         self.scheduler: Scheduler | None = None
         self.calendar_watch: CalendarWatch | None = None
         self.namespace_watch: NamespaceWatch | None = None
-        self.settings_thread: WatchThread | None = None  # the calendars', namespaces' and tokens' watches run on it
+        self.settings: WatchTask | None = None  # the calendars', namespaces' and tokens' watches run on it
         self.coordinator: Coordinator | None = None
         self._coord_thread: threading.Thread | None = None
         self.cluster_config: ClusterConfig | None = None  # as read at start; the view mirrors it live
@@ -300,9 +300,9 @@ class Node:
         )
         self.shard_count = shard_count
         self.backend = NodeBackend(self)
-        # One thread for the calendars', the namespaces' and the API tokens' watches (coordination/store_watch).
-        self.settings_thread = WatchThread("settings", lifeline=self.lifeline)
-        self.api = start_server(self.backend, cfg, self.loop, self.settings_thread)
+        # One task on the loop for the calendars', namespaces' and API tokens' watches (coordination/store_watch).
+        self.settings = WatchTask("settings", self.loop, lifeline=self.lifeline)
+        self.api = start_server(self.backend, cfg, self.loop, self.settings)
         if cfg.http_listen:
             self.dashboard = _start_dashboard(self, cfg.http_listen)
         metrics.watch_gauge(metrics.oldest_overdue, self.scheduler.oldest_overdue_s)
@@ -310,11 +310,13 @@ class Node:
             metrics.lease_renewal_age, lambda: coordinator.session.seconds_since_renewal() if coordinator.session else 0
         )
         self.scheduler.start()
-        self.calendar_watch.start(self.settings_thread)
-        self.namespace_watch.start(self.settings_thread)
-        self.settings_thread.start()
+        self.calendar_watch.start(self.settings)
+        self.namespace_watch.start(self.settings)
+        self.settings.start(self.api.pool)  # its store reads, off the loop, on the API's workers
         self.notifier = Notifier(
             self.scheduler,
+            loop=self.loop,
+            pool=self.api.pool,  # its passes' store reads and claims, off the loop, on the API's workers
             defaults=cfg.notify_defaults or NO_DEFAULTS,
             default_rate=cfg.notify_rate,
             lifeline=self.lifeline,
@@ -437,16 +439,17 @@ class Node:
         self.stopping.set()  # what ends from here on ends on purpose (lifeline.py)
         if self.dashboard:
             self.dashboard.stop()
-        if self.api:
-            self.api.stop()
-        if self.settings_thread:
-            self.settings_thread.stop()  # first: a pass under way could otherwise watch again what is stopped
+        # Before the API: their passes run on its pool, which stops with it.
+        if self.settings:
+            self.settings.stop()  # before the watches: a pass under way could otherwise watch again what is stopped
         if self.calendar_watch:
             self.calendar_watch.stop()
         if self.namespace_watch:
             self.namespace_watch.stop()
         if getattr(self, "notifier", None):
             self.notifier.close()
+        if self.api:
+            self.api.stop()
         if self.scheduler:
             self.scheduler.close()  # the executors with it
         if self.loop:

@@ -1,6 +1,7 @@
 """The node's notifier: claims owed notifications under each led shard's fence, then sends them.
 
-One thread decides and claims; a few sender threads send. Where the work comes from:
+One task on the node's loop decides when to look, its passes (store reads and fenced claims) on a pool; a few
+sender threads send. Where the work comes from:
 
 - **live**: the recorder tells it of every result that landed (``Recorder.listeners``); a failed one
   owes ``on_failure``; a succeeded one of a job it has seen fail owes ``on_recovery`` when the job's
@@ -17,6 +18,12 @@ The guarantee: every owed notification is claimed once (the row's key) and sent 
 sent twice only when its sender died, or lost the shard, after sending and before recording
 ``sent``. Each carries ``Idempotency-Key: <job>:<slot>:<kind>`` (``notification_context.py``), the same every time,
 so a receiver that keeps the keys it has seen acts exactly once (``shardcron.consumer`` does that).
+
+Why a task and not a thread: a node with nothing failing owes no notification, and the notifier's only
+work then is to notice a new leadership (an in-memory look, every ``poll_s``) and, every ``RESEND_CHECK_S``,
+to look for claims left unsent. So it waits on the loop (``runtime.pass_task``), at no thread's cost, and
+hands a pass to the pool (the API's workers) only when one is owed: results landed, a leadership not yet
+swept, or the resend check due. A pass never runs on the loop: it blocks on the store.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 from shardcron import metrics
 from shardcron.errors import FencedOut, StoreUnavailable
@@ -45,6 +52,8 @@ from shardcron.rules.notifications import (
 )
 from shardcron.runtime import crashpoints
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.node_loop import NodeLoop
+from shardcron.runtime.pass_task import PassTask
 from shardcron.spec.notifications import parse_table, to_table
 from shardcron.store import notifications as store
 from shardcron.store.notifications import NotificationClaim, NotificationRow
@@ -61,10 +70,15 @@ SENDERS = 4
 
 
 class Notifier:
+    """``loop``: the node's, where the notifier waits; ``pool``: where its passes run (the API's workers; None:
+    the loop's default executor)."""
+
     def __init__(
         self,
         scheduler,
         *,
+        loop: NodeLoop,
+        pool: Executor | None = None,
         defaults: Defaults = NO_DEFAULTS,
         default_rate: Rate | None = DEFAULT_RATE,
         poll_s: float = 1.0,
@@ -78,28 +92,28 @@ class Notifier:
         self._defaults = defaults
         self._rate = default_rate
         self._poll_s = poll_s
-        self._cond = threading.Condition()
+        self._pool = pool
+        self._lock = threading.Lock()  # _landed and _sending: the recorder's and the senders' threads share them
         self._landed: list = []  # ResultWrites of failed slots, and succeeded ones of jobs seen failing
         self._failing: set[str] = set()  # jobs whose last run seen here failed: a success may be a recovery
+        # What the passes keep between them: written by one pass at a time, read by the loop between passes.
         self._swept: set[tuple[int, int]] = set()
+        self._next_resend_check = time.monotonic() + RESEND_CHECK_S
         self._sending: set[tuple[str, int, str]] = set()
         self._closing = False
         self._senders = ThreadPoolExecutor(SENDERS, thread_name_prefix="notify")
-        self._thread = lifeline.thread(self._run, "notifier")
+        self._passes = PassTask("notifier", loop, self._pass, owed=self._owed, lifeline=lifeline)
         scheduler.recorder.listeners.append(self._on_landed)
 
     def start(self) -> None:
-        self._thread.start()
+        self._passes.start(self._pool)
 
     def close(self) -> None:
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(5)
+        self._closing = True
+        self._passes.stop()  # waits for a pass under way
         self._senders.shutdown(wait=False, cancel_futures=True)
 
-    # -- the recorder's thread: keep it cheap ------------------------------------------
+    # -- the recorder's thread: keep it cheap (a wake is one write to the loop's pipe) -----------
 
     def _on_landed(self, writes) -> None:
         # Identity tests: this sees every result the node writes, and an Enum member's hash is Python code.
@@ -111,37 +125,44 @@ class Notifier:
             if (s := w.status) is failed or s is abandoned or (s is succeeded and failing and w.slot.job_id in failing)
         ]
         if mine:
-            with self._cond:
+            with self._lock:
                 self._landed.extend(mine)
-                self._cond.notify_all()
+            self._passes.wake()
 
-    # -- the notifier's thread ---------------------------------------------------------------
+    # -- the loop: whether a pass is owed (in memory, never blocking) ---------------------------
 
-    def _run(self) -> None:
-        last_resend_check = time.monotonic()
-        while True:
-            crashpoints.fail_worker()
-            with self._cond:
-                if not self._landed and not self._closing:
-                    self._cond.wait(self._poll_s)
-                if self._closing:
-                    return
-                landed, self._landed = self._landed, []
-            try:
-                if time.monotonic() - last_resend_check > RESEND_CHECK_S:
-                    self._swept = {key for key in self._swept if key[0] in set(self._scheduler.led_shards())}
-                    self._resend_unsent()
-                    last_resend_check = time.monotonic()
-                self._sweep_new_leaderships()
-                self._handle(landed)
-            except StoreUnavailable as e:
-                log.warning("notifications: store unavailable, trying again: %s", e)
-                with self._cond:
-                    self._landed[:0] = landed
-                time.sleep(self._poll_s)
-            except Exception:  # noqa: BLE001 - the only notifier must not die; what is owed stays derivable
-                log.exception("notifications: a pass failed; every led shard is swept again for what it left")
-                self._swept.clear()  # the sweep re-derives from the store what this pass did not claim
+    def _owed(self) -> bool:
+        with self._lock:
+            landed = bool(self._landed)
+        return landed or time.monotonic() >= self._next_resend_check or bool(self._unswept())
+
+    def _unswept(self) -> list:
+        """The led shards' leaderships not swept yet (each is, once, by the first pass after its takeover)."""
+        runs = (self._scheduler.shard_run(shard) for shard in self._scheduler.led_shards())
+        return [run for run in runs if run is not None and (run.shard, run.fence) not in self._swept]
+
+    # -- a pass, on the pool ----------------------------------------------------------------------
+
+    def _pass(self) -> float:
+        """Claim and send what is owed; returns when to look again unless results land first."""
+        with self._lock:
+            landed, self._landed = self._landed, []
+        try:
+            if time.monotonic() >= self._next_resend_check:
+                led = set(self._scheduler.led_shards())
+                self._swept = {key for key in self._swept if key[0] in led}
+                self._resend_unsent()
+                self._next_resend_check = time.monotonic() + RESEND_CHECK_S
+            self._sweep_new_leaderships()
+            self._handle(landed)
+        except StoreUnavailable as e:
+            log.warning("notifications: store unavailable, trying again: %s", e)
+            with self._lock:
+                self._landed[:0] = landed
+        except Exception:  # noqa: BLE001 - the only notifier must not die; what is owed stays derivable
+            log.exception("notifications: a pass failed; every led shard is swept again for what it left")
+            self._swept.clear()  # the sweep re-derives from the store what this pass did not claim
+        return self._poll_s
 
     def _handle(self, landed) -> None:
         by_shard: dict[tuple[int, int], list[NotificationClaim]] = defaultdict(list)
@@ -181,18 +202,15 @@ class Notifier:
         return NotificationClaim(job.id, slot_ms, kind, target.source, json.dumps(to_table(target.spec)))
 
     def _sweep_new_leaderships(self) -> None:
-        for shard in self._scheduler.led_shards():
-            run = self._scheduler.shard_run(shard)
-            if run is None or (shard, run.fence) in self._swept:
-                continue
+        for run in self._unswept():
             self._sweep(run)
-            self._swept.add((shard, run.fence))
+            self._swept.add((run.shard, run.fence))
             # Once per takeover: from here on, this leadership's failures are notified as they land.
             log.info(
                 "shard %d: notifications swept for fence %d",
-                shard,
+                run.shard,
                 run.fence,
-                extra={"shard": shard, "fence": run.fence},
+                extra={"shard": run.shard, "fence": run.fence},
             )
 
     def _sweep(self, run) -> None:
@@ -277,7 +295,7 @@ class Notifier:
     # -- sending -------------------------------------------------------------------------------
 
     def _send(self, row: NotificationRow) -> None:
-        with self._cond:
+        with self._lock:
             if row.key in self._sending:
                 return
             self._sending.add(row.key)
@@ -375,7 +393,7 @@ class Notifier:
                     row.scheduled_at_ms,
                 )
         finally:
-            with self._cond:
+            with self._lock:
                 self._sending.discard(row.key)
 
 
