@@ -45,6 +45,7 @@ from shardcron.model import Job, SlotRef, Tick
 from shardcron.rules.notifications import NO_DEFAULTS
 from shardcron.runtime.lifeline import EXIT_WORKER_DIED, Lifeline, stack_of
 from shardcron.runtime.node_loop import NodeLoop
+from shardcron.runtime.one_at_a_time import OneAtATime
 from shardcron.runtime.thread_names import name_os_threads
 from shardcron.spec.calendar import Calendar
 from shardcron.spec.jobfile import JobFileError, load_file_calendars, load_job_file
@@ -303,6 +304,9 @@ class Node:
         # One task on the loop for the calendars', namespaces' and API tokens' watches (coordination/store_watch).
         self.settings = WatchTask("settings", self.loop, lifeline=self.lifeline)
         self.api = start_server(self.backend, cfg, self.loop, self.settings)
+        # The background passes (the settings', the notifier's, the dashboard's metrics readings) take turns on
+        # one of the API's workers: at rest they cost no thread of their own (runtime/one_at_a_time).
+        self.background = OneAtATime(self.api.pool)
         if cfg.http_listen:
             self.dashboard = _start_dashboard(self, cfg.http_listen)
         metrics.watch_gauge(metrics.oldest_overdue, self.scheduler.oldest_overdue_s)
@@ -312,11 +316,11 @@ class Node:
         self.scheduler.start()
         self.calendar_watch.start(self.settings)
         self.namespace_watch.start(self.settings)
-        self.settings.start(self.api.pool)  # its store reads, off the loop, on the API's workers
+        self.settings.start(self.background)
         self.notifier = Notifier(
             self.scheduler,
             loop=self.loop,
-            pool=self.api.pool,  # its passes' store reads and claims, off the loop, on the API's workers
+            pool=self.background,
             defaults=cfg.notify_defaults or NO_DEFAULTS,
             default_rate=cfg.notify_rate,
             lifeline=self.lifeline,
@@ -481,6 +485,7 @@ def _start_dashboard(node: Node, listen: str) -> DashboardServer:
         history=MetricsHistory(REGISTRY, lifeline=node.lifeline),  # sampling from the server's start
         tls_files=tls_files,
         serve_metrics=cfg.metrics_listen == cfg.http_listen,
+        sampler_pool=node.background,
         lifeline=node.lifeline,
     )
     server = DashboardServer(dashboard, listen, _started(node.loop)).start()

@@ -15,8 +15,9 @@ short store read every 30 s (the tokens' every 2 s) or when a bump says so,
 and between those only waiting. One ``WatchTask`` on the node's event loop
 (a ``runtime.pass_task.PassTask``) does the waiting for all of them, for no
 thread of its own; each pass (etcd's watch set-up and the store's reads, which
-block) runs on the pool it is given, the API's: never on the loop, and never
-on etcd's callback thread, which only wakes the task.
+block) runs on the pool it is given (a node's: its background passes' turn on
+the API's workers): never on the loop, and never on etcd's callback thread,
+which only wakes the task.
 """
 
 from __future__ import annotations
@@ -162,7 +163,8 @@ class WatchTask:
         self._passes.wake()
 
     def start(self, pool: Executor | None = None) -> WatchTask:
-        """Start the task; its passes run on ``pool`` (the API's; None: the loop's default executor)."""
+        """Start the task; its passes run on ``pool`` (a node's background lane; None: the loop's default
+        executor)."""
         self._passes.start(pool)
         return self
 

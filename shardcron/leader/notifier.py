@@ -22,8 +22,9 @@ so a receiver that keeps the keys it has seen acts exactly once (``shardcron.con
 Why a task and not a thread: a node with nothing failing owes no notification, and the notifier's only
 work then is to notice a new leadership (an in-memory look, every ``poll_s``) and, every ``RESEND_CHECK_S``,
 to look for claims left unsent. So it waits on the loop (``runtime.pass_task``), at no thread's cost, and
-hands a pass to the pool (the API's workers) only when one is owed: results landed, a leadership not yet
-swept, or the resend check due. A pass never runs on the loop: it blocks on the store.
+hands a pass to the pool it is given (a node's: its background passes' turn on the API's workers) only when
+one is owed: results landed, a leadership not yet swept, or the resend check due. A pass never runs on the
+loop: it blocks on the store.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ SENDERS = 4
 
 
 class Notifier:
-    """``loop``: the node's, where the notifier waits; ``pool``: where its passes run (the API's workers; None:
-    the loop's default executor)."""
+    """``loop``: the node's, where the notifier waits; ``pool``: where its passes run (a node's background
+    lane; None: the loop's default executor)."""
 
     def __init__(
         self,
@@ -202,8 +203,16 @@ class Notifier:
         return NotificationClaim(job.id, slot_ms, kind, target.source, json.dumps(to_table(target.spec)))
 
     def _sweep_new_leaderships(self) -> None:
-        for run in self._unswept():
-            self._sweep(run)
+        runs = self._unswept()
+        wanted = {run.shard: self._wanting(run) for run in runs}
+        # A shard none of whose jobs wants a notification owes only what a predecessor claimed and did not
+        # send: one read for all such shards (a takeover in a cluster without notifications costs one read).
+        quiet = {shard for shard, (on_failure, on_recovery) in wanted.items() if not on_failure and not on_recovery}
+        for row in store.unsent(self._engine, quiet):
+            self._send(row)
+        for run in runs:
+            if run.shard not in quiet:
+                self._sweep(run, *wanted[run.shard])
             self._swept.add((run.shard, run.fence))
             # Once per takeover: from here on, this leadership's failures are notified as they land.
             log.info(
@@ -213,21 +222,21 @@ class Notifier:
                 extra={"shard": run.shard, "fence": run.fence},
             )
 
-    def _sweep(self, run) -> None:
-        """What a predecessor may have left: failed slots not claimed, recoveries not claimed, claims not sent."""
-        since = self._now_ms() - LOOKBACK_MS
-        claims = []
+    def _wanting(self, run) -> tuple[list[str], list[str]]:
+        """The ids of the shard's jobs that want on_failure notifications, and of those that want on_recovery."""
         with run.lock:
             jobs = [entry.job for entry in run.jobs.values()]
         on_failure, on_recovery = (
             [j.id for j in jobs if wants(j, kind, self._defaults)]
             for kind in (NotificationKind.ON_FAILURE, NotificationKind.ON_RECOVERY)
         )
-        if not on_failure and not on_recovery:
-            # Nothing here is owed a notification: a takeover in a cluster without them costs one read.
-            for row in store.unsent(self._engine, run.shard):
-                self._send(row)
-            return
+        return on_failure, on_recovery
+
+    def _sweep(self, run, on_failure: list[str], on_recovery: list[str]) -> None:
+        """What a predecessor may have left in a shard whose jobs want notifications: failed slots not claimed,
+        recoveries not claimed, claims not sent."""
+        since = self._now_ms() - LOOKBACK_MS
+        claims = []
         for job_id, slot_ms in store.failed_without_notification(self._engine, run.shard, on_failure, since_ms=since):
             job = _job_of(run, job_id)
             if job is not None and (claim := self._claim_for(job, slot_ms, NotificationKind.ON_FAILURE)):
@@ -244,7 +253,7 @@ class Notifier:
                     prev = store.previous_run_status(self._engine, job_id, success_ms)
                     if claim := self._claim_for(job, success_ms, owed_kind(TickStatus.SUCCEEDED, prev)):
                         claims.append(claim)
-        unsent = store.unsent(self._engine, run.shard)  # read first: the predecessor's, not the claims below
+        unsent = store.unsent(self._engine, {run.shard})  # read first: the predecessor's, not the claims below
         for row in unsent:
             self._send(row)
         self._claim_and_send(run.shard, run.fence, claims)
@@ -258,10 +267,10 @@ class Notifier:
             )
 
     def _resend_unsent(self) -> None:
-        for shard in self._scheduler.led_shards():
-            if self._scheduler.shard_run(shard) is not None:
-                for row in store.unsent(self._engine, shard):
-                    self._send(row)
+        """Claims of the led shards left unsent (a send that failed, or stopped at the store), in one read."""
+        led = {shard for shard in self._scheduler.led_shards() if self._scheduler.shard_run(shard) is not None}
+        for row in store.unsent(self._engine, led):
+            self._send(row)
 
     def _claim_and_send(self, shard: int, fence: int, claims: list[NotificationClaim]) -> None:
         if not claims:

@@ -4,9 +4,9 @@ Some parts of a node (the settings' watches, the notifier) do a short pass of
 blocking work (store reads, a fenced claim) now and then, and wait in between:
 on a bump or a result that lands, or on a timer. A thread of their own would
 spend its life idle. A ``PassTask`` does the waiting on the node's loop, where
-a wait costs no thread, and hands each pass to a pool (the API's workers),
-where a blocking call cannot stall the loop; at rest a node then runs no
-thread for them.
+a wait costs no thread, and hands each pass to a pool, where a blocking call
+cannot stall the loop: a node's is its background lane over the API's workers
+(``runtime.one_at_a_time``), so at rest it runs no thread for them.
 
 One pass at a time, the first at once: then the task waits until ``wake()``
 (from any thread), which always brings a pass, or until the delay the last
