@@ -200,6 +200,7 @@ class Node:
         self.calendar_watch: CalendarWatch | None = None
         self.namespace_watch: NamespaceWatch | None = None
         self.settings: WatchTask | None = None  # the calendars', namespaces' and tokens' watches run on it
+        self.background: OneAtATime | None = None  # the background passes' turn on the API's pool
         self.coordinator: Coordinator | None = None
         self._coord_thread: threading.Thread | None = None
         self.cluster_config: ClusterConfig | None = None  # as read at start; the view mirrors it live

@@ -12,10 +12,11 @@ One pass at a time, the first at once: then the task waits until ``wake()``
 (from any thread), which always brings a pass, or until the delay the last
 pass returned (None: until woken), when it asks ``owed()`` on the loop (cheap
 and non-blocking: an in-memory look) whether one is owed, and waits that delay
-again if not. Each pass runs on the pool, awaited by the task. A pass or an ``owed()`` that raises kills the
-task, which the lifeline reports as the node's death (exit 70), as it would a
-thread's; ``stop()`` cancels the task, which is not a death, and waits for a
-pass under way, so that what its caller stops next is not used again by it.
+again if not. Each pass runs on the pool, awaited by the task. A pass or an
+``owed()`` that raises kills the task, which the lifeline reports as the
+node's death (exit 70), as it would a thread's; ``stop()`` cancels the task,
+which is not a death, and waits for a pass under way, so that what its caller
+stops next is not used again by it.
 """
 
 from __future__ import annotations
