@@ -31,7 +31,7 @@ from shardcron.coordination.etcd import Etcd, parse_endpoints
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.membership import ensure_cluster_config
 from shardcron.coordination.namespace_watch import NamespaceWatch
-from shardcron.coordination.store_watch import WatchThread
+from shardcron.coordination.store_watch import WatchTask
 from shardcron.coordination.view import shard_map_from_view
 from shardcron.dashboard import require_extra as require_dashboard_extra
 from shardcron.dashboard.history import MetricsHistory
@@ -45,6 +45,7 @@ from shardcron.model import Job, SlotRef, Tick
 from shardcron.rules.notifications import NO_DEFAULTS
 from shardcron.runtime.lifeline import EXIT_WORKER_DIED, Lifeline, stack_of
 from shardcron.runtime.node_loop import NodeLoop
+from shardcron.runtime.one_at_a_time import OneAtATime
 from shardcron.runtime.thread_names import name_os_threads
 from shardcron.spec.calendar import Calendar
 from shardcron.spec.jobfile import JobFileError, load_file_calendars, load_job_file
@@ -198,7 +199,8 @@ class Node:
         self.scheduler: Scheduler | None = None
         self.calendar_watch: CalendarWatch | None = None
         self.namespace_watch: NamespaceWatch | None = None
-        self.settings_thread: WatchThread | None = None  # the calendars', namespaces' and tokens' watches run on it
+        self.settings: WatchTask | None = None  # the calendars', namespaces' and tokens' watches run on it
+        self.background: OneAtATime | None = None  # the background passes' turn on the API's pool
         self.coordinator: Coordinator | None = None
         self._coord_thread: threading.Thread | None = None
         self.cluster_config: ClusterConfig | None = None  # as read at start; the view mirrors it live
@@ -300,9 +302,12 @@ class Node:
         )
         self.shard_count = shard_count
         self.backend = NodeBackend(self)
-        # One thread for the calendars', the namespaces' and the API tokens' watches (coordination/store_watch).
-        self.settings_thread = WatchThread("settings", lifeline=self.lifeline)
-        self.api = start_server(self.backend, cfg, self.loop, self.settings_thread)
+        # One task on the loop for the calendars', namespaces' and API tokens' watches (coordination/store_watch).
+        self.settings = WatchTask("settings", self.loop, lifeline=self.lifeline)
+        self.api = start_server(self.backend, cfg, self.loop, self.settings)
+        # The background passes (the settings', the notifier's, the dashboard's metrics readings) take turns on
+        # one of the API's workers: at rest they cost no thread of their own (runtime/one_at_a_time).
+        self.background = OneAtATime(self.api.pool)
         if cfg.http_listen:
             self.dashboard = _start_dashboard(self, cfg.http_listen)
         metrics.watch_gauge(metrics.oldest_overdue, self.scheduler.oldest_overdue_s)
@@ -310,11 +315,13 @@ class Node:
             metrics.lease_renewal_age, lambda: coordinator.session.seconds_since_renewal() if coordinator.session else 0
         )
         self.scheduler.start()
-        self.calendar_watch.start(self.settings_thread)
-        self.namespace_watch.start(self.settings_thread)
-        self.settings_thread.start()
+        self.calendar_watch.start(self.settings)
+        self.namespace_watch.start(self.settings)
+        self.settings.start(self.background)
         self.notifier = Notifier(
             self.scheduler,
+            loop=self.loop,
+            pool=self.background,
             defaults=cfg.notify_defaults or NO_DEFAULTS,
             default_rate=cfg.notify_rate,
             lifeline=self.lifeline,
@@ -437,16 +444,17 @@ class Node:
         self.stopping.set()  # what ends from here on ends on purpose (lifeline.py)
         if self.dashboard:
             self.dashboard.stop()
-        if self.api:
-            self.api.stop()
-        if self.settings_thread:
-            self.settings_thread.stop()  # first: a pass under way could otherwise watch again what is stopped
+        # Before the API: their passes run on its pool, which stops with it.
+        if self.settings:
+            self.settings.stop()  # before the watches: a pass under way could otherwise watch again what is stopped
         if self.calendar_watch:
             self.calendar_watch.stop()
         if self.namespace_watch:
             self.namespace_watch.stop()
         if getattr(self, "notifier", None):
             self.notifier.close()
+        if self.api:
+            self.api.stop()
         if self.scheduler:
             self.scheduler.close()  # the executors with it
         if self.loop:
@@ -478,6 +486,7 @@ def _start_dashboard(node: Node, listen: str) -> DashboardServer:
         history=MetricsHistory(REGISTRY, lifeline=node.lifeline),  # sampling from the server's start
         tls_files=tls_files,
         serve_metrics=cfg.metrics_listen == cfg.http_listen,
+        sampler_pool=node.background,
         lifeline=node.lifeline,
     )
     server = DashboardServer(dashboard, listen, _started(node.loop)).start()

@@ -50,7 +50,7 @@ from shardcron.client.channel import (
     channel_options,
 )
 from shardcron.config import NodeConfig
-from shardcron.coordination.store_watch import WatchThread
+from shardcron.coordination.store_watch import WatchTask
 from shardcron.errors import ConfigError
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 from shardcron.runtime.node_loop import NodeLoop
@@ -210,12 +210,12 @@ class ApiServer:
         keepalive_ms: tuple[int, int] = (KEEPALIVE_TIME_MS, KEEPALIVE_TIMEOUT_MS),
         health_listen: str | None = None,
         loop: NodeLoop | None = None,
-        settings_thread: WatchThread | None = None,
+        settings: WatchTask | None = None,
         interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
     ):
         self.backend = backend
         self.interceptors = tuple(interceptors)  # after the API's own (a test counts the calls that arrive)
-        self.settings_thread = settings_thread  # the token watch runs on it, beside the node's other settings
+        self.settings = settings  # the token watch runs on it, beside the node's other settings
         self.listen = listen
         self.stopping = threading.Event()
         self.security = security or ServerSecurity()
@@ -301,7 +301,7 @@ class ApiServer:
 
     def start(self) -> ApiServer:
         if self.tokens is not None:
-            self.tokens.start(self.settings_thread)  # the store's tokens, read before the first call
+            self.tokens.start(self.settings)  # the store's tokens, read before the first call
         self._on_loop(self._start())
         log.info("API listening on %s", self.listen)
         return self
@@ -356,9 +356,9 @@ class ApiServer:
 
 
 def start_server(
-    backend: Backend, cfg: NodeConfig, loop: NodeLoop | None = None, settings_thread: WatchThread | None = None
+    backend: Backend, cfg: NodeConfig, loop: NodeLoop | None = None, settings: WatchTask | None = None
 ) -> ApiServer:
-    """Bind ``cfg.listen`` and serve on ``loop`` (the node's), the token watch on ``settings_thread``;
+    """Bind ``cfg.listen`` and serve on ``loop`` (the node's), the token watch on ``settings`` (the node's task);
     ``ConfigError`` naming the address if it cannot be bound."""
     return ApiServer(
         backend,
@@ -370,5 +370,5 @@ def start_server(
         cfg.keepalive_ms,
         cfg.health_listen,
         loop,
-        settings_thread,
+        settings,
     ).start()

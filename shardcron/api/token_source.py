@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 
 from shardcron.api.tokens import TokenBook
-from shardcron.coordination.store_watch import StoreWatch, WatchThread
+from shardcron.coordination.store_watch import StoreWatch, WatchTask
 from shardcron.rules.scopes import Token
 from shardcron.runtime import crashpoints
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
@@ -61,8 +61,9 @@ class NodeTokens:
         return self
 
     def on_revoked(self, callback: Revoked) -> Callable[[], None]:
-        """Call ``callback`` (from the reloading thread) with the hashes of tokens each reload finds gone;
-        returns the unsubscribe function. It must not block: it hands the news to its own loop."""
+        """Call ``callback`` (from the reloading thread: a worker of the pool the settings' passes run on) with
+        the hashes of tokens each reload finds gone; returns the unsubscribe function. It must not block: it
+        hands the news to its own loop."""
         with self._listeners_lock:
             key = self._next_listener
             self._next_listener += 1
@@ -126,9 +127,9 @@ class NodeTokens:
             for tell in listeners:
                 tell(gone)
 
-    def start(self, runner: WatchThread | None = None) -> NodeTokens:
-        """Read the store's tokens now; then the watch follows them on ``runner``'s thread (the node's settings
-        thread), or on one of its own."""
+    def start(self, runner: WatchTask | None = None) -> NodeTokens:
+        """Read the store's tokens now; then the watch follows them on ``runner`` (the node's settings task), or
+        on a task of its own."""
         self.reload()
         if self._watch is not None:
             self._watch.start(runner)

@@ -7,11 +7,17 @@ applies what changed.
 
 A lost watch is re-established on the next pass, and a pass every ``reload_s``
 reloads anyway: a bump missed while etcd or the store was away costs at most
-that long. Reloads run on a ``WatchThread``, never on etcd's callback thread;
-one ``WatchThread`` serves every kind of settings of a node (each waits on the
-store for a moment a few times a minute: a thread each would only idle). A
-reload that fails with a ``ShardcronError`` (the store is away) is logged and
-the copy loaded before is kept.
+that long. A reload that fails with a ``ShardcronError`` (the store is away) is
+logged and the copy loaded before is kept.
+
+Why a task and not a thread: what every kind of settings of a node does is a
+short store read every 30 s (the tokens' every 2 s) or when a bump says so,
+and between those only waiting. One ``WatchTask`` on the node's event loop
+(a ``runtime.pass_task.PassTask``) does the waiting for all of them, for no
+thread of its own; each pass (etcd's watch set-up and the store's reads, which
+block) runs on the pool it is given (a node's: its background passes' turn on
+the API's workers): never on the loop, and never on etcd's callback thread,
+which only wakes the task.
 """
 
 from __future__ import annotations
@@ -21,11 +27,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Executor
 
 from shardcron.coordination.etcd import Etcd, WatchEvent
 from shardcron.errors import ShardcronError
-from shardcron.runtime import crashpoints
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.node_loop import NodeLoop
+from shardcron.runtime.pass_task import PassTask
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +41,7 @@ RELOAD_S = 30.0
 
 
 class StoreWatch:
-    """``what`` names the settings in log lines (and the thread, when it runs on one of its own). A subclass
+    """``what`` names the settings in log lines (and the task, when it runs on one of its own). A subclass
     reads and applies them in ``reload(cause)``; cause is ``start``, ``watch`` (a bump, or a broken watch) or
     ``periodic``."""
 
@@ -43,27 +51,28 @@ class StoreWatch:
         self._what = what
         self._reload_s = reload_s
         self._lifeline = lifeline
-        self._lock = threading.Lock()  # _cause: set by etcd's callback thread, taken by the watch thread
+        self._lock = threading.Lock()  # _cause: set by etcd's callback thread, taken by the pass
         self._cause: str | None = "start"  # why the next pass reloads; None: only when the periodic one is due
         self._next_periodic = 0.0  # monotonic
         self._cancel: Callable[[], None] | None = None
-        self._runner: WatchThread | None = None
-        self._runs_own_thread = False
+        self._runner: WatchTask | None = None
+        self._runs_own_task = False
 
-    def start(self, runner: WatchThread | None = None) -> None:
-        """Watch and reload on ``runner``'s thread, shared with the node's other settings, or on one of its own."""
+    def start(self, runner: WatchTask | None = None) -> None:
+        """Watch and reload on ``runner``, the node's task for all its settings, or on a task and loop of its
+        own (a test, a tool)."""
         if runner is None:
-            runner, self._runs_own_thread = WatchThread(self._what, self._lifeline), True
+            runner, self._runs_own_task = WatchTask(self._what, lifeline=self._lifeline), True
         self._runner = runner
         runner.add(self)
-        if self._runs_own_thread:
+        if self._runs_own_task:
             runner.start()
 
     def stop(self) -> None:
         runner = self._runner
         if runner is not None:
             runner.remove(self)
-            if self._runs_own_thread:
+            if self._runs_own_task:
                 runner.stop()
         if self._cancel:
             self._cancel()
@@ -78,7 +87,8 @@ class StoreWatch:
         raise NotImplementedError
 
     def pass_once(self, now: float) -> float:
-        """On its ``WatchThread``: watch if not watching, reload if owed; returns when the next periodic reload is due."""
+        """On its ``WatchTask``'s pool: watch if not watching, reload if owed; returns when the next periodic
+        reload is due."""
         if self._cancel is None:
             self._watch()
         with self._lock:
@@ -126,21 +136,22 @@ class StoreWatch:
             log.warning("%s: reload failed (%s); keeping the ones loaded before", self._what, e)
 
 
-class WatchThread:
-    """One thread that runs any number of ``StoreWatch``es: each is watched, and reloaded when bumped and
-    every ``reload_s``. It sleeps until a bump or the earliest periodic reload."""
+class WatchTask:
+    """Any number of ``StoreWatch``es on one ``PassTask`` named ``name``, on ``loop`` (the node's; None: a loop
+    of its own, closed by ``stop()``): each is watched, and reloaded when bumped and every ``reload_s``. A
+    pass of them all runs at each bump and when the earliest periodic reload is due."""
 
-    def __init__(self, name: str, lifeline: Lifeline = UNWATCHED):
+    def __init__(self, name: str, loop: NodeLoop | None = None, lifeline: Lifeline = UNWATCHED):
+        self._owns_loop = loop is None
+        self._loop = NodeLoop(f"{name}-loop", lifeline) if loop is None else loop
         self._lock = threading.Lock()
         self._watches: list[StoreWatch] = []
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread = lifeline.thread(self._run, name)
+        self._passes = PassTask(name, self._loop, self._pass_all, lifeline=lifeline)
 
     def add(self, watch: StoreWatch) -> None:
         with self._lock:
             self._watches.append(watch)
-        self._wake.set()
+        self.wake()
 
     def remove(self, watch: StoreWatch) -> None:
         with self._lock:
@@ -148,27 +159,28 @@ class WatchThread:
                 self._watches.remove(watch)
 
     def wake(self) -> None:
-        self._wake.set()
+        """From any thread (etcd's callback thread among them): a pass soon."""
+        self._passes.wake()
 
-    def start(self) -> WatchThread:
-        self._thread.start()
+    def start(self, pool: Executor | None = None) -> WatchTask:
+        """Start the task; its passes run on ``pool`` (a node's background lane; None: the loop's default
+        executor)."""
+        self._passes.start(pool)
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread.is_alive():
-            self._thread.join(5)
+        """End the task, once a pass under way has ended (it could otherwise watch again what its caller stops
+        next); a second call does nothing."""
+        self._passes.stop()
+        if self._owns_loop:
+            self._loop.close()
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            crashpoints.fail_worker()
-            # Cleared before the passes read what is owed: a bump arriving during them wakes the next wait.
-            self._wake.clear()
-            with self._lock:
-                watches = list(self._watches)
-            next_due = [w.pass_once(time.monotonic()) for w in watches]
-            self._wake.wait(max(0.0, min(next_due) - time.monotonic()) if next_due else None)
+    def _pass_all(self) -> float | None:
+        """On the pool: one pass of every watch; the seconds until the earliest periodic reload (None: no watch)."""
+        with self._lock:
+            watches = list(self._watches)
+        next_due = min((w.pass_once(time.monotonic()) for w in watches), default=None)
+        return None if next_due is None else next_due - time.monotonic()
 
 
-__all__ = ["RELOAD_S", "StoreWatch", "WatchThread"]
+__all__ = ["RELOAD_S", "StoreWatch", "WatchTask"]

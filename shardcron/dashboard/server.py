@@ -52,6 +52,7 @@ class Dashboard:
         history: MetricsHistory,
         tls_files: tuple[str, str | None] | None = None,
         serve_metrics: bool = False,
+        sampler_pool: Executor | None = None,
         lifeline: Lifeline = UNWATCHED,
     ):
         require_extra()
@@ -64,6 +65,7 @@ class Dashboard:
         self.tls_files = tls_files
         self.tls = tls_files is not None
         self.serve_metrics = serve_metrics
+        self._sampler_pool = sampler_pool
         self.lifeline = lifeline  # the dashboard's long-lived tasks report their death through it
         self.sessions = Sessions()
         self.closing = threading.Event()
@@ -95,6 +97,12 @@ class Dashboard:
     def pool(self) -> Executor | None:
         """Where the blocking work of the pages runs: the API's pool (None, without an API: the loop's own)."""
         return self.api.pool if self.api is not None else None
+
+    @property
+    def sampler_pool(self) -> Executor | None:
+        """Where the metrics sampler reads the registry: the one given (a node's turn-taking lane over the API's
+        pool, ``runtime.one_at_a_time``), else ``pool``."""
+        return self._sampler_pool if self._sampler_pool is not None else self.pool
 
     async def _metrics(self, request: web.Request) -> web.Response:
         # Off the loop: the gauges' callbacks take the node's locks.
@@ -151,7 +159,7 @@ class DashboardServer:
             await runner.cleanup()  # on a loop that goes on: nothing of the failed start is left on it
             raise
         self._runner = runner
-        self.dashboard.history.start(self.dashboard.pool)
+        self.dashboard.history.start(self.dashboard.sampler_pool)
 
     def stop(self) -> None:
         """Ends the streams, the sampler and the server; never waits longer than ``STOP_WITHIN_S``."""

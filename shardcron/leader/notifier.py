@@ -1,6 +1,7 @@
 """The node's notifier: claims owed notifications under each led shard's fence, then sends them.
 
-One thread decides and claims; a few sender threads send. Where the work comes from:
+One task on the node's loop decides when to look, its passes (store reads and fenced claims) on a pool; a few
+sender threads send. Where the work comes from:
 
 - **live**: the recorder tells it of every result that landed (``Recorder.listeners``); a failed one
   owes ``on_failure``; a succeeded one of a job it has seen fail owes ``on_recovery`` when the job's
@@ -17,6 +18,13 @@ The guarantee: every owed notification is claimed once (the row's key) and sent 
 sent twice only when its sender died, or lost the shard, after sending and before recording
 ``sent``. Each carries ``Idempotency-Key: <job>:<slot>:<kind>`` (``notification_context.py``), the same every time,
 so a receiver that keeps the keys it has seen acts exactly once (``shardcron.consumer`` does that).
+
+Why a task and not a thread: a node with nothing failing owes no notification, and the notifier's only
+work then is to notice a new leadership (an in-memory look, every ``poll_s``) and, every ``RESEND_CHECK_S``,
+to look for claims left unsent. So it waits on the loop (``runtime.pass_task``), at no thread's cost, and
+hands a pass to the pool it is given (a node's: its background passes' turn on the API's workers) only when
+one is owed: results landed, a leadership not yet swept, or the resend check due. A pass never runs on the
+loop: it blocks on the store.
 """
 
 from __future__ import annotations
@@ -26,7 +34,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 from shardcron import metrics
 from shardcron.errors import FencedOut, StoreUnavailable
@@ -45,6 +53,8 @@ from shardcron.rules.notifications import (
 )
 from shardcron.runtime import crashpoints
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.node_loop import NodeLoop
+from shardcron.runtime.pass_task import PassTask
 from shardcron.spec.notifications import parse_table, to_table
 from shardcron.store import notifications as store
 from shardcron.store.notifications import NotificationClaim, NotificationRow
@@ -62,10 +72,15 @@ SENDERS = 4
 
 
 class Notifier:
+    """``loop``: the node's, where the notifier waits; ``pool``: where its passes run (a node's background
+    lane; None: the loop's default executor)."""
+
     def __init__(
         self,
         scheduler,
         *,
+        loop: NodeLoop,
+        pool: Executor | None = None,
         defaults: Defaults = NO_DEFAULTS,
         default_rate: Rate | None = DEFAULT_RATE,
         poll_s: float = POLL_S,
@@ -79,28 +94,28 @@ class Notifier:
         self._defaults = defaults
         self._rate = default_rate
         self._poll_s = poll_s
-        self._cond = threading.Condition()
+        self._pool = pool
+        self._lock = threading.Lock()  # _landed and _sending: the recorder's and the senders' threads share them
         self._landed: list = []  # ResultWrites of failed slots, and succeeded ones of jobs seen failing
         self._failing: set[str] = set()  # jobs whose last run seen here failed: a success may be a recovery
+        # What the passes keep between them: written by one pass at a time, read by the loop between passes.
         self._swept: set[tuple[int, int]] = set()
+        self._next_resend_check = time.monotonic() + RESEND_CHECK_S
         self._sending: set[tuple[str, int, str]] = set()
         self._closing = False
         self._senders = ThreadPoolExecutor(SENDERS, thread_name_prefix="notify")
-        self._thread = lifeline.thread(self._run, "notifier")
+        self._passes = PassTask("notifier", loop, self._pass, owed=self._owed, lifeline=lifeline)
         scheduler.recorder.listeners.append(self._on_landed)
 
     def start(self) -> None:
-        self._thread.start()
+        self._passes.start(self._pool)
 
     def close(self) -> None:
-        with self._cond:
-            self._closing = True
-            self._cond.notify_all()
-        if self._thread.is_alive():
-            self._thread.join(5)
+        self._closing = True
+        self._passes.stop()  # waits for a pass under way
         self._senders.shutdown(wait=False, cancel_futures=True)
 
-    # -- the recorder's thread: keep it cheap ------------------------------------------
+    # -- the recorder's thread: keep it cheap (a wake is one write to the loop's pipe) -----------
 
     def _on_landed(self, writes) -> None:
         # Identity tests: this sees every result the node writes, and an Enum member's hash is Python code.
@@ -112,37 +127,44 @@ class Notifier:
             if (s := w.status) is failed or s is abandoned or (s is succeeded and failing and w.slot.job_id in failing)
         ]
         if mine:
-            with self._cond:
+            with self._lock:
                 self._landed.extend(mine)
-                self._cond.notify_all()
+            self._passes.wake()
 
-    # -- the notifier's thread ---------------------------------------------------------------
+    # -- the loop: whether a pass is owed (in memory, never blocking) ---------------------------
 
-    def _run(self) -> None:
-        last_resend_check = time.monotonic()
-        while True:
-            crashpoints.fail_worker()
-            with self._cond:
-                if not self._landed and not self._closing:
-                    self._cond.wait(self._poll_s)
-                if self._closing:
-                    return
-                landed, self._landed = self._landed, []
-            try:
-                if time.monotonic() - last_resend_check > RESEND_CHECK_S:
-                    self._swept = {key for key in self._swept if key[0] in set(self._scheduler.led_shards())}
-                    self._resend_unsent()
-                    last_resend_check = time.monotonic()
-                self._sweep_new_leaderships()
-                self._handle(landed)
-            except StoreUnavailable as e:
-                log.warning("notifications: store unavailable, trying again: %s", e)
-                with self._cond:
-                    self._landed[:0] = landed
-                time.sleep(self._poll_s)
-            except Exception:  # noqa: BLE001 - the only notifier must not die; what is owed stays derivable
-                log.exception("notifications: a pass failed; every led shard is swept again for what it left")
-                self._swept.clear()  # the sweep re-derives from the store what this pass did not claim
+    def _owed(self) -> bool:
+        with self._lock:
+            landed = bool(self._landed)
+        return landed or time.monotonic() >= self._next_resend_check or bool(self._unswept())
+
+    def _unswept(self) -> list:
+        """The led shards' leaderships not swept yet (each is, once, by the first pass after its takeover)."""
+        runs = (self._scheduler.shard_run(shard) for shard in self._scheduler.led_shards())
+        return [run for run in runs if run is not None and (run.shard, run.fence) not in self._swept]
+
+    # -- a pass, on the pool ----------------------------------------------------------------------
+
+    def _pass(self) -> float:
+        """Claim and send what is owed; returns when to look again unless results land first."""
+        with self._lock:
+            landed, self._landed = self._landed, []
+        try:
+            if time.monotonic() >= self._next_resend_check:
+                led = set(self._scheduler.led_shards())
+                self._swept = {key for key in self._swept if key[0] in led}
+                self._resend_unsent()
+                self._next_resend_check = time.monotonic() + RESEND_CHECK_S
+            self._sweep_new_leaderships()
+            self._handle(landed)
+        except StoreUnavailable as e:
+            log.warning("notifications: store unavailable, trying again: %s", e)
+            with self._lock:
+                self._landed[:0] = landed
+        except Exception:  # noqa: BLE001 - the only notifier must not die; what is owed stays derivable
+            log.exception("notifications: a pass failed; every led shard is swept again for what it left")
+            self._swept.clear()  # the sweep re-derives from the store what this pass did not claim
+        return self._poll_s
 
     def _handle(self, landed) -> None:
         by_shard: dict[tuple[int, int], list[NotificationClaim]] = defaultdict(list)
@@ -182,35 +204,40 @@ class Notifier:
         return NotificationClaim(job.id, slot_ms, kind, target.source, json.dumps(to_table(target.spec)))
 
     def _sweep_new_leaderships(self) -> None:
-        for shard in self._scheduler.led_shards():
-            run = self._scheduler.shard_run(shard)
-            if run is None or (shard, run.fence) in self._swept:
-                continue
-            self._sweep(run)
-            self._swept.add((shard, run.fence))
+        runs = self._unswept()
+        wanted = {run.shard: self._wanting(run) for run in runs}
+        # A shard none of whose jobs wants a notification owes only what a predecessor claimed and did not
+        # send: one read for all such shards (a takeover in a cluster without notifications costs one read).
+        quiet = {shard for shard, (on_failure, on_recovery) in wanted.items() if not on_failure and not on_recovery}
+        for row in store.unsent(self._engine, quiet):
+            self._send(row)
+        for run in runs:
+            if run.shard not in quiet:
+                self._sweep(run, *wanted[run.shard])
+            self._swept.add((run.shard, run.fence))
             # Once per takeover: from here on, this leadership's failures are notified as they land.
             log.info(
                 "shard %d: notifications swept for fence %d",
-                shard,
+                run.shard,
                 run.fence,
-                extra={"shard": shard, "fence": run.fence},
+                extra={"shard": run.shard, "fence": run.fence},
             )
 
-    def _sweep(self, run) -> None:
-        """What a predecessor may have left: failed slots not claimed, recoveries not claimed, claims not sent."""
-        since = self._now_ms() - LOOKBACK_MS
-        claims = []
+    def _wanting(self, run) -> tuple[list[str], list[str]]:
+        """The ids of the shard's jobs that want on_failure notifications, and of those that want on_recovery."""
         with run.lock:
             jobs = [entry.job for entry in run.jobs.values()]
         on_failure, on_recovery = (
             [j.id for j in jobs if wants(j, kind, self._defaults)]
             for kind in (NotificationKind.ON_FAILURE, NotificationKind.ON_RECOVERY)
         )
-        if not on_failure and not on_recovery:
-            # Nothing here is owed a notification: a takeover in a cluster without them costs one read.
-            for row in store.unsent(self._engine, run.shard):
-                self._send(row)
-            return
+        return on_failure, on_recovery
+
+    def _sweep(self, run, on_failure: list[str], on_recovery: list[str]) -> None:
+        """What a predecessor may have left in a shard whose jobs want notifications: failed slots not claimed,
+        recoveries not claimed, claims not sent."""
+        since = self._now_ms() - LOOKBACK_MS
+        claims = []
         for job_id, slot_ms in store.failed_without_notification(self._engine, run.shard, on_failure, since_ms=since):
             job = _job_of(run, job_id)
             if job is not None and (claim := self._claim_for(job, slot_ms, NotificationKind.ON_FAILURE)):
@@ -227,7 +254,7 @@ class Notifier:
                     prev = store.previous_run_status(self._engine, job_id, success_ms)
                     if claim := self._claim_for(job, success_ms, owed_kind(TickStatus.SUCCEEDED, prev)):
                         claims.append(claim)
-        unsent = store.unsent(self._engine, run.shard)  # read first: the predecessor's, not the claims below
+        unsent = store.unsent(self._engine, {run.shard})  # read first: the predecessor's, not the claims below
         for row in unsent:
             self._send(row)
         self._claim_and_send(run.shard, run.fence, claims)
@@ -241,10 +268,10 @@ class Notifier:
             )
 
     def _resend_unsent(self) -> None:
-        for shard in self._scheduler.led_shards():
-            if self._scheduler.shard_run(shard) is not None:
-                for row in store.unsent(self._engine, shard):
-                    self._send(row)
+        """Claims of the led shards left unsent (a send that failed, or stopped at the store), in one read."""
+        led = {shard for shard in self._scheduler.led_shards() if self._scheduler.shard_run(shard) is not None}
+        for row in store.unsent(self._engine, led):
+            self._send(row)
 
     def _claim_and_send(self, shard: int, fence: int, claims: list[NotificationClaim]) -> None:
         if not claims:
@@ -278,7 +305,7 @@ class Notifier:
     # -- sending -------------------------------------------------------------------------------
 
     def _send(self, row: NotificationRow) -> None:
-        with self._cond:
+        with self._lock:
             if row.key in self._sending:
                 return
             self._sending.add(row.key)
@@ -376,7 +403,7 @@ class Notifier:
                     row.scheduled_at_ms,
                 )
         finally:
-            with self._cond:
+            with self._lock:
                 self._sending.discard(row.key)
 
 

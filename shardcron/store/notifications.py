@@ -9,7 +9,7 @@ job's own rows (``rules/notification_rate.py``), and recorded as the row's statu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Connection, Engine, and_, func, select
@@ -141,12 +141,14 @@ def is_claimed(engine: Engine, row: NotificationRow) -> bool:
         )
 
 
-def unsent(engine: Engine, shard: int) -> list[NotificationRow]:
-    """The shard's notifications claimed and not settled: its new leader sends them."""
+def unsent(engine: Engine, shards: Collection[int]) -> list[NotificationRow]:
+    """The notifications of ``shards`` claimed and not settled, in one read: their leader sends them."""
+    if not shards:
+        return []
     with reading(engine) as conn:
         rows = conn.execute(
             select(notifications).where(
-                notifications.c.shard == shard, notifications.c.status == NotificationStatus.CLAIMED.value
+                notifications.c.shard.in_(sorted(shards)), notifications.c.status == NotificationStatus.CLAIMED.value
             )
         )
         return [_row(r) for r in rows]

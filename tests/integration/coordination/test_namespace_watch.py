@@ -12,7 +12,7 @@ import pytest
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.namespace_watch import NamespaceWatch
-from shardcron.coordination.store_watch import StoreWatch, WatchThread
+from shardcron.coordination.store_watch import StoreWatch, WatchTask
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.errors import StoreUnavailable
 from shardcron.rules.namespace_settings import NamespaceSettings
@@ -115,8 +115,8 @@ def test_a_failing_reload_keeps_the_copy_and_the_watch_alive(etcd, etcd_prefix):
         w.stop()
 
 
-def test_watches_sharing_one_thread_reload_each_on_its_own_bump_and_period(etcd, etcd_prefix):
-    """A node's calendars and namespaces share one ``WatchThread``: a bump reloads the watch it names and
+def test_watches_sharing_one_task_reload_each_on_its_own_bump_and_period(etcd, etcd_prefix):
+    """A node's calendars and namespaces share one ``WatchTask``: a bump reloads the watch it names and
     no other, and each keeps its own period."""
     seen: dict[str, list[str]] = {"slow": [], "bumped": [], "fast": []}
 
@@ -124,7 +124,7 @@ def test_watches_sharing_one_thread_reload_each_on_its_own_bump_and_period(etcd,
         def reload(self, cause: str) -> None:
             seen[self._what].append(cause)
 
-    runner = WatchThread("settings")
+    runner = WatchTask("settings")
     slow = Recorded(etcd, f"{etcd_prefix}/slow", "slow", reload_s=3600)
     bumped = Recorded(etcd, f"{etcd_prefix}/bumped", "bumped", reload_s=3600)
     fast = Recorded(etcd, f"{etcd_prefix}/fast", "fast", reload_s=0.2)

@@ -50,7 +50,7 @@ NODE_SECRET = "node-secret-for-the-worker-death-test"
 
 def needs(worker: str, tmp_path) -> tuple[list[str], list[str], dict[str, str]]:
     """What the nodes need for ``worker`` to run at all: the cluster's flags, the victim's own, and the
-    environment. The settings thread is run with a token file, so that it carries the tokens' watch beside the
+    environment. The settings task is run with a token file, so that it carries the tokens' watch beside the
     calendars' and the namespaces'; the dashboard's sampler runs only with --http-listen."""
     if worker == "settings":
         tokens = tmp_path / "tokens"
