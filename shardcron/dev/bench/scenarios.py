@@ -23,6 +23,7 @@ from shardcron.dev.bench.harness import (
 )
 from shardcron.dev.bench.neighbour import cpu_neighbour, neighbour_cpus
 from shardcron.dev.bench.node_shape import node_shape
+from shardcron.dev.bench.per_second import lateness_per_second
 from shardcron.dev.testing.cluster import wait_until
 
 # Issue 13: precision must hold beside a busy neighbour, as most people run the scheduler beside their workers.
@@ -46,7 +47,8 @@ def measure_ticks(env: BenchEnv, jobs: int, from_ms: int, seconds: int, prefix: 
             break
         time.sleep(0.5)
     per_slot = Counter((r.job_id, r.scheduled_at_ms) for r in rows)
-    lateness = sorted(r.started_at_ms - r.scheduled_at_ms for r in rows if r.started_at_ms)
+    started = [(r.scheduled_at_ms, r.started_at_ms) for r in rows if r.started_at_ms]
+    lateness = sorted(start - due for due, start in started)
     expected = jobs * seconds
     return {
         "expected": expected,
@@ -61,6 +63,7 @@ def measure_ticks(env: BenchEnv, jobs: int, from_ms: int, seconds: int, prefix: 
             "p99.9": percentile(lateness, 99.9),
             "max": lateness[-1] if lateness else None,
         },
+        "per_second": lateness_per_second(started, from_ms, seconds),
     }
 
 

@@ -32,6 +32,9 @@ def assert_every_tick_once(m: dict) -> None:
     lat = m["lateness_ms"]
     assert 0 <= lat["p50"] <= lat["p99"] <= lat["max"]
     assert m["cpu_ms_per_1000_ticks"] > 0
+    # Second by second (the performance page's lateness-over-time chart): every started tick in its second.
+    assert [r["second"] for r in m["per_second"]] == list(range(m["seconds"]))
+    assert sum(r["ticks"] for r in m["per_second"]) == m["recorded"] - m["not_started"]
 
 
 def test_precision_quiet_and_beside_a_cpu_neighbour(tmp_path):
