@@ -9,7 +9,6 @@ and ``shardcron.consumer``'s guard (on the real Redis) what a consumer admits.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -23,7 +22,6 @@ from shardcron.executors.aio import LoopThread
 from shardcron.executors.amqp import AmqpExecutor
 from shardcron.executors.amqp_publisher import AmqpPublisher
 from shardcron.executors.connections import Connections
-from shardcron.runtime.latch import Latch
 from tests.integration.executors import test_celery_amqp
 from tests.integration.executors.test_celery_amqp import (
     AMQP_URL,
@@ -33,6 +31,7 @@ from tests.integration.executors.test_celery_amqp import (
     amqp_spec,
     ctx,
 )
+from tests.support.bursts import burst
 
 amqp_queue = test_celery_amqp.amqp_queue  # the fixture: a fresh queue, deleted after
 
@@ -49,10 +48,7 @@ class OnALoop:
     def burst(self, plan) -> list:
         """Every ``(spec, tick)`` of ``plan`` started in the same loop turn, as a shard's burst is."""
 
-        async def together():
-            return await asyncio.gather(*(self.executor.run_async(spec, tick, 20.0, Latch()) for spec, tick in plan))
-
-        return self.loop.run(together, 60)
+        return burst(self.loop, self.executor, plan)
 
     def publisher(self) -> AmqpPublisher:
         return self.connections.get(("amqp", AMQP_URL), lambda: pytest.fail("no publisher was made"))

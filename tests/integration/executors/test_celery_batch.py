@@ -9,7 +9,6 @@ takes; the queue itself says what arrived, and ``shardcron.consumer``'s guard
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 import uuid
@@ -27,7 +26,6 @@ from shardcron.executors.celery import CeleryExecutor
 from shardcron.executors.celery_broker import MAX_BATCH, PUBLISH_THREAD_NAME, CeleryBroker
 from shardcron.executors.connections import Connections
 from shardcron.executors.identity import slot_uuid
-from shardcron.runtime.latch import Latch
 from tests.integration.executors.test_celery_amqp import (
     AMQP_URL,
     REDIS_URL,
@@ -37,6 +35,7 @@ from tests.integration.executors.test_celery_amqp import (
     ctx,
     forget_rabbitmq,
 )
+from tests.support.bursts import burst
 
 BURST = MAX_BATCH  # the most one batch takes
 AT = 1_767_225_605_000
@@ -52,10 +51,7 @@ class OnALoop:
     def burst(self, plan) -> list:
         """Every ``(spec, tick)`` of ``plan`` started in the same loop turn, as a shard's burst is."""
 
-        async def together():
-            return await asyncio.gather(*(self.executor.run_async(spec, tick, 20.0, Latch()) for spec, tick in plan))
-
-        return self.loop.run(together, 60)
+        return burst(self.loop, self.executor, plan)
 
     def broker(self, url: str) -> CeleryBroker:
         return self.connections.get(("celery", url), lambda: pytest.fail("no broker was made"))

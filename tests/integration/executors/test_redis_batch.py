@@ -8,7 +8,6 @@ commands it ran (INFO commandstats).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -20,9 +19,9 @@ from shardcron.executors.connections import Connections
 from shardcron.executors.redis_async import batcher_key
 from shardcron.executors.redis_stream import RedisStreamExecutor
 from shardcron.executors.rq import RqExecutor
-from shardcron.runtime.latch import Latch
 from tests.integration.executors import test_redis
 from tests.integration.executors.test_redis import REDIS_URL, queued
+from tests.support.bursts import burst
 
 BURST = 200
 rds = test_redis.rds  # the fixtures: a client, and one test's names cleaned up after it
@@ -40,13 +39,6 @@ def loop() -> Iterator[LoopThread]:
 
 def evals(r: redis.Redis) -> int:
     return int(r.info("commandstats").get("cmdstat_eval", {}).get("calls", 0))
-
-
-def burst(loop: LoopThread, executor, specs_and_ticks) -> list:
-    async def together():
-        return await asyncio.gather(*(executor.run_async(s, t, 20, Latch()) for s, t in specs_and_ticks))
-
-    return loop.run(together, 60)
 
 
 @pytest.mark.parametrize("kind", BATCHED)
