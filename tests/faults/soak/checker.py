@@ -905,7 +905,7 @@ def _schedule_text(job: Job) -> str:
 def check(history: History) -> Report:
     """Judge the history by rules 1-8 of the soak's design."""
     model = build_model(history)
-    tol = history.clock_tolerance_ms
+    skew = history.between_nodes_ms  # the fence rules compare stamps that two nodes wrote
     rows = history.ticks
     owed = owed_slots(model, history.started_ms, history.end_ms)
     by_slot = scheduled_rows(rows)
@@ -917,8 +917,8 @@ def check(history: History) -> Report:
         not_final=find_not_final(rows, history.end_ms),
         unowed=unowed,
         fences=(
-            find_fence_order(history.fences, tol)
-            + find_stale_writes(rows, history.fences, tol)
+            find_fence_order(history.fences, skew)
+            + find_stale_writes(rows, history.fences, skew)
             + find_stale_effects(history.effects, rows)
         ),
         effects=find_effect_errors(history.session_job, rows, history.effects),

@@ -137,6 +137,9 @@ class History:
     shards: int
     clock_tolerance_ms: int  # the largest clock offset the nemesis may apply, plus slack
     settle_s: float  # what the liveness rule allows beyond the TTL after the final heal
+    # How far apart two nodes' clocks may be, plus slack, for a stamp of one node against another's (0: as
+    # far as one node's from the test's, clock_tolerance_ms).
+    node_skew_ms: int = 0
     started_ms: int = 0  # faults and operations begin
     heal_ms: int = 0  # every fault healed
     end_ms: int = 0  # the schedule is checked through this slot
@@ -152,6 +155,11 @@ class History:
     deliveries: list[Delivery] = field(default_factory=list)
     leaders: list[LeaderSample] = field(default_factory=list)
     audit: dict | None = None  # `shardcron audit --json` over (started_ms, end_ms]
+
+    @property
+    def between_nodes_ms(self) -> int:
+        """How far apart two stamps written by two nodes may be: ``node_skew_ms``, at least ``clock_tolerance_ms``."""
+        return max(self.node_skew_ms, self.clock_tolerance_ms)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1, sort_keys=True)

@@ -22,6 +22,7 @@ drains), raising ``NemesisError`` naming what it could not mend.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import random
 import signal
@@ -182,6 +183,18 @@ def max_busy(faults: list[PlannedFault]) -> int:
 def clock_tolerance_ms(plan: list[PlannedFault]) -> int:
     """How far a node's clock may be off the test's in this plan, plus slack for the machine itself."""
     return max((abs(f.offset_ms) for f in plan), default=0) + CLOCK_SLACK_MS
+
+
+def node_skew_ms(plan: list[PlannedFault]) -> int:
+    """How far apart two nodes' clocks may be in this plan, plus slack: what comparing two stamps written by
+    different nodes (a row's start against another node's fence raise) must allow. Two clock faults on two
+    nodes that are busy at once can move the two clocks opposite ways, so their offsets add up."""
+    clocks = [f for f in plan if f.kind == "clock"]
+    most = max((abs(f.offset_ms) for f in clocks), default=0)
+    for a, b in itertools.combinations(clocks, 2):
+        if a.target != b.target and a.at_s <= b.busy_until_s and b.at_s <= a.busy_until_s:
+            most = max(most, abs(a.offset_ms) + abs(b.offset_ms))
+    return most + CLOCK_SLACK_MS
 
 
 def _draw_kind(rng: random.Random) -> str:

@@ -442,3 +442,21 @@ def test_a_slot_that_may_have_run_may_have_been_acted_on_once(status):
     the one run it may have had, not a deposed leader's message."""
     report = checker.check(restatus(base(), "strm", T0 + 4000, status))
     assert report.ok, report.summary()
+
+
+@pytest.mark.parametrize("skew, stale", [(0, True), (2 * TOL, False)])
+def test_the_fence_rules_allow_two_nodes_clocks_moved_opposite_ways(skew, stale):
+    """Seed 98747489: n2 ran ahead and n0 behind at once, so a start that n2 stamped before n0's raise read as
+    after it by more than one node's offset. The fence rules compare two nodes' stamps: node_skew_ms bounds them."""
+    shard = shard_for("s1", SHARDS)
+    started = T0 + 5000 + TOL + 300  # later than the raise by more than one clock's tolerance, less than two
+    h = replace(
+        base(),
+        node_skew_ms=skew,
+        fences=[*base().fences, FenceRaise(shard, 2, "n1", T0 + 5000)],
+        ticks=[r for r in base().ticks if r.job != "s1" or r.slot_ms <= T0 + 5000]
+        + [row("s1", T0 + 6000, fence=1, node="n2", claimed=started - 100, started=started)]
+        + [row("s1", s, fence=2, node="n1") for s in range(T0 + 7000, END + 1, 1000)],
+    )
+    report = checker.check(h)
+    assert bool(report.fences) is stale, report.fences

@@ -20,6 +20,7 @@ from tests.faults.soak.nemesis import (
     PlannedFault,
     clock_tolerance_ms,
     max_busy,
+    node_skew_ms,
     plan_faults,
     timeline,
 )
@@ -135,6 +136,19 @@ def test_clock_tolerance_is_the_largest_offset_plus_slack():
     for seed in range(50):
         p = plan(seed, 600)
         assert clock_tolerance_ms(p) == max([abs(f.offset_ms) for f in p] + [0]) + 500
+
+
+def test_node_skew_adds_the_offsets_of_clock_faults_on_two_nodes_at_once():
+    assert node_skew_ms([]) == 500
+    apart = [PlannedFault("clock", "n0", 1, 10, -1400), PlannedFault("clock", "n1", 100, 10, 900)]
+    assert node_skew_ms(apart) == 1400 + 500  # never at once: one clock off an unmoved one
+    together = [PlannedFault("clock", "n0", 1, 10, -1400), PlannedFault("clock", "n1", 5, 10, 900)]
+    assert node_skew_ms(together) == 1400 + 900 + 500
+    one_node = [PlannedFault("clock", "n0", 1, 10, -1400), PlannedFault("clock", "n0", 5, 10, 900)]
+    assert node_skew_ms(one_node) == 1400 + 500  # one node runs one clock at a time
+    for seed in range(50):
+        p = plan(seed, 600)
+        assert clock_tolerance_ms(p) <= node_skew_ms(p) <= 2 * clock_tolerance_ms(p)
 
 
 def test_the_timeline_heals_before_it_applies_and_pulses_instant_faults():
