@@ -321,11 +321,18 @@ class TcpForwarder:
         self.reset_all()
 
     def reset_all(self) -> None:
+        """End every forwarded connection, both ways, as a server's connections being killed would.
+
+        Shut down, not just closed: closing a socket does not wake a pump blocked in ``recv`` on it, and
+        the kernel keeps such a socket open, so a client waiting for an answer would never see the
+        connection end (it would wait forever, its keepalives answered). ``shutdown`` wakes the pumps,
+        which then close both sides.
+        """
         with self._lock:
-            conns, self._conns = list(self._conns), set()
+            conns = list(self._conns)
         for c in conns:
             with contextlib.suppress(OSError):
-                c.close()
+                c.shutdown(socket.SHUT_RDWR)
 
     def _accept_loop(self) -> None:
         while not self._stopping.is_set():
