@@ -3,7 +3,9 @@
 The claim heap holds each job's next slot, due ``lookahead`` before the slot.
 Entries due within ``CLAIM_BATCH_MS`` of each other are taken together, and
 the slots of every led shard among them are claimed in one fenced
-transaction, so the database commit is off the path to the start. A claimed
+transaction, so the database commit is off the path to the start. The claims
+are written by the tick writer (``tick_writer.py``: after the running marks,
+before results and prunes), whose ``ClaimStream`` waits on the heap's top. A claimed
 slot goes on the dispatch heap (``dispatcher.py``), at the slot plus its
 job's jitter offset, and the job's next slot goes back on the claim heap.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from shardcron import metrics
 from shardcron.coordination.calendar_book import Unknown
@@ -110,13 +112,24 @@ class Claimer(SchedulerState):
             return None
         return self.calendars.allows(job.calendars, slot_ms)
 
-    # -- claim loop -----------------------------------------------------------------------
+    # -- the claim step (the tick writer's second stream: ClaimStream) --------------------
 
-    def _claim_loop(self) -> None:
-        while not self._closing:
-            crashpoints.fail_worker()
-            # Entries due within CLAIM_BATCH_MS are taken together: one transaction per shard.
-            self._claim(self._claims.wait_due(self._now_ms, CLAIM_BATCH_MS, lambda: self._closing))
+    def claims_due_in_s(self) -> float | None:
+        """Seconds until the claim heap's top is due (within ``CLAIM_BATCH_MS``): 0 when it is; None when
+        nothing is (or the scheduler is closing)."""
+        if self._closing:
+            return None
+        top: ClaimDue | None = self._claims.top()
+        if top is None:
+            return None
+        return max(0.0, (top.due_ms - CLAIM_BATCH_MS - self._now_ms()) / 1000)
+
+    def claim_due(self) -> int:
+        """Claim every slot whose claim is due now; returns how many claim entries were taken."""
+        # Entries due within CLAIM_BATCH_MS are taken together: one transaction per shard.
+        due = self._claims.take_due(self._now_ms(), CLAIM_BATCH_MS)
+        self._claim(due)
+        return len(due)
 
     def _claim(self, due: list[ClaimDue]) -> None:
         by_run: dict[tuple[int, int], list[ClaimDue]] = defaultdict(list)
@@ -187,3 +200,24 @@ class Claimer(SchedulerState):
                     follow.append(entry)
             self._dispatch.push_many(dispatch)
             self._claims.push_many(self._next_claims(run, follow))
+
+
+class ClaimStream:
+    """The claims' stream of the tick writer (``tick_writer.py``): the claim heap is its queue, the heap's
+    top its readiness, and ``Claimer.claim_due`` its batch (what to claim is decided there, under the
+    shards' locks; the claim itself is one fenced transaction for every led shard)."""
+
+    def __init__(self, claimer: Claimer):
+        self._claimer = claimer
+        self.wake: Callable[[], None] = lambda: None  # the writer's (tick_writer.py); the heap calls it too
+
+    def ready_at(self, now: float, closing: bool) -> float | None:
+        due_in = None if closing else self._claimer.claims_due_in_s()
+        return None if due_in is None else now + due_in
+
+    def write_next(self) -> None:
+        crashpoints.fail_worker("claimer")  # where the claimer's own thread failed
+        self._claimer.claim_due()
+
+    def closed(self) -> None:
+        pass  # the claim heap is the scheduler's: a slot left on it is claimed by the shard's next leader

@@ -76,7 +76,8 @@ class Rig:
         for job in jobs:
             self.jobs[job.id] = put_job(engine, job, shard=0, fence=FENCE, node_id=NODE, now_ms=T0)
         self.scheduler = Scheduler(engine, NODE, 1, lookahead_ms=S, clock=self.clock, workers=4, **scheduler_kw)
-        self.scheduler.recorder.start()
+        # The writer serves the marks and the results; the test steps the claims (claim_due) and prunes itself.
+        self.scheduler.writer.start(serving=[self.scheduler.marks, self.scheduler.recorder])
         self.scheduler.acquire(0, FENCE, self.stop, self.session)
 
     def at(self, ms: int) -> None:
