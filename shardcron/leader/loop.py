@@ -127,10 +127,10 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         self.marks = RunningMarks(engine)
         # Deletes expired ticks of the led shards, in small batches with rests between them (pruner.py).
         self.pruner = Pruner(engine, self.led.runs, retention_ms=tick_retention_ms, now_ms=self._now_ms)
-        claims = ClaimStream(self)
+        self.claim_stream = ClaimStream(self)
         # The one writer of tick rows, by priority: a tick must not wait to start, a due slot to be claimed.
-        self.writer = TickWriter([self.marks, claims, self.recorder, self.pruner], lifeline=lifeline)
-        self._claims = TimerHeap(on_new_top=claims.wake)  # ClaimDue
+        self.writer = TickWriter([self.marks, self.claim_stream, self.recorder, self.pruner], lifeline=lifeline)
+        self._claims = TimerHeap(on_new_top=self.claim_stream.wake)  # ClaimDue
         self._dispatch = TimerHeap()  # DispatchDue
         self._ticks: set[asyncio.Task] = set()  # the ticks' coroutines (the loop keeps only weak references)
         self.backfills = BackfillRunner(self)  # the led shards' backfills, each shard's on a thread of its own
