@@ -129,7 +129,13 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         self.pruner = Pruner(engine, self.led.runs, retention_ms=tick_retention_ms, now_ms=self._now_ms)
         self.claim_stream = ClaimStream(self)
         # The one writer of tick rows, by priority: a tick must not wait to start, a due slot to be claimed.
-        self.writer = TickWriter([self.marks, self.claim_stream, self.recorder, self.pruner], lifeline=lifeline)
+        # When a write finds the store down, the claims due then fail at once (tried again later: their
+        # lookahead absorbs it); marks, results and prunes stay queued for their own next batch.
+        self.writer = TickWriter(
+            [self.marks, self.claim_stream, self.recorder, self.pruner],
+            fail_when_store_down=[self.claim_stream],
+            lifeline=lifeline,
+        )
         self._claims = TimerHeap(on_new_top=self.claim_stream.wake)  # ClaimDue
         self._dispatch = TimerHeap()  # DispatchDue
         self._ticks: set[asyncio.Task] = set()  # the ticks' coroutines (the loop keeps only weak references)

@@ -8,11 +8,13 @@ SQLite's write lock, or on PostgreSQL's commit flush). Here the marks of every
 tick starting at the same moment, on every led shard, share one fenced
 transaction (``store.tick_results.mark_running_many``), written by the tick
 writer (``tick_writer.py``) before anything else it has to write, so that a mark
-never queues behind claims, results or prunes, and never lingers: marks queued
-while a batch is written go together in the next. Each tick still learns its
-own fate: its shard's fence held (the mark is written; it may start), or moved
-(``FencedOut`` for that shard's ticks alone), or the store failed
-(``StoreUnavailable`` for the whole batch: none of them started).
+waits for at most the batch in progress, never behind queued claims, results or
+prunes, and never lingers: marks queued while a batch is written go together in
+the next. Each tick still learns its own fate: its shard's fence held (the mark
+is written; it may start), or moved (``FencedOut`` for that shard's ticks
+alone), or the store failed (``StoreUnavailable`` for the whole batch: none of
+them started). Marks are kept, not failed, when another stream's write finds
+the store unavailable: their own batch follows at once and answers them.
 
 States of a queued mark: queued -> in the batch being written -> answered (or
 cancelled by its caller: the write still happens, its answer is dropped; or
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 
-from shardcron.errors import FencedOut
+from shardcron.errors import FencedOut, StoreUnavailable
 from shardcron.leader.tick_writer import batch_ready_at
 from shardcron.model import SlotRef
 from shardcron.runtime import crashpoints
@@ -83,15 +85,18 @@ class RunningMarks:
         with self._lock:
             return batch_ready_at(queued=len(self._queue), first_at=now, linger_s=0.0, max_batch=self._max_batch)
 
-    def write_next(self) -> None:
+    def write_next(self) -> StoreUnavailable | None:
         crashpoints.fail_worker("marks-commit")  # where the marks' committer failed
         with self._lock:
             batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+        store_down = None
         try:
             answers: Sequence[BaseException | None] = self._write([m for m, _, _ in batch])
         except Exception as e:  # noqa: BLE001 - the transaction failed: every mark in it gets the error
             answers = [e] * len(batch)
+            store_down = e if isinstance(e, StoreUnavailable) else None
         _answer(batch, answers)
+        return store_down
 
     def closed(self) -> None:
         with self._lock:

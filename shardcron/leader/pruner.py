@@ -88,22 +88,26 @@ class Pruner:
         self._closing = closing
         return None if closing else self._next_at
 
-    def write_next(self) -> None:
+    def write_next(self) -> StoreUnavailable | None:
         """One batch (or a pass's end): the writer comes back after the rest it yields."""
         crashpoints.fail_worker("pruner")  # where the pruner's own thread failed
-        rest_s = next(self._passes)
+        rest_s, store_down = next(self._passes)
         self._next_at = time.monotonic() + rest_s
+        return store_down
 
     def closed(self) -> None:
         self._passes.close()
 
-    def _all_passes(self) -> Generator[float, None, None]:
-        """Every pass over the led shards, one batch per step; yields the rest before the next step."""
+    def _all_passes(self) -> Generator[tuple[float, StoreUnavailable | None], None, None]:
+        """Every pass over the led shards, one batch per step; yields the rest before the next step, and the
+        store's error when a step found it unavailable (which ends the pass)."""
         while True:
             self._behind = False
+            store_down = None
             for run in self._led_runs():
                 try:
-                    yield from self._turn(run)
+                    for rest_s in self._turn(run):
+                        yield rest_s, None
                 except FencedOut:
                     log.info(
                         "shard %d: pruning stopped, a newer leader holds the shard",
@@ -118,9 +122,11 @@ class Pruner:
                         self._every_s,
                         extra={"shard": run.shard},
                     )
+                    store_down = e
+                    break  # the other shards' turns would fail too, each a write's timeout of the writer's time
                 except Exception:  # noqa: BLE001 - pruning must not take the node down; the next pass retries
                     log.exception("shard %d: pruning failed", run.shard)
-            yield 0.0 if self._behind else self._every_s
+            yield (0.0 if self._behind and store_down is None else self._every_s), store_down
 
     def prune_shard(self, run: ShardRun) -> int:
         """One turn over one led shard (at most ``TURN_S`` of batches), on the caller's thread, resting on

@@ -6,7 +6,8 @@ claims), a batch per (shard, fence) per transaction, so the database sees a
 few large commits instead of thousands of small ones. A batch rejected by
 the fence is dropped and reported (a newer leader owns those rows now); a
 batch that fails because the store is down is kept and retried, so no result
-is lost to an outage.
+is lost to an outage (nor dropped when another of the writer's streams finds
+the store down: ``tick_writer.on_store_down`` keeps results queued).
 
 Any other error writing a batch (a bug, a driver error this code does not
 classify) is handled the same way, with its traceback logged: the batch is
@@ -149,31 +150,35 @@ class Recorder:
                 cut_short=closing or self._flushing > 0,
             )
 
-    def write_next(self) -> None:
+    def write_next(self) -> StoreUnavailable | None:
         crashpoints.fail_worker("recorder")  # where the recorder's own thread failed
         with self._cond:
             batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch :]
             if self._pending:
                 self._first_at = time.monotonic()
+        store_down, kept = None, True
         try:
-            retry = self._write(batch)
+            self._write(batch)
+            kept = False
+        except StoreUnavailable as e:
+            log.warning("store unavailable, %d tick results kept for retry: %s", len(batch), e)
+            store_down = e
         except Exception:  # noqa: BLE001 - results must not be lost to a bug (see the module doc)
             log.exception("writing %d tick results failed; they are kept and retried", len(batch))
-            retry = set(batch)
         with self._cond:
-            # (Only a failed batch tests membership: hashing a ResultWrite is Python, every field.)
-            for w in batch if not retry else [w for w in batch if w not in retry]:
-                self._unwritten[w.shard] -= 1
-            if retry:
-                self._pending[:0] = [w for w in batch if w in retry]
+            if kept:
+                self._pending[:0] = batch
                 self._first_at = time.monotonic()
                 # The store is down, or the write failed: back off before trying again.
                 self._retry_at = time.monotonic() + self._backoff
                 self._backoff_at_most = self._backoff >= MAX_BACKOFF_S
                 self._backoff = min(self._backoff * 2, MAX_BACKOFF_S)
             else:
+                for w in batch:
+                    self._unwritten[w.shard] -= 1
                 self._backoff, self._retry_at, self._backoff_at_most = 0.1, 0.0, False
             self._cond.notify_all()
+        return store_down
 
     def closed(self) -> None:
         with self._cond:
@@ -181,18 +186,14 @@ class Recorder:
         if left:
             log.error("results still not written at shutdown; %d tick results not written", left)
 
-    def _write(self, batch: list[ResultWrite]) -> set[ResultWrite]:
-        """One transaction for the whole batch, every shard in it; returns the writes to retry."""
+    def _write(self, batch: list[ResultWrite]) -> None:
+        """One transaction for the whole batch, every shard in it (``StoreUnavailable``: none of it written)."""
         groups: dict[tuple[int, int], list[ResultWrite]] = defaultdict(list)
         for w in batch:
             groups[(w.shard, w.fence)].append(w)
-        try:
-            out = self._write_batch(
-                self._engine, {k: [(w.slot, w.attempt, w.result, w.status) for w in ws] for k, ws in groups.items()}
-            )
-        except StoreUnavailable as e:
-            log.warning("store unavailable, %d tick results kept for retry: %s", len(batch), e)
-            return set(batch)
+        out = self._write_batch(
+            self._engine, {k: [(w.slot, w.attempt, w.result, w.status) for w in ws] for k, ws in groups.items()}
+        )
         for (shard, fence), writes in groups.items():
             if out.is_fenced(shard, fence):
                 self.rejected += len(writes)
@@ -215,4 +216,3 @@ class Recorder:
                     listener(writes)
                 except Exception:  # noqa: BLE001 - a listener's bug must not stop the writer (or re-write)
                     log.exception("a tick result listener failed")
-        return set()

@@ -8,12 +8,22 @@ groups them per (shard, fence)) and hands each requester its own outcome: writte
 fence, or the store unavailable. A stream says when it next has a batch ready (``Stream.ready_at``);
 what to write next is the pure ``next_step`` over those instants.
 
+A write that finds the store unavailable says so (``write_next`` returns the error), and what the
+streams' queues get then is the pure ``on_store_down``: the streams given as ``fail_when_store_down``
+(the claims) fail every request queued at that moment, unattempted; the others keep theirs for their
+own next batch (results are never dropped). So a claim waits for at most the one write in progress
+when the store stops answering, never for that write's timeout and then its own
+(``docs/adr/0007-one-writer-of-tick-rows.md``).
+
 States of the writer, and every transition:
 
 * WAITING -> WRITING: a stream is ready now (``next_step`` gives ``Write``: the first ready one);
 * WAITING -> WAITING: woken by a put, a flush or a new claim-heap top, or at the earliest
   ``ready_at`` (``Wait.until``), it asks ``next_step`` again;
 * WRITING -> WAITING: the stream's batch is written and each requester answered;
+* WRITING -> WAITING, failing fast: the batch found the store unavailable (its own requesters are
+  answered as its stream decides), and each stream that fails fast fails what it has ready
+  (``on_store_down``);
 * WAITING -> CLOSED: ``close()`` asked, and no stream has anything left it will write while closing
   (marks, claims and prunes stop at once; results are written out, or given up after back-offs);
   each stream's ``closed()`` then drops what is left (queued marks are cancelled).
@@ -29,8 +39,10 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 from typing import Protocol
 
+from shardcron.errors import StoreUnavailable
 from shardcron.runtime import crashpoints
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 
@@ -50,12 +62,21 @@ class Stream(Protocol):
         """When a batch is ready to write (<= now: at once); None: nothing to write (while ``closing``: ever)."""
         ...
 
-    def write_next(self) -> None:
-        """Write one batch and answer its requesters (on the writer's thread)."""
+    def write_next(self) -> StoreUnavailable | None:
+        """Write one batch and answer its requesters (on the writer's thread); the error when the store
+        was unavailable to it, else None."""
         ...
 
     def closed(self) -> None:
         """The writer ended: drop what is left, answering whoever waits for it."""
+        ...
+
+
+class FailsFast(Stream, Protocol):
+    """A stream whose requests fail at once when the store is found unavailable (``on_store_down``)."""
+
+    def fail_queued(self, error: StoreUnavailable) -> None:
+        """Fail every request queued now, unattempted: another write has just met ``error``."""
         ...
 
 
@@ -76,6 +97,26 @@ def next_step(ready: Sequence[float | None], now: float) -> Write | Wait:
             return Write(i)
     pending = [at for at in ready if at is not None]
     return Wait(min(pending) if pending else None)
+
+
+class WhenStoreDown(Enum):
+    """What a stream's queued requests get when a write, of any stream, finds the store unavailable."""
+
+    KEEP = "keep"  # they stay queued for the stream's own next batch (results: never dropped)
+    FAIL = "fail"  # each one fails at once, unattempted (a claim: its slot is claimed on a retry)
+
+
+def on_store_down(policies: Sequence[WhenStoreDown], ready: Sequence[float | None], now: float) -> tuple[int, ...]:
+    """After a write found the store unavailable: the streams (by index) whose queued requests fail now.
+
+    Those whose policy is ``FAIL`` and that have a batch ready at ``now`` (``ready``: each stream's
+    ``ready_at``); a request that comes due later gets an attempt of its own.
+    """
+    return tuple(
+        i
+        for i, (policy, at) in enumerate(zip(policies, ready, strict=True))
+        if policy is WhenStoreDown.FAIL and at is not None and at <= now
+    )
 
 
 def batch_ready_at(
@@ -99,11 +140,23 @@ def batch_ready_at(
 
 
 class TickWriter:
-    """Serves ``streams`` (in priority order) on one thread named ``name``; a thread that dies stops the node."""
+    """Serves ``streams`` (in priority order) on one thread named ``name``; a thread that dies stops the node.
 
-    def __init__(self, streams: Sequence[Stream], *, name: str = "tick-writer", lifeline: Lifeline = UNWATCHED):
+    ``fail_when_store_down``: those of ``streams`` whose queued requests fail when a write finds the
+    store unavailable (``WhenStoreDown.FAIL``); the others keep theirs (``WhenStoreDown.KEEP``).
+    """
+
+    def __init__(
+        self,
+        streams: Sequence[Stream],
+        *,
+        fail_when_store_down: Sequence[FailsFast] = (),
+        name: str = "tick-writer",
+        lifeline: Lifeline = UNWATCHED,
+    ):
         self._streams = list(streams)
         self._serving = self._streams
+        self._fail_fast: list[FailsFast] = list(fail_when_store_down)
         self._cond = threading.Condition()
         self._woken = False  # something changed since the streams were last asked
         self._closing = False
@@ -131,6 +184,8 @@ class TickWriter:
 
     def _run(self) -> None:
         streams = self._serving
+        fail_fast = {i: f for f in self._fail_fast for i, s in enumerate(streams) if s is f}
+        policies = [WhenStoreDown.FAIL if i in fail_fast else WhenStoreDown.KEEP for i in range(len(streams))]
         try:
             while True:
                 crashpoints.fail_worker()
@@ -140,7 +195,11 @@ class TickWriter:
                 now = time.monotonic()
                 step = next_step([s.ready_at(now, closing) for s in streams], now)
                 if isinstance(step, Write):
-                    streams[step.stream].write_next()
+                    store_down = streams[step.stream].write_next()
+                    if store_down is not None:
+                        now = time.monotonic()
+                        for i in on_store_down(policies, [s.ready_at(now, closing) for s in streams], now):
+                            fail_fast[i].fail_queued(store_down)
                     continue
                 if closing and step.until is None:
                     return
@@ -153,4 +212,15 @@ class TickWriter:
                 stream.closed()
 
 
-__all__ = ["MAX_WAIT_S", "Stream", "TickWriter", "Wait", "Write", "batch_ready_at", "next_step"]
+__all__ = [
+    "MAX_WAIT_S",
+    "FailsFast",
+    "Stream",
+    "TickWriter",
+    "Wait",
+    "WhenStoreDown",
+    "Write",
+    "batch_ready_at",
+    "next_step",
+    "on_store_down",
+]
