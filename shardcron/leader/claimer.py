@@ -240,7 +240,7 @@ class ClaimStream:
         return None if due_in is None else now + due_in
 
     def write_next(self) -> StoreUnavailable | None:
-        crashpoints.fail_worker("claimer")  # where the claimer's own thread failed
+        crashpoints.fail_worker("claimer")  # SHARDCRON_TEST_FAIL_THREAD=claimer fails the writer at this step
         _, store_down = self._claimer.claim_pass()
         return store_down
 

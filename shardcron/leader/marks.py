@@ -86,7 +86,7 @@ class RunningMarks:
             return batch_ready_at(queued=len(self._queue), first_at=now, linger_s=0.0, max_batch=self._max_batch)
 
     def write_next(self) -> StoreUnavailable | None:
-        crashpoints.fail_worker("marks-commit")  # where the marks' committer failed
+        crashpoints.fail_worker("marks-commit")  # SHARDCRON_TEST_FAIL_THREAD=marks-commit fails the writer at this step
         with self._lock:
             batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
         store_down = None

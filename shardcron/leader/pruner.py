@@ -20,7 +20,9 @@ How it keeps off the starts' way and out of a lost shard's:
 * it is one batch per step of the writer, which serves marks, claims and
   results first, and rests between steps; a lost shard's turn ends before its
   next batch; a batch already under way is fenced like every write (a newer leader's
-  raise waits for it or refuses it), and ``FencedOut`` ends the shard's turn.
+  raise waits for it or refuses it), and ``FencedOut`` ends the shard's turn;
+* a batch that finds the store unavailable ends the pass, and the writer hears
+  of it (``tick_writer.on_store_down``): the next pass comes ``prune_every_ms`` later.
 """
 
 from __future__ import annotations
@@ -90,7 +92,7 @@ class Pruner:
 
     def write_next(self) -> StoreUnavailable | None:
         """One batch (or a pass's end): the writer comes back after the rest it yields."""
-        crashpoints.fail_worker("pruner")  # where the pruner's own thread failed
+        crashpoints.fail_worker("pruner")  # SHARDCRON_TEST_FAIL_THREAD=pruner fails the writer at this step
         rest_s, store_down = next(self._passes)
         self._next_at = time.monotonic() + rest_s
         return store_down

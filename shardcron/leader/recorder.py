@@ -151,7 +151,7 @@ class Recorder:
             )
 
     def write_next(self) -> StoreUnavailable | None:
-        crashpoints.fail_worker("recorder")  # where the recorder's own thread failed
+        crashpoints.fail_worker("recorder")  # SHARDCRON_TEST_FAIL_THREAD=recorder fails the writer at this step
         with self._cond:
             batch, self._pending = self._pending[: self._max_batch], self._pending[self._max_batch :]
             if self._pending:
