@@ -5,7 +5,8 @@ the tick writer waits out the busy timeout (this engine's write timeout), then f
 unavailable. A result batch is taken first and waits there; a claim comes due behind it. The claim must
 fail when that write does, not after a busy timeout of its own: the fault test that drops the database's
 packets (``tests/faults/test_store_faults.py``) holds claims to one connect and one statement timeout.
-The result is kept and written once the lock is let go, and the claim is tried again and made.
+The result is kept and written once the lock is let go, and the claim is tried again and made. A prune
+batch that finds the store so tells the writer, and ends its pass.
 """
 
 from __future__ import annotations
@@ -16,12 +17,15 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 from sqlalchemy import Engine, event
 
 from shardcron.dev.testing.cluster import wait_until
+from shardcron.errors import StoreUnavailable
 from shardcron.leader.claimer import CLAIM_RETRY_MS
 from shardcron.leader.recorder import ResultWrite
 from shardcron.model import ExecutionResult, SlotRef, TickStatus
+from shardcron.rules.retention import prune_every_ms
 from shardcron.spec.job import job_from_dict
 from shardcron.store import ensure_schema, ensure_shards, list_ticks, make_engine
 from tests.support.stepped_scheduler import FENCE, T0, Rig, S
@@ -90,10 +94,17 @@ def claimed(engine: Engine, slot_s: int) -> bool:
     return any(t.scheduled_at_ms == T0 + slot_s * S for t in list_ticks(engine, "beat"))
 
 
-def test_a_claim_behind_a_write_stuck_on_the_store_fails_when_that_write_does(fresh_db_url):
-    engine = make_engine(fresh_db_url("sqlite"), statement_timeout_s=WRITE_TIMEOUT_S)
-    ensure_schema(engine, auto_upgrade=True)
-    ensure_shards(engine, 1)
+@pytest.fixture
+def engine(fresh_db_url) -> Iterator[Engine]:
+    """A SQLite store whose writes give up on a held lock after ``WRITE_TIMEOUT_S``."""
+    e = make_engine(fresh_db_url("sqlite"), statement_timeout_s=WRITE_TIMEOUT_S)
+    ensure_schema(e, auto_upgrade=True)
+    ensure_shards(e, 1)
+    yield e
+    e.dispose()
+
+
+def test_a_claim_behind_a_write_stuck_on_the_store_fails_when_that_write_does(engine):
     rig = Rig(engine, [job_from_dict({"id": "beat", "every": "1s"})], writer_claims=True)
     try:
         # Led from T0: slot 1 (T0 + 1 s) is claimed a lookahead ahead, at once; slot 2's claim is due at T0 + 1 s.
@@ -119,4 +130,27 @@ def test_a_claim_behind_a_write_stuck_on_the_store_fails_when_that_write_does(fr
         assert first.status is TickStatus.SUCCEEDED
     finally:
         rig.close()
-        engine.dispose()
+
+
+def test_a_prune_batch_that_finds_the_store_locked_tells_the_writer_and_ends_its_pass(engine):
+    retention_ms = 2 * S
+    job = job_from_dict({"id": "beat", "every": "1s", "catchup_window": "2s"})
+    rig = Rig(engine, [job], tick_retention_ms=retention_ms)
+    pruner = rig.scheduler.pruner  # the rig's writer does not serve it: the test takes its steps
+    try:
+        for k in range(1, 8):
+            rig.at(T0 + k * S)
+        before = len(rig.ticks("beat"))  # every result written
+        with write_lock_held(engine):
+            store_down = pruner.write_next()
+            next_in_s = pruner.ready_at(0.0, False)
+        assert isinstance(store_down, StoreUnavailable), "the writer hears that the store is unavailable"
+        assert next_in_s is not None and next_in_s > prune_every_ms(retention_ms) / 1000 / 2, (
+            "the pass ended: the next one comes a period later, not at once"
+        )
+        assert len(rig.ticks("beat")) == before, "nothing was deleted"
+        for _ in range(10):  # the next pass, the store answering again: a batch per step
+            assert pruner.write_next() is None
+        assert pruner.pruned > 0 and len(rig.ticks("beat")) < before
+    finally:
+        rig.close()
