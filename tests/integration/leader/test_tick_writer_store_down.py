@@ -23,12 +23,14 @@ from sqlalchemy import Engine, event
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.errors import StoreUnavailable
 from shardcron.leader.claimer import CLAIM_RETRY_MS
+from shardcron.leader.pruner import Pruner
 from shardcron.leader.recorder import ResultWrite
+from shardcron.leader.shard_run import ShardRun
 from shardcron.model import ExecutionResult, SlotRef, TickStatus
-from shardcron.rules.retention import prune_every_ms
+from shardcron.runtime.latch import Latch
 from shardcron.spec.job import job_from_dict
-from shardcron.store import ensure_schema, ensure_shards, list_ticks, make_engine
-from tests.support.stepped_scheduler import FENCE, T0, Rig, S
+from shardcron.store import ensure_schema, ensure_shards, list_ticks, make_engine, raise_fence
+from tests.support.stepped_scheduler import FENCE, NODE, T0, LeaseOnClock, Rig, S, SteppedClock
 
 # Long enough that the test moves its clock while the result write still waits on the lock.
 WRITE_TIMEOUT_S = 3.0
@@ -133,24 +135,18 @@ def test_a_claim_behind_a_write_stuck_on_the_store_fails_when_that_write_does(en
 
 
 def test_a_prune_batch_that_finds_the_store_locked_tells_the_writer_and_ends_its_pass(engine):
-    retention_ms = 2 * S
-    job = job_from_dict({"id": "beat", "every": "1s", "catchup_window": "2s"})
-    rig = Rig(engine, [job], tick_retention_ms=retention_ms)
-    pruner = rig.scheduler.pruner  # the rig's writer does not serve it: the test takes its steps
-    try:
-        for k in range(1, 8):
-            rig.at(T0 + k * S)
-        before = len(rig.ticks("beat"))  # every result written
-        with write_lock_held(engine):
-            store_down = pruner.write_next()
-            next_in_s = pruner.ready_at(0.0, False)
-        assert isinstance(store_down, StoreUnavailable), "the writer hears that the store is unavailable"
-        assert next_in_s is not None and next_in_s > prune_every_ms(retention_ms) / 1000 / 2, (
-            "the pass ended: the next one comes a period later, not at once"
-        )
-        assert len(rig.ticks("beat")) == before, "nothing was deleted"
-        for _ in range(10):  # the next pass, the store answering again: a batch per step
-            assert pruner.write_next() is None
-        assert pruner.pruned > 0 and len(rig.ticks("beat")) < before
-    finally:
-        rig.close()
+    ensure_shards(engine, 2)
+    clock = SteppedClock(T0 + 3600 * S)
+    lease = LeaseOnClock(clock, clock.now_ms + 3600 * S)
+    runs = [ShardRun(shard, FENCE, Latch(), lease) for shard in (0, 1)]
+    for run in runs:
+        raise_fence(engine, run.shard, FENCE, NODE, T0)
+    pruner = Pruner(engine, lambda: runs, retention_ms=S, now_ms=clock.wall_ms)
+    waits = LockWaits(engine)
+    with write_lock_held(engine):
+        store_down = pruner.write_next()
+    assert isinstance(store_down, StoreUnavailable), "the writer hears that the store is unavailable"
+    assert waits.begun == 1, "shard 1's turn waits for the next pass: one write's timeout, not one per shard"
+    # The store answering again: the next pass is a batch per shard, each a step of its own.
+    assert pruner.write_next() is None and pruner.write_next() is None
+    assert waits.begun == 3
