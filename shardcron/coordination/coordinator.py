@@ -236,6 +236,8 @@ class Coordinator:
                 except queue.Empty:
                     break
             for ev in batch:
+                if isinstance(ev, SessionLostEvent) and any(isinstance(e, Stop) for e in batch):
+                    self._stopping = True  # a stop that came with the loss must end run(), not be lost with it
                 self._handle(ev)
             if self._resync_due and clock.monotonic() >= self._resync_due:
                 self._try_resync()

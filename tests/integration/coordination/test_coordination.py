@@ -345,3 +345,39 @@ def test_a_key_a_failed_resign_left_is_deleted_once_etcd_answers_again(etcd_serv
     finally:
         c._drop_session("test over", revoke=True)
         etcd.close()
+
+
+class WorkThatHangs(RecordingWork):
+    """Its acquire waits until told: the fence's raise on a store connection that neither answers nor ends."""
+
+    def __init__(self):
+        super().__init__()
+        self.hanging = threading.Event()
+        self.unhang = threading.Event()
+
+    def acquire(self, shard, fence, stop, session):
+        self.hanging.set()
+        self.unhang.wait()
+        super().acquire(shard, fence, stop, session)
+
+
+def test_a_stop_asked_while_the_session_was_lost_ends_the_coordinator(etcd, etcd_prefix):
+    # Both events wait in the queue while the loop is busy, and reach it in one batch: the loss used to end the
+    # batch before the stop was seen, and the coordinator opened a new session instead of stopping.
+    layout = KeyLayout(etcd_prefix)
+    ensure_config(etcd, layout, 1, 0)  # one shard: after its acquire, the loop goes back to its queue
+    work = WorkThatHangs()
+    c = Coordinator(etcd, layout, CoordinatorSettings("n0", "127.0.0.1:1", 1, ttl_s=3), work)
+    thread = threading.Thread(target=c.run, name="coordinator", daemon=True)
+    try:
+        thread.start()
+        wait_until(work.hanging.is_set, 30, what="the coordinator to be inside a shard's acquire")
+        session = c.session
+        assert session is not None
+        etcd.revoke(session.lease_id)  # the next renewal hears TTL<=0: the session is lost
+        assert session.done.wait(10)
+        c.request_stop(0.0)
+    finally:
+        work.unhang.set()
+    assert c.stopped.wait(30), "the stop that came with the session's loss was lost"
+    thread.join(10)
