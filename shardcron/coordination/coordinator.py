@@ -12,14 +12,14 @@ action does for one shard in etcd and in the ShardWork is in shard_actions.py;
 the slots, their one state setter and the fences published to API threads are
 in shard_table.py.
 
-The loop is a stuck coordinator's one blind spot: its keys stay first in their
-shards' queues for as long as its lease lives. So it does its work in steps
-(``runtime.steps``: each action on a shard, each re-read of the cluster, each
-pass over the shards), and the session's keep-alive thread, before each
-renewal, asks whether one step has lasted past ``step_budget_s``. If so the
-lease is renewed no more, and the node is told through its lifeline, as of a
-dead worker: it logs where the loop is, revokes the lease (``revoke_lease``)
-and exits.
+Nothing else in the node would see this loop stuck in a call, and while it is,
+its keys stay first in their shards' queues for as long as the lease lives. So
+it does its work in steps (``runtime.steps``: each action on a shard, each
+proclaim, each re-read of the cluster, each pass over the shards), and the
+session's keep-alive thread asks before each renewal whether one step has
+lasted past ``step_budget_s``. If so the lease is renewed no more, and the node
+is told through its lifeline, as of a dead worker: it logs where the loop is,
+revokes the lease (``revoke_lease``) and exits.
 
 Voluntary hand-overs are paced: a leader gives a shard to its preferred owner
 only while that node has fewer than ``MAX_TAKEOVERS_IN_FLIGHT`` shards won and

@@ -92,9 +92,9 @@ def _armed() -> bool:
 
 
 # ``SHARDCRON_TEST_HANG_IN_ACTION=<action>``: the coordinator hangs inside its step of that action on a shard
-# (``ownership.Action``'s value, as ``acquire``), while the node runs, as one waiting for a store's answer that
-# never comes would (a soak once saw one so for three minutes, in the fence's raise). Armed by
-# ``SHARDCRON_TEST_FAIL_WHEN`` as above, if it is set. The session's keep-alive must then see the step stall.
+# (``ownership.Action``'s value, as ``acquire``), while the node runs, as one waiting in the fence's raise for a
+# store's answer that never comes would. Armed by ``SHARDCRON_TEST_FAIL_WHEN`` as above, if it is set. The
+# session's keep-alive must then see the step stall (``runtime.steps``).
 _HANG_IN_ACTION = os.environ.get("SHARDCRON_TEST_HANG_IN_ACTION") or None
 
 
