@@ -393,7 +393,7 @@ def test_a_coordinator_stuck_in_a_step_is_reported_dead_and_its_lease_is_renewed
     deaths: list = []
     lifeline = Lifeline(on_death=lambda name, error: deaths.append((name, error)))
     work = WorkThatHangs()
-    settings = CoordinatorSettings("n0", "127.0.0.1:1", 2, ttl_s=3, step_budget_s=2.0)
+    settings = CoordinatorSettings("n0", "127.0.0.1:1", 2, ttl_s=3, step_budget_s=4.0)
     c = Coordinator(etcd, layout, settings, work, lifeline=lifeline)
     thread = lifeline.thread(c.run, "coordinator", may_end=True)
     try:
