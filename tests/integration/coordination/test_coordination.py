@@ -327,11 +327,14 @@ def test_a_key_a_failed_resign_left_is_deleted_once_etcd_answers_again(etcd_serv
         key = slot.election.key
         c.table.set_state(slot, ShardState.RESIGNING, "handing over")  # as resign() leaves it
 
-        member.proc.send_signal(signal.SIGSTOP)  # etcd answers nothing while the key is deleted
+        # etcd is gone while the key is deleted. Killed, not stopped: a stopped etcd would still apply the
+        # delete waiting in its socket once it runs again, and leave no key to test.
+        etcd_server.kill(member)
         try:
             c.actions.finish_resign(slot)
         finally:
-            member.proc.send_signal(signal.SIGCONT)
+            etcd_server.restart(member)
+            etcd_server.wait_ready()
         assert slot.state is ShardState.IDLE and 2 in c.actions.undeleted
         assert wait_until(lambda: etcd.get(key) is not None, 30, what="etcd to answer again")  # still there
 
