@@ -26,7 +26,7 @@ from shardcron.coordination.calendar_book import CalendarBook
 from shardcron.coordination.calendar_watch import CalendarWatch
 from shardcron.coordination.cluster_config import ClusterConfig
 from shardcron.coordination.coordinator import Coordinator
-from shardcron.coordination.coordinator_settings import CoordinatorSettings
+from shardcron.coordination.coordinator_settings import CoordinatorSettings, step_budget
 from shardcron.coordination.etcd import Etcd, parse_endpoints
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.membership import ensure_cluster_config
@@ -46,6 +46,7 @@ from shardcron.rules.notifications import NO_DEFAULTS
 from shardcron.runtime.lifeline import EXIT_WORKER_DIED, Lifeline, stack_of
 from shardcron.runtime.node_loop import NodeLoop
 from shardcron.runtime.one_at_a_time import OneAtATime
+from shardcron.runtime.steps import WorkerStalled
 from shardcron.runtime.thread_names import name_os_threads
 from shardcron.spec.calendar import Calendar
 from shardcron.spec.jobfile import JobFileError, load_file_calendars, load_job_file
@@ -194,6 +195,7 @@ class Node:
         # Every long-lived thread and task is spawned through it: the first to die stops the node (worker_died).
         self.lifeline = Lifeline(self.worker_died, stopping=self.stopping)
         self.died: str | None = None  # the worker whose death stops this node
+        self.died_of: BaseException | None = None  # what it died of (None: it returned)
         self.engine: Engine | None = None
         self.etcd: Etcd | None = None
         self.scheduler: Scheduler | None = None
@@ -296,6 +298,7 @@ class Node:
             resign_grace_s=cfg.shutdown_grace,
             started_at_ms=now,
             fence_offset=self.epoch.offset,
+            step_budget_s=step_budget(etcd_call_s=self.etcd.timeout_s),
         )
         self.coordinator = coordinator = Coordinator(
             self.etcd, self.layout, settings, self.scheduler, verify_etcd=self._verify_etcd, lifeline=self.lifeline
@@ -394,10 +397,13 @@ class Node:
         self._check_etcd_identity()  # the coordinator's check on each new session: only a raise matters
 
     def worker_died(self, name: str, error: BaseException | None) -> None:
-        """The lifeline's report of the first worker to die (on the dying thread): the node stops at once
-        (``wait`` wakes and does it)."""
-        self.died = name
-        what = f"died: {error!r}" if error is not None else "ended unexpectedly"
+        """The lifeline's report of the first worker to die (on the dying thread, or on its watcher's for a
+        stall): the node stops at once (``wait`` wakes and does it)."""
+        self.died, self.died_of = name, error
+        if isinstance(error, WorkerStalled):
+            what, error = f"is stuck: {error}", None  # reported by its watcher, never raised: no traceback
+        else:
+            what = f"died: {error!r}" if error is not None else "ended unexpectedly"
         log.error(
             "worker %r %s; the node stops now: its shards are handed over at once, its lease revoked, and it "
             "exits with code %d for its supervisor to restart it",
@@ -422,23 +428,26 @@ class Node:
                 break
         coordinator = self.coordinator
         if coordinator is not None:
-            if self.died is not None:
-                # Shards resign without a grace: nothing waits for the dead worker's part.
-                coordinator.request_stop(grace_s=0.0)
-                limit = float(self.cfg.ttl)
+            if isinstance(self.died_of, WorkerStalled):
+                # Stuck in a step: there is no hand-over to wait for.
+                self._give_up_on_coordinator(str(self.died_of))
             else:
-                limit = self.cfg.shutdown_grace + self.cfg.ttl + 5  # the shards' grace, then the lease's revoke
-            if not coordinator.stopped.wait(limit):
-                # The coordinator hangs (or is what died and revoked nothing): its lease must not outlive the
-                # node, or its shards wait a TTL for a successor. Where it hangs is what to mend.
-                log.warning(
-                    "the coordinator has not handed the shards over within %.0fs; revoking the lease. It is at:\n%s",
-                    limit,
-                    stack_of(self._coord_thread),
-                )
-                coordinator.revoke_lease()
-                self.died = self.died or "coordinator"  # a hang is a failure too: exit EXIT_WORKER_DIED
+                if self.died is not None:
+                    # Shards resign without a grace: nothing waits for the dead worker's part.
+                    coordinator.request_stop(grace_s=0.0)
+                    limit = float(self.cfg.ttl)
+                else:
+                    limit = self.cfg.shutdown_grace + self.cfg.ttl + 5  # the shards' grace, then the lease's revoke
+                if not coordinator.stopped.wait(limit):
+                    self._give_up_on_coordinator(f"the coordinator has not handed the shards over within {limit:.0f}s")
         self.close()
+
+    def _give_up_on_coordinator(self, why: str) -> None:
+        """The coordinator hangs (or is what died and revoked nothing): its lease must not outlive the node, or
+        its shards wait a TTL for a successor. Where it hangs is what to mend."""
+        log.warning("%s; revoking the lease. It is at:\n%s", why, stack_of(self._coord_thread))
+        _started(self.coordinator).revoke_lease()
+        self.died = self.died or "coordinator"  # a hang is a failure too: exit EXIT_WORKER_DIED
 
     def close(self) -> None:
         self.stopping.set()  # what ends from here on ends on purpose (lifeline.py)

@@ -12,6 +12,15 @@ action does for one shard in etcd and in the ShardWork is in shard_actions.py;
 the slots, their one state setter and the fences published to API threads are
 in shard_table.py.
 
+Nothing else in the node would see this loop stuck in a call, and while it is,
+its keys stay first in their shards' queues for as long as the lease lives. So
+it does its work in steps (``runtime.steps``: each action on a shard, each
+proclaim, each re-read of the cluster, each pass over the shards), and the
+session's keep-alive thread asks before each renewal whether one step has
+lasted past ``step_budget_s``. If so the lease is renewed no more, and the node
+is told through its lifeline, as of a dead worker: it logs where the loop is,
+revokes the lease (``revoke_lease``) and exits.
+
 Voluntary hand-overs are paced: a leader gives a shard to its preferred owner
 only while that node has fewer than ``MAX_TAKEOVERS_IN_FLIGHT`` shards won and
 not yet ready. A new leader readies its shards one after another (jobs, last
@@ -51,6 +60,7 @@ from shardcron.coordination.view import ClusterView
 from shardcron.errors import ConfigError, EtcdUnavailable, SessionLost, StoreUnavailable
 from shardcron.runtime import crashpoints
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.steps import StepWatch
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +96,10 @@ class Coordinator:
         self._cancel_watch: Callable[[], None] | None = None
         self._resync_due = 0.0  # when a failed re-read of the mirror is tried again
         self._placer = Placer(settings.settle_s)
-        self.actions = ShardActions(etcd, layout, settings, work, self.table, lambda: self.session, self._events.put)
+        self.steps = StepWatch()  # where this loop is; the session's keep-alive watches it (_stuck)
+        self.actions = ShardActions(
+            etcd, layout, settings, work, self.table, lambda: self.session, self._events.put, self.steps
+        )
         self._undecided = True  # an event since the last _reconcile may change what a shard should do
         self._decide_by = 0.0  # re-decide by then even without such events (settle windows, proclaims)
 
@@ -98,8 +111,11 @@ class Coordinator:
         self._events.put(Stop(grace_s))
 
     def revoke_lease(self) -> None:
-        """From another thread, when this one is gone or stuck: revoke the lease, so that every key of this
-        node (its shards' leader keys too) goes at once. A no-op once the session is closed or lost."""
+        """From another thread, when this one is gone or stuck: stop every shard's work, then revoke the lease,
+        so that every key of this node (its shards' leader keys too) goes at once and nothing of this node runs
+        on after a successor can lead. The revoke is a no-op once the session is closed or lost."""
+        for slot in self.table.slots.values():
+            slot.stop.set()
         session = self.session
         if session is not None and not session.done.is_set():
             session.close()
@@ -148,8 +164,12 @@ class Coordinator:
     # -- session ------------------------------------------------------------------
 
     def _open_session(self) -> None:
-        self._verify_etcd()
-        session = Session(self.etcd, self.s.ttl_s, name=self.s.node_id, lifeline=self._lifeline)
+        with self.steps.step("checking etcd's identity against the store"):
+            self._verify_etcd()
+        with self.steps.step("opening a session"):
+            session = Session(
+                self.etcd, self.s.ttl_s, name=self.s.node_id, lifeline=self._lifeline, watchdog=self._stuck
+            )
         self.session = session
         for slot in self.table.slots.values():
             self.table.set_state(slot, ShardState.IDLE, "new session")  # each leadership gets its own stop latch
@@ -159,9 +179,10 @@ class Coordinator:
         deadline = clock.monotonic() + self.s.ttl_s + 2
         while True:
             try:
-                membership.register(
-                    self.etcd, self.layout, session, self.s.node_id, self.s.address, self.s.started_at_ms
-                )
+                with self.steps.step("registering as a member"):
+                    membership.register(
+                        self.etcd, self.layout, session, self.s.node_id, self.s.address, self.s.started_at_ms
+                    )
                 break
             except ConfigError:
                 # A previous incarnation of this node id (killed, restarted fast) holds
@@ -171,6 +192,15 @@ class Coordinator:
         self._resync()
         self.joined.set()
         log.info("joined the cluster as %s (lease %x)", self.s.node_id, session.lease_id)
+
+    def _stuck(self) -> str | None:
+        """The session's watchdog (on its keep-alive thread, before each renewal): why this loop is stuck, if
+        it has been in one step past its budget. The node hears of it as of the coordinator's death."""
+        stall = self.steps.stall("coordinator", clock.monotonic(), self.s.step_budget_s)
+        if stall is None:
+            return None
+        self._lifeline.report("coordinator", stall)
+        return str(stall)
 
     def _on_session_lost(self, reason: str) -> None:
         # Runs on the keepalive thread: stop all work now, not when the loop gets to it.
@@ -206,17 +236,18 @@ class Coordinator:
 
     def _resync(self) -> None:
         self._undecided = True
-        if self._cancel_watch:
-            self._cancel_watch()
-        rev, kvs = self.etcd.get_prefix(self.layout.root)
-        with self.view_lock:
-            self.view.load(rev, kvs)
-        self._cancel_watch = self.etcd.watch_prefix(
-            self.layout.root,
-            rev + 1,
-            lambda r, evs: self._events.put(WatchChanges(r, evs)),
-            lambda why: self._events.put(WatchBroken(why)),
-        )
+        with self.steps.step("reading the cluster"):
+            if self._cancel_watch:
+                self._cancel_watch()
+            rev, kvs = self.etcd.get_prefix(self.layout.root)
+            with self.view_lock:
+                self.view.load(rev, kvs)
+            self._cancel_watch = self.etcd.watch_prefix(
+                self.layout.root,
+                rev + 1,
+                lambda r, evs: self._events.put(WatchChanges(r, evs)),
+                lambda why: self._events.put(WatchBroken(why)),
+            )
 
     # -- the loop -----------------------------------------------------------------
 
@@ -235,17 +266,20 @@ class Coordinator:
                     batch.append(self._events.get_nowait())
                 except queue.Empty:
                     break
-            for ev in batch:
-                self._handle(ev)
-            if self._resync_due and clock.monotonic() >= self._resync_due:
-                self._try_resync()
-            if self._stopping and self.table.all_idle():
-                self._leave()
-                return
-            if self.actions.undeleted:
-                self.actions.delete_undeleted_keys()
-            if self._undecided or clock.monotonic() >= self._decide_by:
-                self._reconcile()
+            with self.steps.step(f"handling {len(batch)} events"):
+                for ev in batch:
+                    if isinstance(ev, SessionLostEvent) and any(isinstance(e, Stop) for e in batch):
+                        self._stopping = True  # a stop that came with the loss must end run(), not be lost with it
+                    self._handle(ev)
+                if self._resync_due and clock.monotonic() >= self._resync_due:
+                    self._try_resync()
+                if self._stopping and self.table.all_idle():
+                    self._leave()
+                    return
+                if self.actions.undeleted:
+                    self.actions.delete_undeleted_keys()
+                if self._undecided or clock.monotonic() >= self._decide_by:
+                    self._reconcile()
 
     def _handle(self, ev: Event) -> None:
         if isinstance(ev, WatchChanges):
@@ -314,7 +348,8 @@ class Coordinator:
 
     def _leave(self) -> None:
         try:
-            membership.deregister(self.etcd, self.layout, self.s.node_id)
+            with self.steps.step("leaving the cluster"):
+                membership.deregister(self.etcd, self.layout, self.s.node_id)
         except EtcdUnavailable as e:
             log.warning("could not remove the membership key: %s", e)
 
@@ -351,32 +386,33 @@ class Coordinator:
         self._decide_by = clock.monotonic() + self._next_wakeup()
         if self.session is None or self.session.done.is_set():
             return
-        self._adopt_shard_count()
-        placements = self._placer.update(clock.monotonic(), self.view, self.s.shard_count)
-        busy = self._takeovers_in_flight()
-        me = self.s.node_id
-        for shard, slot in self.table.slots.items():
-            queue_nodes = [c.node_id for c in self.view.queue(shard)]
-            self.actions.check_key_present(slot, self.view)
-            p = placements.get(shard)
-            role = role_of(me, p.primary, p.standby) if p else Role.NONE
-            primary = p.primary if p else None
-            action = decide(
-                slot.state,
-                role,
-                me,
-                queue_nodes,
-                primary,
-                self._stopping or self._resharding(),
-                primary_busy=primary is not None and busy.get(primary, 0) >= MAX_TAKEOVERS_IN_FLIGHT,
-            )
-            if action is not Action.NOTHING:
-                self.actions.do(slot, action, role, resign_why=self._resign_why())
-                if action is Action.RESIGN and slot.state is ShardState.RESIGNING and primary is not None:
-                    busy[primary] = busy.get(primary, 0) + 1
-                # What an action leads to may call for the next one before any event says so.
-                self._undecided = True
-        self.actions.proclaim_job_counts(self.view)
+        with self.steps.step("deciding every shard's next action"):
+            self._adopt_shard_count()
+            placements = self._placer.update(clock.monotonic(), self.view, self.s.shard_count)
+            busy = self._takeovers_in_flight()
+            me = self.s.node_id
+            for shard, slot in self.table.slots.items():
+                queue_nodes = [c.node_id for c in self.view.queue(shard)]
+                self.actions.check_key_present(slot, self.view)
+                p = placements.get(shard)
+                role = role_of(me, p.primary, p.standby) if p else Role.NONE
+                primary = p.primary if p else None
+                action = decide(
+                    slot.state,
+                    role,
+                    me,
+                    queue_nodes,
+                    primary,
+                    self._stopping or self._resharding(),
+                    primary_busy=primary is not None and busy.get(primary, 0) >= MAX_TAKEOVERS_IN_FLIGHT,
+                )
+                if action is not Action.NOTHING:
+                    self.actions.do(slot, action, role, resign_why=self._resign_why())
+                    if action is Action.RESIGN and slot.state is ShardState.RESIGNING and primary is not None:
+                        busy[primary] = busy.get(primary, 0) + 1
+                    # What an action leads to may call for the next one before any event says so.
+                    self._undecided = True
+            self.actions.proclaim_job_counts(self.view)
 
     def _resign_why(self) -> str:
         return (

@@ -16,23 +16,33 @@ thread is back in time. ``can_act()`` turns false at the same instant, and is
 still asked right before any executor starts: after a stop-the-world pause the
 clock has passed the deadline before the keep-alive thread has run to say so.
 
+The lease is not kept alive for a holder that cannot act on it: before each
+renewal the keep-alive thread asks the holder's ``watchdog`` (the coordinator's:
+is it stuck in one step past its budget? see ``runtime.steps``). A reason
+stops the renewals for good; the holder's node then revokes the lease, or it
+is lost at its deadline like any lease nobody renews.
+
 States:
 
-    ALIVE   renewing at TTL/3; ``can_act()`` while the clock is before ``lost_at()``
-    LOST    ``done`` set, ``lost_reason`` says why; terminal
-    CLOSED  renewals stopped by this node (``close()`` revokes, ``orphan()`` does not); ``done`` stays unset
+    ALIVE      renewing at TTL/3; ``can_act()`` while the clock is before ``lost_at()``
+    UNRENEWED  the watchdog named a reason: no renewal is sent any more; ``can_act()`` until ``lost_at()``
+    LOST       ``done`` set, ``lost_reason`` says why; terminal
+    CLOSED     renewals stopped by this node (``close()`` revokes, ``orphan()`` does not); ``done`` stays unset
 
 State transitions (and their causes), all on the keep-alive thread but the last:
 
-    ALIVE -> ALIVE    a renewal etcd confirmed: ``lost_at()`` moves to its send time + TTL - margin
-    ALIVE -> LOST     the clock reached ``lost_at()`` with no renewal confirmed before it
-    ALIVE -> LOST     a renewal was answered with TTL<=0 (expired, or revoked by someone else)
-    ALIVE -> CLOSED   ``close()`` or ``orphan()``, from any thread
+    ALIVE -> ALIVE        a renewal etcd confirmed: ``lost_at()`` moves to its send time + TTL - margin
+    ALIVE -> LOST         the clock reached ``lost_at()`` with no renewal confirmed before it
+    ALIVE -> LOST         a renewal was answered with TTL<=0 (expired, or revoked by someone else)
+    ALIVE -> UNRENEWED    the watchdog, asked before a renewal, named why the holder is stuck
+    UNRENEWED -> LOST     the clock reached ``lost_at()``
+    ALIVE | UNRENEWED -> CLOSED   ``close()`` or ``orphan()``, from any thread
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
 
@@ -56,9 +66,21 @@ RETRY_AFTER_FAILURE_S = 0.1
 
 
 class Session:
-    def __init__(self, etcd: Etcd, ttl_s: int, *, name: str = "session", lifeline: Lifeline = UNWATCHED):
+    def __init__(
+        self,
+        etcd: Etcd,
+        ttl_s: int,
+        *,
+        name: str = "session",
+        lifeline: Lifeline = UNWATCHED,
+        watchdog: Callable[[], str | None] = lambda: None,
+    ):
+        """``watchdog()`` is asked on the keep-alive thread before each renewal: why the lease's holder is stuck,
+        or None. It must not block: the renewal waits for it."""
         self._etcd = etcd
         self._name = name
+        self._watchdog = watchdog
+        self.unrenewed_why: str | None = None  # the watchdog's reason, once it named one
         sent = clock.monotonic()
         self.lease_id, granted = etcd.grant(ttl_s)
         self.ttl_s = granted
@@ -145,8 +167,16 @@ class Session:
                 self._lose(
                     f"no renewal confirmed for {self.ttl_s - SAFETY_MARGIN_S:g}s (lease TTL less the safety "
                     "margin); a successor may lead soon"
+                    if self.unrenewed_why is None
+                    else f"not renewed since its holder is stuck ({self.unrenewed_why})"
                 )
                 return
+            if self.unrenewed_why is None and (why := self._watchdog()) is not None:
+                self.unrenewed_why = why
+                log.error("lease %x is renewed no more: %s", self.lease_id, why)
+            if self.unrenewed_why is not None:
+                next_renewal = math.inf  # the thread wakes at ``lost_at()``, or when closed
+                continue
             # The call must return by the deadline, so that a hung network does not
             # hold this thread past the moment it must declare the lease lost; and a
             # member that hangs (one in a leader election) may take half an interval,

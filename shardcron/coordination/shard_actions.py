@@ -5,7 +5,9 @@ proclaim "leader since", resign and finish resigning, abandon a candidacy,
 lose an election; and the periodic job-count proclaims. Every state change
 goes through the table's one setter. All of it runs on the control thread;
 the only thing that comes back from elsewhere is ``Drained``, posted by the
-release thread when a resigning shard's ticks are done.
+release thread when a resigning shard's ticks are done. Each action, each
+proclaim and each retried key deletion is one of the coordinator's steps
+(``runtime.steps``), which its session's keep-alive watches.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from shardcron.coordination.session import Session
 from shardcron.coordination.shard_table import ShardTable
 from shardcron.coordination.view import ClusterView
 from shardcron.errors import EtcdUnavailable, FencedOut, SessionLost, StoreUnavailable
+from shardcron.runtime import crashpoints
 from shardcron.runtime.latch import Latch
+from shardcron.runtime.steps import StepWatch
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,7 @@ class ShardActions:
         table: ShardTable,
         session: Callable[[], Session | None],
         post: Callable[[Event], None],
+        steps: StepWatch,
     ):
         self.etcd = etcd
         self.layout = layout
@@ -50,6 +55,7 @@ class ShardActions:
         self.table = table
         self._session = session  # the coordinator's current session; it changes on every reconnect
         self._post = post  # puts an event on the coordinator's queue (any thread)
+        self._steps = steps  # the coordinator's: each action is a step of its own
         self._last_proclaim: dict[int, int] = {}
         self._unproclaimed: set[int] = set()  # led shards whose "leader since" etcd has not taken yet
         # Our election keys that a resign or a withdrawal could not delete (etcd did not answer). Each stays
@@ -60,6 +66,11 @@ class ShardActions:
 
     def do(self, slot: ShardSlot, action: Action, role: Role, resign_why: str) -> None:
         """Carry out ``action`` for ``slot``; ``resign_why`` says why, should it be a resign."""
+        with self._steps.step(f"shard {slot.shard}: {action.value}"):
+            crashpoints.hang_in_action(action.value)
+            self._do(slot, action, role, resign_why)
+
+    def _do(self, slot: ShardSlot, action: Action, role: Role, resign_why: str) -> None:
         try:
             if action is Action.CAMPAIGN:
                 slot.election = el = Election(self.etcd, self._held_session(), self.layout, slot.shard)
@@ -139,7 +150,8 @@ class ShardActions:
     def proclaim_leader(self, slot: ShardSlot, since_ms: int, jobs: int) -> None:
         """Publish "leader since, jobs, fence" in our key. Refused means the key is not ours: a lost election."""
         try:
-            ours = self._election_of(slot).proclaim(self._key_value(since_ms=since_ms, jobs=jobs, fence=slot.fence))
+            with self._steps.step(f"shard {slot.shard}: proclaiming its leader"):
+                ours = self._election_of(slot).proclaim(self._key_value(since_ms=since_ms, jobs=jobs, fence=slot.fence))
         except EtcdUnavailable as e:
             log.warning("shard %d: could not proclaim leadership (%s); retrying", slot.shard, e)
             return  # still in _unproclaimed: the next reconcile tries again
@@ -196,7 +208,8 @@ class ShardActions:
                 del self.undeleted[shard]
                 continue
             try:
-                election.resign()
+                with self._steps.step(f"shard {shard}: deleting our key a failed resign left"):
+                    election.resign()
             except EtcdUnavailable:
                 continue
             del self.undeleted[shard]

@@ -84,4 +84,23 @@ def fail_loop(loop) -> None:
 
 
 def _fail_armed(name: str) -> bool:
-    return name == _FAIL_WORKER and (_FAIL_WHEN is None or os.path.exists(_FAIL_WHEN))
+    return name == _FAIL_WORKER and _armed()
+
+
+def _armed() -> bool:
+    return _FAIL_WHEN is None or os.path.exists(_FAIL_WHEN)
+
+
+# ``SHARDCRON_TEST_HANG_IN_ACTION=<action>``: the coordinator hangs inside its step of that action on a shard
+# (``ownership.Action``'s value, as ``acquire``), while the node runs, as one waiting in the fence's raise for a
+# store's answer that never comes would. Armed by ``SHARDCRON_TEST_FAIL_WHEN`` as above, if it is set. The
+# session's keep-alive must then see the step stall (``runtime.steps``).
+_HANG_IN_ACTION = os.environ.get("SHARDCRON_TEST_HANG_IN_ACTION") or None
+
+
+def hang_in_action(action: str) -> None:
+    """Inside the coordinator's step of ``action`` on one shard."""
+    if _HANG_IN_ACTION is None or action != _HANG_IN_ACTION or not _armed():
+        return
+    print(f"crash point: the coordinator hangs in its step of {action!r}", file=sys.stderr, flush=True)
+    threading.Event().wait()

@@ -7,7 +7,8 @@ long-lived thread is spawned with ``Lifeline.thread`` and every long-lived task
 with ``Lifeline.task``. An exception out of one, or a return while the node is
 not stopping (unless the worker ``may_end``, as a session's keep-alive does
 when its lease is lost), calls ``on_death(name, error)``; the error is None for
-a return. Only the first death is reported: what dies after it dies of the
+a return. A worker stuck in one step is reported by the thread that watches it,
+with a ``runtime.steps.WorkerStalled``. Only the first death is reported: what dies after it dies of the
 first, and is logged as a warning. The node then stops at once and exits non-zero
 (``EXIT_WORKER_DIED``; see ``node.py``).
 

@@ -37,6 +37,13 @@ _BACKEND_ALIASES = {"postgres": "postgresql"}
 # queue behind writers, which WAL allows.
 READ_ONLY = "shardcron_read_only"
 
+# How long one store call may take, as ``make_engine`` sets it unless told otherwise (a node's engine is made
+# so): a new connection within CONNECT_TIMEOUT_S, and each statement answered or cancelled within
+# STATEMENT_TIMEOUT_S (PostgreSQL's statement_timeout, MariaDB's max_statement_time, SQLite's busy timeout).
+# The coordinator's step budget is derived from them (coordination/coordinator_settings.py).
+CONNECT_TIMEOUT_S = 5
+STATEMENT_TIMEOUT_S = 10
+
 # One write lock per SQLite engine (see ``writing``).
 _SQLITE_WRITE_LOCKS: weakref.WeakKeyDictionary[Engine, threading.Lock] = weakref.WeakKeyDictionary()
 
@@ -67,7 +74,9 @@ def describe_url(url: str | URL) -> str:
         return re.sub(r"(//[^:/@]*:)[^@]*@", r"\1***@", str(url))
 
 
-def make_engine(url: str | URL, *, connect_timeout_s: float = 5, statement_timeout_s: float = 10) -> Engine:
+def make_engine(
+    url: str | URL, *, connect_timeout_s: float = CONNECT_TIMEOUT_S, statement_timeout_s: float = STATEMENT_TIMEOUT_S
+) -> Engine:
     """An engine for ``url``, checked to answer: ``StoreUnavailable`` if it does not."""
     u = normalise_url(url)
     backend = u.get_backend_name()
@@ -257,7 +266,9 @@ def _mariadb_engine(u: URL, connect_timeout_s: float, statement_timeout_s: float
 
 
 __all__ = [
+    "CONNECT_TIMEOUT_S",
     "READ_ONLY",
+    "STATEMENT_TIMEOUT_S",
     "check_connection",
     "describe_url",
     "make_engine",

@@ -22,6 +22,7 @@ from shardcron.dev.testing.cluster import eventually, wait_until
 from shardcron.dev.testing.etcd_server import EtcdCluster
 from shardcron.errors import ConfigError, EtcdUnavailable
 from shardcron.runtime.lifeline import Lifeline
+from shardcron.runtime.steps import WorkerStalled
 from shardcron.store.engine import make_engine
 from shardcron.store.epoch import claim_epoch
 from shardcron.store.migrate import ensure_schema
@@ -348,3 +349,77 @@ def test_a_key_a_failed_resign_left_is_deleted_once_etcd_answers_again(etcd_serv
     finally:
         c._drop_session("test over", revoke=True)
         etcd.close()
+
+
+class WorkThatHangs(RecordingWork):
+    """Its acquire waits until told: the fence's raise on a store connection that neither answers nor ends."""
+
+    def __init__(self):
+        super().__init__()
+        self.hanging = threading.Event()
+        self.unhang = threading.Event()
+
+    def acquire(self, shard, fence, stop, session):
+        self.hanging.set()
+        self.unhang.wait()
+        super().acquire(shard, fence, stop, session)
+
+
+def test_a_stop_asked_while_the_session_was_lost_ends_the_coordinator(etcd, etcd_prefix):
+    # Both events wait in the queue while the loop is busy, and reach it in one batch: the loss used to end the
+    # batch before the stop was seen, and the coordinator opened a new session instead of stopping.
+    layout = KeyLayout(etcd_prefix)
+    ensure_config(etcd, layout, 1, 0)  # one shard: after its acquire, the loop goes back to its queue
+    work = WorkThatHangs()
+    c = Coordinator(etcd, layout, CoordinatorSettings("n0", "127.0.0.1:1", 1, ttl_s=3), work)
+    thread = threading.Thread(target=c.run, name="coordinator", daemon=True)
+    try:
+        thread.start()
+        wait_until(work.hanging.is_set, 30, what="the coordinator to be inside a shard's acquire")
+        session = c.session
+        assert session is not None
+        etcd.revoke(session.lease_id)  # the next renewal hears TTL<=0: the session is lost
+        assert session.done.wait(10)
+        c.request_stop(0.0)
+    finally:
+        work.unhang.set()
+    assert c.stopped.wait(30), "the stop that came with the session's loss was lost"
+    thread.join(10)
+
+
+def test_a_coordinator_stuck_in_a_step_is_reported_dead_and_its_lease_is_renewed_no_more(etcd, etcd_prefix):
+    # A coordinator waiting inside a fence's raise on a connection that never answers nor ends kept its lease
+    # alive through its keep-alive, and with it the election keys it was first in line with: those shards were
+    # led by nobody. The keep-alive asks before each renewal whether the coordinator is stuck in one step.
+    layout = KeyLayout(etcd_prefix)
+    ensure_config(etcd, layout, 2, 0)
+    deaths: list = []
+    lifeline = Lifeline(on_death=lambda name, error: deaths.append((name, error)))
+    work = WorkThatHangs()
+    settings = CoordinatorSettings("n0", "127.0.0.1:1", 2, ttl_s=3, step_budget_s=4.0)
+    c = Coordinator(etcd, layout, settings, work, lifeline=lifeline)
+    thread = lifeline.thread(c.run, "coordinator", may_end=True)
+    try:
+        thread.start()
+        wait_until(work.hanging.is_set, 30, what="the coordinator to be inside a shard's acquire")
+        session = c.session
+        assert session is not None
+        wait_until(lambda: deaths, 30, what="the keep-alive to report the coordinator stuck")
+        [(name, error)] = deaths
+        assert name == "coordinator" and isinstance(error, WorkerStalled), deaths
+        assert error.step.what.endswith(": acquire") and error.lasted_s > settings.step_budget_s, error
+        # Nobody revokes the lease here (the node would): renewed no more, it is lost at its own deadline,
+        # and every key it held goes with it, the election key first in its shard's queue among them.
+        assert session.done.wait(2 * settings.ttl_s), "the lease must not be renewed for a stuck coordinator"
+        assert "its holder is stuck" in (session.lost_reason or ""), session.lost_reason
+        wait_until(
+            lambda: all(kv.lease != session.lease_id for kv in etcd.get_prefix(layout.root)[1]),
+            2 * settings.ttl_s,
+            what="the stuck coordinator's keys to expire with its lease",
+        )
+        assert work.acquired == []
+    finally:
+        work.unhang.set()
+        c.request_stop(0.0)
+        assert c.stopped.wait(30)
+        thread.join(10)

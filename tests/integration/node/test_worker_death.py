@@ -3,7 +3,8 @@ hands its shards over at once (standbys take them long before its lease could ex
 and exits with ``EXIT_WORKER_DIED`` for its supervisor to restart it.
 
 Each worker is failed with ``SHARDCRON_TEST_FAIL_THREAD`` (crashpoints.py), armed by a file once the node
-leads its shards.
+leads its shards. A coordinator stuck inside one of its steps (``SHARDCRON_TEST_HANG_IN_ACTION``) is a dead
+worker too, told by the session's keep-alive.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 import pytest
 
 from shardcron.api.tokens import hash_secret
+from shardcron.coordination.coordinator_settings import step_budget
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.dev.testing.cluster import Cluster, wait_until
@@ -218,5 +220,43 @@ def test_a_coordinator_that_hangs_is_shown_where_it_hangs_and_its_lease_revoked_
         assert "in fail_worker" in log, log[-4000:]  # the hung coordinator's stack, down to where it waits
         assert re.search(r"lease [0-9a-f]+ revoked", log), log[-4000:]
         wait_until(lambda: all(c.leaders()[s] == SURVIVOR for s in mine), 60, what=f"{SURVIVOR} to take {mine}")
+    finally:
+        c.stop_all()
+
+
+def test_a_coordinator_stuck_in_a_step_while_it_runs_is_shown_where_it_is_and_its_lease_revoked(
+    etcd_server, etcd_prefix, fresh_db_url, tmp_path
+):
+    """A coordinator stuck inside a shard's acquire (as one waiting for a store's answer that never comes) holds
+    the election keys it is first in line with, and its keep-alive would keep them alive for ever: no other node
+    could lead those shards. Past the step's budget the keep-alive renews the lease no more and tells the node,
+    which logs where the coordinator is, revokes the lease and exits with EXIT_WORKER_DIED; the other node leads
+    every shard."""
+    budget_s = step_budget(etcd_call_s=min(5.0, TTL / 3.0))  # as the node derives it (node.py)
+    c = cluster_of(etcd_server, etcd_prefix, fresh_db_url("sqlite"), tmp_path)
+    try:
+        # Alone at first, the victim campaigns for every shard, is first in each queue, and hangs in its first
+        # acquire; the survivor, started then, can only queue behind it.
+        victim = c.add(VICTIM, env={"SHARDCRON_TEST_HANG_IN_ACTION": "acquire"})
+        wait_until(
+            lambda: "the coordinator hangs in its step of 'acquire'" in victim.log_text(),
+            90,
+            what="the victim's coordinator to hang in an acquire",
+        )
+        c.add(SURVIVOR)
+        # Within the budget, the keep-alive's next wake (TTL/3) and a generous margin for a loaded machine.
+        code = victim.proc.wait(budget_s + TTL + 60)
+        log = victim.log_text()
+        assert code == EXIT_WORKER_DIED, log[-4000:]
+        [stuck] = error_lines(log, "coordinator")
+        assert re.search(r"is stuck: the coordinator has been in one step \(shard \d+: acquire\)", stuck), stuck
+        assert "is renewed no more" in log, log[-4000:]
+        assert "in hang_in_action" in log, log[-4000:]  # the stuck coordinator's stack, down to where it waits
+        assert re.search(r"lease [0-9a-f]+ revoked", log), log[-4000:]
+        wait_until(
+            lambda: all(leader == SURVIVOR for leader in c.leaders().values()),
+            60,
+            what=f"{SURVIVOR} to lead every shard",
+        )
     finally:
         c.stop_all()
