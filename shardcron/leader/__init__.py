@@ -1,1 +1,2 @@
-"""What leading shards runs: the scheduling loop, the executor gate, the runner, the writers of marks and results, the pruner, backfills and notifications."""
+"""What leading shards runs: the scheduling loop, the executor gate, the runner, the one writer of tick rows
+(marks, claims, results, prunes), backfills and notifications."""

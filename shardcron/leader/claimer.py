@@ -3,7 +3,9 @@
 The claim heap holds each job's next slot, due ``lookahead`` before the slot.
 Entries due within ``CLAIM_BATCH_MS`` of each other are taken together, and
 the slots of every led shard among them are claimed in one fenced
-transaction, so the database commit is off the path to the start. A claimed
+transaction, so the database commit is off the path to the start. The claims
+are written by the tick writer (``tick_writer.py``: after the running marks,
+before results and prunes), whose ``ClaimStream`` waits on the heap's top. A claimed
 slot goes on the dispatch heap (``dispatcher.py``), at the slot plus its
 job's jitter offset, and the job's next slot goes back on the claim heap.
 """
@@ -13,7 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from shardcron import metrics
 from shardcron.coordination.calendar_book import Unknown
@@ -110,15 +112,44 @@ class Claimer(SchedulerState):
             return None
         return self.calendars.allows(job.calendars, slot_ms)
 
-    # -- claim loop -----------------------------------------------------------------------
+    # -- the claim step (the tick writer's second stream: ClaimStream) --------------------
 
-    def _claim_loop(self) -> None:
-        while not self._closing:
-            crashpoints.fail_worker()
-            # Entries due within CLAIM_BATCH_MS are taken together: one transaction per shard.
-            self._claim(self._claims.wait_due(self._now_ms, CLAIM_BATCH_MS, lambda: self._closing))
+    def claims_due_in_s(self) -> float | None:
+        """Seconds until the claim heap's top is due (within ``CLAIM_BATCH_MS``): 0 when it is; None when
+        nothing is (or the scheduler is closing)."""
+        if self._closing:
+            return None
+        top: ClaimDue | None = self._claims.top()
+        if top is None:
+            return None
+        return max(0.0, (top.due_ms - CLAIM_BATCH_MS - self._now_ms()) / 1000)
 
-    def _claim(self, due: list[ClaimDue]) -> None:
+    def claim_due(self) -> int:
+        """Claim every slot whose claim is due now; returns how many claim entries were taken."""
+        taken, _ = self.claim_pass()
+        return taken
+
+    def claim_pass(self) -> tuple[int, StoreUnavailable | None]:
+        """Claim every slot whose claim is due now: how many claim entries were taken, and the store's error
+        when it was unavailable (those claims are then due again ``CLAIM_RETRY_MS`` later)."""
+        due = self._take_due()
+        fresh = self._fresh(due)
+        return len(due), self._claim_all(fresh) if fresh else None
+
+    def fail_due_claims(self, error: StoreUnavailable) -> None:
+        """Every claim due now fails without being tried, and is due again ``CLAIM_RETRY_MS`` later: another
+        write has just found the store unavailable (the tick writer's ``on_store_down``)."""
+        fresh = self._fresh(self._take_due())
+        if fresh:
+            self._retry_later(fresh, f"not tried: {error}")
+
+    def _take_due(self) -> list[ClaimDue]:
+        # Entries due within CLAIM_BATCH_MS are taken together: one transaction per shard.
+        return self._claims.take_due(self._now_ms(), CLAIM_BATCH_MS)
+
+    def _fresh(self, due: list[ClaimDue]) -> dict[tuple[int, int], list[ClaimDue]]:
+        """The due entries still worth claiming, per (shard, fence): their shard still led here under that fence,
+        and their job's definition still the one that pushed them (or a slot its old definition owed)."""
         by_run: dict[tuple[int, int], list[ClaimDue]] = defaultdict(list)
         for c in due:
             by_run[(c.shard, c.fence)].append(c)
@@ -133,18 +164,21 @@ class Claimer(SchedulerState):
                 ]
             if keep:
                 fresh[(shard, fence)] = keep
-        if fresh:
-            self._claim_all(fresh)
+        return fresh
 
-    def _claim_all(self, by_run: dict[tuple[int, int], list[ClaimDue]]) -> None:
-        """Claim the due slots of every led shard in one fenced transaction."""
+    def _retry_later(self, by_run: dict[tuple[int, int], list[ClaimDue]], why: str) -> None:
+        log.warning("claiming %d slots failed (%s); retrying", sum(map(len, by_run.values())), why)
+        self._claims.push_again([c for items in by_run.values() for c in items], self._now_ms() + CLAIM_RETRY_MS)
+
+    def _claim_all(self, by_run: dict[tuple[int, int], list[ClaimDue]]) -> StoreUnavailable | None:
+        """Claim the due slots of every led shard in one fenced transaction; the store's error when it was
+        unavailable (the claims are retried later)."""
         batches = {key: [SlotClaim(c.job_id, c.slot_ms) for c in items] for key, items in by_run.items()}
         try:
             out = tick_store.claim_ticks_many(self.engine, batches, node_id=self.node_id, now_ms=self._now_ms())
         except StoreUnavailable as e:
-            log.warning("claiming %d slots failed (%s); retrying", sum(map(len, batches.values())), e)
-            self._claims.push_again([c for items in by_run.values() for c in items], self._now_ms() + CLAIM_RETRY_MS)
-            return
+            self._retry_later(by_run, str(e))
+            return e
         for (shard, fence), items in by_run.items():
             if out.is_fenced(shard, fence):
                 self._fenced(shard, fence, len(items))
@@ -187,3 +221,31 @@ class Claimer(SchedulerState):
                     follow.append(entry)
             self._dispatch.push_many(dispatch)
             self._claims.push_many(self._next_claims(run, follow))
+        return None
+
+
+class ClaimStream:
+    """The claims' stream of the tick writer (``tick_writer.py``): the claim heap is its queue, the heap's
+    top its readiness, and ``Claimer.claim_pass`` its batch (what to claim is decided there, under the
+    shards' locks; the claim itself is one fenced transaction for every led shard). It fails fast: when
+    a write finds the store unavailable, the claims due then fail unattempted and are retried later
+    (``fail_queued``), so a claim never waits out another write's timeout and then its own."""
+
+    def __init__(self, claimer: Claimer):
+        self._claimer = claimer
+        self.wake: Callable[[], None] = lambda: None  # the writer's (tick_writer.py); the heap calls it too
+
+    def ready_at(self, now: float, closing: bool) -> float | None:
+        due_in = None if closing else self._claimer.claims_due_in_s()
+        return None if due_in is None else now + due_in
+
+    def write_next(self) -> StoreUnavailable | None:
+        crashpoints.fail_worker("claimer")  # SHARDCRON_TEST_FAIL_THREAD=claimer fails the writer at this step
+        _, store_down = self._claimer.claim_pass()
+        return store_down
+
+    def fail_queued(self, error: StoreUnavailable) -> None:
+        self._claimer.fail_due_claims(error)
+
+    def closed(self) -> None:
+        pass  # the claim heap is the scheduler's: a slot left on it is claimed by the shard's next leader

@@ -51,12 +51,17 @@ class DispatchDue:
 
 
 class TimerHeap:
-    """A heap of ``ClaimDue`` or ``DispatchDue`` under one condition: pushers notify, one loop pops."""
+    """A heap of ``ClaimDue`` or ``DispatchDue`` under one condition: pushers notify, one loop pops.
 
-    def __init__(self):
+    ``on_new_top``: called (outside the heap's lock) when a push brings a new top, for a loop that waits
+    on something other than the heap's condition (the tick writer waits for the claim heap so).
+    """
+
+    def __init__(self, on_new_top: Callable[[], None] | None = None):
         self._heap: list = []
         self._seq = itertools.count()  # drawn with the condition held
         self.cond = threading.Condition()
+        self._on_new_top = on_new_top
 
     def push_dispatch(self, due_ms: int, shard: int, fence: int, d: Dispatch) -> None:
         self.push_many([DispatchDue(due_ms, shard, fence, d)])
@@ -79,8 +84,11 @@ class TimerHeap:
             old_top = self._heap[0] if self._heap else None
             for due_ms, group in at.items():
                 heapq.heappush(self._heap, (due_ms, next(self._seq), group))
-            if self._heap and self._heap[0] is not old_top:
+            new_top = bool(self._heap) and self._heap[0] is not old_top
+            if new_top:
                 self.cond.notify()
+        if new_top and self._on_new_top is not None:
+            self._on_new_top()
 
     def push_again(self, entries: list, due_ms: int) -> None:
         """Entries taken off but not handled (the store was down): back in, due at ``due_ms``."""
@@ -90,6 +98,8 @@ class TimerHeap:
             if entries:
                 heapq.heappush(self._heap, (due_ms, next(self._seq), list(entries)))
             self.cond.notify()
+        if self._on_new_top is not None:
+            self._on_new_top()
 
     def top(self):
         with self.cond:
@@ -120,6 +130,8 @@ class TimerHeap:
     def wake(self) -> None:
         with self.cond:
             self.cond.notify_all()
+        if self._on_new_top is not None:
+            self._on_new_top()
 
     def _take(self, until_ms: float) -> list:
         heap, due = self._heap, []

@@ -5,7 +5,8 @@ Two heaps, two threads, no thread or task per job:
 - the **claim heap** holds each job's next slot, due ``lookahead`` before the
   slot. When entries come due, the slots of one shard are claimed together in
   one fenced transaction, so the database commit is off the path to the start
-  (``claimer.py``);
+  (``claimer.py``), by the one writer of tick rows (``tick_writer.py``), which
+  also writes the running marks, the results and the prunes;
 - the **dispatch heap** holds claimed slots, due at the slot itself (plus the
   job's jitter offset). At that moment the tick starts, after the guard (shard
   still ours, lease provably held). A noop tick completes inline; the others
@@ -13,7 +14,7 @@ Two heaps, two threads, no thread or task per job:
   each (``dispatcher.py``, ``tick_results.py``), which marks the row running
   under the fence first.
 
-Results are written in batches by the ``Recorder``. The coordinator calls
+Results are written in batches by the writer (``recorder.py``). The coordinator calls
 ``acquire`` when this node wins a shard and ``release`` when it hands one over.
 ``Scheduler`` is those parts together, over the state they share
 (``scheduler_state.py``); this module holds its life cycle and the shard's
@@ -35,7 +36,7 @@ from shardcron.clock import SYSTEM_CLOCK, Clock, wall_ms_exact
 from shardcron.coordination.calendar_book import CalendarBook
 from shardcron.executors import Executors
 from shardcron.leader.backfill_runner import BackfillRunner
-from shardcron.leader.claimer import CLAIM_BATCH_MS, CLAIM_RETRY_MS, Claimer
+from shardcron.leader.claimer import CLAIM_RETRY_MS, Claimer, ClaimStream
 from shardcron.leader.dispatcher import CALENDAR_SKIP_PREFIX, Dispatcher
 from shardcron.leader.exec_gate import DEFAULT_SLOTS, ExecGate
 from shardcron.leader.heap import ClaimDue, DispatchDue, TimerHeap
@@ -47,6 +48,7 @@ from shardcron.leader.recorder import Recorder
 from shardcron.leader.shard_run import JobEntry, ShardRun
 from shardcron.leader.stats import Stats
 from shardcron.leader.tick_results import TickResults
+from shardcron.leader.tick_writer import TickWriter
 from shardcron.model import Job, SlotRef
 from shardcron.rules.jitter import jitter_offset_ms
 from shardcron.rules.namespace_settings import NamespaceSettings
@@ -120,32 +122,31 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         for job in imports:
             self._imports[shard_for(job.id, shard_count)].append(job)
         self.led = LedShards()
-        self._claims = TimerHeap()  # ClaimDue
-        self._dispatch = TimerHeap()  # DispatchDue
         self._closing = False
-        self.recorder = Recorder(engine, self._fenced, lifeline=lifeline)
-        self.marks = RunningMarks(engine, lifeline=lifeline)
+        self.recorder = Recorder(engine, self._fenced)
+        self.marks = RunningMarks(engine)
         # Deletes expired ticks of the led shards, in small batches with rests between them (pruner.py).
-        self.pruner = Pruner(
-            engine,
-            self.led.runs,
-            retention_ms=tick_retention_ms,
-            now_ms=self._now_ms,
+        self.pruner = Pruner(engine, self.led.runs, retention_ms=tick_retention_ms, now_ms=self._now_ms)
+        self.claim_stream = ClaimStream(self)
+        # The one writer of tick rows, by priority: a tick must not wait to start, a due slot to be claimed.
+        # When a write finds the store down, the claims due then fail at once (tried again later: their
+        # lookahead absorbs it); marks, results and prunes stay queued for their own next batch.
+        self.writer = TickWriter(
+            [self.marks, self.claim_stream, self.recorder, self.pruner],
+            fail_when_store_down=[self.claim_stream],
             lifeline=lifeline,
         )
+        self._claims = TimerHeap(on_new_top=self.claim_stream.wake)  # ClaimDue
+        self._dispatch = TimerHeap()  # DispatchDue
         self._ticks: set[asyncio.Task] = set()  # the ticks' coroutines (the loop keeps only weak references)
         self.backfills = BackfillRunner(self)  # the led shards' backfills, each shard's on a thread of its own
         self._lifeline = lifeline
-        self._threads = [
-            lifeline.thread(self._claim_loop, "claimer"),
-            lifeline.thread(self._dispatch_loop, "dispatcher"),
-        ]
+        self._threads = [lifeline.thread(self._dispatch_loop, "dispatcher")]
 
     # -- lifecycle ----------------------------------------------------------------
 
     def start(self) -> None:
-        self.recorder.start()
-        self.pruner.start()
+        self.writer.start()
         for t in self._threads:
             t.start()
 
@@ -161,9 +162,7 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
             self.executors.loop.run(self._cancel_ticks, 5.0)
         except Exception:  # noqa: BLE001 - the loop is gone or stuck: closing it below drops them
             log.warning("tick coroutines not cancelled within 5 s of the stop")
-        self.pruner.close()
-        self.recorder.close()
-        self.marks.close()
+        self.writer.close()  # results written out (marks, claims and prunes stop at once)
         self.executors.close()
 
     async def _cancel_ticks(self) -> None:
@@ -361,13 +360,7 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         # A second of slack: claims are taken a lookahead early and started on time.
         return max(0.0, (now - min(due)) / 1000.0 - 1.0) if due else 0.0
 
-    # -- one step of each loop (the threads wait, then call these; a test calls them) --
-
-    def claim_due(self) -> int:
-        """Claim every slot whose claim is due now; returns how many claim entries were taken."""
-        due = self._claims.take_due(self._now_ms(), CLAIM_BATCH_MS)
-        self._claim(due)
-        return len(due)
+    # -- one step of the dispatch loop (its thread waits, then calls it; a test calls it, and claim_due) --
 
     def dispatch_due(self) -> int:
         """Start every claimed slot due now; returns how many dispatch entries were taken."""

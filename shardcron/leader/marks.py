@@ -6,24 +6,34 @@ work never starts. One transaction per tick made that the ceiling of a node's
 dispatch rate (a few hundred a second: 64 worker threads took turns on
 SQLite's write lock, or on PostgreSQL's commit flush). Here the marks of every
 tick starting at the same moment, on every led shard, share one fenced
-transaction (``store.tick_results.mark_running_many``), written on a thread of its own
-(``marks``) so that a mark never queues behind blocked executors, and each tick still learns
-its own fate: its shard's fence held (the mark is written; it may start), or
-moved (``FencedOut`` for that shard's ticks alone), or the store failed
-(``StoreUnavailable`` for the whole batch: none of them started).
+transaction (``store.tick_results.mark_running_many``), written by the tick
+writer (``tick_writer.py``) before anything else it has to write, so that a mark
+waits for at most the batch in progress, never behind queued claims, results or
+prunes, and never lingers: marks queued while a batch is written go together in
+the next. Each tick still learns its own fate: its shard's fence held (the mark
+is written; it may start), or moved (``FencedOut`` for that shard's ticks
+alone), or the store failed (``StoreUnavailable`` for the whole batch: none of
+them started). Marks are kept, not failed, when another stream's write finds
+the store unavailable: their own batch follows at once and answers them.
+
+States of a queued mark: queued -> in the batch being written -> answered (or
+cancelled by its caller: the write still happens, its answer is dropped; or
+cancelled when the writer has ended: nobody writes it).
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from sqlalchemy.engine import Engine
 
-from shardcron.errors import FencedOut
+from shardcron.errors import FencedOut, StoreUnavailable
+from shardcron.leader.tick_writer import batch_ready_at
 from shardcron.model import SlotRef
-from shardcron.runtime.group_commit import GroupCommit
-from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime import crashpoints
 from shardcron.store import tick_results
 
 
@@ -36,27 +46,62 @@ class RunningMark:
     started_at_ms: int
 
 
-class RunningMarks:
-    """Used by the ticks' coroutines on the node's loop; ``close()`` ends the writer thread."""
+_Waiter = tuple[RunningMark, asyncio.AbstractEventLoop, asyncio.Future]
 
-    def __init__(self, engine: Engine, *, max_batch: int = 2048, lifeline: Lifeline = UNWATCHED):
+
+class RunningMarks:
+    """``mark`` is awaited by the ticks' coroutines; the tick writer writes them (``tick_writer.Stream``)."""
+
+    def __init__(self, engine: Engine, *, max_batch: int = 2048):
         self._engine = engine
-        # One batch at a time is written: one thread is all the batches need.
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="marks")
-        self._batches: GroupCommit[RunningMark, None] = GroupCommit(
-            self._write, max_batch=max_batch, pool=self._writer, name="marks-commit", lifeline=lifeline
-        )
+        self._max_batch = max_batch
+        self._lock = threading.Lock()
+        self._queue: list[_Waiter] = []
+        self._first_at = 0.0
+        self.wake: Callable[[], None] = lambda: None  # the writer's (tick_writer.py)
 
     @property
     def queued(self) -> int:
-        return self._batches.queued
+        """Marks waiting for a batch that will carry them (not the one being written)."""
+        with self._lock:
+            return len(self._queue)
 
     async def mark(self, mark: RunningMark) -> None:
         """Write the mark, with whatever others are waiting. ``FencedOut``: the shard's fence moved."""
-        await self._batches.submit(mark)
+        loop = asyncio.get_running_loop()
+        answer = loop.create_future()
+        with self._lock:
+            first = not self._queue
+            self._queue.append((mark, loop, answer))
+        if first:  # the writer is woken once per batch, not once per mark
+            self.wake()
+        await answer
 
-    def close(self) -> None:
-        self._writer.shutdown(wait=False, cancel_futures=True)
+    # -- the writer's side (tick_writer.Stream) ----------------------------------------------
+
+    def ready_at(self, now: float, closing: bool) -> float | None:
+        if closing:
+            return None  # the ticks are cancelled: a mark written now would start nothing
+        with self._lock:
+            return batch_ready_at(queued=len(self._queue), first_at=now, linger_s=0.0, max_batch=self._max_batch)
+
+    def write_next(self) -> StoreUnavailable | None:
+        crashpoints.fail_worker("marks-commit")  # SHARDCRON_TEST_FAIL_THREAD=marks-commit fails the writer at this step
+        with self._lock:
+            batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+        store_down = None
+        try:
+            answers: Sequence[BaseException | None] = self._write([m for m, _, _ in batch])
+        except Exception as e:  # noqa: BLE001 - the transaction failed: every mark in it gets the error
+            answers = [e] * len(batch)
+            store_down = e if isinstance(e, StoreUnavailable) else None
+        _answer(batch, answers)
+        return store_down
+
+    def closed(self) -> None:
+        with self._lock:
+            left, self._queue = self._queue, []
+        _answer(left, [None] * len(left), cancel=True)
 
     def _write(self, marks: list[RunningMark]) -> list[FencedOut | None]:
         groups: dict[tuple[int, int], list] = {}
@@ -67,3 +112,27 @@ class RunningMarks:
             FencedOut(m.shard, m.fence, out.fenced_out[m.shard]) if out.is_fenced(m.shard, m.fence) else None
             for m in marks
         ]
+
+
+def _answer(batch: list[_Waiter], answers: Sequence[BaseException | None], *, cancel: bool = False) -> None:
+    """Each mark's answer, set on its own loop: one hand-over per loop, not one per mark."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future, BaseException | None]]] = {}
+    for (_, loop, future), answer in zip(batch, answers, strict=True):
+        by_loop.setdefault(loop, []).append((future, answer))
+    for loop, items in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_settle, items, cancel)
+        except RuntimeError:  # the loop is closed: nobody waits for these any more
+            pass
+
+
+def _settle(items: list[tuple[asyncio.Future, BaseException | None]], cancel: bool) -> None:
+    for future, answer in items:
+        if future.done():  # its caller went away
+            continue
+        if cancel:
+            future.cancel()
+        elif answer is not None:
+            future.set_exception(answer)
+        else:
+            future.set_result(None)

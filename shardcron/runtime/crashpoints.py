@@ -42,8 +42,9 @@ def notify(point: str, job_id: str) -> None:
 
 
 # ``SHARDCRON_TEST_FAIL_THREAD=<worker name>``: the node's long-lived worker of that name (a thread's name, as
-# ``claimer``, ``n1-keepalive`` or ``node-loop``; a task's, as ``marks-commit``) raises a RuntimeError at
-# the top of its loop, as a bug would, to show that the node then stops loudly (``lifeline.py``). With
+# ``tick-writer``, ``n1-keepalive`` or ``node-loop``; a step of the tick writer's, as ``claimer``, ``recorder``,
+# ``pruner`` or ``marks-commit``) raises a RuntimeError at the top of its loop (or step), as a bug would, to
+# show that the node then stops loudly (``lifeline.py``). With
 # ``SHARDCRON_TEST_FAIL_WHEN=<path>`` it does so only once that file exists, so a test lets the node lead
 # shards first. An event loop's thread ends instead (its loop stops: ``fail_loop``), since nothing raised
 # inside a loop's callback reaches its thread.

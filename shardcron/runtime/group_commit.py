@@ -3,9 +3,8 @@
 On PostgreSQL or MariaDB a commit waits for the log to reach the disk, and on
 SQLite every writer of a file takes its turn on one lock, so a thousand ticks
 writing one row each would wait for a thousand commits in turn. Here they wait
-for about one. Used for PutJob calls (``api/job_puts.py``) and for the
-running mark every tick writes before its executor starts
-(``leader/marks.py``).
+for about one. Used for PutJob calls (``api/job_puts.py``); the running
+marks are group-committed by the tick writer (``leader/marks.py``).
 
 The writers are coroutines on one asyncio loop. The first item queued while no
 batch is being written starts the committer task. It takes what is queued (up

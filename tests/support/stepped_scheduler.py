@@ -66,7 +66,7 @@ class HeldSink:
 class Rig:
     """One scheduler leading shard 0 from T0, on a stepped clock."""
 
-    def __init__(self, engine, jobs: list[Job], lease_s: float = 3600, **scheduler_kw):
+    def __init__(self, engine, jobs: list[Job], lease_s: float = 3600, writer_claims: bool = False, **scheduler_kw):
         self.engine = engine
         self.clock = SteppedClock(T0)
         self.session = LeaseOnClock(self.clock, T0 + int(lease_s * S))
@@ -76,7 +76,12 @@ class Rig:
         for job in jobs:
             self.jobs[job.id] = put_job(engine, job, shard=0, fence=FENCE, node_id=NODE, now_ms=T0)
         self.scheduler = Scheduler(engine, NODE, 1, lookahead_ms=S, clock=self.clock, workers=4, **scheduler_kw)
-        self.scheduler.recorder.start()
+        # The writer serves the marks and the results; the test steps the claims (claim_due) and prunes itself,
+        # unless ``writer_claims``: then the writer claims too, when the clock is moved and it is woken.
+        serving = [self.scheduler.marks, self.scheduler.recorder]
+        if writer_claims:
+            serving.append(self.scheduler.claim_stream)
+        self.scheduler.writer.start(serving=serving)
         self.scheduler.acquire(0, FENCE, self.stop, self.session)
 
     def at(self, ms: int) -> None:

@@ -135,7 +135,9 @@ def test_rest_lists_the_node_threads_by_their_own_names(tmp_path):
     assert sum(by_name.values()) == f["threads"] == f["node"]["threads_peak"]
     # Named for the OS by the node itself: the scheduler's own threads are there under their names, and the
     # etcd client's threads (started from one of ours) do not carry our names.
-    assert {"coordinator", "claimer", "dispatcher", "recorder"} <= by_name.keys()
+    assert {"coordinator", "tick-writer", "dispatcher"} <= by_name.keys()
+    assert by_name["tick-writer"] == 1, "one writer of tick rows"
+    assert not {"claimer", "recorder", "pruner", "marks_0"} & by_name.keys(), "the tick writer's streams own no thread"
     assert by_name["coordinator"] == 1
     assert not {"settings", "notifier"} & by_name.keys()  # tasks on the node's loop, their passes on the api pool
     assert f["target_met"] == (f["threads"] <= f["target_threads"] == 16)

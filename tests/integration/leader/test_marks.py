@@ -1,4 +1,5 @@
-"""Running marks group-committed (leader/marks.py over store.tick_results.mark_running_many), on real databases."""
+"""Running marks group-committed by the tick writer (leader/marks.py over store.tick_results.mark_running_many),
+on real databases."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from sqlalchemy import select
 from shardcron.errors import FencedOut
 from shardcron.leader import marks as marks_module
 from shardcron.leader.marks import RunningMark, RunningMarks
+from shardcron.leader.tick_writer import TickWriter
 from shardcron.model import SlotRef, TickStatus
 from shardcron.store import ensure_shards, list_ticks, raise_fence
 from shardcron.store.schema import shard_fences
@@ -41,6 +43,8 @@ def test_marks_that_wait_together_share_a_transaction_and_each_learns_its_shards
 
     monkeypatch.setattr(marks_module.tick_results, "mark_running_many", counted)
     marks = RunningMarks(led)
+    writer = TickWriter([marks])
+    writer.start()
 
     async def mark(job: str, shard: int, fence: int, slot: int) -> object:
         try:
@@ -65,7 +69,7 @@ def test_marks_that_wait_together_share_a_transaction_and_each_learns_its_shards
     try:
         answers = asyncio.run(scenario())
     finally:
-        marks.close()
+        writer.close()
     assert batches == [1, 15], "the fifteen queued marks were written in one transaction"
     assert all(answers[("a", s)] is None for s in SLOTS), answers
     assert all(isinstance(answers[("b", s)], FencedOut) and answers[("b", s)].current == F1 + 1 for s in SLOTS)

@@ -1,7 +1,7 @@
 """The result writer survives errors it does not know (issue 10, "Thread hardening").
 
-A real store on each database; the failure is injected through the
-recorder's ``write`` parameter, which wraps the store's own batched write.
+A real store on each database, the recorder served by a tick writer of its own; the failure is injected
+through the recorder's ``write`` parameter, which wraps the store's own batched write.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pytest
 
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.leader.recorder import Recorder, ResultWrite
+from shardcron.leader.tick_writer import TickWriter
 from shardcron.model import ExecutionResult, SlotRef, TickStatus
 from shardcron.store import SlotClaim, claim_ticks, ensure_shards, list_ticks, mark_running, raise_fence
 from shardcron.store.tick_results import record_results_many
@@ -42,7 +43,8 @@ def test_an_unexpected_write_error_is_logged_and_the_results_are_kept_and_writte
     mark_running(store_engine, [(slot, 1, 60_001)], shard=0, fence=FENCE)
     broken = BrokenUntilAllowed()
     recorder = Recorder(store_engine, lambda *a: None, linger_s=0.01, write=broken)
-    recorder.start()
+    writer = TickWriter([recorder])
+    writer.start()
     try:
         with caplog.at_level(logging.ERROR, logger="shardcron.leader.recorder"):
             recorder.put(ResultWrite(0, FENCE, slot, 1, ExecutionResult(True, 60_001, 60_002), TickStatus.SUCCEEDED))
@@ -57,7 +59,7 @@ def test_an_unexpected_write_error_is_logged_and_the_results_are_kept_and_writte
         failed = [r for r in caplog.records if "tick results failed" in r.getMessage()]
         assert failed and failed[0].exc_info and "injected failure #1" in str(failed[0].exc_info[1])
     finally:
-        recorder.close()
+        writer.close()
 
 
 @pytest.mark.parametrize("db_kind", ["sqlite"], indirect=True)
@@ -74,7 +76,8 @@ def test_a_listener_that_raises_neither_stops_the_writer_nor_writes_twice(store_
         raise ValueError("a broken watcher")
 
     recorder.listeners.append(listener)
-    recorder.start()
+    writer = TickWriter([recorder])
+    writer.start()
     try:
         for at in (60_000, 61_000):
             recorder.put(
@@ -84,7 +87,7 @@ def test_a_listener_that_raises_neither_stops_the_writer_nor_writes_twice(store_
         assert told == [60_000, 61_000] and recorder.written == 2
         assert {t.status for t in list_ticks(store_engine, "j")} == {TickStatus.SUCCEEDED}
     finally:
-        recorder.close()
+        writer.close()
 
 
 def claimed_slots(engine, count: int) -> list[SlotRef]:
@@ -120,7 +123,8 @@ def test_results_that_arrive_one_by_one_within_the_linger_are_written_in_one_tra
 
     # A linger far longer than the puts take, even on a busy machine: 10 puts 10 ms apart.
     recorder = Recorder(store_engine, lambda *a: None, linger_s=3.0, write=counted)
-    recorder.start()
+    writer = TickWriter([recorder])
+    writer.start()
     try:
         for s in slots:
             recorder.put(succeeded(s))
@@ -129,41 +133,44 @@ def test_results_that_arrive_one_by_one_within_the_linger_are_written_in_one_tra
         assert batches == [10], f"one transaction for the ten results, got batches of {batches}"
         assert {t.status for t in list_ticks(store_engine, "j")} == {TickStatus.SUCCEEDED}
     finally:
-        recorder.close()
+        writer.close()
 
 
 def test_a_full_batch_is_written_without_waiting_out_the_linger(store_engine):
     slots = claimed_slots(store_engine, 4)
     recorder = Recorder(store_engine, lambda *a: None, linger_s=3600.0, max_batch=2)
-    recorder.start()
+    writer = TickWriter([recorder])
+    writer.start()
     try:
         recorder.put_many([succeeded(s) for s in slots])
         assert recorder.flush(0, 30), "two full batches are written at once, not after an hour's linger"
     finally:
-        recorder.close()
+        writer.close()
 
 
 def test_a_flush_cuts_the_linger_short(store_engine):
     """A handover flushes its shard's results: it must not wait out the writer's linger."""
     [slot] = claimed_slots(store_engine, 1)
     recorder = Recorder(store_engine, lambda *a: None, linger_s=3600.0)
-    recorder.start()
+    writer = TickWriter([recorder])
+    writer.start()
     try:
         recorder.put(succeeded(slot))
         assert recorder.flush(0, 30), "the flush had the result written, not an hour later"
         [tick] = list_ticks(store_engine, "j")
         assert tick.status is TickStatus.SUCCEEDED
     finally:
-        recorder.close()
+        writer.close()
 
 
 def test_a_first_batch_of_results_put_together_wakes_the_writer(store_engine):
     """put_many into an empty queue (a burst of noop ticks) must wake the waiting writer, whatever its size."""
     slots = claimed_slots(store_engine, 3)
     recorder = Recorder(store_engine, lambda *a: None, linger_s=0.01)
-    recorder.start()
+    writer = TickWriter([recorder])
+    writer.start()
     try:
         recorder.put_many([succeeded(s) for s in slots])
         wait_until(lambda: recorder.written == 3, 30, what="the three results written without a flush")
     finally:
-        recorder.close()
+        writer.close()

@@ -34,7 +34,10 @@ SHARDS = 2
 TTL = 9
 VICTIM, SURVIVOR = "n0", "n1"
 
+# claimer, recorder, pruner and marks-commit are steps of the tick writer (tick_writer.py), each failed at its
+# step: the node reports the tick writer dead, its error naming the step.
 WORKERS = [
+    "tick-writer",
     "claimer",
     "dispatcher",
     "recorder",
