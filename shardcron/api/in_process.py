@@ -39,7 +39,7 @@ from shardcron.client.errors import ApiError, api_error
 from shardcron.model import Tick
 from shardcron.rules.scopes import Token
 from shardcron.v1 import scheduler_pb2 as pb
-from shardcron.wire.calls import Calls, answered_async
+from shardcron.wire.calls import CALL_NAMES, Calls, answered_async
 from shardcron.wire.tick_convert import tick_from_proto
 
 DEFAULT_TIMEOUT_S = 30.0  # as the dashboard's API client had
@@ -149,7 +149,12 @@ class CallerApi:
         self._calls = Calls()
 
     async def call(self, name: str, *args: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
-        """What ``Client.<name>(*args, **kwargs, timeout_s=timeout_s)`` returns; ApiError as it raises."""
+        """What ``Client.<name>(*args, **kwargs, timeout_s=timeout_s)`` returns; ApiError as it raises.
+
+        ``name`` must be one of the calls (``wire.calls.CALL_NAMES``), not another attribute of ``Calls``.
+        """
+        if name not in CALL_NAMES:
+            raise ValueError(f"no call named {name!r}; the calls are {', '.join(sorted(CALL_NAMES))}")
         exchange = getattr(self._calls, name)(*args, **kwargs)
         return await answered_async(
             exchange, lambda method, request: self._api.call(self._secret, method, request, timeout_s)

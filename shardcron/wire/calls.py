@@ -236,9 +236,17 @@ class Calls:
         return out[:limit]
 
 
+# The calls: each method of ``Calls`` that returns an ``Exchange`` (the others build a call's parts).
+CALL_NAMES: frozenset[str] = frozenset(
+    name
+    for name, method in vars(Calls).items()
+    if callable(method) and str(method.__annotations__.get("return", "")).startswith("Exchange[")
+)
+
+
 def job_and_runs_from_proto(p: pb.Job) -> tuple[Job, JobRuns]:
     """A job as GetJob and ListJobs answer it, with its runs (see ``model.JobRuns``)."""
     return stored_job_from_proto(p), job_runs_from_proto(p.runs)
 
 
-__all__ = ["Calls", "Exchange", "answered", "answered_async", "job_and_runs_from_proto"]
+__all__ = ["CALL_NAMES", "Calls", "Exchange", "answered", "answered_async", "job_and_runs_from_proto"]

@@ -8,11 +8,13 @@ from dataclasses import replace
 
 import pytest
 
+from shardcron.api.in_process import CallerApi
+from shardcron.client.client import Client
 from shardcron.errors import InvalidJob
 from shardcron.jobkey import join_key
 from shardcron.model import SlotRef, Tick, TickStatus
 from shardcron.v1 import scheduler_pb2 as pb
-from shardcron.wire.calls import Calls, answered, answered_async
+from shardcron.wire.calls import CALL_NAMES, Calls, answered, answered_async
 from shardcron.wire.convert import job_to_proto
 from shardcron.wire.messages import PAGE_MAX
 from shardcron.wire.tick_convert import tick_to_proto
@@ -165,3 +167,16 @@ def test_a_failed_send_raises_to_the_caller():
 
     with pytest.raises(ConnectionError, match="down"):
         answered(Calls().shards(), send)
+
+
+def test_the_calls_are_the_clients_calls_and_not_the_parts_they_are_built_from():
+    assert CALL_NAMES <= {name for name in vars(Client) if not name.startswith("_")}
+    assert {"put_job", "pause_job", "list_ticks", "shards"} <= CALL_NAMES
+    assert CALL_NAMES.isdisjoint({"ref", "namespaces", "job_proto", "list_jobs_request", "watch_ticks_request"})
+
+
+@pytest.mark.parametrize("name", ["ref", "job_proto", "namespace", "__init__", "no_such_call"])
+def test_the_in_process_caller_refuses_a_name_that_is_not_a_call(name):
+    caller = CallerApi(api=None, secret=None)  # the name is checked before the API is reached
+    with pytest.raises(ValueError, match=f"no call named '{name}'"):
+        asyncio.run(caller.call(name, "nightly"))
