@@ -7,6 +7,7 @@ the ``etcd`` binary on PATH (``make dev``/``make test`` install it).
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -18,11 +19,36 @@ from dataclasses import dataclass, field
 from shardcron.coordination.etcd import Etcd
 from shardcron.errors import ConfigError
 
+LOWEST_PORT = 10_000
+_ports = random.SystemRandom()  # not the test's seeded global random: two runs must not pick alike
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+
+def ephemeral_ports_start() -> int:
+    """The first port the kernel hands to outgoing connections (``ip_local_port_range``)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that nothing on ``host`` is bound to, below the kernel's ephemeral range.
+
+    A port the kernel picks (bind to 0) comes from the range it also hands to outgoing connections, so a
+    connection opened between this check and the server's own bind could take it ("address already in
+    use", seen starting etcd in the fault suite). A random port below that range cannot be taken that way.
+    """
+    below = ephemeral_ports_start()
+    for _ in range(1000):
+        port = _ports.randrange(LOWEST_PORT, below)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port on {host} between {LOWEST_PORT} and {below}")
 
 
 def port_open(host: str, port: int) -> bool:
@@ -76,8 +102,8 @@ class EtcdCluster:
         self.members = [
             EtcdMember(
                 f"m{i}",
-                free_port(),
-                free_port(),
+                free_port(host),
+                free_port(host),
                 os.path.join(self.base_dir, f"m{i}"),
                 os.path.join(self.base_dir, f"m{i}.log"),
                 extra_args=list(extra_args or []),
