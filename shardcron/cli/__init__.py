@@ -363,6 +363,7 @@ COMMANDS: dict[str, str] = {
     "calendars": "shardcron.cli.calendars",
     "tokens": "shardcron.cli.tokens",
     "namespaces": "shardcron.cli.namespaces",
+    "import": "shardcron.cli.importing",
     "audit": "shardcron.cli.admin",
     "db": "shardcron.cli.admin",
     "bench": "shardcron.dev.bench",
