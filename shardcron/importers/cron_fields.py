@@ -67,11 +67,14 @@ class Translated:
 
 def translate_schedule(text: str, dialect: str = "vixie") -> Translated:
     """``text`` (five fields or a macro) as a shardcron cron expression; ``UnsupportedSchedule`` says why not."""
-    words = text.lower().split()
-    if len(words) == 1 and words[0].startswith("@"):
+    words = text.split()
+    if words and words[0].startswith("@"):
+        words[0] = words[0].lower()
         if words[0] == "@reboot":
             raise UnsupportedSchedule("@reboot runs once when the machine starts; shardcron has no such slot")
-        if words[0] not in MACROS:
+        if words[0] == "@every":
+            raise UnsupportedSchedule("@every counts from when the job was added; write shardcron's every by hand")
+        if words[0] not in MACROS or len(words) > 1:
             raise UnsupportedSchedule(f"{words[0]} is not a cron macro (known: {', '.join(MACROS)}, @reboot)")
         return Translated(MACROS[words[0]])
     if len(words) != 5:
@@ -82,12 +85,14 @@ def translate_schedule(text: str, dialect: str = "vixie") -> Translated:
 
 
 def _field_text(word: str, spec: _Field, dialect: str) -> str:
-    """One field, checked element by element, as croniter should read it (k8s forms rewritten)."""
+    """One field, checked element by element, as croniter should read it (k8s forms rewritten).
+    Messages quote ``word`` as written; names are matched in any case."""
+    shown, word = word, word.lower()
     if "#" in word or any(_QUARTZ.match(part) for part in re.split(r"[,/-]", word)):
-        raise UnsupportedSchedule(f"{spec.name} {word!r}: L, W and # are not cron syntax (Quartz extensions)")
+        raise UnsupportedSchedule(f"{spec.name} {shown!r}: L, W and # are not cron syntax (Quartz extensions)")
     if word == "*/1" or (word == "?" and dialect == "k8s" and spec.name.startswith("day")):
         return "*"  # every value: '*' itself, so that the day rule below reads it as unrestricted, as cron does
-    return ",".join(_element_text(element, spec, word, dialect) for element in word.split(","))
+    return ",".join(_element_text(element, spec, shown, dialect) for element in word.split(","))
 
 
 def _element_text(element: str, spec: _Field, word: str, dialect: str) -> str:

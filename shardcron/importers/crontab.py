@@ -134,8 +134,10 @@ def _env_notes(command: str, env: dict[str, tuple[int, str]]) -> list[str]:
     if env.get("SHELL", (0, "/bin/sh"))[1] != "/bin/sh":
         number, value = env["SHELL"]
         notes.append(f"cron ran it with SHELL={value} (line {number}); shardcron runs /bin/sh -c")
-    if "TZ" in env and "CRON_TZ" not in env:
-        notes.append(f"its timezone comes from TZ= (line {env['TZ'][0]}); cron also set TZ in its environment")
+    if "TZ" in env:
+        number, value = env["TZ"]
+        schedule = "; its schedule is read in that zone" if "CRON_TZ" not in env else ""
+        notes.append(f"cron ran it with TZ={value} (line {number}){schedule}")
     return notes
 
 
