@@ -37,6 +37,10 @@ AS_KINDS = ("http", "shell")
 API_VERSIONS = ("batch/v1", "batch/v1beta1")
 _OVERLAP = {"Allow": "allow", "Forbid": "skip", "Replace": "skip"}
 _DEFAULT_BACKOFF_LIMIT = 6
+_HOW_JOBS_RUN = {
+    "http": "every job calls {url}; the X-Shardcron-Job-Id header of each call says which job it is",
+    "shell": "each job runs its container's command and args on the node, without the container",
+}
 # The pod spec's keys the shell form uses; every other key present is named as left out.
 _USED_CONTAINER_KEYS = frozenset({"name", "command", "args"})
 
@@ -56,7 +60,7 @@ def import_k8s_cronjobs(text: str, source_name: str, as_kind: str, url: str | No
         raise ValueError(f"as_kind must be one of {', '.join(AS_KINDS)}, got {as_kind!r}")
     if as_kind == "http" and not url:
         raise ValueError("as_kind 'http' needs the url each job calls")
-    result = ImportResult(notes=[f"each job runs as {as_kind}" + (f", calling {url}" if url else "")])
+    result = ImportResult(notes=[_HOW_JOBS_RUN[as_kind].format(url=url)])
     ids = UniqueIds()
     for where, obj in _objects(text, source_name):
         entry = _entry(where, obj, as_kind, url, ids)
