@@ -124,7 +124,7 @@ def _write(result: ImportResult, a: argparse.Namespace) -> int:
 
 
 def summary(result: ImportResult, fmt: str) -> str:
-    """"12 jobs, 2 refused (see the comments)"."""
+    """A line such as "12 jobs, 2 refused (see the comments)"."""
     jobs = f"{len(result.jobs)} job{'' if len(result.jobs) == 1 else 's'}"
     if not result.refused:
         return jobs

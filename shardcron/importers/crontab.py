@@ -35,8 +35,7 @@ _ENV_MEANING = {
     "RANDOM_DELAY": "cronie delayed each job by up to this many minutes; shardcron's jitter does that",
 }
 FILE_NOTES = (
-    "cron never stopped a run; shardcron stops one after its timeout (default 1m): "
-    "set timeout on jobs that run longer",
+    "cron never stopped a run; shardcron stops one after its timeout (default 1m): set timeout on jobs that run longer",
     'cron started every slot even while the last run still went: each job keeps that (overlap = "allow")',
 )
 
@@ -59,7 +58,10 @@ def import_crontab(text: str, source_name: str, *, system: bool = False, timezon
             result.notes.append(f"line {number}: {name}={value}: {meaning}")
             continue
         entry = _entry(line, where, env, system, timezone, ids)
-        (result.refused if isinstance(entry, Refused) else result.jobs).append(entry)
+        if isinstance(entry, Refused):
+            result.refused.append(entry)
+        else:
+            result.jobs.append(entry)
     return result
 
 

@@ -64,7 +64,10 @@ def import_k8s_cronjobs(text: str, source_name: str, as_kind: str, url: str | No
     ids = UniqueIds()
     for where, obj in _objects(text, source_name):
         entry = _entry(where, obj, as_kind, url, ids)
-        (result.refused if isinstance(entry, Refused) else result.jobs).append(entry)
+        if isinstance(entry, Refused):
+            result.refused.append(entry)
+        else:
+            result.jobs.append(entry)
     return result
 
 
@@ -73,12 +76,12 @@ def _objects(text: str, source_name: str) -> list[tuple[str, Any]]:
     documents: list[Any] = []
     loader = BoundedYamlLoader(text)
     try:
-        while loader.check_data():  # type: ignore[no-untyped-call]  # types-PyYAML leaves it untyped
-            documents.append(loader.get_data())  # type: ignore[no-untyped-call]
+        while loader.check_data():
+            documents.append(loader.get_data())
     except (RefusedYaml, yaml.YAMLError) as e:
-        raise ManifestError(f"{source_name}: document {len(documents) + 1}: {cut(str(e), 400)}") from None
+        raise ManifestError(f"{source_name}: document {len(documents) + 1}: {_yaml_problem(e)}") from None
     finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        loader.dispose()
     found: list[tuple[str, Any]] = []
     for number, doc in enumerate(documents, start=1):
         where = f"{source_name} document {number}"
@@ -92,7 +95,9 @@ def _objects(text: str, source_name: str) -> list[tuple[str, Any]]:
 def _entry(where: str, obj: Any, as_kind: str, url: str | None, ids: UniqueIds) -> Imported | Refused:
     if not isinstance(obj, Mapping):
         return Refused(where, "not a Kubernetes object (a mapping with kind and metadata)", _shown(obj))
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping):
+        meta = {}
     name, namespace = str(meta.get("name", "")), str(meta.get("namespace") or "default")
     where = f"{where} ({obj.get('kind')} {namespace}/{name})"
     if obj.get("kind") != "CronJob":
@@ -128,7 +133,7 @@ def _job(obj: Mapping[str, Any], as_kind: str, url: str | None) -> tuple[dict[st
     if policy not in _OVERLAP:
         raise _Unusable(f"spec.concurrencyPolicy: {policy!r} is not Allow, Forbid or Replace")
     if policy == "Replace":
-        notes.append('concurrencyPolicy Replace: shardcron cannot stop the running job; it skips the new slot')
+        notes.append("concurrencyPolicy Replace: shardcron cannot stop the running job; it skips the new slot")
     job_spec = _table(_table(spec, "jobTemplate"), "spec")
     attempts = _whole(job_spec, "backoffLimit", _DEFAULT_BACKOFF_LIMIT) + 1
     job: dict[str, Any] = {"cron": translated.cron, "timezone": zone or "UTC", "overlap": _OVERLAP[policy]}
@@ -196,3 +201,11 @@ def _shown(value: Any, limit: int = 2000) -> str:
     """A value as YAML, for a refused entry's comment."""
     text = yaml.safe_dump(value, sort_keys=False, allow_unicode=True) if value is not None else ""
     return cut(text.rstrip("\n").removesuffix("\n..."), limit)
+
+
+def _yaml_problem(e: Exception) -> str:
+    """A YAML error on one line: where, and what PyYAML found (its own text spans several lines)."""
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    if mark is not None and problem:
+        return f"line {mark.line + 1}, column {mark.column + 1}: not valid YAML: {problem}"
+    return cut(" ".join(str(e).split()), 400)

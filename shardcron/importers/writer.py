@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from shardcron.importers.result import ImportResult, Imported, Refused
+from shardcron.importers.result import Imported, ImportResult, Refused
 
 FORMATS = ("toml", "yaml", "json")
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")

@@ -94,7 +94,9 @@ def test_job_notes(line, note):
     assert any(note in n for n in imported.notes), imported.notes
 
 
-@pytest.mark.parametrize("note", ["line 3: MAILTO=ops@example.com", "line 6: BACKUP_DIR=/srv/backups", "line 34: CRON_TZ"])
+@pytest.mark.parametrize(
+    "note", ["line 3: MAILTO=ops@example.com", "line 6: BACKUP_DIR=/srv/backups", "line 34: CRON_TZ"]
+)
 def test_environment_lines_are_file_notes(note):
     assert any(n.startswith(note) for n in RESULT.notes)
 
@@ -132,7 +134,9 @@ def test_percent_signs(line, command):
 
 
 def test_system_crontab_sixth_field_is_a_user():
-    result = import_crontab("17 * * * * root cd / && run-parts --report /etc/cron.hourly\n@daily www echo hi\n", "/etc/crontab", system=True)
+    result = import_crontab(
+        "17 * * * * root cd / && run-parts --report /etc/cron.hourly\n@daily www echo hi\n", "/etc/crontab", system=True
+    )
     commands = [j.job["executor"]["command"] for j in result.jobs]
     assert commands == ["cd / && run-parts --report /etc/cron.hourly", "echo hi"]
     assert any("user 'root'" in n for n in result.jobs[0].notes)
@@ -150,8 +154,7 @@ START = datetime(2026, 10, 20, tzinfo=ZoneInfo("UTC"))
 
 @pytest.mark.parametrize(
     ("line", "zone"),
-    [(row[0], row[3]) for row in JOBS]
-    + [(-1, "America/New_York"), (-2, "Europe/Lisbon"), (-3, "America/New_York")],
+    [(row[0], row[3]) for row in JOBS] + [(-1, "America/New_York"), (-2, "Europe/Lisbon"), (-3, "America/New_York")],
 )
 def test_slots_equal_croniters_for_the_source_expression(line, zone):
     """The next 50 slots of each imported job equal croniter's for the line as cron read it."""

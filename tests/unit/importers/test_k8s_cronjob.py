@@ -3,6 +3,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
+import yaml
 
 from shardcron.importers.k8s_cronjob import ManifestError, import_k8s_cronjobs
 from tests.unit.importers.slots import croniter_slots, shardcron_slots
@@ -58,7 +59,10 @@ SHELL_COMMANDS = {
 @pytest.mark.parametrize(
     ("result", "expected"),
     [
-        (SHELL, [{**j, "executor": {"kind": "shell", "command": SHELL_COMMANDS[j["id"]]}} for j in (NIGHTLY, HOURLY, PING)]),
+        (
+            SHELL,
+            [{**j, "executor": {"kind": "shell", "command": SHELL_COMMANDS[j["id"]]}} for j in (NIGHTLY, HOURLY, PING)],
+        ),
         (HTTP, [{**j, "executor": {"kind": "http", "url": URL}} for j in (NIGHTLY, HOURLY, PING, ENTRYPOINT)]),
     ],
     ids=["shell", "http"],
@@ -86,7 +90,11 @@ def test_refused(result, source, reason):
 @pytest.mark.parametrize(
     ("result", "job_id", "note"),
     [
-        (SHELL, "finance-nightly-report", "left out: pod restartPolicy; container image 'registry.example.com/report:1.4'; container env; container resources"),
+        (
+            SHELL,
+            "finance-nightly-report",
+            "left out: pod restartPolicy; container image 'registry.example.com/report:1.4'; container env; container resources",
+        ),
         (SHELL, "default-hourly-sync", "concurrencyPolicy Replace"),
         (SHELL, "default-hourly-sync", "no spec.timeZone"),
         (HTTP, "ops-weekday-ping", "left out: container 'ping' (image 'curl:8')"),
@@ -100,11 +108,11 @@ def test_notes(result, job_id, note):
 def _cronjob(**spec_fields) -> str:
     spec = {
         "schedule": "0 1 * * *",
-        "jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i", "command": ["run"]}]}}}},
+        "jobTemplate": {
+            "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i", "command": ["run"]}]}}}
+        },
         **spec_fields,
     }
-    import yaml
-
     return yaml.safe_dump({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "x"}, "spec": spec})
 
 
@@ -117,11 +125,24 @@ def _cronjob(**spec_fields) -> str:
         ({"concurrencyPolicy": "Sometimes"}, "not Allow, Forbid or Replace"),
         ({"startingDeadlineSeconds": -1}, "startingDeadlineSeconds"),
         ({"timeZone": "Mars/Olympus"}, "shardcron refuses it"),
-        ({"jobTemplate": {"spec": {"backoffLimit": 200, "template": {"spec": {"containers": [{"command": ["x"]}]}}}}}, "retry.max_attempts"),
+        (
+            {
+                "jobTemplate": {
+                    "spec": {"backoffLimit": 200, "template": {"spec": {"containers": [{"command": ["x"]}]}}}
+                }
+            },
+            "retry.max_attempts",
+        ),
         ({"jobTemplate": {"spec": {"template": {"spec": {"containers": []}}}}}, "containers: missing"),
         ({"jobTemplate": "no"}, "jobTemplate: missing, or not a mapping"),
-        ({"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"command": "run"}]}}}}}, "not a list of strings"),
-        ({"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"command": ["a"]}, {"command": ["b"]}]}}}}}, "2 containers"),
+        (
+            {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"command": "run"}]}}}}},
+            "not a list of strings",
+        ),
+        (
+            {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"command": ["a"]}, {"command": ["b"]}]}}}}},
+            "2 containers",
+        ),
     ],
 )
 def test_unusable_cronjobs_are_refused_naming_the_field(spec_fields, reason):

@@ -99,5 +99,10 @@ def test_comment_is_one_line_that_toml_and_yaml_read_as_nothing(text):
 
 def test_yaml_has_no_aliases_even_for_shared_values():
     shared = {"kind": "shell", "command": "x"}
-    result = ImportResult(jobs=[Imported("a", {"id": "a", "every": "1m", "executor": shared}), Imported("b", {"id": "b", "every": "1m", "executor": shared})])
+    result = ImportResult(
+        jobs=[
+            Imported("a", {"id": "a", "every": "1m", "executor": shared}),
+            Imported("b", {"id": "b", "every": "1m", "executor": shared}),
+        ]
+    )
     assert "&" not in render(result, "yaml").text
