@@ -20,6 +20,7 @@ from pathlib import Path
 from shardcron.errors import InvalidJob, ShardcronError
 from shardcron.importers.result import ImportResult
 from shardcron.importers.writer import FORMATS, render
+from shardcron.spec.durations import load_timezone
 from shardcron.spec.namespaces import validate_namespace
 
 
@@ -65,6 +66,10 @@ def _source(
 def cmd_crontab(a: argparse.Namespace) -> int:
     from shardcron.importers.crontab import import_crontab
 
+    try:
+        load_timezone(a.timezone, "--timezone")
+    except InvalidJob as e:
+        raise ImportCommandError(str(e)) from None
     return _write(import_crontab(_read(a.file), _name(a.file), system=a.system, timezone=a.timezone), a)
 
 

@@ -73,24 +73,25 @@ def toml_string(text: str) -> str:
 
 
 def _toml_job(job: dict[str, Any]) -> str:
-    return "[[jobs]]\n" + "\n".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in job.items())
+    return "[[jobs]]\n" + "\n".join(f"{_toml_key(k)} = {toml_value(v)}" for k, v in job.items())
 
 
 def _toml_key(key: str) -> str:
     return key if _BARE_KEY.match(key) else toml_string(key)
 
 
-def _toml_value(value: Any) -> str:
+def toml_value(value: Any) -> str:
+    """``value`` (a job table's: text, a number, a boolean, a list or a table) as an inline TOML value."""
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
+    if isinstance(value, int | float):
+        return str(value)  # Python's float text (1.5, 1e+20, inf, nan) is TOML's
     if isinstance(value, str):
         return toml_string(value)
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+        return "{ " + ", ".join(f"{_toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
     if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     raise TypeError(f"a job file holds no {type(value).__name__} ({value!r})")
 
 

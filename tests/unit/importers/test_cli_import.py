@@ -1,3 +1,4 @@
+import io
 import json
 from pathlib import Path
 
@@ -61,6 +62,7 @@ def test_system_flag(tmp_path, capsys):
         (["crontab", "EMPTY"], "nothing imported: no entries"),
         (["crontab", "REBOOT"], "nothing imported (see the refusals)"),
         (["crontab", CRONTAB, "--namespace", "Bad Name!"], "--namespace: "),
+        (["crontab", CRONTAB, "--timezone", "Mars/Olympus"], "--timezone: unknown timezone 'Mars/Olympus'"),
     ],
 )
 def test_errors_are_one_line_and_exit_1(tmp_path, capsys, args, error):
@@ -86,3 +88,11 @@ def test_the_other_sources_are_registered(capsys):
     assert exit_.value.code == 0
     out = capsys.readouterr().out
     assert all(name in out for name in ("crontab", "k8s-cronjob", "celery-beat", "apscheduler"))
+
+
+def test_dash_reads_standard_input(monkeypatch, capsys):
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(b"@hourly echo from-stdin\n")))
+    assert main(["import", "crontab", "-"]) == 0
+    captured = capsys.readouterr()
+    assert 'command = "echo from-stdin"' in captured.out and "# from stdin line 1" in captured.out
+    assert captured.err.splitlines()[-1] == "1 job"

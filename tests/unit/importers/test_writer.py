@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from shardcron.importers.result import Imported, ImportResult, Refused
-from shardcron.importers.writer import FORMATS, comment, render, toml_string
+from shardcron.importers.writer import FORMATS, comment, render, toml_string, toml_value
 from shardcron.spec.job import job_from_dict
 from shardcron.spec.jobfile import load_job_file
 
@@ -106,3 +106,8 @@ def test_yaml_has_no_aliases_even_for_shared_values():
         ]
     )
     assert "&" not in render(result, "yaml").text
+
+
+@pytest.mark.parametrize("number", [0, -7, 2**62, 1.5, 1e20, float("inf")])
+def test_toml_numbers_read_back(number):
+    assert tomllib.loads(f"k = {toml_value(number)}")["k"] == number
