@@ -19,6 +19,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from shardcron.spec.bounds import shown
+
 MACROS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
@@ -49,6 +51,7 @@ FIELDS = (
     _Field("day of week", 0, 7, _DAYS, 0),
 )
 _DOM, _DOW = 2, 4
+_DIGITS = 4  # no field value or useful step is longer; longer ones are refused before int() reads them
 _QUARTZ = re.compile(r"^[0-9]*(l|w|lw)$")
 _ELEMENT = re.compile(r"^(?P<base>\*|[0-9a-z]+(?:-[0-9a-z]+)?)(?:/(?P<step>[0-9]+))?$")
 
@@ -87,30 +90,32 @@ def translate_schedule(text: str, dialect: str = "vixie") -> Translated:
 def _field_text(word: str, spec: _Field, dialect: str) -> str:
     """One field, checked element by element, as croniter should read it (k8s forms rewritten).
     Messages quote ``word`` as written; names are matched in any case."""
-    shown, word = word, word.lower()
+    as_written, word = word, word.lower()
     if "#" in word or any(_QUARTZ.match(part) for part in re.split(r"[,/-]", word)):
-        raise UnsupportedSchedule(f"{spec.name} {shown!r}: L, W and # are not cron syntax (Quartz extensions)")
+        raise UnsupportedSchedule(
+            f"{spec.name} {shown(as_written)}: L, W and # are not cron syntax (Quartz extensions)"
+        )
     if word == "*/1" or (word == "?" and dialect == "k8s" and spec.name.startswith("day")):
         return "*"  # every value: '*' itself, so that the day rule below reads it as unrestricted, as cron does
-    return ",".join(_element_text(element, spec, shown, dialect) for element in word.split(","))
+    return ",".join(_element_text(element, spec, as_written, dialect) for element in word.split(","))
 
 
 def _element_text(element: str, spec: _Field, word: str, dialect: str) -> str:
     m = _ELEMENT.match(element)
     if m is None:
-        raise UnsupportedSchedule(f"{spec.name} {word!r}: {element!r} is not a value, a range or a step")
+        raise UnsupportedSchedule(f"{spec.name} {shown(word)}: {shown(element)} is not a value, a range or a step")
     base, step = m["base"], m["step"]
-    if step is not None and int(step) == 0:
-        raise UnsupportedSchedule(f"{spec.name} {word!r}: a step of 0 never advances")
+    if step is not None and (len(step) > _DIGITS or int(step) == 0):
+        raise UnsupportedSchedule(f"{spec.name} {shown(word)}: a step of {shown(step)} never advances")
     if base == "*":
         return element
     bounds = [_value(part, spec, word) for part in base.split("-")]
     if len(bounds) == 2 and bounds[0] > bounds[1]:
-        raise UnsupportedSchedule(f"{spec.name} {word!r}: the range {base!r} runs backwards")
+        raise UnsupportedSchedule(f"{spec.name} {shown(word)}: the range {shown(base)} runs backwards")
     if step is not None and len(bounds) == 1:
         if dialect != "k8s":
             raise UnsupportedSchedule(
-                f"{spec.name} {word!r}: a step after a single value ({element!r}) means different things to "
+                f"{spec.name} {shown(word)}: a step after a single value ({shown(element)}) means different things to "
                 f"different crons; write {bounds[0]}-{spec.high}/{step} or {bounds[0]}"
             )
         return f"{bounds[0]}-{spec.high}/{step}"
@@ -122,11 +127,10 @@ def _value(part: str, spec: _Field, word: str) -> int:
     if part in spec.names:
         return spec.names.index(part) + spec.name_base
     if not part.isdigit():
-        raise UnsupportedSchedule(f"{spec.name} {word!r}: {part!r} is not a number or a name cron knows")
-    value = int(part)
-    if not spec.low <= value <= spec.high:
-        raise UnsupportedSchedule(f"{spec.name} {word!r}: {value} is outside {spec.low}-{spec.high}")
-    return value
+        raise UnsupportedSchedule(f"{spec.name} {shown(word)}: {shown(part)} is not a number or a name cron knows")
+    if len(part) > _DIGITS or not spec.low <= int(part) <= spec.high:
+        raise UnsupportedSchedule(f"{spec.name} {shown(word)}: {shown(part)} is outside {spec.low}-{spec.high}")
+    return int(part)
 
 
 def _day_rule(dom: str, dow: str, dialect: str) -> tuple[str, ...]:
@@ -136,8 +140,8 @@ def _day_rule(dom: str, dow: str, dialect: str) -> tuple[str, ...]:
     # Vixie cron ANDs the day fields when one starts with '*'; robfig/cron when one is '*' or '?' (rewritten above).
     if dialect == "vixie" and (dom.startswith("*") or dow.startswith("*")):
         raise UnsupportedSchedule(
-            f"day of month {dom!r} and day of week {dow!r}: Vixie cron runs it only on days matching both (its "
+            f"day of month {shown(dom)} and day of week {shown(dow)}: Vixie cron runs it only on days matching both (its "
             "rule when one starts with '*'), and shardcron's cron cannot say 'both' (it reads either); split it "
             "into two jobs or narrow one field"
         )
-    return (f"runs on days matching day of month {dom!r} OR day of week {dow!r}, as cron does",)
+    return (f"runs on days matching day of month {shown(dom)} OR day of week {shown(dow)}, as cron does",)

@@ -20,6 +20,7 @@ import shlex
 from shardcron.errors import InvalidJob
 from shardcron.importers.cron_fields import UnsupportedSchedule, translate_schedule
 from shardcron.importers.result import Imported, ImportResult, Refused, UniqueIds, id_stem
+from shardcron.spec.bounds import shown
 from shardcron.spec.job import job_from_dict
 
 _ENV_LINE = re.compile(r"^(?P<name>[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(?P<value>.*)$")
@@ -77,7 +78,7 @@ def _entry(
     schedule_text, rest = " ".join(words[:fields]), words[fields:]
     notes: list[str] = []
     if system:
-        notes.append(f"cron ran it as the user {rest[0]!r}; shardcron runs it as the node's user")
+        notes.append(f"cron ran it as the user {shown(rest[0])}; shardcron runs it as the node's user")
         rest = rest[1:]
     try:
         translated = translate_schedule(schedule_text, "vixie")
@@ -126,7 +127,7 @@ def _env_notes(command: str, env: dict[str, tuple[int, str]]) -> list[str]:
     """Notes on the environment lines ``command`` depended on."""
     used = {m["braced"] or m["bare"] for m in _VARIABLE.finditer(command)}
     notes = [
-        f"uses ${name}, which line {number} set to {value!r}; set it in the node's environment or the command"
+        f"uses ${name}, which line {number} set to {shown(value)}; set it in the node's environment or the command"
         for name, (number, value) in env.items()
         if name in used and name not in _SCHEDULE_VARS
     ]

@@ -29,7 +29,7 @@ import yaml
 from shardcron.errors import InvalidJob, ShardcronError
 from shardcron.importers.cron_fields import UnsupportedSchedule, translate_schedule
 from shardcron.importers.result import Imported, ImportResult, Refused, UniqueIds, id_stem
-from shardcron.spec.bounds import cut
+from shardcron.spec.bounds import cut, shown
 from shardcron.spec.job import job_from_dict
 from shardcron.spec.jobfile import BoundedYamlLoader, RefusedYaml
 
@@ -99,11 +99,12 @@ def _entry(where: str, obj: Any, as_kind: str, url: str | None, ids: UniqueIds) 
     if not isinstance(meta, Mapping):
         meta = {}
     name, namespace = str(meta.get("name", "")), str(meta.get("namespace") or "default")
-    where = f"{where} ({obj.get('kind')} {namespace}/{name})"
+    kind_and_name = cut(f"{obj.get('kind')} {namespace}/{name}", 200)
+    where = f"{where} ({kind_and_name})"
     if obj.get("kind") != "CronJob":
-        return Refused(where, f"a {obj.get('kind')!r}, not a CronJob: nothing to schedule")
+        return Refused(where, f"a {shown(obj.get('kind'))}, not a CronJob: nothing to schedule")
     if obj.get("apiVersion") not in API_VERSIONS:
-        return Refused(where, f"apiVersion {obj.get('apiVersion')!r}: expected one of {', '.join(API_VERSIONS)}")
+        return Refused(where, f"apiVersion {shown(obj.get('apiVersion'))}: expected one of {', '.join(API_VERSIONS)}")
     try:
         job, notes = _job(obj, as_kind, url)
     except (_Unusable, UnsupportedSchedule) as e:
@@ -131,7 +132,7 @@ def _job(obj: Mapping[str, Any], as_kind: str, url: str | None) -> tuple[dict[st
         notes.append("no spec.timeZone: read in UTC (Kubernetes used the controller manager's zone)")
     policy = spec.get("concurrencyPolicy", "Allow")
     if policy not in _OVERLAP:
-        raise _Unusable(f"spec.concurrencyPolicy: {policy!r} is not Allow, Forbid or Replace")
+        raise _Unusable(f"spec.concurrencyPolicy: {shown(policy)} is not Allow, Forbid or Replace")
     if policy == "Replace":
         notes.append("concurrencyPolicy Replace: shardcron cannot stop the running job; it skips the new slot")
     job_spec = _table(_table(spec, "jobTemplate"), "spec")
@@ -160,7 +161,7 @@ def _executor(job_spec: Mapping[str, Any], as_kind: str, url: str | None) -> tup
         raise _Unusable("spec.jobTemplate.spec.template.spec.containers: missing, or not a list of containers")
     left_out = [f"pod {key}" for key in pod if key != "containers"]
     if as_kind == "http":
-        left_out += [f"container {c.get('name')!r} (image {c.get('image')!r})" for c in containers]
+        left_out += [f"container {shown(c.get('name'))} (image {shown(c.get('image'))})" for c in containers]
         return {"kind": "http", "url": url}, left_out
     if len(containers) != 1:
         raise _Unusable(f"{len(containers)} containers: a shell job runs one command; import --as http instead")
@@ -169,7 +170,7 @@ def _executor(job_spec: Mapping[str, Any], as_kind: str, url: str | None) -> tup
     if not container.get("command"):
         raise _Unusable("the container has no command (the image's ENTRYPOINT runs): write the shell job by hand")
     left_out += [
-        f"container image {value!r}" if key == "image" else f"container {key}"
+        f"container image {shown(value)}" if key == "image" else f"container {key}"
         for key, value in container.items()
         if key not in _USED_CONTAINER_KEYS
     ]
@@ -186,7 +187,7 @@ def _table(parent: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 def _whole(parent: Mapping[str, Any], key: str, default: int) -> int:
     value = parent.get(key, default)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise _Unusable(f"{key}: {value!r} is not a whole number of at least 0")
+        raise _Unusable(f"{key}: {shown(value)} is not a whole number of at least 0")
     return value
 
 
