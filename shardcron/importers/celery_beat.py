@@ -17,7 +17,7 @@ from typing import Any
 
 from shardcron.errors import InvalidJob
 from shardcron.importers.result import Imported, ImportResult, Refused, UniqueIds, id_stem
-from shardcron.importers.translate import SourceUnreadable, as_json, cron_field, json_problem, ms_text
+from shardcron.importers.translate import EntryRefused, SourceUnreadable, as_json, cron_field, json_problem, ms_text
 from shardcron.spec.job import job_from_dict
 
 # Celery's own default when an app names no broker (its ``broker_url`` setting).
@@ -61,7 +61,7 @@ def translate_beat(source: BeatSource) -> ImportResult:
         where = f"beat_schedule[{name!r}]"
         try:
             job, notes = _job(str(name), entry, timezone, broker, ids)
-        except _Refusal as refusal:
+        except EntryRefused as refusal:
             result.refused.append(Refused(where, refusal.reason, repr(entry)[:500]))
             continue
         try:
@@ -71,14 +71,6 @@ def translate_beat(source: BeatSource) -> ImportResult:
             continue
         result.jobs.append(Imported(where, job, tuple(notes)))
     return result
-
-
-class _Refusal(Exception):
-    """An entry that cannot be expressed; ``reason`` says why."""
-
-    def __init__(self, reason: str):
-        super().__init__(reason)
-        self.reason = reason
 
 
 def _timezone(source: BeatSource, notes: list[str]) -> str:
@@ -95,10 +87,10 @@ def _timezone(source: BeatSource, notes: list[str]) -> str:
 
 def _job(name: str, entry: Any, timezone: str, broker: str, ids: UniqueIds) -> tuple[dict[str, Any], list[str]]:
     if not isinstance(entry, Mapping):
-        raise _Refusal(f"an entry must be a dict with task and schedule, got {type(entry).__name__}")
+        raise EntryRefused(f"an entry must be a dict with task and schedule, got {type(entry).__name__}")
     task = entry.get("task")
     if not isinstance(task, str) or not task:
-        raise _Refusal("the entry names no task")
+        raise EntryRefused("the entry names no task")
     notes = [f"entry key {key!r} is not carried over" for key in sorted(set(entry) - _ENTRY_KEYS, key=str)]
     schedule = _schedule(entry.get("schedule"), bool(entry.get("relative", False)), timezone, notes)
     executor: dict[str, Any] = {"kind": "celery", "url": broker, "task": task}
@@ -108,7 +100,7 @@ def _job(name: str, entry: Any, timezone: str, broker: str, ids: UniqueIds) -> t
             continue
         problem = json_problem(value, key)
         if problem:
-            raise _Refusal(f"{key} must travel as JSON: {problem}")
+            raise EntryRefused(f"{key} must travel as JSON: {problem}")
         executor[key] = as_json(value)
     executor.update(_options(entry.get("options") or {}, notes))
     return {"id": ids.take(id_stem(name)), **schedule, "catchup": "latest", "executor": executor}, notes
@@ -121,7 +113,7 @@ def _schedule(raw: Any, relative: bool, timezone: str, notes: list[str]) -> dict
     if isinstance(raw, crontab):
         return {"cron": crontab_expression(raw), "timezone": timezone}
     if isinstance(raw, solar):
-        raise _Refusal(
+        raise EntryRefused(
             f"solar({raw.event!r}, {raw.lat}, {raw.lon}) follows the sun; shardcron schedules are cron, "
             "intervals or single runs"
         )
@@ -130,7 +122,7 @@ def _schedule(raw: Any, relative: bool, timezone: str, notes: list[str]) -> dict
     if isinstance(raw, timedelta | int | float) and not isinstance(raw, bool):
         return _every(raw if isinstance(raw, timedelta) else timedelta(seconds=raw), relative, notes)
     cls = type(raw)
-    raise _Refusal(f"a schedule of class {cls.__module__}.{cls.__qualname__} has no shardcron equivalent")
+    raise EntryRefused(f"a schedule of class {cls.__module__}.{cls.__qualname__} has no shardcron equivalent")
 
 
 def crontab_expression(c: Any) -> str:
@@ -138,11 +130,11 @@ def crontab_expression(c: Any) -> str:
     parsed sets; Sunday is 0 in both). Refused when both days are restricted: beat needs the day of the
     month AND the weekday to match, cron either of them."""
     if c.nowfun is not None:
-        raise _Refusal("the crontab has its own nowfun (a clock of its own): when it fires cannot be known")
+        raise EntryRefused("the crontab has its own nowfun (a clock of its own): when it fires cannot be known")
     days = cron_field(c.day_of_month, 1, 31)
     weekdays = cron_field(c.day_of_week, 0, 6)
     if days != "*" and weekdays != "*":
-        raise _Refusal(
+        raise EntryRefused(
             f"day_of_month {c._orig_day_of_month!r} and day_of_week {c._orig_day_of_week!r} are both given: "
             "beat runs when both match, cron when either does; split it into a job per weekday, or "
             "check the weekday in the task"
@@ -155,7 +147,7 @@ def crontab_expression(c: Any) -> str:
 def _every(period: timedelta, relative: bool, notes: list[str]) -> dict[str, Any]:
     ms = round(period.total_seconds() * 1000)
     if ms <= 0:
-        raise _Refusal(f"the interval must be positive, got {period}")
+        raise EntryRefused(f"the interval must be positive, got {period}")
     if ms != period.total_seconds() * 1000:
         notes.append(f"the interval {period} is rounded to {ms} ms")
     notes.append(
@@ -169,7 +161,7 @@ def _every(period: timedelta, relative: bool, notes: list[str]) -> dict[str, Any
 def _options(options: Any, notes: list[str]) -> dict[str, Any]:
     """The executor keys for an entry's ``options``; what the celery executor has no key for goes in notes."""
     if not isinstance(options, Mapping):
-        raise _Refusal(f"options must be a dict, got {type(options).__name__}")
+        raise EntryRefused(f"options must be a dict, got {type(options).__name__}")
     keys: dict[str, Any] = {k: options[k] for k in _OPTIONS_KEPT if options.get(k) is not None}
     expires = options.get("expires")
     if isinstance(expires, int | float) and not isinstance(expires, bool):

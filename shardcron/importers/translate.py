@@ -1,5 +1,5 @@
-"""What the Python schedulers' importers share: a cron field written from a set of values, and a check that
-arguments survive as JSON."""
+"""What the Python schedulers' importers share: their errors, a cron field written from a set of values, a
+check that arguments survive as JSON, and durations as a job file writes them."""
 
 from __future__ import annotations
 
@@ -15,6 +15,14 @@ from shardcron.spec.durations import format_duration_ms, parse_duration_ms
 class SourceUnreadable(ShardcronError):
     """The source as a whole cannot be read (a module that does not import, a store that does not open):
     the message names what and why; no entry was translated."""
+
+
+class EntryRefused(Exception):
+    """One entry cannot be expressed as a shardcron job; ``reason`` says why (it becomes a ``Refused``)."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
 
 
 def cron_field(values: Iterable[int], lowest: int, highest: int) -> str:
