@@ -23,6 +23,8 @@ def schedule_keys(trigger: Any, now: datetime, notes: list[str]) -> dict[str, An
     if isinstance(trigger, CronTrigger):
         keys = {"cron": cron_expression(trigger), "timezone": zone_name(trigger.timezone)}
         _bounds(trigger, now, notes)
+        if changes_clocks(trigger.timezone, now.year):
+            notes.append(DST_NOTE)
     elif isinstance(trigger, IntervalTrigger):
         keys = _interval(trigger, now, notes)
     elif isinstance(trigger, DateTrigger):
@@ -40,6 +42,18 @@ def schedule_keys(trigger: Any, now: datetime, notes: list[str]) -> dict[str, An
             "the job by the same offset in [0, jitter)"
         )
     return keys
+
+
+DST_NOTE = (
+    "At clock changes the two differ: in the hour the clocks go back APScheduler ran a slot at both "
+    "occurrences, shardcron runs it once, at the first; a slot in the hour the clocks skip APScheduler ran "
+    "that much later (01:30 at 02:30), shardcron runs it at the change (02:00)"
+)
+
+
+def changes_clocks(zone: tzinfo, year: int) -> bool:
+    """Whether ``zone`` moves its clocks in ``year`` (its offset in January and July differ)."""
+    return datetime(year, 1, 1, tzinfo=zone).utcoffset() != datetime(year, 7, 1, tzinfo=zone).utcoffset()
 
 
 def cron_expression(trigger: Any) -> str:

@@ -187,7 +187,7 @@ def load_beat_source(app_ref: str) -> BeatSource:
         raise SourceUnreadable(f"{app_ref!r} is not module:attribute or module, such as proj.celery:app")
     try:
         module = importlib.import_module(module_name)
-    except BaseException as e:  # noqa: BLE001 - a user's module may raise anything, even SystemExit
+    except (Exception, SystemExit) as e:  # a user's module may raise anything, even SystemExit
         raise SourceUnreadable(f"module {module_name!r} does not import: {type(e).__name__}: {e}") from None
     if colon:
         target: Any = module
