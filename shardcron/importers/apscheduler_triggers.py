@@ -47,7 +47,8 @@ def schedule_keys(trigger: Any, now: datetime, notes: list[str]) -> dict[str, An
 DST_NOTE = (
     "At clock changes the two differ: in the hour the clocks go back APScheduler ran a slot at both "
     "occurrences, shardcron runs it once, at the first; a slot in the hour the clocks skip APScheduler ran "
-    "that much later (01:30 at 02:30), shardcron runs it at the change (02:00)"
+    "that much later (01:30 at 02:30), shardcron runs it at the change (02:00); and APScheduler 3.11 skips "
+    "a midnight on the 1st of a month after the clocks go forward (1 April 2026 in Lisbon), which shardcron runs"
 )
 
 
