@@ -37,30 +37,31 @@ def import_apscheduler(url: str, table: str = DEFAULT_TABLE, *, now: datetime | 
     result = ImportResult(notes=[STOP_NOTE])
     ids = UniqueIds()
     modules: list[str] = []
+    unrestored = False
     try:
         for row_id, state in rows:
             where = f"{table} job {row_id!r}"
             try:
                 job = store.lookup_job(row_id)
-            except Exception as e:  # noqa: BLE001 - restoring runs the job's module and unpickles its trigger
+            except Exception as e:  # restoring imports the job's module and unpickles its trigger: anything
                 reason = f"its callable {stored_func_ref(state)} does not restore: {type(e).__name__}: {e}"
                 result.refused.append(Refused(where, reason))
+                unrestored = True
                 continue
-            try:
-                table_, notes = job_table(job, now, ids)
-                job_from_dict(table_, require_executor=True)
-            except EntryRefused as e:
-                result.refused.append(Refused(where, e.reason, str(job)))
+            entry = _translated(job, where, now, ids)
+            if isinstance(entry, Refused):
+                result.refused.append(entry)
                 continue
-            except InvalidJob as e:
-                result.refused.append(Refused(where, f"shardcron refuses the job it becomes: {e}", str(job)))
-                continue
-            result.jobs.append(Imported(where, table_, tuple(notes)))
-            module = job.func_ref.partition(":")[0]
-            if module not in modules:
+            result.jobs.append(entry)
+            if (module := job.func_ref.partition(":")[0]) not in modules:
                 modules.append(module)
     finally:
         store.shutdown()
+    if unrestored:
+        result.notes.append(
+            "Some callables did not import here: run the import where the project's modules import (its "
+            "directory on PYTHONPATH), or those jobs are refused."
+        )
     if modules:
         flags = " ".join(f"--allow-python {m}" for m in modules)
         result.notes.append(
@@ -68,6 +69,18 @@ def import_apscheduler(url: str, table: str = DEFAULT_TABLE, *, now: datetime | 
             "(each function must be defined in that module, not imported into it)."
         )
     return result
+
+
+def _translated(job: Any, where: str, now: datetime, ids: UniqueIds) -> Imported | Refused:
+    """A restored job as the job it becomes, checked by shardcron's own parser, or refused with the reason."""
+    try:
+        table, notes = job_table(job, now, ids)
+        job_from_dict(table, require_executor=True)
+    except EntryRefused as e:
+        return Refused(where, e.reason, str(job))
+    except InvalidJob as e:
+        return Refused(where, f"shardcron refuses the job it becomes: {e}", str(job))
+    return Imported(where, table, tuple(notes))
 
 
 def job_table(job: Any, now: datetime, ids: UniqueIds) -> tuple[dict[str, Any], list[str]]:
@@ -114,7 +127,7 @@ def stored_func_ref(state: bytes) -> str:
     nothing: every class the pickle names is read as an inert stand-in."""
     try:
         loaded = _InertUnpickler(state).load()
-    except Exception:  # noqa: BLE001 - a damaged pickle: say so rather than fail the import
+    except Exception:  # a damaged pickle: say so rather than fail the import
         return "(unreadable state)"
     func = loaded.get("func") if isinstance(loaded, dict) else None
     return repr(func) if isinstance(func, str) else "(no textual reference)"

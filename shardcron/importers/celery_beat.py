@@ -135,7 +135,7 @@ def crontab_expression(c: Any) -> str:
     weekdays = cron_field(c.day_of_week, 0, 6)
     if days != "*" and weekdays != "*":
         raise EntryRefused(
-            f"day_of_month {c._orig_day_of_month!r} and day_of_week {c._orig_day_of_week!r} are both given: "
+            f"day_of_month ({days}) and day_of_week ({weekdays}, Sunday 0) are both given: "
             "beat runs when both match, cron when either does; split it into a job per weekday, or "
             "check the weekday in the task"
         )
@@ -188,7 +188,11 @@ def load_beat_source(app_ref: str) -> BeatSource:
     try:
         module = importlib.import_module(module_name)
     except (Exception, SystemExit) as e:  # a user's module may raise anything, even SystemExit
-        raise SourceUnreadable(f"module {module_name!r} does not import: {type(e).__name__}: {e}") from None
+        hint = " (run the import where the project's modules import: its directory on PYTHONPATH)"
+        missing = isinstance(e, ModuleNotFoundError)
+        raise SourceUnreadable(
+            f"module {module_name!r} does not import: {type(e).__name__}: {e}{hint if missing else ''}"
+        ) from None
     if colon:
         target: Any = module
         for part in attribute.split("."):
@@ -209,10 +213,15 @@ def _app_source(app: Any, where: str) -> BeatSource:
     timezone = conf.timezone
     return BeatSource(
         schedule=schedule,
-        timezone=None if not timezone else str(getattr(timezone, "key", timezone)),
+        timezone=None if not timezone else _zone_name(timezone),
         enable_utc=bool(conf.enable_utc),
         broker_url=conf.broker_url,
     )
+
+
+def _zone_name(zone: Any) -> str:
+    """A configured timezone's IANA name: a string as given, a zoneinfo or pytz zone by its key."""
+    return str(getattr(zone, "key", None) or getattr(zone, "zone", None) or zone)
 
 
 def _module_source(module: Any, name: str) -> BeatSource:
