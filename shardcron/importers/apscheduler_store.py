@@ -17,7 +17,7 @@ from typing import Any
 from shardcron.errors import InvalidJob
 from shardcron.importers.apscheduler_triggers import schedule_keys
 from shardcron.importers.result import Imported, ImportResult, Refused, UniqueIds, id_stem
-from shardcron.importers.translate import EntryRefused, SourceUnreadable, as_json, json_problem, ms_text
+from shardcron.importers.translate import EntryRefused, SourceUnreadable, as_json, json_problem, ms_text, require
 from shardcron.spec.bounds import MAX_DURATION_MS
 from shardcron.spec.job import job_from_dict
 
@@ -32,6 +32,9 @@ def import_apscheduler(url: str, table: str = DEFAULT_TABLE, *, now: datetime | 
     """The jobs in the APScheduler job store at SQLAlchemy ``url`` (its table ``table``) as python jobs.
     ``now`` (default: the clock) decides whether a start date is still ahead. Raises ``SourceUnreadable``
     when the store cannot be opened or has no such table."""
+    require(
+        "apscheduler.jobstores.sqlalchemy", "reading an APScheduler 3 job store", "pip install 'APScheduler>=3.10,<4'"
+    )
     store, rows = _open(url, table)
     now = now or datetime.now(UTC)
     result = ImportResult(notes=[STOP_NOTE])

@@ -17,7 +17,15 @@ from typing import Any
 
 from shardcron.errors import InvalidJob
 from shardcron.importers.result import Imported, ImportResult, Refused, UniqueIds, id_stem
-from shardcron.importers.translate import EntryRefused, SourceUnreadable, as_json, cron_field, json_problem, ms_text
+from shardcron.importers.translate import (
+    EntryRefused,
+    SourceUnreadable,
+    as_json,
+    cron_field,
+    json_problem,
+    ms_text,
+    require,
+)
 from shardcron.spec.job import job_from_dict
 
 # Celery's own default when an app names no broker (its ``broker_url`` setting).
@@ -46,6 +54,7 @@ class BeatSource:
 def import_celery_beat(app_ref: str) -> ImportResult:
     """The app's beat schedule as celery jobs; ``app_ref`` is ``module:attribute`` or ``module``.
     Raises ``SourceUnreadable`` when the module does not import or holds no app or schedule."""
+    require("celery.schedules", "reading a Celery beat schedule", "pip install 'shardcron[celery]'")
     return translate_beat(load_beat_source(app_ref))
 
 

@@ -3,6 +3,7 @@ check that arguments survive as JSON, and durations as a job file writes them.""
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 from collections.abc import Iterable
@@ -15,6 +16,14 @@ from shardcron.spec.durations import format_duration_ms, parse_duration_ms
 class SourceUnreadable(ShardcronError):
     """The source as a whole cannot be read (a module that does not import, a store that does not open):
     the message names what and why; no entry was translated."""
+
+
+def require(module: str, what: str, install: str) -> None:
+    """Refuse, naming what to install, when ``module`` (a scheduler's own package) does not import here."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise SourceUnreadable(f"{what} needs {module.partition('.')[0]} here: {install}") from None
 
 
 class EntryRefused(Exception):
