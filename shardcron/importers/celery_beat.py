@@ -157,7 +157,7 @@ def _every(period: timedelta, relative: bool, notes: list[str]) -> dict[str, Any
     ms = round(period.total_seconds() * 1000)
     if ms <= 0:
         raise EntryRefused(f"the interval must be positive, got {period}")
-    if ms != period.total_seconds() * 1000:
+    if period != timedelta(milliseconds=ms):
         notes.append(f"the interval {period} is rounded to {ms} ms")
     notes.append(
         "beat ran this interval from its own last run"
