@@ -11,8 +11,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from celery.schedules import crontab
+from croniter import croniter
+from hypothesis import given
+from hypothesis import strategies as st
 
-from shardcron.importers.celery_beat import DEDUPE_NOTE, import_celery_beat
+from shardcron.importers.celery_beat import DEDUPE_NOTE, crontab_expression, import_celery_beat
 from shardcron.importers.translate import SourceUnreadable
 from shardcron.rules.triggers import trigger_for
 from shardcron.spec.job import job_from_dict
@@ -284,6 +287,9 @@ def test_a_module_name_alone_finds_its_app(write_module):
 def test_a_django_settings_module_is_read_by_its_celery_names(write_module):
     name = write_module("""
         from celery.schedules import crontab
+from croniter import croniter
+from hypothesis import given
+from hypothesis import strategies as st
         CELERY_BROKER_URL = "redis://cache:6379/2"
         TIME_ZONE = "Europe/Paris"
         CELERY_BEAT_SCHEDULE = {"sync": {"task": "app.sync", "schedule": crontab(minute=0, hour="*/2")}}
@@ -319,3 +325,24 @@ def test_a_reference_that_leads_nowhere_is_a_clear_error(write_module, ref, word
     with pytest.raises(SourceUnreadable) as raised:
         import_celery_beat(ref.format(**names))
     assert words in str(raised.value)
+
+
+@given(
+    minutes=st.sets(st.integers(0, 59), min_size=1),
+    hours=st.sets(st.integers(0, 23), min_size=1),
+    weekdays=st.sets(st.integers(0, 6), min_size=1),
+    months=st.sets(st.integers(1, 12), min_size=1),
+)
+def test_any_crontab_of_sets_reads_back_from_its_expression_as_the_same_sets(minutes, hours, weekdays, months):
+    c = crontab(minute=minutes, hour=hours, day_of_week=weekdays, month_of_year=months)
+    fields = croniter(crontab_expression(c)).expanded
+    read = [
+        _expanded(f, low, high)
+        for f, (low, high) in zip(fields, [(0, 59), (0, 23), (1, 31), (1, 12), (0, 6)], strict=True)
+    ]
+    assert read == [c.minute, c.hour, set(range(1, 32)), c.month_of_year, c.day_of_week]
+
+
+def _expanded(field: list, low: int, high: int) -> set[int]:
+    """croniter's expanded field as a set (``*`` is every value; croniter writes Sunday as 0 or 7)."""
+    return set(range(low, high + 1)) if field == ["*"] else {int(v) % 7 if high == 6 else int(v) for v in field}
