@@ -287,9 +287,6 @@ def test_a_module_name_alone_finds_its_app(write_module):
 def test_a_django_settings_module_is_read_by_its_celery_names(write_module):
     name = write_module("""
         from celery.schedules import crontab
-from croniter import croniter
-from hypothesis import given
-from hypothesis import strategies as st
         CELERY_BROKER_URL = "redis://cache:6379/2"
         TIME_ZONE = "Europe/Paris"
         CELERY_BEAT_SCHEDULE = {"sync": {"task": "app.sync", "schedule": crontab(minute=0, hour="*/2")}}
