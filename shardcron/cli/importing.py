@@ -13,6 +13,7 @@ JSON cannot hold as comments. Exit 0 when at least one job was imported, 1 other
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -50,6 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     aps = _source(sources, "apscheduler", "an APScheduler job store", cmd_apscheduler)
     aps.add_argument("url", metavar="URL", help="the job store's database URL")
+    aps.add_argument("--table", default="apscheduler_jobs", help="the job store's table (default apscheduler_jobs)")
 
 
 def _source(
@@ -86,13 +88,23 @@ def cmd_k8s(a: argparse.Namespace) -> int:
 def cmd_celery_beat(a: argparse.Namespace) -> int:
     from shardcron.importers.celery_beat import import_celery_beat
 
+    _project_importable()
     return _write(import_celery_beat(a.app), a)
 
 
 def cmd_apscheduler(a: argparse.Namespace) -> int:
     from shardcron.importers.apscheduler_store import import_apscheduler
 
-    return _write(import_apscheduler(a.url), a)
+    _project_importable()
+    return _write(import_apscheduler(a.url, a.table), a)
+
+
+def _project_importable() -> None:
+    """The current directory first on the import path, as ``celery -A`` puts it: the importers import the
+    project's own modules (its Celery app, its jobs' functions)."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
 
 
 def _read(path: str) -> str:

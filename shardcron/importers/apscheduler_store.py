@@ -33,7 +33,7 @@ def import_apscheduler(url: str, table: str = DEFAULT_TABLE, *, now: datetime | 
     ``now`` (default: the clock) decides whether a start date is still ahead. Raises ``SourceUnreadable``
     when the store cannot be opened or has no such table."""
     require(
-        "apscheduler.jobstores.sqlalchemy", "reading an APScheduler 3 job store", "pip install 'APScheduler>=3.10,<4'"
+        "apscheduler.jobstores.sqlalchemy", "reading an APScheduler 3 job store", "pip install 'shardcron[apscheduler]'"
     )
     store, rows = _open(url, table)
     now = now or datetime.now(UTC)

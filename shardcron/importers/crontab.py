@@ -36,6 +36,7 @@ _ENV_MEANING = {
     "RANDOM_DELAY": "cronie delayed each job by up to this many minutes; shardcron's jitter does that",
 }
 FILE_NOTES = (
+    "each job is a shell job: nodes run them only when started with --allow-shell",
     "cron never stopped a run; shardcron stops one after its timeout (default 1m): set timeout on jobs that run longer",
     'cron started every slot even while the last run still went: each job keeps that (overlap = "allow")',
 )

@@ -39,7 +39,8 @@ _OVERLAP = {"Allow": "allow", "Forbid": "skip", "Replace": "skip"}
 _DEFAULT_BACKOFF_LIMIT = 6
 _HOW_JOBS_RUN = {
     "http": "every job calls {url}; the X-Shardcron-Job-Id header of each call says which job it is",
-    "shell": "each job runs its container's command and args on the node, without the container",
+    "shell": "each job runs its container's command and args on the node, without the container; "
+    "nodes run shell jobs only when started with --allow-shell",
 }
 # The pod spec's keys the shell form uses; every other key present is named as left out.
 _USED_CONTAINER_KEYS = frozenset({"name", "command", "args"})

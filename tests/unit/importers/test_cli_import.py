@@ -1,8 +1,11 @@
 import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
+from apscheduler.jobstores.sqlalchemy import SQLAlchemyJobStore
+from apscheduler.schedulers.background import BackgroundScheduler
 
 from shardcron.cli import main
 from shardcron.jobkey import split_key
@@ -42,7 +45,7 @@ def test_writes_a_job_file_that_loads(tmp_path, capsys, args, jobs, summary, fmt
 def test_stdout_by_default(capsys):
     assert main(["import", "crontab", CRONTAB]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("# cron never stopped a run") and "[[jobs]]" in out
+    assert out.startswith("# each job is a shell job") and "[[jobs]]" in out
 
 
 def test_system_flag(tmp_path, capsys):
@@ -96,3 +99,29 @@ def test_dash_reads_standard_input(monkeypatch, capsys):
     captured = capsys.readouterr()
     assert 'command = "echo from-stdin"' in captured.out and "# from stdin line 1" in captured.out
     assert captured.err.splitlines()[-1] == "1 job"
+
+
+def test_celery_beat_and_apscheduler_import_the_project_from_the_current_directory(tmp_path, monkeypatch, capsys):
+    """As ``celery -A`` does: the app module and the jobs' functions import from where the command runs."""
+    (tmp_path / "cli_beat_app.py").write_text(
+        "from celery import Celery\n"
+        "app = Celery('proj', broker='redis://127.0.0.1:6379/0')\n"
+        "app.conf.beat_schedule = {'nightly': {'task': 'proj.nightly', 'schedule': 60.0}}\n"
+    )
+    (tmp_path / "cli_aps_tasks.py").write_text("def report():\n    pass\n")
+    url = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
+    with monkeypatch.context() as m:  # on the path only while APScheduler itself writes the store
+        m.syspath_prepend(str(tmp_path))
+        scheduler = BackgroundScheduler(jobstores={"default": SQLAlchemyJobStore(url=url, tablename="my_jobs")})
+        scheduler.start(paused=True)
+        scheduler.add_job("cli_aps_tasks:report", "interval", minutes=5, id="report")
+        scheduler.shutdown(wait=False)
+    monkeypatch.delitem(sys.modules, "cli_aps_tasks")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.chdir(tmp_path)
+
+    assert main(["import", "celery-beat", "cli_beat_app:app", "-o", "beat.toml"]) == 0
+    assert [job.id for job in load_job_file("beat.toml")] == ["nightly"]
+    assert main(["import", "apscheduler", url, "--table", "my_jobs", "-o", "aps.toml"]) == 0
+    assert [job.id for job in load_job_file("aps.toml")] == ["report"]
+    assert capsys.readouterr().err.splitlines()[-1] == "1 job"
