@@ -6,7 +6,6 @@ validates the file (Debian's docker-compose, installed by `make test`).
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from shardcron.cli import build_parser
+from tests.support.cli_parsers import command_env_names
 
 COMPOSE = Path(__file__).resolve().parents[3] / "compose" / "docker-compose.yml"
 
@@ -25,23 +25,16 @@ def test_docker_compose_config_accepts_the_file():
     assert out.returncode == 0, out.stderr
 
 
-def _subcommand(name: str) -> argparse.ArgumentParser:
-    parser = build_parser()
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return sub.choices[name]
-
-
 def test_every_node_setting_in_compose_is_a_real_flag():
     spec = yaml.safe_load(COMPOSE.read_text())
-    node_flags = {opt for a in _subcommand("node")._actions for opt in a.option_strings}
+    node_variables = command_env_names("node")
     services = {k: v for k, v in spec["services"].items() if k.startswith("node-")}
     assert len(services) == 3
     for name, svc in services.items():
         env = svc["environment"]
         assert env["SHARDCRON_NODE_ID"] == name and env["SHARDCRON_ADVERTISE"] == f"{name}:7070"
         for var in env:
-            flag = "--" + var.removeprefix("SHARDCRON_").lower().replace("_", "-")
-            assert var.startswith("SHARDCRON_") and flag in node_flags, f"{name}: {var} is not a `shardcron node` flag"
+            assert var in node_variables, f"{name}: {var} is not a `shardcron node` flag's variable"
         assert svc["command"] == ["node"]
 
 
