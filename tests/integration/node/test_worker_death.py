@@ -55,12 +55,16 @@ NODE_SECRET = "node-secret-for-the-worker-death-test"
 
 def needs(worker: str, tmp_path) -> tuple[list[str], list[str], dict[str, str]]:
     """What the nodes need for ``worker`` to run at all: the cluster's flags, the victim's own, and the
-    environment. The settings task is run with a token file, so that it carries the tokens' watch beside the
+    environment (a later flag wins over the cluster's). The settings task is run with a token file, so that it carries the tokens' watch beside the
     calendars' and the namespaces'; the dashboard's sampler runs only with --http-listen."""
     if worker == "settings":
         tokens = tmp_path / "tokens"
         tokens.write_text(f"node {hash_secret(NODE_SECRET)} admin *\n")
         return ["--auth-token-file", str(tokens)], [], {"SHARDCRON_NODE_TOKEN": NODE_SECRET}
+    if worker == "pruner":
+        # A pass comes a tenth of the retention after the start (rules/retention.prune_every_ms): 2 s, not the
+        # minute that the cluster's 1 h would make the test wait.
+        return ["--tick-retention", "20s"], [], {}
     if worker.startswith("dashboard"):
         return [], ["--http-listen", f"127.0.0.1:{free_port()}"], {}
     return [], [], {}
