@@ -138,7 +138,8 @@ CLI_ACTIONS: dict[str, tuple[str, ...]] = {
     "reshard": ("Reshard",),  # etcd-direct today; through the API once tokens have roles
 }
 
-# The commands that reach etcd or the store directly, with their own credentials: no API token applies.
+# The commands that reach etcd or the store directly, with their own credentials, or nothing of the cluster at
+# all (``import`` reads a crontab, manifests, an app or a job store and writes a file): no API token applies.
 LOCAL_COMMANDS: frozenset[str] = frozenset(
     {
         "node",
@@ -152,6 +153,10 @@ LOCAL_COMMANDS: frozenset[str] = frozenset(
         "db prune",
         "bench",
         "dev",
+        "import crontab",
+        "import k8s-cronjob",
+        "import celery-beat",
+        "import apscheduler",
     }
 )
 
