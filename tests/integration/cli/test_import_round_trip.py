@@ -12,14 +12,13 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from croniter import croniter
-from sqlalchemy import select
 
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.model import TickStatus
 from shardcron.spec.jobfile import load_job_file
 from shardcron.store import make_engine
-from shardcron.store.schema import ticks
 from tests.support.clusters import stopped_after
+from tests.support.tick_rows import rows_in_range
 
 pytestmark = pytest.mark.cluster
 
@@ -27,6 +26,7 @@ NEW_YORK = ZoneInfo("America/New_York")
 # A past window clear of any clock change: the importers' unit tests hold the clock changes to croniter.
 FROM = datetime(2026, 11, 10, 0, 0, tzinfo=NEW_YORK)
 TO = datetime(2026, 11, 11, 12, 0, tzinfo=NEW_YORK)
+WINDOW_MS = (int(FROM.timestamp() * 1000), int(TO.timestamp() * 1000))
 
 CRONTAB = """\
 MAILTO=ops@example.com
@@ -104,7 +104,7 @@ def test_imported_jobs_tick_on_the_sources_slots(node, tmp_path):
         shardcron("jobs", "apply", "-f", path, "--server", n.address)
     assert sorted(jobs.values()) == sorted(SOURCE)
 
-    window = (str(int(FROM.timestamp() * 1000)), str(int(TO.timestamp() * 1000)))
+    window = [str(ms) for ms in WINDOW_MS]
     for job_id in jobs:  # every slot started, as cron starts each one whatever still runs
         shardcron(
             "jobs", "backfill", job_id, "--from", window[0], "--to", window[1], "--rate", "500/s", "--overlap", "allow", "--wait",
@@ -116,7 +116,11 @@ def test_imported_jobs_tick_on_the_sources_slots(node, tmp_path):
         for job_id, command in jobs.items():
             expected = croniter_slots_ms(SOURCE[command])
             rows = wait_until(
-                lambda: (r := window_rows(engine, job_id)) and all(TickStatus(x.status).is_final for x in r) and r,
+                lambda: (
+                    (r := rows_in_range(engine, job_id, *WINDOW_MS))
+                    and all(TickStatus(x.status).is_final for x in r)
+                    and r
+                ),
                 60,
                 0.2,
                 what=f"{job_id}'s backfilled slots to finish",
@@ -125,13 +129,3 @@ def test_imported_jobs_tick_on_the_sources_slots(node, tmp_path):
             assert {TickStatus(r.status) for r in rows} == {TickStatus.SUCCEEDED}
     finally:
         engine.dispose()
-
-
-def window_rows(engine, job_id: str) -> list:
-    lo, hi = int(FROM.timestamp() * 1000), int(TO.timestamp() * 1000)
-    with engine.connect() as c:
-        return c.execute(
-            select(ticks)
-            .where(ticks.c.job_id == job_id, ticks.c.scheduled_at_ms >= lo, ticks.c.scheduled_at_ms < hi)
-            .order_by(ticks.c.scheduled_at_ms)
-        ).all()

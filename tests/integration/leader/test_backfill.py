@@ -12,7 +12,6 @@ import uuid
 
 import grpc
 import pytest
-from sqlalchemy import select
 
 from shardcron import Client
 from shardcron.audit import run_audit
@@ -23,23 +22,14 @@ from shardcron.sharding import shard_for
 from shardcron.spec.calendar_tables import parse_calendar
 from shardcron.spec.job import job_from_dict
 from shardcron.store import make_engine
-from shardcron.store.schema import ticks
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
 from tests.support.clusters import TTL
+from tests.support.tick_rows import rows_in_range
 
 pytestmark = pytest.mark.cluster
 
 S = 1000
-
-
-def range_rows(engine, job_id: str, from_ms: int, to_ms: int) -> list:
-    with engine.connect() as c:
-        return c.execute(
-            select(ticks)
-            .where(ticks.c.job_id == job_id, ticks.c.scheduled_at_ms >= from_ms, ticks.c.scheduled_at_ms < to_ms)
-            .order_by(ticks.c.scheduled_at_ms)
-        ).all()
 
 
 def parse_ms(text: str) -> int:
@@ -75,7 +65,7 @@ def test_a_backfill_of_500_slots_survives_a_kill_9_of_the_leader_with_one_row_pe
             bf = client.backfill_job(job_id, from_ms, to_ms, rate_per_s=rate)
             assert (bf.state, bf.planned, bf.shard) == (BackfillState.ACTIVE, 500, shard)
             wait_until(
-                lambda: len(range_rows(engine, job_id, from_ms, to_ms)) >= 200,
+                lambda: len(rows_in_range(engine, job_id, from_ms, to_ms)) >= 200,
                 60,
                 0.05,
                 what="the leader to be half-way",
@@ -91,7 +81,7 @@ def test_a_backfill_of_500_slots_survives_a_kill_9_of_the_leader_with_one_row_pe
         assert (final.state, final.planned, final.done, final.skipped) == (BackfillState.DONE, 500, 500, 0), final
         rows = wait_until(
             lambda: (
-                (r := range_rows(engine, job_id, from_ms, to_ms))
+                (r := rows_in_range(engine, job_id, from_ms, to_ms))
                 and all(TickStatus(x.status).is_final for x in r)
                 and r
             ),
@@ -167,7 +157,7 @@ def test_a_backfill_runs_only_the_slots_without_a_row_and_the_audit_stays_clean(
         assert listed.returncode == 0 and done["id"] in listed.stdout and "done" in listed.stdout, listed
     engine = make_engine(url)
     try:
-        rows = range_rows(engine, job_id, from_ms, to_ms)
+        rows = rows_in_range(engine, job_id, from_ms, to_ms)
         assert [r.scheduled_at_ms for r in rows] == list(range(from_ms, to_ms, S))  # once each, none twice
         before = {r.scheduled_at_ms: r.claimed_at_ms for r in rows if r.scheduled_at_ms >= first_live}
         assert all(v is not None and v < done["created_at_ms"] for v in before.values())  # the live rows, untouched
@@ -217,7 +207,7 @@ def test_the_backfills_overlap_decides_while_its_first_slot_still_runs(solo, ove
     try:
         rows = wait_until(
             lambda: (
-                (r := range_rows(engine, job_id, from_ms, to_ms))
+                (r := rows_in_range(engine, job_id, from_ms, to_ms))
                 and all(TickStatus(x.status).is_final for x in r)
                 and r
             ),
@@ -316,6 +306,6 @@ def test_a_backfill_skips_the_slots_the_jobs_calendars_exclude(solo):
     engine = make_engine(url)
     try:
         allowed = [at for at in range(from_ms, to_ms, S) if not from_ms + 5 * S <= at < from_ms + 10 * S]
-        assert [r.scheduled_at_ms for r in range_rows(engine, job_id, from_ms, to_ms)] == allowed
+        assert [r.scheduled_at_ms for r in rows_in_range(engine, job_id, from_ms, to_ms)] == allowed
     finally:
         engine.dispose()
