@@ -88,6 +88,8 @@ class Coordinator:
         self.view_lock = threading.Lock()  # the control thread writes the mirror; API threads read it
         self.table = ShardTable(settings.shard_count)
         self.session: Session | None = None
+        # Every lease this node's sessions held: a registration left under one is this node's own (membership).
+        self._earlier_leases: set[int] = set()
         self.joined = threading.Event()  # set once registered and watching; cleared on session loss
         self.stopped = threading.Event()  # set when run() has returned
         self.fatal: str | None = None
@@ -171,6 +173,7 @@ class Coordinator:
                 self.etcd, self.s.ttl_s, name=self.s.node_id, lifeline=self._lifeline, watchdog=self._stuck
             )
         self.session = session
+        self._earlier_leases.add(session.lease_id)  # an earlier one, to the sessions after this one
         for slot in self.table.slots.values():
             self.table.set_state(slot, ShardState.IDLE, "new session")  # each leadership gets its own stop latch
             slot.election = None
@@ -181,7 +184,13 @@ class Coordinator:
             try:
                 with self.steps.step("registering as a member"):
                     membership.register(
-                        self.etcd, self.layout, session, self.s.node_id, self.s.address, self.s.started_at_ms
+                        self.etcd,
+                        self.layout,
+                        session,
+                        self.s.node_id,
+                        self.s.address,
+                        self.s.started_at_ms,
+                        earlier_leases=self._earlier_leases,
                     )
                 break
             except ConfigError:

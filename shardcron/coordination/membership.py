@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Collection
 from typing import Any
 
 from shardcron.coordination.cluster_config import (
@@ -15,7 +17,9 @@ from shardcron.coordination.cluster_config import (
 from shardcron.coordination.etcd import Etcd
 from shardcron.coordination.keys import KeyLayout
 from shardcron.coordination.session import Session
-from shardcron.errors import ConfigError
+from shardcron.errors import ConfigError, EtcdUnavailable
+
+log = logging.getLogger(__name__)
 
 
 def ensure_config(
@@ -81,10 +85,29 @@ def set_min_interval(etcd: Etcd, layout: KeyLayout, min_interval_ms: int) -> tup
 _RESHARDING = "a reshard is in progress (`shardcron shards` shows it); change the minimum interval once it has finished"
 
 
-def register(etcd: Etcd, layout: KeyLayout, session: Session, node_id: str, address: str, started_at_ms: int) -> None:
-    """Put ``<prefix>/nodes/<node id>`` bound to the session lease; refuse a duplicate live node id."""
+def register(
+    etcd: Etcd,
+    layout: KeyLayout,
+    session: Session,
+    node_id: str,
+    address: str,
+    started_at_ms: int,
+    earlier_leases: Collection[int] = (),
+) -> None:
+    """Put ``<prefix>/nodes/<node id>`` bound to the session lease; refuse a duplicate live node id.
+
+    ``earlier_leases``: the leases this process held (``session``'s own is never taken for an earlier one). A registration bound to one of them is
+    this node's own, left by a session it has already given up: it is revoked, not waited for. A session is
+    given up at its own deadline, while etcd may keep the lease for longer (a new etcd leader gives every lease
+    a whole TTL again), so waiting could outlast any bound set by the TTL."""
     value = json.dumps({"address": address, "started_at_ms": started_at_ms}).encode()
     created, kv = etcd.put_if_absent(layout.node(node_id), value, session.lease_id)
+    if not created and kv is not None and kv.lease != session.lease_id and kv.lease in earlier_leases:
+        try:
+            etcd.revoke(kv.lease)
+        except EtcdUnavailable as e:  # gone meanwhile ("lease not found"), or etcd did not answer: look again
+            log.info("could not revoke this node's earlier lease %x: %s", kv.lease, e)
+        created, kv = etcd.put_if_absent(layout.node(node_id), value, session.lease_id)
     if not created and kv is not None and kv.lease != session.lease_id:
         raise ConfigError(
             f"node id {node_id!r} is already registered by a live node (lease {kv.lease:x}); "

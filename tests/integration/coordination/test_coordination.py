@@ -423,3 +423,25 @@ def test_a_coordinator_stuck_in_a_step_is_reported_dead_and_its_lease_is_renewed
         c.request_stop(0.0)
         assert c.stopped.wait(30)
         thread.join(10)
+
+
+def test_a_registration_left_by_this_nodes_own_earlier_session_is_revoked_not_waited_for(etcd, etcd_prefix):
+    """A session given up at its own deadline may outlive it in etcd (a new etcd leader gives every lease a whole
+    TTL again): the node's next session takes its registration over at once. Another node's is still refused."""
+    layout = KeyLayout(etcd_prefix)
+    earlier, now, other = Session(etcd, 60), Session(etcd, 60), Session(etcd, 60)
+    try:
+        register(etcd, layout, earlier, "n1", "127.0.0.1:1", 0)
+        earlier.orphan()  # given up by the node, alive in etcd for a minute yet
+        with pytest.raises(ConfigError, match="n1"):
+            register(etcd, layout, now, "n1", "127.0.0.1:1", 0)  # not known as this node's own: refused
+        register(etcd, layout, now, "n1", "127.0.0.1:1", 0, earlier_leases={earlier.lease_id, now.lease_id})
+        assert etcd.get(layout.node("n1")).lease == now.lease_id
+        assert etcd.keepalive_once(earlier.lease_id, 2.0) <= 0, "the earlier lease is revoked"
+        register(etcd, layout, now, "n1", "127.0.0.1:1", 0, earlier_leases={now.lease_id})  # its own: kept
+        assert etcd.get(layout.node("n1")).lease == now.lease_id
+        with pytest.raises(ConfigError, match="n1"):
+            register(etcd, layout, other, "n1", "127.0.0.1:2", 0, earlier_leases={earlier.lease_id})
+    finally:
+        for session in (now, other):
+            session.close()
