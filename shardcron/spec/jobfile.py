@@ -27,6 +27,7 @@ import difflib
 import json
 import tomllib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -131,10 +132,28 @@ def load_file_calendars(path: str, data: object = None) -> list[Calendar]:
         raise JobFileError(f"{path}: calendars.{e.calendar}: {e.field}: {e.reason}") from None
 
 
-def load_job_file(path: str, admit: Callable[[Job], None] | None = None) -> list[Job]:
-    """The jobs of the file at ``path``; ``admit(job)`` may refuse one (``InvalidJob``), which is
-    reported like a malformed job: the file, the job, the field (a node's --min-interval, --allow-shell)."""
+@dataclass(frozen=True)
+class JobFile:
+    """A job file, read once: its jobs, its calendars, and its top-level ``namespace`` (None: not given)."""
+
+    jobs: list[Job]
+    calendars: list[Calendar]
+    namespace: str | None
+
+
+def read_job_file(path: str) -> JobFile:
+    """Everything the file at ``path`` defines (``shardcron jobs apply`` and ``diff``)."""
     data = read_data_file(path)
+    jobs = load_job_file(path, data=data)
+    assert isinstance(data, Mapping), "load_job_file refuses a file that is not a table"
+    return JobFile(jobs, load_file_calendars(path, data), data.get("namespace"))
+
+
+def load_job_file(path: str, admit: Callable[[Job], None] | None = None, data: object = None) -> list[Job]:
+    """The jobs of the file at ``path`` (``data``: its contents, already read); ``admit(job)`` may refuse one
+    (``InvalidJob``), which is reported like a malformed job: the file, the job, the field (a node's
+    --min-interval, --allow-shell)."""
+    data = read_data_file(path) if data is None else data
     if not isinstance(data, Mapping) or "jobs" not in data:
         keys = [k for k in data if isinstance(k, str)] if isinstance(data, Mapping) else []
         hint = difflib.get_close_matches("jobs", keys, n=1)
