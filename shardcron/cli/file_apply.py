@@ -1,0 +1,256 @@
+"""``shardcron jobs apply`` and ``jobs diff``: a job file as the cluster's schedules (schedules as code).
+
+``diff`` reads the file and the jobs of every namespace it names, and prints
+the plan (``rules.job_plan``): what ``apply`` would create, change field by
+field, leave alone, and what the cluster holds that the file no longer has.
+It exits as ``diff(1)`` does: 0 no difference, 1 a difference, 2 trouble (any
+error, as a usage error already is), so that CI can gate on drift.
+
+``apply`` writes the file in two passes. First the whole file goes to the
+servers with ``validate_only``: each job's shard leader runs every check of the
+write (the node's and cluster's limits, the token's namespaces, quotas, the
+store) and writes nothing. Only if every job passed does the second pass write
+them. Jobs of different shards are written by different leaders, so the write
+itself is not one transaction: a leader lost between the passes leaves some
+jobs written and others not, which ``apply`` reports job by job; applying the
+file again converges, as an unchanged job is left as it is. See
+docs/adr/0009-apply-validates-the-whole-file-first.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from shardcron.cli.common import add_api_command, api_client, print_json, table
+from shardcron.cli.plan_output import plan_json, plan_text
+from shardcron.errors import InvalidJob, ShardcronError, job_named
+from shardcron.jobkey import display_key, join_key, namespace_of, split_key
+from shardcron.model import Job
+from shardcron.rules.job_plan import Plan, plan, with_source
+from shardcron.spec.calendar import Calendar
+from shardcron.spec.jobfile import JobFileError, read_job_file
+from shardcron.spec.namespaces import namespace_from_cli, namespace_or_default
+
+if TYPE_CHECKING:
+    from shardcron.client.client import Client
+    from shardcron.client.results import PutResult
+
+# diff(1)'s statuses (terraform plan -detailed-exitcode uses 2 for a difference instead, and 1 for an error;
+# here 1 would be ambiguous: every other command's error is 1).
+DIFF_SAME = 0
+DIFF_DIFFERENT = 1
+DIFF_TROUBLE = 2  # any error; a usage error is 2 already (argparse)
+
+
+class ApplyFailed(ShardcronError):
+    """Some jobs of a file were refused or not written (each is listed above the error line)."""
+
+
+@dataclass(frozen=True)
+class FileState:
+    """What a job file wants: its jobs by key (the source label on each), its calendars, its namespaces."""
+
+    path: str
+    jobs: list[Job]
+    calendars: list[Calendar]
+    namespaces: tuple[str, ...]
+
+
+def file_state(a: argparse.Namespace) -> FileState:
+    """The file ``-f`` names, read and checked here before any call: each job's namespace resolved (its own,
+    the file's, else ``-n``/SHARDCRON_NAMESPACE, else ``default``) and its source label added."""
+    read = read_job_file(a.file)
+    fallback = namespace_from_cli(getattr(a, "namespace", None), os.environ)
+    source = a.source or os.path.normpath(a.file)
+    jobs = []
+    for job in read.jobs:
+        key = split_key(job.id)
+        keyed = replace(job, id=job.id if job.id != key.id else join_key(fallback, key.id))
+        try:
+            jobs.append(with_source(keyed, source))
+        except InvalidJob as e:
+            raise JobFileError(f"{a.file}: {job_named(keyed.id)}: {e} (the label --source sets)") from None
+    named = {namespace_of(j.id) for j in jobs}
+    if read.namespace is not None:
+        named.add(namespace_or_default(read.namespace))
+    return FileState(a.file, jobs, read.calendars, tuple(sorted(named or {fallback})))
+
+
+def current_plan(client: Client, wanted: FileState) -> Plan:
+    """The plan of ``wanted`` against the jobs the cluster holds in its namespaces."""
+    stored = [j for ns in wanted.namespaces for j in client.list_jobs(namespace=ns)]
+    return plan(wanted.jobs, stored, wanted.namespaces)
+
+
+def show_plan(a: argparse.Namespace, p: Plan, *, prune: bool) -> None:
+    if a.json:
+        print_json(plan_json(p, a.file, prune=prune))
+    else:
+        print(plan_text(p, a.file, prune=prune))
+
+
+# -- jobs diff -----------------------------------------------------------------------------
+
+
+def cmd_diff(a: argparse.Namespace) -> int:
+    wanted = file_state(a)
+    with api_client(a) as c:
+        p = current_plan(c, wanted)
+    show_plan(a, p, prune=False)
+    return DIFF_DIFFERENT if p.differs else DIFF_SAME
+
+
+# -- jobs apply ----------------------------------------------------------------------------
+
+
+def cmd_apply(a: argparse.Namespace) -> int:
+    wanted = file_state(a)
+    with api_client(a) as c:
+        if a.dry_run:
+            show_plan(a, current_plan(c, wanted), prune=a.prune)
+            return 0
+        before = current_plan(c, wanted) if a.prune else None
+        # The file's calendars first: its jobs may name them, and a job is checked against the calendars
+        # its leader knows.
+        for calendar in wanted.calendars:
+            stored = c.put_calendar(calendar)
+            if not a.json:
+                print(f"calendar {calendar.name} version {stored.version}")
+        checked = c.put_jobs(wanted.jobs, validate_only=True)
+        if any(not r.ok for r in checked):
+            show_results(a, wanted.jobs, checked, applied=False)
+            raise ApplyFailed(refusal(a.file, wanted.jobs, checked))
+        results = c.put_jobs(wanted.jobs)
+        show_results(a, wanted.jobs, results, applied=True)
+        failed = [r for r in results if not r.ok]
+        if failed:
+            raise ApplyFailed(
+                f"{len(failed)} of {len(results)} jobs in {a.file} were not written after all passed validation "
+                f"(each is listed above; the others were written): run the same apply again, it converges"
+            )
+        if before is not None:
+            prune(a, c, before.not_in_file)
+    return 0
+
+
+def refusal(path: str, jobs: list[Job], checked: list[PutResult]) -> str:
+    """The error of a file the servers refused: nothing was written; the first refused job and why."""
+    refused = [(j, r) for j, r in zip(jobs, checked, strict=True) if not r.ok]
+    job, first = refused[0]
+    more = f" (and {len(refused) - 1} more, listed above)" if len(refused) > 1 else ""
+    return f"{path}: nothing was written: {job_named(job.id)}: {first.message or first.code}{more}"
+
+
+def show_results(a: argparse.Namespace, jobs: list[Job], results: list[PutResult], *, applied: bool) -> None:
+    """One row per job: its result, and whether it was written (``applied``: the write pass)."""
+    pairs = list(zip(jobs, results, strict=True))
+    if a.json:
+        print_json([result_json(j, r, applied=applied) for j, r in pairs])
+        return
+    rows = []
+    for job, r in pairs:
+        where = display_key(job.id)
+        if r.ok and r.job is not None and applied:
+            state = "unchanged" if r.unchanged else "created" if r.job.version == 1 else "updated"
+            rows.append([where, "ok", r.job.version, state])
+        elif r.ok:
+            rows.append([where, "ok", "-", "valid, not written"])
+        else:
+            rows.append([where, r.code, "-", r.message])
+    print(table(rows, ["ID", "RESULT", "VERSION", "DETAIL"]))
+
+
+def result_json(job: Job, r: PutResult, *, applied: bool) -> dict[str, Any]:
+    key = split_key(job.id)
+    return {
+        "id": key.id,
+        "namespace": key.namespace,
+        "ok": r.ok,
+        "applied": applied and r.ok,
+        "code": r.code,
+        "message": r.message,
+        "version": r.job.version if r.job and applied else None,
+        "unchanged": r.unchanged,
+    }
+
+
+def prune(a: argparse.Namespace, client: Client, gone: tuple[Job, ...]) -> None:
+    """Delete the jobs of the file's namespaces that it no longer has (``--prune``); every one is tried."""
+    from shardcron.client.errors import ApiError, NotFound  # grpc: see cli/common.py
+
+    failed = []
+    for job in gone:
+        try:
+            client.delete_job(job.id)
+            said = "deleted (--prune)"
+        except NotFound:
+            said = "already gone"
+        except ApiError as e:
+            failed.append(job)
+            said = f"not deleted: {e}"
+        if not a.json:
+            print(f"{job_named(job.id)} {said}")
+    if failed:
+        raise ApplyFailed(
+            f"{len(failed)} of {len(gone)} jobs to prune were not deleted (each is listed above): run the same "
+            "apply --prune again"
+        )
+
+
+# -- the parser ----------------------------------------------------------------------------
+
+FILE_HELP = "the jobs file (TOML, YAML or JSON; see `shardcron jobs apply --help`)"
+SOURCE_HELP = (
+    "the value of the shardcron.io/source label put on every job (default: the file's path as given); "
+    "a job that sets that label itself keeps its own"
+)
+APPLY_EPILOG = """\
+All or nothing, as far as a sharded cluster allows: the whole file is first
+checked by the servers (each job by its shard's leader, as its write would be:
+limits, permissions, quotas) and nothing is written unless every job passes; a
+refusal names the job and the field. The write that follows is one transaction
+per leader, not one for the file: if a leader moves or the store fails between
+the check and the write, some jobs are written and some not, each listed; run
+the same apply again, it converges (an unchanged job is left as it is). A
+file's calendars are put before its jobs are checked (jobs may name them).
+--prune deletes the jobs of the file's namespaces that the file does not have,
+after every job was written; never a job of another namespace.
+"""
+DIFF_EPILOG = """\
+Exit status, as diff(1): 0 no difference, 1 a difference, 2 an error.
+A job is compared in its file form with secrets masked (as the API shows it),
+without its version and paused state (apply keeps a stored job's pause): a
+change to a secret value alone is not shown. The file's calendars are not compared.
+"""
+
+
+def register(sub: Any) -> None:
+    """Add ``jobs apply`` and ``jobs diff`` (called by ``cli.jobs.register``)."""
+    apply = add_api_command(
+        sub, "apply", cmd_apply, "create or replace every job of a TOML, YAML or JSON file", with_id=False
+    )
+    apply.epilog = APPLY_EPILOG
+    apply.formatter_class = argparse.RawDescriptionHelpFormatter
+    apply.add_argument("-f", "--file", required=True, metavar="FILE", help=FILE_HELP)
+    apply.add_argument("--source", metavar="NAME", help=SOURCE_HELP)
+    apply.add_argument(
+        "--prune", action="store_true", help="then delete the jobs of the file's namespaces that it does not have"
+    )
+    apply.add_argument(
+        "--dry-run", action="store_true", help="print what apply would change (as `jobs diff`) and change nothing"
+    )
+
+    diff = add_api_command(
+        sub, "diff", cmd_diff, "show what `jobs apply` would change: exit 0 if nothing, 1 if something", with_id=False
+    )
+    diff.epilog = DIFF_EPILOG
+    diff.formatter_class = argparse.RawDescriptionHelpFormatter
+    diff.add_argument("-f", "--file", required=True, metavar="FILE", help=FILE_HELP)
+    diff.add_argument("--source", metavar="NAME", help=SOURCE_HELP)
+    diff.set_defaults(error_status=DIFF_TROUBLE)
+
+
+__all__ = ["ApplyFailed", "DIFF_DIFFERENT", "DIFF_SAME", "DIFF_TROUBLE", "cmd_apply", "cmd_diff", "register"]

@@ -1,0 +1,135 @@
+"""`jobs apply` and `jobs diff` before any call: the file as the cluster should hold it, the plan as printed,
+and the exit statuses (diff: 0 same, 1 different, 2 trouble)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from shardcron.cli import main
+from shardcron.cli.file_apply import file_state
+from shardcron.cli.plan_output import plan_json, plan_text
+from shardcron.jobkey import join_key
+from shardcron.rules.job_plan import SOURCE_LABEL, plan
+from shardcron.spec.job import job_from_dict
+from shardcron.spec.jobfile import JobFileError
+
+NOOP = 'every = "1h"\nexecutor = { kind = "noop" }\n'
+
+
+def args(path, namespace=None, source=None) -> argparse.Namespace:
+    return argparse.Namespace(file=str(path), namespace=namespace, source=source)
+
+
+@pytest.mark.parametrize(
+    "text,flag,keys,namespaces",
+    [
+        # no namespace anywhere: -n, else default
+        (f'[[jobs]]\nid = "a"\n{NOOP}', None, ["a"], ("default",)),
+        (f'[[jobs]]\nid = "a"\n{NOOP}', "team-x", [join_key("team-x", "a")], ("team-x",)),
+        # the file's namespace wins over -n; a job's own over the file's
+        (f'namespace = "team-a"\n[[jobs]]\nid = "a"\n{NOOP}', "team-x", [join_key("team-a", "a")], ("team-a",)),
+        (
+            f'namespace = "team-a"\n[[jobs]]\nid = "a"\nnamespace = "team-b"\n{NOOP}',
+            None,
+            [join_key("team-b", "a")],
+            ("team-a", "team-b"),  # the file names team-a too: its jobs not in the file are the file's business
+        ),
+        # a file with no jobs names its namespace (or -n's): applying it with --prune empties that namespace
+        ('namespace = "team-a"\njobs = []\n', None, [], ("team-a",)),
+        ("jobs = []\n", "team-x", [], ("team-x",)),
+    ],
+)
+def test_the_namespaces_a_file_names(tmp_path, monkeypatch, text, flag, keys, namespaces):
+    monkeypatch.delenv("SHARDCRON_NAMESPACE", raising=False)
+    path = tmp_path / "jobs.toml"
+    path.write_text(text)
+    state = file_state(args(path, flag))
+    assert [j.id for j in state.jobs] == keys
+    assert state.namespaces == namespaces
+
+
+def test_each_job_carries_the_files_path_as_given_or_the_source_flag(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ci").mkdir()
+    (tmp_path / "ci" / "jobs.toml").write_text(f'[[jobs]]\nid = "a"\n{NOOP}\n[[jobs]]\nid = "b"\n{NOOP}')
+    state = file_state(args("./ci//jobs.toml"))
+    assert {j.labels[SOURCE_LABEL] for j in state.jobs} == {"ci/jobs.toml"}
+    assert {j.labels[SOURCE_LABEL] for j in file_state(args("ci/jobs.toml", source="prod")).jobs} == {"prod"}
+
+
+def test_a_source_label_the_label_rules_refuse_names_the_file_the_job_and_the_flag(tmp_path):
+    path = tmp_path / "jobs.toml"
+    path.write_text(f'[[jobs]]\nid = "a"\n{NOOP}')
+    with pytest.raises(JobFileError) as e:
+        file_state(args(path, source="x" * 300))
+    assert str(e.value).startswith(f"{path}: job 'a': labels: ") and "--source" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "argv,status",
+    [
+        (["jobs", "diff", "-f", "{missing}"], 2),  # diff: an error is 2, never its 1 (a difference)
+        (["jobs", "apply", "-f", "{missing}"], 1),
+        (["jobs", "apply", "--dry-run", "-f", "{missing}"], 1),
+        (["jobs", "diff", "-f", "{bad}"], 2),
+        (["jobs", "apply", "-f", "{bad}"], 1),
+    ],
+)
+def test_a_file_refused_before_any_call_exits_with_the_commands_error_status(tmp_path, capsys, argv, status):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[jobs]]\nid = "a"\nevery = "1h"\ncatchup = "sometimes"\nexecutor = { kind = "noop" }\n')
+    files = {"missing": str(tmp_path / "missing.toml"), "bad": str(bad)}
+    assert main([arg.format(**files) for arg in argv] + ["--server", "127.0.0.1:1"]) == status
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("shardcron: error: ")
+    assert "job 'a': catchup" in err or "cannot read" in err
+
+
+def job(job_id: str, **fields):
+    return job_from_dict({"id": job_id, "every": "1h", "executor": {"kind": "noop"}, **fields})
+
+
+SAMPLE = plan(
+    [job("new"), job("edited", labels={"team": "ops"}, timeout="5s"), job("same")],
+    [job("edited"), job("same"), job("gone", labels={SOURCE_LABEL: "old.toml"})],
+    ["default"],
+)
+
+
+def test_the_plan_as_text():
+    assert plan_text(SAMPLE, "jobs.toml", prune=False).splitlines() == [
+        "+ new: to create",
+        "~ edited: to change",
+        '    labels.team: (absent) -> "ops"',
+        '    timeout: "60000ms" -> "5000ms"',
+        "= same: unchanged",
+        f"- gone: in the cluster, not in jobs.toml (its {SOURCE_LABEL} is old.toml)",
+        "jobs.toml against namespace default: 1 to create, 1 to change, 1 unchanged, 1 not in the file",
+    ]
+    assert "- gone: to delete (--prune)" in plan_text(SAMPLE, "jobs.toml", prune=True)
+    same = plan([job("same")], [job("same")], ["default", "team-a"])
+    assert plan_text(same, "j.toml", prune=False).splitlines() == [
+        "= same: unchanged",
+        "j.toml against namespaces default, team-a: no difference (1 unchanged)",
+    ]
+
+
+def test_the_plan_as_json_leaves_out_the_absent_side_of_a_change():
+    got = json.loads(json.dumps(plan_json(SAMPLE, "jobs.toml", prune=False)))
+    assert got["differs"] is True and got["namespaces"] == ["default"]
+    assert [c["id"] for c in got["created"]] == ["new"] and got["created"][0]["job"]["executor"] == {"kind": "noop"}
+    assert got["changed"] == [
+        {
+            "namespace": "default",
+            "id": "edited",
+            "fields": [
+                {"field": "labels.team", "new": "ops"},
+                {"field": "timeout", "old": "60000ms", "new": "5000ms"},
+            ],
+        }
+    ]
+    assert got["unchanged"] == [{"namespace": "default", "id": "same"}]
+    assert got["not_in_file"] == [{"namespace": "default", "id": "gone", "source": "old.toml"}]
