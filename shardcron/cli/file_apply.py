@@ -121,19 +121,47 @@ def cmd_apply(a: argparse.Namespace) -> int:
                 print(f"calendar {calendar.name} version {stored.version}")
         checked = c.put_jobs(wanted.jobs, validate_only=True)
         if any(not r.ok for r in checked):
-            show_results(a, wanted.jobs, checked, applied=False)
+            show_results(a, [(j, result_row(j, r, applied=False)) for j, r in zip(wanted.jobs, checked, strict=True)])
             raise ApplyFailed(refusal(a.file, wanted.jobs, checked))
         results = c.put_jobs(wanted.jobs)
-        show_results(a, wanted.jobs, results, applied=True)
-        failed = [r for r in results if not r.ok]
-        if failed:
-            raise ApplyFailed(
-                f"{len(failed)} of {len(results)} jobs in {a.file} were not written after all passed validation "
-                f"(each is listed above; the others were written): run the same apply again, it converges"
-            )
-        if before is not None:
-            prune(a, c, before.not_in_file)
+        failed = sum(1 for r in results if not r.ok)
+        pruned = prune(c, before.not_in_file) if before is not None and not failed else []
+    rows = [(j, result_row(j, r, applied=True)) for j, r in zip(wanted.jobs, results, strict=True)]
+    show_results(a, rows + pruned)
+    if failed:
+        raise ApplyFailed(
+            f"{failed} of {len(results)} jobs in {a.file} were not written after all passed validation "
+            "(each is listed above; the others were written): run the same apply again, it converges"
+        )
+    if any(not row.ok for _, row in pruned):
+        raise ApplyFailed(
+            f"{sum(1 for _, row in pruned if not row.ok)} of {len(pruned)} jobs to prune were not deleted "
+            "(each is listed above): run the same apply --prune again"
+        )
     return 0
+
+
+@dataclass(frozen=True)
+class Row:
+    """One job's line of ``apply``'s answer: written, only checked, refused, or pruned."""
+
+    ok: bool
+    code: str  # the gRPC status name
+    detail: str  # created, updated, unchanged, "valid, not written", deleted (--prune), or the server's reason
+    applied: bool = False  # the cluster holds it as the file says now (written, unchanged, or deleted)
+    version: int | None = None
+    unchanged: bool = False
+    deleted: bool = False
+
+
+def result_row(job: Job, r: PutResult, *, applied: bool) -> Row:
+    """A PutJobs result as a row; ``applied``: of the write, not of the check before it."""
+    if not r.ok:
+        return Row(False, r.code, r.message)
+    if not applied or r.job is None:
+        return Row(True, r.code, "valid, not written", unchanged=r.unchanged)
+    detail = "unchanged" if r.unchanged else "created" if r.job.version == 1 else "updated"
+    return Row(True, r.code, detail, applied=True, version=r.job.version, unchanged=r.unchanged)
 
 
 def refusal(path: str, jobs: list[Job], checked: list[PutResult]) -> str:
@@ -144,60 +172,47 @@ def refusal(path: str, jobs: list[Job], checked: list[PutResult]) -> str:
     return f"{path}: nothing was written: {job_named(job.id)}: {first.message or first.code}{more}"
 
 
-def show_results(a: argparse.Namespace, jobs: list[Job], results: list[PutResult], *, applied: bool) -> None:
-    """One row per job: its result, and whether it was written (``applied``: the write pass)."""
-    pairs = list(zip(jobs, results, strict=True))
+def show_results(a: argparse.Namespace, rows: list[tuple[Job, Row]]) -> None:
     if a.json:
-        print_json([result_json(j, r, applied=applied) for j, r in pairs])
+        print_json([row_json(job, row) for job, row in rows])
         return
-    rows = []
-    for job, r in pairs:
-        where = display_key(job.id)
-        if r.ok and r.job is not None and applied:
-            state = "unchanged" if r.unchanged else "created" if r.job.version == 1 else "updated"
-            rows.append([where, "ok", r.job.version, state])
-        elif r.ok:
-            rows.append([where, "ok", "-", "valid, not written"])
-        else:
-            rows.append([where, r.code, "-", r.message])
-    print(table(rows, ["ID", "RESULT", "VERSION", "DETAIL"]))
+    cells = [
+        [display_key(j.id), "ok" if r.ok else r.code, "-" if r.version is None else r.version, r.detail]
+        for j, r in rows
+    ]
+    print(table(cells, ["ID", "RESULT", "VERSION", "DETAIL"]))
 
 
-def result_json(job: Job, r: PutResult, *, applied: bool) -> dict[str, Any]:
+def row_json(job: Job, row: Row) -> dict[str, Any]:
     key = split_key(job.id)
     return {
         "id": key.id,
         "namespace": key.namespace,
-        "ok": r.ok,
-        "applied": applied and r.ok,
-        "code": r.code,
-        "message": r.message,
-        "version": r.job.version if r.job and applied else None,
-        "unchanged": r.unchanged,
+        "ok": row.ok,
+        "applied": row.applied,
+        "code": row.code,
+        "message": "" if row.ok else row.detail,
+        "version": row.version,
+        "unchanged": row.unchanged,
+        "deleted": row.deleted,
     }
 
 
-def prune(a: argparse.Namespace, client: Client, gone: tuple[Job, ...]) -> None:
-    """Delete the jobs of the file's namespaces that it no longer has (``--prune``); every one is tried."""
+def prune(client: Client, gone: tuple[Job, ...]) -> list[tuple[Job, Row]]:
+    """Delete the jobs of the file's namespaces that it no longer has (``--prune``): every one is tried."""
     from shardcron.client.errors import ApiError, NotFound  # grpc: see cli/common.py
 
-    failed = []
+    rows = []
     for job in gone:
         try:
             client.delete_job(job.id)
-            said = "deleted (--prune)"
+            row = Row(True, "OK", "deleted (--prune)", applied=True, deleted=True)
         except NotFound:
-            said = "already gone"
+            row = Row(True, "OK", "already gone (--prune)", applied=True, deleted=True)
         except ApiError as e:
-            failed.append(job)
-            said = f"not deleted: {e}"
-        if not a.json:
-            print(f"{job_named(job.id)} {said}")
-    if failed:
-        raise ApplyFailed(
-            f"{len(failed)} of {len(gone)} jobs to prune were not deleted (each is listed above): run the same "
-            "apply --prune again"
-        )
+            row = Row(False, e.code.name, f"not deleted (--prune): {e}")
+        rows.append((job, row))
+    return rows
 
 
 # -- the parser ----------------------------------------------------------------------------

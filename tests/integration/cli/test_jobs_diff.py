@@ -98,19 +98,22 @@ def test_a_removed_job_is_shown_and_prune_deletes_it_in_the_files_namespace_only
     full = jobs_file(tmp_path, namespace, {"delta": "", "eps": ""})
     assert cli(node, "jobs", "apply", "-f", str(full)).returncode == 0
 
-    smaller = jobs_file(tmp_path, namespace, {"delta": ""}, name="smaller.toml")
+    smaller = jobs_file(tmp_path, namespace, {"delta": ""})  # the same file, eps taken out: same source label
     status, plan = diff_json(node, smaller)
     assert (status, ids(plan["not_in_file"]), ids(plan["unchanged"])) == (1, ["eps"], ["delta"])
-    assert plan["not_in_file"][0]["source"] == str(full)  # whose job it was
+    assert plan["not_in_file"][0]["source"] == str(full)  # which file put it there
 
     dry = cli(node, "jobs", "apply", "-f", str(smaller), "--prune", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert f"- {namespace}/eps: to delete (--prune)" in dry.stdout
     assert cli(node, "jobs", "get", "eps", "-n", namespace).returncode == 0  # the dry run changed nothing
 
-    pruned = cli(node, "jobs", "apply", "-f", str(smaller), "--prune")
+    pruned = cli(node, "jobs", "apply", "-f", str(smaller), "--prune", "--json")
     assert pruned.returncode == 0, pruned.stderr
-    assert f"job 'eps' in namespace '{namespace}' deleted (--prune)" in pruned.stdout
+    assert [(r["id"], r["applied"], r["unchanged"], r["deleted"]) for r in json.loads(pruned.stdout)] == [
+        ("delta", True, True, False),
+        ("eps", True, False, True),
+    ]
     assert cli(node, "jobs", "get", "eps", "-n", namespace).returncode == 1
     assert cli(node, "jobs", "get", "delta", "-n", other).returncode == 0  # another namespace's job stays
     assert diff_json(node, smaller)[0] == 0
