@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from shardcron.jobkey import display_key, split_key
-from shardcron.rules.job_plan import ABSENT, SOURCE_LABEL, FieldChange, Plan, comparable
+from shardcron.rules.job_plan import ABSENT, SOURCE_LABEL, FieldChange, Plan, file_form
 
 SHOWN_ABSENT = "(absent)"
 
@@ -63,7 +63,7 @@ def plan_json(plan: Plan, file: str, *, prune: bool) -> dict[str, Any]:
         "namespaces": list(plan.namespaces),
         "differs": plan.differs,
         "prune": prune,
-        "created": [{**ref(j.id), "job": comparable(j)} for j in plan.created],
+        "created": [{**ref(j.id), "job": file_form(j)} for j in plan.created],
         "changed": [{**ref(c.key), "fields": [_field_json(f) for f in c.fields]} for c in plan.changed],
         "unchanged": [ref(key) for key in plan.unchanged],
         "not_in_file": [{**ref(j.id), "source": j.labels.get(SOURCE_LABEL)} for j in plan.not_in_file],

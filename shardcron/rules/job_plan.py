@@ -25,8 +25,6 @@ from shardcron.spec.job import job_from_dict, job_to_dict, redacted
 # The label ``apply`` puts on every job it writes: the file the job came from (kubectl's
 # ``app.kubernetes.io/managed-by`` idea). A key of the label rules (spec.job): printable, at most 256 characters.
 SOURCE_LABEL = "shardcron.io/source"
-# Set by the store, or kept by it on a re-apply: never a difference a file can make.
-SERVER_FIELDS = ("version", "paused")
 
 
 class Absent:
@@ -98,11 +96,17 @@ def field_changes(old: Job, new: Job) -> list[FieldChange]:
     ]
 
 
-def comparable(job: Job) -> dict[str, Any]:
-    """A job's file form as a plan compares it: secrets masked, the server's fields left out."""
+def file_form(job: Job) -> dict[str, Any]:
+    """A job as a file would write it: secrets masked, without the store's version."""
     d = redacted(job)
-    for name in SERVER_FIELDS:
-        d.pop(name, None)
+    d.pop("version", None)
+    return d
+
+
+def comparable(job: Job) -> dict[str, Any]:
+    """``file_form`` as a plan compares an existing job: without its paused state, which PutJobs keeps."""
+    d = file_form(job)
+    d.pop("paused", None)
     return d
 
 
@@ -137,6 +141,7 @@ __all__ = [
     "SOURCE_LABEL",
     "comparable",
     "field_changes",
+    "file_form",
     "plan",
     "with_source",
 ]

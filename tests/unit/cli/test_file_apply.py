@@ -120,7 +120,9 @@ def test_the_plan_as_text():
 def test_the_plan_as_json_leaves_out_the_absent_side_of_a_change():
     got = json.loads(json.dumps(plan_json(SAMPLE, "jobs.toml", prune=False)))
     assert got["differs"] is True and got["namespaces"] == ["default"]
-    assert [c["id"] for c in got["created"]] == ["new"] and got["created"][0]["job"]["executor"] == {"kind": "noop"}
+    assert [c["id"] for c in got["created"]] == ["new"]
+    created = got["created"][0]["job"]
+    assert (created["executor"], created["paused"], "version" in created) == ({"kind": "noop"}, False, False)
     assert got["changed"] == [
         {
             "namespace": "default",
