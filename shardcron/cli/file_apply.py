@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from shardcron.cli.common import add_api_command, api_client, print_json, table
 from shardcron.cli.plan_output import plan_json, plan_text
 from shardcron.errors import InvalidJob, ShardcronError, job_named
-from shardcron.jobkey import display_key, join_key, namespace_of, split_key
+from shardcron.jobkey import DEFAULT_NAMESPACE, display_key, namespace_of, split_key
 from shardcron.model import Job
-from shardcron.rules.job_plan import Plan, plan, with_source
+from shardcron.rules.job_plan import SOURCE_LABEL, Plan, plan, with_source
 from shardcron.spec.calendar import Calendar
 from shardcron.spec.jobfile import JobFileError, read_job_file
 from shardcron.spec.namespaces import namespace_from_cli, namespace_or_default
@@ -62,17 +62,17 @@ class FileState:
 def file_state(a: argparse.Namespace) -> FileState:
     """The file ``-f`` names, read and checked here before any call: each job's namespace resolved (its own,
     the file's, else ``-n``/SHARDCRON_NAMESPACE, else ``default``) and its source label added."""
-    read = read_job_file(a.file)
     fallback = namespace_from_cli(getattr(a, "namespace", None), os.environ)
+    read = read_job_file(a.file, fallback)  # every key names its namespace: a bare one is default's
     source = a.source or os.path.normpath(a.file)
     jobs = []
     for job in read.jobs:
-        key = split_key(job.id)
-        keyed = replace(job, id=job.id if job.id != key.id else join_key(fallback, key.id))
         try:
-            jobs.append(with_source(keyed, source))
+            jobs.append(with_source(job, source))
         except InvalidJob as e:
-            raise JobFileError(f"{a.file}: {job_named(keyed.id)}: {e} (the label --source sets)") from None
+            raise JobFileError(
+                f"{a.file}: {job_named(job.id)}: {e} (the {SOURCE_LABEL} label apply adds: choose it with --source)"
+            ) from None
     named = {namespace_of(j.id) for j in jobs}
     if read.namespace is not None:
         named.add(namespace_or_default(read.namespace))
@@ -95,9 +95,15 @@ def show_plan(a: argparse.Namespace, p: Plan, *, prune: bool) -> None:
 # -- jobs diff -----------------------------------------------------------------------------
 
 
+def file_client(a: argparse.Namespace) -> Client:
+    """The API client of a file's commands: the file's keys name their namespaces (``file_state``), so a bare
+    key is a ``default`` job, whatever ``-n`` says."""
+    return api_client(a, namespace=DEFAULT_NAMESPACE)
+
+
 def cmd_diff(a: argparse.Namespace) -> int:
     wanted = file_state(a)
-    with api_client(a) as c:
+    with file_client(a) as c:
         p = current_plan(c, wanted)
     show_plan(a, p, prune=False)
     return DIFF_DIFFERENT if p.differs else DIFF_SAME
@@ -108,7 +114,7 @@ def cmd_diff(a: argparse.Namespace) -> int:
 
 def cmd_apply(a: argparse.Namespace) -> int:
     wanted = file_state(a)
-    with api_client(a) as c:
+    with file_client(a) as c:
         if a.dry_run:
             show_plan(a, current_plan(c, wanted), prune=a.prune)
             return 0

@@ -37,6 +37,9 @@ def args(path, namespace=None, source=None) -> argparse.Namespace:
             [join_key("team-b", "a")],
             ("team-a", "team-b"),  # the file names team-a too: its jobs not in the file are the file's business
         ),
+        # default said in the file is default, whatever -n says
+        (f'namespace = "default"\n[[jobs]]\nid = "a"\n{NOOP}', "team-x", ["a"], ("default",)),
+        (f'[[jobs]]\nid = "a"\nnamespace = "default"\n{NOOP}', "team-x", ["a"], ("default",)),
         # a file with no jobs names its namespace (or -n's): applying it with --prune empties that namespace
         ('namespace = "team-a"\njobs = []\n', None, [], ("team-a",)),
         ("jobs = []\n", "team-x", [], ("team-x",)),
