@@ -5,16 +5,19 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 import pytest
 
 from shardcron.cli import main
-from shardcron.cli.file_apply import file_state
+from shardcron.cli.file_apply import Row, file_state, result_row, row_json
 from shardcron.cli.plan_output import plan_json, plan_text
+from shardcron.client.results import PutResult
 from shardcron.jobkey import join_key
 from shardcron.rules.job_plan import SOURCE_LABEL, plan
 from shardcron.spec.job import job_from_dict
 from shardcron.spec.jobfile import JobFileError
+from shardcron.wire.convert import job_to_proto
 
 NOOP = 'every = "1h"\nexecutor = { kind = "noop" }\n'
 
@@ -138,3 +141,32 @@ def test_the_plan_as_json_leaves_out_the_absent_side_of_a_change():
     ]
     assert got["unchanged"] == [{"namespace": "default", "id": "same"}]
     assert got["not_in_file"] == [{"namespace": "default", "id": "gone", "source": "old.toml"}]
+
+
+def put_result(ok: bool, version: int = 0, unchanged: bool = False, message: str = "") -> PutResult:
+    stored = job_to_proto(replace(job("a"), version=version), redact=True) if ok else None
+    return PutResult("a", ok, "OK" if ok else "INVALID_ARGUMENT", message, unchanged=unchanged, stored=stored)
+
+
+@pytest.mark.parametrize(
+    "result,applied,row",
+    [
+        (
+            put_result(False, message="executor.kind: refused"),
+            False,
+            Row(False, "INVALID_ARGUMENT", "executor.kind: refused"),
+        ),
+        (put_result(True, 1), False, Row(True, "OK", "valid, not written")),  # the check: nothing written
+        (put_result(True, 1), True, Row(True, "OK", "created", applied=True, version=1)),
+        (put_result(True, 4), True, Row(True, "OK", "updated", applied=True, version=4)),
+        (
+            put_result(True, 4, unchanged=True),
+            True,
+            Row(True, "OK", "unchanged", applied=True, version=4, unchanged=True),
+        ),
+    ],
+)
+def test_each_put_result_as_a_row_of_applys_answer(result, applied, row):
+    assert result_row(job("a"), result, applied=applied) == row
+    as_json = row_json(job("a"), row)
+    assert (as_json["applied"], as_json["deleted"], bool(as_json["message"])) == (row.applied, False, not row.ok)
