@@ -150,3 +150,19 @@ def test_diff_exits_2_on_an_error_never_1(tmp_path):
     dead = f"127.0.0.1:{free_port()}"
     gone = shardcron("jobs", "diff", "-f", str(path), "--server", dead)
     assert gone.returncode == 2 and gone.stderr.startswith("shardcron: error: "), gone.stderr
+
+
+def test_a_file_past_its_namespaces_quota_changes_nothing(node, namespace, tmp_path):
+    """The quota is the store's check, made in the leader's transaction that validate_only rolls back."""
+    path = jobs_file(tmp_path, namespace, {"theta": ""})
+    assert cli(node, "jobs", "apply", "-f", str(path)).returncode == 0
+    assert cli(node, "namespaces", "update", namespace, "--max-jobs", "1").returncode == 0
+    more = jobs_file(tmp_path, namespace, {"theta": f'timeout = "5s"\n{NOOP}', "iota": ""})
+    out = cli(node, "jobs", "apply", "-f", str(more))
+    assert out.returncode == 1
+    assert out.stderr.startswith(
+        f"shardcron: error: {more}: nothing was written: job 'iota' in namespace '{namespace}'"
+    )
+    assert "its quota max_jobs is 1" in out.stderr
+    status, plan = diff_json(node, more)
+    assert (status, ids(plan["created"]), ids(plan["changed"])) == (1, ["iota"], ["theta"])  # theta kept its timeout
