@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shardcron.dev.testing.cluster import wait_until
 from shardcron.errors import StoreUnavailable
 from shardcron.leader.tick_writer import (
     TickWriter,
@@ -144,6 +145,7 @@ class FakeStream:
         self.lock = threading.Lock()
         self.closed_with: list[int] | None = None
         self.wake = lambda: None
+        self.seen_queued = 0  # how many times the writer asked when a batch is ready while items were queued
 
     def put(self, *items: int) -> None:
         with self.lock:
@@ -154,6 +156,7 @@ class FakeStream:
 
     def ready_at(self, now: float, closing: bool) -> float | None:
         with self.lock:
+            self.seen_queued += bool(self.items)
             return batch_ready_at(
                 queued=len(self.items), first_at=self.first_at, linger_s=self.linger_s, max_batch=100, cut_short=closing
             )
@@ -170,13 +173,6 @@ class FakeStream:
         self.closed_with = list(self.items)
 
 
-def wait_for(cond, what: str) -> None:
-    end = time.monotonic() + 30
-    while not cond():
-        assert time.monotonic() < end, f"timed out waiting for {what}"
-        time.sleep(0.005)
-
-
 def test_the_writer_serves_the_streams_by_priority_on_one_thread():
     log: list = []
     gate = threading.Event()
@@ -186,13 +182,13 @@ def test_the_writer_serves_the_streams_by_priority_on_one_thread():
     writer.start()
     try:
         blocker.put(1)
-        wait_for(lambda: not blocker.items, "the writer to take the results' batch")
+        wait_until(lambda: not blocker.items, 30, 0.005, what="the writer to take the results' batch")
         prunes.put(4)
         claims.put(3)
         marks.put(2)
         marks.put(5)
         gate.set()
-        wait_for(lambda: len(log) == 4, "every stream written")
+        wait_until(lambda: len(log) == 4, 30, 0.005, what="every stream written")
     finally:
         writer.close()
     assert log == [("results", [1]), ("marks", [2, 5]), ("claims", [3]), ("prunes", [4])]
@@ -204,7 +200,9 @@ def test_a_lingering_stream_waits_and_a_close_writes_it_out():
     writer = TickWriter([results])
     writer.start()
     results.put(1)
-    time.sleep(0.05)
+    wait_until(lambda: results.seen_queued, 30, 0.005, what="the writer to look at the queued result")
+    results.wake()  # it looks again only after it has done what the first look decided
+    wait_until(lambda: results.seen_queued >= 2, 30, 0.005, what="the writer to look again")
     assert log == [], "an hour's linger is not over"
     writer.close()
     assert log == [("results", [1])] and results.closed_with == []
@@ -221,7 +219,7 @@ def test_a_writer_that_dies_is_reported_to_the_lifeline():
     writer = TickWriter([stream], lifeline=Lifeline(lambda name, error: died.append((name, error))))
     writer.start()
     stream.put(1)
-    wait_for(lambda: died, "the lifeline to hear of the death")
+    wait_until(lambda: died, 30, 0.005, what="the lifeline to hear of the death")
     assert died[0][0] == "tick-writer" and isinstance(died[0][1], RuntimeError)
     assert stream.closed_with == [1], "what was left is handed back to the stream"
 
@@ -278,7 +276,7 @@ def test_a_write_that_finds_the_store_down_fails_the_claims_queued_behind_it_and
         claims.put(2, 3)  # due behind the stuck write
         marks.put(4)
         gate.set()
-        wait_for(lambda: claims.failed and len(log) == 2, "the claims failed and the marks written")
+        wait_until(lambda: claims.failed and len(log) == 2, 30, 0.005, what="the claims failed and the marks written")
     finally:
         writer.close()
     assert claims.failed == [([2, 3], "store down")], "failed at once, unattempted, with the write's error"
