@@ -414,8 +414,8 @@ class _StreamState:
 
 def audit_applied(name: str, token: Token, request, answer, applied: _Applied) -> None:
     """After a call of ``name`` returned OK: one audit line for a write applied here; none for a read, nor
-    for a write its shard's leader applied (it logs it)."""
-    if name not in WRITE_CALLS or applied.elsewhere:
+    for a write its shard's leader applied (it logs it), nor for a PutJobs ``validate_only``, which wrote nothing."""
+    if name not in WRITE_CALLS or applied.elsewhere or getattr(request, "validate_only", False):
         return
     target = None
     if name == "PutJobs":

@@ -11,6 +11,11 @@ This is ``store.jobs.import_jobs``'s semantics: a job whose stored
 definition is unchanged keeps its version and its schedule position, so
 applying one file twice changes nothing; and an existing job keeps its paused
 state (PauseJob and ResumeJob change it, a file re-applied does not).
+
+With ``validate_only`` every leg runs as for the write, on the same leaders
+(forwards carry the flag), and each leader's transaction is rolled back
+(``import_jobs_many``): the results are the write's, and nothing is written,
+announced to the scheduler or audit-logged as applied.
 """
 
 from __future__ import annotations
@@ -117,11 +122,17 @@ class BatchWriter:
                     why[shard] = None if not self.backend.leader_address(shard) else "this node is taking it over"
                     waiting += items
             forwards = [
-                (addr, items, asyncio.ensure_future(self._forward(addr, items, deadline.remaining())))
+                (
+                    addr,
+                    items,
+                    asyncio.ensure_future(self._forward(addr, items, deadline.remaining(), request.validate_only)),
+                )
                 for addr, items in remote.items()
             ]
             try:
-                retry += await self.router.blocking(self._parse_and_write, local, waiting, results, why, forwarded)
+                retry += await self.router.blocking(
+                    self._parse_and_write, local, waiting, results, why, forwarded, request.validate_only
+                )
                 for addr, items, fut in forwards:
                     retry += self._forwarded_results(addr, items, await _outcome(fut), results, why)
             finally:
@@ -181,21 +192,27 @@ class BatchWriter:
         return ok
 
     def _parse_and_write(
-        self, local: dict[int, tuple[int, list[_Item]]], waiting: list[_Item], results: list, why: dict, forwarded: bool
+        self,
+        local: dict[int, tuple[int, list[_Item]]],
+        waiting: list[_Item],
+        results: list,
+        why: dict,
+        forwarded: bool,
+        validate_only: bool,
     ) -> list[_Item]:
-        """On the pool: write the jobs this node leads; parse the ones whose shard has no leader
-        now, so that a bad job is answered at once, not after the wait. The items to retry."""
+        """On the pool: write (or only check) the jobs this node leads; parse the ones whose shard has
+        no leader now, so that a bad job is answered at once, not after the wait. The items to retry."""
         parsed = {shard: (fence, ok) for shard, (fence, items) in local.items() if (ok := self._parsed(items, results))}
-        retry = self._write_here(parsed, results, why, forwarded) if parsed else []
+        retry = self._write_here(parsed, results, why, forwarded, validate_only) if parsed else []
         return retry + self._parsed(waiting, results)
 
     # -- on the leader ---------------------------------------------------------------
 
     def _write_here(
-        self, local: dict[int, tuple[int, list[_Item]]], results: list, why: dict, forwarded: bool
+        self, local: dict[int, tuple[int, list[_Item]]], results: list, why: dict, forwarded: bool, validate_only: bool
     ) -> list[_Item]:
-        """Write the jobs of the shards this node leads, under their fences, in one transaction;
-        returns the items to retry elsewhere (their shard's leadership moved)."""
+        """Write the jobs of the shards this node leads, under their fences, in one transaction (rolled
+        back when ``validate_only``); returns the items to retry elsewhere (their shard's leadership moved)."""
         b = self.backend
         now = clock.wall_ms()
         try:
@@ -206,11 +223,12 @@ class BatchWriter:
                     node_id=b.node_id,
                     now_ms=now,
                     order={it.parsed.id: it.index for _, items in local.values() for it in items},
+                    validate_only=validate_only,
                 )  # quotas: in order
                 written, fenced_out = outcome.written, outcome.fenced_out
                 refused = outcome.refused
             except (InvalidJob, sa_exc.DataError):
-                written, fenced_out = self._write_one_by_one(local, results, now)
+                written, fenced_out = self._write_one_by_one(local, results, now, validate_only)
                 refused = {}
         except Exception as e:  # noqa: BLE001 - mapped per job, like a single call's status
             code, message = status_for(e)
@@ -237,13 +255,13 @@ class BatchWriter:
                     if it.parsed.id in refused:  # over its namespace's quota (RESOURCE_EXHAUSTED), or no namespace
                         results[it.index] = _result(it.id, *status_for(refused[it.parsed.id]))
                     continue  # refused on its own (a result is set)
-                if not done.unchanged:
+                if not done.unchanged and not validate_only:
                     b.job_written(shard, done.job)
                 results[it.index] = _ok(done.job, unchanged=done.unchanged)
         return retry
 
     def _write_one_by_one(
-        self, local: dict[int, tuple[int, list[_Item]]], results: list, now: int
+        self, local: dict[int, tuple[int, list[_Item]]], results: list, now: int, validate_only: bool
     ) -> tuple[dict[str, job_store.Imported], dict[int, int | None]]:
         """A job the store refuses (a value the database cannot hold) failed the whole
         transaction: one per job instead, so that each gets its own answer."""
@@ -256,7 +274,11 @@ class BatchWriter:
                     break
                 try:
                     outcome = job_store.import_jobs_many(
-                        b.engine, {shard: (fence, [it.parsed])}, node_id=b.node_id, now_ms=now
+                        b.engine,
+                        {shard: (fence, [it.parsed])},
+                        node_id=b.node_id,
+                        now_ms=now,
+                        validate_only=validate_only,
                     )
                 except (InvalidJob, sa_exc.DataError) as e:
                     results[it.index] = _result(it.id, *status_for(e))
@@ -269,8 +291,10 @@ class BatchWriter:
 
     # -- elsewhere ---------------------------------------------------------------------
 
-    async def _forward(self, addr: str, items: list[_Item], timeout_s: float) -> pb.PutJobsResponse:
-        request = pb.PutJobsRequest(jobs=[it.proto for it in items])
+    async def _forward(
+        self, addr: str, items: list[_Item], timeout_s: float, validate_only: bool
+    ) -> pb.PutJobsResponse:
+        request = pb.PutJobsRequest(jobs=[it.proto for it in items], validate_only=validate_only)
         return await self.router.stub(addr).PutJobs(
             request, timeout=max(timeout_s, 0.001), metadata=self.router.forward_metadata()
         )

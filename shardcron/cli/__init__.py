@@ -1,7 +1,9 @@
 """The ``shardcron`` command.
 
 Every expected failure is a ``ShardcronError`` and becomes one line on stderr
-and exit status 1; a bad flag is one line and exit status 2, as argparse has it.
+and exit status 1 (a command may choose another: ``jobs diff`` exits 2, as
+``diff(1)`` does, since its 1 means "a difference"); a bad flag is one line and
+exit status 2, as argparse has it.
 A traceback in front of a user is a bug: anything else that reaches ``main``
 is one line naming it, and ``SHARDCRON_DEBUG=1`` prints its traceback too.
 A closed standard output (``shardcron shards | head -3``) ends the command
@@ -413,6 +415,7 @@ MESSAGE_CHARS = 2000  # an error line quotes a caller's value, never megabytes o
 def main(argv: list[str] | None = None) -> int:
     """Run the command ``argv`` names; its exit status (see the module doc)."""
     argv = sys.argv[1:] if argv is None else argv
+    a = None
     try:
         try:
             a = build_parser(named_command(argv)).parse_args(argv)
@@ -427,10 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except ShardcronError as e:
-        return say_error(str(e), EXIT_ERROR)
+        return say_error(str(e), error_status(a))
     except grpc_error() as e:
         call = cast("grpc.Call", e)  # a failed call's RpcError is also its Call
-        return say_error(f"the API call failed: {call.code().name}: {call.details()}", EXIT_ERROR)
+        return say_error(f"the API call failed: {call.code().name}: {call.details()}", error_status(a))
     except Exception as e:  # noqa: BLE001 - the last line of defence: a traceback in front of a user is a bug
         if os.environ.get(DEBUG_ENV):
             traceback.print_exc()
@@ -438,6 +441,12 @@ def main(argv: list[str] | None = None) -> int:
             f"unexpected {type(e).__name__}: {e} (a bug in shardcron; rerun with {DEBUG_ENV}=1 for the traceback)",
             EXIT_BUG,
         )
+
+
+def error_status(a: argparse.Namespace | None) -> int:
+    """The status of an expected failure of the command ``a`` ran: its own (``set_defaults(error_status=)``),
+    else ``EXIT_ERROR``."""
+    return getattr(a, "error_status", EXIT_ERROR)
 
 
 def say_error(message: str, status: int) -> int:

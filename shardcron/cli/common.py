@@ -158,8 +158,9 @@ def channel_security_from_args(a: argparse.Namespace) -> ChannelSecurity:
     return ChannelSecurity(getattr(a, "tls_ca", None), getattr(a, "tls_cert", None), getattr(a, "tls_key", None), token)
 
 
-def api_client(a: argparse.Namespace) -> Client:
-    """A client of the nodes ``--server`` names, with the flags' security and namespace."""
+def api_client(a: argparse.Namespace, *, namespace: str | None = None) -> Client:
+    """A client of the nodes ``--server`` names, with the flags' security and namespace (``namespace``:
+    this one instead, for a command whose jobs are all named by key)."""
     from shardcron.client.client import Client  # grpc: see the module doc
     from shardcron.client.targets import bearer_secret  # grpc
 
@@ -172,7 +173,7 @@ def api_client(a: argparse.Namespace) -> Client:
         servers,
         timeout_s=a.request_timeout,
         security=security,
-        namespace=namespace_from_cli(getattr(a, "namespace", None), os.environ),
+        namespace=namespace or namespace_from_cli(getattr(a, "namespace", None), os.environ),
     )
 
 

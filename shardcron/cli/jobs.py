@@ -3,7 +3,8 @@
 Every command takes ``--server host:port`` (repeatable; default
 ``$SHARDCRON_SERVER`` or 127.0.0.1:7070) and ``--json``. Human output is a
 plain table; ``--json`` is for scripts. Failures are ``ShardcronError``s,
-which ``cli.main`` prints as one line before exiting with status 1.
+which ``cli.main`` prints as one line before exiting with status 1 (``jobs diff``:
+2, see ``file_apply``).
 """
 
 from __future__ import annotations
@@ -12,23 +13,18 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
-from shardcron.cli import backfill
+from shardcron.cli import backfill, file_apply
 from shardcron.cli.args import MAX_SHARD, whole
-from shardcron.cli.common import add_api_command, api_client, fmt_ms, print_json, table
+from shardcron.cli.common import add_api_command, api_client, fmt_ms, print_json
 from shardcron.cli.job_flags import add_put_flags, job_from_flags, pairs
 from shardcron.cli.output import job_json, jobs_table, runs_json
-from shardcron.errors import ConfigError, ShardcronError, job_named
+from shardcron.errors import ConfigError, job_named
 from shardcron.jobkey import split_key
 from shardcron.rules.scopes import ALL_NAMESPACES
 from shardcron.sharding import shard_for
-from shardcron.spec.jobfile import load_file_calendars, load_job_file
 
 if TYPE_CHECKING:
     from shardcron.client.client import Client
-
-
-class ApplyFailed(ShardcronError):
-    """Some jobs of a file were refused (each is listed above the error line)."""
 
 
 def listed_namespace(a: argparse.Namespace) -> str | None:
@@ -134,45 +130,6 @@ def cmd_list(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_apply(a: argparse.Namespace) -> int:
-    jobs = load_job_file(a.file)
-    calendars = load_file_calendars(a.file)
-    with api_client(a) as c:
-        # The file's calendars first: its jobs may name them.
-        for calendar in calendars:
-            stored = c.put_calendar(calendar)
-            if not a.json:
-                print(f"calendar {calendar.name} version {stored.version}")
-        results = c.put_jobs(jobs)
-    failed = [r for r in results if not r.ok]
-    if a.json:
-        print_json(
-            [
-                {
-                    "id": r.id,
-                    "ok": r.ok,
-                    "code": r.code,
-                    "message": r.message,
-                    "version": r.job.version if r.job else None,
-                    "unchanged": r.unchanged,
-                }
-                for r in results
-            ]
-        )
-    else:
-        rows = []
-        for r in results:
-            if r.ok and r.job is not None:  # an applied job comes back as stored
-                state = "unchanged" if r.unchanged else "created" if r.job.version == 1 else "updated"
-                rows.append([r.id, "ok", r.job.version, state])
-            else:
-                rows.append([r.id, r.code, "-", r.message])
-        print(table(rows, ["ID", "RESULT", "VERSION", "DETAIL"]))
-    if failed:
-        raise ApplyFailed(f"{len(failed)} of {len(results)} jobs in {a.file} were not applied")
-    return 0
-
-
 # -- the parser ---------------------------------------------------------------------------
 
 
@@ -194,16 +151,10 @@ def register(subparsers: Any) -> None:
     ls.add_argument("--label", action="append", metavar="K=V", help="only jobs with this label; repeatable")
     ls.add_argument("--shard", type=whole(0, MAX_SHARD - 1), metavar="K", help="only shard K's jobs")
     ls.add_argument("-A", "--all-namespaces", action="store_true", help="jobs of every namespace the token may read")
-
-    apply = add_api_command(
-        sub, "apply", cmd_apply, "create or replace every job of a TOML, YAML or JSON file", with_id=False
-    )
-    apply.add_argument("-f", "--file", required=True, metavar="FILE", help="the jobs file")
+    file_apply.register(sub)
 
 
 __all__ = [
-    "ApplyFailed",
-    "cmd_apply",
     "cmd_delete",
     "cmd_get",
     "cmd_list",

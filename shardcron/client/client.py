@@ -118,8 +118,10 @@ class Client:
         timeout_s: float | None = None,
         in_flight: int = IN_FLIGHT_BATCHES,
         namespace: str | None = None,
+        validate_only: bool = False,
     ) -> list[PutResult]:
         """Create or replace many jobs (unchanged ones are left alone); one result per job, in order.
+        ``validate_only``: every job is checked as its write would be, and nothing is written.
 
         The jobs go in batches of up to 1,000, ``in_flight`` of them at a time, so
         that the nodes' cores work on one batch while the next is on the wire.
@@ -144,7 +146,11 @@ class Client:
 
         with ThreadPoolExecutor(max(1, in_flight), thread_name_prefix="put-jobs") as pool:
             for batch in _batches(self._calls.job_proto(j, namespace) for j in jobs):
-                pending.append(pool.submit(self._call, "PutJobs", pb.PutJobsRequest(jobs=batch), timeout_s))
+                pending.append(
+                    pool.submit(
+                        self._call, "PutJobs", pb.PutJobsRequest(jobs=batch, validate_only=validate_only), timeout_s
+                    )
+                )
                 if len(pending) >= in_flight:
                     collect(pending.popleft().result())
             while pending:

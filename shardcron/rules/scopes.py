@@ -115,7 +115,8 @@ CLI_ACTIONS: dict[str, tuple[str, ...]] = {
     "jobs list": ("ListJobs",),
     "ticks": ("ListTicks",),
     "jobs put": ("PutJob",),
-    "jobs apply": ("PutJobs",),
+    "jobs apply": ("PutJobs", "ListJobs", "DeleteJob"),  # --dry-run and --prune list; --prune deletes
+    "jobs diff": ("ListJobs",),
     "jobs delete": ("DeleteJob",),
     "jobs pause": ("PauseJob",),
     "jobs resume": ("ResumeJob",),

@@ -27,6 +27,7 @@ import difflib
 import json
 import tomllib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -131,10 +132,35 @@ def load_file_calendars(path: str, data: object = None) -> list[Calendar]:
         raise JobFileError(f"{path}: calendars.{e.calendar}: {e.field}: {e.reason}") from None
 
 
-def load_job_file(path: str, admit: Callable[[Job], None] | None = None) -> list[Job]:
-    """The jobs of the file at ``path``; ``admit(job)`` may refuse one (``InvalidJob``), which is
-    reported like a malformed job: the file, the job, the field (a node's --min-interval, --allow-shell)."""
+@dataclass(frozen=True)
+class JobFile:
+    """A job file, read once: its jobs, its calendars, and its top-level ``namespace`` (None: not given)."""
+
+    jobs: list[Job]
+    calendars: list[Calendar]
+    namespace: str | None
+
+
+def read_job_file(path: str, fallback_namespace: str | None = None) -> JobFile:
+    """Everything the file at ``path`` defines (``shardcron jobs apply`` and ``diff``); ``fallback_namespace``:
+    see ``load_job_file``."""
     data = read_data_file(path)
+    jobs = load_job_file(path, data=data, fallback_namespace=fallback_namespace)
+    assert isinstance(data, Mapping), "load_job_file refuses a file that is not a table"
+    return JobFile(jobs, load_file_calendars(path, data), data.get("namespace"))
+
+
+def load_job_file(
+    path: str,
+    admit: Callable[[Job], None] | None = None,
+    data: object = None,
+    fallback_namespace: str | None = None,
+) -> list[Job]:
+    """The jobs of the file at ``path`` (``data``: its contents, already read); ``admit(job)`` may refuse one
+    (``InvalidJob``), which is reported like a malformed job: the file, the job, the field (a node's
+    --min-interval, --allow-shell). ``fallback_namespace``: of a job when neither it nor the file names
+    one (``-n``); None leaves such a job's key bare, for its caller to place."""
+    data = read_data_file(path) if data is None else data
     if not isinstance(data, Mapping) or "jobs" not in data:
         keys = [k for k in data if isinstance(k, str)] if isinstance(data, Mapping) else []
         hint = difflib.get_close_matches("jobs", keys, n=1)
@@ -168,8 +194,9 @@ def load_job_file(path: str, admit: Callable[[Job], None] | None = None) -> list
         where = f"job {shown(named)}" if isinstance(named, str) and named else f"jobs[{i}]"
         try:
             # A file states every job's executor: a forgotten one must not become a noop.
-            if namespace is not None and isinstance(body, Mapping) and "namespace" not in body:
-                body = {**body, "namespace": namespace}
+            given = namespace if namespace is not None else fallback_namespace
+            if given is not None and isinstance(body, Mapping) and "namespace" not in body:
+                body = {**body, "namespace": given}
             job = job_from_dict(body, job_id=job_id, require_executor=True)
             if admit is not None:
                 admit(job)

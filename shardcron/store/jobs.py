@@ -211,6 +211,7 @@ def import_jobs_many(
     node_id: str,
     now_ms: int,
     order: Mapping[str, int] | None = None,
+    validate_only: bool = False,
 ) -> ImportOutcome:
     """``import_jobs`` for several shards of one leader: ``{shard: (fence, jobs)}``.
 
@@ -221,6 +222,9 @@ def import_jobs_many(
     Namespace quotas admit the new and changed jobs in ``order`` (job id -> its
     place in the request, as PutJobs received them; by default the order given),
     each while it fits what the ones before it left; the others are ``refused``.
+
+    ``validate_only``: everything runs as for the write, the database's own checks
+    included, and the transaction is rolled back: the outcome is the write's, nothing stays.
     """
     for _, shard_jobs in by_shard.values():
         for j in shard_jobs:
@@ -261,6 +265,8 @@ def import_jobs_many(
             written[job_id] = Imported(new, unchanged=False)
         _write(conn, inserts, updates, node_id=node_id, now_ms=now_ms)
         rooms.save(conn)
+        if validate_only:
+            conn.rollback()
         return written
 
     out = run_fenced_many(engine, {(shard, fence): shard_jobs for shard, (fence, shard_jobs) in by_shard.items()}, work)

@@ -348,10 +348,12 @@ class PutJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class PutJobsRequest(_message.Message):
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "validate_only")
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[Job]
-    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+    validate_only: bool
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., validate_only: _Optional[bool] = ...) -> None: ...
 
 class PutJobResult(_message.Message):
     __slots__ = ("id", "code", "message", "job", "retryable", "unchanged")

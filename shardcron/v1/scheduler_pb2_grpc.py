@@ -185,6 +185,8 @@ class SchedulerServicer:
         A job whose stored definition is unchanged is left as it is (same
         version, no backlog reset): applying one file twice changes nothing. An
         existing job keeps its paused state (PauseJob and ResumeJob change it).
+        With validate_only, every job is checked as its write would be and
+        nothing is written: a file is applied only once all of it passes.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -5,7 +5,10 @@ caller's identity."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import uuid
 
 import pytest
@@ -75,3 +78,43 @@ def test_a_teams_tokens_see_and_manage_only_what_their_role_allows(cluster):
         assert ops.delete_namespace(mine, force=True) == 8
         assert mine not in {n.name for n in ops.list_namespaces()}
         ops.delete_namespace(theirs)
+
+
+def test_a_read_token_diffs_a_file_and_is_told_which_secret_values_it_could_not_compare(cluster, tmp_path):
+    """``jobs diff`` compares secret values through a PutJobs ``validate_only``, which takes the write's
+    permission: a read token still gets the plan, with the jobs it could not compare listed, and exit 0."""
+    n1, n2 = cluster.nodes["n1"], cluster.nodes["n2"]
+    tag = uuid.uuid4().hex[:6]
+    team = f"diff-{tag}"
+    with token_client(n1, OPS) as ops:
+        ops.create_namespace(team)
+        writer = ops.create_token(f"writer-{tag}", "write", [team])[1]
+        reader = ops.create_token(f"reader-{tag}", "read", [team])[1]
+    for secret in (writer, reader):
+        wait_until(lambda: accepted(n2, secret), 60, 0.2, what=f"n2 to accept token {secret[:4]}...")
+    path = tmp_path / "jobs.toml"
+    path.write_text(
+        f'namespace = "{team}"\n[jobs.hook]\nevery = "1h"\npaused = true\n'
+        'executor = { kind = "http", url = "http://127.0.0.1:9/", headers = { X-Api-Key = "k1" } }\n'
+    )
+
+    def cli(secret: str, *args: str) -> subprocess.CompletedProcess:
+        out = subprocess.run(
+            [sys.executable, "-m", "shardcron", *args, "-f", str(path), "--server", n2.address],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "SHARDCRON_TOKEN": secret},
+        )
+        assert "Traceback" not in out.stderr, out.stderr
+        return out
+
+    assert cli(writer, "jobs", "apply").returncode == 0
+    written = cli(writer, "jobs", "diff", "--json")
+    assert written.returncode == 0 and json.loads(written.stdout)["secrets_unchecked"] == [], written.stderr
+    read = cli(reader, "jobs", "diff")
+    assert read.returncode == 0, read.stderr
+    assert read.stdout.splitlines()[0] == f"= {team}/hook: unchanged (secret values not compared)"
+    assert "were not compared" in read.stdout.splitlines()[-1]
+    denied_apply = cli(reader, "jobs", "apply")
+    assert denied_apply.returncode == 1 and "needs role write" in denied_apply.stderr, denied_apply.stderr

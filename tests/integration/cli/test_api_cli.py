@@ -230,7 +230,9 @@ def test_apply_a_file_then_apply_it_again(node, tmp_path):
     out = run(node, "jobs", "apply", "-f", str(shelly))
     assert out.returncode == 1
     assert "apply-sh" in out.stdout and "--allow-shell" in out.stdout
-    assert out.stderr.strip() == f"shardcron: error: 1 of 2 jobs in {shelly} were not applied"
+    assert out.stderr.startswith(f"shardcron: error: {shelly}: nothing was written: job 'apply-sh': executor")
+    assert "--allow-shell" in out.stderr
+    assert fails_with(node, "jobs", "get", "apply-c") == "shardcron: error: job 'apply-c' not found"  # all or nothing
 
 
 def test_errors_are_one_line_and_exit_1(node, tmp_path):
@@ -276,7 +278,8 @@ def test_a_typo_of_1ms_for_1m_is_refused_naming_the_minimum(node, tmp_path):
     out = run(node, "jobs", "apply", "-f", str(path), "--json")
     assert out.returncode == 1, out.stderr
     results = {r["id"]: r for r in json.loads(out.stdout)}
-    assert results["fast-ok"]["ok"] is True
+    assert (results["fast-ok"]["ok"], results["fast-ok"]["applied"]) == (True, False)  # valid, and not written
+    assert fails_with(node, "jobs", "get", "fast-ok") == "shardcron: error: job 'fast-ok' not found"
     assert (
         results["fast-typo"]["code"] == "INVALID_ARGUMENT"
         and "minimum interval of 1s" in results["fast-typo"]["message"]

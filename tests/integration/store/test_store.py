@@ -50,6 +50,7 @@ from shardcron.store import (
     ticks_between,
     unresolved_ticks,
 )
+from shardcron.store.jobs import import_jobs_many
 from shardcron.store.schema import VERSION_TABLE, fence_log, metadata, ticks
 
 F1, F2 = 100, 200  # two leaders' fences for shard 0, the second newer
@@ -425,6 +426,21 @@ def test_a_reimport_does_not_undo_a_pause_made_through_the_api(led):
     assert get_job(led, "j").paused is True
     assert import_jobs(led, [replace(jobs[0], timeout_ms=7_000)], now_ms=4_000, **A) == 1
     assert (get_job(led, "j").paused, get_job(led, "j").timeout_ms) == (True, 7_000)
+
+
+def test_import_validate_only_answers_as_the_write_and_leaves_the_store_as_it_was(led):
+    import_jobs(led, [make_job("kept"), make_job("edited")], now_ms=1_000, **A)
+    batch = {0: (F1, [make_job("kept"), make_job("edited", timeout="7s"), make_job("new")])}
+    before = snapshot(led)
+    checked = import_jobs_many(led, batch, node_id=NODE_A, now_ms=2_000, validate_only=True)
+    assert snapshot(led) == before, "a validation wrote something"
+    written = import_jobs_many(led, batch, node_id=NODE_A, now_ms=2_000)
+    assert checked == written  # the same answer, job by job: version, unchanged, refusals
+    assert {k: (i.job.version, i.unchanged) for k, i in written.written.items()} == {
+        "kept": (1, True),
+        "edited": (2, False),
+        "new": (1, False),
+    }
 
 
 def test_delete_job_keeps_ticks(led):

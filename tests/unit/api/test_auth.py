@@ -104,6 +104,9 @@ ADMIN = _token("ops", Role.ADMIN, "*")
         (TEAM_A, "GetJob", pb.GetJobRequest(id="j"), "namespace 'default'"),
         (TEAM_A, "ListJobs", pb.ListJobsRequest(namespace="*"), None),  # filtered by may_see
         (READER, "DeleteJob", pb.DeleteJobRequest(id="j", namespace="team-a"), "role write"),
+        # validating a write needs the write's permission: a read-only token learns nothing of the rules
+        (READER, "PutJobs", pb.PutJobsRequest(jobs=[_job("team-a")], validate_only=True), "role write"),
+        (TEAM_A, "PutJobs", pb.PutJobsRequest(jobs=[_job("team-a")], validate_only=True), None),
         (READER, "WatchTicks", pb.WatchTicksRequest(namespace="team-a"), None),
         (TEAM_A, "CreateToken", pb.CreateTokenRequest(token=pb.ApiToken(name="t")), "every namespace ('*')"),
         (ADMIN, "CreateToken", pb.CreateTokenRequest(token=pb.ApiToken(name="t")), None),
@@ -116,6 +119,15 @@ def test_check(token, method, request_, denied_with):
         assert reason is None
     else:
         assert reason is not None and denied_with in reason and token.name in reason
+
+
+@pytest.mark.parametrize("validate_only,logged", [(False, True), (True, False)])
+def test_a_putjobs_that_only_validated_wrote_nothing_and_is_not_audit_logged(caplog, validate_only, logged):
+    request = pb.PutJobsRequest(jobs=[_job("team-a", "nightly")], validate_only=validate_only)
+    answer = pb.PutJobsResponse(results=[pb.PutJobResult(id="nightly", code=0)])
+    with caplog.at_level(logging.INFO, logger="shardcron.audit"):
+        auth.audit_applied("PutJobs", TEAM_A, request, answer, auth.track_applied())
+    assert ("target=nightly" in caplog.text) is logged
 
 
 def test_the_audit_line_names_the_call_token_namespace_and_target():
