@@ -162,7 +162,7 @@ def _every(period: timedelta, relative: bool, notes: list[str]) -> dict[str, Any
     notes.append(
         "beat ran this interval from its own last run"
         + (", rounded down to the interval's unit (relative=True)" if relative else "")
-        + "; shardcron runs it at whole multiples of it since 1970-01-01 00:00 UTC (every 1h: on the hour)"
+        + "; shardcron runs it at whole multiples of it since 1970-01-01 00:00 UTC (every 1h, for one, runs on the hour)"
     )
     return {"every": ms_text(ms)}
 
