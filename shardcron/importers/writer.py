@@ -16,9 +16,9 @@ from typing import Any
 import yaml
 
 from shardcron.importers.result import Imported, ImportResult, Refused
+from shardcron.spec.toml_text import toml_key, toml_string, toml_value
 
 FORMATS = ("toml", "yaml", "json")
-_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 # Characters a comment line must not hold (TOML allows none but tab; a newline would end the comment).
 _NOT_IN_COMMENT = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\u0085\u2028\u2029]")
 
@@ -53,7 +53,7 @@ def render(result: ImportResult, fmt: str = "toml", namespace: str | None = None
             out.append("\n" + "\n".join(comment(line) for line in _refused_lines(entry)))
             continue
         lines = [comment(f"from {entry.source}")] + [comment(f"note: {n}") for n in entry.notes]
-        body = _toml_job(entry.job) if toml else _yaml_value([entry.job]).rstrip("\n")
+        body = toml_job(entry.job) if toml else _yaml_value([entry.job]).rstrip("\n")
         out.append("\n" + "\n".join(lines) + "\n" + body)
     return Rendered("\n".join(out) + "\n")
 
@@ -64,35 +64,8 @@ def comment(text: str) -> str:
     return f"# {shown}".rstrip()
 
 
-def toml_string(text: str) -> str:
-    """``text`` as a TOML basic string: JSON's escapes are TOML's, except that TOML wants DEL escaped too.
-
-    ``ensure_ascii=False`` keeps characters past the BMP as themselves, where JSON's ASCII form would write
-    surrogate pairs, which TOML refuses."""
-    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
-
-
-def _toml_job(job: dict[str, Any]) -> str:
-    return "[[jobs]]\n" + "\n".join(f"{_toml_key(k)} = {toml_value(v)}" for k, v in job.items())
-
-
-def _toml_key(key: str) -> str:
-    return key if _BARE_KEY.match(key) else toml_string(key)
-
-
-def toml_value(value: Any) -> str:
-    """``value`` (a job table's: text, a number, a boolean, a list or a table) as an inline TOML value."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return str(value)  # Python's float text (1.5, 1e+20, inf, nan) is TOML's
-    if isinstance(value, str):
-        return toml_string(value)
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + " }"
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    raise TypeError(f"a job file holds no {type(value).__name__} ({value!r})")
+def toml_job(job: dict[str, Any]) -> str:
+    return "[[jobs]]\n" + "\n".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in job.items())
 
 
 class _PlainDumper(yaml.SafeDumper):

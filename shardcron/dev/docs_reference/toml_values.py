@@ -9,30 +9,9 @@ import tomllib
 from typing import Any
 
 from shardcron.spec.durations import format_duration_ms
+from shardcron.spec.toml_text import toml_key, toml_value
 
-_BARE = re.compile(r"[A-Za-z0-9_-]+")
 _MS = re.compile(r"(\d+)ms")
-
-
-def value(v: Any) -> str:
-    """``v`` as an inline TOML value."""
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return str(v)
-    if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
-    if isinstance(v, list | tuple):
-        return "[" + ", ".join(value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        if not v:
-            return "{}"
-        return "{ " + ", ".join(f"{key(k)} = {value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"no TOML for {type(v).__name__}")
-
-
-def key(k: str) -> str:
-    return k if _BARE.fullmatch(k) else json.dumps(k)
 
 
 def line(path: str, v: Any) -> str:
@@ -41,7 +20,7 @@ def line(path: str, v: Any) -> str:
     nested: Any = v
     for part in reversed(rest):
         nested = {part: nested}
-    text = f"{key(head)} = {value(nested)}"
+    text = f"{toml_key(head)} = {toml_value(nested)}"
     if tomllib.loads(text) != json.loads(json.dumps({head: nested})):
         raise ValueError(f"{text!r} does not read back as {path} = {v!r}")
     return text
@@ -50,8 +29,8 @@ def line(path: str, v: Any) -> str:
 def shown_default(v: Any) -> str:
     """A default as a job file would give it: ``3600000ms`` as ``1h``, other values as TOML."""
     if isinstance(v, str) and (m := _MS.fullmatch(v)):
-        return value(format_duration_ms(int(m.group(1))))
-    return value(v)
+        return toml_value(format_duration_ms(int(m.group(1))))
+    return toml_value(v)
 
 
-__all__ = ["key", "line", "shown_default", "value"]
+__all__ = ["line", "shown_default"]
