@@ -63,6 +63,11 @@ T = TypeVar("T")
 EXIT_WITHIN_S = 10.0
 # Beyond the store's wait (--store-wait), how long a start-up may take before the node shows every thread's stack.
 START_STACKS_AFTER_S = 60.0
+# The cyclic collector's thresholds once the node runs (gc.set_threshold): a young collection every 10,000
+# net allocations of container objects, where CPython collects every 700. A leader allocates a few dozen
+# per tick, so at thousands of ticks a second the default collected hundreds of times a second and moved
+# every tick in flight into the older generations. ADR 10 has the measurements and the trade-off.
+GC_THRESHOLDS = (10_000, 10, 10)
 
 
 class StoppedWhileStarting(Exception):
@@ -527,6 +532,7 @@ def run_node(cfg: NodeConfig) -> int:
     # collection walks them all, a pause of tens of ms in which no tick starts.
     gc.collect()
     gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
     node.wait()
     # Everything is closed and the lease is revoked; what is left is the interpreter's own exit, which waits
     # for every thread pool's worker to finish its call. One stuck in a call (a store cut off) would keep a
