@@ -113,7 +113,7 @@ class NatsExecutor(OnTheLoop):
             with self._loop.cancelled_by(cancel):
                 async with asyncio.timeout(remaining):
                     if s.jetstream:
-                        ack = await _js_publish(self._jetstream(nc), s.subject, body, headers, remaining)
+                        ack = await _js_publish(self._jetstream(nc), s.subject, body, headers)
                     else:
                         await _core_publish(nc, s.subject, body, headers, remaining)
         except Cancelled:
@@ -291,10 +291,12 @@ async def _connect(url: str, timeout_s: float):
         raise _ConnectFailed(_reason(errors[-1]) if errors else _reason(e)) from None
 
 
-async def _js_publish(js, subject: str, body: bytes, headers: dict[str, str], timeout_s: float):
+async def _js_publish(js, subject: str, body: bytes, headers: dict[str, str]):
     # publish_async sends the message and returns a future for its PubAck: the ticks of one loop
-    # turn go out in one write of nats-py's flusher, and their acks are awaited together.
-    acked = await js.publish_async(subject, body, wait_stall=timeout_s, headers=headers)
+    # turn go out in one write of nats-py's flusher, and their acks are awaited together. No wait_stall:
+    # the caller's asyncio.timeout bounds a stall already, and nats-py waits for a stall with
+    # asyncio.wait_for, a task of its own per message when it is given a timeout.
+    acked = await js.publish_async(subject, body, headers=headers)
     return await acked
 
 

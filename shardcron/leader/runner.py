@@ -19,10 +19,12 @@ attempt is handed to it is the slot's start: the caller hears of it then
 (``on_slot_started``: the job's line counts the run as going from there, see
 ``job_line.py``), and the row records it as ``started_at_ms`` (a later
 attempt's mark keeps it), so an overlap skip decided after it is explained by
-the row, and one decided before it never counted this run. Retries are driven by
-tenacity, with the backoff from ``policies.backoff_ms`` and a sleep that the
-shard's cancel cuts short (the shard stopped or the lease lost: the next
-attempt's guard then refuses it).
+the row, and one decided before it never counted this run. A failed attempt is
+tried again up to the job's ``max_attempts``, after the backoff of
+``policies.backoff_ms``, in a sleep that the shard's cancel cuts short (the
+shard stopped or the lease lost: the next attempt's guard then refuses it). The
+retry loop is written out here: it is a few lines on the path of every tick, and
+a general retry library's objects per call cost more than the loop itself.
 
 Why a coroutine and not a worker thread per tick: ``docs/adr/0005-ticks-on-one-event-loop.md``.
 """
@@ -34,8 +36,6 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-
-from tenacity import AsyncRetrying, RetryCallState, retry_if_result, stop_after_attempt
 
 from shardcron import clock
 from shardcron.errors import FencedOut, StoreUnavailable
@@ -134,9 +134,6 @@ async def run_tick(
         crashpoints.after_dispatch(run.slot.job_id, result.ok)
         return result
 
-    def wait(rs: RetryCallState) -> float:
-        return backoff_ms(run.job.retry, state["attempt"]) / 1000.0
-
     async def sleep_unless_stopped(seconds: float) -> None:
         try:
             with executors.loop.cancelled_by(run.cancel):
@@ -144,20 +141,18 @@ async def run_tick(
         except Cancelled:
             pass  # the next attempt's guard refuses it
 
-    def last_result(rs: RetryCallState) -> ExecutionResult:  # out of attempts: keep the last result
-        assert rs.outcome is not None  # called after an attempt
-        return rs.outcome.result()
+    async def attempts() -> ExecutionResult:
+        """Each attempt in turn until one succeeds or none is left; the last one's result."""
+        result = await attempt_once()
+        for _ in range(remaining - 1):
+            if result.ok:
+                break
+            await sleep_unless_stopped(backoff_ms(run.job.retry, state["attempt"]) / 1000.0)
+            result = await attempt_once()
+        return result
 
-    retrying = AsyncRetrying(
-        stop=stop_after_attempt(remaining),
-        wait=wait,
-        retry=retry_if_result(lambda r: not r.ok),
-        sleep=sleep_unless_stopped,
-        retry_error_callback=last_result,
-        reraise=True,
-    )
     try:
-        result: ExecutionResult = await retrying(attempt_once)
+        result = await attempts()
     except _Abort as e:
         log.warning(
             "tick %s@%d attempt %d not started: %s",
