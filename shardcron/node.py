@@ -213,7 +213,6 @@ class Node:
         self.cluster_config: ClusterConfig | None = None  # as read at start; the view mirrors it live
         self.api: ApiServer | None = None
         self.dashboard: DashboardServer | None = None
-        # The node's one event loop: the ticks, the API and the dashboard await on it (runtime/node_loop.py).
         self.loop: NodeLoop | None = None
 
     def start(self) -> None:
@@ -248,7 +247,10 @@ class Node:
         self._through_store_outage("the store's schema", lambda: ensure_schema(engine, auto_upgrade=False))
         log.info("store ready at %s", describe_url(cfg.db))
 
-        self.etcd = Etcd(cfg.etcd, timeout_s=min(5.0, cfg.ttl / 3.0), security=cfg.etcd_security)
+        # The node's one event loop: the ticks, the API, the dashboard and etcd's watches await on it
+        # (runtime/node_loop.py).
+        self.loop = NodeLoop(lifeline=self.lifeline).start()
+        self.etcd = Etcd(cfg.etcd, timeout_s=min(5.0, cfg.ttl / 3.0), security=cfg.etcd_security, loop=self.loop)
         self.epoch = self._through_store_outage(
             "etcd's identity", lambda: self._on_any_member(self._check_etcd_identity)
         )
@@ -260,7 +262,6 @@ class Node:
         self._through_store_outage("the shards' fence rows", lambda: ensure_shards(engine, shard_count))
 
         calendars = CalendarBook()
-        self.loop = NodeLoop(lifeline=self.lifeline).start()
         self.scheduler = Scheduler(
             self.engine,
             cfg.node_id,
@@ -471,10 +472,10 @@ class Node:
             self.api.stop()
         if self.scheduler:
             self.scheduler.close()  # the executors with it
+        if self.etcd:
+            self.etcd.close()  # its watches end on the loop, so before the loop
         if self.loop:
             self.loop.close()  # last of what awaits: the dashboard, the API and the executors have stopped
-        if self.etcd:
-            self.etcd.close()
         if self.engine is not None:
             self.engine.dispose()
         log.info("node %s stopped", self.cfg.node_id)

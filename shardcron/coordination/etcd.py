@@ -1,4 +1,4 @@
-"""A thin adapter over etcd-sdk-python (``pyetcd``): the only module that imports it.
+"""A thin adapter over etcd-sdk-python (``pyetcd``): with ``etcd_watch``, the only module that imports it.
 
 Why a wrapper at all:
 - every call gets an explicit timeout; the library's default is none;
@@ -6,7 +6,8 @@ Why a wrapper at all:
   endpoint for 300 s and a single-endpoint client goes dark for five minutes;
 - the library's range request maps ``max_create_revision`` onto the wrong
   protobuf field, so ranges are built here;
-- gRPC errors become ``EtcdUnavailable`` naming the endpoints, never a traceback.
+- gRPC errors become ``EtcdUnavailable`` naming the endpoints, never a traceback;
+- watches are tasks on an event loop (``etcd_watch``), not the library's three threads.
 """
 
 from __future__ import annotations
@@ -22,17 +23,23 @@ import grpc
 import pyetcd
 from pyetcd import etcdrpc
 from pyetcd.client import EtcdTokenCallCredentials
+from pyetcd.etcdrpc import kv_pb2
 from pyetcd.utils import prefix_range_end
 
 from shardcron import metrics
 from shardcron.coordination.endpoint_choice import next_endpoint
+from shardcron.coordination.etcd_watch import Member, WatchCreateFailed, Watches
 from shardcron.errors import ConfigError, EtcdUnavailable
+from shardcron.runtime.node_loop import NodeLoop
 
 log = logging.getLogger(__name__)
 
 # After a member fails, other members are preferred over it for this long: about
 # etcd's election time, so a dead leader is not retried before the others elect.
 MEMBER_REST_S = 3.0
+# Every channel to etcd pings the member every 5 s and gives up after 3 s without an answer, so a member
+# that is gone without a word (a cut network) breaks the calls and the watches on it within about 8 s.
+CHANNEL_OPTIONS = [("grpc.keepalive_time_ms", 5000), ("grpc.keepalive_timeout_ms", 3000)]
 
 
 @dataclass(frozen=True)
@@ -81,9 +88,17 @@ def _kv(m: Any) -> KV:  # m: pyetcd's KeyValue message (the library is untyped)
 
 
 class Etcd:
-    """The etcd operations shardcron needs, each with a deadline."""
+    """The etcd operations shardcron needs, each with a deadline. The watches run on ``loop`` (the node's;
+    None: a loop of its own, started by the first watch and closed by ``close``)."""
 
-    def __init__(self, endpoints: str, *, timeout_s: float = 5.0, security: EtcdSecurity | None = None):
+    def __init__(
+        self,
+        endpoints: str,
+        *,
+        timeout_s: float = 5.0,
+        security: EtcdSecurity | None = None,
+        loop: NodeLoop | None = None,
+    ):
         self.endpoints = endpoints
         self.timeout_s = timeout_s
         sec = security or EtcdSecurity()
@@ -100,7 +115,7 @@ class Etcd:
                 secure=creds is not None,
                 creds=creds,
                 time_retry=0,
-                opts=[("grpc.keepalive_time_ms", 5000), ("grpc.keepalive_timeout_ms", 3000)],
+                opts=CHANNEL_OPTIONS,
             )
             for h, p, _ in parsed
         ]
@@ -114,6 +129,9 @@ class Etcd:
         self._lock = threading.Lock()
         self._failed_at: dict[str, float] = {}
         self._closed = False
+        self._owns_loop = loop is None
+        self._watch_loop = NodeLoop("etcd-watch") if loop is None else loop
+        self._watches = Watches(self._watch_loop, CHANNEL_OPTIONS)
 
     # -- plumbing -----------------------------------------------------------
 
@@ -308,52 +326,42 @@ class Etcd:
         on_events: Callable[[int, list[WatchEvent]], None],
         on_error: Callable[[str], None],
     ) -> Callable[[], None]:
-        """Deliver every change under ``prefix`` from ``start_revision`` on.
+        """Deliver every change under ``prefix`` from ``start_revision`` on; returns once etcd has created the
+        watch, with the function that cancels it. Call it from a thread, not from the watch loop.
 
-        ``on_events(revision, events)`` runs on the library's watch thread, so it
-        must not block. After any stream error ``on_error`` is called once and the
+        ``on_events(revision, events)`` runs on the watch loop, so it must not
+        block. After any stream error ``on_error`` is called once and the
         watch is dead: the caller re-reads and re-watches from the revision it read.
         """
 
-        def callback(resp: Any) -> None:  # a pyetcd watch response, or the exception that ended the stream
-            if isinstance(resp, Exception):
-                on_error(_reason(resp))
-                return
-            evs = []
-            for ev in resp.events:
-                kind = "delete" if isinstance(ev, pyetcd.events.DeleteEvent) else "put"
-                evs.append(
-                    WatchEvent(
-                        kind,
-                        KV(
-                            ev.key.decode(),
-                            bytes(ev.value or b""),
-                            ev.create_revision,
-                            ev.mod_revision,
-                            getattr(ev._event.kv, "lease", 0),
-                        ),
-                    )
-                )
+        def events_of(resp: Any) -> None:  # an etcd WatchResponse message (the library is untyped)
+            evs = [WatchEvent("delete" if ev.type == kv_pb2.Event.DELETE else "put", _kv(ev.kv)) for ev in resp.events]
             on_events(resp.header.revision, evs)
 
+        label = self._client._current_endpoint_label
+        endpoint = self._client.endpoints[label]
+        member = Member(endpoint.netloc, endpoint.credentials if endpoint.secure else None)
         try:
-            watch_id = self._client.add_watch_prefix_callback(prefix, callback, start_revision=start_revision)
-        except Exception as e:  # noqa: BLE001 - grpc, timeout or compaction: all mean "re-read"
-            raise EtcdUnavailable(f"etcd watch at {self.endpoints}: {_reason(e)}") from None
-
-        def cancel() -> None:
-            try:
-                self._client.cancel_watch(watch_id)
-            except Exception:  # noqa: BLE001 - the stream may already be gone
-                pass
-
-        return cancel
+            return self._watches.start(
+                member,
+                self._client.metadata,
+                prefix,
+                start_revision,
+                events_of,
+                on_error,
+                self.timeout_s,
+            )
+        except (WatchCreateFailed, TimeoutError) as e:
+            raise EtcdUnavailable(f"etcd watch at {self.endpoints}: {e}") from None
 
     def close(self) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
+        self._watches.close(self.timeout_s)
+        if self._owns_loop:
+            self._watch_loop.close()
         try:
             self._client.close()
         except Exception:  # noqa: BLE001 - closing a broken channel may fail; nothing to do
