@@ -12,11 +12,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector
-
-from shardcron.errors import ConfigError
 
 # Lateness buckets from sub-millisecond to a minute: the interesting part is below 100 ms.
 _LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
@@ -191,14 +189,6 @@ def watch_gauge(gauge: Gauge, fn: Callable[[], float]) -> None:
             return 0.0
 
     gauge.set_function(safe)
-
-
-def serve(listen: str) -> None:
-    host, _, port = listen.rpartition(":")
-    try:
-        start_http_server(int(port), addr=host or "0.0.0.0")
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"--metrics-listen {listen}: cannot serve metrics there: {e}") from None
 
 
 def instrument_engine(engine) -> None:

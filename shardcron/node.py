@@ -44,6 +44,7 @@ from shardcron.leader.recorder import ResultWrite
 from shardcron.model import Job, SlotRef, Tick
 from shardcron.rules.notifications import NO_DEFAULTS
 from shardcron.runtime.lifeline import EXIT_WORKER_DIED, Lifeline, stack_of
+from shardcron.runtime.metrics_http import MetricsServer
 from shardcron.runtime.node_loop import NodeLoop
 from shardcron.runtime.one_at_a_time import OneAtATime
 from shardcron.runtime.steps import WorkerStalled
@@ -214,6 +215,7 @@ class Node:
         self.api: ApiServer | None = None
         self.dashboard: DashboardServer | None = None
         self.loop: NodeLoop | None = None
+        self.metrics_server: MetricsServer | None = None
 
     def start(self) -> None:
         """Connect to everything and join. Raises a ShardcronError with a clear message on bad set-up."""
@@ -238,8 +240,13 @@ class Node:
 
         if cfg.http_listen:
             require_dashboard_extra()  # before anything connects: a missing extra is a clear error at once
+        # The node's one event loop: the ticks, the API, the dashboard, /metrics and etcd's watches await on it
+        # (runtime/node_loop.py).
+        self.loop = NodeLoop(lifeline=self.lifeline).start()
         if cfg.metrics_listen and cfg.metrics_listen != cfg.http_listen:  # else the dashboard serves /metrics
-            metrics.serve(cfg.metrics_listen)
+            self.metrics_server = MetricsServer(
+                cfg.metrics_listen, self.loop, lambda: self.api.pool if self.api is not None else None
+            ).start()
         self.engine = engine = self._through_store_outage("the store", lambda: make_engine(cfg.db))
         metrics.instrument_engine(engine)
         # An empty database gets the schema; an older or newer one is refused, naming both
@@ -247,9 +254,6 @@ class Node:
         self._through_store_outage("the store's schema", lambda: ensure_schema(engine, auto_upgrade=False))
         log.info("store ready at %s", describe_url(cfg.db))
 
-        # The node's one event loop: the ticks, the API, the dashboard and etcd's watches await on it
-        # (runtime/node_loop.py).
-        self.loop = NodeLoop(lifeline=self.lifeline).start()
         self.etcd = Etcd(cfg.etcd, timeout_s=min(5.0, cfg.ttl / 3.0), security=cfg.etcd_security, loop=self.loop)
         self.epoch = self._through_store_outage(
             "etcd's identity", lambda: self._on_any_member(self._check_etcd_identity)
@@ -457,6 +461,8 @@ class Node:
 
     def close(self) -> None:
         self.stopping.set()  # what ends from here on ends on purpose (lifeline.py)
+        if self.metrics_server:
+            self.metrics_server.stop()  # before the API, whose pool its scrapes use
         if self.dashboard:
             self.dashboard.stop()
         # Before the API: their passes run on its pool, which stops with it.

@@ -13,7 +13,6 @@ A server made without the node's loop (a test) starts a loop of its own
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import ssl
 import threading
@@ -21,7 +20,6 @@ from concurrent.futures import Executor
 from importlib import resources
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 
 from shardcron.api.in_process import InProcessApi
 from shardcron.dashboard import guard, require_extra
@@ -31,6 +29,7 @@ from shardcron.dashboard.sessions import Sessions
 from shardcron.dashboard.views import Pages
 from shardcron.errors import ConfigError
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
+from shardcron.runtime.metrics_http import metrics_response
 from shardcron.runtime.node_loop import NodeLoop
 
 log = logging.getLogger(__name__)
@@ -105,9 +104,7 @@ class Dashboard:
         return self._sampler_pool if self._sampler_pool is not None else self.pool
 
     async def _metrics(self, request: web.Request) -> web.Response:
-        # Off the loop: the gauges' callbacks take the node's locks.
-        body = await asyncio.get_running_loop().run_in_executor(self.pool, generate_latest, REGISTRY)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return await metrics_response(self.pool)
 
     def close(self) -> None:
         """Ends the live streams (the server stops the sampler, on its loop); a second call does nothing."""
@@ -149,12 +146,10 @@ class DashboardServer:
         if self.dashboard.tls_files:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(*self.dashboard.tls_files)
-        runner = web.AppRunner(self.dashboard.app(), access_log=None, handler_cancellation=True)
+        runner = web.AppRunner(self.dashboard.app(), access_log=None, handler_cancellation=True, shutdown_timeout=1.0)
         await runner.setup()
         try:
-            await web.TCPSite(
-                runner, host.strip("[]") or "0.0.0.0", int(port), ssl_context=context, shutdown_timeout=1.0
-            ).start()
+            await web.TCPSite(runner, host.strip("[]") or "0.0.0.0", int(port), ssl_context=context).start()
         except BaseException:
             await runner.cleanup()  # on a loop that goes on: nothing of the failed start is left on it
             raise
