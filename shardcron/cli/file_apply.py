@@ -39,6 +39,8 @@ from shardcron.spec.jobfile import JobFileError, read_job_file
 from shardcron.spec.namespaces import namespace_from_cli, namespace_or_default
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from shardcron.client.client import Client
     from shardcron.client.results import PutResult
 
@@ -277,15 +279,23 @@ calendars are not compared.
 """
 
 
+def file_command(
+    sub: Any, name: str, fn: Callable[[argparse.Namespace], int], help_: str, epilog: str
+) -> argparse.ArgumentParser:
+    """A subcommand that reads a job file: the API's flags, ``-f`` and ``--source``, and ``epilog`` as written."""
+    p = add_api_command(sub, name, fn, help_, with_id=False)
+    p.epilog = epilog
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.add_argument("-f", "--file", required=True, metavar="FILE", help=FILE_HELP)
+    p.add_argument("--source", metavar="NAME", help=SOURCE_HELP)
+    return p
+
+
 def register(sub: Any) -> None:
     """Add ``jobs apply`` and ``jobs diff`` (called by ``cli.jobs.register``)."""
-    apply = add_api_command(
-        sub, "apply", cmd_apply, "create or replace every job of a TOML, YAML or JSON file", with_id=False
+    apply = file_command(
+        sub, "apply", cmd_apply, "create or replace every job of a TOML, YAML or JSON file", APPLY_EPILOG
     )
-    apply.epilog = APPLY_EPILOG
-    apply.formatter_class = argparse.RawDescriptionHelpFormatter
-    apply.add_argument("-f", "--file", required=True, metavar="FILE", help=FILE_HELP)
-    apply.add_argument("--source", metavar="NAME", help=SOURCE_HELP)
     apply.add_argument(
         "--prune", action="store_true", help="then delete the jobs of the file's namespaces that it does not have"
     )
@@ -293,13 +303,9 @@ def register(sub: Any) -> None:
         "--dry-run", action="store_true", help="print what apply would change (as `jobs diff`) and change nothing"
     )
 
-    diff = add_api_command(
-        sub, "diff", cmd_diff, "show what `jobs apply` would change: exit 0 if nothing, 1 if something", with_id=False
+    diff = file_command(
+        sub, "diff", cmd_diff, "show what `jobs apply` would change: exit 0 if nothing, 1 if something", DIFF_EPILOG
     )
-    diff.epilog = DIFF_EPILOG
-    diff.formatter_class = argparse.RawDescriptionHelpFormatter
-    diff.add_argument("-f", "--file", required=True, metavar="FILE", help=FILE_HELP)
-    diff.add_argument("--source", metavar="NAME", help=SOURCE_HELP)
     diff.set_defaults(error_status=DIFF_TROUBLE)
 
 
