@@ -85,10 +85,16 @@ def file_state(a: argparse.Namespace) -> FileState:
     return FileState(a.file, jobs, read.calendars, tuple(sorted(named or {fallback})))
 
 
+def stored_plan(client: Client, wanted: FileState) -> Plan:
+    """The plan of ``wanted`` against the jobs the cluster holds in its namespaces, as the API shows them
+    (secret values masked, so a job that differs only in one reads unchanged)."""
+    stored = [j for ns in wanted.namespaces for j in client.list_jobs(namespace=ns)]
+    return plan(wanted.jobs, stored, wanted.namespaces)
+
+
 def current_plan(client: Client, wanted: FileState) -> Plan:
     """The plan of ``wanted`` against the jobs the cluster holds in its namespaces, secret values included."""
-    stored = [j for ns in wanted.namespaces for j in client.list_jobs(namespace=ns)]
-    return secrets_compared(client, wanted.jobs, plan(wanted.jobs, stored, wanted.namespaces))
+    return secrets_compared(client, wanted.jobs, stored_plan(client, wanted))
 
 
 def secrets_compared(client: Client, jobs: list[Job], p: Plan) -> Plan:
@@ -146,7 +152,9 @@ def cmd_apply(a: argparse.Namespace) -> int:
         if a.dry_run:
             show_plan(a, current_plan(c, wanted), prune=a.prune)
             return 0
-        before = current_plan(c, wanted) if a.prune else None
+        # Prune needs only the jobs the file does not have, which secret values do not change: no
+        # validate_only round to compare them.
+        before = stored_plan(c, wanted) if a.prune else None
         # The file's calendars first: its jobs may name them, and a job is checked against the calendars
         # its leader knows.
         for calendar in wanted.calendars:

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from shardcron.cli import main
+from shardcron.cli import file_apply, main
 from shardcron.cli.file_apply import Row, file_state, result_row, row_json
 from shardcron.cli.plan_output import plan_json, plan_text
 from shardcron.client.results import PutResult
@@ -182,3 +182,44 @@ def test_each_put_result_as_a_row_of_applys_answer(result, applied, row):
     assert result_row(job("a"), result, applied=applied) == row
     as_json = row_json(job("a"), row)
     assert (as_json["applied"], as_json["deleted"], bool(as_json["message"])) == (row.applied, False, not row.ok)
+
+
+class RecordingClient:
+    """A cluster that holds ``stored`` and records every PutJobs it is sent (``validate_only`` or not)."""
+
+    def __init__(self, stored):
+        self.stored, self.puts, self.deleted = stored, [], []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+    def list_jobs(self, namespace):
+        return self.stored
+
+    def put_jobs(self, jobs, validate_only=False):
+        self.puts.append(([j.id for j in jobs], validate_only))
+        return [PutResult(j.id, True, unchanged=True, stored=job_to_proto(j, redact=True)) for j in jobs]
+
+    def delete_job(self, key):
+        self.deleted.append(key)
+
+
+def test_apply_prune_sends_no_validate_only_round_to_compare_secret_values(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("SHARDCRON_NAMESPACE", raising=False)
+    path = tmp_path / "jobs.toml"
+    path.write_text(
+        '[[jobs]]\nid = "hook"\nevery = "1h"\n'
+        'executor = { kind = "http", url = "https://example.com/", headers = { Authorization = "Bearer t" }, '
+        'secret_headers = ["Authorization"] }\n'
+    )
+    hook = file_state(args(path)).jobs[0]
+    cluster = RecordingClient([hook, job("gone")])
+    monkeypatch.setattr(file_apply, "file_client", lambda a: cluster)
+    a = argparse.Namespace(**vars(args(path)), json=True, dry_run=False, prune=True)
+    assert file_apply.cmd_apply(a) == 0
+    # the whole file checked, then written: the unchanged secret-holding job is not sent alone a third time
+    assert cluster.puts == [(["hook"], True), (["hook"], False)]
+    assert cluster.deleted == ["gone"]
