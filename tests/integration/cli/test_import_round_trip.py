@@ -25,6 +25,7 @@ from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.model import TickStatus
 from shardcron.spec.jobfile import load_job_file
 from shardcron.store import make_engine
+from tests.support.beat_crontab import crontab_admits
 from tests.support.clusters import stopped_after
 from tests.support.tick_rows import rows_in_range
 
@@ -159,18 +160,10 @@ def croniter_slots_ms(expression: str) -> list[int]:
 
 
 def crontab_slots_ms(c: crontab) -> list[int]:
-    """The minutes of the window whose local time beat's crontab admits: its own sets, as ``is_due`` reads them
-    (day of the month and weekday both, Sunday 0)."""
+    """The minutes of the window whose local time beat's crontab admits."""
     slots, t = [], FROM
     while t < TO:
-        local = t.astimezone(NEW_YORK)
-        if (
-            local.minute in c.minute
-            and local.hour in c.hour
-            and local.day in c.day_of_month
-            and local.month in c.month_of_year
-            and local.isoweekday() % 7 in c.day_of_week
-        ):
+        if crontab_admits(c, t.astimezone(NEW_YORK)):
             slots.append(int(t.timestamp() * 1000))
         t += timedelta(minutes=1)
     return slots

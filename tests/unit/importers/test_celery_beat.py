@@ -19,6 +19,7 @@ from shardcron.importers.celery_beat import DEDUPE_NOTE, crontab_expression, imp
 from shardcron.importers.translate import SourceUnreadable
 from shardcron.rules.triggers import trigger_for
 from shardcron.spec.job import job_from_dict
+from tests.support.beat_crontab import crontab_admits
 
 _module_names = itertools.count()
 
@@ -101,18 +102,11 @@ WINDOWS = [datetime(2026, 6, 1, 0, 0), datetime(2026, 10, 24, 22, 0)]
 
 
 def crontab_wall_times(c: crontab, start: datetime, count: int) -> list[datetime]:
-    """The next ``count`` local wall-clock minutes after ``start`` that beat's crontab admits: its own sets,
-    day of the month AND weekday (Sunday 0), as ``crontab.is_due`` reads them."""
+    """The next ``count`` local wall-clock minutes after ``start`` that beat's crontab admits."""
     found, t = [], start
     while len(found) < count:
         t += timedelta(minutes=1)
-        if (
-            t.minute in c.minute
-            and t.hour in c.hour
-            and t.day in c.day_of_month
-            and t.month in c.month_of_year
-            and t.isoweekday() % 7 in c.day_of_week
-        ):
+        if crontab_admits(c, t):
             found.append(t)
     return found
 
