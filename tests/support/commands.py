@@ -5,16 +5,25 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from contextlib import redirect_stderr, redirect_stdout
 
 from shardcron.cli import admin as admin_cli
 from shardcron.errors import ShardcronError
 
 
-def shardcron(*args: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "shardcron", *args], capture_output=True, text=True, timeout=timeout_s)
+def shardcron(*args: str, timeout_s: float = 120, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``shardcron ARGS`` in a child process; ``env``: variables set for it over the test's own (a token, say)."""
+    return subprocess.run(
+        [sys.executable, "-m", "shardcron", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        env=None if env is None else {**os.environ, **env},
+    )
 
 
 def audit(db: str, from_ms: int, to_ms: int) -> dict:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 
 import pytest
@@ -17,6 +16,7 @@ from shardcron.api.tokens import hash_secret
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.spec.job import job_from_dict
 from tests.support.clusters import stopped_after
+from tests.support.commands import shardcron
 from tests.support.tenancy import accepted, denied, token_client
 
 pytestmark = pytest.mark.cluster
@@ -99,13 +99,7 @@ def test_a_read_token_diffs_a_file_and_is_told_which_secret_values_it_could_not_
     )
 
     def cli(secret: str, *args: str) -> subprocess.CompletedProcess:
-        out = subprocess.run(
-            [sys.executable, "-m", "shardcron", *args, "-f", str(path), "--server", n2.address],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "SHARDCRON_TOKEN": secret},
-        )
+        out = shardcron(*args, "-f", str(path), "--server", n2.address, env={"SHARDCRON_TOKEN": secret})
         assert "Traceback" not in out.stderr, out.stderr
         return out
 
