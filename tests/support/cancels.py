@@ -21,7 +21,8 @@ MOST_CHECKS = 8
 SLOWEST_POLL_S = 0.05
 # How long an attempt waits, under way, before its cancel is set: the window in which a wait on the event
 # asks ``is_set()`` nothing more, while a poll every SLOWEST_POLL_S would ask more often than two attempts
-# sharing one cancel may in all (2 * MOST_CHECKS).
+# sharing one cancel may in all (2 * MOST_CHECKS). A fixed sleep on purpose: what it tells apart is how often
+# the cancel is asked over time, which no condition marks.
 WAITED_S = (2 * MOST_CHECKS + 4) * SLOWEST_POLL_S
 
 

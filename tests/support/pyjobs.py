@@ -111,6 +111,8 @@ def insert_then_wait(ctx: CallContext, name: str, cooperate: bool = False) -> st
     while not gate(name).is_set() and time.monotonic() < deadline:
         if cooperate and ctx.cancel.is_set():
             break
+        # A deliberate hold until the test opens the gate (or cancels, if cooperate); each 20 ms wait is only
+        # the step between looks at the two.
         gate(name).wait(0.02)
     late[name] = "returned"
     return f"wrote slot {ctx.scheduled_at_ms} under fence {ctx.fence}"
@@ -148,7 +150,9 @@ def record_effect(ctx: CallContext) -> str:
         tmp.rename(folder / "held.json")  # appears whole
         deadline = time.monotonic() + 120
         while not (folder / "release").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)  # "working", deaf to ctx.cancel on purpose
+            # A deliberate hold, not a wait for cancel: the attempt keeps "working", deaf to ctx.cancel, until
+            # the test makes <dir>/release; each sleep is only the step between looks for that file.
+            time.sleep(0.05)
     return f"effect for {ctx.scheduled_at_ms} under fence {ctx.fence}"
 
 

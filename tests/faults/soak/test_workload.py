@@ -36,6 +36,8 @@ from tests.faults.soak.history import FINAL_STATUSES, History, JobPhase
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(300)]
 
 SEED = 30
+# How long the generator runs its operations against the cluster: a fixed window on purpose, the run the
+# checker then judges (the history's length), not a wait for any condition.
 RUN_S = 30
 TTL_S = 4
 
@@ -59,7 +61,7 @@ def test_workload_and_generator_without_faults(fault_cluster, fault_lab, figures
         history.started_ms = now_ms()
         gen.start()
         try:
-            time.sleep(RUN_S)
+            time.sleep(RUN_S)  # the run itself: a deliberate window, not a wait
         finally:
             gen.stop()
         still_unknown = gen.heal_ops(timeout_s=60)

@@ -69,7 +69,8 @@ def test_attempts_in_flight_are_cancelled_when_the_session_loses_its_lease(etcd,
             in_shell = pool.submit(ShellExecutor().run, shell, CTX, 60.0, cancel)
             wait_until(lambda: pyjobs.entered(name).is_set() and started.exists(), 30, what="both attempts to run")
             assert cancel.listeners == 2, "each attempt waits on the shard's cancel"
-            time.sleep(WAITED_S)  # the attempts, had they polled their cancel, would ask it too often meanwhile
+            # A deliberate window, not a wait: had the attempts polled their cancel, they would ask it too often in it.
+            time.sleep(WAITED_S)
             etcd.revoke(s.lease_id)  # someone else revokes the lease: the next renewal hears TTL<=0
             results = [in_python.result(timeout=30), in_shell.result(timeout=30)]  # the work would take a minute
     finally:

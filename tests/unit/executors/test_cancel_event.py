@@ -77,7 +77,8 @@ def test_a_long_attempt_is_woken_by_its_cancel_event(make, tmp_path, sink, loop)
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(attempt, cancel)
         wait_until(in_flight, 30, what="the attempt to be under way")
-        time.sleep(WAITED_S)  # a poller would ask its cancel more than MOST_CHECKS times meanwhile
+        # A deliberate window, not a wait: a poller would ask its cancel more than MOST_CHECKS times in it.
+        time.sleep(WAITED_S)
         cancel.set()
         result = future.result(timeout=30)  # the work itself would take a minute
     assert not result.ok and result.error.startswith("cancelled: "), result.error
@@ -96,6 +97,7 @@ def test_a_coroutine_run_from_a_thread_is_cancelled_by_the_event(loop):
     with ThreadPoolExecutor(1) as pool:
         future = pool.submit(loop.run, long_call, 60.0, cancel)
         wait_until(lambda: entered.is_set(), 30, what="the coroutine to start")
+        # A deliberate window, not a wait: a poller would ask its cancel more than MOST_CHECKS times in it.
         time.sleep(WAITED_S)
         cancel.set()
         with pytest.raises(Cancelled):
