@@ -327,7 +327,8 @@ class Etcd:
         on_error: Callable[[str], None],
     ) -> Callable[[], None]:
         """Deliver every change under ``prefix`` from ``start_revision`` on; returns once etcd has created the
-        watch, with the function that cancels it. Call it from a thread, not from the watch loop.
+        watch, with the function that cancels it. Call it from a thread, not from the watch loop. A start
+        revision compacted away ends the watch at once, through ``on_error``.
 
         ``on_events(revision, events)`` runs on the watch loop, so it must not
         block. After any stream error ``on_error`` is called once and the

@@ -8,13 +8,13 @@ ticks; its callbacks run on that loop, so they must not block.
 
 A watch, in states:
 - **creating**: the create request is sent; ``start`` waits for etcd's answer
-  (at most the client's timeout) and raises ``EtcdUnavailable`` if it is an
-  error, a compacted start revision, or no answer;
+  (at most the client's timeout) and raises if it is an error or no answer;
 - **delivering**: each response with events (or a progress notice) is handed
   to ``on_events(revision, events)``;
-- **ended**: the stream broke, etcd cancelled the watch or reported a
-  compaction: ``on_error(why)`` is called once and nothing more is delivered.
-  ``cancel()`` ends it silently, from any thread.
+- **ended**: the stream broke, etcd cancelled the watch, or its start revision
+  was compacted away (etcd says so right after creating it): ``on_error(why)``
+  is called once and nothing more is delivered. ``cancel()`` ends it
+  silently, from any thread; ``close`` ends every watch before its channels.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ class Watches:
         self._loop = loop
         self._options = list(options)
         self._channels: dict[str, grpc.aio.Channel] = {}  # touched on the loop only
+        self._streams: set[asyncio.Task[None]] = set()  # likewise
 
     def start(
         self,
@@ -114,6 +115,10 @@ class Watches:
         deliver: Callable[[Any], None],
         fail: Callable[[str], None],
     ) -> None:
+        task = asyncio.current_task()
+        assert task is not None  # run as a task by start()
+        self._streams.add(task)
+        task.add_done_callback(self._streams.discard)
         call = etcdrpc.WatchStub(self._channel(member)).Watch(metadata=metadata)
         try:
             await call.write(request)
@@ -166,6 +171,10 @@ class Watches:
             pass
 
     async def _close(self) -> None:
+        streams = list(self._streams)
+        for stream in streams:
+            stream.cancel()
+        await asyncio.gather(*streams, return_exceptions=True)  # ended before the loop may stop
         channels, self._channels = list(self._channels.values()), {}
         for channel in channels:
             await channel.close(grace=None)
