@@ -339,6 +339,8 @@ class Etcd:
             evs = [WatchEvent("delete" if ev.type == kv_pb2.Event.DELETE else "put", _kv(ev.kv)) for ev in resp.events]
             on_events(resp.header.revision, evs)
 
+        if self._closed:
+            raise EtcdUnavailable(f"etcd watch at {self.endpoints}: the client is closed")
         label = self._client._current_endpoint_label
         endpoint = self._client.endpoints[label]
         member = Member(endpoint.netloc, endpoint.credentials if endpoint.secure else None)
@@ -352,7 +354,7 @@ class Etcd:
                 on_error,
                 self.timeout_s,
             )
-        except (WatchCreateFailed, TimeoutError) as e:
+        except (WatchCreateFailed, TimeoutError, RuntimeError) as e:  # RuntimeError: the watch loop is closed
             raise EtcdUnavailable(f"etcd watch at {self.endpoints}: {e}") from None
 
     def close(self) -> None:

@@ -94,7 +94,10 @@ class Watches:
 
         def cancel() -> None:
             cancelled.set()
-            task.cancel()  # thread-safe: cancels the task on its loop (nothing, once the loop is closed)
+            try:
+                self._loop.call_soon(task.cancel)
+            except RuntimeError:  # the loop is closed: the stream ended with it
+                pass
 
         try:
             created.result(timeout_s)

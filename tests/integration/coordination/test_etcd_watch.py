@@ -129,14 +129,17 @@ def test_watches_run_on_the_loop_they_are_given_and_a_client_without_one_closes_
     given = Etcd(etcd_server.endpoints, timeout_s=3.0, loop=loop)
     own = Etcd(etcd_server.endpoints, timeout_s=3.0)
     threads: dict[str, str] = {}
+    cancels = []
     try:
         revision = given.put(f"{etcd_prefix}/k", b"0")
         for name, client in (("given", given), ("own", own)):
-            client.watch_prefix(
-                f"{etcd_prefix}/",
-                revision,
-                lambda _r, _e, name=name: threads.setdefault(name, threading.current_thread().name),
-                lambda _why: None,
+            cancels.append(
+                client.watch_prefix(
+                    f"{etcd_prefix}/",
+                    revision,
+                    lambda _r, _e, name=name: threads.setdefault(name, threading.current_thread().name),
+                    lambda _why: None,
+                )
             )
         wait_until(lambda: len(threads) == 2, 30, what="both watches to deliver")
         assert threads == {"given": "given", "own": "etcd-watch"}
@@ -146,3 +149,7 @@ def test_watches_run_on_the_loop_they_are_given_and_a_client_without_one_closes_
     assert loop.running  # the client does not close a loop it was given
     assert not any(t.name == "etcd-watch" and t.is_alive() for t in threading.enumerate())
     loop.close()
+    for cancel in cancels:  # after everything closed: nothing to cancel, and nothing raised
+        cancel()
+    with pytest.raises(EtcdUnavailable, match="closed"):
+        own.watch_prefix(f"{etcd_prefix}/", revision, lambda _r, _e: None, lambda _why: None)
