@@ -36,6 +36,8 @@ from shardcron.runtime.node_loop import NodeLoop
 
 log = logging.getLogger(__name__)
 
+CALLS_END_WITHIN_S = 0.1  # what gRPC's own per-call tasks are given to end, once the channels are closed
+
 
 @dataclass(frozen=True)
 class Member:
@@ -181,6 +183,9 @@ class Watches:
         channels, self._channels = list(self._channels.values()), {}
         for channel in channels:
             await channel.close(grace=None)
+        # gRPC ends each call with a task of its own, woken from its poller thread once the call is
+        # cancelled; a loop stopped before that would log the task as destroyed while pending.
+        await asyncio.sleep(CALLS_END_WITHIN_S)
 
 
 class WatchEnded(Exception):
