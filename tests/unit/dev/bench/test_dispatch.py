@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import pytest
 
-from shardcron.dev.bench import _run, dispatch, register
+from shardcron.dev.bench import dispatch, main, register
 from shardcron.errors import ConfigError
 from shardcron.rules.jitter import jitter_offset_ms
 
@@ -170,4 +170,4 @@ def test_the_spread_flags_help_names_the_jitter_and_the_p99_target():
 def test_spread_is_refused_for_another_scenario():
     a = bench_parser().parse_args(["throughput", "--spread"])
     with pytest.raises(ConfigError, match="--spread is for bench dispatch, not throughput"):
-        _run(a)
+        main(a)
