@@ -9,8 +9,14 @@ tick starting at the same moment, on every led shard, share one fenced
 transaction (``store.tick_results.mark_running_many``), written by the tick
 writer (``tick_writer.py``) before anything else it has to write, so that a mark
 waits for at most the batch in progress, never behind queued claims, results or
-prunes, and never lingers: marks queued while a batch is written go together in
-the next. Each tick still learns its own fate: its shard's fence held (the mark
+prunes; marks queued while a batch is written go together in the next.
+
+A lone mark is written at once. Once marks are seen to come together (the last
+batch, or the queue, held more than one), a batch waits up to ``LINGER_S`` for
+more, as ``api/job_puts.py`` does: a transaction costs about eight marks' worth
+of CPU, so slots spread over the second, which start a few at a time, were
+marked one or two per transaction, and the marks were the largest share of a
+node's CPU per dispatched tick. Each tick still learns its own fate: its shard's fence held (the mark
 is written; it may start), or moved (``FencedOut`` for that shard's ticks
 alone), or the store failed (``StoreUnavailable`` for the whole batch: none of
 them started). Marks are kept, not failed, when another stream's write finds
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -35,6 +42,10 @@ from shardcron.leader.tick_writer import batch_ready_at
 from shardcron.model import SlotRef
 from shardcron.runtime import crashpoints
 from shardcron.store import tick_results
+
+# How long a batch waits for more marks once marks come together: a start is at most this late for
+# it. On SQLite a mark's transaction costs about 240 us of CPU and each mark in it about 30 us more.
+LINGER_S = 0.002
 
 
 @dataclass(frozen=True)
@@ -52,12 +63,14 @@ _Waiter = tuple[RunningMark, asyncio.AbstractEventLoop, asyncio.Future]
 class RunningMarks:
     """``mark`` is awaited by the ticks' coroutines; the tick writer writes them (``tick_writer.Stream``)."""
 
-    def __init__(self, engine: Engine, *, max_batch: int = 2048):
+    def __init__(self, engine: Engine, *, max_batch: int = 2048, linger_s: float = LINGER_S):
         self._engine = engine
         self._max_batch = max_batch
+        self._linger_s = linger_s
         self._lock = threading.Lock()
         self._queue: list[_Waiter] = []
-        self._first_at = 0.0
+        self._first_at = 0.0  # time.monotonic() when the queue last became non-empty: its linger starts
+        self._together = False  # the last batch held more than one mark
         self.wake: Callable[[], None] = lambda: None  # the writer's (tick_writer.py)
 
     @property
@@ -72,8 +85,11 @@ class RunningMarks:
         answer = loop.create_future()
         with self._lock:
             first = not self._queue
+            if first:
+                self._first_at = time.monotonic()
             self._queue.append((mark, loop, answer))
-        if first:  # the writer is woken once per batch, not once per mark
+            full = len(self._queue) == self._max_batch
+        if first or full:  # the writer is woken once per batch (its linger starts), not once per mark
             self.wake()
         await answer
 
@@ -83,12 +99,19 @@ class RunningMarks:
         if closing:
             return None  # the ticks are cancelled: a mark written now would start nothing
         with self._lock:
-            return batch_ready_at(queued=len(self._queue), first_at=now, linger_s=0.0, max_batch=self._max_batch)
+            together = self._together or len(self._queue) > 1
+            return batch_ready_at(
+                queued=len(self._queue),
+                first_at=self._first_at,
+                linger_s=self._linger_s if together else 0.0,
+                max_batch=self._max_batch,
+            )
 
     def write_next(self) -> StoreUnavailable | None:
         crashpoints.fail_worker("marks-commit")  # SHARDCRON_TEST_FAIL_THREAD=marks-commit fails the writer at this step
         with self._lock:
             batch, self._queue = self._queue[: self._max_batch], self._queue[self._max_batch :]
+            self._together = len(batch) > 1  # what is left came before this batch was taken: it is due now
         store_down = None
         try:
             answers: Sequence[BaseException | None] = self._write([m for m, _, _ in batch])

@@ -4,6 +4,7 @@ on real databases."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from sqlalchemy import select
@@ -75,3 +76,54 @@ def test_marks_that_wait_together_share_a_transaction_and_each_learns_its_shards
     assert all(isinstance(answers[("b", s)], FencedOut) and answers[("b", s)].current == F1 + 1 for s in SLOTS)
     assert {t.status for t in list_ticks(led, "a")} == {TickStatus.RUNNING}
     assert {t.status for t in list_ticks(led, "b")} == {TickStatus.CLAIMED}, "a fenced shard's marks write nothing"
+
+
+def test_a_lone_mark_is_written_at_once_and_marks_that_come_together_wait_for_more(led):
+    """The linger (marks.LINGER_S) applies only once marks come together; a full batch does not wait.
+    A 30 s linger, and the writer's side stepped by hand: nothing here depends on timing."""
+    linger = 30.0
+    marks = RunningMarks(led, linger_s=linger, max_batch=3)
+
+    async def scenario() -> list[str]:
+        seen: list[str] = []
+
+        def when_ready(what: str) -> None:
+            now = time.monotonic()
+            at = marks.ready_at(now, closing=False)
+            assert at is not None
+            seen.append(f"{what}: {'at once' if at <= now else 'lingers'}")
+
+        async def queue(*slots: int) -> list[asyncio.Future]:
+            futures = [asyncio.ensure_future(marks.mark(RunningMark(0, F0, SlotRef("a", s), 1, 2_000))) for s in slots]
+            await asyncio.sleep(0)  # each reaches the queue
+            return futures
+
+        async def write(futures: list[asyncio.Future]) -> None:
+            assert marks.write_next() is None
+            await asyncio.gather(*futures)
+
+        lone = await queue(SLOTS[0])
+        when_ready("one mark")
+        await write(lone)
+        pair = await queue(SLOTS[1], SLOTS[2])
+        when_ready("two marks")
+        await write(pair)
+        after_pair = await queue(SLOTS[3])
+        when_ready("one mark after a batch of two")
+        await write(after_pair)
+        after_lone = await queue(SLOTS[4])
+        when_ready("one mark after a batch of one")
+        await write(after_lone)
+        full = await queue(*SLOTS[5:8])
+        when_ready("a full batch")
+        await write(full)
+        return seen
+
+    assert asyncio.run(scenario()) == [
+        "one mark: at once",
+        "two marks: lingers",
+        "one mark after a batch of two: lingers",
+        "one mark after a batch of one: at once",
+        "a full batch: at once",
+    ]
+    assert {t.status for t in list_ticks(led, "a")} == {TickStatus.RUNNING}
