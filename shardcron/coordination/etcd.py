@@ -28,7 +28,7 @@ from pyetcd.utils import prefix_range_end
 
 from shardcron import metrics
 from shardcron.coordination.endpoint_choice import next_endpoint
-from shardcron.coordination.etcd_watch import Member, WatchCreateFailed, Watches
+from shardcron.coordination.etcd_watch import Member, WatchCreateFailed, Watches, error_reason
 from shardcron.errors import ConfigError, EtcdUnavailable
 from shardcron.runtime.node_loop import NodeLoop
 
@@ -124,7 +124,7 @@ class Etcd:
                 eps, timeout=timeout_s, user=sec.user, password=sec.password, failover=True
             )
         except Exception as e:  # authentication happens in the constructor
-            raise EtcdUnavailable(f"etcd at {endpoints}: {_reason(e)}") from None
+            raise EtcdUnavailable(f"etcd at {endpoints}: {error_reason(e)}") from None
         self._security = sec
         self._lock = threading.Lock()
         self._failed_at: dict[str, float] = {}
@@ -154,8 +154,8 @@ class Etcd:
                     *args, stub_timeout, credentials=self._client.call_credentials, metadata=self._client.metadata
                 )
         except grpc.RpcError as e:
-            self._failover(e, member)
-            raise EtcdUnavailable(f"etcd {what} at {self.endpoints}: {_reason(e)}") from None
+            self._failover(e.code(), member)
+            raise EtcdUnavailable(f"etcd {what} at {self.endpoints}: {error_reason(e)}") from None
         except ValueError as e:  # pyetcd raises this when every endpoint is marked failed
             raise EtcdUnavailable(f"etcd {what} at {self.endpoints}: {e}") from None
         finally:
@@ -168,7 +168,7 @@ class Etcd:
         self._client.call_credentials = grpc.metadata_call_credentials(EtcdTokenCallCredentials(resp.token))
         self._client._clear_old_stubs()
 
-    def _failover(self, err: grpc.RpcError, member: str) -> None:
+    def _failover(self, code: grpc.StatusCode, member: str) -> None:
         """After a connection-level error on ``member``, move to another (see ``endpoint_choice``).
 
         pyetcd's own failover skips endpoints marked failed within ``time_retry``;
@@ -176,7 +176,7 @@ class Etcd:
         nothing ever counts as failed and it would stay on a dead member. So the
         choice is made here; the next call reconnects on the chosen member.
         """
-        if err.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL):
+        if code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.INTERNAL):
             return
         with self._lock:
             now = time.monotonic()
@@ -188,7 +188,7 @@ class Etcd:
             nxt = next_endpoint(labels, member, self._failed_at, now, MEMBER_REST_S)
             if nxt == current:
                 return
-            log.warning("etcd endpoint %s failed (%s); switching to %s", current, err.code().name, nxt)
+            log.warning("etcd endpoint %s failed (%s); switching to %s", current, code.name, nxt)
             self._client._current_endpoint_label = nxt  # also drops the old stubs and watcher
 
     @property
@@ -354,7 +354,14 @@ class Etcd:
                 on_error,
                 self.timeout_s,
             )
-        except (WatchCreateFailed, TimeoutError, RuntimeError) as e:  # RuntimeError: the watch loop is closed
+        except WatchCreateFailed as e:
+            if e.code is not None:  # the stream broke on this member: the next try goes to another
+                self._failover(e.code, label)
+            raise EtcdUnavailable(f"etcd watch at {self.endpoints}: {e}") from None
+        except TimeoutError as e:  # the member did not create it in time: likewise
+            self._failover(grpc.StatusCode.DEADLINE_EXCEEDED, label)
+            raise EtcdUnavailable(f"etcd watch at {self.endpoints}: {e}") from None
+        except RuntimeError as e:  # the watch loop is closed
             raise EtcdUnavailable(f"etcd watch at {self.endpoints}: {e}") from None
 
     def close(self) -> None:
@@ -375,10 +382,3 @@ def _is_auth_expired(e: grpc.RpcError) -> bool:
     code = e.code() if hasattr(e, "code") else None
     details = (e.details() or "") if hasattr(e, "details") else ""
     return code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.INVALID_ARGUMENT) and "token" in details
-
-
-def _reason(e: BaseException) -> str:
-    if isinstance(e, grpc.RpcError) and hasattr(e, "code"):
-        details = e.details() if hasattr(e, "details") else ""
-        return f"{e.code().name}: {details}".strip()
-    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__

@@ -48,7 +48,12 @@ class Member:
 
 
 class WatchCreateFailed(Exception):
-    """etcd refused the watch or the stream broke before it was created."""
+    """etcd refused the watch or the stream broke before it was created; ``code``: the stream's gRPC
+    status when it broke (None: etcd answered, refusing it)."""
+
+    def __init__(self, message: str, code: grpc.StatusCode | None = None):
+        super().__init__(message)
+        self.code = code
 
 
 class Watches:
@@ -154,7 +159,8 @@ class Watches:
             if created.done():
                 fail(why)
             else:
-                created.set_exception(WatchCreateFailed(why))
+                code = e.code() if isinstance(e, grpc.aio.AioRpcError) else None
+                created.set_exception(WatchCreateFailed(why, code))
 
     def _channel(self, member: Member) -> grpc.aio.Channel:
         channel = self._channels.get(member.netloc)
@@ -193,9 +199,15 @@ class WatchEnded(Exception):
 
 
 def _why(e: BaseException) -> str:
-    if isinstance(e, grpc.aio.AioRpcError):
-        return f"{e.code().name}: {e.details() or ''}".strip()
-    return str(e) or type(e).__name__
+    return str(e) if isinstance(e, WatchEnded) else error_reason(e)
 
 
-__all__ = ["Member", "WatchCreateFailed", "Watches"]
+def error_reason(e: BaseException) -> str:
+    """An etcd call's error, for a message: the gRPC status and its details, or the exception."""
+    if isinstance(e, grpc.RpcError) and hasattr(e, "code"):
+        details = e.details() if hasattr(e, "details") else ""
+        return f"{e.code().name}: {details or ''}".strip()
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+__all__ = ["Member", "WatchCreateFailed", "Watches", "error_reason"]

@@ -124,6 +124,31 @@ def test_a_watch_whose_etcd_goes_away_reports_one_error_and_a_new_watch_is_refus
         cluster.stop()
 
 
+def test_a_watch_refused_by_a_dead_member_moves_the_client_to_a_live_one(etcd_cluster3):
+    etcd = Etcd(etcd_cluster3.endpoints, timeout_s=1.0)
+    writer = Etcd(etcd_cluster3.endpoints, timeout_s=3.0)
+    try:
+        revision = etcd.put("/moved/k", b"0")
+        in_use = etcd._client._current_endpoint_label
+        etcd_cluster3.kill(next(m for m in etcd_cluster3.members if m.endpoint == in_use))
+        seen = Seen()
+
+        def watched() -> bool:  # only watches are asked of this client: nothing else moves it
+            try:
+                etcd.watch_prefix("/moved/", revision + 1, seen.on_events, seen.on_error)
+            except EtcdUnavailable:
+                return False
+            return True
+
+        wait_until(watched, 60, 0.1, "a watch created through a live member")
+        assert etcd._client._current_endpoint_label != in_use
+        wait_until(lambda: writer.put("/moved/k", b"1") or True, 60, 0.1, "a write through a live member")
+        wait_until(lambda: ("put", "/moved/k") in seen.keys(), 30, what="the write to reach the watch")
+    finally:
+        etcd.close()
+        writer.close()
+
+
 def test_watches_run_on_the_loop_they_are_given_and_a_client_without_one_closes_its_own(etcd_server, etcd_prefix):
     loop = NodeLoop("given")
     given = Etcd(etcd_server.endpoints, timeout_s=3.0, loop=loop)
