@@ -45,7 +45,7 @@ from shardcron.store import tick_results
 
 # How long a batch waits for more marks once marks come together: a start is at most this late for
 # it. On SQLite a mark's transaction costs about 240 us of CPU and each mark in it about 30 us more.
-LINGER_S = 0.002
+LINGER_S = 0.005
 
 
 @dataclass(frozen=True)
