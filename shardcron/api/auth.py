@@ -166,6 +166,7 @@ _NAMESPACES_OF: dict[str, Callable[[Any], tuple[str, ...]]] = {
         m: _NO_NAMESPACE
         for m in (
             "GetShards",
+            "PutJobEach",  # each PutJob it carries is checked on its own (item_refusal)
             "PutCalendar",
             "GetCalendar",
             "ListCalendars",
@@ -250,6 +251,16 @@ def admit(name: str, token: Token, secret: str | None, request) -> tuple[grpc.St
     (audit-logged as ``denied``), or INVALID_ARGUMENT for a namespace that breaks the name rule (the same
     answer the servicer would give)."""
     serving_as(token, secret, _forwarded.get())
+    return item_refusal(name, request)
+
+
+def item_refusal(name: str, request) -> tuple[grpc.StatusCode, str] | None:
+    """What ``admit`` answers for RPC ``name`` with ``request``, for the caller being served: None (allowed,
+    or auth is off), or the refusal, audit-logged as ``denied``. ``api/put_each.py`` asks it for each PutJob
+    a combined call carries, as the interceptor would have asked for that PutJob alone."""
+    token = _caller.get()
+    if token is None:
+        return None
     try:
         reason = check(token, name, request)
     except InvalidJob as e:
@@ -258,6 +269,14 @@ def admit(name: str, token: Token, secret: str | None, request) -> tuple[grpc.St
         return None
     audit_log.info("%s", audit_line(name, token, request, "denied"))
     return grpc.StatusCode.PERMISSION_DENIED, reason
+
+
+def audit_item(name: str, request) -> None:
+    """The audit line of write ``name`` with ``request``, applied here for the caller being served (none when
+    auth is off): one per PutJob a combined call carries, as that PutJob alone would have been logged."""
+    token = _caller.get()
+    if token is not None:
+        audit_log.info("%s", audit_line(name, token, request))
 
 
 def track_applied() -> _Applied:
@@ -433,6 +452,7 @@ __all__ = [
     "WRITE_CALLS",
     "admit",
     "audit_applied",
+    "audit_item",
     "audit_line",
     "bearer_of",
     "caller",
@@ -440,6 +460,7 @@ __all__ = [
     "check",
     "forwarded_by_peer",
     "identify",
+    "item_refusal",
     "item_sent_elsewhere",
     "may_see",
     "namespace_of_request",

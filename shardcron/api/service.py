@@ -31,6 +31,7 @@ from shardcron.api.calendar_rpcs import CalendarRpcs
 from shardcron.api.job_puts import JobPuts
 from shardcron.api.limits import ApiLimits, TriggerBudget
 from shardcron.api.namespace_rpcs import NamespaceRpcs
+from shardcron.api.put_each import put_each
 from shardcron.api.routing import Router, is_forwarded
 from shardcron.api.token_rpcs import TokenRpcs
 from shardcron.api.watch import Watches
@@ -175,6 +176,17 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
 
         return await self.router.call(
             shard, context, here, lambda stub, timeout, md: stub.PutJob(request, timeout=timeout, metadata=md)
+        )
+
+    async def PutJobEach(
+        self, request: pb.PutJobEachRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PutJobEachResponse:
+        return await put_each(
+            request,
+            context,
+            self.PutJob,
+            node_id=self.backend.node_id,
+            max_request_bytes=self.limits.max_request_bytes,
         )
 
     async def PutJobs(self, request: pb.PutJobsRequest, context: grpc.aio.ServicerContext) -> pb.PutJobsResponse:

@@ -89,6 +89,8 @@ CALLS: dict[str, Rule] = {
     # write
     "PutJob": Rule(_W, _NS),
     "PutJobs": Rule(_W, _NS),
+    # Member nodes only (api/put_each.py): each PutJob it carries is checked as PutJob in its own namespace.
+    "PutJobEach": Rule(_W, _ANY),
     "DeleteJob": Rule(_W, _NS),
     "PauseJob": Rule(_W, _NS),
     "ResumeJob": Rule(_W, _NS),

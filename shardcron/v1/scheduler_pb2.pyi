@@ -347,6 +347,32 @@ class PutJobResponse(_message.Message):
     job: Job
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
+class PutJobEachRequest(_message.Message):
+    __slots__ = ("calls",)
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[PutJobRequest]
+    def __init__(self, calls: _Optional[_Iterable[_Union[PutJobRequest, _Mapping]]] = ...) -> None: ...
+
+class PutJobOutcome(_message.Message):
+    __slots__ = ("code", "message", "job", "retry")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    job: Job
+    retry: bool
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., retry: _Optional[bool] = ...) -> None: ...
+
+class PutJobEachResponse(_message.Message):
+    __slots__ = ("outcomes", "node")
+    OUTCOMES_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    outcomes: _containers.RepeatedCompositeFieldContainer[PutJobOutcome]
+    node: str
+    def __init__(self, outcomes: _Optional[_Iterable[_Union[PutJobOutcome, _Mapping]]] = ..., node: _Optional[str] = ...) -> None: ...
+
 class PutJobsRequest(_message.Message):
     __slots__ = ("jobs", "validate_only")
     JOBS_FIELD_NUMBER: _ClassVar[int]

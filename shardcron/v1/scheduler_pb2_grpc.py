@@ -45,6 +45,11 @@ class SchedulerStub:
                 request_serializer=shardcron_dot_v1_dot_scheduler__pb2.PutJobsRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.PutJobsResponse.FromString,
                 _registered_method=True)
+        self.PutJobEach = channel.unary_unary(
+                '/shardcron.v1.Scheduler/PutJobEach',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.PutJobEachRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.PutJobEachResponse.FromString,
+                _registered_method=True)
         self.GetJob = channel.unary_unary(
                 '/shardcron.v1.Scheduler/GetJob',
                 request_serializer=shardcron_dot_v1_dot_scheduler__pb2.GetJobRequest.SerializeToString,
@@ -187,6 +192,17 @@ class SchedulerServicer:
         existing job keeps its paused state (PauseJob and ResumeJob change it).
         With validate_only, every job is checked as its write would be and
         nothing is written: a file is applied only once all of it passes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PutJobEach(self, request, context):
+        """Between member nodes only: the PutJob calls one node forwards to one
+        leader at once, for one caller, combined in one call. Each is answered
+        exactly as that PutJob alone would be (its authorization, admission,
+        expected_version, status and audit line), in order. Refused with
+        PERMISSION_DENIED unless a member node forwarded it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -373,6 +389,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.PutJobsRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_scheduler__pb2.PutJobsResponse.SerializeToString,
             ),
+            'PutJobEach': grpc.unary_unary_rpc_method_handler(
+                    servicer.PutJobEach,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.PutJobEachRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.PutJobEachResponse.SerializeToString,
+            ),
             'GetJob': grpc.unary_unary_rpc_method_handler(
                     servicer.GetJob,
                     request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.GetJobRequest.FromString,
@@ -549,6 +570,33 @@ class Scheduler:
             '/shardcron.v1.Scheduler/PutJobs',
             shardcron_dot_v1_dot_scheduler__pb2.PutJobsRequest.SerializeToString,
             shardcron_dot_v1_dot_scheduler__pb2.PutJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PutJobEach(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/PutJobEach',
+            shardcron_dot_v1_dot_scheduler__pb2.PutJobEachRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.PutJobEachResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,6 +41,8 @@ CASES = [
     ("ListTicks", pb.ListTicksRequest(job_id="j", namespace="team-a"), ("team-a",)),
     ("WatchTicks", pb.WatchTicksRequest(namespace="*"), ("*",)),
     ("GetShards", pb.GetShardsRequest(), ()),
+    # Member nodes only; each PutJob it carries is checked on its own (api/put_each.py).
+    ("PutJobEach", pb.PutJobEachRequest(calls=[pb.PutJobRequest(job=_job("team-a"))]), ()),
     ("PutCalendar", pb.PutCalendarRequest(calendar=pb.Calendar(name="c")), ()),
     ("GetCalendar", pb.GetCalendarRequest(name="c"), ()),
     ("ListCalendars", pb.ListCalendarsRequest(), ()),

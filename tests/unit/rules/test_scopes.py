@@ -36,7 +36,7 @@ READ = {
     "GetCalendar",
     "ListCalendars",
 }
-WRITE = {"PutJob", "PutJobs", "DeleteJob", "PauseJob", "ResumeJob", "TriggerJob", "BackfillJob"}
+WRITE = {"PutJob", "PutJobs", "PutJobEach", "DeleteJob", "PauseJob", "ResumeJob", "TriggerJob", "BackfillJob"}
 ADMIN = {
     "PutCalendar",
     "DeleteCalendar",
@@ -53,7 +53,8 @@ ADMIN = {
 }
 NEEDS = {**dict.fromkeys(READ, Role.READ), **dict.fromkeys(WRITE, Role.WRITE), **dict.fromkeys(ADMIN, Role.ADMIN)}
 # Cluster-wide data any tenant may read / what every namespace shares (only a '*' token may change it).
-ANY = {"GetShards", "GetCalendar", "ListCalendars", "ListNamespaces"}
+# PutJobEach: member nodes only; each PutJob it carries is then checked in its own namespace.
+ANY = {"GetShards", "GetCalendar", "ListCalendars", "ListNamespaces", "PutJobEach"}
 CLUSTER = {
     "PutCalendar",
     "DeleteCalendar",
