@@ -31,6 +31,7 @@ from shardcron.api.calendar_rpcs import CalendarRpcs
 from shardcron.api.job_puts import JobPuts
 from shardcron.api.limits import ApiLimits, TriggerBudget
 from shardcron.api.namespace_rpcs import NamespaceRpcs
+from shardcron.api.put_combining import PutJobCombiner
 from shardcron.api.put_each import put_each
 from shardcron.api.routing import Router, is_forwarded
 from shardcron.api.token_rpcs import TokenRpcs
@@ -113,10 +114,12 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
             written=lambda shard, job: backend.job_written(shard, job),
             lifeline=lifeline,
         )
+        self.combiner = PutJobCombiner()  # PutJob forwards to one leader for one caller share a call
         self.watches = Watches(backend, router, stopping, lifeline)
         self.triggers = TriggerBudget(limits.trigger_rate)
 
     def close(self) -> None:
+        self.combiner.close()
         self.watches.close()
 
     # -- helpers ------------------------------------------------------------------
@@ -174,8 +177,9 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
             stored = await self.job_puts.submit(job_store.Put(job, shard, fence, expected))
             return pb.PutJobResponse(job=self._job_answer(stored))
 
+        # Forwarded, it may share one call to the leader with others of the same caller (api/put_combining.py).
         return await self.router.call(
-            shard, context, here, lambda stub, timeout, md: stub.PutJob(request, timeout=timeout, metadata=md)
+            shard, context, here, lambda stub, timeout, md: self.combiner.put(stub, request, timeout, md)
         )
 
     async def PutJobEach(
