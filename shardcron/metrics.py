@@ -99,6 +99,12 @@ not_started = Counter(
     "shardcron_ticks_not_started_total",
     "Claimed ticks this node did not start (shard lost or lease not provably held).",
 )
+forwarded_putjobs = Counter(
+    "shardcron_forwarded_putjob_calls_total",
+    "PutJob calls this node forwarded to their shard's leader, by how they were sent: alone (a PutJob) or "
+    "combined (with others of the same caller in one PutJobEach).",
+    ["sent"],
+)
 leader_changes = Counter("shardcron_leader_changes_total", "Shards this node started or stopped leading.", ["change"])
 takeover = Histogram(
     "shardcron_shard_takeover_seconds",

@@ -34,7 +34,8 @@ Lane states (one per lane; the ``_lanes`` entry exists only while SENDING)::
 
 State transitions (all on the API server's loop, so none races another)::
 
-    IDLE    -> SENDING   a call arrives: it is sent at once, alone (a plain PutJob)
+    IDLE    -> SENDING   a call arrives: the lane's sender starts at once (the loop's next turn) and
+                         sends what is queued then; a lone call goes alone, as a plain PutJob
     SENDING -> SENDING   a call arrives: it queues
     SENDING -> SENDING   the call in flight is answered and calls are queued: the next batch is sent
                          (``next_batch``: up to MAX_BATCH calls and MAX_BATCH_BYTES, at least one)
@@ -57,6 +58,7 @@ from dataclasses import dataclass, field
 
 import grpc
 
+from shardcron import metrics
 from shardcron.client.channel import NODE_HEADER, RETRY_HEADER, trailing_metadata
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.v1 import scheduler_pb2_grpc as pb_grpc
@@ -226,6 +228,7 @@ class PutJobCombiner:
             remaining = member.ends - time.monotonic()
             if remaining <= 0:
                 raise Answered(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            metrics.forwarded_putjobs.labels("alone").inc()
             return await stub.PutJob(request, timeout=remaining, metadata=metadata)
         if isinstance(answer, BaseException):
             raise answer
@@ -292,12 +295,14 @@ class PutJobCombiner:
         try:
             try:
                 if len(members) == 1:
+                    metrics.forwarded_putjobs.labels("alone").inc()
                     batch.call = call = lane.stub.PutJob(members[0].request, timeout=timeout, metadata=lane.metadata)
                     answers: list = [await call]
                 else:
                     request = pb.PutJobEachRequest(calls=[m.request for m in members])
                     batch.call = call = lane.stub.PutJobEach(request, timeout=timeout, metadata=lane.metadata)
                     self.combined_calls += 1
+                    metrics.forwarded_putjobs.labels("combined").inc(len(members))
                     response = await call
                     answers = [outcome_answer(o, response.node) for o in response.outcomes]
                     short = f"the leader answered {len(answers)} of {len(members)} calls"

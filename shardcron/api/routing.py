@@ -9,7 +9,10 @@ the leader checks the caller's scope capped by the node's (``api/auth.py``).
 
 A forwarded call carries ``x-shardcron-forwarded``, sealed with the cluster's
 forwarding secret (``api/peers.py``); a marker without that seal is ignored, so
-only a member node's call counts as forwarded. A forwarded call is never forwarded
+only a member node's call counts as forwarded. PutJob's forwards (its ``remote``)
+go through ``put_combining.PutJobCombiner``: the ones of one caller to one leader
+that meet share one call, and each comes back here as its own PutJob's answer
+would, so this retry loop sees no difference. A forwarded call is never forwarded
 again: a node that no longer leads the shard answers UNAVAILABLE with
 ``x-shardcron-retry``, and the node that forwarded it asks the new leader.
 While the shard has no leader (failover), the receiving node retries with a
