@@ -243,6 +243,9 @@ class PutJobCombiner:
     # -- the lane's task --------------------------------------------------------------------------
 
     def _set_state(self, lane: _Lane, state: LaneState) -> None:
+        """Every change of a lane's state goes through here."""
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("PutJob lane to %s: %s -> %s", lane.stub, lane.state.value, state.value)
         lane.state = state
 
     def _leave(self, lane: _Lane, member: _Member) -> None:
