@@ -268,6 +268,18 @@ def test_a_caller_that_cancels_leaves_and_the_others_are_answered():
     asyncio.run(scenario())
 
 
+async def _two_behind_a_lone_call(combiner: PutJobCombiner, leader: _Leader) -> list[asyncio.Future]:
+    """A lone call sent and answered, and two calls that queued behind it sent together: their tasks."""
+    [first] = await _started(combiner, leader, _put(0))
+    await until(lambda: len(leader.calls) == 1, "the first call")
+    rest = await _started(combiner, leader, _put(1), _put(2))
+    await asyncio.sleep(0)
+    leader.calls[0].answer(pb.PutJobResponse(job=pb.Job(id="j0")))
+    await first
+    await until(lambda: len(leader.calls) == 2, "the combined call")
+    return rest
+
+
 @pytest.mark.parametrize(
     "code, moved",
     [(grpc.StatusCode.UNAVAILABLE, True), (grpc.StatusCode.DEADLINE_EXCEEDED, False)],
@@ -275,13 +287,7 @@ def test_a_caller_that_cancels_leaves_and_the_others_are_answered():
 def test_a_combined_call_that_fails_fails_each_member_as_its_own_call_would(code, moved):
     async def scenario():
         combiner, leader = PutJobCombiner(), _Leader()
-        [first] = await _started(combiner, leader, _put(0))
-        await until(lambda: len(leader.calls) == 1, "the first call")
-        rest = await _started(combiner, leader, _put(1), _put(2))
-        await asyncio.sleep(0)
-        leader.calls[0].answer(pb.PutJobResponse(job=pb.Job(id="j0")))
-        await first
-        await until(lambda: len(leader.calls) == 2, "the combined call")
+        rest = await _two_behind_a_lone_call(combiner, leader)
         retry = ((NODE_HEADER, "n0"), (RETRY_HEADER, "1")) if moved else ()
         leader.calls[1].fail(code, "gone", retry)
         errors = []
@@ -298,13 +304,7 @@ def test_a_combined_call_that_fails_fails_each_member_as_its_own_call_would(code
 def test_a_combined_call_refused_as_a_whole_is_sent_again_as_each_members_own():
     async def scenario():
         combiner, leader = PutJobCombiner(), _Leader()
-        [first] = await _started(combiner, leader, _put(0))
-        await until(lambda: len(leader.calls) == 1, "the first call")
-        rest = await _started(combiner, leader, _put(1), _put(2))
-        await asyncio.sleep(0)
-        leader.calls[0].answer(pb.PutJobResponse(job=pb.Job(id="j0")))
-        await first
-        await until(lambda: len(leader.calls) == 2, "the combined call")
+        rest = await _two_behind_a_lone_call(combiner, leader)
         leader.calls[1].fail(grpc.StatusCode.UNIMPLEMENTED, "an older leader")
         await until(lambda: len(leader.calls) == 4, "each member's own PutJob")
         assert {c.method for c in leader.calls[2:]} == {"PutJob"}
