@@ -202,6 +202,11 @@ class PutJobCombiner:
         lane = self._lanes.get((stub, metadata))
         return LaneState.IDLE if lane is None else lane.state
 
+    def queued(self, stub: pb_grpc.SchedulerStub, metadata: tuple[tuple[str, str], ...]) -> int:
+        """Calls waiting in the lane for the call in flight to be answered."""
+        lane = self._lanes.get((stub, metadata))
+        return 0 if lane is None else len(lane.queue)
+
     async def put(
         self, stub: pb_grpc.SchedulerStub, request: pb.PutJobRequest, timeout: float, metadata: tuple
     ) -> pb.PutJobResponse:

@@ -155,7 +155,7 @@ def test_a_lone_call_goes_at_once_as_plain_putjob_and_later_ones_go_together():
         await until(lambda: len(leader.calls) == 1, "the lone call to be sent")
         assert leader.calls[0].method == "PutJob" and combiner.lane_state(leader, MD) is LaneState.SENDING
         rest = await _started(combiner, leader, _put(1), _put(2, expected=7), _put(3))
-        await asyncio.sleep(0.05)
+        await until(lambda: combiner.queued(leader, MD) == 3, "the others to queue behind the call in flight")
         assert len(leader.calls) == 1, "the others wait for the call in flight"
         leader.calls[0].answer(pb.PutJobResponse(job=pb.Job(id="j0", version=1)))
         assert (await first).job.version == 1
@@ -204,11 +204,15 @@ def test_two_callers_never_share_a_call():
         a = await _started(combiner, leader, *(_put(i) for i in range(0, 5)), md=MD)
         b = await _started(combiner, leader, *(_put(i) for i in range(5, 10)), md=OTHER_MD)
         answered = 0
-        while answered < len(leader.calls) or not all(t.done() for t in a + b):
-            await until(lambda: answered < len(leader.calls), "the next call")  # noqa: B023 - read at once
+        while True:
+            await until(
+                lambda: answered < len(leader.calls) or all(t.done() for t in a + b),  # noqa: B023 - read at once
+                "the next call, or every caller answered",
+            )
+            if answered == len(leader.calls):
+                break
             _answer_ok(leader.calls[answered])
             answered += 1
-            await asyncio.sleep(0.01)
         answers = await asyncio.gather(*a, *b)
         assert [r.job.id for r in answers] == [f"j{i}" for i in range(10)]
         for c in leader.calls:
@@ -257,7 +261,7 @@ def test_a_caller_that_cancels_leaves_and_the_others_are_answered():
         combined = leader.calls[1]
         assert [c.job.id for c in combined.request.calls] == ["j2", "j3"]
         queued[1].cancel()  # in flight with another member: the call goes on for it
-        await asyncio.sleep(0.05)
+        await until(queued[1].done, "the cancelled member to have left its call")
         assert not combined.done()
         combined.answer(pb.PutJobEachResponse(outcomes=[_ok(c) for c in combined.request.calls], node="n0"))
         assert (await queued[2]).job.id == "j3"
