@@ -58,6 +58,29 @@ class _OneLineFilter(logging.Filter):
         return True
 
 
+# grpc's asyncio server logs at ERROR, with a traceback, a call whose final status could not
+# be sent because the call had already ended in grpc's core: its caller cancelled it, its
+# deadline passed, or the server stopped, in the same instant as the handler returned. The
+# handler had finished and the caller has its own ending; nothing is lost, so the line is a
+# one-line debug note.
+GRPC_SERVER_LOGGER = "grpc._cython.cygrpc"
+CALL_ENDED_FIRST = "ExecuteBatchError raised in core by servicer method"
+
+
+class _CallEndedFirstFilter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name != GRPC_SERVER_LOGGER or not str(record.msg).startswith(CALL_ENDED_FIRST):
+            return True
+        method = record.getMessage()[len(CALL_ENDED_FIRST) :].strip(" []")
+        record.msg = "a call to %s ended before its status could be sent (its caller or the server ended it)"
+        record.args = (method,)
+        record.exc_info = None
+        record.exc_text = None
+        record.levelno = logging.DEBUG
+        record.levelname = logging.getLevelName(logging.DEBUG)
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z"
@@ -90,6 +113,7 @@ def setup(node_id: str, fmt: str = "text", level: str = "info") -> None:
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(_NodeFilter(node_id))
     handler.addFilter(_OneLineFilter())
+    handler.addFilter(_CallEndedFirstFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
