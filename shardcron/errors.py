@@ -95,6 +95,15 @@ class JobNotFound(ShardcronError):
         self.job_id = job_id
 
 
+class TickNotFound(ShardcronError):
+    """No tick for the slot asked for (not claimed yet, pruned, or no slot of the job at all)."""
+
+    def __init__(self, job_id: str, scheduled_at_ms: int | None):
+        slot = "at or before now" if scheduled_at_ms is None else f"at {scheduled_at_ms} ms"
+        super().__init__(f"{job_named(job_id)} has no tick of a slot {slot}")
+        self.job_id = job_id
+
+
 class VersionConflict(ShardcronError):
     def __init__(self, job_id: str, expected: int, actual: int):
         super().__init__(f"{job_named(job_id)}: expected version {expected}, found {actual}")

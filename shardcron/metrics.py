@@ -94,6 +94,12 @@ notifications = Counter(
     "Failure and recovery notifications, by kind and outcome (sent, failed, suppressed).",
     ["kind", "outcome"],
 )
+deadline_missed = Counter(
+    "shardcron_deadline_missed_total",
+    "Deadlines missed by slots of the shards this node leads, by namespace, job and kind "
+    "(start_deadline, deadline, heartbeat); each miss is counted once, by the leader that recorded it.",
+    ["namespace", "job", "kind"],
+)
 fenced_writes = Counter("shardcron_fenced_writes_total", "Writes rejected because a newer fence exists.")
 not_started = Counter(
     "shardcron_ticks_not_started_total",

@@ -235,6 +235,12 @@ class Job:
     # None: the node's default, if it has one (--notify-on-failure / --notify-on-recovery).
     on_failure: ExecutorSpec | None = None
     on_recovery: ExecutorSpec | None = None
+    # Deadlines, from the slot's scheduled time (rules/deadlines.py); None: none of that kind.
+    start_deadline_ms: int | None = None  # the tick must start within it
+    deadline_ms: int | None = None  # the slot must succeed (and be acked, with a heartbeat) within it
+    heartbeat_ms: int | None = None  # the slot must be acked (``jobs ack``) within it
+    # Run once per missed deadline; None: on_failure's target (the job's own, else the node's default).
+    on_deadline: ExecutorSpec | None = None
     paused: bool = False
     labels: dict[str, str] = field(default_factory=dict)
     version: int = 0  # store-assigned; 0 for a job never written
@@ -280,6 +286,14 @@ class SlotRef(NamedTuple):
     scheduled_at_ms: int
 
 
+class Acked(NamedTuple):
+    """What an ack of a slot's work recorded (AckTick): the slot, its first ack, whether it came before."""
+
+    slot: SlotRef
+    acked_at_ms: int
+    already: bool
+
+
 @dataclass(frozen=True)
 class Tick:
     job_id: str
@@ -297,6 +311,8 @@ class Tick:
     http_status: int | None = None
     output: str | None = None
     error: str | None = None
+    acked_at_ms: int | None = None  # when the slot's work was reported done (AckTick)
+    missed_deadlines: tuple[str, ...] = ()  # the kinds of deadline it missed (rules/deadlines.py)
 
     @property
     def slot(self) -> SlotRef:

@@ -48,6 +48,7 @@ from shardcron.sharding import shard_for
 from shardcron.spec.bounds import INT64_MAX
 from shardcron.spec.job import MAX_LABELS
 from shardcron.spec.namespaces import store_key
+from shardcron.store import deadlines as deadline_store
 from shardcron.store import job_reads, tick_reads
 from shardcron.store import jobs as job_store
 from shardcron.v1 import scheduler_pb2 as pb
@@ -278,6 +279,31 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
             context,
             self.router.on_pool(here),
             lambda stub, timeout, md: stub.TriggerJob(request, timeout=timeout, metadata=md),
+        )
+
+    async def AckTick(self, request: pb.AckTickRequest, context: grpc.aio.ServicerContext) -> pb.AckTickResponse:
+        job_id = store_key(request.namespace, request.id)
+        slot = request.scheduled_at_ms if request.HasField("scheduled_at_ms") else None
+        shard = self._shard(job_id)
+        b = self.backend
+
+        def here(fence: int) -> pb.AckTickResponse:
+            job_reads.get_job(b.engine, job_id)  # NOT_FOUND for a job that does not exist
+            ack = deadline_store.ack_tick(b.engine, job_id, slot, shard=shard, fence=fence, now_ms=clock.wall_ms())
+            key = split_key(job_id)
+            return pb.AckTickResponse(
+                id=key.id,
+                namespace=key.namespace,
+                scheduled_at_ms=ack.scheduled_at_ms,
+                acked_at_ms=ack.acked_at_ms,
+                already=ack.already,
+            )
+
+        return await self.router.call(
+            shard,
+            context,
+            self.router.on_pool(here),
+            lambda stub, timeout, md: stub.AckTick(request, timeout=timeout, metadata=md),
         )
 
     async def ListJobs(self, request: pb.ListJobsRequest, context: grpc.aio.ServicerContext) -> pb.ListJobsResponse:

@@ -25,6 +25,7 @@ from shardcron.errors import (
     SessionLost,
     ShardcronError,
     StoreUnavailable,
+    TickNotFound,
     TriggerBusy,
     VersionConflict,
 )
@@ -56,7 +57,7 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return exc.code(), exc.details() or ""
     if isinstance(exc, InvalidJob):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
-    if isinstance(exc, JobNotFound | CalendarNotFound | NamespaceNotFound):
+    if isinstance(exc, JobNotFound | TickNotFound | CalendarNotFound | NamespaceNotFound):
         return grpc.StatusCode.NOT_FOUND, str(exc)
     if isinstance(exc, NamespaceExists):
         return grpc.StatusCode.ALREADY_EXISTS, str(exc)

@@ -127,6 +127,14 @@ def add_put_flags(put: argparse.ArgumentParser) -> None:
     put.add_argument(
         "--on-recovery", metavar="SPEC", help="run once when a slot succeeds after failed ones (same SPEC forms)"
     )
+    put.add_argument("--start-deadline", metavar="D", help="each tick must start within D of its slot (default: none)")
+    put.add_argument("--deadline", metavar="D", help="each slot must succeed within D of it (default: none)")
+    put.add_argument(
+        "--heartbeat", metavar="D", help="each slot must be acked (`jobs ack`) within D of it (default: none)"
+    )
+    put.add_argument(
+        "--on-deadline", metavar="SPEC", help="run once per missed deadline (same SPEC forms; default: --on-failure's)"
+    )
     put.add_argument(
         "--retries",
         type=whole(0, MAX_ATTEMPTS - 1),
@@ -321,6 +329,9 @@ def job_from_flags(a: argparse.Namespace) -> Job:
         ("jitter", a.jitter),
         ("calendars", a.calendar),
         ("history_limit", a.history_limit),
+        ("start_deadline", a.start_deadline),
+        ("deadline", a.deadline),
+        ("heartbeat", a.heartbeat),
     ):
         if value is not None:
             d[key] = value
@@ -337,8 +348,13 @@ def job_from_flags(a: argparse.Namespace) -> Job:
 
 
 def _notifications_from_flags(a: argparse.Namespace, d: dict[str, Any]) -> None:
-    """``--on-failure SPEC`` / ``--on-recovery SPEC``: a webhook URL or an executor table as JSON."""
-    for flag, key in (("--on-failure", "on_failure"), ("--on-recovery", "on_recovery")):
+    """``--on-failure SPEC`` / ``--on-recovery SPEC`` / ``--on-deadline SPEC``: a webhook URL or an executor
+    table as JSON."""
+    for flag, key in (
+        ("--on-failure", "on_failure"),
+        ("--on-recovery", "on_recovery"),
+        ("--on-deadline", "on_deadline"),
+    ):
         raw = getattr(a, key)
         if raw is not None:
             d[key] = to_table(parse_cli(raw, flag))

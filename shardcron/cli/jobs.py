@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from shardcron.cli import backfill, file_apply
 from shardcron.cli.args import MAX_SHARD, whole
-from shardcron.cli.common import add_api_command, api_client, fmt_ms, print_json
+from shardcron.cli.common import add_api_command, api_client, fmt_ms, parse_time_ms, print_json
 from shardcron.cli.job_flags import add_put_flags, job_from_flags, pairs
 from shardcron.cli.output import job_json, jobs_table, runs_json
 from shardcron.errors import ConfigError, job_named
@@ -112,6 +112,29 @@ def cmd_trigger(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_ack(a: argparse.Namespace) -> int:
+    slot_ms = None if a.slot is None else parse_time_ms(a.slot, "SLOT")
+    with api_client(a) as c:
+        acked = c.ack_tick(a.id, slot_ms)
+    key = split_key(acked.slot.job_id)
+    if a.json:
+        print_json(
+            {
+                "id": key.id,
+                "namespace": key.namespace,
+                "scheduled_at_ms": acked.slot.scheduled_at_ms,
+                "acked_at_ms": acked.acked_at_ms,
+                "already": acked.already,
+            }
+        )
+    else:
+        when = "already acked at" if acked.already else "acked at"
+        print(
+            f"{job_named(acked.slot.job_id)} slot {fmt_ms(acked.slot.scheduled_at_ms)} {when} {fmt_ms(acked.acked_at_ms)}"
+        )
+    return 0
+
+
 def cmd_list(a: argparse.Namespace) -> int:
     labels = dict(pairs(a.label, "=", "--label"))
     namespace = listed_namespace(a)
@@ -145,6 +168,13 @@ def register(subparsers: Any) -> None:
     add_api_command(sub, "pause", cmd_pause, "pause a job")
     add_api_command(sub, "resume", cmd_resume, "resume a paused job (the paused time is not owed)")
     add_api_command(sub, "trigger", cmd_trigger, "run a job now, as an extra tick")
+    ack = add_api_command(sub, "ack", cmd_ack, "report a slot's work done (its heartbeat and deadline count it)")
+    ack.add_argument(
+        "slot",
+        nargs="?",
+        metavar="SLOT",
+        help="the slot: ISO-8601 or epoch ms (default: the job's newest slot at or before now that has a tick)",
+    )
     backfill.register(sub)
 
     ls = add_api_command(sub, "list", cmd_list, "list jobs", with_id=False)
@@ -155,6 +185,7 @@ def register(subparsers: Any) -> None:
 
 
 __all__ = [
+    "cmd_ack",
     "cmd_delete",
     "cmd_get",
     "cmd_list",

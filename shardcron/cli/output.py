@@ -92,6 +92,8 @@ def tick_json(t: Tick) -> dict[str, Any]:
         "http_status": t.http_status,
         "output": t.output,
         "error": t.error,
+        "acked_at_ms": t.acked_at_ms,
+        "missed_deadlines": list(t.missed_deadlines),
     }
 
 
@@ -123,6 +125,8 @@ def tick_row(t: Tick) -> list[Any]:
         result = t.output.splitlines()[0][:60]
     else:
         result = "-"
+    if t.missed_deadlines:
+        result = f"missed {', '.join(t.missed_deadlines)}; {result}"
     return [
         fmt_ms(t.scheduled_at_ms) + (" (manual)" if t.manual else ""),
         t.status.value,

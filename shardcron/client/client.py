@@ -30,7 +30,7 @@ from shardcron.client.results import PutResult, TokenInfo
 from shardcron.client.targets import DEFAULT_TIMEOUT_S, Targets
 from shardcron.client.watch import TickWatch
 from shardcron.jobkey import DEFAULT_NAMESPACE, join_key
-from shardcron.model import Backfill, Job, JobRuns, SlotRef, Tick
+from shardcron.model import Acked, Backfill, Job, JobRuns, SlotRef, Tick
 from shardcron.rules.namespace_settings import StoredNamespace
 from shardcron.spec.calendar import Calendar, StoredCalendar
 from shardcron.spec.namespaces import namespace_or_default
@@ -179,6 +179,19 @@ class Client:
     def trigger_job(self, job_id: str, *, timeout_s: float | None = None, namespace: str | None = None) -> SlotRef:
         """Run the job now, as an extra tick; returns that tick's identity (the job's key and slot)."""
         return self._run(self._calls.trigger_job(job_id, namespace=namespace), timeout_s)
+
+    def ack_tick(
+        self,
+        job_id: str,
+        scheduled_at_ms: int | None = None,
+        *,
+        timeout_s: float | None = None,
+        namespace: str | None = None,
+    ) -> Acked:
+        """Report a slot's work done: the job's heartbeat, and its deadline when it has a heartbeat, count it.
+        ``scheduled_at_ms`` None: the job's newest slot at or before now that has a tick. A slot keeps its
+        first ack (``Acked.already`` says this one came after it)."""
+        return self._run(self._calls.ack_tick(job_id, scheduled_at_ms, namespace=namespace), timeout_s)
 
     def backfill_job(
         self,

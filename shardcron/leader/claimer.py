@@ -189,6 +189,7 @@ class Claimer(SchedulerState):
             got = set(out.written.get(shard, ()))
             self.stats.add(claimed=len(got))
             dispatch, follow = [], []
+            judged: list[tuple[Job, int]] = []
             with run.lock:
                 for c in items:
                     entry = run.jobs.get(c.job_id)
@@ -203,6 +204,8 @@ class Claimer(SchedulerState):
                         continue
                     entry.claimed_through = max(entry.claimed_through, c.slot_ms)
                     if ref in got:
+                        if entry.watch_deadlines:  # the one check a job without deadlines pays
+                            judged.append((entry.job, c.slot_ms))
                         if entry.job.jitter_ms:  # the one check a job without jitter pays
                             off = jitter_offset_ms(c.job_id, c.slot_ms, entry.job.jitter_ms)
                             dispatch.append(
@@ -221,6 +224,8 @@ class Claimer(SchedulerState):
                     follow.append(entry)
             self._dispatch.push_many(dispatch)
             self._claims.push_many(self._next_claims(run, follow))
+            for job, slot_ms in judged:
+                self.deadlines.slots_claimed(shard, fence, job, (slot_ms,))
         return None
 
 

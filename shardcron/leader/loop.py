@@ -37,6 +37,7 @@ from shardcron.coordination.calendar_book import CalendarBook
 from shardcron.executors import Executors
 from shardcron.leader.backfill_runner import BackfillRunner
 from shardcron.leader.claimer import CLAIM_RETRY_MS, Claimer, ClaimStream
+from shardcron.leader.deadlines import DeadlineWatch
 from shardcron.leader.dispatcher import CALENDAR_SKIP_PREFIX, Dispatcher
 from shardcron.leader.exec_gate import DEFAULT_SLOTS, ExecGate
 from shardcron.leader.heap import ClaimDue, DispatchDue, TimerHeap
@@ -128,11 +129,13 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         # Deletes expired ticks of the led shards, in small batches with rests between them (pruner.py).
         self.pruner = Pruner(engine, self.led.runs, retention_ms=tick_retention_ms, now_ms=self._now_ms)
         self.claim_stream = ClaimStream(self)
+        # Judges the slots' deadlines when they come due: after the results queued before (deadlines.py).
+        self.deadlines = DeadlineWatch(engine, self._now_ms, lambda s, f: self.led.current(s, f) is not None)
         # The one writer of tick rows, by priority: a tick must not wait to start, a due slot to be claimed.
         # When a write finds the store down, the claims due then fail at once (tried again later: their
-        # lookahead absorbs it); marks, results and prunes stay queued for their own next batch.
+        # lookahead absorbs it); marks, results, deadlines and prunes stay queued for their own next batch.
         self.writer = TickWriter(
-            [self.marks, self.claim_stream, self.recorder, self.pruner],
+            [self.marks, self.claim_stream, self.recorder, self.deadlines, self.pruner],
             fail_when_store_down=[self.claim_stream],
             lifeline=lifeline,
         )
@@ -268,6 +271,8 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
                 MAX_CATCH_UP_SLOTS,
                 extra={"shard": shard, "job": job_id},
             )
+        # Every row written above, and the predecessor's, is there to judge now.
+        judging = self.deadlines.take_over(shard, fence, jobs)
         run = ShardRun(shard, fence, stop, session)
         with run.lock:
             for job in jobs:
@@ -288,7 +293,8 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
             self._push_next_claim(run, entry)
         self.backfills.shard_acquired(run)  # a backfill a former leader began continues from its cursor
         log.info(
-            "shard %d: leading with fence %d: %d jobs, %d caught up, %d re-claimed, %d skipped, %d abandoned",
+            "shard %d: leading with fence %d: %d jobs, %d caught up, %d re-claimed, %d skipped, %d abandoned, "
+            "%d deadlines to judge",
             shard,
             fence,
             len(jobs),
@@ -296,6 +302,7 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
             len(plan.reclaim),
             len(plan.skip),
             len(plan.abandon),
+            judging,
             extra={"shard": shard, "fence": fence},
         )
 

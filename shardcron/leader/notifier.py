@@ -5,10 +5,11 @@ sender threads send. Where the work comes from:
 
 - **live**: the recorder tells it of every result that landed (``Recorder.listeners``); a failed one
   owes ``on_failure``; a succeeded one of a job it has seen fail owes ``on_recovery`` when the job's
-  previous run failed (one primary-key read);
+  previous run failed (one primary-key read); and the deadline watch tells it of every deadline a slot
+  missed (``DeadlineWatch.listeners``), which owes a notification of that deadline's kind;
 - **takeover sweep**, once per (shard, fence) this node comes to lead: the shard's failed slots of the
-  last ``LOOKBACK_MS`` without an on_failure row, the recoveries of the jobs among them, and every
-  notification claimed but not settled. So a leader killed between a failed result and its claim, or
+  last ``LOOKBACK_MS`` without an on_failure row, the recoveries of the jobs among them, the deadlines
+  recorded missed without their notification row, and every notification claimed but not settled. So a leader killed between a failed result and its claim, or
   between a claim and its send, leaves nothing owed behind: its successor claims or sends it.
 
 Every claim and every outcome is a fenced write (``store/notifications.py``); a sender checks, before
@@ -38,8 +39,10 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 from shardcron import metrics
 from shardcron.errors import FencedOut, StoreUnavailable
+from shardcron.leader.deadlines import TAKEOVER_LOOKBACK_MS
 from shardcron.leader.notification_context import NotificationContext, event, with_event_body
 from shardcron.model import Job, TickStatus
+from shardcron.rules.deadlines import has_deadlines
 from shardcron.rules.notification_rate import DEFAULT_RATE, Rate
 from shardcron.rules.notifications import (
     FAILED_STATUSES,
@@ -56,6 +59,7 @@ from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 from shardcron.runtime.node_loop import NodeLoop
 from shardcron.runtime.pass_task import PassTask
 from shardcron.spec.notifications import parse_table, to_table
+from shardcron.store import deadlines as deadline_store
 from shardcron.store import notifications as store
 from shardcron.store.notifications import NotificationClaim, NotificationRow
 from shardcron.store.tick_reads import list_ticks, ticks_between
@@ -97,6 +101,7 @@ class Notifier:
         self._pool = pool
         self._lock = threading.Lock()  # _landed and _sending: the recorder's and the senders' threads share them
         self._landed: list = []  # ResultWrites of failed slots, and succeeded ones of jobs seen failing
+        self._missed: list = []  # (shard, fence, Judgement) of deadlines just recorded missed
         self._failing: set[str] = set()  # jobs whose last run seen here failed: a success may be a recovery
         # What the passes keep between them: written by one pass at a time, read by the loop between passes.
         self._swept: set[tuple[int, int]] = set()
@@ -106,6 +111,7 @@ class Notifier:
         self._senders = ThreadPoolExecutor(SENDERS, thread_name_prefix="notify")
         self._passes = PassTask("notifier", loop, self._pass, owed=self._owed, lifeline=lifeline)
         scheduler.recorder.listeners.append(self._on_landed)
+        scheduler.deadlines.listeners.append(self._on_missed)
 
     def start(self) -> None:
         self._passes.start(self._pool)
@@ -131,11 +137,16 @@ class Notifier:
                 self._landed.extend(mine)
             self._passes.wake()
 
+    def _on_missed(self, misses) -> None:
+        with self._lock:
+            self._missed.extend(misses)
+        self._passes.wake()
+
     # -- the loop: whether a pass is owed (in memory, never blocking) ---------------------------
 
     def _owed(self) -> bool:
         with self._lock:
-            landed = bool(self._landed)
+            landed = bool(self._landed) or bool(self._missed)
         return landed or time.monotonic() >= self._next_resend_check or bool(self._unswept())
 
     def _unswept(self) -> list:
@@ -149,6 +160,7 @@ class Notifier:
         """Claim and send what is owed; returns when to look again unless results land first."""
         with self._lock:
             landed, self._landed = self._landed, []
+            missed, self._missed = self._missed, []
         try:
             if time.monotonic() >= self._next_resend_check:
                 led = set(self._scheduler.led_shards())
@@ -157,10 +169,12 @@ class Notifier:
                 self._next_resend_check = time.monotonic() + RESEND_CHECK_S
             self._sweep_new_leaderships()
             self._handle(landed)
+            self._handle_missed(missed)
         except StoreUnavailable as e:
             log.warning("notifications: store unavailable, trying again: %s", e)
             with self._lock:
                 self._landed[:0] = landed
+                self._missed[:0] = missed
         except Exception:  # noqa: BLE001 - the only notifier must not die; what is owed stays derivable
             log.exception("notifications: a pass failed; every led shard is swept again for what it left")
             self._swept.clear()  # the sweep re-derives from the store what this pass did not claim
@@ -195,6 +209,20 @@ class Notifier:
                 crashpoints.notify("before_claim", claim.job_id)
             self._claim_and_send(shard, fence, claims)
 
+    def _handle_missed(self, missed) -> None:
+        by_shard: dict[tuple[int, int], list[NotificationClaim]] = defaultdict(list)
+        for shard, fence, j in missed:
+            run = self._scheduler.shard_run(shard)
+            if run is None or run.fence != fence:
+                continue  # no longer ours: the successor's sweep claims it
+            job = _job_of(run, j.job_id)
+            if job is not None and (claim := self._claim_for(job, j.scheduled_at_ms, NotificationKind(j.kind.value))):
+                by_shard[(shard, fence)].append(claim)
+        for (shard, fence), claims in by_shard.items():
+            for claim in claims:
+                crashpoints.notify("before_claim", claim.job_id)
+            self._claim_and_send(shard, fence, claims)
+
     def _claim_for(self, job: Job, slot_ms: int, kind: NotificationKind | None) -> NotificationClaim | None:
         if kind is None:
             return None
@@ -208,7 +236,7 @@ class Notifier:
         wanted = {run.shard: self._wanting(run) for run in runs}
         # A shard none of whose jobs wants a notification owes only what a predecessor claimed and did not
         # send: one read for all such shards (a takeover in a cluster without notifications costs one read).
-        quiet = {shard for shard, (on_failure, on_recovery) in wanted.items() if not on_failure and not on_recovery}
+        quiet = {shard for shard, kinds in wanted.items() if not any(kinds)}
         for row in store.unsent(self._engine, quiet):
             self._send(row)
         for run in runs:
@@ -223,21 +251,29 @@ class Notifier:
                 extra={"shard": run.shard, "fence": run.fence},
             )
 
-    def _wanting(self, run) -> tuple[list[str], list[str]]:
-        """The ids of the shard's jobs that want on_failure notifications, and of those that want on_recovery."""
+    def _wanting(self, run) -> tuple[list[str], list[str], list[str]]:
+        """The ids of the shard's jobs that want on_failure notifications, of those that want on_recovery, and
+        of those with deadlines whose misses go somewhere."""
         with run.lock:
             jobs = [entry.job for entry in run.jobs.values()]
         on_failure, on_recovery = (
             [j.id for j in jobs if wants(j, kind, self._defaults)]
             for kind in (NotificationKind.ON_FAILURE, NotificationKind.ON_RECOVERY)
         )
-        return on_failure, on_recovery
+        on_deadline = [j.id for j in jobs if has_deadlines(j) and wants(j, NotificationKind.DEADLINE, self._defaults)]
+        return on_failure, on_recovery, on_deadline
 
-    def _sweep(self, run, on_failure: list[str], on_recovery: list[str]) -> None:
+    def _sweep(self, run, on_failure: list[str], on_recovery: list[str], on_deadline: list[str]) -> None:
         """What a predecessor may have left in a shard whose jobs want notifications: failed slots not claimed,
-        recoveries not claimed, claims not sent."""
+        recoveries not claimed, missed deadlines not claimed, claims not sent."""
         since = self._now_ms() - LOOKBACK_MS
         claims = []
+        for job_id, slot_ms, deadline in deadline_store.missed_without_notification(
+            self._engine, run.shard, on_deadline, since_ms=since - TAKEOVER_LOOKBACK_MS
+        ):
+            job = _job_of(run, job_id)
+            if job is not None and (claim := self._claim_for(job, slot_ms, NotificationKind(deadline.value))):
+                claims.append(claim)
         for job_id, slot_ms in store.failed_without_notification(self._engine, run.shard, on_failure, since_ms=since):
             job = _job_of(run, job_id)
             if job is not None and (claim := self._claim_for(job, slot_ms, NotificationKind.ON_FAILURE)):

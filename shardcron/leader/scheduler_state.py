@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from shardcron.coordination.calendar_book import CalendarBook
     from shardcron.executors import Executors
+    from shardcron.leader.deadlines import DeadlineWatch
     from shardcron.leader.exec_gate import ExecGate
     from shardcron.leader.heap import ClaimDue, TimerHeap
     from shardcron.leader.led_shards import LedShards
@@ -43,6 +44,7 @@ class SchedulerState:
     executors: Executors
     recorder: Recorder
     marks: RunningMarks
+    deadlines: DeadlineWatch
     led: LedShards
     _gate: ExecGate[tuple[int, int, Dispatch]]
     _claims: TimerHeap  # ClaimDue

@@ -25,6 +25,7 @@ from shardcron.abc import Lease
 from shardcron.leader.job_line import JobLines
 from shardcron.leader.shard_cancel import StopOrLeaseLost
 from shardcron.model import Job
+from shardcron.rules.deadlines import has_deadlines
 from shardcron.rules.triggers import Trigger
 from shardcron.runtime.latch import Latch
 
@@ -37,6 +38,10 @@ class JobEntry:
     trigger: Trigger
     gen: int  # heap entries carry it: one of an older definition finds a newer gen and is dropped
     claimed_through: int = 0  # the latest slot claimed for it by this leadership
+    watch_deadlines: bool = False  # the job has deadlines: each claimed slot's are judged (rules/deadlines.py)
+
+    def __post_init__(self) -> None:
+        self.watch_deadlines = has_deadlines(self.job)
 
 
 @dataclass

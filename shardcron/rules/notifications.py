@@ -6,6 +6,10 @@ last attempt. A succeeded slot owes ``on_recovery`` once when the job's previous
 (skipped slots and unfinished ones pass over, as in ``failures_in_a_row``) failed. Manual runs
 count like scheduled ones: a manual run that succeeds after failures is a recovery.
 
+A slot that misses a deadline (``rules/deadlines.py``) owes one notification of that deadline's kind
+(``start_deadline``, ``deadline``, ``heartbeat``), sent to the job's ``on_deadline``, else to where its
+``on_failure`` goes.
+
 The spec is the job's own, else the node's default (``--notify-on-failure`` /
 ``--notify-on-recovery``); only the default is rate limited (``notification_rate.py``).
 """
@@ -22,6 +26,14 @@ from shardcron.model import ExecutorSpec, Job, Tick, TickStatus
 class NotificationKind(StrEnum):
     ON_FAILURE = "on_failure"
     ON_RECOVERY = "on_recovery"
+    # A missed deadline, by its kind (rules.deadlines.DeadlineKind's values).
+    START_DEADLINE = "start_deadline"
+    DEADLINE = "deadline"
+    HEARTBEAT = "heartbeat"
+
+    @property
+    def is_deadline(self) -> bool:
+        return self in DEADLINE_KINDS
 
 
 class NotificationStatus(StrEnum):
@@ -43,6 +55,7 @@ class Source(StrEnum):
     DEFAULT = "default"  # the node's --notify-on-failure / --notify-on-recovery
 
 
+DEADLINE_KINDS = frozenset({NotificationKind.START_DEADLINE, NotificationKind.DEADLINE, NotificationKind.HEARTBEAT})
 FAILED_STATUSES = frozenset({TickStatus.FAILED, TickStatus.ABANDONED})
 # What "the previous settled slot" means for recovery: a skipped slot did not run, so it neither
 # ends nor continues a failure streak.
@@ -70,7 +83,12 @@ class Target:
 
 
 def target_for(job: Job, kind: NotificationKind, defaults: Defaults) -> Target | None:
-    """Where ``kind`` of ``job`` goes: its own spec, else the default, else nowhere (None)."""
+    """Where ``kind`` of ``job`` goes: its own spec, else the default, else nowhere (None). A missed
+    deadline goes to the job's on_deadline, else where its on_failure goes."""
+    if kind.is_deadline:
+        if job.on_deadline is not None:
+            return Target(job.on_deadline, Source.JOB)
+        kind = NotificationKind.ON_FAILURE
     own = job.on_failure if kind is NotificationKind.ON_FAILURE else job.on_recovery
     if own is not None:
         return Target(own, Source.JOB)

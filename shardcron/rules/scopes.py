@@ -95,6 +95,7 @@ CALLS: dict[str, Rule] = {
     "PauseJob": Rule(_W, _NS),
     "ResumeJob": Rule(_W, _NS),
     "TriggerJob": Rule(_W, _NS),
+    "AckTick": Rule(_W, _NS),
     "BackfillJob": Rule(_W, _NS),
     # admin: calendars are followed by every namespace's jobs, so changing one is cluster-wide
     "PutCalendar": Rule(_A, _CLUSTER),
@@ -123,6 +124,7 @@ CLI_ACTIONS: dict[str, tuple[str, ...]] = {
     "jobs pause": ("PauseJob",),
     "jobs resume": ("ResumeJob",),
     "jobs trigger": ("TriggerJob",),
+    "jobs ack": ("AckTick",),
     "jobs backfill": ("BackfillJob",),
     "jobs backfills": ("ListBackfills", "GetBackfill"),
     "calendars get": ("GetCalendar",),

@@ -56,8 +56,14 @@ JOB_KEYS = frozenset(
         "history_limit",
         "on_failure",
         "on_recovery",
+        "start_deadline",
+        "deadline",
+        "heartbeat",
+        "on_deadline",
     }
 )
+# Deadlines count from the slot; shorter than a second, a judgement could come before the result is written.
+MIN_DEADLINE_MS = 1000
 RETRY_KEYS = frozenset({"max_attempts", "backoff", "backoff_max"})
 
 
@@ -129,6 +135,12 @@ def job_from_dict(
     if not isinstance(paused, bool):
         raise InvalidJob("paused", f"must be true or false, got {shown(paused)}")
     jitter_ms = jitter_field(d.get("jitter"), schedule, bounded=bounded)
+    start_deadline_ms = _deadline(d, "start_deadline")
+    if bounded and start_deadline_ms is not None and start_deadline_ms <= jitter_ms:
+        raise InvalidJob(
+            "start_deadline",
+            f"must be longer than the job's jitter ({jitter_ms} ms): a slot may start that late on purpose",
+        )
     calendars = _calendar_names(d.get("calendars"))
     return Job(
         id=jid,
@@ -147,7 +159,18 @@ def job_from_dict(
         history_limit=_history_limit(d.get("history_limit"), bounded=bounded),
         on_failure=parse_table(d.get("on_failure"), "on_failure", bounded=bounded),
         on_recovery=parse_table(d.get("on_recovery"), "on_recovery", bounded=bounded),
+        start_deadline_ms=start_deadline_ms,
+        deadline_ms=_deadline(d, "deadline"),
+        heartbeat_ms=_deadline(d, "heartbeat"),
+        on_deadline=parse_table(d.get("on_deadline"), "on_deadline", bounded=bounded),
     )
+
+
+def _deadline(d: Mapping[str, Any], key: str) -> int | None:
+    """A deadline in ms from the slot (absent: none), at least ``MIN_DEADLINE_MS``."""
+    if d.get(key) is None:
+        return None
+    return duration_field(d, key, key, 0, minimum=MIN_DEADLINE_MS)
 
 
 def _calendar_names(raw: object) -> tuple[str, ...]:
@@ -219,6 +242,10 @@ def job_to_dict(job: Job) -> dict[str, Any]:
         **({"history_limit": job.history_limit} if job.history_limit is not None else {}),
         **({"on_failure": executor_to_dict(job.on_failure)} if job.on_failure else {}),
         **({"on_recovery": executor_to_dict(job.on_recovery)} if job.on_recovery else {}),
+        **({"start_deadline": f"{job.start_deadline_ms}ms"} if job.start_deadline_ms is not None else {}),
+        **({"deadline": f"{job.deadline_ms}ms"} if job.deadline_ms is not None else {}),
+        **({"heartbeat": f"{job.heartbeat_ms}ms"} if job.heartbeat_ms is not None else {}),
+        **({"on_deadline": executor_to_dict(job.on_deadline)} if job.on_deadline else {}),
     }
 
 

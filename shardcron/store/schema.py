@@ -168,6 +168,12 @@ ticks = Table(
     Column("http_status", Integer, nullable=True),
     Column("output", long_text(), nullable=True),
     Column("error", long_text(), nullable=True),
+    # When the slot's work was reported done (AckTick; the first ack is kept), and when each of its
+    # deadlines was found missed (rules/deadlines.py: set once, by the shard's leader, under its fence).
+    Column("acked_at_ms", BigInteger, nullable=True),
+    Column("start_deadline_missed_at_ms", BigInteger, nullable=True),
+    Column("deadline_missed_at_ms", BigInteger, nullable=True),
+    Column("heartbeat_missed_at_ms", BigInteger, nullable=True),
     # The slot's identity: at most one row per (job, scheduled time), ever. It
     # also serves a job's history newest first (a backward scan), so no
     # separate descending index is needed.

@@ -12,6 +12,7 @@ from typing import NamedTuple
 from sqlalchemy import Engine, Select, bindparam, false, func, or_, select
 
 from shardcron.model import Tick, TickStatus
+from shardcron.rules.deadlines import KINDS
 from shardcron.store.engine import reading
 from shardcron.store.schema import jobs, ticks, unresolved
 from shardcron.store.sql import AnyRow, chunks
@@ -169,7 +170,13 @@ def _tick(r: AnyRow) -> Tick:
         http_status=r.http_status,
         output=r.output,
         error=r.error,
+        acked_at_ms=r.acked_at_ms,
+        missed_deadlines=tuple(kind for kind, column in MISSED_COLUMNS if getattr(r, column) is not None),
     )
+
+
+# Each deadline kind and the column that records its miss (store/deadlines.py writes them).
+MISSED_COLUMNS = tuple((kind.value, f"{kind.value}_missed_at_ms") for kind in KINDS)
 
 
 __all__ = [

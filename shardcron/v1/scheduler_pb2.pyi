@@ -225,7 +225,7 @@ class RetryPolicy(_message.Message):
     def __init__(self, max_attempts: _Optional[int] = ..., backoff_initial_ms: _Optional[int] = ..., backoff_max_ms: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("id", "schedule", "http", "shell", "noop", "celery", "rq", "arq", "nats", "amqp", "redis_stream", "python", "catchup", "catchup_window_ms", "overlap", "timeout_ms", "retry", "paused", "labels", "version", "active_since_ms", "jitter_ms", "runs", "calendars", "history_limit", "on_failure", "on_recovery", "namespace")
+    __slots__ = ("id", "schedule", "http", "shell", "noop", "celery", "rq", "arq", "nats", "amqp", "redis_stream", "python", "catchup", "catchup_window_ms", "overlap", "timeout_ms", "retry", "paused", "labels", "version", "active_since_ms", "jitter_ms", "runs", "calendars", "history_limit", "on_failure", "on_recovery", "namespace", "start_deadline_ms", "deadline_ms", "heartbeat_ms", "on_deadline")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -261,6 +261,10 @@ class Job(_message.Message):
     ON_FAILURE_FIELD_NUMBER: _ClassVar[int]
     ON_RECOVERY_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    START_DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_MS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_MS_FIELD_NUMBER: _ClassVar[int]
+    ON_DEADLINE_FIELD_NUMBER: _ClassVar[int]
     id: str
     schedule: Schedule
     http: HttpExecutor
@@ -289,7 +293,11 @@ class Job(_message.Message):
     on_failure: Notification
     on_recovery: Notification
     namespace: str
-    def __init__(self, id: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., http: _Optional[_Union[HttpExecutor, _Mapping]] = ..., shell: _Optional[_Union[ShellExecutor, _Mapping]] = ..., noop: _Optional[_Union[NoopExecutor, _Mapping]] = ..., celery: _Optional[_Union[CeleryExecutor, _Mapping]] = ..., rq: _Optional[_Union[RqExecutor, _Mapping]] = ..., arq: _Optional[_Union[ArqExecutor, _Mapping]] = ..., nats: _Optional[_Union[NatsExecutor, _Mapping]] = ..., amqp: _Optional[_Union[AmqpExecutor, _Mapping]] = ..., redis_stream: _Optional[_Union[RedisStreamExecutor, _Mapping]] = ..., python: _Optional[_Union[PythonExecutor, _Mapping]] = ..., catchup: _Optional[_Union[CatchUp, str]] = ..., catchup_window_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., timeout_ms: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., paused: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[int] = ..., active_since_ms: _Optional[int] = ..., jitter_ms: _Optional[int] = ..., runs: _Optional[_Union[JobRuns, _Mapping]] = ..., calendars: _Optional[_Iterable[str]] = ..., history_limit: _Optional[int] = ..., on_failure: _Optional[_Union[Notification, _Mapping]] = ..., on_recovery: _Optional[_Union[Notification, _Mapping]] = ..., namespace: _Optional[str] = ...) -> None: ...
+    start_deadline_ms: int
+    deadline_ms: int
+    heartbeat_ms: int
+    on_deadline: Notification
+    def __init__(self, id: _Optional[str] = ..., schedule: _Optional[_Union[Schedule, _Mapping]] = ..., http: _Optional[_Union[HttpExecutor, _Mapping]] = ..., shell: _Optional[_Union[ShellExecutor, _Mapping]] = ..., noop: _Optional[_Union[NoopExecutor, _Mapping]] = ..., celery: _Optional[_Union[CeleryExecutor, _Mapping]] = ..., rq: _Optional[_Union[RqExecutor, _Mapping]] = ..., arq: _Optional[_Union[ArqExecutor, _Mapping]] = ..., nats: _Optional[_Union[NatsExecutor, _Mapping]] = ..., amqp: _Optional[_Union[AmqpExecutor, _Mapping]] = ..., redis_stream: _Optional[_Union[RedisStreamExecutor, _Mapping]] = ..., python: _Optional[_Union[PythonExecutor, _Mapping]] = ..., catchup: _Optional[_Union[CatchUp, str]] = ..., catchup_window_ms: _Optional[int] = ..., overlap: _Optional[_Union[Overlap, str]] = ..., timeout_ms: _Optional[int] = ..., retry: _Optional[_Union[RetryPolicy, _Mapping]] = ..., paused: _Optional[bool] = ..., labels: _Optional[_Mapping[str, str]] = ..., version: _Optional[int] = ..., active_since_ms: _Optional[int] = ..., jitter_ms: _Optional[int] = ..., runs: _Optional[_Union[JobRuns, _Mapping]] = ..., calendars: _Optional[_Iterable[str]] = ..., history_limit: _Optional[int] = ..., on_failure: _Optional[_Union[Notification, _Mapping]] = ..., on_recovery: _Optional[_Union[Notification, _Mapping]] = ..., namespace: _Optional[str] = ..., start_deadline_ms: _Optional[int] = ..., deadline_ms: _Optional[int] = ..., heartbeat_ms: _Optional[int] = ..., on_deadline: _Optional[_Union[Notification, _Mapping]] = ...) -> None: ...
 
 class Notification(_message.Message):
     __slots__ = ("http", "shell", "noop", "celery", "rq", "arq", "nats", "amqp", "redis_stream", "python")
@@ -510,6 +518,30 @@ class TriggerJobResponse(_message.Message):
     namespace: str
     def __init__(self, id: _Optional[str] = ..., scheduled_at_ms: _Optional[int] = ..., shard: _Optional[int] = ..., namespace: _Optional[str] = ...) -> None: ...
 
+class AckTickRequest(_message.Message):
+    __slots__ = ("id", "namespace", "scheduled_at_ms")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    namespace: str
+    scheduled_at_ms: int
+    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ..., scheduled_at_ms: _Optional[int] = ...) -> None: ...
+
+class AckTickResponse(_message.Message):
+    __slots__ = ("id", "namespace", "scheduled_at_ms", "acked_at_ms", "already")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ACKED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    ALREADY_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    namespace: str
+    scheduled_at_ms: int
+    acked_at_ms: int
+    already: bool
+    def __init__(self, id: _Optional[str] = ..., namespace: _Optional[str] = ..., scheduled_at_ms: _Optional[int] = ..., acked_at_ms: _Optional[int] = ..., already: _Optional[bool] = ...) -> None: ...
+
 class BackfillJobRequest(_message.Message):
     __slots__ = ("id", "from_ms", "to_ms", "overlap", "rate_per_s", "namespace")
     ID_FIELD_NUMBER: _ClassVar[int]
@@ -601,7 +633,7 @@ class ListBackfillsResponse(_message.Message):
     def __init__(self, backfills: _Optional[_Iterable[_Union[Backfill, _Mapping]]] = ...) -> None: ...
 
 class Tick(_message.Message):
-    __slots__ = ("job_id", "scheduled_at_ms", "shard", "fence", "node_id", "status", "attempt", "manual", "claimed_at_ms", "started_at_ms", "finished_at_ms", "exit_code", "http_status", "output", "error", "namespace")
+    __slots__ = ("job_id", "scheduled_at_ms", "shard", "fence", "node_id", "status", "attempt", "manual", "claimed_at_ms", "started_at_ms", "finished_at_ms", "exit_code", "http_status", "output", "error", "namespace", "acked_at_ms", "missed_deadlines")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SCHEDULED_AT_MS_FIELD_NUMBER: _ClassVar[int]
     SHARD_FIELD_NUMBER: _ClassVar[int]
@@ -618,6 +650,8 @@ class Tick(_message.Message):
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    ACKED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    MISSED_DEADLINES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     scheduled_at_ms: int
     shard: int
@@ -634,7 +668,9 @@ class Tick(_message.Message):
     output: str
     error: str
     namespace: str
-    def __init__(self, job_id: _Optional[str] = ..., scheduled_at_ms: _Optional[int] = ..., shard: _Optional[int] = ..., fence: _Optional[int] = ..., node_id: _Optional[str] = ..., status: _Optional[_Union[TickStatus, str]] = ..., attempt: _Optional[int] = ..., manual: _Optional[bool] = ..., claimed_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., exit_code: _Optional[int] = ..., http_status: _Optional[int] = ..., output: _Optional[str] = ..., error: _Optional[str] = ..., namespace: _Optional[str] = ...) -> None: ...
+    acked_at_ms: int
+    missed_deadlines: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., scheduled_at_ms: _Optional[int] = ..., shard: _Optional[int] = ..., fence: _Optional[int] = ..., node_id: _Optional[str] = ..., status: _Optional[_Union[TickStatus, str]] = ..., attempt: _Optional[int] = ..., manual: _Optional[bool] = ..., claimed_at_ms: _Optional[int] = ..., started_at_ms: _Optional[int] = ..., finished_at_ms: _Optional[int] = ..., exit_code: _Optional[int] = ..., http_status: _Optional[int] = ..., output: _Optional[str] = ..., error: _Optional[str] = ..., namespace: _Optional[str] = ..., acked_at_ms: _Optional[int] = ..., missed_deadlines: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListTicksRequest(_message.Message):
     __slots__ = ("job_id", "page_size", "page_token", "namespace")

@@ -80,6 +80,11 @@ class SchedulerStub:
                 request_serializer=shardcron_dot_v1_dot_scheduler__pb2.TriggerJobRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.TriggerJobResponse.FromString,
                 _registered_method=True)
+        self.AckTick = channel.unary_unary(
+                '/shardcron.v1.Scheduler/AckTick',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.AckTickRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.AckTickResponse.FromString,
+                _registered_method=True)
         self.BackfillJob = channel.unary_unary(
                 '/shardcron.v1.Scheduler/BackfillJob',
                 request_serializer=shardcron_dot_v1_dot_scheduler__pb2.BackfillJobRequest.SerializeToString,
@@ -243,6 +248,14 @@ class SchedulerServicer:
 
     def TriggerJob(self, request, context):
         """Run the job now, as an extra (manual) tick recorded like any other.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AckTick(self, request, context):
+        """Say that a slot's work is done (a worker or an outside system reports it): the job's
+        heartbeat, and its deadline when it has a heartbeat, count the ack. A slot keeps its first ack.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -423,6 +436,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.TriggerJob,
                     request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.TriggerJobRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_scheduler__pb2.TriggerJobResponse.SerializeToString,
+            ),
+            'AckTick': grpc.unary_unary_rpc_method_handler(
+                    servicer.AckTick,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.AckTickRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.AckTickResponse.SerializeToString,
             ),
             'BackfillJob': grpc.unary_unary_rpc_method_handler(
                     servicer.BackfillJob,
@@ -759,6 +777,33 @@ class Scheduler:
             '/shardcron.v1.Scheduler/TriggerJob',
             shardcron_dot_v1_dot_scheduler__pb2.TriggerJobRequest.SerializeToString,
             shardcron_dot_v1_dot_scheduler__pb2.TriggerJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AckTick(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/AckTick',
+            shardcron_dot_v1_dot_scheduler__pb2.AckTickRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.AckTickResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -19,7 +19,7 @@ from typing import Any, TypeAlias, TypeVar
 from google.protobuf.message import Message
 
 from shardcron.jobkey import DEFAULT_NAMESPACE, join_key, split_key
-from shardcron.model import Backfill, Job, JobRuns, SlotRef, Tick
+from shardcron.model import Acked, Backfill, Job, JobRuns, SlotRef, Tick
 from shardcron.rules.namespace_settings import StoredNamespace
 from shardcron.rules.scopes import ALL_NAMESPACES
 from shardcron.spec.namespaces import namespace_or_default
@@ -159,6 +159,17 @@ class Calls:
     def trigger_job(self, job_id: str, *, namespace: str | None = None) -> Exchange[SlotRef]:
         answer = yield "TriggerJob", self._naming(pb.TriggerJobRequest, job_id, namespace)
         return SlotRef(join_key(answer.namespace or DEFAULT_NAMESPACE, answer.id), answer.scheduled_at_ms)
+
+    def ack_tick(
+        self, job_id: str, scheduled_at_ms: int | None = None, *, namespace: str | None = None
+    ) -> Exchange[Acked]:
+        """Report the slot's work done (None: the job's newest slot at or before now that has a tick)."""
+        request = self._naming(pb.AckTickRequest, job_id, namespace)
+        if scheduled_at_ms is not None:
+            request.scheduled_at_ms = scheduled_at_ms
+        answer = yield "AckTick", request
+        slot = SlotRef(join_key(answer.namespace or DEFAULT_NAMESPACE, answer.id), answer.scheduled_at_ms)
+        return Acked(slot, answer.acked_at_ms, answer.already)
 
     def _naming(self, request_type: type[Any], job_id: str, namespace: str | None) -> Any:
         """A request of ``request_type`` whose ``id`` and ``namespace`` name one job."""

@@ -29,6 +29,9 @@ _CATCHUP_FROM_PB = {v: k for k, v in _CATCHUP_TO_PB.items()}
 OVERLAP_TO_PB: dict[Overlap, pb.Overlap] = {Overlap.SKIP: pb.OVERLAP_SKIP, Overlap.ALLOW: pb.OVERLAP_ALLOW}
 OVERLAP_FROM_PB: dict[int, Overlap] = {v: k for k, v in OVERLAP_TO_PB.items()}
 SECRET_MASK = MASK
+# The job's fields that hold a Notification, and its deadlines (each ``<name>_ms`` in the message).
+NOTIFICATION_FIELDS = ("on_failure", "on_recovery", "on_deadline")
+DEADLINE_FIELDS = ("start_deadline", "deadline", "heartbeat")
 
 
 # -- jobs: proto -> model -----------------------------------------------------------
@@ -53,7 +56,7 @@ def job_dict_from_proto(p: pb.Job, *, stored: bool = False) -> dict[str, Any]:
     executor = executor_dict_from_proto(p, stored=stored)
     if executor is not None:
         d["executor"] = executor
-    for name in ("on_failure", "on_recovery"):
+    for name in NOTIFICATION_FIELDS:
         if p.HasField(name):
             # An empty Notification (no kind set) is refused by the spec, naming the field.
             d[name] = executor_dict_from_proto(getattr(p, name), stored=stored) or {}
@@ -70,6 +73,9 @@ def job_dict_from_proto(p: pb.Job, *, stored: bool = False) -> dict[str, Any]:
         d["jitter"] = f"{p.jitter_ms}ms"
     if p.HasField("history_limit"):
         d["history_limit"] = p.history_limit
+    for name in DEADLINE_FIELDS:
+        if p.HasField(f"{name}_ms"):
+            d[name] = f"{getattr(p, f'{name}_ms')}ms"
     if p.HasField("retry"):
         r = p.retry
         retry: dict[str, Any] = {}
@@ -166,8 +172,12 @@ def job_to_proto(job: Job, *, redact: bool) -> pb.Job:
         p.calendars.extend(job.calendars)
     if job.history_limit is not None:
         p.history_limit = _int64(job.history_limit)  # a stored job admitted under looser bounds
+    for name in DEADLINE_FIELDS:
+        ms = getattr(job, f"{name}_ms")
+        if ms is not None:
+            setattr(p, f"{name}_ms", _int64(ms))
     executor_to_proto(p, job.executor, redact=redact)
-    for name in ("on_failure", "on_recovery"):
+    for name in NOTIFICATION_FIELDS:
         spec = getattr(job, name)
         if spec is not None:
             executor_to_proto(getattr(p, name), spec, redact=redact)

@@ -18,6 +18,18 @@ _STATUS_TO_PB = {
 _STATUS_FROM_PB = {v: k for k, v in _STATUS_TO_PB.items()}
 
 
+OPTIONAL_FIELDS = (
+    "claimed_at_ms",
+    "started_at_ms",
+    "finished_at_ms",
+    "exit_code",
+    "http_status",
+    "output",
+    "error",
+    "acked_at_ms",
+)
+
+
 def tick_to_proto(t: Tick) -> pb.Tick:
     key = split_key(t.job_id)
     p = pb.Tick(
@@ -31,10 +43,11 @@ def tick_to_proto(t: Tick) -> pb.Tick:
         attempt=t.attempt,
         manual=t.manual,
     )
-    for name in ("claimed_at_ms", "started_at_ms", "finished_at_ms", "exit_code", "http_status", "output", "error"):
+    for name in OPTIONAL_FIELDS:
         value = getattr(t, name)
         if value is not None:
             setattr(p, name, value)
+    p.missed_deadlines.extend(t.missed_deadlines)
     return p
 
 
@@ -55,6 +68,8 @@ def tick_from_proto(p: pb.Tick) -> Tick:
         http_status=optional(p, "http_status"),
         output=optional(p, "output"),
         error=optional(p, "error"),
+        acked_at_ms=optional(p, "acked_at_ms"),
+        missed_deadlines=tuple(p.missed_deadlines),
     )
 
 

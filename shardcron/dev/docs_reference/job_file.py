@@ -109,6 +109,31 @@ KEYS: dict[str, Key] = {
         {"kind": "http", "url": "https://hooks.example/shardcron"},
         absent="the node's `--notify-on-recovery`",
     ),
+    "start_deadline": Key(
+        "duration",
+        "the tick must start within this long of its slot, or its miss is recorded and alerted once "
+        "(see [Deadlines](../how-to/deadlines.md)); longer than `jitter`",
+        "2m",
+        absent="none",
+    ),
+    "deadline": Key(
+        "duration",
+        "the slot must succeed within this long of it (and be acked, with a `heartbeat`)",
+        "30m",
+        absent="none",
+    ),
+    "heartbeat": Key(
+        "duration",
+        "the slot must be acked (`shardcron jobs ack JOB SLOT`) within this long of it",
+        "1h",
+        absent="none",
+    ),
+    "on_deadline": Key(
+        "table",
+        "an executor run once per missed deadline of a slot",
+        {"kind": "http", "url": "https://hooks.example/late"},
+        absent="where `on_failure` goes",
+    ),
     "paused": Key("boolean", "create the job paused", True),
     "labels": Key(
         "table of string = string", "labels to find and group jobs by (`jobs list --label`)", {"team": "finance"}

@@ -36,7 +36,17 @@ READ = {
     "GetCalendar",
     "ListCalendars",
 }
-WRITE = {"PutJob", "PutJobs", "PutJobEach", "DeleteJob", "PauseJob", "ResumeJob", "TriggerJob", "BackfillJob"}
+WRITE = {
+    "PutJob",
+    "PutJobs",
+    "PutJobEach",
+    "DeleteJob",
+    "PauseJob",
+    "ResumeJob",
+    "TriggerJob",
+    "AckTick",
+    "BackfillJob",
+}
 ADMIN = {
     "PutCalendar",
     "DeleteCalendar",

@@ -1,0 +1,215 @@
+"""Deadlines on real node processes over real etcd and PostgreSQL: a slow slot misses its deadline
+once; a leader SIGKILLed with a deadline pending leaves it to its successor, which raises it once; a
+cluster stopped across a start_deadline raises it when it comes back; an acked slot does not alert;
+a leader that dies between recording a miss and claiming its alert leaves the alert to its successor.
+
+Each job here is a ``once`` job, so its one slot is known in advance and every alert is keyed by it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+
+import pytest
+from sqlalchemy import select
+
+from shardcron import Client
+from shardcron.dev.sink import Sink
+from shardcron.dev.testing.cluster import wait_until
+from shardcron.dev.testing.etcd_server import free_port
+from shardcron.rules.deadlines import JUDGE_GRACE_MS
+from shardcron.spec.job import job_from_dict
+from shardcron.store import make_engine
+from shardcron.store.schema import ticks
+from tests.integration.node.test_metrics import scrape
+from tests.support.clusters import TTL
+from tests.support.commands import node_command
+
+pytestmark = pytest.mark.cluster
+
+
+def once_job(jid: str, slot_ms: int, url: str, alerts: str, **more) -> dict:
+    return {
+        "id": jid,
+        "at_ms": slot_ms,
+        "executor": {"kind": "http", "url": url},
+        "on_deadline": {"kind": "http", "url": alerts},
+        **more,
+    }
+
+
+def alert_keys(sink: Sink) -> Counter:
+    return Counter(r.header("Idempotency-Key") for r in sink.requests() if r.path == "/deadline")
+
+
+def missed_columns(engine, jid: str, slot_ms: int) -> dict:
+    with engine.connect() as conn:
+        row = conn.execute(
+            select(
+                ticks.c.start_deadline_missed_at_ms,
+                ticks.c.deadline_missed_at_ms,
+                ticks.c.heartbeat_missed_at_ms,
+                ticks.c.acked_at_ms,
+                ticks.c.status,
+            ).where(ticks.c.job_id == jid, ticks.c.scheduled_at_ms == slot_ms)
+        ).first()
+    return dict(row._mapping) if row is not None else {}
+
+
+def soon(seconds: float) -> int:
+    """A whole second this far ahead: the slot of a once job put now."""
+    return (int(time.time() * 1000) // 1000 + int(seconds)) * 1000
+
+
+def test_a_slow_slot_misses_its_deadline_once_and_a_quick_one_meets_it(fresh_db_url, make_cluster):
+    db = fresh_db_url("postgresql")
+    metrics_port = free_port()
+    c = make_cluster(db, shards=1)
+    node = c.add("n0", extra_args=["--metrics-listen", f"127.0.0.1:{metrics_port}"])
+    c.wait_all_led(60)
+    engine = make_engine(db)
+    slot = soon(4)
+    with Sink() as sink, Client(node.address) as client:
+        alerts = sink.url + "/deadline"
+        client.put_job(job_from_dict(once_job("slow", slot, sink.url + "/slow/5000", alerts, deadline="2s")))
+        client.put_job(job_from_dict(once_job("quick", slot, sink.url + "/ok", alerts, deadline="2s")))
+        wait_until(lambda: alert_keys(sink), 60, what="the slow slot's deadline alert")
+        # Both were judged in one transaction, at the same due time: the quick one met its deadline.
+        assert missed_columns(engine, "quick", slot)["deadline_missed_at_ms"] is None
+        assert missed_columns(engine, "quick", slot)["status"] == "succeeded"
+        row = missed_columns(engine, "slow", slot)
+        assert row["deadline_missed_at_ms"] >= slot + 2000 + JUDGE_GRACE_MS
+        wait_until(lambda: missed_columns(engine, "slow", slot)["status"] == "succeeded", 30, what="the slow run")
+        assert alert_keys(sink) == Counter({f"slow:{slot}:deadline": 1})
+        alert = next(r for r in sink.requests() if r.path == "/deadline")
+        assert alert.header("X-Shardcron-Notification") == "deadline"
+        body = json.loads(alert.body)
+        assert body["notification"] == "deadline" and body["job_id"] == "slow" and body["scheduled_at_ms"] == slot
+        counted = scrape(metrics_port)
+        assert (
+            counted[
+                ("shardcron_deadline_missed_total", (("job", "slow"), ("kind", "deadline"), ("namespace", "default")))
+            ]
+            == 1
+        )
+        assert (
+            "shardcron_deadline_missed_total",
+            (("job", "quick"), ("kind", "deadline"), ("namespace", "default")),
+        ) not in counted
+    engine.dispose()
+
+
+def test_a_leader_killed_with_a_deadline_pending_leaves_it_to_its_successor_which_raises_it_once(
+    fresh_db_url, make_cluster
+):
+    db = fresh_db_url("postgresql")
+    c = make_cluster(db, shards=1)
+    victim = c.add("victim")
+    c.wait_all_led(60)
+    c.add("successor")
+    engine = make_engine(db)
+    slot = soon(4)
+    with Sink() as sink:
+        with Client(victim.address) as client:
+            client.put_job(
+                job_from_dict(once_job("long", slot, sink.url + "/slow/60000", sink.url + "/deadline", deadline="6s"))
+            )
+        wait_until(lambda: any(r.path.startswith("/slow") for r in sink.requests()), 30, what="the run to start")
+        victim.kill()  # the run is going, its deadline 6 s after the slot not come yet
+        wait_until(lambda: c.leaders()[0] == "successor", 2 * TTL + 15, what="the successor to lead")
+        wait_until(lambda: alert_keys(sink), 60, what="the deadline alert, from the successor")
+        row = missed_columns(engine, "long", slot)
+        assert row["deadline_missed_at_ms"] is not None
+        assert alert_keys(sink) == Counter({f"long:{slot}:deadline": 1})
+        alert = next(r for r in sink.requests() if r.path == "/deadline")
+        assert alert.header("X-Shardcron-Node") == "successor"
+    engine.dispose()
+
+
+def test_a_cluster_stopped_across_a_start_deadline_raises_it_when_it_comes_back(fresh_db_url, make_cluster):
+    db = fresh_db_url("postgresql")
+    c = make_cluster(db, shards=1)
+    node = c.add("n0")
+    c.wait_all_led(60)
+    engine = make_engine(db)
+    slot = soon(8)
+    with Sink() as sink:
+        with Client(node.address) as client:
+            client.put_job(
+                job_from_dict(once_job("nightly", slot, sink.url + "/ok", sink.url + "/deadline", start_deadline="2s"))
+            )
+        node.terminate()
+        # The whole cluster is down while the slot and its start deadline pass.
+        wait_until(lambda: time.time() * 1000 > slot + 2000 + JUDGE_GRACE_MS + 1000, 60, what="the deadline to pass")
+        assert not alert_keys(sink)
+        node.start()
+        wait_until(lambda: alert_keys(sink), 60, what="the start_deadline alert after the restart")
+        assert alert_keys(sink) == Counter({f"nightly:{slot}:start_deadline": 1})
+        row = wait_until(
+            lambda: (r := missed_columns(engine, "nightly", slot)) and r["status"] == "succeeded" and r,
+            30,
+            what="the caught-up run",
+        )
+        assert row["start_deadline_missed_at_ms"] is not None
+    engine.dispose()
+
+
+def test_an_acked_slot_does_not_alert_and_one_not_acked_does(fresh_db_url, make_cluster):
+    db = fresh_db_url("postgresql")
+    c = make_cluster(db, shards=1)
+    node = c.add("n0")
+    c.wait_all_led(60)
+    engine = make_engine(db)
+    slot = soon(3)
+    with Sink() as sink, Client(node.address) as client:
+        for jid in ("acked", "silent"):
+            client.put_job(
+                job_from_dict(
+                    once_job(jid, slot, sink.url + "/ok", sink.url + "/deadline", heartbeat="4s", deadline="4s")
+                )
+            )
+        wait_until(lambda: missed_columns(engine, "acked", slot).get("status") == "succeeded", 30, what="the run")
+        # The command line acks the newest slot; an ack from the client after it changes nothing.
+        out = node_command(node, "jobs", "ack", "acked", "--json")
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+        first = json.loads(out.stdout)
+        assert (first["scheduled_at_ms"], first["already"]) == (slot, False)
+        again = client.ack_tick("acked", slot)
+        assert (again.acked_at_ms, again.already) == (first["acked_at_ms"], True)
+        wait_until(lambda: len(alert_keys(sink)) >= 2, 60, what="the silent slot's heartbeat and deadline alerts")
+        # Judged with the silent one, in the same transactions: the acked slot met both.
+        acked = missed_columns(engine, "acked", slot)
+        assert acked["acked_at_ms"] == first["acked_at_ms"]
+        assert acked["heartbeat_missed_at_ms"] is None and acked["deadline_missed_at_ms"] is None
+        assert alert_keys(sink) == Counter({f"silent:{slot}:heartbeat": 1, f"silent:{slot}:deadline": 1})
+        # The API's ticks say it too.
+        assert sorted(client.list_ticks("silent")[0].missed_deadlines) == ["deadline", "heartbeat"]
+        assert client.list_ticks("acked")[0].acked_at_ms == first["acked_at_ms"]
+        refused = node_command(node, "jobs", "ack", "silent", str(slot + 1))
+        assert refused.returncode != 0 and "no tick of a slot at" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    engine.dispose()
+
+
+def test_a_leader_that_dies_before_claiming_a_deadline_alert_leaves_it_to_its_successor(fresh_db_url, make_cluster):
+    db = fresh_db_url("postgresql")
+    c = make_cluster(db, shards=1)
+    victim = c.add("victim", env={"SHARDCRON_TEST_CRASH_NOTIFY": "before_claim:late"})
+    c.wait_all_led(60)
+    c.add("successor")
+    engine = make_engine(db)
+    slot = soon(4)
+    with Sink() as sink:
+        with Client(victim.address) as client:
+            client.put_job(
+                job_from_dict(once_job("late", slot, sink.url + "/slow/4000", sink.url + "/deadline", deadline="1s"))
+            )
+        wait_until(lambda: not victim.alive(), 60, what="the victim to die before claiming the alert")
+        assert missed_columns(engine, "late", slot)["deadline_missed_at_ms"] is not None  # recorded, not claimed
+        assert "crash point: notify" in victim.log_text()
+        wait_until(lambda: c.leaders()[0] == "successor", 2 * TTL + 15, what="the successor to lead")
+        wait_until(lambda: alert_keys(sink), 60, what="the alert, from the successor's sweep")
+        assert alert_keys(sink) == Counter({f"late:{slot}:deadline": 1})
+    engine.dispose()
