@@ -80,7 +80,7 @@ services:
 $(STAMP): pyproject.toml
 	@$(PYTHON) -m venv $(VENV) || { echo "python3 -m venv failed: install python3-venv (apt-get install python3-venv)"; exit 1; }
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e '.[dev,bench,brokers,dashboard,docs,apscheduler]'
+	$(PIP) install --quiet -e '.[dev,bench,brokers,dashboard,docs,apscheduler,otel]'
 	@touch $(STAMP)
 
 proto: setup

@@ -349,6 +349,9 @@ class TickContext:
     fence: int
     shard: int
     node_id: str
+    # The attempt's span's W3C trace context (``traceparent``, ``tracestate``) when tracing is on: sent on
+    # under those names (``executors.identity``). Empty with tracing off.
+    trace: tuple[tuple[str, str], ...] = ()
 
     @property
     def idempotency_key(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import faulthandler
 import gc
 import logging
+import os
 import signal
 import threading
 from collections.abc import Callable
@@ -56,6 +57,7 @@ from shardcron.store.engine import describe_url, make_engine, normalise_url
 from shardcron.store.epoch import FenceEpoch, claim_epoch, highest_fence
 from shardcron.store.fences import ensure_shards
 from shardcron.store.migrate import ensure_schema
+from shardcron.tracing.setup import Tracing, tracing_from_env
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -216,6 +218,7 @@ class Node:
         self.dashboard: DashboardServer | None = None
         self.loop: NodeLoop | None = None
         self.metrics_server: MetricsServer | None = None
+        self.tracing: Tracing | None = None  # OTEL_* asks for tracing (tracing/settings.py)
 
     def start(self) -> None:
         """Connect to everything and join. Raises a ShardcronError with a clear message on bad set-up."""
@@ -240,6 +243,8 @@ class Node:
 
         if cfg.http_listen:
             require_dashboard_extra()  # before anything connects: a missing extra is a clear error at once
+        # Likewise the otel extra, when the environment asks for tracing; without it, opentelemetry is never imported.
+        self.tracing = tracing = tracing_from_env(os.environ, cfg.node_id)
         # The node's one event loop: the ticks, the API, the dashboard, /metrics and etcd's watches await on it
         # (runtime/node_loop.py).
         self.loop = NodeLoop(lifeline=self.lifeline).start()
@@ -281,6 +286,7 @@ class Node:
             calendars=calendars,
             lifeline=self.lifeline,
             loop=self.loop,
+            tick_spans=tracing.tick_spans if tracing is not None else None,
         )
         self.calendar_watch = CalendarWatch(
             self.etcd, self.layout, self.engine, calendars, self.scheduler.calendars_changed, lifeline=self.lifeline
@@ -317,7 +323,9 @@ class Node:
         self.backend = NodeBackend(self)
         # One task on the loop for the calendars', namespaces' and API tokens' watches (coordination/store_watch).
         self.settings = WatchTask("settings", self.loop, lifeline=self.lifeline)
-        self.api = start_server(self.backend, cfg, self.loop, self.settings)
+        self.api = start_server(
+            self.backend, cfg, self.loop, self.settings, tracer=tracing.tracer if tracing is not None else None
+        )
         # The background passes (the settings', the notifier's, the dashboard's metrics readings) take turns on
         # one of the API's workers: at rest they cost no thread of their own (runtime/one_at_a_time).
         self.background = OneAtATime(self.api.pool)
@@ -484,6 +492,8 @@ class Node:
             self.loop.close()  # last of what awaits: the dashboard, the API and the executors have stopped
         if self.engine is not None:
             self.engine.dispose()
+        if self.tracing is not None:
+            self.tracing.shutdown()  # after the scheduler and the API: their last spans are exported too
         log.info("node %s stopped", self.cfg.node_id)
 
 

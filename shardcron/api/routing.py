@@ -149,13 +149,16 @@ class Router:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._stubs: dict[str, pb_grpc.SchedulerStub] = {}
         self.closed = threading.Event()
+        # Tracing on: the current span's W3C trace context, sent with a forwarded call (api/tracing.py).
+        self.trace_metadata: Callable[[], tuple[tuple[str, str], ...]] | None = None
 
     def forward_metadata(self) -> tuple[tuple[str, str], ...]:
         """What a call forwarded for the caller being served carries: that it was forwarded, the CALLER's
         secret (never this node's: that would widen the call), and this node's own in its own header."""
         secret = caller_secret()
         caller = ((AUTHORIZATION, f"Bearer {secret}"),) if secret else ()
-        return (self.seal.marker(secret),) + caller + self._node_header
+        trace = self.trace_metadata() if self.trace_metadata is not None else ()
+        return (self.seal.marker(secret),) + caller + self._node_header + trace
 
     def own_metadata(self) -> tuple[tuple[str, str], ...]:
         """What a call this node makes for itself carries (a tick watch's fan-in feed, which serves every

@@ -24,6 +24,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -212,9 +213,11 @@ class ApiServer:
         loop: NodeLoop | None = None,
         settings: WatchTask | None = None,
         interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+        tracer: Any = None,
     ):
         self.backend = backend
         self.interceptors = tuple(interceptors)  # after the API's own (a test counts the calls that arrive)
+        self.tracer = tracer  # an OpenTelemetry tracer when tracing is on: a span per call (api/tracing.py)
         self.settings = settings  # the token watch runs on it, beside the node's other settings
         self.listen = listen
         self.stopping = threading.Event()
@@ -260,6 +263,13 @@ class ApiServer:
         self.router = Router(
             self.backend, advertise, forward, pool=self.pool, options=channel_options(*self.keepalive_ms), seal=seal
         )
+        own: list[grpc.aio.ServerInterceptor] = []
+        if self.tracer is not None:  # tracing on: imports OpenTelemetry, which a node without it never does
+            from shardcron.api.tracing import CallSpans
+            from shardcron.tracing.propagation import current_carrier
+
+            own.append(CallSpans(self.tracer))
+            self.router.trace_metadata = current_carrier
         self.service = SchedulerService(self.backend, self.router, self.stopping, self.limits, self.lifeline)
         self.health = health.aio.HealthServicer()  # type: ignore[attr-defined]  # grpc_health stubs lack aio
         # Tokens are checked when the node has a token file; the store's tokens then add to the file's.
@@ -278,7 +288,7 @@ class ApiServer:
         # Always: it checks a forwarded marker's seal; with tokens, it authorizes and audits too.
         self._server = grpc.aio.server(
             options=server_options(self.limits, *self.keepalive_ms),
-            interceptors=[Authorize(self.tokens, seal), *self.interceptors],
+            interceptors=[*own, Authorize(self.tokens, seal), *self.interceptors],
         )
         self._server.add_generic_rpc_handlers(
             (scheduler_handler(self.service, self.backend.node_id, self.slots, self.limits.max_request_bytes),)
@@ -356,10 +366,14 @@ class ApiServer:
 
 
 def start_server(
-    backend: Backend, cfg: NodeConfig, loop: NodeLoop | None = None, settings: WatchTask | None = None
+    backend: Backend,
+    cfg: NodeConfig,
+    loop: NodeLoop | None = None,
+    settings: WatchTask | None = None,
+    tracer: Any = None,
 ) -> ApiServer:
     """Bind ``cfg.listen`` and serve on ``loop`` (the node's), the token watch on ``settings`` (the node's task);
-    ``ConfigError`` naming the address if it cannot be bound."""
+    ``ConfigError`` naming the address if it cannot be bound. ``tracer``: a span per call (tracing on)."""
     return ApiServer(
         backend,
         cfg.listen,
@@ -371,4 +385,5 @@ def start_server(
         cfg.health_listen,
         loop,
         settings,
+        tracer=tracer,
     ).start()

@@ -55,6 +55,7 @@ from enum import StrEnum
 from typing import Any, Literal, Protocol
 
 from shardcron.consumer.tick import NotATick, TickInfo, mentions_tick
+from shardcron.tracing.verdicts import record_verdict
 
 log = logging.getLogger("shardcron.consumer.guard")
 
@@ -63,6 +64,11 @@ class Verdict(StrEnum):
     FIRST = "first"
     DUPLICATE = "duplicate"
     STALE_FENCE = "stale-fence"
+
+    @property
+    def event(self) -> str:
+        """Its span event's name, on a traced consumer: first, duplicate, stale fence."""
+        return self.value.replace("-", " ")
 
 
 class Deduper(Protocol):
@@ -101,6 +107,9 @@ def dedupe(
 
     A call without a tick (not sent by shardcron) raises ``NotATick``, unless
     ``missing="run"``, which runs it unguarded. A malformed tick always raises.
+
+    In a process that traces with OpenTelemetry, each verdict is also a span event (``first``,
+    ``duplicate``, ``stale fence``) on the tick's trace (``tracing/verdicts.py``).
     """
     if missing not in ("raise", "run"):
         raise ValueError(f"missing must be 'raise' or 'run', not {missing!r}")
@@ -185,6 +194,17 @@ def _rq_meta() -> Mapping[str, Any] | None:
 
 
 def _admitted(verdict: Verdict, tick: TickInfo, fn: Callable[..., Any]) -> bool:
+    record_verdict(
+        verdict.event,
+        tick.trace,
+        {
+            "shardcron.verdict": verdict.value,
+            "shardcron.job": tick.job_id,
+            "shardcron.slot.scheduled_at_ms": tick.scheduled_at_ms,
+            "shardcron.attempt": tick.attempt,
+            "shardcron.fence": tick.fence,
+        },
+    )
     if verdict is Verdict.FIRST:
         return True
     log.info(

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from shardcron.consumer.tick_names import TICK_NAMES
+from shardcron.consumer.tick_names import TICK_NAMES, TRACE_CONTEXT_NAMES
 from shardcron.errors import ShardcronError
 from shardcron.jobkey import DEFAULT_NAMESPACE, join_key, slot_idempotency_key
 
@@ -58,6 +58,7 @@ class TickInfo:
     shard: int | None = None
     node_id: str | None = None
     namespace: str | None = None  # None: default
+    trace: tuple[tuple[str, str], ...] = ()  # the leader's W3C trace context (traceparent, tracestate), if sent
 
     @property
     def key(self) -> str:
@@ -93,7 +94,7 @@ class TickInfo:
                 values[field] = None
                 continue
             values[field] = _parse(field, name, raw)
-        return cls(**values)
+        return cls(**values, trace=_trace_context(flat))
 
 
 def _lowered(m: Mapping[Any, Any]) -> dict[str, Any]:
@@ -104,6 +105,16 @@ def _lowered(m: Mapping[Any, Any]) -> dict[str, Any]:
         if isinstance(k, str):
             out[k.lower()] = v
     return out
+
+
+def _trace_context(flat: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    # Not checked here: a malformed traceparent is the propagator's to ignore, never a reason to refuse a tick.
+    found = ((name, flat.get(name)) for name in TRACE_CONTEXT_NAMES)
+    return tuple(
+        (name, value.decode("utf-8", "replace") if isinstance(value, bytes) else value)
+        for name, value in found
+        if isinstance(value, str | bytes) and value
+    )
 
 
 def _parse(field: str, name: str, raw: Any) -> str | int:

@@ -15,6 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+# The W3C trace context of the leader's span for the attempt (with tracing on): under these names in every
+# carrier, headers and fields alike, as OpenTelemetry's propagators and instrumentations expect them.
+TRACE_CONTEXT_NAMES = ("traceparent", "tracestate")
 HEADER_PREFIX = "X-Shardcron-"  # every header of the identity but the idempotency key: reserved to shardcron
 FIELD_PREFIX = "shardcron_"  # every field of the identity: reserved to shardcron
 
@@ -50,4 +53,4 @@ TICK_NAMES: Mapping[str, TickName] = {
     )
 }
 
-__all__ = ["FIELD_PREFIX", "HEADER_PREFIX", "IDEMPOTENCY_KEY_HEADER", "TICK_NAMES", "TickName"]
+__all__ = ["FIELD_PREFIX", "HEADER_PREFIX", "IDEMPOTENCY_KEY_HEADER", "TICK_NAMES", "TRACE_CONTEXT_NAMES", "TickName"]

@@ -12,6 +12,11 @@ re-sends the same id, and a broker or queue that deduplicates by id (JetStream's
 The attempt and the fence travel beside it, so a consumer can refuse work
 from a deposed leader (``shardcron.consumer``). The names each value travels
 under are ``shardcron.consumer.tick_names.TICK_NAMES``, which the guard reads too.
+
+With tracing on, the attempt's W3C trace context (``TickContext.trace``: ``traceparent``, and
+``tracestate`` when the trace has one) travels beside it under its standard names in every carrier
+(headers, Celery headers, fields, RQ meta, arq's tick argument) and as ``TRACEPARENT``/``TRACESTATE`` in a
+shell command's environment, so an OpenTelemetry-instrumented receiver continues the tick's trace.
 """
 
 from __future__ import annotations
@@ -56,7 +61,10 @@ def tick_values(ctx: TickContext) -> dict[str, str]:
 
 def tick_headers(ctx: TickContext) -> dict[str, str]:
     """Header-style names, for transports with headers (HTTP, NATS, AMQP)."""
-    return {TICK_NAMES[name].header: value for name, value in tick_values(ctx).items()}
+    headers = {TICK_NAMES[name].header: value for name, value in tick_values(ctx).items()}
+    if ctx.trace:
+        headers.update(ctx.trace)
+    return headers
 
 
 def tick_fields(ctx: TickContext) -> dict[str, str]:
@@ -64,12 +72,18 @@ def tick_fields(ctx: TickContext) -> dict[str, str]:
 
     Values are strings, so they survive any serialiser; ``shardcron.consumer.TickInfo`` reads them back.
     """
-    return {TICK_NAMES[name].field: value for name, value in tick_values(ctx).items()}
+    fields = {TICK_NAMES[name].field: value for name, value in tick_values(ctx).items()}
+    if ctx.trace:  # under the W3C names: where Celery's OpenTelemetry instrumentation looks for them
+        fields.update(ctx.trace)
+    return fields
 
 
 def tick_environment(ctx: TickContext) -> dict[str, str]:
     """Environment variables, for a shell command: which tick, attempt and fence it serves."""
-    return {TICK_NAMES[name].env: value for name, value in tick_values(ctx).items()}
+    env = {TICK_NAMES[name].env: value for name, value in tick_values(ctx).items()}
+    if ctx.trace:  # OpenTelemetry's environment carrier: the names upper-cased
+        env.update((name.upper(), value) for name, value in ctx.trace)
+    return env
 
 
 def with_tick_fields(user_fields: Iterable[tuple[str, str]], ctx: TickContext) -> dict[str, str]:

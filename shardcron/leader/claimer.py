@@ -174,8 +174,9 @@ class Claimer(SchedulerState):
         """Claim the due slots of every led shard in one fenced transaction; the store's error when it was
         unavailable (the claims are retried later)."""
         batches = {key: [SlotClaim(c.job_id, c.slot_ms) for c in items] for key, items in by_run.items()}
+        claimed_at = self._now_ms()
         try:
-            out = tick_store.claim_ticks_many(self.engine, batches, node_id=self.node_id, now_ms=self._now_ms())
+            out = tick_store.claim_ticks_many(self.engine, batches, node_id=self.node_id, now_ms=claimed_at)
         except StoreUnavailable as e:
             self._retry_later(by_run, str(e))
             return e
@@ -200,7 +201,9 @@ class Claimer(SchedulerState):
                         # skipped (deleted, paused) or runs it under the new definition; dropped here, it
                         # would stay claimed until a takeover. Not got: the stalled claim wrote it.
                         if ref in got:
-                            dispatch.append(DispatchDue(c.slot_ms, shard, fence, Dispatch(ref, 1)))
+                            dispatch.append(
+                                DispatchDue(c.slot_ms, shard, fence, Dispatch(ref, 1, claimed_at_ms=claimed_at))
+                            )
                         continue
                     entry.claimed_through = max(entry.claimed_through, c.slot_ms)
                     if ref in got:
@@ -209,10 +212,19 @@ class Claimer(SchedulerState):
                         if entry.job.jitter_ms:  # the one check a job without jitter pays
                             off = jitter_offset_ms(c.job_id, c.slot_ms, entry.job.jitter_ms)
                             dispatch.append(
-                                DispatchDue(c.slot_ms + off, shard, fence, Dispatch(ref, 1, offset_ms=off, gen=c.gen))
+                                DispatchDue(
+                                    c.slot_ms + off,
+                                    shard,
+                                    fence,
+                                    Dispatch(ref, 1, offset_ms=off, gen=c.gen, claimed_at_ms=claimed_at),
+                                )
                             )
                         else:
-                            dispatch.append(DispatchDue(c.slot_ms, shard, fence, Dispatch(ref, 1, gen=c.gen)))
+                            dispatch.append(
+                                DispatchDue(
+                                    c.slot_ms, shard, fence, Dispatch(ref, 1, gen=c.gen, claimed_at_ms=claimed_at)
+                                )
+                            )
                     else:
                         log.warning(
                             "shard %d: slot %s@%d was already recorded; not claimed again",

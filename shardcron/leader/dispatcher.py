@@ -124,6 +124,11 @@ class Dispatcher(SchedulerState):
             self._observe_lateness(shard, lateness_ms, count)
         self.stats.add(started=len(inline))
         self.stats.add_status(ok, len(inline))
+        if self.tick_spans is not None:
+            for shard, fence, d, t in inline:
+                self.tick_spans.completed_inline(
+                    d.slot, d.attempt, fence, shard, claimed_at_ms=d.claimed_at_ms, at_ms=t
+                )
 
     def _start_group(self, shard: int, fence: int, ds: list[Dispatch], burst: _Burst) -> None:
         """Start one shard's due ticks under one acquisition of the shard's lock.

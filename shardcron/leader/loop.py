@@ -27,6 +27,7 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Engine
 
@@ -59,6 +60,9 @@ from shardcron.runtime.latch import Latch
 from shardcron.runtime.lifeline import UNWATCHED, Lifeline
 from shardcron.runtime.node_loop import NodeLoop
 from shardcron.sharding import shard_for
+
+if TYPE_CHECKING:  # imported only when tracing is on (node.py)
+    from shardcron.tracing.tick_spans import TickSpans
 from shardcron.store import fences as fence_store
 from shardcron.store import job_reads, tick_reads
 from shardcron.store import jobs as job_store
@@ -96,6 +100,7 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         fair_queuing: bool = True,
         lifeline: Lifeline = UNWATCHED,
         loop: NodeLoop | None = None,
+        tick_spans: TickSpans | None = None,
     ):
         self.engine = engine
         self.node_id = node_id
@@ -125,6 +130,10 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
         self.led = LedShards()
         self._closing = False
         self.recorder = Recorder(engine, self._fenced)
+        self.tick_spans = tick_spans
+        if tick_spans is not None:  # tracing on: a last attempt's span ends as its row is written or refused
+            self.recorder.listeners.append(tick_spans.written)
+            self.recorder.rejected_listeners.append(tick_spans.rejected)
         self.marks = RunningMarks(engine)
         # Deletes expired ticks of the led shards, in small batches with rests between them (pruner.py).
         self.pruner = Pruner(engine, self.led.runs, retention_ms=tick_retention_ms, now_ms=self._now_ms)
@@ -167,6 +176,8 @@ class Scheduler(Claimer, Dispatcher, TickResults, JobChanges):
             log.warning("tick coroutines not cancelled within 5 s of the stop")
         self.writer.close()  # results written out (marks, claims and prunes stop at once)
         self.executors.close()
+        if self.tick_spans is not None:
+            self.tick_spans.close()
 
     async def _cancel_ticks(self) -> None:
         ticks = list(self._ticks)

@@ -91,6 +91,7 @@ class Recorder:
         self.written = 0
         self.rejected = 0
         self.listeners: list[Callable[[list[ResultWrite]], None]] = []  # told of the writes that landed, per batch
+        self.rejected_listeners: list[Callable[[list[ResultWrite]], None]] = []  # ... and of those the fence refused
 
     def put(self, write: ResultWrite) -> None:
         self.put_many([write])
@@ -206,13 +207,18 @@ class Recorder:
                     extra={"shard": shard, "fence": fence},
                 )
                 self._on_fenced(shard, fence, len(writes))
+                self._tell(self.rejected_listeners, writes)
                 continue
             self.written += len(writes)
             # Per namespace and status, not per tick: labels() is a lookup under a lock.
             for (namespace, status), count in Counter((namespace_of(w.slot.job_id), w.status) for w in writes).items():
                 metrics.ticks.labels(namespace, status.value).inc(count)
-            for listener in self.listeners:
-                try:
-                    listener(writes)
-                except Exception:  # noqa: BLE001 - a listener's bug must not stop the writer (or re-write)
-                    log.exception("a tick result listener failed")
+            self._tell(self.listeners, writes)
+
+    @staticmethod
+    def _tell(listeners: list[Callable[[list[ResultWrite]], None]], writes: list[ResultWrite]) -> None:
+        for listener in listeners:
+            try:
+                listener(writes)
+            except Exception:  # noqa: BLE001 - a listener's bug must not stop the writer (or re-write)
+                log.exception("a tick result listener failed")

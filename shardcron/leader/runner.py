@@ -26,6 +26,11 @@ shard stopped or the lease lost: the next attempt's guard then refuses it). The
 retry loop is written out here: it is a few lines on the path of every tick, and
 a general retry library's objects per call cost more than the loop itself.
 
+With tracing on (``spans``), each attempt has a span (``tracing/tick_spans.py``): opened before the
+running mark, its trace context handed on with the tick (``TickContext.trace``), ended at the result (the
+last attempt's when its row is written). With tracing off the cost is a ``spans is None`` test per step of
+an attempt, and no object is made for it.
+
 Why a coroutine and not a worker thread per tick: ``docs/adr/0005-ticks-on-one-event-loop.md``.
 """
 
@@ -36,6 +41,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from shardcron import clock
 from shardcron.errors import FencedOut, StoreUnavailable
@@ -47,6 +53,9 @@ from shardcron.leader.shard_cancel import StopOrLeaseLost
 from shardcron.model import ExecutionResult, Job, SlotRef, TickContext, TickStatus
 from shardcron.rules.policies import backoff_ms
 from shardcron.runtime import crashpoints
+
+if TYPE_CHECKING:  # imported only when tracing is on (node.py)
+    from shardcron.tracing.tick_spans import TickSpans
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +98,17 @@ async def run_tick(
     *,
     now_ms: Callable[[], int] = clock.wall_ms,
     on_slot_started: Callable[[], None] = lambda: None,
+    spans: TickSpans | None = None,
+    claimed_at_ms: int = 0,
 ) -> TickStatus | None:
     """Run every attempt the retry policy allows, on the executors' loop. Returns the final status,
     or None when aborted. ``on_started``: each attempt, with its lateness; ``on_slot_started``: once,
-    when the first attempt is handed to its executor."""
+    when the first attempt is handed to its executor. ``spans``: the attempts' spans (tracing on), the
+    first one's from ``claimed_at_ms`` (0: unknown)."""
     executors.for_kind(run.job.executor.kind)  # a kind this node cannot run fails here, before any mark
     first = run.attempt
     remaining = max(1, run.job.retry.max_attempts - first + 1)
+    last_attempt = first + remaining - 1
     state = {"attempt": first - 1}
     slot_started: list[int] = []  # when the first attempt was handed to its executor (once it was)
 
@@ -106,9 +119,16 @@ async def run_tick(
             raise _Abort("shard lost or lease not provably held")
         started = now_ms()
         marked_start = slot_started[0] if slot_started else started  # a later attempt keeps the slot's start
+        span = None
+        if spans is not None:
+            kind = run.job.executor.kind.value
+            claimed = claimed_at_ms if n == first else 0
+            span = spans.attempt(run.slot, n, run.fence, run.shard, kind, claimed_at_ms=claimed, start_ms=started)
         try:
             await marks.mark(RunningMark(run.shard, run.fence, run.slot, n, marked_start))
         except FencedOut as e:
+            if span is not None:
+                span.not_started(str(e))
             log.error(
                 "shard %d: not starting %s@%d: %s",
                 run.shard,
@@ -120,17 +140,24 @@ async def run_tick(
             on_fenced(run.shard, run.fence, 1)
             raise _Abort(str(e)) from None
         except StoreUnavailable as e:
+            if span is not None:
+                span.not_started(f"store unavailable: {e}")
             raise StoreDownBeforeStart(n, f"store unavailable, attempt {n} not started: {e}") from None
         if run.cancel.is_set():
-            raise _Abort(
+            why = (
                 "shard lost or lease not provably held once the running mark was written (marked running, not started)"
             )
+            if span is not None:
+                span.not_started(why)
+            raise _Abort(why)
         on_started(started - run.slot.scheduled_at_ms - run.offset_ms)
         if not slot_started:
             slot_started.append(now_ms())
             on_slot_started()
-        ctx = TickContext(run.slot.job_id, run.slot.scheduled_at_ms, n, run.fence, run.shard, run.node_id)
-        result = await executors.run(run.job.executor, ctx, run.job.timeout_ms / 1000.0, run.cancel)
+        trace = () if span is None else span.started()
+        ctx = TickContext(run.slot.job_id, run.slot.scheduled_at_ms, n, run.fence, run.shard, run.node_id, trace)
+        execution = executors.run(run.job.executor, ctx, run.job.timeout_ms / 1000.0, run.cancel)
+        result = await (execution if span is None else span.until_result(execution, last_attempt=last_attempt))
         crashpoints.after_dispatch(run.slot.job_id, result.ok)
         return result
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from shardcron.leader.stats import Stats
     from shardcron.model import Job
     from shardcron.rules.takeover import Dispatch
+    from shardcron.tracing.tick_spans import TickSpans
 
 
 class SchedulerState:
@@ -54,6 +55,7 @@ class SchedulerState:
     _report_fenced: Callable[[int, int], None]
     _now_ms: Callable[[], int]
     _now_ms_exact: Callable[[], float]
+    tick_spans: TickSpans | None  # the ticks' spans when tracing is on (tracing/tick_spans.py)
 
     # What one part calls on another (declared here, defined in the part named).
     push_dispatch: Callable[..., None]  # dispatcher.py: (run, dispatch, not_before_ms=0)

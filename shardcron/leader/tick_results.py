@@ -57,6 +57,8 @@ class TickResults(SchedulerState):
                 lambda late: self._started(shard, late),
                 now_ms=self._now_ms,
                 on_slot_started=slot_started,
+                spans=self.tick_spans,
+                claimed_at_ms=d.claimed_at_ms,
             )
             if status is None:
                 self.stats.add(not_started=1)

@@ -43,6 +43,8 @@ class Dispatch(NamedTuple):  # one per claimed slot: a tuple, built in C
     # The job definition (shard_run.JobEntry.gen) that claimed it; 0 for every other kind of claim. A start
     # under another gen checks the slot is still the job's (policies.disowned_slot).
     gen: int = 0
+    # When the claimer claimed it (ms): a tick's span starts there when tracing is on. 0 for other claims.
+    claimed_at_ms: int = 0
 
 
 @dataclass
