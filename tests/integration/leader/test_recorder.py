@@ -174,3 +174,21 @@ def test_a_first_batch_of_results_put_together_wakes_the_writer(store_engine):
         wait_until(lambda: recorder.written == 3, 30, what="the three results written without a flush")
     finally:
         writer.close()
+
+
+def test_results_the_fence_refuses_are_told_to_the_rejected_listeners_only(store_engine):
+    slots = claimed_slots(store_engine, 2)
+    raise_fence(store_engine, 0, FENCE + 1, "newer", 2)  # a newer leader: this one's results are refused
+    recorder = Recorder(store_engine, lambda *a: None, linger_s=0.01)
+    landed: list[ResultWrite] = []
+    rejected: list[ResultWrite] = []
+    recorder.listeners.append(landed.extend)
+    recorder.rejected_listeners.append(rejected.extend)
+    writer = TickWriter([recorder])
+    writer.start()
+    try:
+        recorder.put_many([succeeded(s) for s in slots])
+        assert recorder.flush(0, 30)
+        assert [w.slot for w in rejected] == slots and landed == [] and recorder.rejected == 2
+    finally:
+        writer.close()
