@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from celery import Celery
-from celery.signals import worker_process_shutdown, worker_ready, worker_shutdown
+from celery.signals import worker_init, worker_process_shutdown, worker_ready, worker_shutdown
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.instrumentation.celery import CeleryInstrumentor
@@ -30,9 +30,16 @@ TASK = "shardcron.tests.traced"
 _REDIS = "redis://127.0.0.1:6379/0"
 
 provider = TracerProvider()  # OTEL_SERVICE_NAME names it
-provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-trace.set_tracer_provider(provider)
-CeleryInstrumentor().instrument(tracer_provider=provider)
+
+
+@worker_init.connect
+def _trace(**_) -> None:
+    # In the worker only (the solo pool runs tasks in this process): a test importing this module for its
+    # names must not start exporting spans.
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    trace.set_tracer_provider(provider)
+    CeleryInstrumentor().instrument(tracer_provider=provider)
+
 
 app = Celery("shardcron_traced_worker", broker=os.environ.get(BROKER_ENV, _REDIS), set_as_current=False)
 app.conf.update(
