@@ -91,7 +91,8 @@ namespace_reloads = Counter(
 )
 notifications = Counter(
     "shardcron_notifications_total",
-    "Failure and recovery notifications, by kind and outcome (sent, failed, suppressed).",
+    "Notifications (failures, recoveries, missed deadlines), by kind and outcome: sent, suppressed, "
+    "retrying (a round of sends failed: tried again later), failed (given up a day after the claim).",
     ["kind", "outcome"],
 )
 deadline_missed = Counter(

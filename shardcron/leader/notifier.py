@@ -50,7 +50,9 @@ from shardcron.rules.notifications import (
     Defaults,
     NotificationKind,
     NotificationStatus,
+    gives_up,
     owed_kind,
+    retry_after_ms,
     target_for,
     wants,
 )
@@ -237,7 +239,7 @@ class Notifier:
         # A shard none of whose jobs wants a notification owes only what a predecessor claimed and did not
         # send: one read for all such shards (a takeover in a cluster without notifications costs one read).
         quiet = {shard for shard, kinds in wanted.items() if not any(kinds)}
-        for row in store.unsent(self._engine, quiet):
+        for row in store.unsent(self._engine, quiet, now_ms=self._now_ms()):
             self._send(row)
         for run in runs:
             if run.shard not in quiet:
@@ -290,7 +292,9 @@ class Notifier:
                     prev = store.previous_run_status(self._engine, job_id, success_ms)
                     if claim := self._claim_for(job, success_ms, owed_kind(TickStatus.SUCCEEDED, prev)):
                         claims.append(claim)
-        unsent = store.unsent(self._engine, {run.shard})  # read first: the predecessor's, not the claims below
+        unsent = store.unsent(
+            self._engine, {run.shard}, now_ms=self._now_ms()
+        )  # read first: the predecessor's, not the claims below
         for row in unsent:
             self._send(row)
         self._claim_and_send(run.shard, run.fence, claims)
@@ -306,7 +310,7 @@ class Notifier:
     def _resend_unsent(self) -> None:
         """Claims of the led shards left unsent (a send that failed, or stopped at the store), in one read."""
         led = {shard for shard in self._scheduler.led_shards() if self._scheduler.shard_run(shard) is not None}
-        for row in store.unsent(self._engine, led):
+        for row in store.unsent(self._engine, led, now_ms=self._now_ms()):
             self._send(row)
 
     def _claim_and_send(self, shard: int, fence: int, claims: list[NotificationClaim]) -> None:
@@ -368,7 +372,7 @@ class Notifier:
                 ctx = NotificationContext(
                     row.job_id,
                     row.scheduled_at_ms,
-                    attempts,
+                    row.attempts + attempts,
                     run.fence,
                     run.shard,
                     self._node_id,
@@ -382,6 +386,31 @@ class Notifier:
             if result is None or (not result.ok and run.cancel.is_set()):
                 return
             crashpoints.notify("after_send", row.job_id)
+            now = self._now_ms()
+            attempts += row.attempts  # this round's, after the earlier rounds'
+            if not result.ok and not gives_up(row.claimed_at_ms, now):
+                wait_ms = retry_after_ms(-(-attempts // SEND_ATTEMPTS))
+                store.postpone(
+                    self._engine,
+                    row,
+                    fence=run.fence,
+                    node_id=self._node_id,
+                    attempts=attempts,
+                    error=result.error,
+                    next_attempt_at_ms=now + wait_ms,
+                )
+                metrics.notifications.labels(row.kind.value, "retrying").inc()
+                log.warning(
+                    "%s of %s@%d failed %d times, trying again in %d s: %s",
+                    row.kind.value,
+                    row.job_id,
+                    row.scheduled_at_ms,
+                    attempts,
+                    wait_ms // 1000,
+                    result.error,
+                    extra={"shard": row.shard, "job": row.job_id},
+                )
+                return
             status = NotificationStatus.SENT if result.ok else NotificationStatus.FAILED
             store.settle(
                 self._engine,
@@ -391,12 +420,12 @@ class Notifier:
                 node_id=self._node_id,
                 attempts=attempts,
                 error=result.error,
-                now_ms=self._now_ms(),
+                now_ms=now,
             )
             metrics.notifications.labels(row.kind.value, status.value).inc()
             if not result.ok:
                 log.warning(
-                    "%s of %s@%d failed after %d attempts: %s",
+                    "%s of %s@%d given up after %d attempts over a day: %s",
                     row.kind.value,
                     row.job_id,
                     row.scheduled_at_ms,

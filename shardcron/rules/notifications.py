@@ -40,7 +40,8 @@ class NotificationStatus(StrEnum):
     """A notification row's status.
 
     claimed -> sent        (the executor reported success)
-    claimed -> failed      (every send attempt failed; recorded, counted, not retried)
+    claimed -> claimed     (a round of send attempts failed: tried again after ``retry_after_ms``)
+    claimed -> failed      (still failing ``GIVE_UP_AFTER_MS`` after the claim: recorded, counted, given up)
     suppressed             (over the default's rate limit: recorded and counted, never sent)
     """
 
@@ -94,6 +95,23 @@ def target_for(job: Job, kind: NotificationKind, defaults: Defaults) -> Target |
         return Target(own, Source.JOB)
     default = defaults.of(kind)
     return Target(default, Source.DEFAULT) if default is not None else None
+
+
+# A notification whose round of send attempts failed (its receiver down) is tried again after a
+# back-off that doubles from RETRY_FIRST_MS to RETRY_MAX_MS, until GIVE_UP_AFTER_MS after its claim.
+RETRY_FIRST_MS = 10_000
+RETRY_MAX_MS = 15 * 60_000
+GIVE_UP_AFTER_MS = 24 * 3_600_000
+
+
+def retry_after_ms(failed_rounds: int) -> int:
+    """The wait before the next round of sends, after ``failed_rounds`` (>= 1) rounds failed."""
+    return min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** min(failed_rounds - 1, 30))
+
+
+def gives_up(claimed_at_ms: int, now_ms: int) -> bool:
+    """Whether a notification still failing at ``now_ms`` is given up (recorded ``failed``)."""
+    return now_ms - claimed_at_ms >= GIVE_UP_AFTER_MS
 
 
 def wants(job: Job, kind: NotificationKind, defaults: Defaults) -> bool:

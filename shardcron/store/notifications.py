@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, Engine, and_, func, select
+from sqlalchemy import ColumnElement, Connection, Engine, and_, func, or_, select
 
 from shardcron.model import TickStatus
 from shardcron.rules.notification_rate import Rate, allows, window_start_ms
@@ -48,6 +48,7 @@ class NotificationRow:
     sent_at_ms: int | None = None
     attempts: int = 0
     error: str | None = None
+    next_attempt_at_ms: int | None = None  # sent in vain so far: not tried again before then
 
     @property
     def key(self) -> tuple[str, int, str]:
@@ -126,6 +127,47 @@ def settle(
     return run_fenced(engine, row.shard, fence, work)
 
 
+def postpone(
+    engine: Engine,
+    row: NotificationRow,
+    *,
+    fence: int,
+    node_id: str,
+    attempts: int,
+    error: str | None,
+    next_attempt_at_ms: int,
+) -> bool:
+    """Keep a claimed notification whose sends all failed claimed, to be tried again at
+    ``next_attempt_at_ms``, with its ``attempts`` so far and the last error, under ``fence``; False when it
+    was no longer claimed. ``FencedOut`` when the fence moved."""
+
+    def work(conn: Connection) -> bool:
+        return (
+            conn.execute(
+                notifications.update()
+                .where(*_key_of(row), notifications.c.status == NotificationStatus.CLAIMED.value)
+                .values(
+                    fence=fence,
+                    node_id=node_id,
+                    attempts=attempts,
+                    error=clip(error) if error else None,
+                    next_attempt_at_ms=next_attempt_at_ms,
+                )
+            ).rowcount
+            == 1
+        )
+
+    return run_fenced(engine, row.shard, fence, work)
+
+
+def _key_of(row: NotificationRow) -> tuple[ColumnElement[bool], ...]:
+    return (
+        notifications.c.job_id == row.job_id,
+        notifications.c.scheduled_at_ms == row.scheduled_at_ms,
+        notifications.c.kind == row.kind.value,
+    )
+
+
 def is_claimed(engine: Engine, row: NotificationRow) -> bool:
     """Whether ``row`` is still claimed and not settled (a sender looks before it sends)."""
     with reading(engine) as conn:
@@ -141,14 +183,17 @@ def is_claimed(engine: Engine, row: NotificationRow) -> bool:
         )
 
 
-def unsent(engine: Engine, shards: Collection[int]) -> list[NotificationRow]:
-    """The notifications of ``shards`` claimed and not settled, in one read: their leader sends them."""
+def unsent(engine: Engine, shards: Collection[int], *, now_ms: int) -> list[NotificationRow]:
+    """The notifications of ``shards`` claimed and not settled, due to be tried at ``now_ms`` (not postponed
+    past it), in one read: their leader sends them."""
     if not shards:
         return []
     with reading(engine) as conn:
         rows = conn.execute(
             select(notifications).where(
-                notifications.c.shard.in_(sorted(shards)), notifications.c.status == NotificationStatus.CLAIMED.value
+                notifications.c.shard.in_(sorted(shards)),
+                notifications.c.status == NotificationStatus.CLAIMED.value,
+                or_(notifications.c.next_attempt_at_ms.is_(None), notifications.c.next_attempt_at_ms <= now_ms),
             )
         )
         return [_row(r) for r in rows]
@@ -311,6 +356,7 @@ def _values(row: NotificationRow) -> dict[str, object]:
         "sent_at_ms": row.sent_at_ms,
         "attempts": row.attempts,
         "error": row.error,
+        "next_attempt_at_ms": row.next_attempt_at_ms,
     }
 
 
@@ -329,4 +375,5 @@ def _row(r: AnyRow) -> NotificationRow:
         r.sent_at_ms,
         r.attempts,
         r.error,
+        r.next_attempt_at_ms,
     )

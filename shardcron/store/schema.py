@@ -320,6 +320,8 @@ notifications = Table(
     Column("sent_at_ms", BigInteger, nullable=True),
     Column("attempts", Integer, nullable=False),
     Column("error", long_text(), nullable=True),
+    # A claimed notification whose sends all failed waits until then to be tried again (None: at once).
+    Column("next_attempt_at_ms", BigInteger, nullable=True),
     PrimaryKeyConstraint("job_id", "scheduled_at_ms", "kind"),
     # A new leader's claimed but unsent notifications.
     Index(None, "shard", "status"),

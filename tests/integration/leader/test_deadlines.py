@@ -22,7 +22,7 @@ from shardcron.dev.testing.etcd_server import free_port
 from shardcron.rules.deadlines import JUDGE_GRACE_MS
 from shardcron.spec.job import job_from_dict
 from shardcron.store import make_engine
-from shardcron.store.schema import ticks
+from shardcron.store.schema import notifications, ticks
 from tests.integration.node.test_metrics import scrape
 from tests.support.clusters import TTL
 from tests.support.commands import node_command
@@ -213,3 +213,53 @@ def test_a_leader_that_dies_before_claiming_a_deadline_alert_leaves_it_to_its_su
         wait_until(lambda: alert_keys(sink), 60, what="the alert, from the successor's sweep")
         assert alert_keys(sink) == Counter({f"late:{slot}:deadline": 1})
     engine.dispose()
+
+
+def test_an_alert_whose_receiver_is_down_arrives_once_it_is_back(fresh_db_url, make_cluster):
+    """The alert's receiver refuses connections when the miss is found: its three sends fail, the
+    notification stays claimed and is tried again 10 s later, when the receiver answers."""
+    db = fresh_db_url("postgresql")
+    c = make_cluster(db, shards=1)
+    node = c.add("n0")
+    c.wait_all_led(60)
+    engine = make_engine(db)
+    alerts_port = free_port()
+    slot = soon(3)
+    with Sink() as sink, Client(node.address) as client:
+        client.put_job(
+            job_from_dict(
+                once_job(
+                    "offline", slot, sink.url + "/slow/3000", f"http://127.0.0.1:{alerts_port}/deadline", deadline="1s"
+                )
+            )
+        )
+        wait_until(
+            lambda: "deadline of offline@" in node.log_text() and "trying again in 10 s" in node.log_text(),
+            60,
+            what="the alert's first round of sends to fail",
+        )
+        receiver = Sink()
+        receiver.start(port=alerts_port)
+        try:
+            wait_until(lambda: alert_keys(receiver), 60, what="the alert, once its receiver is back")
+            assert alert_keys(receiver) == Counter({f"offline:{slot}:deadline": 1})
+            alert = next(r for r in receiver.requests() if r.path == "/deadline")
+            assert int(alert.header("X-Shardcron-Attempt")) == 4  # after the first round's three
+            row = wait_until(
+                lambda: (n := notification_row(engine, "offline")) and n.status == "sent" and n,
+                15,
+                what="the row recorded sent",
+            )
+            assert row.attempts == 4 and row.error is None
+        finally:
+            receiver.stop()
+    engine.dispose()
+
+
+def notification_row(engine, jid: str):
+    with engine.connect() as conn:
+        return conn.execute(
+            select(notifications.c.status, notifications.c.attempts, notifications.c.error).where(
+                notifications.c.job_id == jid
+            )
+        ).first()

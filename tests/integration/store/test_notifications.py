@@ -43,16 +43,16 @@ def claim(engine, slots, *, fence=F1, source=Source.JOB, rate=None, job="j", now
 def test_one_row_per_slot_and_kind_whoever_claims_it(led):
     assert [r.scheduled_at_ms for r in claim(led, [1000, 2000])] == [1000, 2000]
     assert claim(led, [1000, 2000, 3000])[0].scheduled_at_ms == 3000  # only the new one
-    assert [r.scheduled_at_ms for r in store.unsent(led, {0})] == [1000, 2000, 3000]
+    assert [r.scheduled_at_ms for r in store.unsent(led, {0}, now_ms=10**13)] == [1000, 2000, 3000]
 
 
 def test_the_unsent_of_many_shards_come_in_one_read(led):
     raise_fence(led, 1, F1, "a", 1_000)
     claim(led, [1000])
     claim(led, [2000], job="k", shard=1)
-    assert sorted((r.shard, r.job_id) for r in store.unsent(led, {0, 1})) == [(0, "j"), (1, "k")]
-    assert [r.job_id for r in store.unsent(led, {1})] == ["k"]
-    assert store.unsent(led, set()) == []
+    assert sorted((r.shard, r.job_id) for r in store.unsent(led, {0, 1}, now_ms=10**13)) == [(0, "j"), (1, "k")]
+    assert [r.job_id for r in store.unsent(led, {1}, now_ms=10**13)] == ["k"]
+    assert store.unsent(led, set(), now_ms=10**13) == []
 
 
 def test_a_claim_or_an_outcome_under_an_older_fence_is_rejected_and_writes_nothing(led):
@@ -66,7 +66,7 @@ def test_a_claim_or_an_outcome_under_an_older_fence_is_rejected_and_writes_nothi
     # The new leader sends what was claimed and records it; a second settle changes nothing.
     assert store.settle(led, row, NotificationStatus.SENT, fence=F2, node_id="b", attempts=1, error=None, now_ms=1)
     assert not store.settle(led, row, NotificationStatus.FAILED, fence=F2, node_id="b", attempts=2, error="x", now_ms=2)
-    assert store.unsent(led, {0}) == []
+    assert store.unsent(led, {0}, now_ms=10**13) == []
     assert store.list_for_job(led, "j")[0].node_id == "b"
 
 

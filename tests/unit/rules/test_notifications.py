@@ -13,7 +13,17 @@ from shardcron.executors.identity import slot_uuid, tick_headers
 from shardcron.leader.notification_context import NotificationContext, event, with_event_body
 from shardcron.model import ExecutorKind, Tick, TickContext, TickStatus
 from shardcron.rules.notification_rate import Rate, allows, parse_rate
-from shardcron.rules.notifications import Defaults, NotificationKind, Source, owed_in, owed_kind, target_for
+from shardcron.rules.notifications import (
+    GIVE_UP_AFTER_MS,
+    Defaults,
+    NotificationKind,
+    Source,
+    gives_up,
+    owed_in,
+    owed_kind,
+    retry_after_ms,
+    target_for,
+)
 from shardcron.spec.job import job_from_dict, job_from_json, job_to_json, redacted
 from shardcron.spec.notifications import parse_cli
 from shardcron.wire.convert import job_from_proto, job_to_proto
@@ -240,3 +250,37 @@ def test_bad_node_notification_flags_are_refused_naming_the_flag(argv, message):
     add_node_flags(p)
     with pytest.raises(ConfigError, match=message):
         node_config_from_args(p.parse_args(argv))
+
+
+@pytest.mark.parametrize(
+    ("rounds", "wait_ms"),
+    [(1, 10_000), (2, 20_000), (3, 40_000), (7, 640_000), (8, 900_000), (10_000, 900_000)],
+)
+def test_a_notification_failing_is_tried_again_after_a_doubling_wait(rounds, wait_ms):
+    assert retry_after_ms(rounds) == wait_ms
+
+
+def test_a_notification_is_given_up_a_day_after_its_claim():
+    assert not gives_up(1_000, 1_000 + GIVE_UP_AFTER_MS - 1)
+    assert gives_up(1_000, 1_000 + GIVE_UP_AFTER_MS)
+
+
+@pytest.mark.parametrize(
+    ("job", "defaults", "expected"),
+    [
+        ({"on_deadline": {"kind": "noop"}, "on_failure": {"kind": "shell", "command": "x"}}, None, ("noop", "job")),
+        ({"on_failure": {"kind": "shell", "command": "x"}}, {"kind": "noop"}, ("shell", "job")),
+        ({}, {"kind": "noop"}, ("noop", "default")),
+        ({}, None, None),
+    ],
+)
+def test_a_missed_deadline_goes_to_on_deadline_else_where_failures_go(job, defaults, expected):
+    j = job_from_dict({"id": "j", "every": "1m", "deadline": "1m", **job})
+    d = (
+        Defaults(on_failure=job_from_dict({"id": "d", "every": "1m", "executor": defaults}).executor)
+        if defaults
+        else Defaults()
+    )
+    for kind in (NotificationKind.START_DEADLINE, NotificationKind.DEADLINE, NotificationKind.HEARTBEAT):
+        target = target_for(j, kind, d)
+        assert (target.spec.kind.value, target.source.value) == expected if target else expected is None

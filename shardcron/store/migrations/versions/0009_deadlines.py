@@ -1,4 +1,4 @@
-"""Deadlines: a slot's ack, and the deadlines it missed, on its tick row.
+"""Deadlines: a slot's ack, and the deadlines it missed, on its tick row; a notification's next attempt.
 
 Revision ID: 0009
 Revises: 0008
@@ -24,9 +24,13 @@ def upgrade() -> None:
     with op.batch_alter_table("ticks") as batch:
         for name in COLUMNS:
             batch.add_column(sa.Column(name, sa.BigInteger(), nullable=True))
+    with op.batch_alter_table("notifications") as batch:
+        batch.add_column(sa.Column("next_attempt_at_ms", sa.BigInteger(), nullable=True))
 
 
 def downgrade() -> None:
+    with op.batch_alter_table("notifications") as batch:
+        batch.drop_column("next_attempt_at_ms")
     with op.batch_alter_table("ticks") as batch:
         for name in reversed(COLUMNS):
             batch.drop_column(name)
