@@ -106,7 +106,7 @@ GIVE_UP_AFTER_MS = 24 * 3_600_000
 
 def retry_after_ms(failed_rounds: int) -> int:
     """The wait before the next round of sends, after ``failed_rounds`` (>= 1) rounds failed."""
-    return min(RETRY_MAX_MS, RETRY_FIRST_MS * 2 ** min(failed_rounds - 1, 30))
+    return min(RETRY_MAX_MS, RETRY_FIRST_MS << min(failed_rounds - 1, 30))
 
 
 def gives_up(claimed_at_ms: int, now_ms: int) -> bool:
