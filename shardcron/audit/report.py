@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from shardcron.jobkey import display_key, split_key
 from shardcron.rules.audit import Finding, FindingKind
@@ -26,6 +26,8 @@ class JobSummary:
     false_overlap: int = 0
     backfilled: int = 0  # rows in the window a backfill added
     notification_missing: int = 0
+    deadlines_missed: int = 0  # recorded missed: what the job's alerts are for, not a finding
+    deadline_unraised: int = 0
 
     @property
     def findings(self) -> int:
@@ -36,7 +38,16 @@ class JobSummary:
             + self.unresolved
             + self.false_overlap
             + self.notification_missing
+            + self.deadline_unraised
         )
+
+
+class DeadlineMiss(NamedTuple):
+    """A deadline recorded missed on a slot of the window (``kind``: start_deadline, deadline, heartbeat)."""
+
+    job_id: str
+    scheduled_at_ms: int
+    kind: str
 
 
 @dataclass
@@ -57,6 +68,8 @@ class AuditReport:
     pruned: int = 0
     retention: PruneState = PruneState.INTACT  # the window as the audited jobs' horizons leave it
     notification_missing: list[Finding] = field(default_factory=list)
+    deadline_unraised: list[Finding] = field(default_factory=list)
+    deadlines_missed: list[DeadlineMiss] = field(default_factory=list)  # reported, not findings
 
     def clean(self) -> bool:
         return not (
@@ -66,6 +79,7 @@ class AuditReport:
             or self.unresolved
             or self.false_overlap
             or self.notification_missing
+            or self.deadline_unraised
         )
 
     def findings(self) -> dict[FindingKind, list[Finding]]:
@@ -76,6 +90,7 @@ class AuditReport:
             FindingKind.UNRESOLVED: self.unresolved,
             FindingKind.FALSE_OVERLAP: self.false_overlap,
             FindingKind.NOTIFICATION_MISSING: self.notification_missing,
+            FindingKind.DEADLINE_UNRAISED: self.deadline_unraised,
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,6 +111,16 @@ class AuditReport:
             "unresolved": [finding_dict(f) for f in self.unresolved],
             "false_overlap": [finding_dict(f) for f in self.false_overlap],
             "notification_missing": [finding_dict(f) for f in self.notification_missing],
+            "deadline_unraised": [finding_dict(f) for f in self.deadline_unraised],
+            "deadlines_missed": [
+                {
+                    "job_id": split_key(m.job_id).id,
+                    "namespace": split_key(m.job_id).namespace,
+                    "scheduled_at_ms": m.scheduled_at_ms,
+                    "kind": m.kind,
+                }
+                for m in self.deadlines_missed
+            ],
             "per_job": {
                 display_key(job_id): {
                     **asdict(s),
@@ -115,4 +140,4 @@ def finding_dict(f: Finding) -> dict[str, Any]:
     return d
 
 
-__all__ = ["AuditReport", "JobSummary", "finding_dict"]
+__all__ = ["AuditReport", "DeadlineMiss", "JobSummary", "finding_dict"]

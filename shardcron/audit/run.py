@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from shardcron import clock
 from shardcron.audit.reads import audited_jobs, calendar_history, fence_raises, first_row_after
-from shardcron.audit.report import AuditReport, JobSummary
+from shardcron.audit.report import AuditReport, DeadlineMiss, JobSummary
 from shardcron.clock import rfc3339_ms
 from shardcron.errors import ConfigError
 from shardcron.jobkey import namespace_of
@@ -37,7 +37,8 @@ from shardcron.rules.audit import (
     split_pruned,
     window_retention,
 )
-from shardcron.rules.notifications import NotificationKind, owed_in
+from shardcron.rules.deadlines import JUDGE_GRACE_MS, DeadlineKind, deadline_of, unraised
+from shardcron.rules.notifications import NO_DEFAULTS, NotificationKind, owed_in, target_for
 from shardcron.rules.triggers import Trigger, trigger_for
 from shardcron.store.backfills import backfills_over
 from shardcron.store.notifications import between
@@ -149,6 +150,20 @@ def run_audit(
     )
     for f in report.notification_missing:
         per_job[f.job_id].notification_missing += 1
+    judged_before = now - grace_ms
+    for job in jobs:
+        for j in unraised(job, rows_by_job.get(job.id, []), judged_before_ms=judged_before):
+            report.deadline_unraised.append(
+                Finding(FindingKind.DEADLINE_UNRAISED, job.id, j.scheduled_at_ms, f"{j.kind.value} missed, not raised")
+            )
+            per_job[job.id].deadline_unraised += 1
+    report.deadline_unraised.sort(key=finding_order)
+    report.deadlines_missed = [
+        DeadlineMiss(t.job_id, t.scheduled_at_ms, kind) for t in rows for kind in t.missed_deadlines
+    ]
+    for m in report.deadlines_missed:
+        if m.job_id in per_job:
+            per_job[m.job_id].deadlines_missed += 1
     return report
 
 
@@ -173,7 +188,9 @@ def _missing_notifications(
         for j in jobs
         if j.on_failure is not None or j.on_recovery is not None
     }
-    if not wanted:
+    # A recorded miss of a job whose alert has a target of its own (on_deadline, else its on_failure).
+    alerted = {j.id: j for j in jobs if target_for(j, NotificationKind.DEADLINE, NO_DEFAULTS) is not None}
+    if not wanted and not alerted:
         return []
     present = {(n.job_id, n.scheduled_at_ms, n.kind) for n in between(engine, from_ms + 1, to_ms + 1)}
     out: list[Finding] = []
@@ -181,6 +198,17 @@ def _missing_notifications(
         for slot, kind in owed_in(rows_by_job.get(job_id, []), kinds, settled_before_ms=settled_before_ms):
             if (job_id, slot, kind) not in present:
                 out.append(Finding(FindingKind.NOTIFICATION_MISSING, job_id, slot, f"{kind.value} owed, no row"))
+    for job_id, job in alerted.items():
+        for t in rows_by_job.get(job_id, []):
+            for missed_kind in t.missed_deadlines:
+                judged_at = t.scheduled_at_ms + (deadline_of(job, DeadlineKind(missed_kind)) or 0) + JUDGE_GRACE_MS
+                owed = (job_id, t.scheduled_at_ms, NotificationKind(missed_kind))
+                if judged_at < settled_before_ms and owed not in present:
+                    out.append(
+                        Finding(
+                            FindingKind.NOTIFICATION_MISSING, job_id, t.scheduled_at_ms, f"{missed_kind} owed, no row"
+                        )
+                    )
     return sorted(out, key=finding_order)
 
 

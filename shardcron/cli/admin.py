@@ -251,14 +251,20 @@ def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
         audit.FindingKind.STALE_FENCE: "stale fences (written by a deposed leader)",
         audit.FindingKind.UNRESOLVED: "unresolved ticks",
         audit.FindingKind.FALSE_OVERLAP: "overlap skips with no started run going (the job silently stopped)",
-        audit.FindingKind.NOTIFICATION_MISSING: "failed slots or recoveries whose notification is owed and missing",
+        audit.FindingKind.NOTIFICATION_MISSING: "failed slots, recoveries or missed deadlines whose notification "
+        "is owed and missing",
+        audit.FindingKind.DEADLINE_UNRAISED: "deadlines missed and not recorded missed (no alert was raised)",
     }
     for kind, title in titles.items():
         found = r.findings()[kind]
         if not found:
             continue
         lines += ["", f"{title}: {len(found)}"]
-        if shown and kind in (audit.FindingKind.MISSING, audit.FindingKind.NOTIFICATION_MISSING):  # no row
+        if shown and kind in (
+            audit.FindingKind.MISSING,
+            audit.FindingKind.NOTIFICATION_MISSING,
+            audit.FindingKind.DEADLINE_UNRAISED,
+        ):  # no row to show
             table = [["", display_key(f.job_id), rfc3339_ms(f.scheduled_at_ms), f.detail] for f in found[:shown]]
             lines.append(tabulate(table, headers=["", "JOB", "SLOT", "WHAT"], tablefmt="plain", disable_numparse=True))
         elif shown:
@@ -285,6 +291,17 @@ def format_report(r: audit.AuditReport, *, shown: int = DEFAULT_SHOWN) -> str:
             )
         if len(found) > shown:
             lines.append(f"    …and {len(found) - shown} more")
+    if r.deadlines_missed:
+        lines += ["", f"deadlines missed (recorded and alerted; not findings): {len(r.deadlines_missed)}"]
+        if shown:
+            table = [
+                ["", display_key(m.job_id), rfc3339_ms(m.scheduled_at_ms), m.kind] for m in r.deadlines_missed[:shown]
+            ]
+            lines.append(
+                tabulate(table, headers=["", "JOB", "SLOT", "DEADLINE"], tablefmt="plain", disable_numparse=True)
+            )
+        if len(r.deadlines_missed) > shown:
+            lines.append(f"    …and {len(r.deadlines_missed) - shown} more")
     lines.append("")
     if r.clean():
         lines.append("clean")

@@ -64,6 +64,7 @@ class FindingKind(StrEnum):
     UNRESOLVED = "unresolved"
     FALSE_OVERLAP = "false_overlap"
     NOTIFICATION_MISSING = "notification_missing"
+    DEADLINE_UNRAISED = "deadline_unraised"  # a deadline the rule says was missed, not recorded missed
 
 
 @dataclass(frozen=True)

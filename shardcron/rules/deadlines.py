@@ -20,11 +20,12 @@ Manual runs (TriggerJob) have no deadlines: they are not slots of the schedule.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
-from shardcron.model import Job, TickStatus
+from shardcron.model import Job, Tick, TickStatus
 
 # After the due time, how long a judgement waits: the result of a tick that ended just before the
 # due time is written by then (results are batched for a few milliseconds).
@@ -102,6 +103,21 @@ def missed(j: Judgement, state: SlotState | None) -> bool:
         state.status is TickStatus.SUCCEEDED and state.finished_at_ms is not None and state.finished_at_ms <= j.due_ms
     )
     return not succeeded or (j.needs_ack and not _acked_by(state, j.due_ms))
+
+
+def unraised(job: Job, rows: Iterable[Tick], *, judged_before_ms: int) -> list[Judgement]:
+    """The deadlines of ``job``'s scheduled ``rows`` (its ticks) that the rule says were missed, judged
+    before ``judged_before_ms``, and are not recorded missed on their row: a leader that should have
+    raised them did not (the audit's finding)."""
+    out = []
+    for t in rows:
+        if t.manual:
+            continue
+        state = SlotState(t.status, t.started_at_ms, t.finished_at_ms, t.acked_at_ms)
+        for j in judgements_for(job, t.scheduled_at_ms):
+            if j.judge_at_ms < judged_before_ms and j.kind.value not in t.missed_deadlines and missed(j, state):
+                out.append(j)
+    return out
 
 
 def _acked_by(state: SlotState, due_ms: int) -> bool:

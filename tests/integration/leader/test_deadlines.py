@@ -16,6 +16,8 @@ import pytest
 from sqlalchemy import select
 
 from shardcron import Client
+from shardcron.audit import FindingKind, run_audit
+from shardcron.audit.report import DeadlineMiss
 from shardcron.dev.sink import Sink
 from shardcron.dev.testing.cluster import wait_until
 from shardcron.dev.testing.etcd_server import free_port
@@ -87,6 +89,23 @@ def test_a_slow_slot_misses_its_deadline_once_and_a_quick_one_meets_it(fresh_db_
         assert alert.header("X-Shardcron-Notification") == "deadline"
         body = json.loads(alert.body)
         assert body["notification"] == "deadline" and body["job_id"] == "slow" and body["scheduled_at_ms"] == slot
+        # The audit reports the miss, and is clean; unrecorded, the miss (and its alert's row) is a finding.
+        now = int(time.time() * 1000)
+        window = dict(from_ms=slot - 1, to_ms=now, now_ms=now, grace_ms=1000)
+        wait_until(lambda: not run_audit(engine, **window).notification_missing, 15, what="the alert's row")
+        report = run_audit(engine, **window)
+        assert report.clean(), report.findings()
+        assert report.deadlines_missed == [DeadlineMiss("slow", slot, "deadline")]
+        with engine.begin() as conn:
+            conn.execute(notifications.delete().where(notifications.c.job_id == "slow"))
+        assert [f.detail for f in run_audit(engine, **window).notification_missing] == ["deadline owed, no row"]
+        with engine.begin() as conn:
+            conn.execute(ticks.update().where(ticks.c.job_id == "slow").values(deadline_missed_at_ms=None))
+        report = run_audit(engine, **window)
+        assert [(f.kind, f.job_id, f.scheduled_at_ms) for f in report.deadline_unraised] == [
+            (FindingKind.DEADLINE_UNRAISED, "slow", slot)
+        ]
+        assert report.deadlines_missed == [] and not report.clean()
         counted = scrape(metrics_port)
         assert (
             counted[

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from shardcron.errors import InvalidJob
-from shardcron.model import TickStatus
+from shardcron.model import Tick, TickStatus
 from shardcron.rules.deadlines import (
     JUDGE_GRACE_MS,
     DeadlineKind,
@@ -15,6 +15,7 @@ from shardcron.rules.deadlines import (
     has_deadlines,
     judgements_for,
     missed,
+    unraised,
 )
 from shardcron.spec.job import job_from_dict
 
@@ -73,3 +74,17 @@ def test_deadlines_are_checked_where_a_job_is_written():
     with pytest.raises(InvalidJob, match="heartbeat"):
         job(heartbeat="soon")
     assert job(start_deadline="6s", jitter="5s").start_deadline_ms == 6_000
+
+
+def test_the_audit_finds_a_miss_the_rule_sees_and_no_row_records():
+    j = job(deadline="10s")
+    late = Tick("j", 0, 0, 1, "n", OK, 1, started_at_ms=5, finished_at_ms=20_000)
+    recorded = Tick(
+        "j", 60_000, 0, 1, "n", OK, 1, started_at_ms=5, finished_at_ms=90_000, missed_deadlines=("deadline",)
+    )
+    on_time = Tick("j", 120_000, 0, 1, "n", OK, 1, started_at_ms=5, finished_at_ms=125_000)
+    manual = Tick("j", 130_000, 0, 1, "n", F, 1, manual=True, started_at_ms=5, finished_at_ms=131_000)
+    not_judged_yet = Tick("j", 180_000, 0, 1, "n", R, 1, started_at_ms=180_001)
+    rows = [late, recorded, on_time, manual, not_judged_yet]
+    got = unraised(j, rows, judged_before_ms=185_000)
+    assert [(u.scheduled_at_ms, u.kind) for u in got] == [(0, DeadlineKind.FINISH)]
