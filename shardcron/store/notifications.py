@@ -101,30 +101,16 @@ def settle(
 ) -> bool:
     """Record a claimed notification's outcome under ``fence``; False when it was no longer claimed
     (another leader settled it). ``FencedOut`` when the fence moved."""
-
-    def work(conn: Connection) -> bool:
-        return (
-            conn.execute(
-                notifications.update()
-                .where(
-                    notifications.c.job_id == row.job_id,
-                    notifications.c.scheduled_at_ms == row.scheduled_at_ms,
-                    notifications.c.kind == row.kind.value,
-                    notifications.c.status == NotificationStatus.CLAIMED.value,
-                )
-                .values(
-                    status=status.value,
-                    fence=fence,
-                    node_id=node_id,
-                    attempts=attempts,
-                    error=clip(error) if error else None,
-                    sent_at_ms=now_ms,
-                )
-            ).rowcount
-            == 1
-        )
-
-    return run_fenced(engine, row.shard, fence, work)
+    return _update_claimed(
+        engine,
+        row,
+        fence,
+        status=status.value,
+        node_id=node_id,
+        attempts=attempts,
+        error=clip(error) if error else None,
+        sent_at_ms=now_ms,
+    )
 
 
 def postpone(
@@ -140,22 +126,24 @@ def postpone(
     """Keep a claimed notification whose sends all failed claimed, to be tried again at
     ``next_attempt_at_ms``, with its ``attempts`` so far and the last error, under ``fence``; False when it
     was no longer claimed. ``FencedOut`` when the fence moved."""
+    return _update_claimed(
+        engine,
+        row,
+        fence,
+        node_id=node_id,
+        attempts=attempts,
+        error=clip(error) if error else None,
+        next_attempt_at_ms=next_attempt_at_ms,
+    )
+
+
+def _update_claimed(engine: Engine, row: NotificationRow, fence: int, **values: object) -> bool:
+    """Set ``values`` (and ``fence``) on ``row`` if it is still claimed, under ``fence``."""
 
     def work(conn: Connection) -> bool:
-        return (
-            conn.execute(
-                notifications.update()
-                .where(*_key_of(row), notifications.c.status == NotificationStatus.CLAIMED.value)
-                .values(
-                    fence=fence,
-                    node_id=node_id,
-                    attempts=attempts,
-                    error=clip(error) if error else None,
-                    next_attempt_at_ms=next_attempt_at_ms,
-                )
-            ).rowcount
-            == 1
-        )
+        claimed = notifications.c.status == NotificationStatus.CLAIMED.value
+        update = notifications.update().where(*_key_of(row), claimed).values(fence=fence, **values)
+        return conn.execute(update).rowcount == 1
 
     return run_fenced(engine, row.shard, fence, work)
 
@@ -172,13 +160,7 @@ def is_claimed(engine: Engine, row: NotificationRow) -> bool:
     """Whether ``row`` is still claimed and not settled (a sender looks before it sends)."""
     with reading(engine) as conn:
         return (
-            conn.execute(
-                select(notifications.c.status).where(
-                    notifications.c.job_id == row.job_id,
-                    notifications.c.scheduled_at_ms == row.scheduled_at_ms,
-                    notifications.c.kind == row.kind.value,
-                )
-            ).scalar()
+            conn.execute(select(notifications.c.status).where(*_key_of(row))).scalar()
             == NotificationStatus.CLAIMED.value
         )
 

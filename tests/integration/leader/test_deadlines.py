@@ -32,6 +32,27 @@ from tests.support.commands import node_command
 pytestmark = pytest.mark.cluster
 
 
+@pytest.fixture
+def one_shard(fresh_db_url, make_cluster):
+    """``start(first, then=(), **node_options)``: one shard on PostgreSQL, led by node ``first`` (the
+    others join after it leads); returns the cluster, that node and an engine on the store."""
+    engines = []
+
+    def start(first: str, then: tuple[str, ...] = (), **node_options):
+        db = fresh_db_url("postgresql")
+        c = make_cluster(db, shards=1)
+        node = c.add(first, **node_options)
+        c.wait_all_led(60)
+        for name in then:
+            c.add(name)
+        engines.append(make_engine(db))
+        return c, node, engines[-1]
+
+    yield start
+    for engine in engines:
+        engine.dispose()
+
+
 def once_job(jid: str, slot_ms: int, url: str, alerts: str, **more) -> dict:
     return {
         "id": jid,
@@ -65,13 +86,9 @@ def soon(seconds: float) -> int:
     return (int(time.time() * 1000) // 1000 + int(seconds)) * 1000
 
 
-def test_a_slow_slot_misses_its_deadline_once_and_a_quick_one_meets_it(fresh_db_url, make_cluster):
-    db = fresh_db_url("postgresql")
+def test_a_slow_slot_misses_its_deadline_once_and_a_quick_one_meets_it(one_shard):
     metrics_port = free_port()
-    c = make_cluster(db, shards=1)
-    node = c.add("n0", extra_args=["--metrics-listen", f"127.0.0.1:{metrics_port}"])
-    c.wait_all_led(60)
-    engine = make_engine(db)
+    _, node, engine = one_shard("n0", extra_args=["--metrics-listen", f"127.0.0.1:{metrics_port}"])
     slot = soon(4)
     with Sink() as sink, Client(node.address) as client:
         alerts = sink.url + "/deadline"
@@ -117,18 +134,10 @@ def test_a_slow_slot_misses_its_deadline_once_and_a_quick_one_meets_it(fresh_db_
             "shardcron_deadline_missed_total",
             (("job", "quick"), ("kind", "deadline"), ("namespace", "default")),
         ) not in counted
-    engine.dispose()
 
 
-def test_a_leader_killed_with_a_deadline_pending_leaves_it_to_its_successor_which_raises_it_once(
-    fresh_db_url, make_cluster
-):
-    db = fresh_db_url("postgresql")
-    c = make_cluster(db, shards=1)
-    victim = c.add("victim")
-    c.wait_all_led(60)
-    c.add("successor")
-    engine = make_engine(db)
+def test_a_leader_killed_with_a_deadline_pending_leaves_it_to_its_successor_which_raises_it_once(one_shard):
+    c, victim, engine = one_shard("victim", then=("successor",))
     slot = soon(4)
     with Sink() as sink:
         with Client(victim.address) as client:
@@ -144,15 +153,10 @@ def test_a_leader_killed_with_a_deadline_pending_leaves_it_to_its_successor_whic
         assert alert_keys(sink) == Counter({f"long:{slot}:deadline": 1})
         alert = next(r for r in sink.requests() if r.path == "/deadline")
         assert alert.header("X-Shardcron-Node") == "successor"
-    engine.dispose()
 
 
-def test_a_cluster_stopped_across_a_start_deadline_raises_it_when_it_comes_back(fresh_db_url, make_cluster):
-    db = fresh_db_url("postgresql")
-    c = make_cluster(db, shards=1)
-    node = c.add("n0")
-    c.wait_all_led(60)
-    engine = make_engine(db)
+def test_a_cluster_stopped_across_a_start_deadline_raises_it_when_it_comes_back(one_shard):
+    _, node, engine = one_shard("n0")
     slot = soon(8)
     with Sink() as sink:
         with Client(node.address) as client:
@@ -172,15 +176,10 @@ def test_a_cluster_stopped_across_a_start_deadline_raises_it_when_it_comes_back(
             what="the caught-up run",
         )
         assert row["start_deadline_missed_at_ms"] is not None
-    engine.dispose()
 
 
-def test_an_acked_slot_does_not_alert_and_one_not_acked_does(fresh_db_url, make_cluster):
-    db = fresh_db_url("postgresql")
-    c = make_cluster(db, shards=1)
-    node = c.add("n0")
-    c.wait_all_led(60)
-    engine = make_engine(db)
+def test_an_acked_slot_does_not_alert_and_one_not_acked_does(one_shard):
+    _, node, engine = one_shard("n0")
     slot = soon(3)
     with Sink() as sink, Client(node.address) as client:
         for jid in ("acked", "silent"):
@@ -209,16 +208,12 @@ def test_an_acked_slot_does_not_alert_and_one_not_acked_does(fresh_db_url, make_
         refused = node_command(node, "jobs", "ack", "silent", str(slot + 1))
         assert refused.returncode != 0 and "no tick of a slot at" in refused.stderr
         assert "Traceback" not in refused.stderr
-    engine.dispose()
 
 
-def test_a_leader_that_dies_before_claiming_a_deadline_alert_leaves_it_to_its_successor(fresh_db_url, make_cluster):
-    db = fresh_db_url("postgresql")
-    c = make_cluster(db, shards=1)
-    victim = c.add("victim", env={"SHARDCRON_TEST_CRASH_NOTIFY": "before_claim:late"})
-    c.wait_all_led(60)
-    c.add("successor")
-    engine = make_engine(db)
+def test_a_leader_that_dies_before_claiming_a_deadline_alert_leaves_it_to_its_successor(one_shard):
+    c, victim, engine = one_shard(
+        "victim", then=("successor",), env={"SHARDCRON_TEST_CRASH_NOTIFY": "before_claim:late"}
+    )
     slot = soon(4)
     with Sink() as sink:
         with Client(victim.address) as client:
@@ -231,17 +226,12 @@ def test_a_leader_that_dies_before_claiming_a_deadline_alert_leaves_it_to_its_su
         wait_until(lambda: c.leaders()[0] == "successor", 2 * TTL + 15, what="the successor to lead")
         wait_until(lambda: alert_keys(sink), 60, what="the alert, from the successor's sweep")
         assert alert_keys(sink) == Counter({f"late:{slot}:deadline": 1})
-    engine.dispose()
 
 
-def test_an_alert_whose_receiver_is_down_arrives_once_it_is_back(fresh_db_url, make_cluster):
+def test_an_alert_whose_receiver_is_down_arrives_once_it_is_back(one_shard):
     """The alert's receiver refuses connections when the miss is found: its three sends fail, the
     notification stays claimed and is tried again 10 s later, when the receiver answers."""
-    db = fresh_db_url("postgresql")
-    c = make_cluster(db, shards=1)
-    node = c.add("n0")
-    c.wait_all_led(60)
-    engine = make_engine(db)
+    _, node, engine = one_shard("n0")
     alerts_port = free_port()
     slot = soon(3)
     with Sink() as sink, Client(node.address) as client:
@@ -272,7 +262,6 @@ def test_an_alert_whose_receiver_is_down_arrives_once_it_is_back(fresh_db_url, m
             assert row.attempts == 4 and row.error is None
         finally:
             receiver.stop()
-    engine.dispose()
 
 
 def notification_row(engine, jid: str):
