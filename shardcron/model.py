@@ -263,6 +263,8 @@ class JobRuns:
     scheduled at or before ``as_of_ms`` that started or was settled (not merely claimed), manual
     runs included (None: no such tick yet).
     ``failures_in_a_row``: failed or abandoned ticks since the last succeeded one.
+    ``last_missed_deadlines``: the kinds of deadline the last tick missed (rules/deadlines.py); a job
+    whose last tick missed one is past a deadline.
     """
 
     as_of_ms: int
@@ -272,6 +274,7 @@ class JobRuns:
     last_status: TickStatus | None = None
     failures_in_a_row: int = 0
     next_reason: str | None = None  # why the next slot is not sooner: the calendar that excluded what
+    last_missed_deadlines: tuple[str, ...] = ()
 
 
 class SlotRef(NamedTuple):

@@ -153,6 +153,7 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
                 last_scheduled_at_ms=lr and lr.scheduled_at_ms,
                 last_status=lr and lr.status,
                 failures=lr.failures_in_a_row if lr else 0,
+                last_missed_deadlines=lr.missed_deadlines if lr else (),
                 calendars=() if isinstance(cals, Unknown) else cals,
             )
             if isinstance(cals, Unknown):  # deleted with --force: nothing is owed until it is put again

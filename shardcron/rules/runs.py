@@ -20,7 +20,7 @@ nothing about whether the job works. Neither does an unfinished one
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shardcron.clock import rfc3339_ms
 from shardcron.model import Job, JobRuns, TickStatus
@@ -83,17 +83,17 @@ def job_runs(
     last_scheduled_at_ms: int | None = None,
     last_status: TickStatus | None = None,
     failures: int = 0,
+    last_missed_deadlines: tuple[str, ...] = (),
     trigger: Trigger | None = None,
     calendars: Sequence[Calendar] = (),
 ) -> JobRuns:
-    """The answer for one job: its next run computed here, its last tick and failures in a row
-    as the store counted them (``store.tick_reads.last_runs``)."""
+    """The answer for one job: its next run computed here, its last tick (and the deadlines it
+    missed) and failures in a row as the store read them (``store.tick_reads.last_runs``)."""
+    last = JobRuns(now_ms, None, None, last_scheduled_at_ms, last_status, failures, None, last_missed_deadlines)
     nxt = next_run(job, trigger or trigger_for(job.schedule), now_ms, calendars)
     if nxt is None:
-        return JobRuns(now_ms, None, None, last_scheduled_at_ms, last_status, failures, next_reason=None)
-    return JobRuns(
-        now_ms, nxt.slot_ms, nxt.start_ms, last_scheduled_at_ms, last_status, failures, next_reason=next_reason(nxt)
-    )
+        return last
+    return replace(last, next_slot_ms=nxt.slot_ms, next_start_ms=nxt.start_ms, next_reason=next_reason(nxt))
 
 
 def next_reason(nxt: NextRun) -> str | None:

@@ -7,9 +7,9 @@ Nothing here takes a fence: the writes are ``ticks`` (claims and takeovers) and
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from sqlalchemy import Engine, Select, bindparam, false, func, or_, select
+from sqlalchemy import ColumnElement, Engine, ScalarSelect, Select, bindparam, false, func, or_, select
 
 from shardcron.model import Tick, TickStatus
 from shardcron.rules.deadlines import KINDS
@@ -68,17 +68,21 @@ class LastRun(NamedTuple):
     scheduled_at_ms: int | None
     status: TickStatus | None
     failures_in_a_row: int
+    missed_deadlines: tuple[str, ...] = ()  # the kinds of deadline that tick missed
 
 
 _FAILED = (TickStatus.FAILED.value, TickStatus.ABANDONED.value)
 
+# Each deadline kind and the column that records its miss (store/deadlines.py writes them).
+MISSED_COLUMNS = tuple((kind.value, f"{kind.value}_missed_at_ms") for kind in KINDS)
 
-def _last_runs_query() -> Select[str, int | None, str | None, int]:
-    """One statement for a page of jobs: per job, three correlated subqueries on the primary key
+
+def _last_runs_query() -> Select[Any]:
+    """One statement for a page of jobs: per job, correlated subqueries on the primary key
     (job_id, scheduled_at_ms). Each ``ORDER BY scheduled_at_ms DESC LIMIT 1`` walks the job's
     index backwards from ``now`` and stops at its first row (the newest tick; the newest
-    succeeded one), and the count reads only the rows after that success. A GROUP BY with
-    MAX(...) FILTER (status = 'succeeded') would read every row of every job on the page."""
+    succeeded one), and the count reads only the rows after that success; the newest tick's status
+    and each of its missed-deadline columns is one such walk. A GROUP BY with MAX(...) FILTER (status = 'succeeded') would read every row of every job on the page."""
     # A claimed row has not started: the coming slot's, claimed a lookahead early, or a jittered
     # slot waiting for its start. The last run is the newest row that started (or was settled).
     newest = (
@@ -86,8 +90,10 @@ def _last_runs_query() -> Select[str, int | None, str | None, int]:
         & (ticks.c.scheduled_at_ms <= bindparam("now"))
         & (ticks.c.status != TickStatus.CLAIMED.value)
     )
-    last = select(ticks.c.scheduled_at_ms).where(newest).order_by(ticks.c.scheduled_at_ms.desc()).limit(1)
-    last_status = select(ticks.c.status).where(newest).order_by(ticks.c.scheduled_at_ms.desc()).limit(1)
+
+    def of_newest(column: ColumnElement[Any]) -> ScalarSelect[Any]:
+        return select(column).where(newest).order_by(ticks.c.scheduled_at_ms.desc()).limit(1).scalar_subquery()
+
     ok = ticks.alias("ok")
     last_ok = (
         select(ok.c.scheduled_at_ms)
@@ -105,9 +111,10 @@ def _last_runs_query() -> Select[str, int | None, str | None, int]:
     )
     return select(
         jobs.c.id,
-        last.scalar_subquery().label("last_at"),
-        last_status.scalar_subquery().label("status"),
+        of_newest(ticks.c.scheduled_at_ms).label("last_at"),
+        of_newest(ticks.c.status).label("status"),
         failures.scalar_subquery().label("failures"),
+        *(of_newest(ticks.c[column]).label(column) for _, column in MISSED_COLUMNS),
     ).where(jobs.c.id.in_(bindparam("ids", expanding=True)))
 
 
@@ -118,15 +125,17 @@ def last_runs(engine: Engine, job_ids: Sequence[str], *, now_ms: int) -> dict[st
     """job id -> its newest tick scheduled at or before ``now_ms`` that is not merely claimed (one
     that started or was settled; manual runs included) and its
     failures in a row (``rules.runs.failures_in_a_row``: failed or abandoned ticks after the
-    newest succeeded one; skipped and unfinished ones pass over). One statement per 1,000 ids
-    (a ListJobs page is one), never one per job. Jobs not in the store are left out."""
+    newest succeeded one; skipped and unfinished ones pass over), and the deadlines that tick
+    missed. One statement per 1,000 ids (a ListJobs page is one), never one per job. Jobs not in the store are left out."""
     out: dict[str, LastRun] = {}
     if not job_ids:
         return out
     with reading(engine) as conn:
         for part in chunks(list(job_ids), 1000):
             for r in conn.execute(_LAST_RUNS, {"ids": list(part), "now": now_ms}):
-                out[r.id] = LastRun(r.last_at, TickStatus(r.status) if r.status else None, int(r.failures or 0))
+                out[r.id] = LastRun(
+                    r.last_at, TickStatus(r.status) if r.status else None, int(r.failures or 0), missed_deadlines(r)
+                )
     return out
 
 
@@ -171,12 +180,13 @@ def _tick(r: AnyRow) -> Tick:
         output=r.output,
         error=r.error,
         acked_at_ms=r.acked_at_ms,
-        missed_deadlines=tuple(kind for kind, column in MISSED_COLUMNS if getattr(r, column) is not None),
+        missed_deadlines=missed_deadlines(r),
     )
 
 
-# Each deadline kind and the column that records its miss (store/deadlines.py writes them).
-MISSED_COLUMNS = tuple((kind.value, f"{kind.value}_missed_at_ms") for kind in KINDS)
+def missed_deadlines(r: AnyRow) -> tuple[str, ...]:
+    """The kinds of deadline a row (a tick, or ``last_runs``' answer) says were missed."""
+    return tuple(kind for kind, column in MISSED_COLUMNS if getattr(r, column) is not None)
 
 
 __all__ = [

@@ -324,7 +324,7 @@ class Notification(_message.Message):
     def __init__(self, http: _Optional[_Union[HttpExecutor, _Mapping]] = ..., shell: _Optional[_Union[ShellExecutor, _Mapping]] = ..., noop: _Optional[_Union[NoopExecutor, _Mapping]] = ..., celery: _Optional[_Union[CeleryExecutor, _Mapping]] = ..., rq: _Optional[_Union[RqExecutor, _Mapping]] = ..., arq: _Optional[_Union[ArqExecutor, _Mapping]] = ..., nats: _Optional[_Union[NatsExecutor, _Mapping]] = ..., amqp: _Optional[_Union[AmqpExecutor, _Mapping]] = ..., redis_stream: _Optional[_Union[RedisStreamExecutor, _Mapping]] = ..., python: _Optional[_Union[PythonExecutor, _Mapping]] = ...) -> None: ...
 
 class JobRuns(_message.Message):
-    __slots__ = ("as_of_ms", "next_slot_ms", "next_start_ms", "last_scheduled_at_ms", "last_status", "failures_in_a_row", "next_reason")
+    __slots__ = ("as_of_ms", "next_slot_ms", "next_start_ms", "last_scheduled_at_ms", "last_status", "failures_in_a_row", "next_reason", "last_missed_deadlines")
     AS_OF_MS_FIELD_NUMBER: _ClassVar[int]
     NEXT_SLOT_MS_FIELD_NUMBER: _ClassVar[int]
     NEXT_START_MS_FIELD_NUMBER: _ClassVar[int]
@@ -332,6 +332,7 @@ class JobRuns(_message.Message):
     LAST_STATUS_FIELD_NUMBER: _ClassVar[int]
     FAILURES_IN_A_ROW_FIELD_NUMBER: _ClassVar[int]
     NEXT_REASON_FIELD_NUMBER: _ClassVar[int]
+    LAST_MISSED_DEADLINES_FIELD_NUMBER: _ClassVar[int]
     as_of_ms: int
     next_slot_ms: int
     next_start_ms: int
@@ -339,7 +340,8 @@ class JobRuns(_message.Message):
     last_status: TickStatus
     failures_in_a_row: int
     next_reason: str
-    def __init__(self, as_of_ms: _Optional[int] = ..., next_slot_ms: _Optional[int] = ..., next_start_ms: _Optional[int] = ..., last_scheduled_at_ms: _Optional[int] = ..., last_status: _Optional[_Union[TickStatus, str]] = ..., failures_in_a_row: _Optional[int] = ..., next_reason: _Optional[str] = ...) -> None: ...
+    last_missed_deadlines: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, as_of_ms: _Optional[int] = ..., next_slot_ms: _Optional[int] = ..., next_start_ms: _Optional[int] = ..., last_scheduled_at_ms: _Optional[int] = ..., last_status: _Optional[_Union[TickStatus, str]] = ..., failures_in_a_row: _Optional[int] = ..., next_reason: _Optional[str] = ..., last_missed_deadlines: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PutJobRequest(_message.Message):
     __slots__ = ("job", "expected_version")

@@ -89,6 +89,7 @@ def job_runs_to_proto(runs: JobRuns) -> pb.JobRuns:
         p.last_status = _STATUS_TO_PB[runs.last_status]
     if runs.next_reason:
         p.next_reason = runs.next_reason
+    p.last_missed_deadlines.extend(runs.last_missed_deadlines)
     return p
 
 
@@ -101,6 +102,7 @@ def job_runs_from_proto(p: pb.JobRuns) -> JobRuns:
         last_status=_STATUS_FROM_PB.get(p.last_status),
         failures_in_a_row=p.failures_in_a_row,
         next_reason=p.next_reason or None,
+        last_missed_deadlines=tuple(p.last_missed_deadlines),
     )
 
 

@@ -141,6 +141,12 @@ SEQUENCES = {  # oldest first; the slot of the i-th row is T + i s
     "ahead": ["failed", "claimed-ahead"],  # a row claimed for a slot after now: not the last tick yet
     "waiting": ["succeeded", "failed", "claimed"],  # claimed, past its slot (jitter): it has not run yet
 }
+# The deadlines some rows missed (job -> row index -> kinds): only the last tick's are the job's.
+MISSED = {
+    "failing": {2: ("deadline", "heartbeat")},
+    "recovered": {0: ("start_deadline",)},  # an older tick's miss: not the job's now
+    "skips": {3: ("start_deadline",)},
+}
 
 
 def test_last_runs_match_the_definition_in_one_statement_per_page(store_engine):
@@ -171,6 +177,10 @@ def test_last_runs_match_the_definition_in_one_statement_per_page(store_engine):
                     "status": "claimed" if status == "claimed-ahead" else status,
                     "attempt": 1,
                     "manual": False,
+                    **{  # every row names every column: one executemany takes the first row's columns
+                        f"{kind}_missed_at_ms": at + 2000 if kind in MISSED.get(jid, {}).get(i, ()) else None
+                        for kind in ("start_deadline", "deadline", "heartbeat")
+                    },
                 }
             )
     with store_engine.begin() as conn:
@@ -187,9 +197,11 @@ def test_last_runs_match_the_definition_in_one_statement_per_page(store_engine):
     for jid, seq in SEQUENCES.items():
         past = [TickStatus(s) for s in seq if s not in ("claimed-ahead", "claimed")]
         want_at = t0 + (len(past) - 1) * 1000 if past else None
-        assert got[jid] == (want_at, past[-1] if past else None, failures_in_a_row(reversed(past))), jid
+        missed = MISSED.get(jid, {}).get(len(past) - 1, ())
+        assert got[jid] == (want_at, past[-1] if past else None, failures_in_a_row(reversed(past)), missed), jid
     assert got["failing"].failures_in_a_row == 3 and got["relapsed"].failures_in_a_row == 2
-    assert all(got[j] == (None, None, 0) for j in ids)
+    assert got["failing"].missed_deadlines == ("deadline", "heartbeat") and got["recovered"].missed_deadlines == ()
+    assert all(got[j] == (None, None, 0, ()) for j in ids)
 
 
 # -- next and last run through the API and the CLI -------------------------------------------------

@@ -95,5 +95,9 @@ def test_a_calendar_moves_the_next_slot_and_says_why():
 def test_job_runs_and_its_proto_round_trip():
     runs = job_runs(job(), NOW, last_scheduled_at_ms=NOW - 30 * S, last_status=FAIL, failures=4)
     assert runs == JobRuns(NOW, NOW + 30 * S, NOW + 30 * S, NOW - 30 * S, FAIL, 4)
-    for r in (runs, JobRuns(NOW), job_runs(replace(job(), paused=True), NOW)):
+    missed = job_runs(
+        job(), NOW, last_scheduled_at_ms=NOW - 30 * S, last_missed_deadlines=("start_deadline", "deadline")
+    )
+    assert missed.last_missed_deadlines == ("start_deadline", "deadline") and missed.next_slot_ms == NOW + 30 * S
+    for r in (runs, missed, JobRuns(NOW), job_runs(replace(job(), paused=True), NOW)):
         assert job_runs_from_proto(pb.JobRuns.FromString(job_runs_to_proto(r).SerializeToString())) == r
