@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import mmh3
 
 from shardcron.clock import rfc3339_ms
-from shardcron.model import Job, ScheduleKind, Tick
+from shardcron.jobkey import JobKey
+from shardcron.model import Job, JobRuns, ScheduleKind, Tick
+from shardcron.rules.deadlines import DeadlineKind
 from shardcron.spec.durations import format_duration_ms
 
 # Eight colours far apart for the shard grid, readable under white text.
@@ -25,6 +29,16 @@ STATUS_COLOURS = {
 
 # The health page's counters per interval: a fenced write is the alarming one.
 COUNTER_COLOURS = {"fenced": "#d62728", "caught_up": "#1f77b4", "failed": "#ff7f0e"}
+
+# The ring the timeline draws around a tick that missed a deadline (its point keeps its status colour).
+MISSED_COLOUR = "#b00020"
+
+# What missing each kind of deadline (rules/deadlines.py) means, for a mark's title.
+MISSED_MEANING: dict[str, str] = {
+    DeadlineKind.START: "the slot had not started by its start_deadline",
+    DeadlineKind.FINISH: "the slot had not succeeded (and, with a heartbeat, been acked) by its deadline",
+    DeadlineKind.HEARTBEAT: "the slot had not been acked (jobs ack) by its heartbeat",
+}
 
 
 def leader_colours(nodes: list[str]) -> dict[str, str]:
@@ -71,6 +85,37 @@ def schedule_text(job: Job) -> str:
     return f"once at {utc(s.at_ms)}"
 
 
+def deadlines_text(job: Job) -> str:
+    """The job's deadlines, each from the slot's scheduled time: "start within 30s, succeed within 1s"."""
+    parts = [
+        f"{what} within {format_duration_ms(ms)}"
+        for what, ms in (
+            ("start", job.start_deadline_ms),
+            ("succeed", job.deadline_ms),
+            ("acked", job.heartbeat_ms),
+        )
+        if ms is not None
+    ]
+    return ", ".join(parts) or "none"
+
+
+class MissedMark(NamedTuple):
+    """A badge for one missed deadline: its text, and what it means as its title."""
+
+    text: str
+    title: str
+
+
+def missed_marks(kinds: Sequence[str]) -> list[MissedMark]:
+    """A mark per deadline kind missed (a tick's ``missed_deadlines``, a job's ``last_missed_deadlines``)."""
+    return [MissedMark(f"missed {kind}", MISSED_MEANING.get(kind, f"missed its {kind}")) for kind in kinds]
+
+
+def past_a_deadline(rows: Sequence[tuple[Job, JobRuns, JobKey]]) -> list[tuple[JobKey, list[MissedMark]]]:
+    """The jobs among ``rows`` whose last tick missed a deadline, with their marks, in the rows' order."""
+    return [(key, missed_marks(runs.last_missed_deadlines)) for _, runs, key in rows if runs.last_missed_deadlines]
+
+
 def lateness_ms(tick: Tick) -> int | None:
     return None if tick.started_at_ms is None else tick.started_at_ms - tick.scheduled_at_ms
 
@@ -89,6 +134,8 @@ def tick_point(tick: Tick) -> dict:
         "started": utc(tick.started_at_ms),
         "finished": utc(tick.finished_at_ms),
         "error": tick.error or "",
+        "acked": utc(tick.acked_at_ms),
+        "missed": [mark._asdict() for mark in missed_marks(tick.missed_deadlines)],
     }
 
 
@@ -97,6 +144,7 @@ def palette_css() -> str:
     rules = [f".c{c[1:]} {{ background: {c}; }}" for c in LEADER_PALETTE]
     rules.append(f".cnone {{ background: {NO_LEADER}; }}")
     rules += [f".s-{status} {{ background: {c}; }}" for status, c in STATUS_COLOURS.items()]
+    rules.append(f".missed {{ background: {MISSED_COLOUR}; }}")
     return "\n".join(rules) + "\n"
 
 
@@ -104,6 +152,9 @@ def script_colours() -> str:
     """The colours app.js draws its charts with, as JSON for the page's ``<body data-colours>``: the
     script has none of its own, so each colour is defined here only (and no inline script is needed).
 
-    ``status`` in the order the timeline lists them; ``series`` for one line per shard.
+    ``status`` in the order the timeline lists them; ``series`` for one line per shard; ``missed`` for
+    the ring around a tick that missed a deadline.
     """
-    return json.dumps({"status": STATUS_COLOURS, "series": LEADER_PALETTE, "counters": COUNTER_COLOURS})
+    return json.dumps(
+        {"status": STATUS_COLOURS, "series": LEADER_PALETTE, "counters": COUNTER_COLOURS, "missed": MISSED_COLOUR}
+    )

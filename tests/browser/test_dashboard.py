@@ -17,9 +17,12 @@ import pytest
 
 from shardcron.api.tokens import hash_secret
 from shardcron.dashboard import present
+from shardcron.dev.sink import Sink
 from shardcron.dev.testing.cluster import Cluster, wait_until
 from shardcron.dev.testing.etcd_server import free_port
+from shardcron.jobkey import split_key
 from shardcron.spec.job import job_from_dict
+from tests.integration.leader.test_deadlines import soon
 from tests.support.clusters import stopped_after
 from tests.support.databases import create_database
 from tests.support.tenancy import hourly_job, token_client
@@ -249,6 +252,49 @@ def test_a_trigger_appears_on_the_timeline_without_a_reload(cluster, base, page,
     start = int(points.get_attribute("data-points"))
     wait_until(lambda: int(points.get_attribute("data-points")) >= start + 3, 60, 0.2, "live ticks of heartbeat-1")
     shot(page, "job")
+    assert_console_clean(page)
+
+
+def test_a_missed_deadline_is_marked_on_the_timeline_and_the_job_listed_past_it(
+    cluster, base, page, assert_console_clean
+):
+    """A once job whose HTTP call takes 15 s with ``deadline = "1s"``: its slot misses the deadline, recorded
+    about 2 s after the slot, and the page, opened while the call still runs, keeps the mark when the
+    tick's success arrives live."""
+    jid = f"late-report-{uuid.uuid4().hex[:6]}"
+    slot = soon(4)
+    with Sink() as sink, api(cluster) as c:
+        url = sink.url + "/slow/15000"
+        c.put_job(job_from_dict({"id": jid, "at_ms": slot, "deadline": "1s", "executor": {"kind": "http", "url": url}}))
+        wait_until(
+            lambda: c.get_job_runs(jid)[1].last_missed_deadlines == ("deadline",),
+            60,
+            0.5,
+            f"GetJob to say {jid}'s last tick missed its deadline",
+        )
+        log_in(page, base, OPS, f"/job?namespace=default&id={jid}")
+        page.wait_for_selector('#timeline[data-missed="1"]', timeout=WAIT_MS)
+        page.wait_for_selector(f'#tick-rows tr[data-slot="{slot}"][data-status="succeeded"]', timeout=WAIT_MS)
+        badge = page.locator(f'#tick-rows tr[data-slot="{slot}"] .status.missed')
+        assert badge.inner_text() == "missed deadline"
+        assert badge.get_attribute("title") == present.MISSED_MEANING["deadline"]
+        assert page.locator("#last-missed .status.missed").inner_text() == "missed deadline"
+        assert page.locator("#job-deadlines").inner_text() == "succeed within 1s"
+        assert page.locator('#timeline[data-missed="1"]').count() == 1, "the live success kept the ring"
+        assert page.locator('#timeline .u-series:has(.u-label:text-is("missed a deadline"))').count() == 1
+
+        (listed,) = [runs for job, runs in c.list_jobs_runs() if split_key(job.id).id == jid]
+        assert listed.last_missed_deadlines == ("deadline",), "ListJobs says so too"
+        assert [t.missed_deadlines for t in c.list_ticks(jid)] == [("deadline",)]
+        page.goto(f"{base}/jobs?q={jid}")
+        assert page.locator(f'#job-table tr.past-deadline[data-job="{jid}"] .status.missed').count() == 1
+        listed_past = page.locator(f'#past-deadline li[data-job="{jid}"]')
+        assert "missed deadline" in listed_past.inner_text()
+        listed_past.locator("a").click()
+        page.wait_for_selector("#job-title")
+        assert page.locator("#job-title").inner_text() == jid
+        page.goto(f"{base}/jobs?q=nightly-")
+        assert page.locator("#past-deadline").count() == 0, "no list when no job on the page is past a deadline"
     assert_console_clean(page)
 
 

@@ -15,6 +15,9 @@
   function padded(u, min, max) { return min === max ? [min - 60, max + 60] : [min, max]; }
 
   // -- the job timeline: one point per tick, x = its slot, y = how late it started --------
+  // A tick that missed a deadline is ringed: one more series, drawn over the status points.
+  function late(p) { return p.lateness_ms === null ? 0 : p.lateness_ms; }
+  function inMs(u, v) { return v === null ? "" : v + " ms"; }
   function timelineData(points) {
     var bySlot = new Map();
     points.forEach(function (p) { bySlot.set(p.slot_ms + ":" + p.manual, p); });
@@ -22,11 +25,23 @@
       .slice(-TIMELINE_POINTS);
     var data = [sorted.map(function (p) { return p.slot_ms / 1000; })];
     STATUSES.forEach(function (status) {
-      data.push(sorted.map(function (p) {
-        return p.status === status ? (p.lateness_ms === null ? 0 : p.lateness_ms) : null;
-      }));
+      data.push(sorted.map(function (p) { return p.status === status ? late(p) : null; }));
     });
-    return {points: sorted, data: data};
+    data.push(sorted.map(function (p) { return p.missed.length ? late(p) : null; }));
+    var missed = sorted.filter(function (p) { return p.missed.length; }).length;
+    return {points: sorted, data: data, missed: missed};
+  }
+
+  // A live event is the leader's own record of the tick, which does not carry what is recorded on its
+  // row afterwards (its missed deadlines, its ack): keep what the page was given for that tick
+  // (a miss, once recorded, is never undone).
+  function keepRecorded(points, p) {
+    points.forEach(function (known) {
+      if (known.slot_ms !== p.slot_ms || known.manual !== p.manual) { return; }
+      if (!p.missed.length) { p.missed = known.missed; }
+      if (p.acked === "—") { p.acked = known.acked; }
+    });
+    return p;
   }
 
   function cell(text, cls) {
@@ -36,17 +51,29 @@
     return td;
   }
 
+  function missedBadges(td, p) {
+    p.missed.forEach(function (m) {
+      var badge = document.createElement("span");
+      badge.className = "status missed";
+      badge.title = m.title;
+      badge.textContent = m.text;
+      td.append(" ", badge);
+    });
+    return td;
+  }
+
   function showTick(tbody, p) {
     var existing = tbody.querySelector('tr[data-slot="' + p.slot_ms + '"]');
     var row = document.createElement("tr");
     row.dataset.slot = String(p.slot_ms);
     row.dataset.status = p.status;
     row.appendChild(cell(p.slot + (p.manual ? " manual" : "")));
-    row.appendChild(cell(p.status, "status s-" + p.status));
+    row.appendChild(missedBadges(cell(p.status, "status s-" + p.status), p));
     row.appendChild(cell(String(p.attempt)));
     row.appendChild(cell(p.started));
     row.appendChild(cell(p.lateness_ms === null ? "—" : p.lateness_ms + "ms"));
     row.appendChild(cell(p.finished));
+    row.appendChild(cell(p.acked));
     row.appendChild(cell(p.node));
     row.appendChild(cell(String(p.fence)));
     row.appendChild(cell(p.error, p.error ? "err" : null));
@@ -58,21 +85,25 @@
     var points = source ? JSON.parse(source.textContent) : [];
     var series = [{}].concat(STATUSES.map(function (status) {
       return {label: status, stroke: STATUS_COLOURS[status], fill: STATUS_COLOURS[status], paths: function () { return null; },
-              points: {show: true, size: 7, fill: STATUS_COLOURS[status]}, value: function (u, v) { return v === null ? "" : v + " ms"; }};
-    }));
+              points: {show: true, size: 7, fill: STATUS_COLOURS[status]}, value: inMs};
+    })).concat([{label: "missed a deadline", stroke: COLOURS.missed, paths: function () { return null; },
+                 points: {show: true, size: 13, width: 2, stroke: COLOURS.missed, fill: "transparent"},
+                 value: inMs}]);
     var shown = timelineData(points);
     var chart = new uPlot({width: width(el), height: 220, series: series,
                            axes: [{}, {label: "lateness (ms)"}], scales: {x: {time: true, range: padded}}}, shown.data, el);
     el.dataset.points = String(shown.points.length);
+    el.dataset.missed = String(shown.missed);
     var tbody = document.getElementById("tick-rows");
     var events = new EventSource(el.dataset.events);
     events.addEventListener("tick", function (e) {
-      var p = JSON.parse(e.data);
+      var p = keepRecorded(points, JSON.parse(e.data));
       points.push(p);
       shown = timelineData(points);
       points = shown.points;
       chart.setData(shown.data);
       el.dataset.points = String(shown.points.length);
+      el.dataset.missed = String(shown.missed);
       el.dataset.lastStatus = p.status;
       if (tbody) { showTick(tbody, p); }
     });

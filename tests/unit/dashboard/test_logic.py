@@ -18,10 +18,14 @@ from shardcron.dashboard.guard import FIELD_LIMITS, FieldTooLong, Visitor, field
 from shardcron.dashboard.history import MetricsHistory, Reading, chart_series, quantile, read_registry
 from shardcron.dashboard.live import visitor_key, watch_refusal
 from shardcron.dashboard.sessions import Session, Sessions
+from shardcron.jobkey import split_key
 from shardcron.metrics import CountedHistogram
+from shardcron.model import JobRuns, Tick, TickStatus
+from shardcron.rules.deadlines import DeadlineKind
 from shardcron.rules.scopes import Role, Token
 from shardcron.runtime import crashpoints
 from shardcron.runtime.lifeline import Lifeline
+from shardcron.spec.job import job_from_dict
 from tests.support.aio import until
 
 BOUNDS = (0.001, 0.01, 0.1)
@@ -160,7 +164,7 @@ def test_after_login_only_a_path_of_this_site(target, expected):
 
 def test_palette_css_has_a_class_for_every_colour_the_pages_use():
     css = present.palette_css()
-    for colour in (*present.LEADER_PALETTE, present.NO_LEADER, *present.STATUS_COLOURS.values()):
+    for colour in (*present.LEADER_PALETTE, present.NO_LEADER, present.MISSED_COLOUR, *present.STATUS_COLOURS.values()):
         assert colour in css
     assert ".cnone" in css and ".s-failed" in css
 
@@ -204,6 +208,7 @@ def test_the_scripts_colours_are_defined_in_python_only():
     colours = json.loads(present.script_colours())
     assert list(colours["status"].items()) == list(present.STATUS_COLOURS.items()), "the timeline's order too"
     assert colours["series"] == list(present.LEADER_PALETTE) and colours["counters"] == present.COUNTER_COLOURS
+    assert colours["missed"] == present.MISSED_COLOUR
     script = (resources.files("shardcron.dashboard") / "static" / "app.js").read_text()
     assert not re.findall(r"#[0-9a-fA-F]{3,8}\b", script), "app.js takes its colours from the page"
 
@@ -239,3 +244,61 @@ def test_every_form_field_has_a_limit_named_in_its_error(name):
     with pytest.raises(FieldTooLong, match=f"^{name}: expected text"):
         field({name: object()}, name)
     assert field({}, name, "dflt") == "dflt"
+
+
+# -- missed deadlines -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields, expected",
+    [
+        ({}, "none"),
+        ({"deadline": "1s"}, "succeed within 1s"),
+        ({"start_deadline": "30s", "heartbeat": "5m"}, "start within 30s, acked within 5m"),
+        (
+            {"start_deadline": "30s", "deadline": "1m", "heartbeat": "2m"},
+            "start within 30s, succeed within 1m, acked within 2m",
+        ),
+    ],
+)
+def test_a_jobs_deadlines_read_as_what_must_happen_within_what(fields, expected):
+    job = job_from_dict({"id": "j", "every": "1h", **fields})
+    assert present.deadlines_text(job) == expected
+
+
+@pytest.mark.parametrize(
+    "kinds, texts",
+    [
+        ((), []),
+        (("deadline",), ["missed deadline"]),
+        (("start_deadline", "deadline", "heartbeat"), ["missed start_deadline", "missed deadline", "missed heartbeat"]),
+    ],
+)
+def test_a_mark_per_missed_deadline_says_which_and_what_it_means(kinds, texts):
+    marks = present.missed_marks(kinds)
+    assert [m.text for m in marks] == texts
+    assert [m.title for m in marks] == [present.MISSED_MEANING[DeadlineKind(k)] for k in kinds]
+    assert set(present.MISSED_MEANING) == set(DeadlineKind), "every kind has its meaning"
+
+
+def test_a_tick_point_carries_its_ack_and_its_missed_deadlines_for_the_live_table():
+    tick = Tick("default/j", 1_000, 0, 1, "n0", TickStatus.SUCCEEDED, acked_at_ms=2_000, missed_deadlines=("deadline",))
+    point = present.tick_point(tick)
+    assert point["acked"] == present.utc(2_000)
+    assert point["missed"] == [{"text": "missed deadline", "title": present.MISSED_MEANING[DeadlineKind.FINISH]}]
+    assert json.loads(json.dumps(point)) == point
+    quiet = present.tick_point(Tick("default/j", 1_000, 0, 1, "n0", TickStatus.RUNNING))
+    assert (quiet["acked"], quiet["missed"]) == ("—", [])
+
+
+def test_past_a_deadline_lists_the_jobs_whose_last_tick_missed_one_in_the_rows_order():
+    def row(jid: str, missed: tuple[str, ...]):
+        return (job_from_dict({"id": jid, "every": "1h"}), JobRuns(0, last_missed_deadlines=missed), split_key(jid))
+
+    rows = [row("a", ()), row("b", ("heartbeat",)), row("c", ()), row("d", ("start_deadline", "deadline"))]
+    got = present.past_a_deadline(rows)
+    assert [(key.id, [m.text for m in marks]) for key, marks in got] == [
+        ("b", ["missed heartbeat"]),
+        ("d", ["missed start_deadline", "missed deadline"]),
+    ]
+    assert present.past_a_deadline([row("a", ())]) == []
