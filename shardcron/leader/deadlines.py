@@ -30,16 +30,13 @@ from shardcron import metrics
 from shardcron.errors import StoreUnavailable
 from shardcron.jobkey import split_key
 from shardcron.model import Job
-from shardcron.rules.deadlines import Judgement, has_deadlines, judgements_for, missed
+from shardcron.rules.deadlines import Judgement, has_deadlines, judgements_for, lookback_since_ms, missed
 from shardcron.store import deadlines as deadline_store
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH = 500  # judgements per transaction
 RETRY_S = 1.0  # after the store was found unavailable
-# How far back, beyond a job's longest deadline, a new leader looks for slots to judge: a cluster
-# down for up to this long raises, on its return, the deadlines its slots missed meanwhile.
-TAKEOVER_LOOKBACK_MS = 24 * 3_600_000
 
 Listener = Callable[[list[tuple[int, int, Judgement]]], None]  # (shard, fence, judgement) of new misses
 
@@ -80,10 +77,7 @@ class DeadlineWatch:
         if not with_deadlines:
             return 0
         now = self._now_ms()
-        since = {
-            job_id: max(job.active_since_ms, now - TAKEOVER_LOOKBACK_MS - _longest_deadline(job))
-            for job_id, job in with_deadlines.items()
-        }
+        since = {job_id: lookback_since_ms(job, now) for job_id, job in with_deadlines.items()}
         queued: list[Judgement] = []
         for row in deadline_store.unjudged(self._engine, shard, since):
             for j in judgements_for(with_deadlines[row.job_id], row.scheduled_at_ms):
@@ -158,8 +152,4 @@ def _fence_of(batches: dict[tuple[int, int], list[Judgement]], shard: int) -> in
     return next(fence for (s, fence) in batches if s == shard)
 
 
-def _longest_deadline(job: Job) -> int:
-    return max((j.due_ms for j in judgements_for(job, 0)), default=0)
-
-
-__all__ = ["TAKEOVER_LOOKBACK_MS", "DeadlineWatch"]
+__all__ = ["DeadlineWatch"]

@@ -39,10 +39,9 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 from shardcron import metrics
 from shardcron.errors import FencedOut, StoreUnavailable
-from shardcron.leader.deadlines import TAKEOVER_LOOKBACK_MS
 from shardcron.leader.notification_context import NotificationContext, event, with_event_body
 from shardcron.model import Job, TickStatus
-from shardcron.rules.deadlines import has_deadlines
+from shardcron.rules.deadlines import has_deadlines, lookback_since_ms
 from shardcron.rules.notification_rate import DEFAULT_RATE, Rate
 from shardcron.rules.notifications import (
     FAILED_STATUSES,
@@ -270,9 +269,10 @@ class Notifier:
         recoveries not claimed, missed deadlines not claimed, claims not sent."""
         since = self._now_ms() - LOOKBACK_MS
         claims = []
-        for job_id, slot_ms, deadline in deadline_store.missed_without_notification(
-            self._engine, run.shard, on_deadline, since_ms=since - TAKEOVER_LOOKBACK_MS
-        ):
+        now = self._now_ms()
+        with_deadlines = {job_id: job for job_id in on_deadline if (job := _job_of(run, job_id)) is not None}
+        since_of = {job_id: lookback_since_ms(job, now) for job_id, job in with_deadlines.items()}
+        for job_id, slot_ms, deadline in deadline_store.missed_without_notification(self._engine, run.shard, since_of):
             job = _job_of(run, job_id)
             if job is not None and (claim := self._claim_for(job, slot_ms, NotificationKind(deadline.value))):
                 claims.append(claim)

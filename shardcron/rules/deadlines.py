@@ -30,6 +30,9 @@ from shardcron.model import Job, Tick, TickStatus
 # After the due time, how long a judgement waits: the result of a tick that ended just before the
 # due time is written by then (results are batched for a few milliseconds).
 JUDGE_GRACE_MS = 1000
+# How far back, beyond a job's longest deadline, a new leader looks at its slots to judge them: its
+# catch-up window (after a longer outage the older slots have no tick to judge anyway), at least this.
+MIN_LOOKBACK_MS = 3_600_000
 
 
 class DeadlineKind(StrEnum):
@@ -77,6 +80,15 @@ def deadline_of(job: Job, kind: DeadlineKind) -> int | None:
 
 def has_deadlines(job: Job) -> bool:
     return job.start_deadline_ms is not None or job.deadline_ms is not None or job.heartbeat_ms is not None
+
+
+def lookback_since_ms(job: Job, now_ms: int) -> int:
+    """The earliest slot of ``job`` a new leader judges (or claims the alert of) on taking its shard at
+    ``now_ms``: its longest deadline and its catch-up window (at least ``MIN_LOOKBACK_MS``) before it,
+    never before the job took effect."""
+    longest = max((ms for kind in KINDS if (ms := deadline_of(job, kind)) is not None), default=0)
+    window = max(job.catchup_window_ms, MIN_LOOKBACK_MS)
+    return max(job.active_since_ms, now_ms - longest - JUDGE_GRACE_MS - window)
 
 
 def judgements_for(job: Job, scheduled_at_ms: int) -> list[Judgement]:

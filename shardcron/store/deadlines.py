@@ -77,6 +77,11 @@ def record_misses(
     return run_fenced_many(engine, batches, work)
 
 
+def _slots_since(part: Sequence[tuple[str, int]]) -> ColumnElement[bool]:
+    """The rows of each (job, earliest slot) of ``part``: a range of the primary key each."""
+    return or_(*(and_(ticks.c.job_id == job_id, ticks.c.scheduled_at_ms >= since) for job_id, since in part))
+
+
 class Unjudged(NamedTuple):
     """A scheduled slot's row, with the kinds of deadline not recorded missed on it (yet)."""
 
@@ -93,14 +98,11 @@ def unjudged(engine: Engine, shard: int, since_ms: Mapping[str, int]) -> list[Un
     columns = [ticks.c[n] for n in ("job_id", "scheduled_at_ms", "status", "started_at_ms", "finished_at_ms")]
     with reading(engine) as conn:
         for part in chunks(sorted(since_ms.items())):
-            slot_of_job = or_(
-                *(and_(ticks.c.job_id == job_id, ticks.c.scheduled_at_ms >= since) for job_id, since in part)
-            )
             rows = conn.execute(
                 select(*columns, ticks.c.acked_at_ms, *MISSED_AT.values()).where(
                     ticks.c.shard == shard,
                     ticks.c.manual == false(),
-                    slot_of_job,
+                    _slots_since(part),
                     or_(*(c.is_(None) for c in MISSED_AT.values())),
                 )
             )
@@ -144,11 +146,11 @@ def ack_tick(engine: Engine, job_id: str, scheduled_at_ms: int | None, *, shard:
 
 
 def missed_without_notification(
-    engine: Engine, shard: int, job_ids: Sequence[str], *, since_ms: int
+    engine: Engine, shard: int, since_ms: Mapping[str, int]
 ) -> list[tuple[str, int, DeadlineKind]]:
-    """The misses recorded on the shard's slots of ``job_ids`` scheduled after ``since_ms`` that have no
-    notification row of their kind: what a new leader claims, in case its predecessor died between
-    recording a miss and claiming its notification."""
+    """The misses recorded on the shard's slots of the jobs in ``since_ms`` (job -> earliest slot to look
+    at) that have no notification row of their kind: what a new leader claims, in case its predecessor
+    died between recording a miss and claiming its notification."""
     out: list[tuple[str, int, DeadlineKind]] = []
     with reading(engine) as conn:
         for kind, missed_at in MISSED_AT.items():
@@ -161,11 +163,10 @@ def missed_without_notification(
                 )
                 .exists()
             )
-            for part in chunks(sorted(job_ids)):
+            for part in chunks(sorted(since_ms.items())):
                 rows = conn.execute(
                     select(ticks.c.job_id, ticks.c.scheduled_at_ms).where(
-                        ticks.c.job_id.in_(part),
-                        ticks.c.scheduled_at_ms > since_ms,
+                        _slots_since(part),
                         ticks.c.shard == shard,
                         missed_at.is_not(None),
                         ~notified,

@@ -91,7 +91,8 @@ def test_a_new_leader_finds_the_open_kinds_of_scheduled_slots_only(led):
     found = {u.scheduled_at_ms: u.open_kinds for u in store.unjudged(led, 0, {"j": 0})}
     assert found == {0: frozenset({DeadlineKind.FINISH, DeadlineKind.HEARTBEAT}), 2_000: frozenset(DeadlineKind)}
     assert [u.scheduled_at_ms for u in store.unjudged(led, 0, {"j": 1_500})] == [2_000]
-    assert store.missed_without_notification(led, 0, ["j"], since_ms=-1) == [("j", 0, DeadlineKind.START)]
+    assert store.missed_without_notification(led, 0, {"j": 0}) == [("j", 0, DeadlineKind.START)]
+    assert store.missed_without_notification(led, 0, {"j": 1}) == []
 
 
 def test_an_ack_keeps_the_first_and_names_the_slot_it_found(led):

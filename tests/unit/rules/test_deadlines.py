@@ -8,12 +8,14 @@ from shardcron.errors import InvalidJob
 from shardcron.model import Tick, TickStatus
 from shardcron.rules.deadlines import (
     JUDGE_GRACE_MS,
+    MIN_LOOKBACK_MS,
     DeadlineKind,
     Judgement,
     SlotState,
     describe_miss,
     has_deadlines,
     judgements_for,
+    lookback_since_ms,
     missed,
     unraised,
 )
@@ -88,3 +90,11 @@ def test_the_audit_finds_a_miss_the_rule_sees_and_no_row_records():
     rows = [late, recorded, on_time, manual, not_judged_yet]
     got = unraised(j, rows, judged_before_ms=185_000)
     assert [(u.scheduled_at_ms, u.kind) for u in got] == [(0, DeadlineKind.FINISH)]
+
+
+def test_a_new_leader_looks_back_over_the_longest_deadline_and_the_catch_up_window():
+    now = 100 * 3_600_000
+    j = job(start_deadline="2m", deadline="30m", catchup_window="6h")
+    assert lookback_since_ms(j, now) == now - 1_800_000 - JUDGE_GRACE_MS - 6 * 3_600_000
+    short = job(deadline="10s", catchup_window="5m")  # at least an hour
+    assert lookback_since_ms(short, now) == now - 10_000 - JUDGE_GRACE_MS - MIN_LOOKBACK_MS
