@@ -289,6 +289,15 @@ class SlotRef(NamedTuple):
     scheduled_at_ms: int
 
 
+class RecordedMiss(NamedTuple):
+    """A deadline a slot missed, as recorded (ListDeadlineMisses): ``kind`` is start_deadline, deadline or heartbeat."""
+
+    job_id: str  # the job's key
+    scheduled_at_ms: int
+    kind: str
+    missed_at_ms: int
+
+
 class Acked(NamedTuple):
     """What an ack of a slot's work recorded (AckTick): the slot, its first ack, whether it came before."""
 

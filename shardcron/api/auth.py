@@ -159,6 +159,7 @@ _NAMESPACES_OF: dict[str, Callable[[Any], tuple[str, ...]]] = {
             "GetBackfill",
             "ListBackfills",
             "ListTicks",
+            "ListDeadlineMisses",
             "WatchTicks",
         )
     },

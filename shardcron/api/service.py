@@ -55,13 +55,14 @@ from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.wire.convert import job_from_proto, job_to_proto
 from shardcron.wire.messages import PAGE_MAX, BadRequest, decode_page_token, encode_page_token
 from shardcron.wire.shard_map_convert import shard_map_to_proto
-from shardcron.wire.tick_convert import job_runs_to_proto, tick_to_proto
+from shardcron.wire.tick_convert import deadline_miss_to_proto, job_runs_to_proto, tick_to_proto
 
 T = TypeVar("T")
 M = TypeVar("M", bound=Message)
 
 JOBS_PAGE_DEFAULT = 100
 TICKS_PAGE_DEFAULT = 50
+MISSES_PAGE_DEFAULT = 100
 MAX_ID_PREFIX_BYTES = 256  # an id is at most 256 bytes (spec.job)
 # A page ends before the one that would take it past this many bytes (it always holds at
 # least one: a job is at most a few MiB, and callers accept client.channel.MAX_ANSWER_BYTES).
@@ -368,6 +369,20 @@ class SchedulerService(CalendarRpcs, NamespaceRpcs, BackfillService, TokenRpcs):
             protos, more = bounded_page(ticks, size, tick_to_proto)
             token = encode_page_token(str(protos[-1].scheduled_at_ms)) if more else ""
             return pb.ListTicksResponse(ticks=protos, next_page_token=token)
+
+        return await self.router.blocking(page)
+
+    async def ListDeadlineMisses(
+        self, request: pb.ListDeadlineMissesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListDeadlineMissesResponse:
+        size = _page_size(request.page_size, MISSES_PAGE_DEFAULT)
+        namespaces = auth.read_namespaces(request.namespace)
+
+        def page() -> pb.ListDeadlineMissesResponse:
+            misses = deadline_store.recent_misses(
+                self.backend.engine, since_ms=request.since_ms, namespaces=namespaces, limit=size
+            )
+            return pb.ListDeadlineMissesResponse(misses=[deadline_miss_to_proto(m) for m in misses])
 
         return await self.router.blocking(page)
 

@@ -30,7 +30,7 @@ from shardcron.client.results import PutResult, TokenInfo
 from shardcron.client.targets import DEFAULT_TIMEOUT_S, Targets
 from shardcron.client.watch import TickWatch
 from shardcron.jobkey import DEFAULT_NAMESPACE, join_key
-from shardcron.model import Acked, Backfill, Job, JobRuns, SlotRef, Tick
+from shardcron.model import Acked, Backfill, Job, JobRuns, RecordedMiss, SlotRef, Tick
 from shardcron.rules.namespace_settings import StoredNamespace
 from shardcron.spec.calendar import Calendar, StoredCalendar
 from shardcron.spec.namespaces import namespace_or_default
@@ -284,6 +284,13 @@ class Client:
                 return
 
     # -- ticks ----------------------------------------------------------------------
+
+    def list_deadline_misses(
+        self, since_ms: int, *, limit: int = 100, namespace: str | None = None
+    ) -> list[RecordedMiss]:
+        """The deadlines missed since ``since_ms`` across the cluster, the newest ``limit`` (at most 1000)
+        first; ``namespace``: one, or ``"*"`` for every namespace the caller may read (None: the client's)."""
+        return self._run(self._calls.list_deadline_misses(since_ms, limit=limit, namespace=namespace))
 
     def list_ticks(self, job_id: str, *, limit: int = 50, namespace: str | None = None) -> list[Tick]:
         """The job's ``limit`` latest ticks, newest first."""

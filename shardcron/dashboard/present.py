@@ -9,8 +9,8 @@ from typing import NamedTuple
 import mmh3
 
 from shardcron.clock import rfc3339_ms
-from shardcron.jobkey import JobKey
-from shardcron.model import Job, JobRuns, ScheduleKind, Tick
+from shardcron.jobkey import JobKey, split_key
+from shardcron.model import Job, RecordedMiss, ScheduleKind, Tick
 from shardcron.rules.deadlines import DeadlineKind
 from shardcron.spec.durations import format_duration_ms
 
@@ -111,9 +111,23 @@ def missed_marks(kinds: Sequence[str]) -> list[MissedMark]:
     return [MissedMark(f"missed {kind}", MISSED_MEANING.get(kind, f"missed its {kind}")) for kind in kinds]
 
 
-def past_a_deadline(rows: Sequence[tuple[Job, JobRuns, JobKey]]) -> list[tuple[JobKey, list[MissedMark]]]:
-    """The jobs among ``rows`` whose last tick missed a deadline, with their marks, in the rows' order."""
-    return [(key, missed_marks(runs.last_missed_deadlines)) for _, runs, key in rows if runs.last_missed_deadlines]
+class MissedSlot(NamedTuple):
+    key: JobKey
+    slot_ms: int
+    marks: list[MissedMark]
+
+
+def jobs_that_missed(misses: Sequence[RecordedMiss]) -> list[MissedSlot]:
+    """One entry per job of ``misses`` (newest recorded first): its newest slot that missed a deadline, with
+    every deadline that slot missed; in the order of each job's newest miss."""
+    newest: dict[str, tuple[int, list[str]]] = {}
+    for m in misses:
+        slot, kinds = newest.setdefault(m.job_id, (m.scheduled_at_ms, []))
+        if m.scheduled_at_ms == slot and m.kind not in kinds:
+            kinds.append(m.kind)
+    return [
+        MissedSlot(split_key(job_id), slot, missed_marks(sorted(kinds))) for job_id, (slot, kinds) in newest.items()
+    ]
 
 
 def lateness_ms(tick: Tick) -> int | None:

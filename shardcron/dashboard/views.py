@@ -11,6 +11,7 @@ import grpc
 import yaml
 from aiohttp import web
 
+from shardcron import clock
 from shardcron.api.tokens import secret_from_authorization
 from shardcron.client.errors import ApiError
 from shardcron.dashboard import guard, present
@@ -25,6 +26,8 @@ log = logging.getLogger(__name__)
 
 JOBS_PAGE = 50
 TICKS_SHOWN = 200
+MISSED_LATELY_MS = 86_400_000  # the jobs page lists the jobs that missed a deadline this recently
+MISSES_SHOWN = 1000  # the newest misses read for that list (a job is listed once)
 STATUS_FILTERS = {"": None, "active": False, "paused": True}
 
 
@@ -205,6 +208,7 @@ class Pages:
         except (ValueError, ShardcronError) as e:
             error = str(e)
         namespaces = await self._namespace_names(v)
+        missed = await self._missed_lately(v, filters["namespace"])
         keep = {k: val for k, val in filters.items() if val and not (k == "namespace" and val == "*")}
         context: dict[str, Any] = dict(
             rows=[(j, r, split_key(j.id)) for j, r in rows],
@@ -213,10 +217,21 @@ class Pages:
             next_url=("/jobs?" + urlencode({**keep, "page": next_token})) if next_token else None,
             first_url="/jobs?" + urlencode(keep) if q.get("page") else None,
             namespaces=namespaces,
+            missed=missed,
         )
         if request.headers.get("HX-Request") and request.headers.get("HX-Target") == "job-table":
             return self.render(request, "_jobs.html", v, **context)
         return self.render(request, "jobs.html", v, **context)
+
+    async def _missed_lately(self, v: Visitor, namespace: str) -> list[present.MissedSlot]:
+        """The jobs that missed a deadline in the last ``MISSED_LATELY_MS``, across the cluster (of the
+        namespace shown); none when the API refuses (the page's own error says why)."""
+        try:
+            since = clock.wall_ms() - MISSED_LATELY_MS
+            misses = await self.call(v, "list_deadline_misses", since, limit=MISSES_SHOWN, namespace=namespace)
+        except ShardcronError:
+            return []
+        return present.jobs_that_missed(misses)
 
     async def _namespace_names(self, v: Visitor) -> list[str]:
         try:

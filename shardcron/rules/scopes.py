@@ -80,6 +80,7 @@ CALLS: dict[str, Rule] = {
     "GetJob": Rule(_R, _NS),
     "ListJobs": Rule(_R, _NS),
     "ListTicks": Rule(_R, _NS),
+    "ListDeadlineMisses": Rule(_R, _NS),
     "WatchTicks": Rule(_R, _NS),
     "GetBackfill": Rule(_R, _NS),
     "ListBackfills": Rule(_R, _NS),

@@ -15,12 +15,15 @@ from typing import NamedTuple
 from sqlalchemy import Column, ColumnElement, Connection, Engine, and_, false, or_, select, true, update
 
 from shardcron.errors import TickNotFound
-from shardcron.model import TickStatus
+from shardcron.jobkey import namespace_of
+from shardcron.model import RecordedMiss, TickStatus
 from shardcron.rules.deadlines import KINDS, DeadlineKind, Judgement, SlotState
 from shardcron.store.engine import reading
 from shardcron.store.fences import FencedOutcome, run_fenced, run_fenced_many
-from shardcron.store.schema import notifications, ticks
+from shardcron.store.schema import deadline_misses, notifications, ticks
 from shardcron.store.sql import chunks
+
+MISS_HISTORY_MS = 30 * 86_400_000  # how long deadline_misses keeps a miss (the ticks keep theirs)
 
 MISSED_AT: Mapping[DeadlineKind, Column[int]] = {
     DeadlineKind.START: ticks.c.start_deadline_missed_at_ms,
@@ -56,7 +59,7 @@ def record_misses(
 
     def work(conn: Connection, live: Mapping[tuple[int, int], Sequence[Judgement]]) -> list[tuple[int, Judgement]]:
         out = []
-        for (shard, _fence), items in live.items():
+        for (shard, fence), items in live.items():
             for j in items:
                 missed_at = MISSED_AT[j.kind]
                 result = conn.execute(
@@ -72,6 +75,19 @@ def record_misses(
                 )
                 if result.rowcount:
                     out.append((shard, j))
+                    conn.execute(
+                        deadline_misses.insert().values(
+                            job_id=j.job_id,
+                            scheduled_at_ms=j.scheduled_at_ms,
+                            kind=j.kind.value,
+                            namespace=namespace_of(j.job_id),
+                            shard=shard,
+                            fence=fence,
+                            missed_at_ms=now_ms,
+                        )
+                    )
+        if out:  # the history of misses keeps a month (an index range: nothing to read when none are older)
+            conn.execute(deadline_misses.delete().where(deadline_misses.c.missed_at_ms < now_ms - MISS_HISTORY_MS))
         return out
 
     return run_fenced_many(engine, batches, work)
@@ -80,6 +96,22 @@ def record_misses(
 def _slots_since(part: Sequence[tuple[str, int]]) -> ColumnElement[bool]:
     """The rows of each (job, earliest slot) of ``part``: a range of the primary key each."""
     return or_(*(and_(ticks.c.job_id == job_id, ticks.c.scheduled_at_ms >= since) for job_id, since in part))
+
+
+def recent_misses(
+    engine: Engine, *, since_ms: int, namespaces: frozenset[str] | None, limit: int
+) -> list[RecordedMiss]:
+    """The misses recorded at or after ``since_ms`` of the jobs of ``namespaces`` (None: every one), the
+    newest ``limit`` first."""
+    m = deadline_misses
+    q = select(m.c.job_id, m.c.scheduled_at_ms, m.c.kind, m.c.missed_at_ms).where(m.c.missed_at_ms >= since_ms)
+    if namespaces is not None:
+        q = q.where(m.c.namespace.in_(sorted(namespaces)))
+    q = q.order_by(m.c.missed_at_ms.desc(), m.c.job_id, m.c.scheduled_at_ms).limit(limit)
+    with reading(engine) as conn:
+        return [
+            RecordedMiss(r.job_id, r.scheduled_at_ms, DeadlineKind(r.kind), r.missed_at_ms) for r in conn.execute(q)
+        ]
 
 
 class Unjudged(NamedTuple):

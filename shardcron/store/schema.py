@@ -330,6 +330,24 @@ notifications = Table(
     **_TABLE_OPTS,
 )
 
+# One row per deadline recorded missed (store/deadlines.py writes it with the miss, in the same fenced
+# transaction), so the misses of the last day across the cluster are one index read, not a scan of
+# the ticks; rows older than deadlines.MISS_HISTORY_MS are deleted as new misses are recorded.
+deadline_misses = Table(
+    "deadline_misses",
+    metadata,
+    Column("job_id", exact_string(ID_LENGTH), nullable=False),
+    Column("scheduled_at_ms", BigInteger, nullable=False),
+    Column("kind", String(STATUS_LENGTH), nullable=False),  # start_deadline | deadline | heartbeat
+    Column("namespace", exact_string(NAMESPACE_LENGTH), nullable=False),
+    Column("shard", Integer, nullable=False),
+    Column("fence", BigInteger, nullable=False),
+    Column("missed_at_ms", BigInteger, nullable=False),
+    PrimaryKeyConstraint("job_id", "scheduled_at_ms", "kind"),
+    Index(None, "missed_at_ms"),
+    **_TABLE_OPTS,
+)
+
 # One row per namespace: its weight and quotas, and its usage, kept exact and
 # updated under the row's lock in the transaction of every put and delete (see
 # store/namespaces.py), so puts on two leaders cannot both take the last room.

@@ -694,6 +694,36 @@ class ListTicksResponse(_message.Message):
     next_page_token: str
     def __init__(self, ticks: _Optional[_Iterable[_Union[Tick, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
+class ListDeadlineMissesRequest(_message.Message):
+    __slots__ = ("since_ms", "page_size", "namespace")
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    since_ms: int
+    page_size: int
+    namespace: str
+    def __init__(self, since_ms: _Optional[int] = ..., page_size: _Optional[int] = ..., namespace: _Optional[str] = ...) -> None: ...
+
+class DeadlineMiss(_message.Message):
+    __slots__ = ("job_id", "namespace", "scheduled_at_ms", "kind", "missed_at_ms")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    MISSED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    namespace: str
+    scheduled_at_ms: int
+    kind: str
+    missed_at_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., namespace: _Optional[str] = ..., scheduled_at_ms: _Optional[int] = ..., kind: _Optional[str] = ..., missed_at_ms: _Optional[int] = ...) -> None: ...
+
+class ListDeadlineMissesResponse(_message.Message):
+    __slots__ = ("misses",)
+    MISSES_FIELD_NUMBER: _ClassVar[int]
+    misses: _containers.RepeatedCompositeFieldContainer[DeadlineMiss]
+    def __init__(self, misses: _Optional[_Iterable[_Union[DeadlineMiss, _Mapping]]] = ...) -> None: ...
+
 class WatchTicksRequest(_message.Message):
     __slots__ = ("job_id", "local_only", "namespace")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

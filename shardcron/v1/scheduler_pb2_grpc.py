@@ -105,6 +105,11 @@ class SchedulerStub:
                 request_serializer=shardcron_dot_v1_dot_scheduler__pb2.ListTicksRequest.SerializeToString,
                 response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.ListTicksResponse.FromString,
                 _registered_method=True)
+        self.ListDeadlineMisses = channel.unary_unary(
+                '/shardcron.v1.Scheduler/ListDeadlineMisses',
+                request_serializer=shardcron_dot_v1_dot_scheduler__pb2.ListDeadlineMissesRequest.SerializeToString,
+                response_deserializer=shardcron_dot_v1_dot_scheduler__pb2.ListDeadlineMissesResponse.FromString,
+                _registered_method=True)
         self.WatchTicks = channel.unary_stream(
                 '/shardcron.v1.Scheduler/WatchTicks',
                 request_serializer=shardcron_dot_v1_dot_scheduler__pb2.WatchTicksRequest.SerializeToString,
@@ -291,6 +296,13 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDeadlineMisses(self, request, context):
+        """The deadlines missed since a time, across the cluster, newest first (any node answers).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchTicks(self, request, context):
         """Tick results as they are written, for one job or for all, until cancelled.
         """
@@ -461,6 +473,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.ListTicks,
                     request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.ListTicksRequest.FromString,
                     response_serializer=shardcron_dot_v1_dot_scheduler__pb2.ListTicksResponse.SerializeToString,
+            ),
+            'ListDeadlineMisses': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDeadlineMisses,
+                    request_deserializer=shardcron_dot_v1_dot_scheduler__pb2.ListDeadlineMissesRequest.FromString,
+                    response_serializer=shardcron_dot_v1_dot_scheduler__pb2.ListDeadlineMissesResponse.SerializeToString,
             ),
             'WatchTicks': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchTicks,
@@ -912,6 +929,33 @@ class Scheduler:
             '/shardcron.v1.Scheduler/ListTicks',
             shardcron_dot_v1_dot_scheduler__pb2.ListTicksRequest.SerializeToString,
             shardcron_dot_v1_dot_scheduler__pb2.ListTicksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDeadlineMisses(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardcron.v1.Scheduler/ListDeadlineMisses',
+            shardcron_dot_v1_dot_scheduler__pb2.ListDeadlineMissesRequest.SerializeToString,
+            shardcron_dot_v1_dot_scheduler__pb2.ListDeadlineMissesResponse.FromString,
             options,
             channel_credentials,
             insecure,

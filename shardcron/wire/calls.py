@@ -19,7 +19,7 @@ from typing import Any, TypeAlias, TypeVar
 from google.protobuf.message import Message
 
 from shardcron.jobkey import DEFAULT_NAMESPACE, join_key, split_key
-from shardcron.model import Acked, Backfill, Job, JobRuns, SlotRef, Tick
+from shardcron.model import Acked, Backfill, Job, JobRuns, RecordedMiss, SlotRef, Tick
 from shardcron.rules.namespace_settings import StoredNamespace
 from shardcron.rules.scopes import ALL_NAMESPACES
 from shardcron.spec.namespaces import namespace_or_default
@@ -29,7 +29,7 @@ from shardcron.wire.convert import job_to_proto, stored_job_from_proto
 from shardcron.wire.messages import PAGE_MAX
 from shardcron.wire.namespace_convert import stored_namespace_from_proto
 from shardcron.wire.shard_map_convert import shard_map_from_proto
-from shardcron.wire.tick_convert import job_runs_from_proto, tick_from_proto
+from shardcron.wire.tick_convert import deadline_miss_from_proto, job_runs_from_proto, tick_from_proto
 
 T = TypeVar("T")
 
@@ -226,6 +226,19 @@ class Calls:
         )
         answer = yield "ListJobs", req
         return [job_and_runs_from_proto(p) for p in answer.jobs], answer.next_page_token
+
+    def list_deadline_misses(
+        self, since_ms: int, *, limit: int = 100, namespace: str | None = None
+    ) -> Exchange[list[RecordedMiss]]:
+        """The deadlines missed since ``since_ms`` across the cluster, the newest ``limit`` (at most 1000)
+        first; ``namespace``: one, or "*" for every namespace the token may read (None: the client's)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= PAGE_MAX:
+            raise ValueError(f"limit: must be a whole number from 1 to {PAGE_MAX}, got {limit!r}")
+        answer = yield (
+            "ListDeadlineMisses",
+            pb.ListDeadlineMissesRequest(since_ms=since_ms, page_size=limit, namespace=self.namespaces(namespace)),
+        )
+        return [deadline_miss_from_proto(m) for m in answer.misses]
 
     def list_ticks(self, job_id: str, *, limit: int = 50, namespace: str | None = None) -> Exchange[list[Tick]]:
         """The job's ``limit`` latest ticks, newest first, a page at a time."""

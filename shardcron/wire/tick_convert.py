@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from shardcron.jobkey import DEFAULT_NAMESPACE, join_key, split_key
-from shardcron.model import JobRuns, Tick, TickStatus
+from shardcron.model import JobRuns, RecordedMiss, Tick, TickStatus
 from shardcron.v1 import scheduler_pb2 as pb
 from shardcron.wire.messages import optional
 
@@ -107,3 +107,23 @@ def job_runs_from_proto(p: pb.JobRuns) -> JobRuns:
 
 
 __all__ = ["job_runs_from_proto", "job_runs_to_proto", "tick_event_to_proto", "tick_from_proto", "tick_to_proto"]
+
+
+def deadline_miss_to_proto(m: RecordedMiss) -> pb.DeadlineMiss:
+    key = split_key(m.job_id)
+    return pb.DeadlineMiss(
+        job_id=key.id,
+        namespace=key.namespace,
+        scheduled_at_ms=m.scheduled_at_ms,
+        kind=m.kind,
+        missed_at_ms=m.missed_at_ms,
+    )
+
+
+def deadline_miss_from_proto(p: pb.DeadlineMiss) -> RecordedMiss:
+    return RecordedMiss(
+        join_key(p.namespace or DEFAULT_NAMESPACE, p.job_id),
+        p.scheduled_at_ms,
+        p.kind,
+        p.missed_at_ms,
+    )

@@ -100,6 +100,11 @@ def test_a_slow_slot_misses_its_deadline_once_and_a_quick_one_meets_it(one_shard
         assert missed_columns(engine, "quick", slot)["status"] == "succeeded"
         row = missed_columns(engine, "slow", slot)
         assert row["deadline_missed_at_ms"] >= slot + 2000 + JUDGE_GRACE_MS
+        # Any node lists the cluster's recent misses.
+        (miss,) = client.list_deadline_misses(slot)
+        assert (miss.job_id, miss.scheduled_at_ms, miss.kind) == ("slow", slot, "deadline")
+        assert miss.missed_at_ms == row["deadline_missed_at_ms"]
+        assert client.list_deadline_misses(miss.missed_at_ms + 1) == []
         wait_until(lambda: missed_columns(engine, "slow", slot)["status"] == "succeeded", 30, what="the slow run")
         assert alert_keys(sink) == Counter({f"slow:{slot}:deadline": 1})
         alert = next(r for r in sink.requests() if r.path == "/deadline")

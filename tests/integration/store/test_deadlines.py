@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from shardcron.errors import TickNotFound
-from shardcron.model import TickStatus
+from shardcron.model import RecordedMiss, TickStatus
 from shardcron.rules.deadlines import DeadlineKind, Judgement, SlotState, missed
 from shardcron.store import deadlines as store
 from shardcron.store.fences import ensure_shards, raise_fence
@@ -106,3 +106,28 @@ def test_an_ack_keeps_the_first_and_names_the_slot_it_found(led):
         store.ack_tick(led, "j", 1_500, shard=0, fence=F1, now_ms=4_000)
     with pytest.raises(TickNotFound):
         store.ack_tick(led, "other", None, shard=0, fence=F1, now_ms=4_000)
+
+
+def test_each_recorded_miss_is_listed_newest_first_by_namespace_and_kept_a_month(led):
+    insert(led, "j", SlotState(TickStatus.RUNNING, 5, None, None), slot_ms=0)
+    insert(led, "team-a\x1fk", SlotState(TickStatus.RUNNING, 5, None, None), slot_ms=0)
+    late = [Judgement(job, 0, DeadlineKind.FINISH, DUE, False) for job in ("j", "team-a\x1fk")]
+    store.record_misses(led, {(0, F1): late[:1]}, now_ms=DUE + 5)
+    store.record_misses(led, {(0, F1): late[1:]}, now_ms=DUE + 9)
+    assert store.recent_misses(led, since_ms=0, namespaces=None, limit=10) == [
+        RecordedMiss("team-a\x1fk", 0, "deadline", DUE + 9),
+        RecordedMiss("j", 0, "deadline", DUE + 5),
+    ]
+    assert [m.job_id for m in store.recent_misses(led, since_ms=0, namespaces=frozenset({"default"}), limit=10)] == [
+        "j"
+    ]
+    assert len(store.recent_misses(led, since_ms=0, namespaces=None, limit=1)) == 1
+    assert store.recent_misses(led, since_ms=DUE + 6, namespaces=None, limit=10)[0].job_id == "team-a\x1fk"
+    # A month later, the next recorded miss deletes the ones older than a month.
+    insert(led, "j", SlotState(TickStatus.RUNNING, 5, None, None), slot_ms=1)
+    store.record_misses(
+        led, {(0, F1): [Judgement("j", 1, DeadlineKind.START, 0, False)]}, now_ms=DUE + 10 + store.MISS_HISTORY_MS
+    )
+    assert [(m.job_id, m.kind) for m in store.recent_misses(led, since_ms=0, namespaces=None, limit=10)] == [
+        ("j", "start_deadline")
+    ]

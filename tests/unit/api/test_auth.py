@@ -40,6 +40,7 @@ CASES = [
     ("GetBackfill", pb.GetBackfillRequest(id="b", namespace="team-a"), ("team-a",)),
     ("ListBackfills", pb.ListBackfillsRequest(namespace="team-a"), ("team-a",)),
     ("ListTicks", pb.ListTicksRequest(job_id="j", namespace="team-a"), ("team-a",)),
+    ("ListDeadlineMisses", pb.ListDeadlineMissesRequest(namespace="team-a"), ("team-a",)),
     ("WatchTicks", pb.WatchTicksRequest(namespace="*"), ("*",)),
     ("GetShards", pb.GetShardsRequest(), ()),
     # Member nodes only; each PutJob it carries is checked on its own (api/put_each.py).

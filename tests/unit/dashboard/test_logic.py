@@ -18,9 +18,8 @@ from shardcron.dashboard.guard import FIELD_LIMITS, FieldTooLong, Visitor, field
 from shardcron.dashboard.history import MetricsHistory, Reading, chart_series, quantile, read_registry
 from shardcron.dashboard.live import visitor_key, watch_refusal
 from shardcron.dashboard.sessions import Session, Sessions
-from shardcron.jobkey import split_key
 from shardcron.metrics import CountedHistogram
-from shardcron.model import JobRuns, Tick, TickStatus
+from shardcron.model import RecordedMiss, Tick, TickStatus
 from shardcron.rules.deadlines import DeadlineKind
 from shardcron.rules.scopes import Role, Token
 from shardcron.runtime import crashpoints
@@ -291,14 +290,16 @@ def test_a_tick_point_carries_its_ack_and_its_missed_deadlines_for_the_live_tabl
     assert (quiet["acked"], quiet["missed"]) == ("—", [])
 
 
-def test_past_a_deadline_lists_the_jobs_whose_last_tick_missed_one_in_the_rows_order():
-    def row(jid: str, missed: tuple[str, ...]):
-        return (job_from_dict({"id": jid, "every": "1h"}), JobRuns(0, last_missed_deadlines=missed), split_key(jid))
-
-    rows = [row("a", ()), row("b", ("heartbeat",)), row("c", ()), row("d", ("start_deadline", "deadline"))]
-    got = present.past_a_deadline(rows)
-    assert [(key.id, [m.text for m in marks]) for key, marks in got] == [
-        ("b", ["missed heartbeat"]),
-        ("d", ["missed start_deadline", "missed deadline"]),
+def test_the_jobs_that_missed_a_deadline_are_listed_once_each_with_their_newest_slot():
+    misses = [  # newest recorded first, as ListDeadlineMisses answers
+        RecordedMiss("b", 3_000, "heartbeat", 9_000),
+        RecordedMiss("team-a\x1fd", 2_000, "deadline", 8_000),
+        RecordedMiss("b", 1_000, "deadline", 7_000),  # b's older slot: not shown
+        RecordedMiss("team-a\x1fd", 2_000, "start_deadline", 6_000),  # d's same slot: shown with it
     ]
-    assert present.past_a_deadline([row("a", ())]) == []
+    got = present.jobs_that_missed(misses)
+    assert [(m.key.namespace, m.key.id, m.slot_ms, [x.text for x in m.marks]) for m in got] == [
+        ("default", "b", 3_000, ["missed heartbeat"]),
+        ("team-a", "d", 2_000, ["missed deadline", "missed start_deadline"]),
+    ]
+    assert present.jobs_that_missed([]) == []

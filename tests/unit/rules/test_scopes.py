@@ -29,6 +29,7 @@ READ = {
     "GetJob",
     "ListJobs",
     "ListTicks",
+    "ListDeadlineMisses",
     "WatchTicks",
     "GetBackfill",
     "ListBackfills",

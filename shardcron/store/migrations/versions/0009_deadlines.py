@@ -1,4 +1,5 @@
-"""Deadlines: a slot's ack, and the deadlines it missed, on its tick row; a notification's next attempt.
+"""Deadlines: a slot's ack, and the deadlines it missed, on its tick row and in deadline_misses; a
+notification's next attempt.
 
 Revision ID: 0009
 Revises: 0008
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
+
+from shardcron.store.migrations.revision_types import TABLE_OPTIONS, exact
 
 revision = "0009"
 down_revision = "0008"
@@ -26,9 +29,24 @@ def upgrade() -> None:
             batch.add_column(sa.Column(name, sa.BigInteger(), nullable=True))
     with op.batch_alter_table("notifications") as batch:
         batch.add_column(sa.Column("next_attempt_at_ms", sa.BigInteger(), nullable=True))
+    op.create_table(
+        "deadline_misses",
+        sa.Column("job_id", exact(256), nullable=False),
+        sa.Column("scheduled_at_ms", sa.BigInteger(), nullable=False),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("namespace", exact(63), nullable=False),
+        sa.Column("shard", sa.Integer(), nullable=False),
+        sa.Column("fence", sa.BigInteger(), nullable=False),
+        sa.Column("missed_at_ms", sa.BigInteger(), nullable=False),
+        sa.PrimaryKeyConstraint("job_id", "scheduled_at_ms", "kind", name="pk_deadline_misses"),
+        **TABLE_OPTIONS,
+    )
+    op.create_index("ix_deadline_misses_missed_at_ms", "deadline_misses", ["missed_at_ms"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_deadline_misses_missed_at_ms", table_name="deadline_misses")
+    op.drop_table("deadline_misses")
     with op.batch_alter_table("notifications") as batch:
         batch.drop_column("next_attempt_at_ms")
     with op.batch_alter_table("ticks") as batch:
