@@ -30,7 +30,7 @@ from shardcron.dashboard.history import MetricsHistory
 from shardcron.dashboard.server import Dashboard
 from shardcron.errors import InvalidJob
 from shardcron.jobkey import split_key
-from shardcron.model import Job, ScheduleKind
+from shardcron.model import Job, RecordedMiss, ScheduleKind
 from shardcron.rules.runs import job_runs, next_run
 from shardcron.rules.triggers import trigger_for
 from shardcron.spec.job import JOB_KEYS, job_from_dict, job_from_json, job_to_dict, job_to_json
@@ -128,8 +128,9 @@ def render_dashboard(templates, job: Job) -> None:
     runs = job_runs(job, NOW_MS)
     key = split_key(job.id)
     common = dict(visitor=None, csrf="", present=present, checks_tokens=False, node="fuzz")
+    missed = present.jobs_that_missed([RecordedMiss(job.id, NOW_MS, "deadline", NOW_MS)])
     templates.get_template("_jobs.html").render(
-        rows=[(job, runs, key)], error=None, next_url=None, first_url=None, path="/jobs", **common
+        rows=[(job, runs, key)], error=None, next_url=None, first_url=None, path="/jobs", missed=missed, **common
     )
     definition = yaml.safe_dump(job_to_dict(job), sort_keys=False, allow_unicode=True)
     templates.get_template("job.html").render(
