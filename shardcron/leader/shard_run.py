@@ -57,7 +57,9 @@ class ShardRun:
     in_flight: int = 0  # ticks handed to the executors' loop and not ended: what a release waits for
     idle: threading.Condition = None  # type: ignore[assignment]
     cancel: StopOrLeaseLost = None  # type: ignore[assignment]  # what this leadership's ticks are given: stop or done
-    _gens: itertools.count = field(default_factory=itertools.count)
+    # From 1: a dispatch with gen 0 (a takeover's re-claim, a catch-up) is of no definition, so its start is judged
+    # against the job as it stands (policies.disowned_slot): a pause it missed skips it.
+    _gens: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def __post_init__(self):
         self.idle = threading.Condition(self.lock)

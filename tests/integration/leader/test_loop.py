@@ -256,6 +256,26 @@ def test_a_reclaimed_jittered_orphan_waits_for_its_offset_and_a_late_one_starts_
         r.close()
 
 
+def test_a_slot_its_dead_leader_claimed_before_the_job_was_paused_is_skipped_not_run(engine):
+    """The old leader claimed the slot a lookahead early, the job was paused (the pause answered before the
+    slot), then the shard changed hands: the new leader must not run it (soak seed 30 found it run)."""
+    from shardcron.store.ticks import SlotClaim, claim_ticks
+
+    job = job_from_dict({"id": "paused-late", "every": "10s", "executor": {"kind": "noop"}})
+    raise_fence(engine, 0, 5, "old", T0 - 60 * S)
+    put_job(engine, job, shard=0, fence=5, node_id="old", now_ms=T0 - 60 * S)
+    ahead = T0 + 10 * S
+    claim_ticks(engine, [SlotClaim(job.id, ahead)], shard=0, fence=5, node_id="old", now_ms=ahead - S)
+    put_job(engine, replace(job, paused=True), shard=0, fence=5, node_id="old", now_ms=ahead - S // 2)
+    r = Rig(engine, [])
+    try:
+        r.at(T0)
+        r.at(ahead)
+        assert r.ticks(job.id)[10] == (TickStatus.SKIPPED, PAUSED_SKIP_REASON)
+    finally:
+        r.close()
+
+
 def left_by_a_dead_leader(engine, job: Job, last_ms: int) -> None:
     """An old leader (fence 5) put ``job`` a minute before T0, recorded its slot ``last_ms`` and died."""
     from shardcron.model import ExecutionResult, SlotRef
